@@ -1,0 +1,1 @@
+"""api: the composition root: HTTP routes, the Python client, the CLI, process entry points."""

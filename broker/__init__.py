@@ -1,0 +1,1 @@
+"""broker: partition replicas, ISR replication, produce and fetch, groups, idempotence."""

@@ -1,0 +1,1 @@
+"""jepsen_tests: real clusters of processes under faults, with history checkers."""

@@ -1,0 +1,1 @@
+"""raft.aio: the asyncio shell around the pure core: node task, transport, durable log."""

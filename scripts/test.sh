@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole check: lint, types, import-layer contracts, then every test.
+# Usage: ./scripts/test.sh [pytest args...]
+set -euo pipefail
+source "$(dirname "$0")/_env.sh"
+
+echo "==> ruff" >&2
+ruff check .
+echo "==> mypy" >&2
+mypy
+echo "==> import-linter (layers and pure cores)" >&2
+lint-imports
+echo "==> pytest" >&2
+# CI has 2 cores; the suite is sized to finish well under 20 minutes there.
+python -m pytest -q "$@"

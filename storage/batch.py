@@ -1,0 +1,345 @@
+"""The record batch: Longboat's unit of produce, append, replication, fetch and indexing.
+
+Layout (big-endian; byte-by-byte in docs/storage-format.md). The fixed 61-byte header is
+Kafka's record batch v2 header; the magic byte names the body encoding, and ours is a
+msgpack body (``MAGIC_MSGPACK``), so Kafka's own varint encoding (magic 2) can be added
+later beside it::
+
+    off  size  field
+      0     8  base_offset         set by the leader at append; outside the CRC
+      8     4  batch_length        bytes after this field
+     12     4  leader_epoch        set by the leader at append; outside the CRC
+     16     1  magic               MAGIC_MSGPACK
+     17     4  crc                 CRC-32C of bytes [21, end)
+     21     2  attributes          bits 0-2 codec, bit 4 transactional, bit 5 control
+     23     4  last_offset_delta
+     27     8  first_timestamp     ms
+     35     8  max_timestamp       ms
+     43     8  producer_id         -1 if none
+     51     2  producer_epoch      -1 if none
+     53     4  base_sequence       -1 if none
+     57     4  record_count
+     61     *  body                msgpack array of records, compressed as one block
+
+    record = [offset_delta, timestamp_delta, key, value, headers]
+    headers = [[name: str, value: bytes | nil], ...]
+
+Because ``base_offset`` and ``leader_epoch`` sit outside the CRC, a leader stores a batch
+verbatim and patches those two fields in place (``stamp``); followers and the fetch path
+move batches as opaque bytes and never decode records.
+
+Pure: no I/O, no clock, no global random.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import crc32c
+import msgpack
+
+from storage.compression import CODEC_MASK, Compression, compress, decompress
+from storage.errors import CorruptRecordError
+
+MAGIC_MSGPACK = 0x4C
+"""'L'. Distinct from Kafka's magics 0-2 so a Kafka batch is never mistaken for ours."""
+
+HEADER = struct.Struct(">qiiBIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # base_offset + batch_length: the prefix needed to find the next batch
+BATCH_LENGTH_OFFSET = 8
+LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+PRODUCER_ID_OFFSET = 43
+_PREFIX = struct.Struct(">qi")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+MAX_BATCH_BYTES = 1 << 30
+"""Hard sanity bound on batch_length: anything larger is a corrupt length field."""
+
+Header = tuple[str, bytes | None]
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & CODEC_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def encode_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]],
+    *,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    compression: Compression = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytes:
+    """Build a batch from ``(key, value, timestamp_ms, headers)`` tuples, offsets 0..n-1."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    first_ts = min(r[2] for r in records)
+    body = [
+        [i, ts - first_ts, k, v, [list(h) for h in hs] if hs else []]
+        for i, (k, v, ts, hs) in enumerate(records)
+    ]
+    return _assemble(
+        body,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        compression=compression,
+        last_offset_delta=len(records) - 1,
+        first_timestamp=first_ts,
+        max_timestamp=max(r[2] for r in records),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+    )
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+    """A batch holding a subset of ``header``'s records, as compaction writes them.
+
+    Keeps base offset, last offset delta, leader epoch, producer id/epoch/sequence and codec,
+    so offsets and idempotent-producer state survive compaction (as in Kafka, where a
+    compacted batch keeps its last offset delta even when its last record is gone).
+    ``records`` may be empty: the batch is kept for its producer state.
+    """
+    base = header.base_offset
+    if records:
+        first_ts = min(r.timestamp for r in records)
+        max_ts = max(r.timestamp for r in records)
+    else:
+        first_ts = max_ts = header.max_timestamp
+    body = [
+        [r.offset - base, r.timestamp - first_ts, r.key, r.value, [list(h) for h in r.headers]]
+        for r in records
+    ]
+    return _assemble(
+        body,
+        base_offset=base,
+        leader_epoch=header.leader_epoch,
+        compression=header.compression,
+        last_offset_delta=header.last_offset_delta,
+        first_timestamp=first_ts,
+        max_timestamp=max_ts,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
+        control=header.is_control,
+    )
+
+
+def _assemble(
+    body_records: Sequence[Sequence[object]],
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    compression: Compression,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    control: bool,
+) -> bytes:
+    body = compress(compression, msgpack.packb(body_records, use_bin_type=True))
+    attributes = int(compression) & CODEC_MASK
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    buf = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        HEADER_SIZE + len(body) - LOG_OVERHEAD,
+        leader_epoch,
+        MAGIC_MSGPACK,
+        0,
+        attributes,
+        last_offset_delta,
+        first_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(body_records),
+    )
+    buf[HEADER_SIZE:] = body
+    _U32.pack_into(buf, CRC_OFFSET, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``; checks shape, not the CRC.
+
+    Raises ``CorruptRecordError`` for a short buffer, a bad magic or impossible fields.
+    """
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"need {HEADER_SIZE} header bytes, have {len(buf) - pos}")
+    h = BatchHeader._make(HEADER.unpack_from(buf, pos))
+    if h.magic != MAGIC_MSGPACK:
+        raise CorruptRecordError(f"unknown magic {h.magic:#x}")
+    if not (HEADER_SIZE - LOG_OVERHEAD <= h.batch_length <= MAX_BATCH_BYTES):
+        raise CorruptRecordError(f"impossible batch_length {h.batch_length}")
+    if h.base_offset < 0 or h.last_offset_delta < 0 or h.record_count < 0:
+        raise CorruptRecordError(
+            f"negative base_offset/last_offset_delta/record_count in {tuple(h)[:13]}"
+        )
+    if h.record_count > h.last_offset_delta + 1:
+        raise CorruptRecordError(
+            f"record_count {h.record_count} exceeds last_offset_delta+1 {h.last_offset_delta + 1}"
+        )
+    if h.attributes & CODEC_MASK > Compression.ZSTD:
+        raise CorruptRecordError(f"unknown compression codec {h.attributes & CODEC_MASK}")
+    return h
+
+
+def peek_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    """``(base_offset, batch_size)`` from the first 12 bytes, to walk a buffer quickly."""
+    base_offset, length = _PREFIX.unpack_from(buf, pos)
+    return base_offset, length + LOG_OVERHEAD
+
+
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
+    return crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
+
+
+def verify_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:
+    """Header of a whole batch after checking its length and CRC, else ``CorruptRecordError``."""
+    h = parse_header(batch)
+    if len(batch) != h.size:
+        raise CorruptRecordError(f"batch is {len(batch)} bytes, header says {h.size}")
+    actual = compute_crc(batch)
+    if actual != h.crc:
+        raise CorruptRecordError(f"crc mismatch: stored {h.crc:#010x}, computed {actual:#010x}")
+    return h
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, verify: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """``(position, header)`` for each whole batch in ``buf``, a concatenation of batches.
+
+    Stops silently at an incomplete tail (a short read or a torn write); raises
+    ``CorruptRecordError`` (with ``position``) for a corrupt batch, CRC included when
+    ``verify``.
+    """
+    mv = memoryview(buf)
+    pos = 0
+    end = len(mv)
+    while end - pos >= HEADER_SIZE:
+        try:
+            h = parse_header(mv, pos)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(e.reason, position=pos) from None
+        if pos + h.size > end:
+            return
+        if verify:
+            actual = compute_crc(mv[pos : pos + h.size])
+            if actual != h.crc:
+                raise CorruptRecordError(
+                    f"crc mismatch: stored {h.crc:#010x}, computed {actual:#010x}", position=pos
+                )
+        yield pos, h
+        pos += h.size
+
+
+def decode_records(
+    batch: bytes | bytearray | memoryview, *, verify: bool = True
+) -> list[Record]:
+    """The records of one whole batch, with absolute offsets and timestamps."""
+    h = verify_batch(batch) if verify else parse_header(batch)
+    raw = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+    try:
+        body = msgpack.unpackb(raw, use_list=True, raw=False)
+    except Exception as e:
+        raise CorruptRecordError(f"body does not decode as msgpack: {e}") from e
+    if not isinstance(body, list) or len(body) != h.record_count:
+        raise CorruptRecordError(
+            f"body holds {len(body) if isinstance(body, list) else type(body).__name__} "
+            f"records, header says {h.record_count}"
+        )
+    base = h.base_offset
+    ts0 = h.first_timestamp
+    out: list[Record] = []
+    try:
+        for od, td, k, v, hs in body:
+            out.append(Record(base + od, ts0 + td, k, v, tuple((n, hv) for n, hv in hs)))
+    except (TypeError, ValueError) as e:
+        raise CorruptRecordError(f"malformed record in body: {e}") from e
+    return out
+
+
+def stamp(batch: bytearray | memoryview, base_offset: int, leader_epoch: int) -> None:
+    """Patch base offset and leader epoch in place; both are outside the CRC."""
+    _I64.pack_into(batch, 0, base_offset)
+    _I32.pack_into(batch, LEADER_EPOCH_OFFSET, leader_epoch)
