@@ -1,0 +1,1 @@
+"""metalog.controller (being written)."""

@@ -1,0 +1,1 @@
+"""metalog.delta (being written)."""

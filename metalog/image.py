@@ -1,0 +1,1 @@
+"""metalog.image (being written)."""

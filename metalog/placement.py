@@ -1,0 +1,1 @@
+"""metalog.placement (being written)."""

@@ -1,0 +1,1 @@
+"""metalog.records (being written)."""

@@ -1,0 +1,1 @@
+"""raft.core (being written)."""

@@ -1,0 +1,1 @@
+"""raft.log (being written)."""

@@ -1,0 +1,1 @@
+"""raft.messages (being written)."""

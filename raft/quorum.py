@@ -1,0 +1,1 @@
+"""raft.quorum (being written)."""

@@ -1,0 +1,1 @@
+"""raft.storage_port (being written)."""

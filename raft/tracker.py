@@ -1,0 +1,1 @@
+"""raft.tracker (being written)."""

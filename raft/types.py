@@ -1,0 +1,1 @@
+"""raft.types (being written)."""
