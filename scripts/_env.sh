@@ -19,8 +19,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     echo "==> installing longboat[$EXTRAS] into $VENV" >&2
-    "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-    "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" >&2
+    LOG="$VENV/install.log"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+           "$VENV/bin/python" -m pip install -e ".[$EXTRAS]"; } >"$LOG" 2>&1; then
+        tail -40 "$LOG" >&2
+        echo "pip install failed; full log in $LOG" >&2
+        exit 1
+    fi
     touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
