@@ -1,0 +1,129 @@
+"""Node configuration: a TOML file with command-line overrides.
+
+Keys follow the design (``node_id``, ``roles``, ``listen``, ``controller_quorum``,
+``data_dir``, ``rack``); anything Kafka users know by another name keeps Kafka's meaning.
+Validation happens here, once, so the rest of the process can trust its config.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Role = Literal["broker", "controller"]
+
+_HOSTPORT = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+class ConfigError(ValueError):
+    """A node configuration that cannot run, with a message for the operator."""
+
+
+class QuorumVoter(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def parse_quorum(spec: str) -> list[QuorumVoter]:
+    """``"1@127.0.0.1:9301,2@127.0.0.1:9302"`` -> voters, as Kafka's ``controller.quorum.voters``."""
+    voters: list[QuorumVoter] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        node, sep, addr = part.partition("@")
+        m = _HOSTPORT.match(addr)
+        if not sep or not node.isdigit() or not m:
+            raise ConfigError(f"bad controller_quorum entry {part!r}: expected ID@HOST:PORT")
+        voters.append(QuorumVoter(node_id=int(node), host=m["host"], port=int(m["port"])))
+    ids = [v.node_id for v in voters]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"controller_quorum names a node id twice: {spec!r}")
+    return voters
+
+
+class NodeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_id: int = Field(ge=0)
+    roles: tuple[Role, ...] = ("broker",)
+    listen: str = "127.0.0.1:8082"
+    controller_quorum: str = ""
+    data_dir: Path
+    rack: str | None = None
+    cluster_id: str | None = None
+    advertised_url: str | None = None
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _split_roles(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(r.strip() for r in v.split(",") if r.strip())
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, v: str) -> str:
+        m = _HOSTPORT.match(v)
+        if not m or not 0 < int(m["port"]) < 65536:
+            raise ValueError(f"listen must be HOST:PORT, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> NodeConfig:
+        if not self.roles:
+            raise ValueError("roles must name at least one of broker, controller")
+        voters = parse_quorum(self.controller_quorum)
+        if not voters:
+            raise ValueError("controller_quorum must name at least one voter (ID@HOST:PORT)")
+        if "controller" in self.roles and self.node_id not in {v.node_id for v in voters}:
+            raise ValueError(
+                f"node {self.node_id} has the controller role but is not in controller_quorum"
+            )
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
+
+    @property
+    def url(self) -> str:
+        return self.advertised_url or f"http://{self.listen}"
+
+    @property
+    def voters(self) -> list[QuorumVoter]:
+        return parse_quorum(self.controller_quorum)
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    """Read ``path`` (TOML), apply non-None ``overrides``, validate; ``ConfigError`` on failure."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            data[k] = v
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"invalid node config: {problems}") from None
