@@ -1,0 +1,208 @@
+"""Node-to-node Raft transport over the node's own aiohttp server.
+
+Owns: one bounded outbound queue and one sender task per peer, the keep-alive
+``aiohttp.ClientSession`` they share, and the internal route that receives messages.
+Does not own: the meaning of a message. Messages are the core's wire dicts
+(``Message.to_wire()``); they travel as msgpack and are handed, still as dicts, to the
+``on_messages`` callback, which belongs to the node task.
+
+Wire format of ``POST /internal/raft/v1/messages`` (``application/x-msgpack``)::
+
+    {"from": <node id>, "msgs": [<wire dict>, ...]}        -> 204 No Content
+
+Rules:
+
+* ``send(to, msg)`` never blocks and never raises: it appends to the peer's queue and wakes
+  its sender. A full queue drops the message (Raft tolerates loss: heartbeats and
+  retransmission repair it), and so does an unknown peer.
+* Each sender drains everything queued (up to ``batch_messages_max``) into one POST, so
+  the number of requests per second stays bounded however many messages the core emits; a
+  message queued while a POST is in flight goes out in the next one.
+* On an error the batch in hand is dropped and the sender backs off exponentially
+  (``backoff_ms_min`` .. ``backoff_ms_max``) before the next attempt; while it backs off,
+  newer messages replace older ones (the queue keeps the newest ``queue_messages_max``), as
+  a stale AppendEntries is worth less than a fresh one.
+* ``close()`` cancels the senders and closes the session; the route stays on the app,
+  whose owner stops the server, and answers 503 once closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import msgpack
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/internal/raft/v1/messages"
+CONTENT_TYPE = "application/x-msgpack"
+
+WireMessage = dict[str, Any]
+OnMessages = Callable[[int, list[WireMessage]], None]
+"""Called on the event loop with ``(from_node_id, messages)`` for each inbound POST."""
+
+
+class _Peer:
+    """Outbound state for one peer: its URL, queue, wake-up event and sender task."""
+
+    __slots__ = ("backoff_s", "dropped", "queue", "sent", "task", "url", "wake")
+
+    def __init__(self, url: str, queue_max: int) -> None:
+        self.url = url.rstrip("/") + ROUTE
+        self.queue: collections.deque[WireMessage] = collections.deque(maxlen=queue_max)
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.backoff_s = 0.0
+        self.dropped = 0
+        self.sent = 0
+
+
+class RaftTransport:
+    """Sends the core's messages to peers and receives theirs; see the module docstring."""
+
+    def __init__(
+        self,
+        node_id: int,
+        peers: Mapping[int, str],
+        on_messages: OnMessages,
+        *,
+        queue_messages_max: int = 4096,
+        batch_messages_max: int = 1024,
+        request_timeout_ms: int = 2000,
+        backoff_ms_min: int = 20,
+        backoff_ms_max: int = 1000,
+    ) -> None:
+        self.node_id = node_id
+        self._on_messages = on_messages
+        self._queue_max = queue_messages_max
+        self._batch_max = batch_messages_max
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_ms / 1000)
+        self._backoff_min_s = backoff_ms_min / 1000
+        self._backoff_max_s = backoff_ms_max / 1000
+        self._peers: dict[int, _Peer] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        for peer_id, url in peers.items():
+            self.set_peer(peer_id, url)
+
+    # ------------------------------------------------------------------ receiving
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post(ROUTE, self._handle_messages)
+
+    async def _handle_messages(self, request: web.Request) -> web.Response:
+        if self._closed:
+            return web.Response(status=503)
+        body = await request.read()
+        try:
+            payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
+            sender = int(payload["from"])
+            msgs = payload["msgs"]
+            if not isinstance(msgs, list):
+                raise TypeError("msgs is not a list")
+        except Exception as e:  # a malformed body is the sender's bug, not ours
+            return web.Response(status=400, text=f"bad raft message body: {e}")
+        if msgs:
+            self._on_messages(sender, msgs)
+        return web.Response(status=204)
+
+    # ------------------------------------------------------------------ sending
+
+    def set_peer(self, peer_id: int, url: str) -> None:
+        """Add a peer or change its URL (membership changes go through here)."""
+        if peer_id == self.node_id:
+            return
+        peer = self._peers.get(peer_id)
+        if peer is not None:
+            peer.url = url.rstrip("/") + ROUTE
+            return
+        self._peers[peer_id] = _Peer(url, self._queue_max)
+
+    def remove_peer(self, peer_id: int) -> None:
+        peer = self._peers.pop(peer_id, None)
+        if peer is not None and peer.task is not None:
+            peer.task.cancel()
+
+    def peer_url(self, peer_id: int) -> str | None:
+        peer = self._peers.get(peer_id)
+        return None if peer is None else peer.url[: -len(ROUTE)]
+
+    def send(self, to: int, msg: WireMessage) -> None:
+        """Queue ``msg`` for ``to``; never blocks, drops on overflow or unknown peer."""
+        peer = self._peers.get(to)
+        if peer is None or self._closed:
+            return
+        if len(peer.queue) == peer.queue.maxlen:
+            peer.dropped += 1  # deque(maxlen) drops the oldest
+        peer.queue.append(msg)
+        if peer.task is None:
+            peer.task = asyncio.get_running_loop().create_task(
+                self._sender(to, peer), name=f"raft-send-{self.node_id}->{to}"
+            )
+        peer.wake.set()
+
+    def stats(self) -> dict[int, dict[str, int]]:
+        return {
+            pid: {"queued": len(p.queue), "sent": p.sent, "dropped": p.dropped}
+            for pid, p in self._peers.items()
+        }
+
+    def _session_or_open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(limit_per_host=2, keepalive_timeout=60),
+            )
+        return self._session
+
+    async def _sender(self, peer_id: int, peer: _Peer) -> None:
+        packer = msgpack.Packer(use_bin_type=True)
+        while not self._closed:
+            await peer.wake.wait()
+            peer.wake.clear()
+            while peer.queue and not self._closed:
+                n = min(len(peer.queue), self._batch_max)
+                batch = [peer.queue.popleft() for _ in range(n)]
+                body = packer.pack({"from": self.node_id, "msgs": batch})
+                try:
+                    session = self._session_or_open()
+                    async with session.post(
+                        peer.url, data=body, headers={"Content-Type": CONTENT_TYPE}
+                    ) as resp:
+                        if resp.status >= 300:
+                            raise aiohttp.ClientResponseError(
+                                resp.request_info, (), status=resp.status
+                            )
+                    peer.sent += n
+                    peer.backoff_s = 0.0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    peer.dropped += n
+                    peer.backoff_s = min(
+                        self._backoff_max_s, max(self._backoff_min_s, peer.backoff_s * 2)
+                    )
+                    log.debug(
+                        "raft %s -> %s: dropped %d message(s) (%s); backing off %.0f ms",
+                        self.node_id, peer_id, n, e, peer.backoff_s * 1000,
+                    )
+                    await asyncio.sleep(peer.backoff_s)
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [p.task for p in self._peers.values() if p.task is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
