@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Benchmark: the Longboat Raft node (raft.aio.RaftNode) against PySyncObj, 3 nodes each.
+
+Figures (JSON lines, see shared BENCHMARKS.md), all on 127.0.0.1, real processes:
+
+* ``raft.propose_throughput``: committed 100-byte proposals per second, one Raft entry each,
+  under a concurrent client; baseline PySyncObj under the same client.
+* ``raft.commit_latency_p50`` / ``raft.commit_latency_p99``: ms from sending a request to
+  its answer that all its proposals committed; baseline PySyncObj's.
+* ``raft.failover``: ms from SIGKILL of the leader until a new leader has committed a
+  proposal (median over the kills; the killed node is restarted between kills). No baseline.
+
+Both systems serve the same client endpoints (``POST /propose`` with a msgpack list of
+payloads, ``GET /status``; see raft_server.py and pysyncobj_server.py). Longboat runs with
+fsync on (every Ready's entries and hard state are fsynced before its messages go out);
+PySyncObj never fsyncs (in-memory journal by default, mmap without fsync otherwise), which
+the ``baseline`` string says.
+
+Usage: scripts/bench/raft.py [--quick] [--only longboat|pysyncobj]
+Progress goes to standard error; standard output holds only the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgpack
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PAYLOAD_BYTES = 100
+
+
+def progress(*args: object) -> None:
+    print("[raft bench]", *args, file=sys.stderr, flush=True)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def ensure_pysyncobj() -> None:
+    try:
+        import pysyncobj  # noqa: F401
+    except ImportError:
+        progress("installing pysyncobj from the package registry")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "pysyncobj"],
+            check=True, stdout=sys.stderr,
+        )
+
+
+# ---------------------------------------------------------------- clusters
+
+
+@dataclass
+class Cluster:
+    """Three server processes of one system; ``argv(i)`` builds node i's command line."""
+
+    name: str
+    workdir: Path
+    http_ports: list[int]
+    argv_by_node: dict[int, list[str]]
+    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def url(self, node: int) -> str:
+        return f"http://127.0.0.1:{self.http_ports[node - 1]}"
+
+    def start(self, node: int) -> None:
+        logf = open(self.workdir / f"{self.name}-{node}.log", "ab")  # noqa: SIM115
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.procs[node] = subprocess.Popen(
+            self.argv_by_node[node], stdout=logf, stderr=subprocess.STDOUT, env=env,
+            cwd=ROOT,
+        )
+        logf.close()
+
+    def start_all(self) -> None:
+        for node in self.argv_by_node:
+            self.start(node)
+
+    def kill(self, node: int) -> None:
+        p = self.procs.pop(node, None)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 5
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+
+def pysyncobj_cluster(workdir: Path) -> Cluster:
+    ports = free_ports(6)
+    raft_ports, http_ports = ports[:3], ports[3:]
+    argv = {
+        i: [
+            sys.executable, str(HERE / "pysyncobj_server.py"), str(i),
+            ",".join(map(str, raft_ports)), ",".join(map(str, http_ports)),
+        ]
+        for i in (1, 2, 3)
+    }
+    return Cluster("pysyncobj", workdir, http_ports, argv)
+
+
+def longboat_cluster(workdir: Path) -> Cluster:
+    http_ports = free_ports(3)
+    argv = {
+        i: [
+            sys.executable, str(HERE / "raft_server.py"), str(i),
+            ",".join(map(str, http_ports)), str(workdir / f"node-{i}"),
+        ]
+        for i in (1, 2, 3)
+    }
+    return Cluster("longboat", workdir, http_ports, argv)
+
+
+# ---------------------------------------------------------------- client
+
+
+async def find_leader(
+    session: aiohttp.ClientSession, cluster: Cluster, timeout_s: float = 30.0,
+    exclude: int | None = None,
+) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for node in cluster.argv_by_node:
+            if node == exclude or node not in cluster.procs:
+                continue
+            try:
+                async with session.get(
+                    cluster.url(node) + "/status", timeout=aiohttp.ClientTimeout(total=0.5)
+                ) as r:
+                    st = await r.json()
+                if st.get("leader"):
+                    return cluster.url(node)
+            except (TimeoutError, aiohttp.ClientError, ValueError):
+                pass
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"{cluster.name}: no leader within {timeout_s} s")
+
+
+@dataclass
+class LoadResult:
+    committed: int
+    elapsed_s: float
+    latencies_ms: list[float]
+
+    @property
+    def per_s(self) -> float:
+        return self.committed / self.elapsed_s
+
+    def pct(self, q: float) -> float:
+        xs = sorted(self.latencies_ms)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+async def drive_load(
+    cluster: Cluster, duration_s: float, concurrency: int, per_request: int
+) -> LoadResult:
+    """``concurrency`` workers, each POSTing ``per_request`` proposals and awaiting commit."""
+    payloads = [os.urandom(PAYLOAD_BYTES) for _ in range(per_request)]
+    body = msgpack.packb(payloads)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency * 2)
+    ) as session:
+        leader = await find_leader(session, cluster)
+        # Warm up: a few rounds before the clock starts.
+        for _ in range(3):
+            async with session.post(leader + "/propose", data=body) as r:
+                await r.read()
+        committed = 0
+        latencies: list[float] = []
+        stop_at = time.monotonic() + duration_s
+
+        async def worker() -> None:
+            nonlocal committed, leader
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(leader + "/propose", data=body) as r:
+                        await r.read()
+                        ok = r.status == 200
+                except aiohttp.ClientError:
+                    ok = False
+                if ok:
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    committed += per_request
+                else:
+                    await asyncio.sleep(0.05)
+
+        t_start = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.monotonic() - t_start
+    return LoadResult(committed, elapsed, latencies)
+
+
+async def measure_failover(cluster: Cluster, kills: int) -> list[float]:
+    """ms from SIGKILL of the leader to the first proposal committed by a new leader."""
+    out: list[float] = []
+    body = msgpack.packb([os.urandom(PAYLOAD_BYTES)])
+    async with aiohttp.ClientSession() as session:
+        for k in range(kills):
+            leader_url = await find_leader(session, cluster)
+            # one committed proposal first, so the cluster is demonstrably live
+            async with session.post(leader_url + "/propose", data=body) as r:
+                await r.read()
+            victim = cluster.http_ports.index(int(leader_url.rsplit(":", 1)[1])) + 1
+            t0 = time.perf_counter()
+            cluster.kill(victim)
+            committed_at = None
+            while committed_at is None and time.perf_counter() - t0 < 30:
+                for node in list(cluster.procs):
+                    try:
+                        async with session.post(
+                            cluster.url(node) + "/propose", data=body,
+                            timeout=aiohttp.ClientTimeout(total=1.0),
+                        ) as r:
+                            await r.read()
+                            if r.status == 200:
+                                committed_at = time.perf_counter()
+                                break
+                    except (TimeoutError, aiohttp.ClientError):
+                        pass
+                else:
+                    await asyncio.sleep(0.01)
+            if committed_at is None:
+                raise RuntimeError("no new leader committed within 30 s of the kill")
+            ms = (committed_at - t0) * 1000
+            progress(f"failover {k + 1}/{kills}: killed node {victim}, {ms:.0f} ms")
+            out.append(ms)
+            cluster.start(victim)
+            await asyncio.sleep(1.0)  # let it rejoin and catch up before the next kill
+    return out
+
+
+# ---------------------------------------------------------------- runs
+
+
+def throughput_runs(
+    cluster: Cluster, runs: int, duration_s: float, concurrency: int, per_request: int
+) -> list[LoadResult]:
+    results = []
+    for i in range(runs):
+        res = asyncio.run(drive_load(cluster, duration_s, concurrency, per_request))
+        progress(
+            f"{cluster.name} run {i + 1}/{runs}: {res.per_s:,.0f} proposals/s, "
+            f"p50 {res.pct(0.5):.1f} ms, p99 {res.pct(0.99):.1f} ms"
+        )
+        results.append(res)
+    return results
+
+
+def figure(
+    bench: str, unit: str, value: float, baseline: str | None, baseline_value: float | None,
+    *, higher_is_better: bool, params: dict[str, Any], runs: int,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"bench": bench, "unit": unit, "value": round(value, 2),
+                           "baseline": baseline}
+    if baseline is not None and baseline_value is not None:
+        out["baseline_value"] = round(baseline_value, 2)
+        if value > 0 and baseline_value > 0:
+            ratio = value / baseline_value if higher_is_better else baseline_value / value
+            out["ratio"] = round(ratio, 2)
+    out["params"] = params
+    out["runs"] = runs
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="finish within 60 s")
+    ap.add_argument("--only", choices=["longboat", "pysyncobj"])
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--per-request", type=int, default=256)
+    args = ap.parse_args()
+    runs = 1 if args.quick else 3
+    duration_s = 4.0 if args.quick else 10.0
+    kills = 5 if args.quick else 7
+    params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES, "concurrency": args.concurrency,
+              "proposals_per_request": args.per_request, "duration_s": duration_s}
+
+    base_res: list[LoadResult] = []
+    lb_res: list[LoadResult] = []
+    failovers: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
+        workdir = Path(tmp)
+        if args.only in (None, "pysyncobj"):
+            ensure_pysyncobj()
+            cl = pysyncobj_cluster(workdir)
+            progress("starting 3 PySyncObj nodes")
+            cl.start_all()
+            try:
+                base_res = throughput_runs(cl, runs, duration_s, args.concurrency,
+                                           args.per_request)
+            finally:
+                cl.stop_all()
+        if args.only in (None, "longboat"):
+            cl = longboat_cluster(workdir)
+            progress("starting 3 Longboat raft nodes (fsync on)")
+            cl.start_all()
+            try:
+                lb_res = throughput_runs(cl, runs, duration_s, args.concurrency,
+                                         args.per_request)
+                failovers = asyncio.run(measure_failover(cl, kills))
+            finally:
+                cl.stop_all()
+
+    baseline = ("PySyncObj 0.3.17, 3 nodes, default config, same client; it never fsyncs "
+                "(in-memory journal; mmap without fsync when a journal file is set)")
+
+    def med(rs: list[LoadResult], f: Any) -> float | None:
+        return statistics.median(f(r) for r in rs) if rs else None
+
+    rows = [
+        ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True),
+        ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False),
+        ("raft.commit_latency_p99", "ms", lambda r: r.pct(0.99), False),
+    ]
+    for bench, unit, f, hib in rows:
+        v, b = med(lb_res, f), med(base_res, f)
+        if v is None:  # --only pysyncobj: report the baseline as the value
+            v, b, name = b, None, None
+        else:
+            name = baseline if b is not None else None
+        assert v is not None
+        p = dict(params, system="longboat" if lb_res else "pysyncobj")
+        print(json.dumps(figure(bench, unit, v, name, b, higher_is_better=hib,
+                                params=p, runs=runs)), flush=True)
+    if failovers:
+        print(json.dumps(figure(
+            "raft.failover", "ms", statistics.median(failovers), None, None,
+            higher_is_better=False,
+            params={"nodes": 3, "kills": kills, "max_ms": round(max(failovers), 1),
+                    "min_ms": round(min(failovers), 1)},
+            runs=kills)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
