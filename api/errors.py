@@ -70,6 +70,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if e.status < 400:
             raise  # redirects and 2xx raised as exceptions pass through untouched
         message = e.text if e.text and not e.text.startswith("<") else e.reason
+        message = message.removeprefix(f"{e.status}: ")  # aiohttp's default text repeats it
         return error_response(e.status, f"HTTP {e.status} {message}".strip())
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
