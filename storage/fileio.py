@@ -1,0 +1,464 @@
+"""The file layer: every byte the storage package puts on disk goes through here.
+
+Owns: opening append-only files, writes (``writev`` so a batch and its patched header go
+down in one system call), ``pread``, ``fsync``, truncation, and the directory operations a
+log needs (atomic rename, unlink, listdir, directory fsync). It must not know anything about
+batches or logs.
+
+Two implementations:
+
+* ``RealFileLayer``: ``os.open``/``os.writev``/``os.pread``/``os.fsync``, nothing more.
+* ``LazyFileLayer``: fault injection. Bytes written (and truncations made) since the last
+  ``fsync`` of a file stay in process memory; the file on disk holds exactly the synced
+  content. Reads see both, as they would through a page cache. ``crash(rng)`` drops the
+  unsynced state, optionally writing back a random, possibly torn prefix of the unsynced
+  tail (or that prefix followed by zeros up to the written length, as delayed allocation on
+  ext4 can leave), the way a kernel may have written some dirty pages before power failed.
+  In a real process, ``LONGBOAT_LAZYFS=1`` makes ``default_file_layer()`` return one, so a
+  SIGKILL of the process loses what was not synced (the fault-injection suite uses it).
+
+  The lazy layer models lost *data*, not lost *directory entries*: creates, renames and
+  unlinks reach the disk at once (each atomic, as on any POSIX file system). Callers still
+  fsync the directory wherever the real layer needs it; the lazy layer counts those calls
+  (``dir_fsyncs``) so tests can assert they happen.
+
+Files are append-only: ``write``/``writev`` always write at the end. Small files that
+must change (checkpoints) are replaced whole with ``write_file_atomic``: write a temporary
+file, fsync it, rename it over the old one, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import os
+import random
+import threading
+from collections.abc import Sequence
+
+Buffer = bytes | bytearray | memoryview
+
+LAZYFS_ENV = "LONGBOAT_LAZYFS"
+
+
+class FileHandle(abc.ABC):
+    """An open, append-only file."""
+
+    path: str
+
+    @abc.abstractmethod
+    def write(self, data: Buffer) -> int:
+        """Append ``data``; returns the file position it was written at."""
+
+    @abc.abstractmethod
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        """Append ``parts`` back to back in one call; returns the position of the first."""
+
+    @abc.abstractmethod
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (fewer only at the end of the file)."""
+
+    @abc.abstractmethod
+    def fsync(self) -> None: ...
+
+    @abc.abstractmethod
+    def truncate(self, size: int) -> None: ...
+
+    @abc.abstractmethod
+    def size(self) -> int: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool: ...
+
+    def fileno(self) -> int | None:
+        """The OS descriptor when ``os.sendfile`` can use it (real layer only), else None."""
+        return None
+
+
+class FileLayer(abc.ABC):
+    """Files and directories, as the storage package needs them."""
+
+    @abc.abstractmethod
+    def open(self, path: str, *, create: bool = True) -> FileHandle:
+        """Open ``path`` for append and pread, creating it (empty) when ``create``."""
+
+    @abc.abstractmethod
+    def replace(self, src: str, dst: str) -> None:
+        """Atomically rename ``src`` over ``dst``. Does not fsync the directory."""
+
+    @abc.abstractmethod
+    def unlink(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def listdir(self, path: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def mkdir(self, path: str) -> None:
+        """Create ``path`` and missing parents; no error when it exists."""
+
+    @abc.abstractmethod
+    def fsync_dir(self, path: str) -> None:
+        """Make creates, renames and unlinks in directory ``path`` durable."""
+
+    # Helpers built on the primitives above.
+
+    def rename(self, src: str, dst: str) -> None:
+        """Same as ``replace``: POSIX rename replaces ``dst`` atomically."""
+        self.replace(src, dst)
+
+    def read_file(self, path: str) -> bytes:
+        f = self.open(path, create=False)
+        try:
+            return f.pread(f.size(), 0)
+        finally:
+            f.close()
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
+
+        Write ``path.tmp``, fsync it, rename it over ``path``, fsync the directory.
+        """
+        tmp = path + ".tmp"
+        if self.exists(tmp):
+            self.unlink(tmp)
+        f = self.open(tmp)
+        try:
+            f.write(data)
+            f.fsync()
+        finally:
+            f.close()
+        self.replace(tmp, path)
+        self.fsync_dir(os.path.dirname(path) or ".")
+
+
+# --------------------------------------------------------------------------- real
+
+
+class RealFileHandle(FileHandle):
+    __slots__ = ("_fd", "_size", "path")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self._fd = fd
+        # Only this handle appends to the file, so its size is tracked here rather than
+        # asked of the kernel (an fstat) on every append.
+        self._size = os.fstat(fd).st_size
+
+    def write(self, data: Buffer) -> int:
+        pos = self._size
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+            self._size += n
+        return pos
+
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        pos = self._size
+        total = sum(len(p) for p in parts)
+        n = os.writev(self._fd, parts)
+        self._size += n
+        if n < total:  # a short write (rare on regular files): finish the rest
+            rest = b"".join(bytes(p) for p in parts)[n:]
+            self.write(rest)
+        return pos
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self._fd, size, offset)
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def fileno(self) -> int | None:
+        return self._fd if self._fd >= 0 else None
+
+
+class RealFileLayer(FileLayer):
+    """The operating system's files, with nothing added."""
+
+    def open(self, path: str, *, create: bool = True) -> FileHandle:
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        if create:
+            flags |= os.O_CREAT
+        return RealFileHandle(path, os.open(path, flags, 0o644))
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- lazy
+
+
+class _LazyFile:
+    """One file as the lazy layer sees it: its descriptor and what a crash would lose.
+
+    Invariant: the current content (what reads see) is ``disk[:durable_len] + tail``, and
+    the file on disk holds exactly the content as of the last fsync (``disk_len`` bytes).
+    ``durable_len <= disk_len``; ``durable_len < disk_len`` only after an unsynced truncate.
+    """
+
+    __slots__ = ("disk_len", "durable_len", "fd", "handles", "path", "tail")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self.fd = fd
+        self.handles = 0
+        self.disk_len = os.fstat(fd).st_size
+        self.durable_len = self.disk_len
+        self.tail = bytearray()
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.tail) or self.durable_len != self.disk_len
+
+    @property
+    def size(self) -> int:
+        return self.durable_len + len(self.tail)
+
+    def write_back(self, n: int) -> None:
+        """Put the durable prefix plus ``n`` bytes of the tail on disk (not fsynced)."""
+        if self.durable_len < self.disk_len:
+            os.ftruncate(self.fd, self.durable_len)
+        if n:
+            os.pwrite(self.fd, bytes(self.tail[:n]), self.durable_len)
+        self.durable_len += n
+        del self.tail[:n]
+        self.disk_len = self.durable_len
+
+
+class LazyFileHandle(FileHandle):
+    __slots__ = ("_closed", "_f", "_layer", "path")
+
+    def __init__(self, layer: LazyFileLayer, f: _LazyFile):
+        self._layer = layer
+        self._f = f
+        self.path = f.path
+        self._closed = False
+
+    def _file(self) -> _LazyFile:
+        if self._closed:
+            raise OSError(errno.EBADF, "file handle is closed", self.path)
+        if self._f.fd < 0:
+            raise OSError(errno.EBADF, "the lazy layer crashed under this handle", self.path)
+        return self._f
+
+    def write(self, data: Buffer) -> int:
+        with self._layer._lock:
+            f = self._file()
+            pos = f.size
+            f.tail += data
+            return pos
+
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        with self._layer._lock:
+            f = self._file()
+            pos = f.size
+            for p in parts:
+                f.tail += p
+            return pos
+
+    def pread(self, size: int, offset: int) -> bytes:
+        with self._layer._lock:
+            f = self._file()
+            out = b""
+            if offset < f.durable_len:
+                out = os.pread(f.fd, min(size, f.durable_len - offset), offset)
+                size -= len(out)
+                offset += len(out)
+            if size > 0 and offset >= f.durable_len:
+                rel = offset - f.durable_len
+                out += bytes(f.tail[rel : rel + size])
+            return out
+
+    def fsync(self) -> None:
+        with self._layer._lock:
+            f = self._file()
+            f.write_back(len(f.tail))
+            os.fsync(f.fd)
+            self._layer.fsyncs += 1
+
+    def truncate(self, size: int) -> None:
+        with self._layer._lock:
+            f = self._file()
+            if size >= f.durable_len:
+                del f.tail[size - f.durable_len :]
+            else:
+                f.durable_len = size
+                f.tail.clear()
+
+    def size(self) -> int:
+        with self._layer._lock:
+            return self._file().size
+
+    def close(self) -> None:
+        # Closing does not sync: unsynced bytes stay in the layer (the "page cache") until
+        # the file is fsynced or the layer crashes.
+        with self._layer._lock:
+            if not self._closed:
+                self._closed = True
+                self._layer._release(self._f)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class LazyFileLayer(FileLayer):
+    """Loses whatever was not fsynced when it ``crash``es (or its process is killed).
+
+    Thread-safe: a group commit fsyncs from a worker thread while the event loop appends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        # Files reachable by name. A file stays here while a handle is open or while it
+        # holds unsynced bytes (the page cache keeps them after close).
+        self._files: dict[str, _LazyFile] = {}
+        self.fsyncs = 0
+        self.dir_fsyncs = 0
+
+    def open(self, path: str, *, create: bool = True) -> FileHandle:
+        path = os.path.abspath(path)
+        with self._lock:
+            f = self._files.get(path)
+            if f is None:
+                flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+                if create:
+                    flags |= os.O_CREAT
+                f = _LazyFile(path, os.open(path, flags, 0o644))
+                self._files[path] = f
+            f.handles += 1
+            return LazyFileHandle(self, f)
+
+    def _release(self, f: _LazyFile) -> None:
+        f.handles -= 1
+        if f.handles > 0:
+            return
+        if self._files.get(f.path) is f:
+            if f.dirty:
+                return  # the page cache keeps unsynced bytes after close
+            del self._files[f.path]
+        self._close_fd(f)
+
+    @staticmethod
+    def _close_fd(f: _LazyFile) -> None:
+        if f.fd >= 0:
+            fd, f.fd = f.fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _detach(self, path: str) -> None:
+        """``path`` no longer names this file; open handles keep the old inode."""
+        f = self._files.pop(path, None)
+        if f is not None and f.handles == 0:
+            self._close_fd(f)
+
+    def replace(self, src: str, dst: str) -> None:
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        with self._lock:
+            os.replace(src, dst)
+            self._detach(dst)
+            f = self._files.pop(src, None)
+            if f is not None:
+                f.path = dst
+                self._files[dst] = f
+
+    def unlink(self, path: str) -> None:
+        path = os.path.abspath(path)
+        with self._lock:
+            os.unlink(path)
+            self._detach(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def fsync_dir(self, path: str) -> None:
+        with self._lock:
+            self.dir_fsyncs += 1
+
+    def unsynced_bytes(self) -> int:
+        """Bytes a crash right now would lose (before any torn write-back)."""
+        with self._lock:
+            return sum(len(f.tail) for f in self._files.values())
+
+    def crash(self, rng: random.Random | None = None) -> None:
+        """Lose every unsynced byte, as a power failure would, and close every handle.
+
+        With ``rng``, each dirty file may keep a random prefix of its unsynced tail, cut at
+        any byte, sometimes followed by zeros up to the length that was written (pages
+        written out of order: extent allocated, data not). Without ``rng``, every unsynced
+        byte is lost. Handles opened before the crash fail with EBADF afterwards; the
+        layer itself stays usable, as a freshly mounted disk.
+        """
+        with self._lock:
+            for f in self._files.values():
+                # 40%: nothing of the tail reached the disk; an unsynced truncate reaches
+                # it half of the time, and only then does any tail follow it.
+                lucky = f.dirty and rng is not None and rng.random() >= 0.4
+                if lucky and rng is not None and not (
+                    f.durable_len < f.disk_len and rng.random() < 0.5
+                ):
+                    written = len(f.tail)
+                    keep = rng.randrange(written + 1)
+                    f.write_back(keep)
+                    if keep < written and rng.random() < 0.3:
+                        os.pwrite(f.fd, bytes(written - keep), f.durable_len)
+                    os.fsync(f.fd)
+                self._close_fd(f)
+            self._files.clear()
+
+
+def default_file_layer() -> FileLayer:
+    """The file layer a process should use: lazy when ``LONGBOAT_LAZYFS=1``, else real."""
+    if os.environ.get(LAZYFS_ENV, "") == "1":
+        return LazyFileLayer()
+    return RealFileLayer()

@@ -1,0 +1,726 @@
+"""``PartitionLog``: one partition's log, a directory of segments, as Kafka's ``UnifiedLog``.
+
+Owns the segment list, the log start and end offsets, the recovery point (``flushed_offset``),
+the leader epoch cache, rolling, truncation, retention, and recovery on open. Compaction is
+in ``storage.cleaner`` and group fsync in ``storage.group_commit``; both call in here.
+
+Must not: read the clock (time comes in as ``now_ms``), decode records on the append or read
+path (one CRC check per appended batch, one ``writev`` per batch, one ``pread`` per read).
+
+Threads. Every method is called from one thread (the event loop), except ``flush()`` and
+``maybe_compact()``, which may run in a worker thread at the same time: they take the log's
+lock only to snapshot and to publish, never while fsyncing or rewriting a segment.
+
+Layout of the directory::
+
+    00000000000000000000.log        batches back to back (storage.batch)
+    00000000000000000000.index      sparse offset index   (storage.index)
+    00000000000000000000.timeindex  sparse time index     (storage.index)
+    00000000000000004096.log ...    the next segment, named by its base offset
+    leader-epoch-checkpoint         storage.epoch_cache
+    recovery-point-offset-checkpoint, log-start-offset-checkpoint, clean-shutdown
+                                    storage.checkpoint
+
+Recovery (``open``), byte rules in docs/storage-format.md:
+
+1. Leftovers of interrupted work are removed: ``*.tmp`` (checkpoints) and ``*.cleaned``
+   (a compaction that did not swap in).
+2. With a valid clean-shutdown marker, index files are loaded and nothing is scanned.
+   Otherwise segments that may hold offsets at or above the recovery point are scanned
+   batch by batch with CRCs checked, and their indexes rebuilt; earlier segments load their
+   index files (rebuilt if missing or inconsistent).
+3. In the last segment, an incomplete batch at the end, or a bad batch after which no valid
+   batch exists anywhere in the file, is a torn write: the file is cut there. This is the
+   only damage repaired silently; it can only hold data that was never fsynced.
+4. Any other bad batch (a CRC mismatch or impossible header followed by a valid batch, or
+   anywhere in a non-last segment, which was fsynced when the log rolled past it) is
+   corruption: ``open`` raises ``CorruptRecordError`` with the file and byte position, and
+   the log is not opened, so the bad batch is never served. ``allow_truncate_corrupt=True``
+   instead cuts the log at the bad batch (dropping every later segment), for an operator who
+   would rather lose the tail than the partition (a follower can refetch it).
+5. The leader epoch cache is rebuilt from the scanned batches and trimmed to the log.
+
+Rolling fsyncs the segment being closed and writes its index files, so every segment but
+the last is durable and ``flushed_offset`` is at least the active segment's base offset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from typing import NamedTuple
+
+from storage import checkpoint
+from storage.batch import (
+    HEADER_SIZE,
+    LEADER_EPOCH_OFFSET,
+    MAGIC_MSGPACK,
+    MAGIC_OFFSET,
+    compute_crc,
+    decode_records,
+    iter_batches,
+    parse_header,
+    stamp,
+    verify_batch,
+)
+from storage.config import LogConfig
+from storage.epoch_cache import LeaderEpochCache
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from storage.fileio import FileLayer, default_file_layer
+from storage.invariant import invariant
+from storage.segment import (
+    CLEANED_SUFFIX,
+    RELATIVE_OFFSET_MAX,
+    Segment,
+    parse_segment_name,
+)
+
+EARLIEST_TIMESTAMP = -2
+"""``offset_for_timestamp(EARLIEST_TIMESTAMP)`` is the log start offset (Kafka's -2)."""
+LATEST_TIMESTAMP = -1
+"""``offset_for_timestamp(LATEST_TIMESTAMP)`` is the log end offset (Kafka's -1)."""
+
+_STAMP_PREFIX_BYTES = LEADER_EPOCH_OFFSET + 4  # base_offset, batch_length, leader_epoch
+
+
+class ReadResult(NamedTuple):
+    data: bytes
+    """Whole batches, raw, the first one holding the offset asked for (or the next offset
+    that exists). Empty at the log end."""
+    log_start_offset: int
+    log_end_offset: int
+
+
+class LogTruncatedError(StorageError):
+    """Offsets a caller was waiting on were truncated away before they became durable."""
+
+
+class PartitionLog:
+    """Invariants: ``log_start_offset <= log_end_offset``; ``flushed_offset <= log_end_offset``;
+    segments are sorted by base offset, each base at or above the previous segment's next
+    offset; the last segment (active) is the only one appended to."""
+
+    def __init__(self, dir_path: str, config: LogConfig, files: FileLayer,
+                 segments: list[Segment], epochs: LeaderEpochCache, log_start_offset: int,
+                 log_end_offset: int, flushed_offset: int):
+        self.dir_path = dir_path
+        self.config = config
+        self.files = files
+        self._segments = segments
+        self.leader_epoch_cache = epochs
+        self._lso = log_start_offset
+        self._leo = log_end_offset
+        self._flushed = flushed_offset
+        self._lock = threading.RLock()
+        self._truncations = 0
+        self._retired: list[Segment] = []
+        self._closed = False
+        self._truncate_listeners: list[Callable[[PartitionLog, int], None]] = []
+        self._check()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._lso
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this is on disk (fsynced): the recovery point."""
+        return self._flushed
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def truncation_count(self) -> int:
+        return self._truncations
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer for ``epoch`` (KIP-101, KIP-279)."""
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for_epoch(epoch, self._leo)
+
+    def add_truncate_listener(self, fn: Callable[[PartitionLog, int], None]) -> None:
+        """``fn(log, new_end_offset)`` after every truncation (group commit fails waiters)."""
+        self._truncate_listeners.append(fn)
+
+    def _check(self) -> None:
+        invariant(self._segments, "a log has at least one segment")
+        invariant(self._lso <= self._leo, "log start %s above log end %s", self._lso, self._leo)
+        invariant(self._flushed <= self._leo, "flushed %s above log end %s",
+                  self._flushed, self._leo)
+        prev = None
+        for s in self._segments:
+            if prev is not None:
+                invariant(s.base_offset >= prev.next_offset, "segments overlap: %s, %s", prev, s)
+            prev = s
+        invariant(self._leo >= self.active_segment.next_offset, "log end %s below %s",
+                  self._leo, self.active_segment)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.dir_path!r}, start={self._lso}, end={self._leo}, "
+                f"flushed={self._flushed}, segments={len(self._segments)})")
+
+    # ------------------------------------------------------------------ open / recover
+
+    @classmethod
+    def open(cls, dir_path: str, config: LogConfig | None = None,
+             file_layer: FileLayer | None = None, now_ms: int = 0, *,
+             allow_truncate_corrupt: bool = False) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``dir_path``; see the module doc."""
+        del now_ms  # roll clocks start from batch timestamps; kept for the caller's symmetry
+        config = config or LogConfig()
+        files = file_layer or default_file_layer()
+        files.mkdir(dir_path)
+        names = sorted(files.listdir(dir_path))
+        for name in names:
+            if name.endswith((".tmp", CLEANED_SUFFIX)):
+                files.unlink(os.path.join(dir_path, name))
+        bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
+        clean = checkpoint.read_clean_shutdown(files, dir_path)
+        recovery_point = checkpoint.read_offset(files, dir_path, checkpoint.RECOVERY_POINT_NAME)
+        lso_saved = checkpoint.read_offset(files, dir_path, checkpoint.LOG_START_OFFSET_NAME)
+        epochs = LeaderEpochCache.load(dir_path, files)
+
+        segments: list[Segment] = []
+        if not bases:
+            base = lso_saved or 0
+            segments.append(Segment.create(dir_path, base, files))
+            clean = None
+        else:
+            for b in bases:
+                segments.append(Segment.open_existing(dir_path, b, files))
+            active = segments[-1]
+            if clean is not None and (clean["active_base_offset"] != active.base_offset
+                                      or clean["active_segment_bytes"] != active.size_bytes):
+                clean = None
+        try:
+            cls._recover(segments, config, epochs, clean, recovery_point or 0,
+                         allow_truncate_corrupt)
+        except BaseException:
+            for s in segments:
+                s.close()
+            raise
+        # Deleted segments (after a cut) drop out of the list inside _recover.
+        leo = segments[-1].next_offset
+        if clean is not None:
+            leo = max(leo, clean["log_end_offset"])
+        lso = max(segments[0].base_offset, lso_saved or 0)
+        lso = min(lso, leo)
+        epochs.truncate_from_end(leo)
+        epochs.truncate_from_start(lso)
+        if clean is None:
+            segments[-1].flush()  # what recovery found is now durable: the recovery point
+        log = cls(dir_path, config, files, segments, epochs, lso, leo, leo)
+        checkpoint.write_offset(files, dir_path, checkpoint.RECOVERY_POINT_NAME, leo)
+        checkpoint.remove_clean_shutdown(files, dir_path)
+        files.fsync_dir(dir_path)
+        return log
+
+    @staticmethod
+    def _recover(segments: list[Segment], config: LogConfig, epochs: LeaderEpochCache,
+                 clean: dict[str, int] | None, recovery_point: int,
+                 allow_truncate_corrupt: bool) -> None:
+        interval = config.index_interval_bytes
+        i = 0
+        while i < len(segments):
+            seg = segments[i]
+            last = i == len(segments) - 1
+            next_base = segments[i + 1].base_offset if not last else None
+            may_be_unflushed = last or (next_base is not None and next_base > recovery_point)
+            loaded = False
+            if clean is not None or not may_be_unflushed:
+                loaded = seg.load_indexes(clean["log_end_offset"] if clean and last else None)
+            if not loaded:
+                file_bytes = seg.log.size()
+                headers, error = seg.recover(interval, verify=True)
+                if may_be_unflushed:
+                    # The cache file is written before the batches it describes, so this
+                    # only matters if it was lost; as Kafka, only newer epochs are added.
+                    for h in headers:
+                        if h.leader_epoch > epochs.latest_epoch:
+                            epochs.assign(h.leader_epoch, h.base_offset)
+                if seg.size_bytes != file_bytes:
+                    where = seg.size_bytes
+                    if error is None:
+                        error = CorruptRecordError(
+                            f"incomplete batch: {file_bytes - where} bytes at the end",
+                            path=seg.log_path, position=where)
+                    torn = last and not _valid_batch_after(seg, where)
+                    if not torn and not allow_truncate_corrupt:
+                        raise error
+                    # A torn tail (never fsynced), or corruption the operator chose to cut.
+                    seg.truncate_to_position(where, seg.next_offset)
+                    seg.flush()
+                    for later in segments[i + 1:]:
+                        later.delete()
+                    del segments[i + 1:]
+            if next_base is not None and i + 1 < len(segments) and seg.next_offset > next_base:
+                raise CorruptRecordError(
+                    f"segment ends at offset {seg.next_offset}, past the next segment's base "
+                    f"{next_base}", path=seg.log_path, position=seg.size_bytes)
+            i += 1
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, batch: bytes, *, leader_epoch: int,
+               now_ms: int | None = None) -> tuple[int, int]:
+        """Append one batch as leader: assign offsets from the log end, stamp the epoch.
+
+        Checks the batch's CRC (once: the only full pass over its bytes) and size, writes it
+        with one ``writev`` (the 16 patched header bytes, then the rest of the caller's
+        buffer, uncopied). Returns ``(base_offset, last_offset)``. ``now_ms`` enables the
+        ``segment.ms`` roll check. Not durable until ``flush()``.
+        """
+        h = verify_batch(batch)
+        if h.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {h.size} bytes exceeds max.message.bytes="
+                f"{self.config.max_message_bytes}")
+        with self._lock:
+            self._ensure_open()
+            base = self._leo
+            h = h._replace(base_offset=base, leader_epoch=leader_epoch)
+            self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+            head = bytearray(memoryview(batch)[:_STAMP_PREFIX_BYTES])
+            stamp(head, base, leader_epoch)
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
+                # Before the data: a crash may leave the cache ahead of the log (trimmed on
+                # open), never behind it.
+                self.leader_epoch_cache.assign(leader_epoch, base)
+            self.active_segment.append(
+                [head, memoryview(batch)[_STAMP_PREFIX_BYTES:]], h,
+                self.config.index_interval_bytes)
+            self._leo = h.next_offset
+            return base, h.last_offset
+
+    def append_as_follower(self, batches: bytes, *,
+                           now_ms: int | None = None) -> tuple[int, int]:
+        """Append batches fetched from the leader, offsets and epochs as they are.
+
+        Every batch's CRC is checked; the batches must be whole and strictly increasing,
+        the first at or above the log end. Gaps between batches are allowed: a compacted
+        leader's log has them (whole batches removed), and the follower must mirror it.
+        Returns ``(first_offset, last_offset)``; ``(log_end, log_end - 1)`` for no batches.
+        """
+        headers = []
+        try:
+            for pos, h in iter_batches(batches, verify=True):
+                headers.append((pos, h))
+        except CorruptRecordError as e:
+            raise CorruptRecordError(e.reason, position=e.position) from None
+        end = headers[-1][0] + headers[-1][1].size if headers else 0
+        if end != len(batches):
+            raise InvalidRecordError(
+                f"{len(batches) - end} bytes after the last whole batch at {end}")
+        with self._lock:
+            self._ensure_open()
+            if not headers:
+                return self._leo, self._leo - 1
+            expected = self._leo
+            for _, h in headers:
+                if h.base_offset < expected:
+                    raise InvalidRecordError(
+                        f"batch at offset {h.base_offset} does not follow offset {expected - 1}")
+                # No max.message.bytes check: a follower takes what its leader accepted.
+                expected = h.next_offset
+            mv = memoryview(batches)
+            for pos, h in headers:
+                self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+                if h.leader_epoch >= 0 and h.leader_epoch != self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(h.leader_epoch, h.base_offset)
+                self.active_segment.append([mv[pos:pos + h.size]], h,
+                                           self.config.index_interval_bytes)
+                self._leo = h.next_offset
+            return headers[0][1].base_offset, headers[-1][1].last_offset
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.dir_path} is closed")
+
+    # ------------------------------------------------------------------ roll
+
+    def maybe_roll(self, now_ms: int) -> bool:
+        """Roll the active segment if it is older than ``segment.ms``; True if it rolled."""
+        with self._lock:
+            return self._maybe_roll_locked(0, self._leo, now_ms)
+
+    def _maybe_roll_locked(self, size_bytes: int, last_offset: int, now_ms: int | None) -> bool:
+        seg = self.active_segment
+        if seg.is_empty:
+            return False
+        full = seg.size_bytes + size_bytes > self.config.segment_bytes
+        aged = (now_ms is not None and seg.first_batch_max_timestamp is not None
+                and now_ms - seg.first_batch_max_timestamp >= self.config.segment_ms)
+        overflow = last_offset - seg.base_offset > RELATIVE_OFFSET_MAX
+        if not (full or aged or overflow):
+            return False
+        self._roll_locked()
+        return True
+
+    def roll(self) -> None:
+        """Start a new segment at the log end now (tests and tools)."""
+        with self._lock:
+            if not self.active_segment.is_empty:
+                self._roll_locked()
+
+    def _roll_locked(self) -> None:
+        old = self.active_segment
+        # The segment being closed is made durable now, so every non-active segment is
+        # whole on disk and recovery only ever scans from the active segment.
+        old.flush()
+        old.write_indexes()
+        self._segments.append(Segment.create(self.dir_path, self._leo, self.files))
+        # Every segment before the new one is now on disk (each was synced when it rolled).
+        self._flushed = self._leo
+        checkpoint.write_offset(self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME,
+                                self._flushed)  # also fsyncs the directory: the new segment
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+        """Raw whole batches from the one holding ``offset``, about ``max_bytes`` of them.
+
+        The first batch is returned even when it is larger than ``max_bytes``, so a reader
+        always progresses. Only batches wholly below ``max_offset`` (a high watermark) are
+        returned when it is given. Raises ``OffsetOutOfRangeError`` outside
+        ``[log_start_offset, log_end_offset]``; at the log end the data is empty.
+        Reads stay within one segment, as Kafka's do.
+        """
+        for attempt in range(3):
+            with self._lock:
+                lso, leo, segs = self._lso, self._leo, list(self._segments)
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(offset, lso, leo)
+            seg = None
+            try:
+                i = max(0, bisect_right([s.base_offset for s in segs], offset) - 1)
+                for seg in segs[i:]:
+                    loc = seg.locate(offset)
+                    if loc is not None:
+                        pos, size, _ = loc
+                        data = seg.read_from(pos, size, max_bytes, max_offset)
+                        return ReadResult(data, lso, leo)
+                return ReadResult(b"", lso, leo)
+            except (OSError, ValueError):
+                # A segment deleted or replaced by the cleaner under us: read again.
+                if seg is None or not seg.retired or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """The first offset whose record timestamp is at least ``timestamp_ms`` (Kafka's
+        ListOffsets), or None if every record is older. -2/-1 mean earliest/latest.
+
+        Finds the segment by its largest timestamp and the batch through the time index,
+        then decodes that one batch to find the record.
+        """
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self._lso
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self._leo
+        with self._lock:
+            segs = list(self._segments)
+            lso = self._lso
+        for seg in segs:
+            if seg.max_timestamp < timestamp_ms or seg.is_empty:
+                continue
+            start_offset = max(seg.time_index.lookup(timestamp_ms), lso)
+            start = seg.index.lookup(start_offset)
+            for pos, h in seg.scan(start, verify=False, end=seg.size_bytes):
+                if h.max_timestamp < timestamp_ms or h.last_offset < lso:
+                    continue
+                for r in decode_records(seg.log.pread(h.size, pos)):
+                    if r.timestamp >= timestamp_ms and r.offset >= lso:
+                        return r.offset
+        return None
+
+    # ------------------------------------------------------------------ truncate
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at and after ``offset``, across segments.
+
+        Cuts at a batch boundary: if ``offset`` falls inside a batch, that whole batch goes
+        and the log end becomes its base offset (a follower then refetches it). Below the log
+        start this is ``truncate_fully_and_start_at(offset)``, as in Kafka. The cut is
+        fsynced before returning, so truncated data never comes back after a crash.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset >= self._leo:
+                return
+            if offset < self._lso or offset <= self._segments[0].base_offset:
+                self._truncate_fully_locked(offset)
+                return
+            doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
+            for s in doomed:
+                self._segments.remove(s)
+                self._retire(s, delete=True)
+            seg = self.active_segment
+            new_leo = offset
+            loc = seg.locate(offset)
+            if loc is not None:
+                pos, _, base = loc
+                new_leo = min(offset, base)
+                seg.truncate_to_position(pos, _end_offset_before(seg, pos))
+            seg.flush()
+            if doomed:
+                self.files.fsync_dir(self.dir_path)
+            self._after_truncate_locked(new_leo)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything; the log restarts empty at ``offset`` (start and end)."""
+        with self._lock:
+            self._ensure_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        for s in self._segments:
+            self._retire(s, delete=True)
+        self._segments = [Segment.create(self.dir_path, offset, self.files)]
+        self._lso = offset
+        checkpoint.write_offset(self.files, self.dir_path, checkpoint.LOG_START_OFFSET_NAME,
+                                offset)  # fsyncs the directory too
+        self.leader_epoch_cache.clear()
+        self._after_truncate_locked(offset)
+
+    def _after_truncate_locked(self, new_leo: int) -> None:
+        self._leo = new_leo
+        self._flushed = min(self._flushed, new_leo)
+        self._truncations += 1
+        self.leader_epoch_cache.truncate_from_end(new_leo)
+        checkpoint.write_offset(self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME,
+                                self._flushed)
+        self._check()
+        for fn in self._truncate_listeners:
+            fn(self, new_leo)
+
+    def _retire(self, seg: Segment, *, delete: bool) -> None:
+        """Take ``seg`` out of service. Its handle is closed later (next maintenance or
+        close), so a reader in another thread that still holds it never reads a reused fd."""
+        seg.retired = True
+        if delete:
+            for p in (seg.log_path, seg.index_path, seg.timeindex_path):
+                if self.files.exists(p):
+                    self.files.unlink(p)
+        self._retired.append(seg)
+
+    def _close_retired_locked(self, keep: int = 0) -> None:
+        while len(self._retired) > keep:
+            self._retired.pop(0).close()
+
+    # ------------------------------------------------------------------ log start, retention
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (Kafka's DeleteRecords); returns it.
+
+        Whole segments below it are deleted; the rest of the first segment stays on disk
+        but is no longer served.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset > self._leo:
+                raise OffsetOutOfRangeError(offset, self._lso, self._leo)
+            if offset <= self._lso:
+                return self._lso
+            self._lso = offset
+            checkpoint.write_offset(self.files, self.dir_path,
+                                    checkpoint.LOG_START_OFFSET_NAME, offset)
+            self._delete_segments_below_start_locked()
+            return self._lso
+
+    def _delete_segments_below_start_locked(self) -> bool:
+        deleted = False
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self._lso:
+            self._retire(self._segments.pop(0), delete=True)
+            deleted = True
+        if deleted:
+            self.files.fsync_dir(self.dir_path)
+        self.leader_epoch_cache.truncate_from_start(self._lso)
+        return deleted
+
+    def maybe_apply_retention(self, now_ms: int) -> bool:
+        """Delete oldest whole segments past ``retention.ms`` or beyond ``retention.bytes``
+        (``cleanup.policy`` with ``delete``), and segments below the log start offset.
+        Never the active segment. True if any segment was deleted."""
+        with self._lock:
+            self._ensure_open()
+            self._close_retired_locked()
+            doomed = 0
+            cfg = self.config
+            if cfg.delete:
+                total = self.size_bytes
+                for seg in self._segments[:-1]:
+                    # A segment whose records carry no timestamps (-1) never expires by time.
+                    expired = cfg.retention_ms >= 0 and (seg.is_empty or (
+                        seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms))
+                    oversize = cfg.retention_bytes >= 0 and total - seg.size_bytes >= cfg.retention_bytes
+                    if not (expired or oversize):
+                        break
+                    total -= seg.size_bytes
+                    doomed += 1
+            for _ in range(doomed):
+                self._retire(self._segments.pop(0), delete=True)
+            if doomed:
+                self._lso = max(self._lso, self._segments[0].base_offset)
+                self.files.fsync_dir(self.dir_path)
+            return self._delete_segments_below_start_locked() or doomed > 0
+
+    # ------------------------------------------------------------------ compaction
+
+    def maybe_compact(self, now_ms: int) -> bool:
+        """Compact closed segments if ``cleanup.policy`` has ``compact``; see storage.cleaner.
+
+        May run in a worker thread: appends and reads go on meanwhile.
+        """
+        from storage.cleaner import compact_log
+
+        if not self.config.compact:
+            return False
+        return compact_log(self, now_ms)
+
+    def _swap_segments(self, old: list[Segment], new: list[Segment]) -> bool:
+        """Replace ``old`` (consecutive, still in the log) by ``new`` (already renamed into
+        place by the cleaner). False, and nothing changed, if ``old`` is no longer there."""
+        with self._lock:
+            if self._closed:
+                return False
+            ids = [id(s) for s in self._segments]
+            try:
+                i = ids.index(id(old[0]))
+            except ValueError:
+                return False
+            if ids[i:i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
+                return False
+            self._segments[i:i + len(old)] = new
+            for s in old:
+                self._retire(s, delete=False)
+            self._close_retired_locked(keep=len(old))
+            self._check()
+            return True
+
+    # ------------------------------------------------------------------ flush / close
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the new ``flushed_offset``.
+
+        Safe to call from a worker thread while the loop appends: what is appended after
+        the snapshot is left for the next flush.
+        """
+        with self._lock:
+            if self._closed:
+                return self._flushed
+            target, gen = self._leo, self._truncations
+            if target <= self._flushed:
+                return self._flushed
+            dirty = [s for s in self._segments if s.next_offset > self._flushed]
+            if not dirty:
+                dirty = [self.active_segment]
+        for seg in dirty:
+            try:
+                seg.flush()
+            except OSError:
+                if not seg.retired:
+                    raise
+        with self._lock:
+            if gen == self._truncations:
+                self._flushed = max(self._flushed, min(target, self._leo))
+            return self._flushed
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+
+    def close(self) -> None:
+        """Flush, write every index file and the checkpoints, then the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            active = self.active_segment
+            active.write_indexes()
+            checkpoint.write_offset(self.files, self.dir_path,
+                                    checkpoint.RECOVERY_POINT_NAME, self._leo)
+            if self._lso > self._segments[0].base_offset:
+                checkpoint.write_offset(self.files, self.dir_path,
+                                        checkpoint.LOG_START_OFFSET_NAME, self._lso)
+            checkpoint.write_clean_shutdown(
+                self.files, self.dir_path, log_end_offset=self._leo,
+                active_base_offset=active.base_offset, active_segment_bytes=active.size_bytes)
+            self._closed = True
+            for s in self._segments:
+                s.close()
+            self._close_retired_locked()
+
+    def abandon(self) -> None:
+        """Close file handles with no flush and no marker (tests simulating a crash)."""
+        with self._lock:
+            self._closed = True
+            for s in [*self._segments, *self._retired]:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _end_offset_before(seg: Segment, position: int) -> int:
+    """``next_offset`` of the last batch ending at or before ``position`` (headers only)."""
+    i = bisect_left(seg.index.positions, position) - 1
+    start = seg.index.positions[i] if i >= 0 else 0
+    end = seg.base_offset
+    for _, h in seg.scan(start, verify=False, end=position):
+        end = h.next_offset
+    return end
+
+
+def _valid_batch_after(seg: Segment, position: int) -> bool:
+    """Whether any whole batch with a valid CRC starts after ``position`` in ``seg``'s file.
+
+    Distinguishes a torn tail (garbage or zeros to the end of the file) from a damaged
+    batch in the middle of good data. Searches every position where the magic byte could
+    be, so it also finds the next batch when the damaged batch's length field is wrong.
+    """
+    data = seg.log.pread(seg.log.size() - position, position)
+    magic = bytes([MAGIC_MSGPACK])
+    i = data.find(magic, 1 + MAGIC_OFFSET)
+    while i >= 0:
+        q = i - MAGIC_OFFSET
+        if len(data) - q >= HEADER_SIZE:
+            try:
+                h = parse_header(data, q)
+            except CorruptRecordError:
+                h = None
+            if (h is not None and q + h.size <= len(data)
+                    and compute_crc(memoryview(data)[q:q + h.size]) == h.crc):
+                return True
+        i = data.find(magic, i + 1)
+    return False

@@ -1,0 +1,393 @@
+"""One segment of a partition log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``.
+
+A segment is named by the base offset it was created at (20 digits, zero-padded, as Kafka
+names them), holds whole batches back to back, and knows where its batches are through an
+in-memory sparse index (``storage.index``). Only the last segment of a log (the active one)
+is appended to; the others are immutable until retention deletes them or the cleaner
+replaces them whole.
+
+Index files are written whole, and fsynced, when a segment stops being active (roll) and on
+clean shutdown. An active segment's indexes after a crash are rebuilt from its ``.log``
+(recovery scans it anyway), so the append path writes one thing: the batch.
+
+Must not: decode records (only ``offset_for_timestamp`` and the cleaner do, elsewhere), or
+know about other segments.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Sequence
+
+from storage.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    compute_crc,
+    parse_header,
+)
+from storage.errors import CorruptRecordError
+from storage.fileio import Buffer, FileHandle, FileLayer
+from storage.index import IndexFormatError, OffsetIndex, TimeIndex
+from storage.invariant import invariant
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"
+DELETED_SUFFIX = ".deleted"
+
+# A segment holds at most this many offsets: relative offsets are u32 in the index, and
+# Kafka rolls before a relative offset would overflow a signed int.
+RELATIVE_OFFSET_MAX = (1 << 31) - 1
+
+_SCAN_CHUNK_BYTES = 1 << 20
+_LOCATE_CHUNK_BYTES = 64 << 10
+_PREFIX = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def parse_segment_name(filename: str) -> int | None:
+    """Base offset of a ``.log`` file name, or None for any other file."""
+    stem, _, suffix = filename.partition(".")
+    if "." + suffix != LOG_SUFFIX or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+class Segment:
+    """Invariants: ``size_bytes`` is the end of the last whole batch; ``next_offset`` is one
+    past the last batch's last offset (``base_offset`` when empty); every index entry points
+    at a batch start below ``size_bytes``."""
+
+    def __init__(self, dir_path: str, base_offset: int, files: FileLayer, log: FileHandle):
+        self.dir_path = dir_path
+        self.base_offset = base_offset
+        self.files = files
+        self.log = log
+        self.index = OffsetIndex(base_offset)
+        self.time_index = TimeIndex(base_offset)
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_max_timestamp: int | None = None
+        """segment.ms counts from here, as Kafka's ``rollingBasedTimestamp``."""
+        self.bytes_since_index_entry = 0
+        self.retired = False
+        """Replaced by the cleaner or deleted: readers holding it must retry."""
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.dir_path, segment_name(self.base_offset) + LOG_SUFFIX)
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(self.dir_path, segment_name(self.base_offset) + INDEX_SUFFIX)
+
+    @property
+    def timeindex_path(self) -> str:
+        return os.path.join(self.dir_path, segment_name(self.base_offset) + TIMEINDEX_SUFFIX)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size_bytes == 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Segment(base={self.base_offset}, next={self.next_offset}, "
+            f"bytes={self.size_bytes}, max_ts={self.max_timestamp})"
+        )
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def create(cls, dir_path: str, base_offset: int, files: FileLayer) -> Segment:
+        seg = cls(dir_path, base_offset, files, files.open(_log_path(dir_path, base_offset)))
+        if seg.log.size():
+            seg.log.truncate(0)  # a stale file of the same name, left by a crash
+        for p in (seg.index_path, seg.timeindex_path):
+            if files.exists(p):
+                files.unlink(p)
+        return seg
+
+    @classmethod
+    def open_existing(cls, dir_path: str, base_offset: int, files: FileLayer) -> Segment:
+        """Open with no scan; call ``load_indexes`` or ``recover`` next."""
+        seg = cls(dir_path, base_offset, files, files.open(_log_path(dir_path, base_offset)))
+        seg.size_bytes = seg.log.size()
+        return seg
+
+    def load_indexes(self, next_offset: int | None) -> bool:
+        """Load index files written at roll or clean shutdown; False if they are unusable.
+
+        ``next_offset`` is known for the active segment (from the clean-shutdown marker);
+        for others it is the end of the last batch, found by a short scan from the last
+        index entry.
+        """
+        try:
+            if not (self.files.exists(self.index_path) and self.files.exists(self.timeindex_path)):
+                return False
+            index = OffsetIndex.from_bytes(
+                self.base_offset, self.files.read_file(self.index_path), self.size_bytes
+            )
+            tindex = TimeIndex.from_bytes(
+                self.base_offset, self.files.read_file(self.timeindex_path)
+            )
+        except (IndexFormatError, OSError):
+            return False
+        self.index, self.time_index = index, tindex
+        self.max_timestamp = tindex.last_timestamp
+        if len(tindex):
+            self.offset_of_max_timestamp = tindex.offsets[-1]
+        last_pos = index.positions[-1] if len(index) else 0
+        if self.size_bytes == 0:
+            self.next_offset = self.base_offset
+        elif next_offset is not None:
+            self.next_offset = next_offset
+        else:
+            end = last_pos
+            try:
+                for pos, h in self.scan(last_pos, verify=False):
+                    self.next_offset = h.next_offset
+                    end = pos + h.size
+            except CorruptRecordError:
+                return False
+            if end != self.size_bytes:
+                return False
+        if len(index) and self.next_offset <= index.offsets[-1]:
+            return False
+        self.bytes_since_index_entry = self.size_bytes - last_pos
+        if self.size_bytes:
+            h = parse_header(self.log.pread(HEADER_SIZE, 0))
+            self.first_batch_max_timestamp = h.max_timestamp
+        return True
+
+    def recover(self, index_interval_bytes: int, *, verify: bool = True) -> tuple[
+        list[BatchHeader], CorruptRecordError | None
+    ]:
+        """Scan the whole ``.log`` (CRCs checked when ``verify``) and rebuild the indexes.
+
+        Returns the headers of the whole, valid batches found and, when the scan stopped
+        at a batch that is not (a bad CRC or an impossible header), that error located in
+        this file. An incomplete batch at the end stops the scan with no error. The segment
+        then describes only the valid prefix (``size_bytes`` ends there); the caller
+        decides whether to cut the file (a torn tail) or refuse it (corruption).
+        """
+        self.index = OffsetIndex(self.base_offset)
+        self.time_index = TimeIndex(self.base_offset)
+        self.size_bytes = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_max_timestamp = None
+        self.bytes_since_index_entry = 0
+        headers: list[BatchHeader] = []
+        error: CorruptRecordError | None = None
+        try:
+            for pos, h in self.scan(0, verify=verify):
+                self._note_batch(pos, h, index_interval_bytes)
+                headers.append(h)
+        except CorruptRecordError as e:
+            error = e
+        return headers, error
+
+    # ------------------------------------------------------------------ scanning
+
+    def scan(self, start: int, *, verify: bool, end: int | None = None) -> Iterator[
+        tuple[int, BatchHeader]
+    ]:
+        """``(position, header)`` of each whole batch from ``start`` to the end of the file.
+
+        Reads in 1 MiB chunks. Stops silently at an incomplete batch; raises
+        ``CorruptRecordError`` with this file's path and the batch's position for an
+        impossible header or (when ``verify``) a CRC mismatch.
+        """
+        file_end = self.log.size() if end is None else end
+        pos = start
+        buf = b""
+        buf_at = pos
+        while file_end - pos >= HEADER_SIZE:
+            rel = pos - buf_at
+            if len(buf) - rel < HEADER_SIZE:
+                buf = self.log.pread(min(_SCAN_CHUNK_BYTES, file_end - pos), pos)
+                buf_at, rel = pos, 0
+            try:
+                h = parse_header(buf, rel)
+            except CorruptRecordError as e:
+                raise e.at(self.log.path, pos) from None
+            if pos + h.size > file_end:
+                return
+            if verify:
+                if rel + h.size > len(buf):
+                    buf = self.log.pread(max(_SCAN_CHUNK_BYTES, h.size), pos)
+                    buf_at, rel = pos, 0
+                actual = compute_crc(memoryview(buf)[rel : rel + h.size])
+                if actual != h.crc:
+                    raise CorruptRecordError(
+                        f"crc mismatch: stored {h.crc:#010x}, computed {actual:#010x}",
+                        path=self.log.path,
+                        position=pos,
+                    )
+            yield pos, h
+            pos += h.size
+
+    def locate(self, offset: int) -> tuple[int, int, int] | None:
+        """``(position, size, base_offset)`` of the first batch whose last offset is at least
+        ``offset``, or None when this segment holds none. Reads headers only."""
+        if offset >= self.next_offset:
+            return None
+        pos = self.index.lookup(offset)
+        end = self.size_bytes
+        buf = b""
+        buf_at = pos
+        while end - pos >= LOG_OVERHEAD:
+            rel = pos - buf_at
+            if len(buf) - rel < HEADER_SIZE:
+                buf = self.log.pread(min(_LOCATE_CHUNK_BYTES, end - pos), pos)
+                buf_at, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return None
+            base, length = _PREFIX.unpack_from(buf, rel)
+            size = length + LOG_OVERHEAD
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, rel + _LAST_OFFSET_DELTA_AT)
+            if base + delta >= offset:
+                return pos, size, base
+            pos += size
+        return None
+
+    def read_from(self, position: int, first_size: int, max_bytes: int,
+                  max_offset: int | None) -> bytes:
+        """Whole batches from ``position``: the first always (unless it reaches
+        ``max_offset``), more while within ``max_bytes`` and wholly below ``max_offset``.
+
+        One ``pread``; then one 12-byte prefix look per batch to cut at a batch boundary.
+        """
+        buf = self.log.pread(min(max(max_bytes, first_size), self.size_bytes - position),
+                             position)
+        n = len(buf)
+        if max_offset is None and n == first_size:
+            return buf
+        cut = 0
+        while n - cut >= HEADER_SIZE:
+            base, length = _PREFIX.unpack_from(buf, cut)
+            size = length + LOG_OVERHEAD
+            if cut + size > n:
+                break
+            if max_offset is not None:
+                (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, cut + _LAST_OFFSET_DELTA_AT)
+                if base + delta >= max_offset:
+                    break
+            cut += size
+        return buf if cut == n else buf[:cut]
+
+    def batch_header_at(self, position: int) -> BatchHeader:
+        return parse_header(self.log.pread(HEADER_SIZE, position))
+
+    # ------------------------------------------------------------------ writing
+
+    def _note_batch(self, pos: int, h: BatchHeader, index_interval_bytes: int) -> None:
+        """Account for a batch now at ``pos`` (appended, or found by a scan)."""
+        if not len(self.index) or self.bytes_since_index_entry >= index_interval_bytes:
+            self.index.append(h.base_offset, pos)
+            if h.max_timestamp > self.max_timestamp:
+                self.time_index.maybe_append(h.max_timestamp, h.base_offset)
+            else:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_index_entry = 0
+        self.bytes_since_index_entry += h.size
+        if self.first_batch_max_timestamp is None:
+            self.first_batch_max_timestamp = h.max_timestamp
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = h.base_offset
+        self.size_bytes = pos + h.size
+        self.next_offset = h.next_offset
+
+    def append(self, parts: Sequence[Buffer], h: BatchHeader,
+               index_interval_bytes: int) -> int:
+        """Write one batch (as ``parts``, written with one ``writev``) at the end."""
+        invariant(h.base_offset >= self.next_offset, "segment append goes back: %s < %s",
+                  h.base_offset, self.next_offset)
+        pos = self.log.writev(parts)
+        invariant(pos == self.size_bytes, "segment %s: wrote at %s, expected %s",
+                  self.log_path, pos, self.size_bytes)
+        self._note_batch(pos, h, index_interval_bytes)
+        return pos
+
+    def truncate_to_position(self, position: int, next_offset: int) -> None:
+        """Cut the ``.log`` at ``position`` (a batch start) and forget what followed."""
+        self.log.truncate(position)
+        self.size_bytes = position
+        self.next_offset = next_offset
+        self.index.truncate_from_position(position)
+        self.time_index.truncate_from_offset(next_offset)
+        self.max_timestamp = self.time_index.last_timestamp
+        self.offset_of_max_timestamp = (
+            self.time_index.offsets[-1] if len(self.time_index) else self.base_offset
+        )
+        last = self.index.positions[-1] if len(self.index) else 0
+        self.bytes_since_index_entry = position - last
+        if position == 0:
+            self.first_batch_max_timestamp = None
+        # The largest timestamp of the batches after the last time index entry is not in
+        # the index: find it (headers only).
+        start = self.index.lookup(self.offset_of_max_timestamp) if len(self.time_index) else 0
+        for _, h in self.scan(start, verify=False, end=position):
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = h.base_offset
+
+    def finish_indexes(self) -> None:
+        """Record the final max timestamp, so the time index alone gives the segment's
+        largest timestamp after a restart (Kafka does the same on roll)."""
+        if self.max_timestamp > self.time_index.last_timestamp:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def write_indexes(self) -> None:
+        """Write both index files whole and fsync them."""
+        self.finish_indexes()
+        for path, data in ((self.index_path, self.index.to_bytes()),
+                           (self.timeindex_path, self.time_index.to_bytes())):
+            if self.files.exists(path):
+                self.files.unlink(path)
+            f = self.files.open(path)
+            try:
+                f.write(data)
+                f.fsync()
+            finally:
+                f.close()
+
+    def delete_index_files(self) -> None:
+        for p in (self.index_path, self.timeindex_path):
+            if self.files.exists(p):
+                self.files.unlink(p)
+
+    def flush(self) -> None:
+        self.log.fsync()
+
+    def close(self) -> None:
+        self.log.close()
+
+    def delete(self) -> None:
+        """Unlink this segment's files (readers with the handle keep reading; see
+        ``retired``). The caller fsyncs the directory."""
+        self.retired = True
+        self.log.close()
+        for p in (self.log_path, self.index_path, self.timeindex_path):
+            if self.files.exists(p):
+                self.files.unlink(p)
+
+
+def _log_path(dir_path: str, base_offset: int) -> str:
+    return os.path.join(dir_path, segment_name(base_offset) + LOG_SUFFIX)
