@@ -606,9 +606,14 @@ class PartitionLog:
             return False
         return compact_log(self, now_ms)
 
-    def _swap_segments(self, old: list[Segment], new: list[Segment]) -> bool:
-        """Replace ``old`` (consecutive, still in the log) by ``new`` (already renamed into
-        place by the cleaner). False, and nothing changed, if ``old`` is no longer there."""
+    def _swap_segments(self, old: list[Segment], new: list[Segment],
+                       rename_into_place: Callable[[], None]) -> bool:
+        """Replace ``old`` (consecutive closed segments, still in the log) by ``new``.
+
+        ``rename_into_place`` runs under the log's lock, only if ``old`` is still there (a
+        truncation or retention may have removed it meanwhile): it renames the cleaner's
+        files over the old ones. False, and nothing changed, if ``old`` is gone.
+        """
         with self._lock:
             if self._closed:
                 return False
@@ -619,10 +624,11 @@ class PartitionLog:
                 return False
             if ids[i:i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
                 return False
+            rename_into_place()
+            self._close_retired_locked()
             self._segments[i:i + len(old)] = new
             for s in old:
                 self._retire(s, delete=False)
-            self._close_retired_locked(keep=len(old))
             self._check()
             return True
 

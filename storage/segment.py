@@ -354,11 +354,11 @@ class Segment:
         if self.max_timestamp > self.time_index.last_timestamp:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def write_indexes(self) -> None:
-        """Write both index files whole and fsync them."""
+    def write_indexes(self, suffix: str = "") -> None:
+        """Write both index files whole (to their names plus ``suffix``) and fsync them."""
         self.finish_indexes()
-        for path, data in ((self.index_path, self.index.to_bytes()),
-                           (self.timeindex_path, self.time_index.to_bytes())):
+        for path, data in ((self.index_path + suffix, self.index.to_bytes()),
+                           (self.timeindex_path + suffix, self.time_index.to_bytes())):
             if self.files.exists(path):
                 self.files.unlink(path)
             f = self.files.open(path)

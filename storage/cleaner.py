@@ -1,0 +1,160 @@
+"""Log compaction (``cleanup.policy=compact``): keep the latest record of every key.
+
+How a pass works (``compact_log``):
+
+1. Under the log's lock, take the closed segments (never the active one) whose largest
+   timestamp is at least ``min.compaction.lag.ms`` old: a prefix of the log.
+2. Without the lock: decode them and build ``key -> latest offset`` over that range.
+3. Rewrite each segment into ``<base>.log.cleaned`` (plus ``.index.cleaned`` and
+   ``.timeindex.cleaned``), keeping a record only if it is the latest of its key in the
+   range. Offsets are preserved: a batch that loses records is rebuilt with
+   ``rebuild_batch`` (same base offset, last offset delta, epoch and producer state); a
+   batch that loses none is copied byte for byte; a batch that loses all is dropped, unless
+   it carries producer state (an idempotent producer's id), which is kept as an empty batch.
+   The cleaned files are fsynced.
+4. Under the lock again, if those segments are still in the log (a truncation or retention
+   may have removed them meanwhile; then the pass is thrown away): delete their index files,
+   rename each ``.cleaned`` file over its original (``.log`` first), and swap the segment
+   objects. A crash at any point leaves either the old ``.log`` or the new one; index files
+   that are missing are rebuilt on open, and leftover ``.cleaned`` files are deleted.
+
+Reads and appends go on during steps 2 and 3; a reader holding an old segment keeps reading
+its (unlinked) file, whose handle is closed only at a later maintenance pass.
+
+Rules, as Kafka's:
+
+* Tombstones (value None) are kept as the latest record of their key until their batch's
+  max timestamp is older than ``delete.retention.ms``; then they are removed too, so a
+  consumer that reads the log within that time sees the delete.
+* Records without a key cannot be compacted by key; they are kept (Kafka refuses them in a
+  compacted topic at produce time; we keep them rather than lose data already written).
+* Control batches are copied as they are.
+* With ``cleanup.policy=compact,delete`` retention also deletes old segments
+  (``PartitionLog.maybe_apply_retention``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from storage.batch import Record, decode_records, parse_header, rebuild_batch
+from storage.log import PartitionLog
+from storage.segment import CLEANED_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, Segment
+
+_cleaning = threading.Lock()
+_busy: set[int] = set()
+
+
+def compact_log(log: PartitionLog, now_ms: int) -> bool:
+    """One compaction pass over ``log``'s closed segments; True if segments were replaced."""
+    with _cleaning:
+        if id(log) in _busy:
+            return False  # another thread is cleaning this log
+        _busy.add(id(log))
+    try:
+        return _compact(log, now_ms)
+    finally:
+        with _cleaning:
+            _busy.discard(id(log))
+
+
+def _compact(log: PartitionLog, now_ms: int) -> bool:
+    cfg = log.config
+    with log._lock:
+        if log.closed:
+            return False
+        closed = list(log.segments[:-1])
+    horizon_ms = now_ms - cfg.min_compaction_lag_ms
+    segments: list[Segment] = []
+    for seg in closed:
+        if seg.max_timestamp > horizon_ms:
+            break  # too recent to clean (and so is everything after it)
+        segments.append(seg)
+    if not segments:
+        return False
+
+    # Pass 1: the latest offset of each key in the range.
+    latest: dict[bytes, int] = {}
+    per_segment: list[list[tuple[int, bytes, list[Record]]]] = []
+    for seg in segments:
+        batches = []
+        for pos, h in seg.scan(0, verify=True, end=seg.size_bytes):
+            raw = seg.log.pread(h.size, pos)
+            records = [] if h.is_control else decode_records(raw, verify=False)
+            for r in records:
+                if r.key is not None:
+                    latest[r.key] = r.offset
+            batches.append((h.max_timestamp, raw, records))
+        per_segment.append(batches)
+
+    tombstone_horizon_ms = now_ms - cfg.delete_retention_ms
+    changed = False
+    plans: list[list[bytes]] = []
+    for batches in per_segment:
+        out: list[bytes] = []
+        for max_ts, raw, records in batches:
+            h = parse_header(raw)
+            if h.is_control:
+                out.append(raw)
+                continue
+            kept = [
+                r for r in records
+                if r.key is None or (
+                    latest[r.key] == r.offset
+                    and not (r.value is None and max_ts < tombstone_horizon_ms)
+                )
+            ]
+            if len(kept) == len(records):
+                out.append(raw)
+                continue
+            changed = True
+            if kept or h.producer_id >= 0:
+                out.append(rebuild_batch(h, kept))
+        plans.append(out)
+    if not changed:
+        return False
+
+    # Pass 2: write the cleaned segments beside the originals.
+    files = log.files
+    new_segments: list[Segment] = []
+    try:
+        for seg, out in zip(segments, plans, strict=True):
+            path = seg.log_path + CLEANED_SUFFIX
+            if files.exists(path):
+                files.unlink(path)
+            new = Segment(seg.dir_path, seg.base_offset, files, files.open(path))
+            new_segments.append(new)
+            for raw in out:
+                new.append([raw], parse_header(raw), cfg.index_interval_bytes)
+            new.flush()
+            new.write_indexes(CLEANED_SUFFIX)
+    except BaseException:
+        _discard(new_segments)
+        raise
+
+    def rename_into_place() -> None:
+        for seg, new in zip(segments, new_segments, strict=True):
+            seg.delete_index_files()
+            files.replace(seg.log_path + CLEANED_SUFFIX, seg.log_path)
+            new.log.path = seg.log_path
+            files.replace(seg.index_path + CLEANED_SUFFIX, seg.index_path)
+            files.replace(seg.timeindex_path + CLEANED_SUFFIX, seg.timeindex_path)
+
+    if not log._swap_segments(segments, new_segments, rename_into_place):
+        _discard(new_segments)
+        return False
+    files.fsync_dir(log.dir_path)
+    return True
+
+
+def _discard(new_segments: list[Segment]) -> None:
+    for new in new_segments:
+        new.close()
+        base = new.log_path
+        for path in (base + CLEANED_SUFFIX,
+                     base[: -len(".log")] + INDEX_SUFFIX + CLEANED_SUFFIX,
+                     base[: -len(".log")] + TIMEINDEX_SUFFIX + CLEANED_SUFFIX):
+            with contextlib.suppress(OSError):
+                if new.files.exists(path):
+                    new.files.unlink(path)
