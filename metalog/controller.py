@@ -1,1 +1,1302 @@
-"""metalog.controller (being written)."""
+"""The quorum controller's logic: commands in, ``ControllerResult(records, response)`` out.
+
+Kafka's ``QuorumController`` minus its event loop (KIP-500, KIP-631). Every controller node
+builds its image by replaying committed records; the active one (the Raft leader) also turns
+commands into records. It validates each command against the latest image *including* its
+pending records (proposed, not yet committed), so two commands in flight cannot both create
+topic ``a``. It never mutates an image: the records do that, once committed, through
+``replay``.
+
+Pure: no I/O, no clock (time comes in as ``now_ms``), no global random (topic ids come from an
+injected factory, defaulting to a hash; placement draws come from the topic name).
+
+Driving it (the asyncio shell that owns Raft, written elsewhere)::
+
+    ctl = QuorumController(node_id)
+    # On every node, for every committed metadata entry, in log order:
+    ctl.replay(record, offset, epoch)            # epoch: the entry's Raft term
+    # When Raft installs a snapshot: ctl.restore(decode_snapshot(data))
+
+    # When this node becomes Raft leader of term T, *after* it has replayed every entry
+    # before the term's first entry (so no record of an older term is still to come):
+    ctl.become_active(T, now_ms)
+    # When it stops being leader (or a proposal failed):
+    ctl.become_standby()
+
+    # Active only. A request from a broker or the API:
+    result = ctl.handle(command, now_ms)         # may raise a MetadataError: answer it now
+    if not result.records:
+        reply(result.response)                   # nothing to commit (validate_only, no-op)
+    else:
+        base = raft.propose(result.records)      # all records in one entry batch, atomically
+        # ... when the entry at `base` commits (and its records were replayed above):
+        reply(result.response_at(base))          # e.g. the broker epoch = offset of its record
+
+    # Timers. Call at least by the returned deadline (and after each heartbeat is fine):
+    records, deadline_ms = ctl.poll(now_ms)      # fences expired sessions, NoOps, rebalance
+    if records: raft.propose(records)
+
+Records returned by ``handle``/``poll`` are already counted as pending: the shell must propose
+them, in order, or call ``become_standby()`` (which forgets them). If a committed record is not
+the next pending one (a proposal was lost), the controller forgets its pending records.
+
+Broker lifecycle (KIP-631): ``RegisterBroker`` -> registered and fenced, epoch = offset of its
+``RegisterBrokerRecord`` -> heartbeats every 2 s; the first one with ``current_metadata_offset
+>= epoch`` unfences it -> ``want_shutdown`` moves its leaderships away, marks it in controlled
+shutdown, and once it leads nothing fences it and answers ``should_shutdown`` -> a session
+without heartbeat for 9 s is fenced by ``poll``. Fencing removes the broker from every ISR
+(keeping at least one member) and elects new leaders from the ISR; with no live ISR member
+the leader is -1 unless the topic has ``unclean.leader.election.enable=true``.
+
+Errors are ``MetadataError`` subclasses with Kafka's error code names in ``code``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, Generic, TypeVar
+
+from metalog.delta import MetadataDelta
+from metalog.image import (
+    TOPIC_CONFIG_DEFAULTS,
+    BrokerRegistration,
+    MetadataImage,
+    PartitionRegistration,
+)
+from metalog.placement import PlacementBroker, PlacementError, place
+from metalog.records import (
+    NO_LEADER,
+    NO_LEADER_CHANGE,
+    BrokerEpoch,
+    BrokerId,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    FenceBrokerRecord,
+    LeaderEpoch,
+    LeaderRecoveryState,
+    MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionEpoch,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicId,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+from storage.invariant import invariant
+
+R = TypeVar("R")
+
+# --------------------------------------------------------------------------- errors
+
+
+class MetadataError(Exception):
+    """An expected refusal of a controller command; ``code`` is Kafka's error name."""
+
+    code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+
+
+class NotControllerError(MetadataError):
+    """This node is not the active controller (or a newer controller epoch exists)."""
+
+    code = "NOT_CONTROLLER"
+
+
+class StaleControllerEpochError(MetadataError):
+    """The request names an older controller epoch than the current one."""
+
+    code = "STALE_CONTROLLER_EPOCH"
+
+
+class InvalidRequestError(MetadataError):
+    code = "INVALID_REQUEST"
+
+
+class InvalidTopicError(MetadataError):
+    code = "INVALID_TOPIC_EXCEPTION"
+
+
+class TopicExistsError(MetadataError):
+    code = "TOPIC_ALREADY_EXISTS"
+
+
+class UnknownTopicOrPartitionError(MetadataError):
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class InvalidPartitionsError(MetadataError):
+    code = "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactorError(MetadataError):
+    code = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignmentError(MetadataError):
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class InvalidConfigurationError(MetadataError):
+    code = "INVALID_CONFIG"
+
+
+class BrokerIdNotRegisteredError(MetadataError):
+    code = "BROKER_ID_NOT_REGISTERED"
+
+
+class StaleBrokerEpochError(MetadataError):
+    code = "STALE_BROKER_EPOCH"
+
+
+class DuplicateBrokerRegistrationError(MetadataError):
+    """Another incarnation of this broker id holds a live session."""
+
+    code = "DUPLICATE_BROKER_REGISTRATION"
+
+
+class FencedLeaderEpochError(MetadataError):
+    """AlterPartition from a leader of an older leader epoch."""
+
+    code = "FENCED_LEADER_EPOCH"
+
+
+class NotLeaderOrFollowerError(MetadataError):
+    """AlterPartition from a broker that is not the partition's leader."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+
+
+class InvalidUpdateVersionError(MetadataError):
+    """AlterPartition based on an older partition epoch (a change it has not seen)."""
+
+    code = "INVALID_UPDATE_VERSION"
+
+
+class IneligibleReplicaError(MetadataError):
+    """A proposed ISR member is fenced, shutting down, unknown, or of a stale broker epoch."""
+
+    code = "INELIGIBLE_REPLICA"
+
+
+class ElectionNotNeededError(MetadataError):
+    code = "ELECTION_NOT_NEEDED"
+
+
+class PreferredLeaderNotAvailableError(MetadataError):
+    code = "PREFERRED_LEADER_NOT_AVAILABLE"
+
+
+class EligibleLeadersNotAvailableError(MetadataError):
+    code = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+
+# --------------------------------------------------------------------------- commands
+# Every command may carry the controller epoch its sender believes in; a mismatch is refused.
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    controller_epoch: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTopic(Command):
+    """Kafka's CreateTopics for one topic. ``assignments`` (partition -> replicas) excludes
+    ``num_partitions``/``replication_factor``; None for those means the cluster default."""
+
+    name: str
+    num_partitions: int | None = None
+    replication_factor: int | None = None
+    assignments: Mapping[int, tuple[BrokerId, ...]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteTopic(Command):
+    """By name, or by id when ``topic_id`` is given."""
+
+    name: str | None = None
+    topic_id: TopicId | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatePartitions(Command):
+    """Grow ``name`` to ``total_count`` partitions; ``assignments`` lists the new ones'
+    replicas, in order."""
+
+    name: str
+    total_count: int
+    assignments: tuple[tuple[BrokerId, ...], ...] | None = None
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterConfigs(Command):
+    """Kafka's IncrementalAlterConfigs for one resource: ``ops`` maps a key to a new value,
+    or to None to delete it (back to the default)."""
+
+    resource_type: ConfigResourceType
+    resource_name: str
+    ops: Mapping[str, str | None]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisterBroker(Command):
+    broker_id: BrokerId
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...] = ()
+    rack: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerHeartbeat(Command):
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnregisterBroker(Command):
+    broker_id: BrokerId
+
+
+_UNCHECKED_EPOCH = BrokerEpoch(-1)
+
+
+@dataclass(frozen=True, slots=True)
+class IsrMember:
+    """A proposed ISR member and the broker epoch the leader knows it by (-1: unchecked)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch = _UNCHECKED_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateChange:
+    """One partition of an AlterPartition request: the leader's view and its proposal."""
+
+    topic_id: TopicId
+    partition: int
+    leader_epoch: LeaderEpoch
+    partition_epoch: PartitionEpoch
+    new_isr: tuple[IsrMember, ...]
+    leader_recovery_state: int = LeaderRecoveryState.RECOVERED
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterPartition(Command):
+    """ISR changes proposed by a partition leader (KIP-497, KIP-903)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    partitions: tuple[PartitionStateChange, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocateProducerIds(Command):
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+
+
+class ElectionType(Enum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElectLeaders(Command):
+    """Kafka's ElectLeaders: ``partitions`` as (topic name, partition), or None for all."""
+
+    election: ElectionType = ElectionType.PREFERRED
+    partitions: tuple[tuple[str, int], ...] | None = None
+
+
+# --------------------------------------------------------------------------- responses
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResponse:
+    name: str
+    topic_id: TopicId
+    num_partitions: int
+    replication_factor: int
+    assignments: tuple[tuple[BrokerId, ...], ...]
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResponse:
+    name: str
+    topic_id: TopicId
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    name: str
+    total_count: int
+    new_assignments: tuple[tuple[BrokerId, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResponse:
+    resource_type: ConfigResourceType
+    resource_name: str
+    changed: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationResponse:
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    """-1 in ``ControllerResult.response``; ``response_at(base_offset)`` fills it in."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponse:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerResponse:
+    broker_id: BrokerId
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    """The partition's registration after the change, or ``error``."""
+
+    topic_id: TopicId
+    partition: int
+    error: MetadataError | None = None
+    registration: PartitionRegistration | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    results: tuple[AlterPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsBlock:
+    broker_id: BrokerId
+    first_producer_id: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResult:
+    topic: str
+    partition: int
+    error: MetadataError | None = None
+    leader: BrokerId = NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResponse:
+    results: tuple[ElectLeadersResult, ...]
+
+
+@dataclass(frozen=True)
+class ControllerResult(Generic[R]):
+    """Records to commit and the response to send once they have (Kafka's ControllerResult).
+
+    Some responses depend on where the records land (a broker's epoch is the offset of its
+    ``RegisterBrokerRecord``): ``response_at(base_offset)`` gives the final response, given
+    the offset of the first record; ``response`` is what is known before.
+    """
+
+    records: tuple[MetadataRecord, ...]
+    response: R
+    resolve: Callable[[int], R] | None = None
+
+    def response_at(self, base_offset: int) -> R:
+        return self.response if self.resolve is None else self.resolve(base_offset)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    session_timeout_ms: int = 9_000
+    """KRaft ``broker.session.timeout.ms``: no heartbeat for this long fences a broker."""
+    heartbeat_interval_ms: int = 2_000
+    """KRaft ``broker.heartbeat.interval.ms``, what brokers should use (informational here)."""
+    default_num_partitions: int = 1
+    default_replication_factor: int = 1
+    producer_id_block_size: int = 1_000
+    noop_interval_ms: int | None = 500
+    """KAFKA-13955: a NoOpRecord this often keeps the committed offset moving (None: off)."""
+    leader_imbalance_check_interval_ms: int | None = 300_000
+    """``leader.imbalance.check.interval.seconds``: preferred-leader rebalance (None: off)."""
+    max_partitions_per_topic: int = 100_000
+
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+TOPIC_NAME_LENGTH_MAX = 249
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not name:
+        raise InvalidTopicError("topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError("topic name cannot be \".\" or \"..\"")
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        raise InvalidTopicError(
+            f"topic name is illegal, it can't be longer than {TOPIC_NAME_LENGTH_MAX} characters"
+        )
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def _long(lo: int) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        try:
+            n = int(v)
+        except ValueError:
+            raise ValueError("not an integer") from None
+        if not lo <= n <= 2**63 - 1:
+            raise ValueError(f"must be at least {lo}")
+
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        if v not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+
+    return check
+
+
+def _policy(v: str) -> None:
+    parts = [p.strip() for p in v.split(",")]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be a list of delete, compact")
+
+
+def _ratio(v: str) -> None:
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not 0.0 <= x <= 1.0:
+        raise ValueError("must be between 0 and 1")
+
+
+TOPIC_CONFIG_CHECKS: Mapping[str, Callable[[str], None]] = {
+    "cleanup.policy": _policy,
+    "compression.type": _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    "delete.retention.ms": _long(0),
+    "file.delete.delay.ms": _long(0),
+    "flush.messages": _long(1),
+    "flush.ms": _long(0),
+    "index.interval.bytes": _long(0),
+    "max.compaction.lag.ms": _long(1),
+    "max.message.bytes": _long(0),
+    "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _long(0),
+    "min.insync.replicas": _long(1),
+    "retention.bytes": _long(-1),
+    "retention.ms": _long(-1),
+    "segment.bytes": _long(14),
+    "segment.index.bytes": _long(4),
+    "segment.ms": _long(1),
+    "unclean.leader.election.enable": _one_of("true", "false"),
+}
+"""Validators of the topic configs Longboat knows (limits as Kafka's ``LogConfig``)."""
+
+invariant(set(TOPIC_CONFIG_CHECKS) == set(TOPIC_CONFIG_DEFAULTS),
+          "every known topic config has a default and a check")
+
+
+def validate_topic_config(key: str, value: str, *, unknown_ok: bool = False) -> None:
+    check = TOPIC_CONFIG_CHECKS.get(key)
+    if check is None:
+        if unknown_ok:
+            return
+        raise InvalidConfigurationError(f"unknown topic config {key!r}")
+    try:
+        check(value)
+    except ValueError as e:
+        raise InvalidConfigurationError(f"invalid value {value!r} for {key}: {e}") from None
+
+
+def default_topic_id(seed: str) -> TopicId:
+    """A Kafka-style topic id (22 chars of URL-safe base64 of 128 bits) derived from ``seed``."""
+    digest = hashlib.blake2b(seed.encode(), digest_size=16).digest()
+    return TopicId(base64.urlsafe_b64encode(digest).rstrip(b"=").decode())
+
+
+# --------------------------------------------------------------------------- the controller
+
+
+class _Batch:
+    """Records of one command, replayed as they are added onto a view of the latest image,
+    so later decisions in the same command see earlier ones."""
+
+    __slots__ = ("delta", "image", "records")
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.delta = MetadataDelta(image)
+        self.records: list[MetadataRecord] = []
+
+    def add(self, record: MetadataRecord) -> None:
+        self.delta.replay(record, None)
+        self.records.append(record)
+
+    def usable(self, broker_id: BrokerId) -> bool:
+        b = self.delta.broker(broker_id)
+        return b is not None and b.usable
+
+    def partitions(self) -> Iterator[tuple[str, TopicId, int, PartitionRegistration]]:
+        """Every partition of the view: (topic name, topic id, index, registration)."""
+        for t, p, _ in self.image.topics.partitions():
+            reg = self.delta.partition(t.topic_id, p)
+            if reg is not None:
+                yield t.name, t.topic_id, p, reg
+
+
+class QuorumController:
+    """See the module docstring for how to drive it."""
+
+    def __init__(
+        self,
+        node_id: int,
+        config: ControllerConfig | None = None,
+        *,
+        topic_id_factory: Callable[[str], TopicId] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config or ControllerConfig()
+        self._topic_id_factory = topic_id_factory
+        self._image = MetadataImage.EMPTY
+        self._committed: MetadataDelta | None = None
+        """Committed records not yet folded into ``_image`` (applied lazily)."""
+        self._pending: deque[MetadataRecord] = deque()
+        self._pending_image: MetadataImage | None = None
+        """Committed image plus pending records; None when stale or when nothing is pending."""
+        self._epoch: int | None = None
+        """The controller epoch (Raft term) while active; None on a standby."""
+        self._sessions: dict[BrokerId, int] = {}
+        """Broker -> time of its last heartbeat (active only; not in the log, as in Kafka)."""
+        self._next_noop_ms = 0
+        self._next_rebalance_ms = 0
+        self._ids_made = 0
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def image(self) -> MetadataImage:
+        """The committed image."""
+        if self._committed is not None:
+            self._image = self._committed.apply()
+            self._committed = None
+        return self._image
+
+    @property
+    def latest_image(self) -> MetadataImage:
+        """The committed image plus every pending record: what commands are checked against."""
+        if not self._pending:
+            return self.image
+        if self._pending_image is None:
+            d = MetadataDelta(self.image)
+            for r in self._pending:
+                d.replay(r, None)
+            self._pending_image = d.apply()
+        return self._pending_image
+
+    @property
+    def pending_records(self) -> int:
+        return len(self._pending)
+
+    @property
+    def is_active(self) -> bool:
+        return self._epoch is not None
+
+    @property
+    def controller_epoch(self) -> int | None:
+        return self._epoch
+
+    # ---------------------------------------------------------------- log and role
+
+    def replay(self, record: MetadataRecord, offset: int, epoch: int | None = None) -> None:
+        """Apply a committed record (every node, in log order)."""
+        if self._committed is None:
+            self._committed = MetadataDelta(self.image)
+        self._committed.replay(record, offset, epoch)
+        if self._pending:
+            if self._pending[0] == record:
+                self._pending.popleft()
+                if isinstance(record, RegisterBrokerRecord):
+                    # The pending view holds the broker with epoch -1; now it is known.
+                    self._pending_image = None
+            else:
+                self._pending.clear()
+            if not self._pending:
+                self._pending_image = None
+
+    def restore(self, image: MetadataImage) -> None:
+        """Start over from a snapshot's image (Raft installed a snapshot)."""
+        self._image = image
+        self._committed = None
+        self._pending.clear()
+        self._pending_image = None
+
+    def become_active(self, controller_epoch: int, now_ms: int) -> None:
+        """This node leads Raft term ``controller_epoch`` and has replayed every record of
+        earlier terms. Every registered broker gets a fresh session (KAFKA-18138: the new
+        controller must fence brokers that die during the failover)."""
+        self._epoch = controller_epoch
+        self._pending.clear()
+        self._pending_image = None
+        self._sessions = {b: now_ms for b in self.image.brokers.brokers}
+        if self.config.noop_interval_ms is not None:
+            self._next_noop_ms = now_ms + self.config.noop_interval_ms
+        if self.config.leader_imbalance_check_interval_ms is not None:
+            self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+
+    def become_standby(self) -> None:
+        """Not (or no longer) the active controller: forget pending records and sessions."""
+        self._epoch = None
+        self._pending.clear()
+        self._pending_image = None
+        self._sessions.clear()
+
+    def _check_active(self, controller_epoch: int | None) -> None:
+        if self._epoch is None:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        if controller_epoch is not None:
+            if controller_epoch < self._epoch:
+                raise StaleControllerEpochError(
+                    f"controller epoch {controller_epoch} is older than {self._epoch}"
+                )
+            if controller_epoch > self._epoch:
+                raise NotControllerError(
+                    f"controller epoch {controller_epoch} is newer than ours ({self._epoch})"
+                )
+
+    def _propose(self, batch: _Batch) -> tuple[MetadataRecord, ...]:
+        if batch.records:
+            self._pending.extend(batch.records)
+            self._pending_image = batch.delta.apply()
+        return tuple(batch.records)
+
+    # ---------------------------------------------------------------- commands
+
+    def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]:
+        """Validate ``command`` against the latest image and turn it into records.
+
+        Raises ``NotControllerError``/``StaleControllerEpochError`` unless active in the
+        command's controller epoch, or the command's own ``MetadataError``. The records are
+        pending from now on (see the module docstring).
+        """
+        self._check_active(command.controller_epoch)
+        handler = _COMMANDS.get(type(command))
+        if handler is None:
+            raise InvalidRequestError(f"unknown command {type(command).__name__}")
+        batch = _Batch(self.latest_image)
+        response, resolve = handler(self, batch, command, now_ms)
+        return ControllerResult(self._propose(batch), response, resolve)
+
+    # -- topics
+
+    def _new_topic_id(self, name: str, view: MetadataDelta) -> TopicId:
+        while True:
+            self._ids_made += 1
+            seed = f"{self._epoch}/{self.image.offset}/{self._ids_made}/{name}"
+            tid = (self._topic_id_factory or default_topic_id)(seed)
+            if view.topic_name(tid) is None:
+                return tid
+
+    def _usable_brokers(self, batch: _Batch) -> list[PlacementBroker]:
+        return [PlacementBroker(b.broker_id, b.rack) for b in batch.image.brokers.usable()
+                if batch.usable(b.broker_id)]
+
+    def _place(self, batch: _Batch, name: str, count: int, rf: int, start: int) -> list[
+            tuple[BrokerId, ...]]:
+        brokers = self._usable_brokers(batch)
+        if rf > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"unable to replicate the partition {rf} time(s): the target replication "
+                f"factor of {rf} cannot be reached because only {len(brokers)} broker(s) "
+                "are registered and unfenced"
+            )
+        # Kafka draws the start index and shift at random; a hash of the name spreads leaders
+        # of different topics just as well and is the same on every controller.
+        h = zlib.crc32(name.encode())
+        try:
+            return place(brokers, count, rf, start_partition=start, start_index=h,
+                         replica_shift=h >> 16)
+        except PlacementError as e:
+            raise InvalidReplicationFactorError(str(e)) from None
+
+    def _check_assignment(self, batch: _Batch, p: int, replicas: tuple[BrokerId, ...]) -> None:
+        if not replicas:
+            raise InvalidReplicaAssignmentError(f"partition {p} has an empty replica list")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"partition {p} has duplicate replicas {replicas}")
+        for b in replicas:
+            if batch.delta.broker(b) is None:
+                raise InvalidReplicaAssignmentError(
+                    f"partition {p} names broker {b}, which is not registered"
+                )
+        if not any(batch.usable(b) for b in replicas):
+            raise InvalidReplicaAssignmentError(
+                f"all brokers of partition {p} are fenced or in controlled shutdown"
+            )
+
+    def _new_partition(self, batch: _Batch, tid: TopicId, p: int,
+                       replicas: tuple[BrokerId, ...]) -> PartitionRecord:
+        isr = tuple(b for b in replicas if batch.usable(b))
+        return PartitionRecord(topic_id=tid, partition=p, replicas=replicas, isr=isr,
+                               leader=isr[0])
+
+    def _create_topic(self, batch: _Batch, cmd: CreateTopic, now_ms: int) -> tuple[
+            CreateTopicResponse, None]:
+        name = cmd.name
+        validate_topic_name(name)
+        if batch.delta.topic_id(name) is not None:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if "." in name or "_" in name:
+            # Metric names replace '.' with '_'; Kafka refuses names that would collide.
+            norm = name.replace(".", "_")
+            for other in batch.image.topics.by_name:
+                if other.replace(".", "_") == norm:
+                    raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
+        for k, v in cmd.configs.items():
+            validate_topic_config(k, v)
+        if cmd.assignments is not None:
+            if cmd.num_partitions is not None or cmd.replication_factor is not None:
+                raise InvalidRequestError(
+                    "give either replica assignments or partitions and replication factor"
+                )
+            n = len(cmd.assignments)
+            if n == 0 or sorted(cmd.assignments) != list(range(n)):
+                raise InvalidReplicaAssignmentError(
+                    "partitions in the assignment must be 0..n-1 with no gaps"
+                )
+            assignments = [tuple(cmd.assignments[p]) for p in range(n)]
+            for p, replicas in enumerate(assignments):
+                self._check_assignment(batch, p, replicas)
+            rfs = {len(r) for r in assignments}
+            if len(rfs) != 1:
+                raise InvalidReplicaAssignmentError(
+                    "all partitions must have the same number of replicas"
+                )
+            rf = rfs.pop()
+        else:
+            n = self.config.default_num_partitions if cmd.num_partitions is None else (
+                cmd.num_partitions)
+            rf = self.config.default_replication_factor if cmd.replication_factor is None else (
+                cmd.replication_factor)
+            if n <= 0 or n > self.config.max_partitions_per_topic:
+                raise InvalidPartitionsError(
+                    f"number of partitions must be 1..{self.config.max_partitions_per_topic}, "
+                    f"got {n}"
+                )
+            if rf <= 0:
+                raise InvalidReplicationFactorError(
+                    f"replication factor must be larger than 0, got {rf}"
+                )
+            assignments = self._place(batch, name, n, rf, 0)
+        configs = dict(cmd.configs)
+        if cmd.validate_only:
+            return CreateTopicResponse(name, TopicId(""), n, rf, tuple(assignments), configs), None
+        tid = self._new_topic_id(name, batch.delta)
+        batch.add(TopicRecord(name=name, topic_id=tid))
+        for k, v in sorted(configs.items()):
+            batch.add(ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name,
+                                   name=k, value=v))
+        for p, replicas in enumerate(assignments):
+            batch.add(self._new_partition(batch, tid, p, replicas))
+        return CreateTopicResponse(name, tid, n, rf, tuple(assignments), configs), None
+
+    def _delete_topic(self, batch: _Batch, cmd: DeleteTopic, now_ms: int) -> tuple[
+            DeleteTopicResponse, None]:
+        if cmd.topic_id is not None:
+            tid: TopicId | None = cmd.topic_id
+            name = batch.delta.topic_name(cmd.topic_id)
+        elif cmd.name is not None:
+            name = cmd.name
+            tid = batch.delta.topic_id(cmd.name)
+        else:
+            raise InvalidRequestError("give a topic name or id")
+        if tid is None or name is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {cmd.name if cmd.topic_id is None else cmd.topic_id!r} does not exist"
+            )
+        batch.add(RemoveTopicRecord(topic_id=tid))
+        return DeleteTopicResponse(name, tid), None
+
+    def _create_partitions(self, batch: _Batch, cmd: CreatePartitions, now_ms: int) -> tuple[
+            CreatePartitionsResponse, None]:
+        tid = batch.delta.topic_id(cmd.name)
+        topic = None if tid is None else batch.image.topics.by_id.get(tid)
+        if tid is None or topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {cmd.name!r} does not exist")
+        current = len(topic.partitions)
+        if cmd.total_count < current:
+            raise InvalidPartitionsError(
+                f"topic currently has {current} partitions, which is higher than the "
+                f"requested {cmd.total_count}"
+            )
+        if cmd.total_count == current:
+            raise InvalidPartitionsError(f"topic already has {current} partitions")
+        if cmd.total_count > self.config.max_partitions_per_topic:
+            raise InvalidPartitionsError(
+                f"at most {self.config.max_partitions_per_topic} partitions per topic"
+            )
+        first = topic.partitions.get(0)
+        rf = len(first.replicas) if first is not None else self.config.default_replication_factor
+        added = cmd.total_count - current
+        if cmd.assignments is not None:
+            if len(cmd.assignments) != added:
+                raise InvalidReplicaAssignmentError(
+                    f"{len(cmd.assignments)} assignments for {added} new partitions"
+                )
+            assignments = [tuple(a) for a in cmd.assignments]
+            for i, replicas in enumerate(assignments):
+                self._check_assignment(batch, current + i, replicas)
+                if len(replicas) != rf:
+                    raise InvalidReplicaAssignmentError(
+                        f"inconsistent replication factor: partition 0 has {rf}, partition "
+                        f"{current + i} has {len(replicas)}"
+                    )
+        else:
+            assignments = self._place(batch, cmd.name, added, rf, current)
+        if not cmd.validate_only:
+            for i, replicas in enumerate(assignments):
+                batch.add(self._new_partition(batch, tid, current + i, replicas))
+        return CreatePartitionsResponse(cmd.name, cmd.total_count, tuple(assignments)), None
+
+    def _alter_configs(self, batch: _Batch, cmd: AlterConfigs, now_ms: int) -> tuple[
+            AlterConfigsResponse, None]:
+        rtype, rname = cmd.resource_type, cmd.resource_name
+        if rtype == ConfigResourceType.TOPIC:
+            if batch.delta.topic_id(rname) is None:
+                raise UnknownTopicOrPartitionError(f"topic {rname!r} does not exist")
+            current = batch.image.configs.get(rtype, rname)
+        elif rtype == ConfigResourceType.BROKER:
+            if rname != "" and not rname.isdigit():
+                raise InvalidRequestError(f"broker resource name must be an id or '', got {rname!r}")
+            current = batch.image.configs.get(rtype, rname)
+        elif rtype == ConfigResourceType.CLUSTER:
+            if rname != "":
+                raise InvalidRequestError("the cluster resource name is ''")
+            current = batch.image.configs.get(rtype, rname)
+        else:
+            raise InvalidRequestError(f"unknown resource type {rtype!r}")
+        for k, v in cmd.ops.items():
+            if not k:
+                raise InvalidConfigurationError("empty config name")
+            if v is not None:
+                validate_topic_config(k, v, unknown_ok=rtype != ConfigResourceType.TOPIC)
+            elif rtype == ConfigResourceType.TOPIC and k not in TOPIC_CONFIG_CHECKS:
+                raise InvalidConfigurationError(f"unknown topic config {k!r}")
+        changed = {k: v for k, v in cmd.ops.items() if current.get(k) != v}
+        if not cmd.validate_only:
+            for k, v in sorted(changed.items()):
+                batch.add(ConfigRecord(resource_type=rtype, resource_name=rname, name=k,
+                                       value=v))
+            if (rtype == ConfigResourceType.TOPIC
+                    and changed.get("unclean.leader.election.enable") == "true"):
+                # Allowing unclean election brings offline partitions back now, as Kafka does.
+                self._elect_offline_partitions(batch, None, topic=rname, unclean=True)
+        return AlterConfigsResponse(rtype, rname, changed), None
+
+    # -- brokers
+
+    def _has_session(self, broker_id: BrokerId, now_ms: int) -> bool:
+        last = self._sessions.get(broker_id)
+        return last is not None and now_ms < last + self.config.session_timeout_ms
+
+    def _register_broker(self, batch: _Batch, cmd: RegisterBroker, now_ms: int) -> tuple[
+            BrokerRegistrationResponse, Callable[[int], BrokerRegistrationResponse]]:
+        if cmd.broker_id < 0:
+            raise InvalidRequestError(f"broker id must be >= 0, got {cmd.broker_id}")
+        existing = batch.delta.broker(cmd.broker_id)
+        if (existing is not None and existing.incarnation_id != cmd.incarnation_id
+                and not existing.fenced and self._has_session(cmd.broker_id, now_ms)):
+            raise DuplicateBrokerRegistrationError(
+                f"another incarnation of broker {cmd.broker_id} is alive "
+                f"({existing.incarnation_id}); its session expires within "
+                f"{self.config.session_timeout_ms} ms"
+            )
+        index = len(batch.records)
+        batch.add(RegisterBrokerRecord(
+            broker_id=cmd.broker_id, incarnation_id=cmd.incarnation_id,
+            endpoints=cmd.endpoints, rack=cmd.rack, fenced=True,
+        ))
+        if existing is not None:
+            # A new incarnation may have lost what the old one had not flushed (KIP-966):
+            # it leaves every ISR and leadership, as if fenced, until it catches up again.
+            self._remove_from_partitions(batch, cmd.broker_id)
+        self._sessions[cmd.broker_id] = now_ms
+        broker_id = cmd.broker_id
+
+        def resolve(base_offset: int) -> BrokerRegistrationResponse:
+            return BrokerRegistrationResponse(broker_id, BrokerEpoch(base_offset + index))
+
+        return BrokerRegistrationResponse(broker_id, BrokerEpoch(-1)), resolve
+
+    def _registered(self, batch: _Batch, broker_id: BrokerId,
+                    broker_epoch: BrokerEpoch) -> BrokerRegistration:
+        b = batch.delta.broker(broker_id)
+        if b is None:
+            raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
+        if b.broker_epoch != broker_epoch or broker_epoch < 0:
+            raise StaleBrokerEpochError(
+                f"broker {broker_id} epoch is {b.broker_epoch}, request says {broker_epoch}"
+            )
+        return b
+
+    def _heartbeat(self, batch: _Batch, cmd: BrokerHeartbeat, now_ms: int) -> tuple[
+            BrokerHeartbeatResponse, None]:
+        b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
+        self._sessions[b.broker_id] = now_ms
+        caught_up = cmd.current_metadata_offset >= b.broker_epoch
+        if cmd.want_shutdown:
+            if not b.fenced:
+                if not b.in_controlled_shutdown:
+                    batch.add(BrokerRegistrationChangeRecord(
+                        broker_id=b.broker_id, broker_epoch=b.broker_epoch,
+                        in_controlled_shutdown=True,
+                    ))
+                    # A clean shutdown never causes an unclean election.
+                    self._remove_from_partitions(batch, b.broker_id, unclean=False)
+                if not any(reg.leader == b.broker_id for _, _, _, reg in batch.partitions()):
+                    self._fence(batch, b)
+            b2 = batch.delta.broker(b.broker_id)
+            fenced = b2 is not None and b2.fenced
+            if fenced:
+                self._sessions.pop(b.broker_id, None)
+            return BrokerHeartbeatResponse(caught_up, fenced, fenced), None
+        if cmd.want_fence:
+            if not b.fenced:
+                self._fence(batch, b)
+            return BrokerHeartbeatResponse(caught_up, True, False), None
+        if b.fenced and caught_up and not b.in_controlled_shutdown:
+            batch.add(UnfenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
+            self._elect_offline_partitions(batch, b.broker_id)
+            return BrokerHeartbeatResponse(True, False, False), None
+        return BrokerHeartbeatResponse(caught_up, b.fenced, False), None
+
+    def _unregister_broker(self, batch: _Batch, cmd: UnregisterBroker, now_ms: int) -> tuple[
+            UnregisterBrokerResponse, None]:
+        b = batch.delta.broker(cmd.broker_id)
+        if b is None:
+            raise BrokerIdNotRegisteredError(f"broker {cmd.broker_id} is not registered")
+        batch.add(UnregisterBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
+        self._remove_from_partitions(batch, b.broker_id)
+        self._sessions.pop(b.broker_id, None)
+        return UnregisterBrokerResponse(b.broker_id), None
+
+    def _fence(self, batch: _Batch, b: BrokerRegistration) -> None:
+        batch.add(FenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
+        self._remove_from_partitions(batch, b.broker_id)
+
+    # -- partitions
+
+    def _unclean_allowed(self, batch: _Batch, topic: str) -> bool:
+        return batch.image.configs.topic_config(topic, "unclean.leader.election.enable") == "true"
+
+    def _remove_from_partitions(self, batch: _Batch, broker_id: BrokerId, *,
+                                unclean: bool = True) -> None:
+        """Take ``broker_id`` out of every ISR and leadership (it is fenced, shutting down,
+        unregistered, or a new incarnation)."""
+        for name, tid, p, reg in list(batch.partitions()):
+            if reg.leader == broker_id or broker_id in reg.isr:
+                rec = partition_change(
+                    tid, p, reg, batch.usable, remove=broker_id,
+                    unclean_allowed=unclean and self._unclean_allowed(batch, name),
+                )
+                if rec is not None:
+                    batch.add(rec)
+
+    def _elect_offline_partitions(self, batch: _Batch, broker_id: BrokerId | None, *,
+                                  topic: str | None = None, unclean: bool | None = None) -> None:
+        """Give a leader to leaderless partitions (with a replica on ``broker_id``, or of
+        ``topic``, or all); unclean per the topic's config unless ``unclean`` says."""
+        for name, tid, p, reg in list(batch.partitions()):
+            if (reg.leader == NO_LEADER and (broker_id is None or broker_id in reg.replicas)
+                    and (topic is None or topic == name)):
+                allowed = self._unclean_allowed(batch, name) if unclean is None else unclean
+                rec = partition_change(tid, p, reg, batch.usable, unclean_allowed=allowed)
+                if rec is not None:
+                    batch.add(rec)
+
+    def _alter_partition(self, batch: _Batch, cmd: AlterPartition, now_ms: int) -> tuple[
+            AlterPartitionResponse, None]:
+        self._registered(batch, cmd.broker_id, cmd.broker_epoch)
+        results = []
+        for ps in cmd.partitions:
+            try:
+                reg = self._check_alter_partition(batch, cmd.broker_id, ps)
+            except MetadataError as e:
+                results.append(AlterPartitionResult(ps.topic_id, ps.partition, error=e))
+                continue
+            new_isr = tuple(m.broker_id for m in ps.new_isr)
+            rec = PartitionChangeRecord(
+                topic_id=ps.topic_id, partition=ps.partition,
+                isr=None if new_isr == reg.isr else new_isr,
+                leader_recovery_state=(
+                    None if ps.leader_recovery_state == reg.leader_recovery_state
+                    else ps.leader_recovery_state
+                ),
+            )
+            if rec.isr is not None or rec.leader_recovery_state is not None:
+                batch.add(rec)
+            results.append(AlterPartitionResult(
+                ps.topic_id, ps.partition,
+                registration=batch.delta.partition(ps.topic_id, ps.partition),
+            ))
+        return AlterPartitionResponse(tuple(results)), None
+
+    def _check_alter_partition(self, batch: _Batch, broker_id: BrokerId,
+                               ps: PartitionStateChange) -> PartitionRegistration:
+        """The partition's registration if ``ps`` may apply; else the specific error
+        (the order of Kafka's ``ReplicationControlManager.validateAlterPartitionData``)."""
+        reg = batch.delta.partition(ps.topic_id, ps.partition)
+        if reg is None:
+            raise UnknownTopicOrPartitionError(f"no partition {ps.topic_id}-{ps.partition}")
+        if ps.leader_epoch > reg.leader_epoch or ps.partition_epoch > reg.partition_epoch:
+            # The leader has seen a newer state than we have: we are probably deposed.
+            raise NotControllerError("request carries epochs newer than this controller's")
+        if ps.leader_epoch < reg.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"leader epoch {ps.leader_epoch} is older than {reg.leader_epoch}"
+            )
+        if reg.leader != broker_id:
+            raise NotLeaderOrFollowerError(
+                f"broker {broker_id} is not the leader ({reg.leader}) of "
+                f"{ps.topic_id}-{ps.partition}"
+            )
+        if ps.partition_epoch < reg.partition_epoch:
+            raise InvalidUpdateVersionError(
+                f"partition epoch {ps.partition_epoch} is older than {reg.partition_epoch}"
+            )
+        new_isr = [m.broker_id for m in ps.new_isr]
+        if ps.leader_recovery_state not in (0, 1):
+            raise InvalidRequestError(f"bad leader recovery state {ps.leader_recovery_state}")
+        if (ps.leader_recovery_state == LeaderRecoveryState.RECOVERING
+                and reg.leader_recovery_state == LeaderRecoveryState.RECOVERED):
+            raise InvalidRequestError("a recovered partition cannot go back to RECOVERING")
+        if ps.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
+            raise InvalidRequestError("the ISR of a RECOVERING partition holds only its leader")
+        if not new_isr or len(set(new_isr)) != len(new_isr):
+            raise InvalidRequestError(f"the ISR must be non-empty and distinct: {new_isr}")
+        if not set(new_isr) <= set(reg.replicas):
+            raise InvalidRequestError(f"ISR {new_isr} is not within replicas {reg.replicas}")
+        if broker_id not in new_isr:
+            raise InvalidRequestError(f"the ISR {new_isr} must contain the leader {broker_id}")
+        for m in ps.new_isr:
+            b = batch.delta.broker(m.broker_id)
+            if b is None or not b.usable or (
+                    m.broker_epoch != -1 and m.broker_epoch != b.broker_epoch):
+                why = ("not registered" if b is None else "fenced" if b.fenced
+                       else "in controlled shutdown" if b.in_controlled_shutdown
+                       else f"of epoch {b.broker_epoch}, not {m.broker_epoch}")
+                raise IneligibleReplicaError(
+                    f"broker {m.broker_id} cannot join the ISR of "
+                    f"{ps.topic_id}-{ps.partition}: {why}"
+                )
+        return reg
+
+    def _elect_leaders(self, batch: _Batch, cmd: ElectLeaders, now_ms: int) -> tuple[
+            ElectLeadersResponse, None]:
+        if cmd.partitions is None:
+            targets = [(n, tid, p) for n, tid, p, _ in batch.partitions()]
+        else:
+            targets = []
+        results: list[ElectLeadersResult] = []
+        for name, p in cmd.partitions or ():
+            tid = batch.delta.topic_id(name)
+            if tid is None or batch.delta.partition(tid, p) is None:
+                results.append(ElectLeadersResult(name, p, UnknownTopicOrPartitionError(
+                    f"no partition {name}-{p}")))
+            else:
+                targets.append((name, tid, p))
+        for name, tid, p in targets:
+            reg = batch.delta.partition(tid, p)
+            assert reg is not None
+            if cmd.election is ElectionType.PREFERRED:
+                if reg.leader == reg.preferred_leader:
+                    err: MetadataError | None = ElectionNotNeededError("preferred leader leads")
+                    rec = None
+                else:
+                    rec = partition_change(tid, p, reg, batch.usable, preferred=True)
+                    err = None
+                    if rec is None or rec.leader != reg.preferred_leader:
+                        rec = None
+                        err = PreferredLeaderNotAvailableError(
+                            f"preferred leader {reg.preferred_leader} of {name}-{p} is not an "
+                            "ISR member that is alive"
+                        )
+            else:
+                if reg.leader != NO_LEADER:
+                    err, rec = ElectionNotNeededError("the partition has a leader"), None
+                else:
+                    rec = partition_change(tid, p, reg, batch.usable, unclean_allowed=True)
+                    err = None if rec is not None and rec.leader >= 0 else (
+                        EligibleLeadersNotAvailableError(f"no live replica of {name}-{p}"))
+                    if err is not None:
+                        rec = None
+            if rec is not None:
+                batch.add(rec)
+            if cmd.partitions is not None or rec is not None:
+                after = batch.delta.partition(tid, p)
+                assert after is not None
+                results.append(ElectLeadersResult(name, p, err, after.leader))
+        return ElectLeadersResponse(tuple(results)), None
+
+    def _allocate_producer_ids(self, batch: _Batch, cmd: AllocateProducerIds,
+                               now_ms: int) -> tuple[ProducerIdsBlock, None]:
+        b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
+        first = batch.delta.next_producer_id
+        size = self.config.producer_id_block_size
+        if first + size > 2**63 - 1:
+            raise MetadataError("producer ids are exhausted")
+        batch.add(ProducerIdsRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch,
+                                    next_producer_id=first + size))
+        return ProducerIdsBlock(b.broker_id, first, size), None
+
+    # ---------------------------------------------------------------- timers
+
+    def poll(self, now_ms: int) -> tuple[tuple[MetadataRecord, ...], int | None]:
+        """Records due at ``now_ms`` and the time of the next deadline (None: none).
+
+        Fences brokers whose session expired, moves leadership back to preferred leaders
+        every ``leader_imbalance_check_interval_ms`` (and elects leaders for offline
+        partitions that can now have one), and writes a ``NoOpRecord`` every
+        ``noop_interval_ms``. A standby returns nothing.
+        """
+        if self._epoch is None:
+            return (), None
+        batch = _Batch(self.latest_image)
+        timeout = self.config.session_timeout_ms
+        for broker_id, last in sorted(self._sessions.items()):
+            if now_ms >= last + timeout:
+                del self._sessions[broker_id]
+                b = batch.delta.broker(broker_id)
+                if b is not None and not b.fenced:
+                    self._fence(batch, b)
+        interval = self.config.leader_imbalance_check_interval_ms
+        if interval is not None and now_ms >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now_ms + interval
+            self._rebalance(batch)
+        if self.config.noop_interval_ms is not None and now_ms >= self._next_noop_ms:
+            self._next_noop_ms = now_ms + self.config.noop_interval_ms
+            if not batch.records:
+                batch.add(NoOpRecord())
+        deadlines = [last + timeout for b, last in self._sessions.items()
+                     if (reg := batch.delta.broker(b)) is not None and not reg.fenced]
+        if interval is not None:
+            deadlines.append(self._next_rebalance_ms)
+        if self.config.noop_interval_ms is not None:
+            deadlines.append(self._next_noop_ms)
+        return self._propose(batch), (min(deadlines) if deadlines else None)
+
+    def _rebalance(self, batch: _Batch) -> None:
+        for name, tid, p, reg in list(batch.partitions()):
+            if reg.leader == NO_LEADER:
+                rec = partition_change(tid, p, reg, batch.usable,
+                                       unclean_allowed=self._unclean_allowed(batch, name))
+            elif reg.leader != reg.preferred_leader:
+                rec = partition_change(tid, p, reg, batch.usable, preferred=True)
+            else:
+                rec = None
+            if rec is not None:
+                batch.add(rec)
+
+
+def partition_change(
+    topic_id: TopicId,
+    partition: int,
+    reg: PartitionRegistration,
+    usable: Callable[[BrokerId], bool],
+    *,
+    remove: BrokerId | None = None,
+    preferred: bool = False,
+    unclean_allowed: bool = False,
+) -> PartitionChangeRecord | None:
+    """The change that removes ``remove`` from the ISR and gives the partition the right
+    leader, or None if nothing changes (Kafka's ``PartitionChangeBuilder``).
+
+    * ISR: without ``remove``; but never empty: the last member stays, since it holds every
+      committed record and should lead again when it returns (pre-KIP-966 behaviour).
+    * Leader: the preferred replica if ``preferred`` and it is a live ISR member; else the
+      current leader if it is still a live ISR member; else the first live ISR member in
+      replica order (leader epoch +1); else, if ``unclean_allowed``, the first live replica,
+      which becomes the whole ISR, in ``RECOVERING`` state (KIP-704: data may be lost);
+      else none (-1).
+    """
+    isr = reg.isr
+    if remove is not None and remove in isr and len(isr) > 1:
+        isr = tuple(b for b in isr if b != remove)
+    recovery = reg.leader_recovery_state
+
+    def eligible(b: BrokerId) -> bool:
+        return b != remove and b in isr and usable(b)
+
+    leader = reg.leader
+    if preferred and eligible(reg.preferred_leader):
+        leader = reg.preferred_leader
+    elif leader == NO_LEADER or not eligible(leader):
+        candidates = [b for b in reg.replicas if eligible(b)]
+        if candidates:
+            leader = candidates[0]
+        else:
+            alive = [b for b in reg.replicas if b != remove and usable(b)]
+            if unclean_allowed and alive:
+                leader, isr = alive[0], (alive[0],)
+                recovery = LeaderRecoveryState.RECOVERING
+            else:
+                leader = NO_LEADER
+    rec_isr = None if isr == reg.isr else isr
+    rec_leader = NO_LEADER_CHANGE if leader == reg.leader else leader
+    rec_recovery = None if recovery == reg.leader_recovery_state else recovery
+    if rec_isr is None and rec_leader == NO_LEADER_CHANGE and rec_recovery is None:
+        return None
+    return PartitionChangeRecord(topic_id=topic_id, partition=partition, isr=rec_isr,
+                                 leader=rec_leader, leader_recovery_state=rec_recovery)
+
+
+_Handler = Callable[[QuorumController, _Batch, Any, int], tuple[Any, Any]]
+_COMMANDS: Mapping[type, _Handler] = {
+    CreateTopic: QuorumController._create_topic,
+    DeleteTopic: QuorumController._delete_topic,
+    CreatePartitions: QuorumController._create_partitions,
+    AlterConfigs: QuorumController._alter_configs,
+    RegisterBroker: QuorumController._register_broker,
+    BrokerHeartbeat: QuorumController._heartbeat,
+    UnregisterBroker: QuorumController._unregister_broker,
+    AlterPartition: QuorumController._alter_partition,
+    AllocateProducerIds: QuorumController._allocate_producer_ids,
+    ElectLeaders: QuorumController._elect_leaders,
+}

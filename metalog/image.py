@@ -207,7 +207,7 @@ class PartitionRegistration:
             isr=self.isr if r.isr is None else r.isr,
             leader=leader,
             leader_epoch=leader_epoch,
-            partition_epoch=PartitionEpoch(self.partition_epoch + 0),
+            partition_epoch=PartitionEpoch(self.partition_epoch + 1),
             leader_recovery_state=(
                 self.leader_recovery_state
                 if r.leader_recovery_state is None
