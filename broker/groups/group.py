@@ -266,12 +266,17 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Outcome(Generic[R]):
-    """What a call asks the shell to do; the order of the fields is the order to do it in."""
+    """What a call asks the shell to do: persist ``records``, then send the answers."""
 
     response: R | None
+    """The caller's answer; ``None`` when its join is parked (see ``parked``)."""
     records: tuple[GroupRecord, ...] = ()
     joins_completed: Mapping[tuple[str, str], JoinResponse] = field(default_factory=dict)
+    """Answers to joins parked earlier, by (group, member id)."""
     deadline_ms: int | None = None
+    parked: tuple[str, str] | None = None
+    """The caller's join is parked: its answer comes in a later ``joins_completed`` under
+    this key (a first join learns its new member id here)."""
 
 
 # ---------------------------------------------------------------- members and groups
@@ -318,6 +323,14 @@ class Member:
 class _Effects:
     records: list[GroupRecord] = field(default_factory=list)
     joins: dict[tuple[str, str], JoinResponse] = field(default_factory=dict)
+    parked: tuple[str, str] | None = None
+
+    def answer_or_park(self, key: tuple[str, str]) -> JoinResponse | None:
+        """The caller's join answer if the join phase just completed, else park it."""
+        response = self.joins.pop(key, None)
+        if response is None:
+            self.parked = key
+        return response
 
 
 class Group:
@@ -531,7 +544,7 @@ class Group:
                 self._maybe_complete_join(now_ms, fx)
             else:
                 self._prepare_rebalance(now_ms, fx)
-            return fx.joins.pop((self.group_id, member_id), None)
+            return fx.answer_or_park((self.group_id, member_id))
         m = self.members.get(req.member_id)
         if m is None:
             return JoinResponse(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
@@ -555,14 +568,14 @@ class Group:
         if self.state == GroupState.PREPARING_REBALANCE:
             m.awaiting_join = True
             self._maybe_complete_join(now_ms, fx)
-            return fx.joins.pop((self.group_id, m.member_id), None)
+            return fx.answer_or_park((self.group_id, m.member_id))
         if not changed:
             # Kafka: a member joining with the same metadata (it lost the response, say)
             # gets the current generation back, and no rebalance starts.
             return self._join_response(m.member_id)
         m.awaiting_join = True
         self._prepare_rebalance(now_ms, fx)
-        return fx.joins.pop((self.group_id, m.member_id), None)
+        return fx.answer_or_park((self.group_id, m.member_id))
 
     def sync(self, req: SyncRequest, now_ms: int, fx: _Effects) -> SyncResponse:
         m = self.members.get(req.member_id)
@@ -836,7 +849,7 @@ class GroupCoordinatorState:
                 self.groups.pop(group.group_id, None)
             else:
                 deadline = group.deadline_ms()
-        return Outcome(response, tuple(fx.records), dict(fx.joins), deadline)
+        return Outcome(response, tuple(fx.records), dict(fx.joins), deadline, fx.parked)
 
     # ------------------------------------------------------------ requests
 
