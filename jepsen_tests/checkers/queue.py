@@ -327,8 +327,10 @@ def _bucket(t_ns: int, windows: list[FaultWindow]) -> str:
     active = [w.label for w in windows if w.contains(t_ns)]
     if active:
         return "during " + " + ".join(sorted(set(active)))
-    ended = [w for w in windows if w.end_ns < t_ns]
-    if ended:
-        last = max(ended, key=lambda w: w.end_ns)
-        return f"after {last.label} (no fault active)"
-    return "before any fault"
+    # Not during a fault: name the next fault to start, the likeliest to have destroyed it
+    # (an acked write lost to a later kill of a node that had not synced it).
+    later = [w for w in windows if w.start_ns > t_ns]
+    if later:
+        nxt = min(later, key=lambda w: w.start_ns)
+        return f"no fault active; next: {nxt.label}"
+    return "no fault active; none after"

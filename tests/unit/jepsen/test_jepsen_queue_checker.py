@@ -220,6 +220,18 @@ def test_lost_writes_are_bucketed_by_fault_window() -> None:
     assert r["lost_by_node"] == {"n2": 1}
 
 
+def test_lost_write_acked_outside_faults_names_the_next_fault() -> None:
+    h = H()
+    h.send(0, "k", 1, offset=0, node="n3")
+    h.send(0, "k", 2, offset=1, node="n3")  # acked, not yet durable...
+    h.nemesis("start", "w1", "lose-unsynced", ["n3"])  # ...then lost here
+    h.nemesis("stop", "w1", "lose-unsynced", ["n3"])
+    h.send(0, "k", 3, offset=2, node="n3")
+    h.poll(1, {"k": [(0, 1), (2, 3)]}, final=True)
+    r = check(h.history())
+    assert r["lost_by_fault"] == {"no fault active; next: lose-unsynced(n3)": 1}
+
+
 def test_generated_correct_histories_pass() -> None:
     """A model of a correct log with concurrent producers, crashes and consumers."""
     for seed in range(20):

@@ -1,0 +1,86 @@
+"""Command line: run a test against a cluster, or re-check a saved run.
+
+    python -m jepsen_tests run --workload queue --nemesis kill,partition --time-limit 30 \\
+        --seed 7 [--cluster toy|longboat] [--nodes 3] [--out DIR (default var/jepsen/...)]
+    python -m jepsen_tests check DIR
+
+Exit status: 0 valid, 1 anomalies found (or the checker gave up: unknown), 2 could not run
+(brokers not built, fault injection unavailable, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jepsen_tests.cluster import BrokersNotBuiltError, Cluster, LongboatCluster
+from jepsen_tests.nemesis import GROUPS, FaultInjectionUnavailable
+from jepsen_tests.runner import RunConfig, recheck, run
+
+
+def _summary(results: dict[str, Any], out: Path) -> int:
+    r = results["result"]
+    print(f"valid: {r['valid']}")
+    for k, n in sorted(r.get("counts", {}).items()):
+        flag = " (invalidates)" if k in r.get("anomaly_types", []) else ""
+        print(f"  {k}: {n}{flag}")
+    if r.get("lost_by_fault"):
+        print(f"  lost by fault window: {r['lost_by_fault']}")
+    if r.get("lost_by_node"):
+        print(f"  lost by node: {r['lost_by_node']}")
+    print(f"report: {out / 'report.html'}")
+    return 0 if r["valid"] is True else 1
+
+
+def make_cluster(args: argparse.Namespace) -> Cluster:
+    if args.cluster == "toy":
+        from jepsen_tests.toy.cluster import ToyCluster
+
+        return ToyCluster(n_nodes=args.nodes, n_keys=args.keys, mode=args.toy_mode,
+                          sync_interval_ms=args.toy_sync_interval_ms)
+    return LongboatCluster([f"n{i + 1}" for i in range(args.nodes)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jepsen_tests", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a workload under faults, then check and report")
+    r.add_argument("--workload", default="queue", choices=["queue", "metadata"])
+    r.add_argument("--nemesis", default="",
+                   help=f"comma-separated: {', '.join(sorted(GROUPS))}")
+    r.add_argument("--time-limit", type=float, default=30.0, help="seconds of faults+load")
+    r.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
+    r.add_argument("--cluster", default="longboat", choices=["longboat", "toy"])
+    r.add_argument("--nodes", type=int, default=3)
+    r.add_argument("--keys", type=int, default=6, help="partitions the workload uses")
+    r.add_argument("--concurrency", type=int, default=4, help="client processes")
+    r.add_argument("--tracks", type=int, default=1, help="overlapping fault tracks")
+    r.add_argument("--netns", default="auto", choices=["auto", "on", "off"])
+    r.add_argument("--toy-mode", default="correct", choices=["correct", "ack-before-sync"])
+    r.add_argument("--toy-sync-interval-ms", type=float, default=1000)
+    r.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<ts>)")
+    c = sub.add_parser("check", help="re-check a saved run directory")
+    c.add_argument("dir", type=Path)
+    args = p.parse_args(argv)
+
+    try:
+        if args.cmd == "check":
+            return _summary(recheck(args.dir), args.dir)
+        seed = args.seed if args.seed is not None else int(time.time()) % 100_000
+        out = args.out or Path("var") / "jepsen" / time.strftime(f"%Y%m%dT%H%M%S-seed{seed}")
+        print(f"seed {seed}; run directory {out}", file=sys.stderr)
+        cfg = RunConfig(out_dir=out, workload=args.workload,
+                        nemeses=[n for n in args.nemesis.split(",") if n],
+                        time_limit_s=args.time_limit, seed=seed, concurrency=args.concurrency,
+                        netns=args.netns, tracks=args.tracks)
+        return _summary(run(make_cluster(args), cfg), out)
+    except (BrokersNotBuiltError, FaultInjectionUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""A fault schedule drawn from a seed: which fault, when, on which targets, for how long.
+
+`generate` is a pure function of its arguments: the same seed, kinds, nodes and limits give
+the same schedule, so a run is reproduced with ``--seed``. Faults run one after another on each
+of `tracks` independent tracks (two tracks give overlapping combinations, such as a partition
+during a kill, which is where NATS lost writes); each track draws from its own
+`random.Random(f"{seed}/{track}")`. Targets whose identity only exists at run time (``leader``)
+are left as specs and resolved by the runner when the fault starts.
+
+No fault starts in the first `warmup_s` or ends after ``time_limit_s``; the runner heals
+everything at the time limit anyway and then waits before the final reads.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jepsen_tests.nemesis import KINDS, Fault, select_targets
+from jepsen_tests.nemesis.net import majority_minority
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float
+    duration_s: float
+    fault: Fault
+    target_spec: str = ""
+    params_at_start: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"at_s": round(self.at_s, 3), "duration_s": round(self.duration_s, 3),
+                "spec": self.target_spec, **self.fault.describe()}
+
+
+def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) -> tuple[Fault, str]:
+    """One fault of `kind` with targets and parameters drawn from rng."""
+    if kind in ("kill", "pause", "lose-unsynced"):
+        spec = rng.choice(["one", "one", "minority", "majority", "leader"])
+        targets = () if spec == "leader" else select_targets(spec, nodes, rng)
+        return Fault(kind, targets, {}, fid), spec
+    if kind == "partition-majority":
+        maj, mino = majority_minority(nodes, rng)
+        return Fault(kind, tuple(mino), {"majority": maj, "minority": mino}, fid), "minority"
+    if kind == "partition-isolate":
+        spec = rng.choice(["one", "leader"])
+        targets = () if spec == "leader" else select_targets("one", nodes, rng)
+        return Fault(kind, targets, {}, fid), spec
+    if kind == "partition-ring":
+        order = list(nodes)
+        rng.shuffle(order)
+        return Fault(kind, tuple(order), {"order": order}, fid), "all"
+    if kind == "partition-cut":
+        node = rng.choice(list(nodes))
+        others = [n for n in nodes if n != node]
+        cut_from = sorted(rng.sample(others, max(1, len(others) // 2)))
+        return Fault(kind, (node,), {"node": node, "cut_from": cut_from}, fid), node
+    if kind in ("delay", "blackhole"):
+        spec = rng.choice(["one", "minority", "leader"])
+        targets = () if spec == "leader" else select_targets(spec, nodes, rng)
+        params = {"delay_ms": rng.choice([50, 100, 200, 500])} if kind == "delay" else {}
+        return Fault(kind, targets, params, fid), spec
+    if kind == "clock-bump":
+        spec = "one"
+        delta = rng.choice([-1, 1]) * rng.choice([1, 2, 5, 10])
+        return Fault(kind, select_targets(spec, nodes, rng), {"delta_s": delta}, fid), spec
+    raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(KINDS)}")
+
+
+def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s: float, *,
+             warmup_s: float = 1.0, duration_s: tuple[float, float] = (1.0, 4.0),
+             gap_s: tuple[float, float] = (0.5, 2.0), tracks: int = 1) -> list[Step]:
+    if not kinds:
+        return []
+    steps: list[Step] = []
+    for track in range(tracks):
+        rng = random.Random(f"{seed}/{track}")
+        t = warmup_s + rng.uniform(0, gap_s[1])
+        i = 0
+        while True:
+            d = rng.uniform(*duration_s)
+            if t + d > time_limit_s:
+                break
+            kind = rng.choice(list(kinds))
+            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}")
+            steps.append(Step(t, d, fault, spec))
+            t += d + rng.uniform(*gap_s)
+            i += 1
+    steps.sort(key=lambda s: (s.at_s, s.fault.id))
+    return steps

@@ -1,0 +1,290 @@
+"""One run: cluster up, clients and nemeses for the time limit, heal, final reads, check, report.
+
+The run lives in its own network namespace when the machine allows (root, ``ip``, ``nft``):
+the harness's main thread enters it (setns on that thread only) before the client event loop
+starts, and every node process is started through ``ip netns exec``. Partitions need it; with
+``--netns off`` or without root, partitions fall back to blackholed proxy links (said loudly).
+
+Everything started is undone in ``finally`` (and by `jepsen_tests.cleanup` on signals and at
+exit): faults healed, processes killed, proxies closed, the namespace deleted.
+
+Layout of a run directory::
+
+    history.jsonl   every op, streamed as recorded
+    schedule.json   the faults drawn from the seed
+    logs/<node>.log node stdout/stderr across restarts
+    data/<node>/    node data directories
+    results.json    config, checker result, warnings
+    report.html     plots and anomaly tables
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jepsen_tests import report
+from jepsen_tests.checkers import linear, queue
+from jepsen_tests.cluster import Cluster
+from jepsen_tests.history import History, Recorder
+from jepsen_tests.nemesis import GROUPS, KINDS, Composite, Fault, Nemesis
+from jepsen_tests.nemesis.clock import ClockNemesis
+from jepsen_tests.nemesis.net import (
+    NetNamespace,
+    NetNemesis,
+    client_address,
+    netns_unavailable_reason,
+)
+from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
+from jepsen_tests.nemesis.proxy import ProxyNemesis, ProxyNet, proxy_mesh
+from jepsen_tests.nemesis.schedule import Step, generate
+from jepsen_tests.workloads.queue import QueueWorker, final_reads, value_counter
+
+
+@dataclass
+class RunConfig:
+    out_dir: Path
+    workload: str = "queue"
+    nemeses: list[str] = field(default_factory=list)
+    time_limit_s: float = 10.0
+    seed: int = 0
+    concurrency: int = 4
+    netns: str = "auto"  # auto | on | off
+    recovery_s: float = 2.0
+    final_read_timeout_s: float = 15.0
+    tracks: int = 1
+    fault_duration_s: tuple[float, float] = (1.0, 3.0)
+    fault_gap_s: tuple[float, float] = (0.5, 1.5)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out_dir"] = str(self.out_dir)
+        return d
+
+
+def expand_kinds(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if n not in GROUPS:
+            raise ValueError(f"unknown nemesis {n!r}; known: {', '.join(sorted(GROUPS))}")
+        out.extend(k for k in GROUPS[n] if k not in out)
+    return out
+
+
+def warn(msg: str, warnings: list[str]) -> None:
+    warnings.append(msg)
+    print(f"\n!!! {msg} !!!\n", file=sys.stderr)
+
+
+def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
+    if cfg.workload != "queue":
+        raise ValueError(f"workload {cfg.workload!r} has no client yet: only 'queue' runs "
+                         "(the metadata checker is ready for when the Longboat client is)")
+    kinds = expand_kinds(cfg.nemeses)
+    cluster.preflight()
+    cats = {KINDS[k] for k in kinds}
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    warnings: list[str] = []
+    rec = Recorder(stream_to=out / "history.jsonl")
+    ns: NetNamespace | None = None
+    proxies: ProxyNet | None = None
+    nemesis: Nemesis | None = None
+    entered = False
+    started = time.time()
+    try:
+        # ---- namespace
+        reason = netns_unavailable_reason()
+        if cfg.netns == "on" or (cfg.netns == "auto" and reason is None):
+            ns = NetNamespace.create()  # raises FaultInjectionUnavailable with the reason
+        elif "net" in cats:
+            warn(f"no network namespace ({reason or 'netns off'}): partitions fall back to "
+                 "blackholed TCP proxy links between clients and nodes only", warnings)
+        wrap = ns.wrap if ns is not None else (lambda argv: list(argv))
+        if ns is not None:
+            ns.enter()
+            entered = True
+
+        # ---- cluster processes with the environment the nemeses need
+        names = cluster.node_names()
+        clock = ClockNemesis(names, out / "clock", rec) if "clock" in cats else None
+        if clock is not None and clock.unavailable:
+            warn(f"clock nemesis unavailable: {clock.unavailable}", warnings)
+
+        def env_for(node: str) -> dict[str, str]:
+            env: dict[str, str] = {}
+            if "lose-unsynced" in kinds:
+                env.update(LAZYFS_ENV)
+            if clock is not None:
+                env.update(clock.env_for(node))
+            return env
+
+        cluster.setup(out, env_for, wrap)
+        cluster.start()
+
+        # ---- clients and their routes (through proxies where a nemesis needs them)
+        clients = [f"c{i}" for i in range(cfg.concurrency)]
+        client_hosts = {c: client_address(i) for i, c in enumerate(clients)}
+        node_addr = {n.name: (n.host, n.port) for n in cluster.nodes}
+        use_proxy_partitions = "net" in cats and ns is None
+        routes: dict[tuple[str, str], tuple[str, int]] = {}
+        if "proxy" in cats or use_proxy_partitions:
+            proxies = ProxyNet()
+            routes = proxy_mesh(proxies, clients, node_addr, client_hosts)
+
+        def dial(client: str, node: str) -> tuple[str, int]:
+            return routes.get((client, node), node_addr[node])
+
+        parts: list[Nemesis] = [ProcessNemesis(cluster.processes, rec)]
+        if "net" in cats and ns is not None:
+            parts.append(NetNemesis(ns, {**{n.name: n.host for n in cluster.nodes},
+                                         **client_hosts}, names, rec))
+        if proxies is not None:
+            parts.append(ProxyNemesis(proxies, names + clients, rec,
+                                      partitions=use_proxy_partitions))
+        if clock is not None:
+            parts.append(clock)
+        nemesis = Composite(parts)
+
+        steps = generate(cfg.seed, kinds, names, cfg.time_limit_s,
+                         duration_s=cfg.fault_duration_s, gap_s=cfg.fault_gap_s,
+                         tracks=cfg.tracks)
+        steps = [_with_clients(s, clients) for s in steps]
+        (out / "schedule.json").write_text(json.dumps([s.describe() for s in steps], indent=1))
+
+        final = asyncio.run(_drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts,
+                                   dial))
+    finally:
+        if nemesis is not None:
+            try:
+                nemesis.heal_all()
+            except Exception as e:
+                print(f"heal failed: {e!r}", file=sys.stderr)
+        cluster.stop()
+        if proxies is not None:
+            proxies.close()
+        if entered and ns is not None:
+            ns.leave()
+        if ns is not None:
+            ns.destroy()
+        rec.close()
+
+    history = rec.history()
+    result = check_history(history, cfg.workload)
+    results = {
+        "config": cfg.to_json(),
+        "kinds": kinds,
+        "cluster": type(cluster).__name__,
+        "netns": ns.name if ns is not None else None,
+        "warnings": warnings,
+        "final_reads_complete": final,
+        "wall_time_s": round(time.time() - started, 3),
+        "ops": len(history),
+        "result": result,
+    }
+    write_results(out, results, history)
+    return results
+
+
+def _with_clients(step: Step, clients: list[str]) -> Step:
+    """Partitions also cut clients: they go with the majority, and an isolated node loses
+    them too, so the effect is visible even to a cluster whose nodes never talk."""
+    f = step.fault
+    params = dict(f.params)
+    if f.kind == "partition-majority":
+        params["majority"] = [*params["majority"], *clients]
+    elif f.kind == "partition-isolate":
+        params["among"] = None  # filled with nodes + clients when the target is known
+        params["clients"] = clients
+    else:
+        return step
+    return Step(step.at_s, step.duration_s, Fault(f.kind, f.targets, params, f.id),
+                step.target_spec)
+
+
+async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemesis,
+                 steps: list[Step], clients: list[str], client_hosts: dict[str, str],
+                 dial: Any) -> dict[str, bool]:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    deadline = t0 + cfg.time_limit_s
+    values = value_counter()
+    conns = [cluster.client(c, client_hosts[c], dial) for c in clients]
+    workers = [QueueWorker(i, len(clients), conns[i], cluster.keys, rec, values,
+                           random.Random(f"{cfg.seed}/client/{i}")) for i in range(len(clients))]
+    stops: list[asyncio.Task[None]] = []
+
+    async def stop_later(f: Fault, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        await asyncio.to_thread(nemesis.stop, f)
+
+    async def schedule() -> None:
+        for s in steps:
+            await asyncio.sleep(max(0.0, t0 + s.at_s - loop.time()))
+            f = _resolve(s, cluster)
+            await asyncio.to_thread(nemesis.start, f)
+            stops.append(asyncio.ensure_future(stop_later(f, t0 + s.at_s + s.duration_s)))
+
+    sched = asyncio.ensure_future(schedule())
+    try:
+        await asyncio.gather(*(w.run(deadline) for w in workers))
+        await sched
+        await asyncio.gather(*stops)
+    finally:
+        for t in [sched, *stops]:
+            t.cancel()
+        for c in conns:
+            await c.close()
+    await asyncio.to_thread(nemesis.heal_all)
+    await asyncio.sleep(cfg.recovery_s)
+    reader = cluster.client("final", client_address(150), lambda c, n: dial("", n))
+    try:
+        return await final_reads(reader, cluster.keys, rec, process=10_000,
+                                 timeout_s=cfg.final_read_timeout_s)
+    finally:
+        await reader.close()
+
+
+def _resolve(step: Step, cluster: Cluster) -> Fault:
+    f = step.fault
+    targets = f.targets
+    if step.target_spec == "leader":
+        leader = cluster.leader_of_something()
+        targets = (leader,) if leader is not None else ()
+    params = dict(f.params)
+    if f.kind == "partition-isolate" and "clients" in params:
+        params["among"] = [*cluster.node_names(), *params.pop("clients")]
+    return Fault(f.kind, targets, params, f.id)
+
+
+def check_history(history: History, workload: str) -> dict[str, Any]:
+    if workload == "queue":
+        return queue.check(history)
+    if workload == "metadata":
+        return linear.check_metadata(history)
+    raise ValueError(f"no checker for workload {workload!r}")
+
+
+def write_results(out: Path, results: dict[str, Any], history: History) -> None:
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    history.save(out / "history.jsonl")
+    (out / "report.html").write_text(report.render(results, history))
+
+
+def recheck(run_dir: Path) -> dict[str, Any]:
+    """Check a saved run again (after a checker change, or a history from elsewhere)."""
+    history = History.load(run_dir / "history.jsonl")
+    try:
+        results = json.loads((run_dir / "results.json").read_text())
+    except FileNotFoundError:
+        results = {"config": {"workload": "queue"}}
+    results["result"] = check_history(history, results["config"].get("workload", "queue"))
+    results["ops"] = len(history)
+    write_results(run_dir, results, history)
+    return results

@@ -1,0 +1,1 @@
+"""Client workloads: what the worker processes do against a cluster."""
