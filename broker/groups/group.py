@@ -415,8 +415,16 @@ class Group:
         )
         invariant(self.assignor in ASSIGNORS, "group %s has no assignor", self.group_id)
         assign = ASSIGNORS[self.assignor or ""]
+        # Stickiness follows what a member had (an eager member revoked it, but the sticky
+        # assignor gives it back where balance allows, as Kafka's does from its user data);
+        # safety follows what it still owns: nobody gets a partition somebody else owns.
         subs = [
-            MemberSubscription(m.member_id, m.topics, m.owned, self.generation - 1)
+            MemberSubscription(
+                m.member_id,
+                m.topics,
+                m.owned if m.protocol == RebalanceProtocol.COOPERATIVE else m.assignment,
+                self.generation - 1,
+            )
             for m in self.members.values()
         ]
         target = assign(subs, self._topics())
