@@ -991,7 +991,7 @@ class QuorumController:
                     # A clean shutdown never causes an unclean election.
                     self._remove_from_partitions(batch, b.broker_id, unclean=False)
                 if not any(reg.leader == b.broker_id for _, _, _, reg in batch.partitions()):
-                    self._fence(batch, b)
+                    self._fence(batch, b, unclean=False)
             b2 = batch.delta.broker(b.broker_id)
             fenced = b2 is not None and b2.fenced
             if fenced:
@@ -1017,9 +1017,9 @@ class QuorumController:
         self._sessions.pop(b.broker_id, None)
         return UnregisterBrokerResponse(b.broker_id), None
 
-    def _fence(self, batch: _Batch, b: BrokerRegistration) -> None:
+    def _fence(self, batch: _Batch, b: BrokerRegistration, *, unclean: bool = True) -> None:
         batch.add(FenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
-        self._remove_from_partitions(batch, b.broker_id)
+        self._remove_from_partitions(batch, b.broker_id, unclean=unclean)
 
     # -- partitions
 
