@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
-from pathlib import Path
 
 import crc32c
 import msgpack
 
+from raft.types import EMPTY_HARD_STATE, HardState, LogIndex, NodeId, Term
 from storage.errors import StorageError
+from storage.fileio import FileLayer, default_file_layer
 
 FILE_NAME = "quorum-state"
 MAGIC = b"LBQS"
@@ -42,20 +42,7 @@ class CorruptQuorumStateError(StorageError):
     """The quorum-state file exists but cannot be trusted."""
 
 
-@dataclass(frozen=True, slots=True)
-class HardState:
-    """What must survive a restart besides the log (etcd's ``HardState``).
-
-    ``vote`` is 0 for "voted for nobody in ``term``" (node ids start at 1).
-    Invariant: commit never decreases across saves of one node (checked by the node).
-    """
-
-    term: int = 0
-    vote: int = 0
-    commit: int = 0
-
-
-EMPTY = HardState()
+EMPTY = EMPTY_HARD_STATE
 
 
 def encode(state: HardState) -> bytes:
@@ -73,54 +60,59 @@ def decode(buf: bytes, *, path: str = FILE_NAME) -> HardState:
         raise CorruptQuorumStateError(f"{path}: bad magic {magic!r} or version {version}")
     payload = buf[_HEAD.size :]
     if len(payload) != length:
-        raise CorruptQuorumStateError(f"{path}: payload is {len(payload)} bytes, header says {length}")
+        raise CorruptQuorumStateError(
+            f"{path}: payload is {len(payload)} bytes, header says {length}"
+        )
     if crc32c.crc32c(payload) != crc:
         raise CorruptQuorumStateError(f"{path}: crc mismatch")
     try:
         d = msgpack.unpackb(payload, raw=False)
-        return HardState(term=int(d["term"]), vote=int(d["vote"]), commit=int(d["commit"]))
+        return HardState(
+            term=Term(int(d["term"])), vote=NodeId(int(d["vote"])),
+            commit=LogIndex(int(d["commit"])),
+        )
     except Exception as e:
         raise CorruptQuorumStateError(f"{path}: payload does not decode: {e}") from e
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class QuorumStateFile:
     """Loads and atomically saves the ``HardState`` of one node in ``directory``.
 
-    Blocking (file I/O and fsync): the node calls it from a worker thread.
+    Blocking (file I/O and fsync): the node calls it from a worker thread. All file access
+    goes through the storage ``FileLayer``, so the fault-injecting layer sees it too.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = True) -> None:
-        self.directory = Path(directory)
-        self.path = self.directory / FILE_NAME
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        file_layer: FileLayer | None = None,
+    ) -> None:
+        self.directory = str(directory)
+        self.path = os.path.join(self.directory, FILE_NAME)
         self.fsync = fsync
+        self.files = file_layer or default_file_layer()
         self.saves = 0
 
     def load(self) -> HardState:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        try:
-            buf = self.path.read_bytes()
-        except FileNotFoundError:
+        self.files.mkdir(self.directory)
+        if not self.files.exists(self.path):
             return EMPTY
-        return decode(buf, path=str(self.path))
+        return decode(self.files.read_file(self.path), path=self.path)
 
     def save(self, state: HardState) -> None:
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, encode(state))
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        data = encode(state)
         if self.fsync:
-            fsync_dir(self.directory)
+            self.files.write_file_atomic(self.path, data)  # tmp, fsync, rename, fsync dir
+        else:
+            tmp = self.path + ".tmp"
+            if self.files.exists(tmp):
+                self.files.unlink(tmp)
+            f = self.files.open(tmp)
+            try:
+                f.write(data)
+            finally:
+                f.close()
+            self.files.replace(tmp, self.path)
         self.saves += 1

@@ -191,7 +191,11 @@ class RaftTransport:
                     )
                     log.debug(
                         "raft %s -> %s: dropped %d message(s) (%s); backing off %.0f ms",
-                        self.node_id, peer_id, n, e, peer.backoff_s * 1000,
+                        self.node_id,
+                        peer_id,
+                        n,
+                        e,
+                        peer.backoff_s * 1000,
                     )
                     await asyncio.sleep(peer.backoff_s)
 

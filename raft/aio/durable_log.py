@@ -1,0 +1,387 @@
+"""The Raft log on disk: a ``storage.PartitionLog`` plus snapshot checkpoint files, mirrored
+in a ``MemoryStorage`` that the core reads through its port.
+
+Owns, in a node's data directory::
+
+    quorum-state                         term, vote, commit (raft.aio.quorum_state)
+    log/                                 a PartitionLog (segments, indexes, epoch cache),
+                                         the metadata log as a log like any other
+                                         (KRaft's __cluster_metadata-0)
+    snapshots/<index>-<term>.checkpoint  the latest snapshot(s), CRC-checked (KIP-630 names)
+
+Mapping of entries to batches:
+
+* Raft entry ``i`` is the record at offset ``i - 1`` (Raft indexes start at 1, log offsets
+  at 0, so the log stays dense from offset 0). The log start offset is therefore the
+  latest snapshot's index: the first entry kept after a snapshot at ``s`` is ``s + 1``.
+* Each run of entries of one term in a ``Ready`` is one batch whose base offset is its
+  first entry's offset and whose leader epoch is the term, so the term of every entry is
+  recovered from the batch header on restart (and the log's leader epoch cache is the
+  Raft term history). A record's key is one byte, the ``EntryKind``; its value the data.
+* A conflict (a follower's suffix replaced by the leader's) is ``truncate_to(i - 1)``.
+  ``PartitionLog`` cuts at batch boundaries, so when ``i`` falls inside a batch, the kept
+  part of that batch (``i`` down to its base) is appended again from the mirror before the
+  flush. Between that cut and the re-append a crash would lose those kept entries from
+  this node (they are intact on the leader); see docs/raft-node.md.
+
+Snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)::
+
+    off  size  field
+      0     4  magic    b"LBSN"
+      4     1  version  1
+      5     4  crc      CRC-32C of the payload
+      9     4  length   payload bytes
+     13     *  payload  msgpack [index, term, [voters], [observers], data]
+
+Durability order inside ``persist`` (one call per Ready, in a worker thread): snapshot file,
+log truncation/append, one ``flush()`` (fsync) of the log, then the quorum-state file when
+term or vote changed. The node sends the Ready's messages only after ``persist`` returns.
+
+Threads: ``persist``, ``save_snapshot`` and ``open`` block (file I/O and fsync) and run in a
+worker thread; ``mirror_*`` and the port methods run on the node's task. The node never
+runs two of the blocking calls at once.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import crc32c
+import msgpack
+
+from raft.aio.quorum_state import QuorumStateFile
+from raft.storage_port import MemoryStorage
+from raft.types import (
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    LogIndex,
+    NodeId,
+    Snapshot,
+    SnapshotMetadata,
+    Term,
+)
+from storage.batch import decode_records, encode_batch, iter_batches
+from storage.config import LogConfig
+from storage.errors import StorageError
+from storage.fileio import FileLayer, default_file_layer
+from storage.invariant import invariant
+from storage.log import PartitionLog
+
+SNAPSHOT_DIR = "snapshots"
+LOG_DIR = "log"
+SNAPSHOT_SUFFIX = ".checkpoint"
+SNAPSHOT_MAGIC = b"LBSN"
+SNAPSHOT_VERSION = 1
+_SNAP_HEAD = struct.Struct(">4sBII")
+_KIND_KEYS = {k: bytes([int(k)]) for k in EntryKind}
+READ_CHUNK_BYTES = 4 << 20
+COMMIT_SAVE_INTERVAL_S = 1.0
+
+
+class CorruptSnapshotError(StorageError):
+    """A snapshot checkpoint file failed its magic, length or CRC."""
+
+
+def encode_snapshot(snap: Snapshot) -> bytes:
+    m = snap.metadata
+    payload = msgpack.packb(
+        [m.index, m.term, sorted(m.conf_state.voters), sorted(m.conf_state.observers), snap.data],
+        use_bin_type=True,
+    )
+    head = _SNAP_HEAD.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, crc32c.crc32c(payload), len(payload))
+    return head + payload
+
+
+def decode_snapshot(buf: bytes, *, path: str = "snapshot") -> Snapshot:
+    if len(buf) < _SNAP_HEAD.size:
+        raise CorruptSnapshotError(f"{path}: shorter than its header")
+    magic, version, crc, length = _SNAP_HEAD.unpack_from(buf)
+    payload = buf[_SNAP_HEAD.size :]
+    if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"{path}: bad magic {magic!r} or version {version}")
+    if len(payload) != length or crc32c.crc32c(payload) != crc:
+        raise CorruptSnapshotError(f"{path}: length or crc mismatch")
+    try:
+        index, term, voters, observers, data = msgpack.unpackb(payload, raw=False)
+        cs = ConfState(
+            frozenset(NodeId(v) for v in voters), frozenset(NodeId(o) for o in observers)
+        )
+        return Snapshot(SnapshotMetadata(LogIndex(index), Term(term), cs), bytes(data))
+    except Exception as e:
+        raise CorruptSnapshotError(f"{path}: payload does not decode: {e}") from e
+
+
+def snapshot_file_name(index: int, term: int) -> str:
+    return f"{index:020d}-{term:010d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> tuple[int, int] | None:
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
+    parts = stem.split("-")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def encode_entries(entries: Sequence[Entry], now_ms: int) -> list[bytes]:
+    """One batch per run of entries of one term (base offset = index - 1, epoch = term)."""
+    out: list[bytes] = []
+    i = 0
+    n = len(entries)
+    while i < n:
+        term = entries[i].term
+        j = i + 1
+        while j < n and entries[j].term == term:
+            j += 1
+        run = entries[i:j]
+        out.append(
+            encode_batch(
+                [(_KIND_KEYS[e.kind], e.data, now_ms, ()) for e in run],
+                base_offset=run[0].index - 1,
+                leader_epoch=term,
+            )
+        )
+        i = j
+    return out
+
+
+def decode_entries(batches: bytes) -> list[Entry]:
+    out: list[Entry] = []
+    mv = memoryview(batches)
+    for pos, h in iter_batches(mv, verify=False):  # PartitionLog checked CRCs on append/open
+        term = Term(h.leader_epoch)
+        for r in decode_records(mv[pos : pos + h.size], verify=False):
+            kind = EntryKind(r.key[0]) if r.key else EntryKind.NORMAL
+            out.append(Entry(LogIndex(r.offset + 1), term, kind, r.value or b""))
+    return out
+
+
+@dataclass
+class PersistStats:
+    persists: int = 0
+    fsyncs: int = 0
+    entries: int = 0
+    rewrites: int = 0
+
+
+class DurableLog:
+    """Log + snapshot + quorum state of one node; ``memory`` is the core's storage port."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        file_layer: FileLayer | None = None,
+        log_config: LogConfig | None = None,
+    ) -> None:
+        self.data_dir = str(data_dir)
+        self.fsync = fsync
+        self.files = file_layer or default_file_layer()
+        self.log_config = log_config or LogConfig(segment_bytes=64 << 20)
+        self.quorum_state = QuorumStateFile(self.data_dir, fsync=fsync, file_layer=self.files)
+        self.snapshot_dir = os.path.join(self.data_dir, SNAPSHOT_DIR)
+        self.memory = MemoryStorage()
+        self.plog: PartitionLog | None = None
+        self.stats = PersistStats()
+        self._saved_hard_state = HardState()
+        self._saved_at = 0.0
+
+    # ------------------------------------------------------------------ open / close
+
+    def open(self, bootstrap: ConfState) -> None:
+        """Load snapshot, log and hard state; a fresh directory starts with ``bootstrap``.
+
+        Blocking. ``bootstrap`` is the initial configuration of a new cluster (all voters),
+        or ``ConfState()`` for a node that joins an existing one and learns it from the
+        leader. It is used only when there is no snapshot and no log yet.
+        """
+        self.files.mkdir(self.data_dir)
+        self.files.mkdir(self.snapshot_dir)
+        hs = self.quorum_state.load()
+        snap = self._load_latest_snapshot()
+        plog = PartitionLog.open(
+            os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files
+        )
+        self.plog = plog
+        entries: list[Entry] = []
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            res = plog.read(offset, READ_CHUNK_BYTES)
+            if not res.data:
+                break
+            chunk = decode_entries(res.data)
+            entries.extend(e for e in chunk if e.index > offset)  # skip below the log start
+            offset = chunk[-1].index if chunk else plog.log_end_offset
+        fresh = snap is None and not entries and hs.term == 0
+        mem = MemoryStorage(bootstrap if fresh else ConfState())
+        if snap is not None:
+            mem.apply_snapshot(snap)
+            # The log continues the snapshot only if it starts right after it or holds the
+            # snapshot's own last entry; otherwise it is an older history (a crash between
+            # writing the snapshot file and resetting the log): drop it.
+            if entries:
+                at_snap = next((e for e in entries if e.index == snap.index), None)
+                continues = entries[0].index == snap.index + 1 or (
+                    at_snap is not None and at_snap.term == snap.term
+                )
+                if not continues:
+                    plog.truncate_fully_and_start_at(snap.index)
+                    entries = []
+            entries = [e for e in entries if e.index > snap.index]
+        if entries:
+            invariant(
+                entries[0].index == mem.last_index() + 1,
+                "log starts at index %d, expected %d",
+                entries[0].index,
+                mem.last_index() + 1,
+            )
+            mem.append(entries)
+        # commit on disk may be ahead of what the log kept (a lost unsynced tail cannot be
+        # committed: commit only counts fsynced entries) but never ahead of last index.
+        commit = LogIndex(min(hs.commit, mem.last_index()))
+        hs = HardState(hs.term, hs.vote, commit)
+        mem.set_hard_state(hs)
+        self._saved_hard_state = hs
+        self.memory = mem
+
+    def close(self) -> None:
+        if self.plog is not None:
+            self.plog.close()
+            self.plog = None
+
+    # ------------------------------------------------------------------ persist (blocking)
+
+    def persist(
+        self,
+        hard_state: HardState | None,
+        entries: Sequence[Entry],
+        snapshot: Snapshot | None,
+        must_sync: bool,
+    ) -> None:
+        """Make one Ready's state durable: snapshot, entries, one fsync, hard state."""
+        plog = self.plog
+        invariant(plog is not None, "persist on a closed log")
+        assert plog is not None
+        if snapshot is not None:
+            self._write_snapshot_file(snapshot)
+            plog.truncate_fully_and_start_at(snapshot.index)
+        if entries:
+            first = entries[0].index
+            offset = first - 1
+            if offset < plog.log_end_offset:
+                plog.truncate_to(offset)
+                if plog.log_end_offset < offset:
+                    # The cut fell inside a batch: re-append its kept entries (from the mirror,
+                    # which still holds them: it is updated only after persist).
+                    kept = self.memory.entries(
+                        LogIndex(plog.log_end_offset + 1), LogIndex(first), None
+                    )
+                    self._append(plog, kept)
+                    self.stats.rewrites += 1
+            self._append(plog, entries)
+            self.stats.entries += len(entries)
+        if self.fsync and (entries or snapshot is not None):
+            plog.flush()
+            self.stats.fsyncs += 1
+        if hard_state is not None:
+            prev = self._saved_hard_state
+            # Term and vote must be durable before any message goes out (Raft §5.1, §5.2);
+            # commit alone may lag on disk (it is recovered from the quorum), so it is saved
+            # with them or at most once every COMMIT_SAVE_INTERVAL_S.
+            now = time.monotonic()
+            if (
+                hard_state.term != prev.term
+                or hard_state.vote != prev.vote
+                or (hard_state.commit != prev.commit
+                    and now - self._saved_at >= COMMIT_SAVE_INTERVAL_S)
+            ):
+                self.quorum_state.save(hard_state)
+                self._saved_hard_state = hard_state
+                self._saved_at = now
+                if self.fsync:
+                    self.stats.fsyncs += 1
+        self.stats.persists += 1
+
+    def _append(self, plog: PartitionLog, entries: Sequence[Entry]) -> None:
+        if not entries:
+            return
+        now_ms = int(time.time() * 1000)
+        batches = encode_entries(entries, now_ms)
+        plog.append_as_follower(batches[0] if len(batches) == 1 else b"".join(batches))
+
+    def _write_snapshot_file(self, snap: Snapshot) -> None:
+        name = snapshot_file_name(snap.index, snap.term)
+        path = os.path.join(self.snapshot_dir, name)
+        if self.fsync:
+            self.files.write_file_atomic(path, encode_snapshot(snap))
+        else:
+            tmp = path + ".tmp"
+            f = self.files.open(tmp)
+            try:
+                f.write(encode_snapshot(snap))
+            finally:
+                f.close()
+            self.files.replace(tmp, path)
+        # Keep the newest two: the new one, and its predecessor in case the new one is
+        # found corrupt on open.
+        named = sorted(
+            (p, n) for n in self.files.listdir(self.snapshot_dir)
+            if (p := parse_snapshot_file_name(n)) is not None
+        )
+        for _, n in named[:-2]:
+            self.files.unlink(os.path.join(self.snapshot_dir, n))
+
+    def _load_latest_snapshot(self) -> Snapshot | None:
+        named = sorted(
+            ((p, n) for n in self.files.listdir(self.snapshot_dir)
+             if (p := parse_snapshot_file_name(n)) is not None),
+            reverse=True,
+        )
+        for (index, term), n in named:
+            path = os.path.join(self.snapshot_dir, n)
+            try:
+                snap = decode_snapshot(self.files.read_file(path), path=path)
+            except CorruptSnapshotError:
+                continue  # fall back to the previous one; the log still covers it
+            if snap.index == index and snap.term == term:
+                return snap
+        return None
+
+    def save_snapshot(self, snap: Snapshot) -> None:
+        """The application's own snapshot at ``snap.index``: write it, move the log start.
+
+        Blocking. The mirror is compacted by the caller (``mirror_compact``) afterwards.
+        """
+        plog = self.plog
+        assert plog is not None
+        self._write_snapshot_file(snap)
+        # Entry snap.index + 1 is at offset snap.index: everything below is covered.
+        plog.delete_records_before(min(snap.index, plog.log_end_offset))
+
+    # ------------------------------------------------------------------ mirror (node task)
+
+    def mirror_ready(
+        self, hard_state: HardState | None, entries: Sequence[Entry], snapshot: Snapshot | None
+    ) -> None:
+        """After ``persist``: let the core read back what is now durable."""
+        if snapshot is not None:
+            self.memory.apply_snapshot(snapshot)
+        if entries:
+            self.memory.append(list(entries))
+        if hard_state is not None:
+            self.memory.set_hard_state(hard_state)
+
+    def log_start_offset(self) -> int:
+        return self.plog.log_start_offset if self.plog is not None else 0
+
+    def log_end_offset(self) -> int:
+        return self.plog.log_end_offset if self.plog is not None else 0

@@ -1,0 +1,117 @@
+"""An in-process cluster of RaftNodes on 127.0.0.1 ports, each with its own aiohttp server
+and data directory: what the integration tests drive."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from raft.aio.node import RaftNode, RaftNodeConfig
+from raft.types import Entry, EntryKind, Role
+
+TICK_MS = 20
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    def __init__(
+        self,
+        root: Path,
+        voters: list[int],
+        observers: list[int] = (),  # type: ignore[assignment]
+        extra: list[int] = (),  # type: ignore[assignment]
+        **node_kw: object,
+    ) -> None:
+        ids = [*voters, *observers, *extra]
+        self.root = root
+        self.urls = {i: f"http://127.0.0.1:{p}" for i, p in zip(ids, free_ports(len(ids)), strict=True)}
+        self.voters = voters
+        self.observers = list(observers)
+        self.extra = list(extra)
+        self.node_kw = node_kw
+        self.nodes: dict[int, RaftNode] = {}
+        self.runners: dict[int, web.AppRunner] = {}
+        self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
+
+    def config(self, i: int, **kw: object) -> RaftNodeConfig:
+        args: dict[str, object] = dict(
+            node_id=i,
+            data_dir=str(self.root / f"node-{i}"),
+            voters={v: self.urls[v] for v in self.voters},
+            observers={o: self.urls[o] for o in self.observers},
+            peers={e: self.urls[e] for e in self.extra},
+            tick_ms=TICK_MS,
+            seed=i,
+        )
+        args.update(self.node_kw)
+        args.update(kw)
+        return RaftNodeConfig(**args)  # type: ignore[arg-type]
+
+    async def start(self, i: int, **kw: object) -> RaftNode:
+        self.applied[i] = []  # a restarted node replays from its snapshot (none here) on
+        node = RaftNode(self.config(i, **kw), on_commit=self.applied[i].extend)
+        app = web.Application()
+        node.add_routes(app)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = int(self.urls[i].rsplit(":", 1)[1])
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await node.start()
+        self.nodes[i] = node
+        self.runners[i] = runner
+        return node
+
+    async def start_all(self) -> None:
+        for i in [*self.voters, *self.observers]:
+            await self.start(i)
+
+    async def stop(self, i: int) -> None:
+        node = self.nodes.pop(i)
+        runner = self.runners.pop(i)
+        await runner.cleanup()
+        await node.stop()
+
+    async def stop_all(self) -> None:
+        for i in list(self.nodes):
+            await self.stop(i)
+
+    async def leader(self, timeout_s: float = 10.0, exclude: int | None = None) -> RaftNode:
+        """The one node that is leader (of the highest term), once every running node agrees."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leaders = [n for i, n in self.nodes.items() if n.role is Role.LEADER and i != exclude]
+            if len(leaders) == 1:
+                lead = leaders[0]
+                if all(n.leader_id == lead.id for n in self.nodes.values()):
+                    return lead
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no single leader within {timeout_s} s: "
+                             f"{[(i, n.role, n.leader_id) for i, n in self.nodes.items()]}")
+
+    async def wait_for(self, cond: Callable[[], bool], timeout_s: float = 10.0,
+                       what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.01)
+
+    def data(self, i: int) -> list[bytes]:
+        """Applied NORMAL entries with data (the leaders' no-ops left out)."""
+        return [e.data for e in self.applied[i] if e.kind is EntryKind.NORMAL and e.data]
