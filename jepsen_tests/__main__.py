@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BrokersNotBuiltError, FaultInjectionUnavailable, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: faults healed, processes and namespace removed", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -113,6 +113,8 @@ class NetNamespace:
             os.close(fd)
 
     def leave(self) -> None:
+        if not self._saved:
+            return  # already out (cleanup got here first)
         libc = ctypes.CDLL(None, use_errno=True)
         fd = self._saved.pop()
         try:
@@ -131,10 +133,15 @@ class NetNamespace:
 
     def destroy(self) -> None:
         """Kill whatever still runs inside, then delete the namespace."""
+        while self._saved:  # a thread of ours is inside (cleanup on a signal): come out
+            with contextlib.suppress(OSError):
+                self.leave()
         if not os.path.exists(f"/run/netns/{self.name}"):
             return
         with contextlib.suppress(Exception):
             for pid in self.pids():
+                if pid == os.getpid():
+                    continue  # a thread of this process is inside; never kill ourselves
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=20)

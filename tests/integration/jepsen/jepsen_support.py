@@ -1,0 +1,81 @@
+"""Shared helpers for the fault-injection integration tests.
+
+Tests that need root, ``ip`` and ``nft`` (or libfaketime) call `require_netns()` /
+`require_faketime()`, which fail the test with the reason: a missing capability must show up
+red, never as a quiet skip. ``scripts/setup-jepsen.sh`` installs the tools.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jepsen_tests.nemesis.clock import faketime_unavailable_reason
+from jepsen_tests.nemesis.net import netns_unavailable_reason
+
+# A line-echo server: python ECHO HOST PORT
+ECHO = """
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64)
+print("listening", flush=True)
+def serve(c):
+    with c:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                return
+            c.sendall(d)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def require_netns() -> None:
+    reason = netns_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"cannot test network faults on this machine: {reason}")
+
+
+def require_faketime() -> None:
+    reason = faketime_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"cannot test clock faults on this machine: {reason}")
+
+
+def echo_argv(host: str, port: int) -> list[str]:
+    return [sys.executable, "-c", ECHO, host, str(port)]
+
+
+def wait_listening(proc: subprocess.Popen[bytes] | None = None, host: str = "127.0.0.1",
+                   port: int = 0, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listening on {host}:{port} after {timeout_s}s")
+
+
+def round_trip(src: str, dst: tuple[str, int], timeout_s: float = 0.5) -> str:
+    """'ok', 'timeout' or 'refused': one connect + echo from address src to dst."""
+    s = socket.socket()
+    s.settimeout(timeout_s)
+    try:
+        s.bind((src, 0))
+        s.connect(dst)
+        s.sendall(b"ping\n")
+        return "ok" if s.recv(16) == b"ping\n" else "bad"
+    except TimeoutError:
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    finally:
+        s.close()
