@@ -168,7 +168,10 @@ def check(history: History) -> dict[str, Any]:
                 value_offsets[(k, val)].add(off)
             if len(vals) > 1:
                 add("inconsistent-offsets", {"key": k, "offset": off,
-                                             "values": {str(v): ops for v, ops in vals.items()}})
+                                             "values": {str(v): ops[:5] for v, ops
+                                                        in vals.items()},
+                                             "observations": {str(v): len(ops) for v, ops
+                                                              in vals.items()}})
     for (k, val), offs in sorted(value_offsets.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if len(offs) > 1:
             add("duplicate", {"key": k, "value": val, "offsets": sorted(offs)})
@@ -298,7 +301,7 @@ def check(history: History) -> dict[str, Any]:
     lost_by_fault: Counter[str] = Counter()
     lost_by_node: Counter[str] = Counter()
     for s in lost_definite.values():
-        lost_by_fault[_bucket(s.ack_ns, windows)] += 1
+        lost_by_fault[_bucket(s.ack_ns, windows, s.pair.node)] += 1
         lost_by_node[s.pair.node or "unknown"] += 1
 
     allowed_here = set(ALWAYS_ALLOWED) | {k for k in counts if k.startswith("allowed-")}
@@ -323,13 +326,16 @@ def check(history: History) -> dict[str, Any]:
     }
 
 
-def _bucket(t_ns: int, windows: list[FaultWindow]) -> str:
+def _bucket(t_ns: int, windows: list[FaultWindow], node: str | None) -> str:
     active = [w.label for w in windows if w.contains(t_ns)]
     if active:
         return "during " + " + ".join(sorted(set(active)))
     # Not during a fault: name the next fault to start, the likeliest to have destroyed it
-    # (an acked write lost to a later kill of a node that had not synced it).
+    # (an acked write lost to a later kill of a node that had not synced it), preferring the
+    # next one that hit the node that acknowledged the write.
     later = [w for w in windows if w.start_ns > t_ns]
+    on_node = [w for w in later if node is not None and node in w.targets]
+    later = on_node or later
     if later:
         nxt = min(later, key=lambda w: w.start_ns)
         return f"no fault active; next: {nxt.label}"

@@ -224,6 +224,8 @@ def test_lost_write_acked_outside_faults_names_the_next_fault() -> None:
     h = H()
     h.send(0, "k", 1, offset=0, node="n3")
     h.send(0, "k", 2, offset=1, node="n3")  # acked, not yet durable...
+    h.nemesis("start", "w0", "pause", ["n1"])  # the next fault, but not on n3
+    h.nemesis("stop", "w0", "pause", ["n1"])
     h.nemesis("start", "w1", "lose-unsynced", ["n3"])  # ...then lost here
     h.nemesis("stop", "w1", "lose-unsynced", ["n3"])
     h.send(0, "k", 3, offset=2, node="n3")
