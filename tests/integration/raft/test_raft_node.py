@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from raft_harness import Cluster
+from raft_node_harness import Cluster
 
 from raft.aio.node import NotLeaderError
 from raft.messages import RequestVote, RequestVoteResponse
