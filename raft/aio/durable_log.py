@@ -7,7 +7,9 @@ Owns, in a node's data directory::
     log/                                 a PartitionLog (segments, indexes, epoch cache),
                                          the metadata log as a log like any other
                                          (KRaft's __cluster_metadata-0)
-    snapshots/<index>-<term>.checkpoint  the latest snapshot(s), CRC-checked (KIP-630 names)
+    snapshots/<index>-<term>.checkpoint  the latest snapshot(s), CRC-checked (KIP-630 names);
+                                         a bootstrapped node starts with an empty one at
+                                         index 0 holding the initial configuration
 
 Mapping of entries to batches:
 
@@ -222,8 +224,16 @@ class DurableLog:
             entries.extend(e for e in chunk if e.index > offset)  # skip below the log start
             offset = chunk[-1].index if chunk else plog.log_end_offset
         fresh = snap is None and not entries and hs.term == 0
-        mem = MemoryStorage(bootstrap if fresh else ConfState())
-        if snap is not None:
+        if fresh and bootstrap.members():
+            # The initial configuration is durable from the start, as an empty snapshot at
+            # index 0, so that a restart does not depend on the command line to know it.
+            snap = Snapshot(SnapshotMetadata(conf_state=bootstrap))
+            self._write_snapshot_file(snap)
+        if snap is not None and snap.index == 0:
+            mem = MemoryStorage(snap.metadata.conf_state)
+        else:
+            mem = MemoryStorage()
+        if snap is not None and snap.index > 0:
             mem.apply_snapshot(snap)
             # The log continues the snapshot only if it starts right after it or holds the
             # snapshot's own last entry; otherwise it is an older history (a crash between

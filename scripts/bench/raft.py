@@ -138,7 +138,9 @@ def longboat_cluster(workdir: Path) -> Cluster:
     http_ports = free_ports(3)
     argv = {
         i: [
-            sys.executable, str(HERE / "raft_server.py"), str(i),
+            # -P: do not put scripts/bench first on sys.path, where this file (raft.py)
+            # would shadow the raft package.
+            sys.executable, "-P", str(HERE / "raft_server.py"), str(i),
             ",".join(map(str, http_ports)), str(workdir / f"node-{i}"),
         ]
         for i in (1, 2, 3)
@@ -256,6 +258,12 @@ async def measure_failover(cluster: Cluster, kills: int) -> list[float]:
                 else:
                     await asyncio.sleep(0.01)
             if committed_at is None:
+                for node in list(cluster.procs):
+                    try:
+                        async with session.get(cluster.url(node) + "/status") as r:
+                            progress(f"node {node} status: {await r.text()}")
+                    except aiohttp.ClientError as e:
+                        progress(f"node {node} status: {e!r}")
                 raise RuntimeError("no new leader committed within 30 s of the kill")
             ms = (committed_at - t0) * 1000
             progress(f"failover {k + 1}/{kills}: killed node {victim}, {ms:.0f} ms")
@@ -304,6 +312,7 @@ def main() -> int:
     ap.add_argument("--only", choices=["longboat", "pysyncobj"])
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--per-request", type=int, default=256)
+    ap.add_argument("--workdir", help="keep data and server logs here (default: a temp dir)")
     args = ap.parse_args()
     runs = 1 if args.quick else 3
     duration_s = 4.0 if args.quick else 10.0
@@ -315,7 +324,8 @@ def main() -> int:
     lb_res: list[LoadResult] = []
     failovers: list[float] = []
     with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
-        workdir = Path(tmp)
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         if args.only in (None, "pysyncobj"):
             ensure_pysyncobj()
             cl = pysyncobj_cluster(workdir)

@@ -10,13 +10,15 @@ route and the client endpoints shared with ``pysyncobj_server.py``:
   when this node is not the leader.
 * ``GET /status``: JSON of ``RaftNode.status()`` plus ``"leader": bool``.
 
-Usage: raft_server.py ID HTTP_PORTS DATA_DIR [TICK_MS]   (HTTP_PORTS comma-separated; node
+Usage: python -P raft_server.py ID HTTP_PORTS DATA_DIR [TICK_MS]
+(``-P``: without it scripts/bench/raft.py, the benchmark, shadows the ``raft`` package.)   (HTTP_PORTS comma-separated; node
 i listens on the i-th)
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 
@@ -25,6 +27,7 @@ import uvloop
 from aiohttp import web
 
 from raft.aio.node import NotLeaderError, RaftNode, RaftNodeConfig
+from raft.types import Entry
 
 
 class Counter:
@@ -32,10 +35,10 @@ class Counter:
         self.count = 0
         self.bytes = 0
 
-    def apply(self, entries: list[tuple[int, int, bytes]]) -> None:
-        for _index, _term, data in entries:
+    def apply(self, entries: list[Entry]) -> None:
+        for e in entries:
             self.count += 1
-            self.bytes += len(data)
+            self.bytes += len(e.data)
 
 
 async def serve(node_id: int, http_ports: list[int], data_dir: str, tick_ms: int) -> None:
@@ -60,7 +63,8 @@ async def serve(node_id: int, http_ports: list[int], data_dir: str, tick_ms: int
     async def status(_request: web.Request) -> web.Response:
         st = node.status()
         return web.json_response(dict(st.to_json(), leader=st.role == "leader",
-                                      applied_count=sm.count))
+                                      applied_count=sm.count,
+                                      task=repr(node._task), transport=node.transport.stats()))
 
     app.router.add_post("/propose", propose)
     app.router.add_get("/status", status)
@@ -81,6 +85,7 @@ def main() -> None:
     node_id = int(sys.argv[1])
     http_ports = [int(p) for p in sys.argv[2].split(",")]
     tick_ms = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     uvloop.run(serve(node_id, http_ports, sys.argv[3], tick_ms))
 
 

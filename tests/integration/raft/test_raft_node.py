@@ -64,6 +64,8 @@ def test_new_leader_commits_after_the_leader_stops_and_the_old_one_catches_up(tm
             await c.wait_for(lambda: c.data(old_id) == want, what="restarted node to catch up")
             assert c.nodes[old_id].role is Role.FOLLOWER
             assert c.nodes[old_id].status().term == new.status().term
+            # the configuration survived the restart: it can still vote and be elected
+            assert c.nodes[old_id].status().voters == (1, 2, 3)
         finally:
             await c.stop_all()
 
@@ -77,17 +79,20 @@ def test_restarted_node_keeps_its_term_and_vote_and_does_not_vote_twice(tmp_path
         try:
             lead = await c.leader()
             await lead.propose(b"x")
-            voter = next(i for i in (1, 2, 3) if i != lead.id)
+            # The leader voted for itself in its term (Raft §5.2). After a restart it must
+            # still remember that vote, so it cannot vote for anyone else in that term
+            # (KRaft's "Resigned" state on restart).
+            voter = lead.id
             st = c.nodes[voter].status()
             term, vote = st.term, st.vote
-            assert vote == lead.id  # it voted for the leader in this term (or learned of it)
+            assert vote == voter
             # stop everything so nobody moves the term on, then restart only ``voter``
             await c.stop_all()
             node = await c.start(voter)
             assert (node.status().term, node.status().vote) == (term, vote)
             # A third node asks for its vote in the same term with a log as good as any:
             # it must refuse (Raft §5.2: one vote per term, remembered across restarts).
-            other = next(i for i in (1, 2, 3) if i not in (voter, vote))
+            other = next(i for i in (1, 2, 3) if i != voter)
             sent: list[object] = []
             orig = node.transport.send
             node.transport.send = lambda to, m: sent.append(m) or orig(to, m)  # type: ignore[method-assign]
@@ -163,7 +168,7 @@ def test_snapshot_moves_log_start_and_restart_and_new_node_recover_from_it(tmp_p
             st = lead.status()
             assert st.snapshot_index == snap.index and st.first_index == snap.index + 1
             files = list((tmp_path / f"node-{lead.id}" / "snapshots").iterdir())
-            assert [f.name for f in files] == [f"{snap.index:020d}-{snap.term:010d}.checkpoint"]
+            assert f"{snap.index:020d}-{snap.term:010d}.checkpoint" in [f.name for f in files]
             assert lead.durable.log_start_offset() == snap.index
             await lead.propose(b"after-snap")
             # a node joining now is below the leader's first index: it gets the snapshot
