@@ -64,6 +64,12 @@ class GroupCommitter:
         """
         if log.flushed_offset >= offset:
             return
+        if offset > log.log_end_offset:
+            # Nothing appended will ever make these offsets durable: they were truncated
+            # (or never appended, a caller's bug). Waiting would never end.
+            raise LogTruncatedError(
+                f"{log.dir_path}: offsets below {offset} are beyond the log end "
+                f"{log.log_end_offset}")
         if self._closing:
             raise RuntimeError("group committer is closed")
         self._ensure_started()
