@@ -28,7 +28,7 @@ def test_leader_append_assigns_offsets_from_the_log_end_and_stamps_the_epoch(tmp
     assert log.append(batch(2), leader_epoch=4) == (3, 4)
     assert log.log_end_offset == 5
     data = log.read(3, 1 << 20).data
-    ((pos, h),) = list(iter_batches(data))
+    ((_pos, h),) = list(iter_batches(data))
     assert (h.base_offset, h.leader_epoch, h.last_offset) == (3, 4, 4)
 
 
