@@ -43,9 +43,9 @@ pre-candidate  votes                       pre-vote majority -> candidate; lost,
 candidate      votes                       vote majority -> leader; lost, leader's message
                                            or higher term -> follower; timeout -> pre-cand.
 leader         progress, read-only state,  check-quorum fails, higher term, or its own
-               transferee, pending conf    removal/demotion applied -> follower
+               transferee                  removal/demotion committed -> follower
 observer       (a follower that is not a   never campaigns; becomes a voter when a
-               voter: not "promotable")    CONF_CHANGE promoting it is applied
+               voter: not "promotable")    CONF_CHANGE promoting it is appended
 =============  ==========================  ==============================================
 
 Rules implemented (Raft paper §5, thesis §3-§6, etcd): randomized election timeout in
@@ -56,9 +56,18 @@ RequestVote, unless it is a leadership-transfer campaign); log consistency check
 back-off; commit only an entry of the leader's own term (§5.4.2); a no-op at the start of
 each term; flow control (probe/replicate, bounded in-flight window) and batching by bytes;
 install-snapshot for followers behind the first index; read-index reads (thesis §6.4);
-leadership transfer (thesis §3.10); one-at-a-time membership changes (thesis §4.1) whose
-configuration takes effect when the CONF_CHANGE entry is *applied* (as etcd does), with at
-most one conf change pending and none before the leader has applied its term's no-op.
+leadership transfer (thesis §3.10); one-at-a-time membership changes (thesis §4.1).
+
+Membership: a CONF_CHANGE entry carries the whole new ``ConfState`` and takes effect on every
+node as soon as it is *appended* to that node's log, committed or not (thesis §4.1, as
+KIP-853's VotersRecord); so it commits on the new majority. If a follower's log is truncated
+past it, the node falls back to the previous configuration in its log (or its snapshot's).
+The leader refuses a new change until the previous one is committed and until it has
+committed an entry of its own term (Ongaro's fix to the single-server-change bug). A leader
+that removes or demotes itself keeps leading, without counting itself, until the change
+commits, then asks the most caught-up voter to campaign (TimeoutNow) and steps down (thesis
+§4.2.2). ``applied_conf`` is the configuration as of the applied index: the one to store in
+an application snapshot.
 """
 
 from __future__ import annotations
@@ -201,9 +210,6 @@ class ReadIndexStatus:
 @dataclass(slots=True)
 class LeaderRole:
     progress: dict[NodeId, Progress]
-    # Raft thesis §4.1 / Ongaro's fix: no conf change until this index is applied. Starts
-    # at the term's no-op, so a new leader first commits an entry of its own term.
-    pending_conf_index: LogIndex
     heartbeat_elapsed: int = 0
     transferee: NodeId = NO_NODE
     # Read-index rounds waiting for a heartbeat quorum, in arrival order.
@@ -228,8 +234,16 @@ class RaftCore:
         hs, cs = storage.initial_state()
         self.term = hs.term
         self.vote = hs.vote
+        # The effective configuration is the latest CONF_CHANGE in the log, committed or
+        # not (thesis §4.1); ``conf_index`` is that entry's index (or the snapshot's).
+        # Invariant: no CONF_CHANGE entry in (conf_index, last_index].
         self.conf = cs
+        self.conf_index = LogIndex(self.log.first_index() - 1)
         self.quorum = MajorityConfig(cs.voters)
+        self._prev_voters_at = LogIndex(-1)  # cache of _previous_voters(), keyed by conf_index
+        self._prev_voters: frozenset[NodeId] = frozenset()
+        # The configuration as of ``log.applied``: what an application snapshot records.
+        self.applied_conf = cs
         # The durable commit may lag (it needs no fsync) but never below the snapshot.
         commit = LogIndex(max(hs.commit, self.log.committed))
         invariant(
@@ -240,6 +254,7 @@ class RaftCore:
         )
         self.log.commit_to(commit)
         self.role: RoleState = FollowerRole()
+        self._set_conf(*self._conf_from_log())
         # Ticks since the last election timeout reset (or, for a leader, the last
         # check-quorum round).
         self.election_elapsed = 0
@@ -276,8 +291,32 @@ class RaftCore:
         return self.id in self.conf.observers
 
     def promotable(self) -> bool:
-        """May this node campaign? Only a voter, and not while installing a snapshot."""
-        return self.id in self.conf.voters and not self.log.has_pending_snapshot()
+        """May this node campaign? Not while installing a snapshot; otherwise a voter, or a
+        voter of the previous configuration while the latest one is uncommitted: thesis
+        §4.2.2, "it might still be needed until the C_new entry is committed" (e.g. a leader
+        that removed itself and lost its quorum before the removal committed). Its own vote
+        counts only if it is a voter of the latest configuration."""
+        if self.log.has_pending_snapshot():
+            return False
+        if self.id in self.conf.voters:
+            return True
+        return self.conf_index > self.log.committed and self.id in self._previous_voters()
+
+    def _previous_voters(self) -> frozenset[NodeId]:
+        """Voters of the configuration before the latest one (which is in the log)."""
+        if self._prev_voters_at != self.conf_index:
+            first = self.log.first_index()
+            hi = self.conf_index
+            voters = self.log.snapshot().metadata.conf_state.voters
+            while hi > first:
+                lo = LogIndex(max(first, hi - 256))
+                found = [e for e in self.log.slice(lo, hi, None) if e.kind is EntryKind.CONF_CHANGE]
+                if found:
+                    voters = ConfState.from_bytes(found[-1].data).voters
+                    break
+                hi = lo
+            self._prev_voters_at, self._prev_voters = self.conf_index, voters
+        return self._prev_voters
 
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.log.committed)
@@ -324,9 +363,11 @@ class RaftCore:
         invariant(isinstance(self.role, CandidateRole), "only a candidate becomes leader")
         self._reset(self.term)
         last = self.log.last_index()
-        progress = {n: self._new_progress(n, last) for n in self.conf.members()}
+        # Our own progress is tracked even when we are not a voter of the latest
+        # configuration (a removed leader still replicating it).
+        progress = {n: self._new_progress(n, last) for n in self.conf.members() | {self.id}}
         noop_index = LogIndex(last + 1)
-        self.role = LeaderRole(progress=progress, pending_conf_index=noop_index)
+        self.role = LeaderRole(progress=progress)
         me = progress[self.id]
         me.match = last
         me.become_replicate()
@@ -356,6 +397,8 @@ class RaftCore:
             self._hup(transfer=False)
 
     def tick_leader(self, r: LeaderRole) -> None:
+        if self._maybe_step_down_after_removal(r):
+            return
         r.heartbeat_elapsed += 1
         self.election_elapsed += 1
         if self.election_elapsed >= self.cfg.election_timeout_ticks:
@@ -389,10 +432,6 @@ class RaftCore:
 
     def _hup(self, *, transfer: bool) -> None:
         if self.is_leader or not self.promotable():
-            return
-        # With config applied at apply time, a node that has not applied a committed
-        # conf change may not know the current voters; it must not campaign (etcd).
-        if self.log.has_unapplied_conf_change():
             return
         if self.cfg.pre_vote and not transfer:
             self._campaign(pre_vote=True, transfer=False)
@@ -551,10 +590,11 @@ class RaftCore:
         if m.prev_log_index < self.log.committed:
             self._send(AppendEntriesResponse(self.id, m.src, self.term, self.log.committed))
             return
-        last_new = self.log.maybe_append(
-            m.prev_log_index, m.prev_log_term, m.leader_commit, m.entries
-        )
-        if last_new is not None:
+        res = self.log.maybe_append(m.prev_log_index, m.prev_log_term, m.leader_commit, m.entries)
+        if res is not None:
+            last_new, conflict = res
+            if conflict:
+                self._note_appended(m.entries[conflict - m.prev_log_index - 1 :], conflict)
             self._send(AppendEntriesResponse(self.id, m.src, self.term, last_new))
             return
         # Fast back-off (etcd): hint the largest index whose term is <= the probed term, so
@@ -592,7 +632,8 @@ class RaftCore:
             self.log.commit_to(snap.index)
             return False
         self.log.restore(snap)
-        self._set_conf(snap.metadata.conf_state)
+        self._set_conf(snap.metadata.conf_state, snap.index)
+        self.applied_conf = snap.metadata.conf_state
         return True
 
     # ------------------------------------------------------------------ leader side
@@ -728,25 +769,29 @@ class RaftCore:
         alter more than one voter or leave no voters.
         """
         r = self._leader_or_raise()
-        if r.pending_conf_index > self.log.applied:
+        if self.conf_index > self.log.committed:
             raise ConfChangeError(
-                f"a conf change is pending (index {r.pending_conf_index}, applied "
-                f"{self.log.applied})"
+                f"a conf change is pending (index {self.conf_index}, committed "
+                f"{self.log.committed})"
             )
+        if not self._committed_in_term():
+            # Ongaro's fix to single-server changes: first commit an entry of this term.
+            raise ConfChangeError("the leader has not yet committed an entry in its term")
         new = cc.apply_to(self.conf)
         if new == self.conf:
             raise ConfChangeError(f"{cc} changes nothing")
         if not new.voters:
             raise ConfChangeError("cannot remove the last voter")
         invariant(len(new.voters ^ self.conf.voters) <= 1, "conf change moved >1 voter")
-        idx = self._propose(r, EntryKind.CONF_CHANGE, new.to_bytes())
-        r.pending_conf_index = idx
-        return idx
+        return self._propose(r, EntryKind.CONF_CHANGE, new.to_bytes())
 
     def _propose(self, r: LeaderRole, kind: EntryKind, data: bytes) -> LogIndex:
         if r.transferee != NO_NODE:
             raise ProposalDroppedError(f"transferring leadership to {r.transferee}")
         idx = LogIndex(self.log.last_index() + 1)
+        if kind is EntryKind.CONF_CHANGE:
+            # Takes effect now, before it commits (thesis §4.1): it commits on the new majority.
+            self._set_conf(ConfState.from_bytes(data), idx)
         self._append_entries([Entry(idx, self.term, kind, data)])
         self._bcast_append(r)
         return idx
@@ -856,12 +901,11 @@ class RaftCore:
         pr.probe_sent = True
 
     # ------------------------------------------------------------------ membership
-    def _set_conf(self, cs: ConfState) -> None:
+    def _set_conf(self, cs: ConfState, index: LogIndex) -> None:
+        """Switch to configuration ``cs``, defined at log index ``index``."""
         self.conf = cs
+        self.conf_index = index
         self.quorum = MajorityConfig(cs.voters)
-
-    def _apply_conf_change(self, cs: ConfState) -> None:
-        self._set_conf(cs)
         r = self.role
         if not isinstance(r, LeaderRole):
             return
@@ -873,18 +917,48 @@ class RaftCore:
                 pr.recent_active = True
             pr.is_observer = n in cs.observers
         for n in list(r.progress):
-            if n not in cs.members():
+            if n not in cs.members() and n != self.id:
                 del r.progress[n]
-        if self.id not in cs.voters:
-            # A leader that removed or demoted itself resigns (KIP-853).
-            self.become_follower(self.term, NO_NODE)
-            return
         if r.transferee not in cs.voters:
             r.transferee = NO_NODE
-        # The quorum changed, so something may have become committed; and new members need
-        # their first append.
-        self._maybe_commit(r)
-        self._bcast_append(r)
+
+    def _conf_from_log(self) -> tuple[ConfState, LogIndex]:
+        """The latest configuration in the log (scanning back from the end), else the
+        snapshot's. Used at start-up and after a follower's log is truncated."""
+        first, hi = self.log.first_index(), LogIndex(self.log.last_index() + 1)
+        while hi > first:
+            lo = LogIndex(max(first, hi - 256))
+            for e in reversed(self.log.slice(lo, hi, None)):
+                if e.kind is EntryKind.CONF_CHANGE:
+                    return ConfState.from_bytes(e.data), e.index
+            hi = lo
+        return self.log.snapshot().metadata.conf_state, LogIndex(first - 1)
+
+    def _note_appended(self, ents: tuple[Entry, ...], conflict: LogIndex) -> None:
+        """A follower appended ``ents`` (truncating from ``conflict`` if nonzero)."""
+        if conflict and conflict <= self.conf_index:
+            # A configuration entry was truncated away: fall back to the one before it.
+            self._set_conf(*self._conf_from_log())
+            return
+        for e in reversed(ents):
+            if e.kind is EntryKind.CONF_CHANGE and e.index > self.conf_index:
+                self._set_conf(ConfState.from_bytes(e.data), e.index)
+                return
+
+    def _maybe_step_down_after_removal(self, r: LeaderRole) -> bool:
+        """Thesis §4.2.2: a leader not in its configuration leads until that configuration
+        commits, then steps down, first asking the most caught-up voter to campaign."""
+        if self.id in self.conf.voters or self.log.committed < self.conf_index:
+            return False
+        best = max(
+            (v for v in self.conf.voters if v in r.progress),
+            key=lambda v: (r.progress[v].match, -v),
+            default=NO_NODE,
+        )
+        if best != NO_NODE and r.progress[best].match == self.log.last_index():
+            self._send(TimeoutNow(self.id, best, self.term))
+        self.become_follower(self.term, NO_NODE)
+        return True
 
     def _send(self, m: Message) -> None:
         self.msgs.append(m)
@@ -944,6 +1018,5 @@ class RaftCore:
         if rd.committed_entries:
             for e in rd.committed_entries:
                 if e.kind is EntryKind.CONF_CHANGE:
-                    self.log.applied_to(e.index)
-                    self._apply_conf_change(ConfState.from_bytes(e.data))
+                    self.applied_conf = ConfState.from_bytes(e.data)
             self.log.applied_to(rd.committed_entries[-1].index)

@@ -16,7 +16,7 @@ Index layout::
 from __future__ import annotations
 
 from raft.storage_port import CompactedError, StoragePort, UnavailableError, limit_size
-from raft.types import Entry, EntryKind, LogIndex, Snapshot, Term
+from raft.types import Entry, LogIndex, Snapshot, Term
 from storage.invariant import invariant
 
 
@@ -203,13 +203,6 @@ class RaftLog:
         lo = LogIndex(max(self.applied + 1, self.first_index()))
         return self.slice(lo, LogIndex(self.committed + 1), self.max_apply_bytes)
 
-    def has_unapplied_conf_change(self) -> bool:
-        if not self.has_next_committed_entries():
-            return False
-        lo = LogIndex(max(self.applied + 1, self.first_index()))
-        ents = self.slice(lo, LogIndex(self.committed + 1), None)
-        return any(e.kind is EntryKind.CONF_CHANGE for e in ents)
-
     # ---------------------------------------------------------------- changing the log
     def append(self, ents: list[Entry]) -> LogIndex:
         """Append (truncating a conflicting unstable/stable suffix); returns last_index."""
@@ -254,8 +247,12 @@ class RaftLog:
         prev_term: Term,
         leader_commit: LogIndex,
         ents: tuple[Entry, ...],
-    ) -> LogIndex | None:
-        """Raft §5.3 consistency check then append; the new last index, or None if rejected."""
+    ) -> tuple[LogIndex, LogIndex] | None:
+        """Raft §5.3 consistency check, then append.
+
+        Returns None if rejected, else (new last index, index of the first conflicting
+        entry that was replaced or appended; 0 if all entries were already present).
+        """
         if not self.match_term(prev_index, prev_term):
             return None
         last_new = LogIndex(prev_index + len(ents))
@@ -269,7 +266,7 @@ class RaftLog:
             )
             self.append(list(ents[ci - prev_index - 1 :]))
         self.commit_to(LogIndex(min(leader_commit, last_new)))
-        return last_new
+        return last_new, ci
 
     def commit_to(self, to_commit: LogIndex) -> None:
         """Never decreases ``committed``."""

@@ -116,6 +116,14 @@ class MemoryStorage:
     def hard_state(self) -> HardState:
         return self._hard_state
 
+    def copy(self) -> MemoryStorage:
+        """An independent copy (entries are immutable, so the copy is cheap)."""
+        c = MemoryStorage()
+        c._hard_state = self._hard_state
+        c._snapshot = self._snapshot
+        c._ents = list(self._ents)
+        return c
+
     # ---------------------------------------------------------------- writes
     def set_hard_state(self, hs: HardState) -> None:
         self._hard_state = hs
