@@ -50,6 +50,24 @@ class QueueClient(Protocol):
     async def close(self) -> None: ...
 
 
+class MetadataClient(Protocol):
+    """What the metadata workload needs: topic create/delete/describe on the controller."""
+
+    async def create_topic(self, topic: str, definition: dict[str, Any]) -> bool:
+        """True if created, False if it already existed."""
+        ...
+
+    async def delete_topic(self, topic: str) -> bool:
+        """True if deleted, False if it did not exist."""
+        ...
+
+    async def describe_topic(self, topic: str) -> dict[str, Any] | None:
+        """The definition (with its server-assigned topic_id), or None if absent."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
@@ -86,6 +104,9 @@ class Cluster(ABC):
     @abstractmethod
     def client(self, name: str, host: str, dial: Dial) -> QueueClient:
         """A client named `name` whose sockets bind `host`, dialling nodes through `dial`."""
+
+    def metadata_client(self, name: str, host: str, dial: Dial) -> MetadataClient:
+        raise NotImplementedError(f"{type(self).__name__} has no metadata client")
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Raise before anything is created if this cluster cannot run here."""

@@ -44,7 +44,10 @@ from jepsen_tests.nemesis.net import (
 from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
 from jepsen_tests.nemesis.proxy import ProxyNemesis, ProxyNet, proxy_mesh
 from jepsen_tests.nemesis.schedule import Step, generate
+from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
 from jepsen_tests.workloads.queue import QueueWorker, final_reads, value_counter
+
+WORKLOADS = ("queue", "metadata")
 
 
 @dataclass
@@ -83,9 +86,8 @@ def warn(msg: str, warnings: list[str]) -> None:
 
 
 def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
-    if cfg.workload != "queue":
-        raise ValueError(f"workload {cfg.workload!r} has no client yet: only 'queue' runs "
-                         "(the metadata checker is ready for when the Longboat client is)")
+    if cfg.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
     kinds = expand_kinds(cfg.nemeses)
     cluster.preflight()
     cats = {KINDS[k] for k in kinds}
@@ -215,9 +217,19 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
     t0 = loop.time()
     deadline = t0 + cfg.time_limit_s
     values = value_counter()
-    conns = [cluster.client(c, client_hosts[c], dial) for c in clients]
-    workers = [QueueWorker(i, len(clients), conns[i], cluster.keys, rec, values,
-                           random.Random(f"{cfg.seed}/client/{i}")) for i in range(len(clients))]
+    topics = topic_names()
+    conns: list[Any] = []
+    workers: list[Any] = []
+    for i, c in enumerate(clients):
+        rng = random.Random(f"{cfg.seed}/client/{i}")
+        if cfg.workload == "queue":
+            qc = cluster.client(c, client_hosts[c], dial)
+            conns.append(qc)
+            workers.append(QueueWorker(i, len(clients), qc, cluster.keys, rec, values, rng))
+        else:
+            mc = cluster.metadata_client(c, client_hosts[c], dial)
+            conns.append(mc)
+            workers.append(MetadataWorker(i, len(clients), mc, topics, rec, rng))
     stops: list[asyncio.Task[None]] = []
 
     async def stop_later(f: Fault, at: float) -> None:
@@ -243,6 +255,15 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
             await c.close()
     await asyncio.to_thread(nemesis.heal_all)
     await asyncio.sleep(cfg.recovery_s)
+    if cfg.workload == "metadata":
+        mreader = cluster.metadata_client("final", client_address(150), lambda c, n: dial("", n))
+        final = MetadataWorker(10_000, 1, mreader, topics, rec, random.Random(0))
+        try:
+            for topic in topics:
+                await final.describe(topic)
+        finally:
+            await mreader.close()
+        return {}
     reader = cluster.client("final", client_address(150), lambda c, n: dial("", n))
     try:
         return await final_reads(reader, cluster.keys, rec, process=10_000,

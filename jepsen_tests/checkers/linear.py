@@ -93,8 +93,18 @@ class RegisterModel:
         raise ValueError(f"RegisterModel: unknown f {f!r}")
 
 
+def _definition(d: Any) -> Hashable:
+    """A definition as the model compares it: server-assigned ids left out."""
+    if isinstance(d, dict):
+        d = {k: v for k, v in d.items() if k != "topic_id"}
+    return canonical(d)
+
+
 class TopicModel:
     """One topic name as a register: absent (None) or its definition.
+
+    Definitions are compared without ``topic_id`` (the server assigns it; the client that
+    created the topic did not know it). `divergent_definitions` uses it instead.
 
     create_topic(definition) -> {"created": bool}   (false: it already existed)
     delete_topic()           -> {"deleted": bool}   (false: it did not exist)
@@ -107,7 +117,7 @@ class TopicModel:
     def step(self, state: Any, f: str, input: Any, output: Any) -> Any:
         out = output if output is UNKNOWN else (output or {})
         if f == CREATE_TOPIC:
-            d = canonical((input or {}).get("definition"))
+            d = _definition((input or {}).get("definition"))
             if out is UNKNOWN:
                 return d if state is None else INCONSISTENT
             if out.get("created"):
@@ -122,7 +132,7 @@ class TopicModel:
         if f == DESCRIBE_TOPIC:
             if out is UNKNOWN:
                 return state
-            return state if canonical(out.get("definition")) == state else INCONSISTENT
+            return state if _definition(out.get("definition")) == state else INCONSISTENT
         raise ValueError(f"TopicModel: unknown f {f!r}")
 
 
@@ -169,7 +179,8 @@ def check_ops(ops: list[LinOp], model: Model, max_states: int = 200_000) -> dict
     return {
         "valid": False,
         "states_explored": explored,
-        "longest_linearizable_prefix": [ops[i].id for i in best],
+        "longest_linearizable_prefix_len": len(best),
+        "prefix_tail": [ops[i].id for i in best[-5:]],
         "not_linearizable": [{"id": o.id, "f": o.f, "input": o.input, "output": o.output}
                              for o in stuck[:10]],
     }
@@ -222,12 +233,16 @@ def check_metadata(history: History, max_states: int = 200_000) -> dict[str, Any
     valid: bool | str = lin["valid"]
     if divergent:
         valid = False
+    counts = {"nonlinearizable-topics": sum(1 for r in lin["failures"].values()
+                                            if r["valid"] is False),
+              "unknown-topics": sum(1 for r in lin["failures"].values()
+                                    if r["valid"] == "unknown"),
+              "divergent-definition": len(divergent)}
+    counts = {k: n for k, n in counts.items() if n}
     return {"valid": valid, "linearizable": lin, "divergent-definition": divergent,
-            "counts": {"nonlinearizable-topics": sum(
-                1 for r in lin["failures"].values() if r["valid"] is False),
-                "unknown-topics": sum(1 for r in lin["failures"].values()
-                                      if r["valid"] == "unknown"),
-                "divergent-definition": len(divergent)}}
+            "counts": counts,
+            "anomaly_types": sorted(k for k in counts if k != "unknown-topics"),
+            "anomalies": {"divergent-definition": divergent} if divergent else {}}
 
 
 def divergent_definitions(pairs: list[Pair]) -> list[dict[str, Any]]:

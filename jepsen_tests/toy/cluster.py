@@ -20,6 +20,7 @@ from jepsen_tests.cluster import (
     Dial,
     EnvFor,
     IndefiniteError,
+    MetadataClient,
     NodeSpec,
     QueueClient,
     Wrap,
@@ -46,6 +47,7 @@ class ToyCluster(Cluster):
         self.nodes = [NodeSpec(n, node_address(i + 1), base_port, Path(), ("broker",))
                       for i, n in enumerate(names)]
         self.processes = {}
+        self.controller = names[0]
         self._wrap: Wrap = lambda argv: argv
 
     def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
@@ -58,6 +60,8 @@ class ToyCluster(Cluster):
                     "--host", n.host, "--port", str(n.port), "--data-dir", str(n.data_dir),
                     "--keys", keys, "--mode", self.mode,
                     "--sync-interval-ms", str(self.sync_interval_ms)]
+            if n.name == self.controller:
+                argv.append("--controller")
             self.processes[n.name] = NodeProcess(n.name, wrap(argv),
                                                  run_dir / "logs" / f"{n.name}.log",
                                                  env_for(n.name))
@@ -74,8 +78,14 @@ class ToyCluster(Cluster):
         return dict(self.owner)
 
     def client(self, name: str, host: str, dial: Dial) -> QueueClient:
+        return self._client(name, host, dial)
+
+    def metadata_client(self, name: str, host: str, dial: Dial) -> MetadataClient:
+        return self._client(name, host, dial)
+
+    def _client(self, name: str, host: str, dial: Dial) -> ToyClient:
         return ToyClient(name, host, {n.name: dial(name, n.name) for n in self.nodes},
-                         dict(self.owner))
+                         dict(self.owner), controller=self.controller)
 
 
 # Run inside the namespace: exit 0 iff every node answers a ping.
@@ -96,7 +106,9 @@ class ToyClient:
     """One connection per node, opened lazily; any error drops it."""
 
     def __init__(self, name: str, host: str, addresses: dict[str, tuple[str, int]],
-                 owner: dict[str, str], timeout_s: float = 1.0) -> None:
+                 owner: dict[str, str], timeout_s: float = 1.0,
+                 controller: str | None = None) -> None:
+        self.controller = controller
         self.name = name
         self.host = host
         self.addresses = addresses
@@ -123,7 +135,9 @@ class ToyClient:
             c[1].transport.abort()
 
     async def _call(self, key: str, req: dict[str, Any]) -> dict[str, Any]:
-        node = self.owner[key]
+        return await self._call_node(self.owner[key], req)
+
+    async def _call_node(self, node: str, req: dict[str, Any]) -> dict[str, Any]:
         r, w = await self._conn(node)
         try:
             w.write((json.dumps(req) + "\n").encode())
@@ -146,6 +160,23 @@ class ToyClient:
         resp = await self._call(key, {"op": "poll", "key": key, "offset": offset,
                                       "max": max_records})
         return [(int(o), v) for o, v in resp["records"]]
+
+    async def _meta(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.controller is None:
+            raise DefiniteError("no controller")
+        return await self._call_node(self.controller, req)
+
+    async def create_topic(self, topic: str, definition: dict[str, Any]) -> bool:
+        resp = await self._meta({"op": "create_topic", "topic": topic,
+                                 "definition": definition})
+        return bool(resp["created"])
+
+    async def delete_topic(self, topic: str) -> bool:
+        return bool((await self._meta({"op": "delete_topic", "topic": topic}))["deleted"])
+
+    async def describe_topic(self, topic: str) -> dict[str, Any] | None:
+        d = (await self._meta({"op": "describe_topic", "topic": topic}))["definition"]
+        return dict(d) if d is not None else None
 
     async def close(self) -> None:
         for node in list(self.conns):

@@ -9,6 +9,15 @@ per record. Newline-delimited JSON over TCP:
     {"op": "ping"}                            -> {"ok": true, "node": name, "keys": [...]}
     a key this node does not lead             -> {"ok": false, "error": "not_leader"}
 
+The node started with ``--controller`` also keeps topic metadata, as an event log replayed at
+start (the metadata workload):
+
+    {"op": "create_topic", "topic": t, "definition": d}  -> {"ok": true, "created": bool}
+    {"op": "delete_topic", "topic": t}                   -> {"ok": true, "deleted": bool}
+    {"op": "describe_topic", "topic": t}  -> {"ok": true, "definition": d + topic_id | null}
+
+Topic ids are ``<node>-<event number>``: a controller that lost events hands an id out again.
+
 Modes (``--mode``):
 
 * ``correct``          append, fsync, then acknowledge.
@@ -68,18 +77,54 @@ class KeyLog:
 
 class Node:
     def __init__(self, name: str, data_dir: Path, keys: list[str], mode: str,
-                 sync_interval_s: float) -> None:
+                 sync_interval_s: float, controller: bool = False) -> None:
         self.name = name
         self.mode = mode
         self.sync_interval_s = sync_interval_s
         lazy = os.environ.get("LONGBOAT_LAZYFS") == "1"
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = {k: KeyLog(data_dir / f"{k}.log", lazy) for k in keys}
+        self.meta: KeyLog | None = None
+        self.topics: dict[str, dict[str, Any]] = {}
+        if controller:
+            self.meta = KeyLog(data_dir / "__topics.log", lazy)
+            for i, ev in enumerate(self.meta.records):
+                self._replay(i, ev)
+
+    def _replay(self, i: int, ev: dict[str, Any]) -> None:
+        if ev["op"] == "create":
+            self.topics[ev["topic"]] = {**ev["definition"], "topic_id": f"{self.name}-{i}"}
+        else:
+            self.topics.pop(ev["topic"], None)
+
+    def handle_meta(self, op: str, req: dict[str, Any]) -> dict[str, Any]:
+        if self.meta is None:
+            return {"ok": False, "error": "not_controller"}
+        topic = str(req.get("topic"))
+        if op == "describe_topic":
+            return {"ok": True, "definition": self.topics.get(topic)}
+        if op == "create_topic":
+            if topic in self.topics:
+                return {"ok": True, "created": False}
+            ev = {"op": "create", "topic": topic, "definition": req.get("definition") or {}}
+        elif op == "delete_topic":
+            if topic not in self.topics:
+                return {"ok": True, "deleted": False}
+            ev = {"op": "delete", "topic": topic}
+        else:
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        i = self.meta.append(ev)
+        if self.mode == "correct":
+            self.meta.fsync()
+        self._replay(i, ev)
+        return {"ok": True, "created" if op == "create_topic" else "deleted": True}
 
     async def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         if op == "ping":
             return {"ok": True, "node": self.name, "keys": sorted(self.logs)}
+        if op in ("create_topic", "delete_topic", "describe_topic"):
+            return self.handle_meta(op, req)
         log = self.logs.get(str(req.get("key")))
         if log is None:
             return {"ok": False, "error": "not_leader"}
@@ -112,13 +157,13 @@ class Node:
     async def syncer(self) -> None:
         while True:
             await asyncio.sleep(self.sync_interval_s)
-            for log in self.logs.values():
+            for log in [*self.logs.values(), *([self.meta] if self.meta else [])]:
                 log.fsync()
 
 
 async def main_async(args: argparse.Namespace) -> None:
     node = Node(args.name, Path(args.data_dir), args.keys.split(",") if args.keys else [],
-                args.mode, args.sync_interval_ms / 1000)
+                args.mode, args.sync_interval_ms / 1000, args.controller)
     server = await asyncio.start_server(node.serve_conn, args.host, args.port)
     sync_task = asyncio.ensure_future(node.syncer())
     print(f"toy node {args.name} ({args.mode}) on {args.host}:{args.port}, "
@@ -140,6 +185,7 @@ def main() -> None:
     p.add_argument("--keys", default="")
     p.add_argument("--mode", choices=["correct", "ack-before-sync"], default="correct")
     p.add_argument("--sync-interval-ms", type=float, default=1000)
+    p.add_argument("--controller", action="store_true", help="also keep topic metadata")
     args = p.parse_args()
     try:
         asyncio.run(main_async(args))

@@ -99,6 +99,23 @@ def test_planted_bug_survives_plain_kill_because_the_page_cache_does(tmp_path: P
     assert res["result"]["valid"] is True
 
 
+def test_metadata_workload_linearizable_on_correct_toy_and_not_on_the_buggy_one(
+        tmp_path: Path) -> None:
+    require_netns()
+    rc, log, res = _run(tmp_path / "ok", "--workload", "metadata", "--nemesis", "kill",
+                        "--time-limit", "5", "--seed", "2")
+    assert rc == 0, log
+    assert res["result"]["valid"] is True
+    assert res["result"]["linearizable"]["keys"] == 4
+    # One node, so every lose-unsynced hits the controller; acked topic changes are lost.
+    rc, log, res = _run(tmp_path / "bad", "--nodes", "1", "--toy-mode", "ack-before-sync",
+                        "--workload", "metadata", "--nemesis", "lose-unsynced",
+                        "--time-limit", "8", "--seed", "2")
+    assert rc == 1, log
+    assert res["result"]["valid"] is False
+    assert res["result"]["counts"].get("nonlinearizable-topics", 0) > 0
+
+
 def test_real_cluster_run_says_brokers_are_not_built(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--workload", "queue",
                         "--out", str(tmp_path / "x"), "--time-limit", "1"],
