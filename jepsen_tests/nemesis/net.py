@@ -2,9 +2,9 @@
 
 Platform (REFERENCE §4.3): netns and nftables are built in; netem is not (delays go through
 `proxy.py`). A run creates one named namespace, ``ip netns add lbjt-<pid>-<n>``, brings its
-``lo`` up, and runs every node and every client inside it. Each node binds its own address
-``127.0.0.N`` (all of 127/8 is local on ``lo``, so no address needs adding); clients use
-``127.0.0.100+``. **Nodes must also bind their outgoing connections to their own address**
+``lo`` up, and runs every node and every client inside it. Node i binds its own address
+``127.0.0.(i+1)`` (all of 127/8 is local on ``lo``, so no address needs adding; 127.0.0.1 is
+left to tools that do not bind); clients use ``127.0.0.100+``. **Nodes must also bind their outgoing connections to their own address**
 (aiohttp: ``TCPConnector(local_addr=(host, 0))``), or the kernel picks 127.0.0.1 as the
 source and the rules below cannot tell who is talking.
 
