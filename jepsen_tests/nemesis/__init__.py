@@ -11,6 +11,7 @@ Fault kinds (`KINDS` maps each to the module that implements it):
 =====================  ========================================================
 kill                   SIGKILL the targets; stop restarts them (process.py)
 pause                  SIGSTOP the targets; stop sends SIGCONT (process.py)
+freeze                 cgroup-v1 freezer on the targets' process trees (process.py)
 lose-unsynced          SIGKILL nodes started with LONGBOAT_LAZYFS=1, so bytes not
                        yet fsynced are lost; stop restarts them (process.py)
 partition-majority     random majority/minority split (net.py; proxy.py fallback)
@@ -39,7 +40,7 @@ from typing import Any
 from jepsen_tests.history import NEMESIS, Recorder
 
 KINDS: dict[str, str] = {
-    "kill": "process", "pause": "process", "lose-unsynced": "process",
+    "kill": "process", "pause": "process", "freeze": "process", "lose-unsynced": "process",
     "partition-majority": "net", "partition-isolate": "net", "partition-ring": "net",
     "partition-cut": "net",
     "delay": "proxy", "blackhole": "proxy",

@@ -10,6 +10,10 @@ survives restarts. Signals go to the exact process group we started, never by na
 * ``kill``           SIGKILL the targets; stop restarts them with the same argv and env.
 * ``pause``          SIGSTOP the targets; stop sends SIGCONT. Paused nodes accept nothing:
                      connects to them time out.
+* ``freeze``         freeze the node's whole process tree with the cgroup-v1 freezer (the
+                     group's pids into ``/sys/fs/cgroup/freezer/lbjt-<pid>-<node>``, then
+                     ``FROZEN``); stop thaws it and removes the cgroup. Unlike SIGSTOP it is
+                     atomic over every thread and child and invisible to the process.
 * ``lose-unsynced``  like kill, for nodes started with ``LONGBOAT_LAZYFS=1`` (storage's
                      `LazyFileLayer` keeps bytes that were not fsynced in process memory, so the
                      kill loses them, as power loss would). `LAZYFS_ENV` is what the cluster
@@ -129,13 +133,85 @@ class NodeProcess:
         return data[-n_bytes:].decode(errors="replace")
 
 
+FREEZER_ROOT = Path("/sys/fs/cgroup/freezer")
+
+
+def freezer_unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return f"the cgroup freezer needs root (running as uid {os.geteuid()})"
+    if not (FREEZER_ROOT / "cgroup.procs").exists():
+        return f"no cgroup-v1 freezer mounted at {FREEZER_ROOT}"
+    return None
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in process group pgid (field 5 of /proc/PID/stat)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid:
+            out.append(int(d))
+    return out
+
+
+class Freezer:
+    """One freezer cgroup for one node's process tree."""
+
+    def __init__(self, node: str) -> None:
+        self.dir = FREEZER_ROOT / f"lbjt-{os.getpid()}-{node}"
+        self._token: int | None = None
+
+    def _state(self) -> str:
+        return (self.dir / "freezer.state").read_text().strip()
+
+    def freeze(self, pgid: int) -> None:
+        reason = freezer_unavailable_reason()
+        if reason is not None:
+            raise FaultInjectionUnavailable(reason)
+        self.dir.mkdir(exist_ok=True)
+        if self._token is None:
+            self._token = cleanup.register(f"freezer {self.dir.name}", self.thaw)
+        for pid in group_pids(pgid):
+            try:
+                (self.dir / "cgroup.procs").write_text(str(pid))
+            except ProcessLookupError:
+                pass
+        (self.dir / "freezer.state").write_text("FROZEN")
+        if not wait_until(lambda: self._state() == "FROZEN", 5):
+            raise RuntimeError(f"{self.dir} did not reach FROZEN: {self._state()}")
+
+    def thaw(self) -> None:
+        if not self.dir.exists():
+            return
+        (self.dir / "freezer.state").write_text("THAWED")
+        for pid in (self.dir / "cgroup.procs").read_text().split():
+            try:
+                (FREEZER_ROOT / "cgroup.procs").write_text(pid)
+            except ProcessLookupError:
+                pass
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+        if self._token is not None:
+            cleanup.unregister(self._token)
+            self._token = None
+
+
 class ProcessNemesis(Nemesis):
-    kinds = ("kill", "pause", "lose-unsynced")
+    kinds = ("kill", "pause", "freeze", "lose-unsynced")
 
     def __init__(self, processes: Mapping[str, NodeProcess],
                  recorder: Recorder | None = None) -> None:
         super().__init__(recorder)
         self.processes = processes
+        self.freezers = {name: Freezer(name) for name in processes}
 
     def _targets(self, fault: Fault) -> list[NodeProcess]:
         unknown = [t for t in fault.targets if t not in self.processes]
@@ -154,6 +230,9 @@ class ProcessNemesis(Nemesis):
         for p in procs:
             if fault.kind == "pause":
                 p.pause()
+            elif fault.kind == "freeze":
+                if p.pid is not None and p.alive():
+                    self.freezers[p.name].freeze(p.pid)
             else:
                 p.kill()
 
@@ -161,10 +240,14 @@ class ProcessNemesis(Nemesis):
         for p in self._targets(fault):
             if fault.kind == "pause":
                 p.resume()
+            elif fault.kind == "freeze":
+                self.freezers[p.name].thaw()
             elif not p.alive():
                 p.start()
 
     def _heal(self) -> None:
+        for f in self.freezers.values():
+            f.thaw()
         for p in self.processes.values():
             if p.paused:
                 p.resume()

@@ -37,7 +37,7 @@ class Step:
 
 def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) -> tuple[Fault, str]:
     """One fault of `kind` with targets and parameters drawn from rng."""
-    if kind in ("kill", "pause", "lose-unsynced"):
+    if kind in ("kill", "pause", "freeze", "lose-unsynced"):
         spec = rng.choice(["one", "one", "minority", "majority", "leader"])
         targets = () if spec == "leader" else select_targets(spec, nodes, rng)
         return Fault(kind, targets, {}, fid), spec

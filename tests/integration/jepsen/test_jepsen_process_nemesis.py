@@ -6,12 +6,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from jepsen_support import require_faketime
 
 from jepsen_tests.history import Recorder
 from jepsen_tests.nemesis import Fault, FaultInjectionUnavailable
 from jepsen_tests.nemesis.clock import ClockNemesis
-from jepsen_tests.nemesis.process import NodeProcess, ProcessNemesis, wait_until
+from jepsen_tests.nemesis.process import (
+    NodeProcess,
+    ProcessNemesis,
+    freezer_unavailable_reason,
+    wait_until,
+)
 
 TICKER = """
 import sys, time
@@ -71,6 +77,37 @@ def test_pause_stops_progress_and_kill_restarts_with_a_new_pid(tmp_path: Path) -
     finally:
         p.destroy()
     assert not p.alive()
+
+
+def test_freeze_stops_the_whole_tree_and_thaw_removes_the_cgroup(tmp_path: Path) -> None:
+    reason = freezer_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"cannot test the freezer on this machine: {reason}")
+    out = tmp_path / "ticks"
+    child_out = tmp_path / "child-ticks"
+    # a parent that runs a ticking child and ticks itself: the freezer must stop both
+    tree = ("import subprocess, sys\n"
+            f"subprocess.Popen([sys.executable, '-c', {TICKER!r}, {str(child_out)!r}])\n"
+            f"exec(compile({TICKER!r}, 't', 'exec'), {{}}, {{}})\n")
+    p = NodeProcess("t", [sys.executable, "-c", tree, str(out)], tmp_path / "t.log")
+    rec = Recorder()
+    nem = ProcessNemesis({"t": p}, rec)
+    try:
+        p.start()
+        assert wait_until(lambda: len(_ticks(out)) > 3 and len(_ticks(child_out)) > 3, 5)
+        f = Fault("freeze", ("t",))
+        nem.start(f)
+        time.sleep(0.1)
+        n, m = len(_ticks(out)), len(_ticks(child_out))
+        time.sleep(0.4)
+        assert (len(_ticks(out)), len(_ticks(child_out))) == (n, m), "frozen tree progressed"
+        cg = nem.freezers["t"].dir
+        assert cg.exists()
+        nem.stop(f)
+        assert not cg.exists()
+        assert wait_until(lambda: len(_ticks(out)) > n + 3 and len(_ticks(child_out)) > m + 3, 5)
+    finally:
+        p.destroy()
 
 
 def test_lose_unsynced_refuses_nodes_started_without_lazyfs(tmp_path: Path) -> None:
