@@ -52,7 +52,7 @@ from raft import core as raft_core
 from raft.aio.durable_log import DurableLog
 from raft.aio.transport import RaftTransport
 from raft.core import ConfChangeError, Config, ProposalDroppedError, RaftCore, Ready
-from raft.messages import message_from_wire
+from raft.messages import AppendEntries, Message, message_from_wire
 from raft.types import (
     NO_NODE,
     ConfChange,
@@ -130,7 +130,10 @@ class RaftNodeConfig:
     proposals accumulate and the next append carries all of them (batching)."""
     max_entries_bytes_per_msg: int = 1 << 20
     max_apply_bytes: int | None = 8 << 20
-    proposals_per_iteration_max: int = 20000
+    proposals_per_iteration_max: int = 2000
+    """Proposals handed to the core per loop iteration: bounds the time between ticks and
+    between receiving messages when clients flood the leader (the core spends ~10-20 us
+    per proposal), so heartbeats keep flowing under load."""
     seed: int | None = None
     """Seed for the election-timeout jitter (None: from os.urandom)."""
 
@@ -409,9 +412,9 @@ class RaftNode:
                     f"snapshot index {at} must be in ({self.durable.memory.snapshot().index},"
                     f" applied={self.applied}]"))
                 return
-            # The configuration as of ``at``: the core's, as no conf change above ``at`` is
-            # applied (at == applied), else the latest CONF_CHANGE at or below ``at``.
-            conf = core.conf if at == self.applied else self._conf_at(at)
+            # The configuration as of ``at``: the snapshot's, updated by every CONF_CHANGE
+            # entry up to ``at`` (the core's own may already include later, appended ones).
+            conf = self._conf_at(at)
             term = self.durable.memory.term(at)
             fut.set_result(Snapshot(SnapshotMetadata(at, term, conf), data))
 
@@ -541,7 +544,7 @@ class RaftNode:
                     inbox, self._inbox = self._inbox, []
                     for _sender, wire in inbox:
                         try:
-                            m = message_from_wire(wire)
+                            m = _message_from_wire(wire)
                         except ValueError as e:
                             log.warning("raft node %d: dropping bad message: %s", self.id, e)
                             continue
@@ -725,6 +728,28 @@ class RaftNode:
         self._waiting_reads.clear()
         self._apply_waiters.clear()
         self._leader_waiters.clear()
+
+
+_KINDS = tuple(EntryKind)
+
+
+def _message_from_wire(w: dict[str, Any]) -> Message:
+    """``message_from_wire``, with a fast path for AppendEntries, the one message whose
+    decoding cost grows with load: it builds the entries without per-entry checks (about
+    1 us instead of 5 us each); anything unexpected falls back to the checked decoder."""
+    if w.get("type") == "AppendEntries":
+        try:
+            ents = tuple(
+                Entry(LogIndex(i), Term(t), _KINDS[k], d) for i, t, k, d in w["entries"]
+            )
+            if all(type(e.data) is bytes for e in ents[:1]):
+                return AppendEntries(
+                    w["src"], w["dst"], w["term"], w["prev_log_index"], w["prev_log_term"],
+                    ents, w["leader_commit"],
+                )
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass
+    return message_from_wire(w)
 
 
 async def _maybe_await(x: Awaitable[None] | None) -> None:
