@@ -167,6 +167,14 @@ class DuplicateBrokerRegistrationError(MetadataError):
     code = "DUPLICATE_BROKER_REGISTRATION"
 
 
+class BrokerRegistrationPendingError(MetadataError):
+    """The broker's registration is proposed but not committed, so its epoch is not known
+    yet; retry once it commits. (Longboat's own code: Kafka's controller knows the offset it
+    writes at, ours learns it at commit.)"""
+
+    code = "BROKER_REGISTRATION_PENDING"
+
+
 class FencedLeaderEpochError(MetadataError):
     """AlterPartition from a leader of an older leader epoch."""
 
@@ -1012,6 +1020,10 @@ class QuorumController:
         b = batch.delta.broker(cmd.broker_id)
         if b is None:
             raise BrokerIdNotRegisteredError(f"broker {cmd.broker_id} is not registered")
+        if b.broker_epoch < 0:
+            raise BrokerRegistrationPendingError(
+                f"the registration of broker {cmd.broker_id} has not committed yet"
+            )
         batch.add(UnregisterBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
         self._remove_from_partitions(batch, b.broker_id)
         self._sessions.pop(b.broker_id, None)
