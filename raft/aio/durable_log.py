@@ -334,24 +334,28 @@ class DurableLog:
         if self.fsync and (entries or snapshot is not None):
             plog.flush()
             self.stats.fsyncs += 1
-        if hard_state is not None:
-            prev = self._saved_hard_state
-            # Term and vote must be durable before any message goes out (Raft §5.1, §5.2);
-            # commit alone may lag on disk (it is recovered from the quorum), so it is saved
-            # with them or at most once every COMMIT_SAVE_INTERVAL_S.
-            now = time.monotonic()
-            if (
-                hard_state.term != prev.term
-                or hard_state.vote != prev.vote
-                or (hard_state.commit != prev.commit
-                    and now - self._saved_at >= COMMIT_SAVE_INTERVAL_S)
-            ):
-                self.quorum_state.save(hard_state)
-                self._saved_hard_state = hard_state
-                self._saved_at = now
-                if self.fsync:
-                    self.stats.fsyncs += 1
+        if hard_state is not None and self.hard_state_save_due(hard_state):
+            self.quorum_state.save(hard_state)
+            self._saved_hard_state = hard_state
+            self._saved_at = time.monotonic()
+            if self.fsync:
+                self.stats.fsyncs += 1
         self.stats.persists += 1
+
+    def hard_state_save_due(self, hs: HardState) -> bool:
+        """Whether ``persist`` would write the quorum-state file for ``hs``.
+
+        Term and vote must be durable before any message goes out (Raft §5.1, §5.2);
+        commit alone may lag on disk (it is recovered from the quorum), so it is saved with
+        them or at most once every ``COMMIT_SAVE_INTERVAL_S``.
+        """
+        prev = self._saved_hard_state
+        return (
+            hs.term != prev.term
+            or hs.vote != prev.vote
+            or (hs.commit != prev.commit
+                and time.monotonic() - self._saved_at >= COMMIT_SAVE_INTERVAL_S)
+        )
 
     def _append(self, plog: PartitionLog, entries: Sequence[Entry]) -> None:
         if not entries:

@@ -618,12 +618,14 @@ class RaftNode:
             self._on_soft_state(rd.soft_state.role, rd.soft_state.leader)
         # 2. persist (one fsync), then let the core read it back through the port
         if rd.entries or rd.snapshot is not None or rd.hard_state is not None:
-            if rd.must_sync or rd.entries or rd.snapshot is not None:
+            if (
+                rd.entries
+                or rd.snapshot is not None
+                or (rd.hard_state is not None and self.durable.hard_state_save_due(rd.hard_state))
+            ):
                 await asyncio.to_thread(
                     self.durable.persist, rd.hard_state, rd.entries, rd.snapshot, rd.must_sync
                 )
-            else:  # commit only: no sync needed, may still be saved now and then
-                self.durable.persist(rd.hard_state, (), None, False)
             self.durable.mirror_ready(rd.hard_state, rd.entries, rd.snapshot)
         # 3. send
         send = self.transport.send

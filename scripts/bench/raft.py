@@ -280,10 +280,10 @@ def throughput_runs(
     cluster: Cluster, runs: int, duration_s: float, concurrency: int, per_request: int
 ) -> list[LoadResult]:
     results = []
-    for i in range(runs):
+    for _ in range(runs):
         res = asyncio.run(drive_load(cluster, duration_s, concurrency, per_request))
         progress(
-            f"{cluster.name} run {i + 1}/{runs}: {res.per_s:,.0f} proposals/s, "
+            f"{cluster.name}: {res.per_s:,.0f} proposals/s, "
             f"p50 {res.pct(0.5):.1f} ms, p99 {res.pct(0.99):.1f} ms"
         )
         results.append(res)
@@ -326,25 +326,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
         workdir = Path(args.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
+        clusters: list[Cluster] = []
         if args.only in (None, "pysyncobj"):
             ensure_pysyncobj()
-            cl = pysyncobj_cluster(workdir)
-            progress("starting 3 PySyncObj nodes")
-            cl.start_all()
-            try:
-                base_res = throughput_runs(cl, runs, duration_s, args.concurrency,
-                                           args.per_request)
-            finally:
-                cl.stop_all()
+            clusters.append(pysyncobj_cluster(workdir))
         if args.only in (None, "longboat"):
-            cl = longboat_cluster(workdir)
-            progress("starting 3 Longboat raft nodes (fsync on)")
-            cl.start_all()
-            try:
-                lb_res = throughput_runs(cl, runs, duration_s, args.concurrency,
-                                         args.per_request)
-                failovers = asyncio.run(measure_failover(cl, kills))
-            finally:
+            clusters.append(longboat_cluster(workdir))
+        try:
+            for cl in clusters:
+                progress(f"starting 3 {cl.name} nodes" + (" (fsync on)" if cl.name == "longboat" else ""))
+                cl.start_all()
+            # Runs alternate between the systems, so that a change in the machine's
+            # background load hits both alike (the idle cluster only sends heartbeats).
+            for _ in range(runs):
+                for cl in clusters:
+                    res = throughput_runs(cl, 1, duration_s, args.concurrency, args.per_request)
+                    (lb_res if cl.name == "longboat" else base_res).extend(res)
+            for cl in clusters:
+                if cl.name == "longboat":
+                    failovers = asyncio.run(measure_failover(cl, kills))
+        finally:
+            for cl in clusters:
                 cl.stop_all()
 
     baseline = ("PySyncObj 0.3.17, 3 nodes, default config, same client; it never fsyncs "
