@@ -66,8 +66,8 @@ commits with a generation to it get ILLEGAL_GENERATION, as Kafka's ``validateOff
 Timers (``poll``)
 -----------------
 * session: a member not heard from (join, sync, heartbeat, commit) for
-  ``session_timeout_ms`` is removed, unless it is parked in a join or waiting for its plan
-  (Kafka keeps those alive).
+  ``session_timeout_ms`` is removed, unless its join is parked (Kafka keeps those alive;
+  a member waiting for its plan must heartbeat, as Kafka's clients do).
 * poll interval (KIP-62): a member that declared ``max_poll_interval_ms`` and was not seen
   polling (``handle_member_poll``, join, sync) for that long is removed, as the Java
   client's heartbeat thread leaves the group when the application stops polling.
@@ -88,8 +88,9 @@ The coordinator tracks what each member may still hold (``Member.owned``):
   stay owned until the member's next join, because the client revokes them between its sync
   and its next join;
 * an EAGER member's join empties it: the client revoked everything before joining;
-* a COOPERATIVE member's join keeps only what the member says it still owns (by default its
-  last plan): unaffected partitions stay with it throughout the rebalance;
+* a COOPERATIVE member's join keeps only what the member says it still owns (by default all
+  it was handed minus what its last plan revoked): unaffected partitions stay with it
+  throughout the rebalance;
 * a removed member owns nothing (its commits are refused from then on: it is fenced).
 
 A plan is the assignor's target minus every partition another member still owns
@@ -164,7 +165,8 @@ class JoinRequest:
     max_poll_interval_ms: int | None = None
     """Set when the shell reports this member's polls (``handle_member_poll``)."""
     owned: frozenset[TopicPartition] | None = None
-    """COOPERATIVE: partitions the member still owns; ``None`` means its last plan."""
+    """COOPERATIVE: partitions the member still owns; ``None``: all it was handed except
+    what its last plan revoked."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,8 @@ class Member:
     """The member's part of the current generation's plan."""
     owned: frozenset[TopicPartition] = frozenset()
     """What the member may still hold. Invariant: disjoint from every other member's."""
+    revoking: frozenset[TopicPartition] = frozenset()
+    """Revoked by the last plan handed to the member; owned until its next join."""
     heartbeat_deadline_ms: int = 0
     poll_deadline_ms: int | None = None
     awaiting_join: bool = False
@@ -564,8 +568,11 @@ class Group:
         # A member joining again gives up what its protocol says it gives up.
         if req.protocol == RebalanceProtocol.EAGER:
             m.owned = frozenset()
+        elif req.owned is None:
+            m.owned = m.owned - m.revoking  # a KIP-429 client revokes before it rejoins
         else:
-            m.owned = m.owned & (m.assignment if req.owned is None else req.owned)
+            m.owned = m.owned & req.owned
+        m.revoking = frozenset()
         m.topics = req.topics
         m.protocol = req.protocol
         m.client_id = req.client_id
@@ -605,6 +612,7 @@ class Group:
                 sorted(other.owned & m.assignment),
             )
         m.owned = m.owned | m.assignment
+        m.revoking = revoked
         m.awaiting_sync = False
         response = SyncResponse(ErrorCode.NONE, m.assignment, revoked, rejoin=bool(revoked))
         self._maybe_stable(now_ms, fx)
@@ -677,8 +685,8 @@ class Group:
     def _expired_members(self, now_ms: int) -> list[str]:
         out = []
         for m in self.members.values():
-            if m.awaiting_join or m.awaiting_sync:
-                continue  # kept alive while parked or waiting for its plan (Kafka)
+            if m.awaiting_join:
+                continue  # kept alive while its join is parked (Kafka)
             if now_ms >= m.heartbeat_deadline_ms or (
                 m.poll_deadline_ms is not None and now_ms >= m.poll_deadline_ms
             ):
@@ -696,9 +704,24 @@ class Group:
         return sorted(self.offsets) if now_ms >= self.state_ts_ms + retention_ms else []
 
     def poll(self, now_ms: int, fx: _Effects) -> None:
-        for mid in self._expired_members(now_ms):
-            if mid in self.members and self._member_expired(mid, now_ms):
-                self._remove_member(mid, now_ms, fx)
+        # Each removal can start a rebalance, which changes who is kept alive and which
+        # deadlines apply: repeat until nothing is due at now_ms.
+        while self._poll_once(now_ms, fx):
+            pass
+        expired = self._offsets_expired(now_ms)
+        for tp in expired:
+            del self.offsets[tp]
+            fx.records.append(OffsetTombstoneRecord(self.group_id, tp.topic, tp.partition))
+        if self.state == GroupState.EMPTY and not self.offsets:
+            self._become(GroupState.DEAD, now_ms)
+            fx.records.append(GroupTombstoneRecord(self.group_id))
+
+    def _poll_once(self, now_ms: int, fx: _Effects) -> bool:
+        """Fire one due timer; say whether there was one."""
+        expired = self._expired_members(now_ms)
+        if expired:
+            self._remove_member(expired[0], now_ms, fx)
+            return True
         if (
             self.state == GroupState.PREPARING_REBALANCE
             and self.join_deadline_ms is not None
@@ -710,6 +733,7 @@ class Group:
                     self.leader = None
             self.join_waits_full_delay = False
             self._maybe_complete_join(now_ms, fx)
+            return True
         if (
             self.state == GroupState.COMPLETING_REBALANCE
             and self.sync_deadline_ms is not None
@@ -721,22 +745,14 @@ class Group:
                 if self.leader == mid:
                     self.leader = None
             self._prepare_rebalance(now_ms, fx)
-        expired = self._offsets_expired(now_ms)
-        for tp in expired:
-            del self.offsets[tp]
-            fx.records.append(OffsetTombstoneRecord(self.group_id, tp.topic, tp.partition))
-        if self.state == GroupState.EMPTY and not self.offsets:
-            self._become(GroupState.DEAD, now_ms)
-            fx.records.append(GroupTombstoneRecord(self.group_id))
-
-    def _member_expired(self, member_id: str, now_ms: int) -> bool:
-        return member_id in self._expired_members(now_ms)
+            return True
+        return False
 
     def deadline_ms(self) -> int | None:
         """The earliest moment ``poll`` has something to do for this group."""
         ds: list[int] = []
         for m in self.members.values():
-            if m.awaiting_join or m.awaiting_sync:
+            if m.awaiting_join:
                 continue
             ds.append(m.heartbeat_deadline_ms)
             if m.poll_deadline_ms is not None:
@@ -1045,23 +1061,19 @@ class GroupCoordinatorState:
 
 
 def durable_view(group: Group) -> tuple[object, ...]:
-    """What ``__consumer_offsets`` says of a group, for comparing a group with its replay.
+    """What ``__consumer_offsets`` says of a group: (generation, offsets, state, metadata).
 
-    A replayed group is always STABLE or EMPTY. A live group in those states must equal its
-    replay in every field here; in the middle of a rebalance only the generation and the
-    offsets are already durable, and the members are those of the last plan.
+    A replayed group is always STABLE or EMPTY. A live group in those states equals its
+    replay in all four; in the middle of a rebalance only the first two are durable yet.
     """
-    quiescent = group.state in (GroupState.EMPTY, GroupState.STABLE)
     return (
         group.generation,
         dict(sorted(group.offsets.items())),
-        group.state if quiescent else None,
+        group.state,
         (
             group.assignor,
             group.protocol,
             group.leader,
             tuple(m.metadata() for m in group.members.values()),
-        )
-        if quiescent
-        else None,
+        ),
     )
