@@ -211,6 +211,7 @@ class ReadIndexStatus:
 class LeaderRole:
     progress: dict[NodeId, Progress]
     heartbeat_elapsed: int = 0
+    ticks: int = 0  # ticks since this node became leader: the clock of last_heard_tick
     transferee: NodeId = NO_NODE
     # Read-index rounds waiting for a heartbeat quorum, in arrival order.
     reads: dict[bytes, ReadIndexStatus] = field(default_factory=dict)
@@ -399,21 +400,19 @@ class RaftCore:
     def tick_leader(self, r: LeaderRole) -> None:
         if self._maybe_step_down_after_removal(r):
             return
+        r.ticks += 1
         r.heartbeat_elapsed += 1
         self.election_elapsed += 1
+        if self.cfg.check_quorum and not self._quorum_heard_within_election_timeout(r):
+            # Check-quorum: a leader that has not heard from a majority of voters within an
+            # election timeout steps down, so an isolated leader stops serving (KAFKA-15489).
+            self.become_follower(self.term, NO_NODE)
+            return
         if self.election_elapsed >= self.cfg.election_timeout_ticks:
             self.election_elapsed = 0
-            if self.cfg.check_quorum:
-                r.progress[self.id].recent_active = True
-                if not self.quorum.is_active(
-                    lambda v: (p := r.progress.get(v)) is not None and p.recent_active
-                ):
-                    # Check-quorum: a leader cut off from a majority steps down (KAFKA-15489).
-                    self.become_follower(self.term, NO_NODE)
-                    return
-                for n, pr in r.progress.items():
-                    if n != self.id:
-                        pr.recent_active = False
+            for n, pr in r.progress.items():
+                if n != self.id:
+                    pr.recent_active = False
             for n, pr in r.progress.items():
                 # An InstallSnapshot unanswered for an election timeout was probably lost.
                 if pr.state is ProgressState.SNAPSHOT and n != self.id:
@@ -424,6 +423,17 @@ class RaftCore:
         if r.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
             r.heartbeat_elapsed = 0
             self._bcast_heartbeat(r, self._last_pending_read_context(r))
+
+    def _quorum_heard_within_election_timeout(self, r: LeaderRole) -> bool:
+        timeout = self.cfg.election_timeout_ticks
+
+        def heard(v: NodeId) -> bool:
+            if v == self.id:
+                return True
+            p = r.progress.get(v)
+            return p is not None and r.ticks - p.last_heard_tick < timeout
+
+        return self.quorum.is_active(heard)
 
     # ------------------------------------------------------------------ elections
     def campaign(self) -> None:
@@ -666,6 +676,7 @@ class RaftCore:
         self, r: LeaderRole, pr: Progress, m: AppendEntriesResponse | InstallSnapshotResponse
     ) -> None:
         pr.recent_active = True
+        pr.last_heard_tick = r.ticks
         if isinstance(m, AppendEntriesResponse) and m.reject:
             probe = m.reject_hint
             if m.log_term > 0:
@@ -695,6 +706,7 @@ class RaftCore:
 
     def handle_heartbeat_response(self, r: LeaderRole, pr: Progress, m: HeartbeatResponse) -> None:
         pr.recent_active = True
+        pr.last_heard_tick = r.ticks
         pr.probe_sent = False
         if pr.state is ProgressState.REPLICATE and pr.inflights.full():
             # The window may be full of lost appends; free one so replication resumes.
@@ -915,6 +927,7 @@ class RaftCore:
             if pr is None:
                 pr = r.progress[n] = self._new_progress(n, last)
                 pr.recent_active = True
+                pr.last_heard_tick = r.ticks
             pr.is_observer = n in cs.observers
         for n in list(r.progress):
             if n not in cs.members() and n != self.id:

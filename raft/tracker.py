@@ -90,6 +90,7 @@ class Progress:
     __slots__ = (
         "inflights",
         "is_observer",
+        "last_heard_tick",
         "match",
         "next",
         "pending_snapshot",
@@ -109,6 +110,8 @@ class Progress:
         self.probe_sent = False
         # Heard from since the last check-quorum round.
         self.recent_active = False
+        # Leader's tick count when it last heard from this follower (check-quorum).
+        self.last_heard_tick = 0
         self.inflights = inflights
         self.is_observer = is_observer
 

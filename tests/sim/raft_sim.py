@@ -305,7 +305,9 @@ class Simulation:
         self.reads: dict[bytes, int] = {}  # context -> max applied index when issued
         self.stats: dict[str, int] = {}
         self.small_batches = "small_batches" in self.faults
-        n_voters = self.rng.choice([1, 3, 3, 5])
+        # 1 byte: one entry per AppendEntries, the schedule that exposes Figure 8.
+        self.batch_bytes_max = self.rng.choice([1, 64]) if self.small_batches else 1 << 20
+        n_voters = self.rng.choice([1, 3, 3, 5, 5])
         n_total = min(6, n_voters + (2 if "membership" in self.faults else 0))
         initial = ConfState(frozenset(NodeId(i) for i in range(1, n_voters + 1)))
         self.nodes: dict[NodeId, SimNode] = {}
@@ -340,7 +342,7 @@ class Simulation:
             id=nid,
             election_timeout_ticks=ELECTION_TIMEOUT_TICKS,
             heartbeat_interval_ticks=2,
-            max_entries_bytes_per_msg=64 if self.small_batches else 1 << 20,
+            max_entries_bytes_per_msg=self.batch_bytes_max,
             max_inflight_msgs=2 if self.small_batches else 16,
         )
 
@@ -418,8 +420,9 @@ class Simulation:
         if not self.healing and self.rng.random() < f.loss_rate:
             return
         copies = 2 if (not self.healing and self.rng.random() < f.duplicate_rate) else 1
+        delay_max = 2 if self.healing else f.delay_units_max  # healed: prompt and in order
         for _ in range(copies):
-            self._at(self.rng.randint(1, f.delay_units_max), "deliver", m)
+            self._at(self.rng.randint(1, delay_max), "deliver", m)
 
     def _deliver(self, m: Message) -> None:
         node = self.nodes.get(m.dst)
@@ -629,7 +632,7 @@ class Simulation:
         for node in self.nodes.values():
             if not node.up:
                 self._restart(node)
-        self._log("HEAL: partitions removed, nodes restarted, no more loss")
+        self._log("HEAL: partitions removed, nodes restarted, no loss, duplication or reordering")
 
     def _liveness(self) -> None:
         deadline = self.now + LIVENESS_TICKS_MAX * TICK_UNITS
