@@ -332,3 +332,29 @@ def test_replaying_the_records_rebuilds_the_group_after_failover() -> None:
     other.on_loaded(h.now)
     # The members carry on with their generation at the new coordinator.
     assert other.handle_heartbeat(HeartbeatRequest(G, b, 1), h.now).response == ErrorCode.NONE
+
+
+def test_after_failover_a_cooperative_hand_over_still_due_starts_the_follow_up_round() -> None:
+    h = Harness({"t": 4})
+    (a,) = h.stable_group(1, protocol=COOP, assignor="cooperative-sticky")
+    h.join(client="b", protocol=COOP, assignor="cooperative-sticky")
+    b = h.last_parked
+    gen = h.rejoin_all([a], protocol=COOP, assignor="cooperative-sticky")
+    h.sync(a, gen)  # a learns it must give up two partitions; b has not synced yet
+    other = GroupCoordinatorState(h.config, new_member_id=str, partitions_per_topic={"t": 4})
+    for rec in h.records:
+        other.replay(rec)
+    assert other.describe(G).state == GroupState.STABLE
+    assert other.describe(G).generation == gen
+    out = other.on_loaded(h.now)
+    assert other.describe(G).state == GroupState.PREPARING_REBALANCE
+    assert out.deadline_ms == h.now + 1_000  # session clocks restart at load
+    assert {m.member_id for m in other.describe(G).members} == {a, b}
+
+
+def test_poll_returns_the_earliest_deadline_over_all_groups() -> None:
+    h = Harness()
+    h.join(client="a", group="g1")  # join phase ends at 100
+    h.now = 30
+    h.join(client="b", group="g2")  # ends at 130
+    assert h.st.poll(h.now).deadline_ms == 100
