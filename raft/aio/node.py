@@ -209,6 +209,7 @@ class RaftNode:
             config.node_id,
             {i: u for i, u in self.addresses.items() if i != config.node_id},
             self._on_messages,
+            on_unreachable=self._on_unreachable,
         )
         self.durable = DurableLog(config.data_dir, fsync=config.fsync, file_layer=file_layer)
         self.core: RaftCore | None = None
@@ -501,6 +502,11 @@ class RaftNode:
         self._last_contact[sender] = time.monotonic()
         self._inbox.extend((sender, m) for m in msgs)
         self._wake.set()
+
+    def _on_unreachable(self, peer: int) -> None:
+        if not self._stopping:
+            self._ops.append(lambda core: core.report_unreachable(NodeId(peer)))
+            self._wake.set()
 
     def _queue_op(self, op: Callable[[RaftCore], None]) -> None:
         if self._stopping:

@@ -22,6 +22,8 @@ Rules:
   (``backoff_ms_min`` .. ``backoff_ms_max``) before the next attempt; while it backs off,
   newer messages replace older ones (the queue keeps the newest ``queue_messages_max``), as
   a stale AppendEntries is worth less than a fresh one.
+* A failed POST is reported through ``on_unreachable(peer_id)`` (the node tells the core,
+  which stops streaming appends to that peer and probes instead).
 * ``close()`` cancels the senders and closes the session; the route stays on the app,
   whose owner stops the server, and answers 503 once closed.
 """
@@ -78,9 +80,11 @@ class RaftTransport:
         request_timeout_ms: int = 2000,
         backoff_ms_min: int = 20,
         backoff_ms_max: int = 1000,
+        on_unreachable: Callable[[int], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self._on_messages = on_messages
+        self._on_unreachable = on_unreachable
         self._queue_max = queue_messages_max
         self._batch_max = batch_messages_max
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_ms / 1000)
@@ -186,6 +190,8 @@ class RaftTransport:
                     raise
                 except Exception as e:
                     peer.dropped += n
+                    if self._on_unreachable is not None:
+                        self._on_unreachable(peer_id)
                     peer.backoff_s = min(
                         self._backoff_max_s, max(self._backoff_min_s, peer.backoff_s * 2)
                     )

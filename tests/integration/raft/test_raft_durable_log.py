@@ -1,0 +1,105 @@
+"""DurableLog on real files: what persist writes, open reads back."""
+
+from __future__ import annotations
+
+import pytest
+
+from raft.aio.durable_log import DurableLog, decode_snapshot, encode_snapshot
+from raft.aio.quorum_state import CorruptQuorumStateError
+from raft.types import (
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    LogIndex,
+    NodeId,
+    Snapshot,
+    SnapshotMetadata,
+    Term,
+)
+
+CS = ConfState(frozenset({NodeId(1), NodeId(2), NodeId(3)}))
+
+
+def ents(lo: int, hi: int, term: int, tag: bytes = b"") -> list[Entry]:
+    return [Entry(LogIndex(i), Term(term), EntryKind.NORMAL, tag + b"%d" % i) for i in range(lo, hi + 1)]
+
+
+def reopen(path) -> DurableLog:  # type: ignore[no-untyped-def]
+    d = DurableLog(path)
+    d.open(CS)
+    return d
+
+
+def persist(d: DurableLog, entries: list[Entry], hs: HardState | None = None) -> None:
+    d.persist(hs, entries, None, True)
+    d.mirror_ready(hs, entries, None)
+
+
+def test_entries_terms_and_hard_state_survive_a_restart(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 5, 1), HardState(Term(1), NodeId(2), LogIndex(0)))
+    persist(d, ents(6, 9, 2), HardState(Term(2), NodeId(3), LogIndex(4)))
+    d.close()
+    d2 = reopen(tmp_path)
+    m = d2.memory
+    assert (m.first_index(), m.last_index()) == (1, 9)
+    assert m.entries(LogIndex(1), LogIndex(10), None) == [*ents(1, 5, 1), *ents(6, 9, 2)]
+    hs, cs = m.initial_state()
+    assert (hs.term, hs.vote) == (2, 3) and cs == CS
+    # entry i is at offset i - 1; one batch per term run
+    assert d2.log_end_offset() == 9
+
+
+def test_conflicting_suffix_inside_a_batch_is_replaced_and_the_prefix_kept(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 10, 1))  # one batch, offsets 0..9
+    persist(d, ents(8, 12, 2, b"new"))  # conflict at 8: the batch is cut, 1..7 re-appended
+    assert d.stats.rewrites == 1
+    want = [*ents(1, 7, 1), *ents(8, 12, 2, b"new")]
+    assert d.memory.entries(LogIndex(1), LogIndex(13), None) == want
+    d.close()
+    assert reopen(tmp_path).memory.entries(LogIndex(1), LogIndex(13), None) == want
+
+
+def test_snapshot_moves_log_start_and_restart_resumes_after_it(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 20, 1))
+    snap = Snapshot(SnapshotMetadata(LogIndex(15), Term(1), CS), b"state@15")
+    d.save_snapshot(snap)
+    d.memory.create_snapshot(LogIndex(15), CS, b"state@15")
+    d.memory.compact(LogIndex(15))
+    assert d.log_start_offset() == 15
+    d.close()
+    d2 = reopen(tmp_path)
+    assert d2.memory.snapshot() == snap
+    assert d2.memory.entries(LogIndex(16), LogIndex(21), None) == ents(16, 20, 1)
+
+
+def test_installed_snapshot_replaces_the_log_even_after_a_crash_before_the_reset(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 30, 1))
+    snap = Snapshot(SnapshotMetadata(LogIndex(40), Term(3), CS), b"leader-state")
+    # a crash right after the snapshot file, before the log was reset
+    d._write_snapshot_file(snap)
+    d.plog.abandon()  # type: ignore[union-attr]
+    d2 = reopen(tmp_path)
+    assert d2.memory.snapshot() == snap
+    assert (d2.memory.first_index(), d2.memory.last_index()) == (41, 40)
+    persist(d2, ents(41, 42, 3))
+    d2.close()
+    assert reopen(tmp_path).memory.entries(LogIndex(41), LogIndex(43), None) == ents(41, 42, 3)
+
+
+def test_snapshot_and_quorum_state_files_are_crc_checked(tmp_path) -> None:
+    snap = Snapshot(SnapshotMetadata(LogIndex(7), Term(2), CS), b"abc")
+    buf = bytearray(encode_snapshot(snap))
+    assert decode_snapshot(bytes(buf)) == snap
+    d = reopen(tmp_path)
+    persist(d, ents(1, 3, 1), HardState(Term(1), NodeId(1), LogIndex(0)))
+    d.close()
+    raw = bytearray((tmp_path / "quorum-state").read_bytes())
+    raw[-2] ^= 0x01
+    (tmp_path / "quorum-state").write_bytes(bytes(raw))
+    with pytest.raises(CorruptQuorumStateError):
+        reopen(tmp_path)
