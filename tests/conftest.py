@@ -1,0 +1,36 @@
+"""Test-suite wiring shared by every directory under tests/.
+
+Tests run with ``--import-mode=importlib`` so two test files may share a basename in
+different directories (``tests/unit/api/test_config.py`` and
+``tests/unit/storage/test_config.py``). Helper modules that tests import by bare name
+(``from storage_harness import ...``) live beside their tests; their directories are put on
+``sys.path`` here, so their basenames must be unique across the tree, which is checked.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+_TESTS = Path(__file__).resolve().parent
+
+
+def _helper_dirs() -> list[Path]:
+    by_name: dict[str, list[Path]] = defaultdict(list)
+    for p in _TESTS.rglob("*.py"):
+        if p.name.startswith("test_") or p.name in ("__init__.py", "conftest.py"):
+            continue
+        by_name[p.stem].append(p)
+    clashes = {n: ps for n, ps in by_name.items() if len(ps) > 1}
+    if clashes:
+        raise RuntimeError(
+            "test helper modules must have unique basenames (they are imported by bare name): "
+            + "; ".join(f"{n}: {', '.join(str(p) for p in ps)}" for n, ps in clashes.items())
+        )
+    return sorted({p.parent for ps in by_name.values() for p in ps})
+
+
+for _d in _helper_dirs():
+    if str(_d) not in sys.path:
+        sys.path.append(str(_d))
