@@ -10,6 +10,8 @@ echo "==> mypy" >&2
 mypy
 echo "==> import-linter (layers and pure cores)" >&2
 lint-imports
+echo "==> system tools for the fault-injection tests (nftables, iptables, faketime)" >&2
+./scripts/setup-jepsen.sh
 echo "==> pytest" >&2
 # CI has 2 cores; the suite is sized to finish well under 20 minutes there.
 python -m pytest -q "$@"
