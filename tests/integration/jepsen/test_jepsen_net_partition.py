@@ -12,7 +12,7 @@ from jepsen_support import echo_argv, require_netns, round_trip, wait_listening
 from jepsen_tests.history import Recorder
 from jepsen_tests.nemesis import Fault
 from jepsen_tests.nemesis.net import NetNamespace, NetNemesis, node_address
-from jepsen_tests.nemesis.process import NodeProcess
+from jepsen_tests.nemesis.process import NodeProcess, wait_until
 
 
 def test_partition_times_out_connects_and_stalls_open_connections_until_heal(
@@ -76,7 +76,8 @@ def test_namespace_is_isolated_from_the_host_and_destroy_kills_what_runs_inside(
         assert "lo" in out and "UP" in out.split("lo", 1)[1].split("\n")[0].upper()
         assert len([line for line in out.splitlines() if line.strip()]) == 1  # only lo
         sleeper = subprocess.Popen(ns.wrap(["sleep", "60"]), start_new_session=True)
-        assert sleeper.pid in ns.pids()
+        # `ip netns exec` enters the namespace and then execs: give it a moment under load
+        assert wait_until(lambda: sleeper.pid in ns.pids(), 5)
     finally:
         ns.destroy()
     assert sleeper.wait(timeout=5) != 0
