@@ -315,6 +315,7 @@ class Member:
             assignment=self.assignment,
             session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=self.rebalance_timeout_ms,
+            max_poll_interval_ms=self.max_poll_interval_ms,
         )
 
     def describe(self) -> MemberDescription:
@@ -789,7 +790,7 @@ class Group:
                 topics=mm.topics,
                 session_timeout_ms=mm.session_timeout_ms,
                 rebalance_timeout_ms=mm.rebalance_timeout_ms,
-                max_poll_interval_ms=None,
+                max_poll_interval_ms=mm.max_poll_interval_ms,
                 assignment=mm.assignment,
                 owned=mm.assignment,
                 heartbeat_deadline_ms=record.state_ts_ms + mm.session_timeout_ms,
@@ -1054,7 +1055,7 @@ class GroupCoordinatorState:
         fx = _Effects()
         for g in self._sorted_groups():
             for m in g.members.values():
-                m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+                g._touch(m, now_ms)  # session and poll clocks restart at load (Kafka too)
             if g.state == GroupState.STABLE and g.plan_is_stale():
                 g._prepare_rebalance(now_ms, fx)
         return Outcome(None, tuple(fx.records), dict(fx.joins), self._deadline())

@@ -63,6 +63,8 @@ class MemberMetadata:
     assignment: frozenset[TopicPartition]
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    max_poll_interval_ms: int | None = None
+    """Set when the coordinator enforces the member's poll interval (KIP-62)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def encode_record(record: GroupRecord) -> tuple[bytes, bytes | None]:
                     [[tp.topic, tp.partition] for tp in sorted(m.assignment)],
                     m.session_timeout_ms,
                     m.rebalance_timeout_ms,
+                    m.max_poll_interval_ms,
                 ]
                 for m in record.members
             ]
@@ -160,7 +163,7 @@ def _decode(k: Any, v: Any) -> GroupRecord:
         _check_value(v, 7)
         members = []
         for m in v[6]:
-            if not isinstance(m, list) or len(m) != 7:
+            if not isinstance(m, list) or len(m) != 8:
                 raise CorruptRecordError("bad member in group metadata")
             members.append(
                 MemberMetadata(
@@ -171,6 +174,7 @@ def _decode(k: Any, v: Any) -> GroupRecord:
                     assignment=frozenset(TopicPartition(_str(t), _int(p)) for t, p in m[4]),
                     session_timeout_ms=_int(m[5]),
                     rebalance_timeout_ms=_int(m[6]),
+                    max_poll_interval_ms=None if m[7] is None else _int(m[7]),
                 )
             )
         return GroupMetadataRecord(

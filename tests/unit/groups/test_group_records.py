@@ -71,6 +71,7 @@ def test_a_tombstone_shares_its_key_with_the_record_it_deletes() -> None:
         (msgpack.packb(["offset", "g", "t", 0]), msgpack.packb([0, "one", "", 0])),
         (msgpack.packb(["group", "g"]), msgpack.packb([0, 1])),
         (msgpack.packb(["group", "g"]), msgpack.packb([0, 1, "sideways", None, None, 0, []])),
+        (msgpack.packb(["group", "g"]), msgpack.packb([0, 1, None, None, None, 0, [["a"]]])),
     ],
 )
 def test_malformed_records_raise_corrupt_record_error(key: bytes, value: bytes | None) -> None:
