@@ -72,7 +72,8 @@ def test_correct_toy_passes_under_kill_pause_and_partitions(tmp_path: Path) -> N
 def test_planted_bug_is_found_by_lose_unsynced_and_recheck_agrees(tmp_path: Path) -> None:
     require_netns()
     out = tmp_path / "run"
-    rc, log, res = _run(out, "--toy-mode", "ack-before-sync", "--nemesis", "lose-unsynced",
+    rc, log, res = _run(out, "--toy-mode", "ack-before-sync", "--toy-sync-interval-ms", "3000",
+                        "--nemesis", "lose-unsynced",
                         "--time-limit", "7", "--seed", "3")
     assert rc == 1, log
     r = res["result"]
@@ -93,7 +94,8 @@ def test_planted_bug_is_found_by_lose_unsynced_and_recheck_agrees(tmp_path: Path
 
 def test_planted_bug_survives_plain_kill_because_the_page_cache_does(tmp_path: Path) -> None:
     require_netns()
-    rc, log, res = _run(tmp_path / "run", "--toy-mode", "ack-before-sync", "--nemesis", "kill",
+    rc, log, res = _run(tmp_path / "run", "--toy-mode", "ack-before-sync",
+                        "--toy-sync-interval-ms", "3000", "--nemesis", "kill",
                         "--time-limit", "6", "--seed", "3")
     assert rc == 0, log
     assert res["result"]["valid"] is True
@@ -109,6 +111,7 @@ def test_metadata_workload_linearizable_on_correct_toy_and_not_on_the_buggy_one(
     assert res["result"]["linearizable"]["keys"] == 4
     # One node, so every lose-unsynced hits the controller; acked topic changes are lost.
     rc, log, res = _run(tmp_path / "bad", "--nodes", "1", "--toy-mode", "ack-before-sync",
+                        "--toy-sync-interval-ms", "3000",
                         "--workload", "metadata", "--nemesis", "lose-unsynced",
                         "--time-limit", "8", "--seed", "2")
     assert rc == 1, log
