@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from metalog.delta import MetadataDelta
 from metalog.image import (
@@ -716,6 +716,39 @@ class QuorumController:
         return tuple(batch.records)
 
     # ---------------------------------------------------------------- commands
+
+    @overload
+    def handle(self, command: CreateTopic, now_ms: int) -> ControllerResult[CreateTopicResponse]: ...
+
+    @overload
+    def handle(self, command: DeleteTopic, now_ms: int) -> ControllerResult[DeleteTopicResponse]: ...
+
+    @overload
+    def handle(self, command: CreatePartitions, now_ms: int) -> ControllerResult[CreatePartitionsResponse]: ...
+
+    @overload
+    def handle(self, command: AlterConfigs, now_ms: int) -> ControllerResult[AlterConfigsResponse]: ...
+
+    @overload
+    def handle(self, command: RegisterBroker, now_ms: int) -> ControllerResult[BrokerRegistrationResponse]: ...
+
+    @overload
+    def handle(self, command: BrokerHeartbeat, now_ms: int) -> ControllerResult[BrokerHeartbeatResponse]: ...
+
+    @overload
+    def handle(self, command: UnregisterBroker, now_ms: int) -> ControllerResult[UnregisterBrokerResponse]: ...
+
+    @overload
+    def handle(self, command: AlterPartition, now_ms: int) -> ControllerResult[AlterPartitionResponse]: ...
+
+    @overload
+    def handle(self, command: AllocateProducerIds, now_ms: int) -> ControllerResult[ProducerIdsBlock]: ...
+
+    @overload
+    def handle(self, command: ElectLeaders, now_ms: int) -> ControllerResult[ElectLeadersResponse]: ...
+
+    @overload
+    def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]: ...
 
     def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]:
         """Validate ``command`` against the latest image and turn it into records.
