@@ -85,6 +85,7 @@ FAULT_KINDS = (
     "partition",
     "asymmetric_partition",
     "crash",
+    "kill_leader",
     "torn_writes",
     "clock_skew",
     "membership",
@@ -440,11 +441,14 @@ class Simulation:
             self._propose()
         elif r < 0.55 and ("partition" in f or "asymmetric_partition" in f):
             self._partition(ids)
-        elif r < 0.62 and "crash" in f:
+        elif r < 0.62 and ("crash" in f or "kill_leader" in f):
             up = [n for n in self.nodes.values() if n.up]
             down = [n for n in self.nodes.values() if not n.up]
+            leader = self._leader()
             if down and (self.rng.random() < 0.6 or not up):
                 self._restart(self.rng.choice(down))
+            elif "kill_leader" in f and leader is not None and self.rng.random() < 0.7:
+                self._crash(leader)  # Jepsen's favourite: kill the leader mid-replication
             elif up:
                 self._crash(self.rng.choice(up))
         elif r < 0.70 and "membership" in f:

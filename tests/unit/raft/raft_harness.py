@@ -158,9 +158,10 @@ class Network:
         self.send(out)
 
     def tick(self, n: int, times: int = 1) -> None:
+        """Tick node ``n`` ``times`` times, letting the network settle after each tick."""
         for _ in range(times):
             self.core(n).tick()
-        self.stabilize()
+            self.stabilize()
 
     def tick_all(self, times: int = 1) -> None:
         for _ in range(times):

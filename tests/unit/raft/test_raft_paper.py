@@ -50,7 +50,11 @@ def test_messages_with_a_stale_term_are_ignored() -> None:
     n = lone_core(term=3)
     c = n.core
     n.process_ready()
-    c.step(AppendEntries(N2, N1, Term(2), LogIndex(0), Term(0), (Entry(LogIndex(1), Term(2)),), LogIndex(1)))
+    c.step(
+        AppendEntries(
+            N2, N1, Term(2), LogIndex(0), Term(0), (Entry(LogIndex(1), Term(2)),), LogIndex(1)
+        )
+    )
     assert c.term == 3
     assert c.log.last_index() == 0
     assert c.leader == NO_NODE
@@ -121,7 +125,9 @@ def test_candidate_wins_with_a_majority_of_votes_and_loses_with_a_majority_of_re
     assert c.role.role is role
 
 
-@pytest.mark.parametrize(("vote", "candidate", "grant"), [(0, 2, True), (2, 2, True), (3, 2, False)])
+@pytest.mark.parametrize(
+    ("vote", "candidate", "grant"), [(0, 2, True), (2, 2, True), (3, 2, False)]
+)
 def test_follower_grants_at_most_one_vote_per_term_first_come_first_served(
     vote: int, candidate: int, grant: bool
 ) -> None:
@@ -325,7 +331,9 @@ def test_leader_commits_only_entries_from_current_term() -> None:
     c = net.core(1)
     c.term = Term(3)
     # Node 1 wins term 4 but its no-op (index 3, term 4) does not reach anyone.
-    net.drop(lambda m: isinstance(m, AppendEntries) and len(m.entries) > 0 and m.entries[-1].term == 4)
+    net.drop(
+        lambda m: isinstance(m, AppendEntries) and len(m.entries) > 0 and m.entries[-1].term == 4
+    )
     net.elect(1)
     net.drop_filters.clear()
     # Now index 2 (term 2) reaches node 2: a majority holds it, but it must not commit...
