@@ -358,3 +358,31 @@ def test_poll_returns_the_earliest_deadline_over_all_groups() -> None:
     h.now = 30
     h.join(client="b", group="g2")  # ends at 130
     assert h.st.poll(h.now).deadline_ms == 100
+
+
+def test_a_deleted_topic_makes_a_stable_group_rebalance_without_it() -> None:
+    h = Harness({"t": 2, "u": 2})
+    a, b = h.stable_group(2)
+    h.join(a, topics=("t", "u"))
+    h.join(b, topics=("t", "u"))
+    for m in (a, b):
+        h.sync(m, 2)
+    assert h.state() == GroupState.STABLE
+    h.st.update_topics({"t": 2}, h.now)
+    assert h.state() == GroupState.PREPARING_REBALANCE
+    gen = h.rejoin_all([a, b])
+    plans = [h.sync(m, gen).response for m in (a, b)]
+    assert {p.topic for r in plans if r is not None for p in r.assignment} == {"t"}
+
+
+def test_poll_reports_of_an_unknown_member_are_refused() -> None:
+    h = Harness()
+    h.stable_group(1)
+    assert h.st.handle_member_poll(G, "stranger", h.now).response == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.st.handle_member_poll("nope", "stranger", h.now).response == (
+        ErrorCode.UNKNOWN_MEMBER_ID
+    )
+
+
+def test_describe_of_an_unknown_group_says_dead() -> None:
+    assert Harness().st.describe("nope").state == GroupState.DEAD
