@@ -582,12 +582,22 @@ class _Batch:
         b = self.delta.broker(broker_id)
         return b is not None and b.usable
 
-    def partitions(self) -> Iterator[tuple[str, TopicId, int, PartitionRegistration]]:
-        """Every partition of the view: (topic name, topic id, index, registration)."""
-        for t, p, _ in self.image.topics.partitions():
-            reg = self.delta.partition(t.topic_id, p)
-            if reg is not None:
-                yield t.name, t.topic_id, p, reg
+    def partitions(
+        self, broker_id: BrokerId | None = None
+    ) -> Iterator[tuple[str, TopicId, int, PartitionRegistration]]:
+        """Partitions of the view (with a replica on ``broker_id`` if given), as
+        (topic name, topic id, index, registration). Topics created by this batch are not
+        included. A scan of every partition: ~0.3 µs each when the delta has not touched it."""
+        delta = self.delta
+        for t in self.image.topics.by_id.values():
+            if delta.is_deleted(t.topic_id):
+                continue
+            changed = delta.changed_partitions_of(t.topic_id)
+            for p, reg in t.partitions.items():
+                if changed:
+                    reg = changed.get(p, reg)
+                if broker_id is None or broker_id in reg.replicas:
+                    yield t.name, t.topic_id, p, reg
 
 
 class QuorumController:
@@ -1031,7 +1041,8 @@ class QuorumController:
                     ))
                     # A clean shutdown never causes an unclean election.
                     self._remove_from_partitions(batch, b.broker_id, unclean=False)
-                if not any(reg.leader == b.broker_id for _, _, _, reg in batch.partitions()):
+                if not any(reg.leader == b.broker_id
+                           for _, _, _, reg in batch.partitions(b.broker_id)):
                     self._fence(batch, b, unclean=False)
             b2 = batch.delta.broker(b.broker_id)
             fenced = b2 is not None and b2.fenced
@@ -1075,7 +1086,7 @@ class QuorumController:
                                 unclean: bool = True) -> None:
         """Take ``broker_id`` out of every ISR and leadership (it is fenced, shutting down,
         unregistered, or a new incarnation)."""
-        for name, tid, p, reg in list(batch.partitions()):
+        for name, tid, p, reg in list(batch.partitions(broker_id)):
             if reg.leader == broker_id or broker_id in reg.isr:
                 rec = partition_change(
                     tid, p, reg, batch.usable, remove=broker_id,
@@ -1088,9 +1099,8 @@ class QuorumController:
                                   topic: str | None = None, unclean: bool | None = None) -> None:
         """Give a leader to leaderless partitions (with a replica on ``broker_id``, or of
         ``topic``, or all); unclean per the topic's config unless ``unclean`` says."""
-        for name, tid, p, reg in list(batch.partitions()):
-            if (reg.leader == NO_LEADER and (broker_id is None or broker_id in reg.replicas)
-                    and (topic is None or topic == name)):
+        for name, tid, p, reg in list(batch.partitions(broker_id)):
+            if reg.leader == NO_LEADER and (topic is None or topic == name):
                 allowed = self._unclean_allowed(batch, name) if unclean is None else unclean
                 rec = partition_change(tid, p, reg, batch.usable, unclean_allowed=allowed)
                 if rec is not None:

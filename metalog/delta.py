@@ -141,6 +141,15 @@ class MetadataDelta:
         t = self.image.topics.by_id.get(topic_id)
         return None if t is None else t.partitions.get(partition)
 
+    def is_deleted(self, topic_id: TopicId) -> bool:
+        """Whether this delta deleted ``topic_id`` from the base image."""
+        return topic_id in self._deleted
+
+    def changed_partitions_of(self, topic_id: TopicId) -> Mapping[int, PartitionRegistration]:
+        """Partitions of ``topic_id`` this delta created or changed (empty if none)."""
+        tc = self._topics.get(topic_id)
+        return {} if tc is None else tc.partitions
+
     def broker(self, broker_id: BrokerId) -> BrokerRegistration | None:
         if broker_id in self._brokers:
             return self._brokers[broker_id]
