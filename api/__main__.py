@@ -1,0 +1,5 @@
+"""``python -m api ...`` is the ``longboat`` command (for tests and hosts without the script)."""
+
+from api.cli import main
+
+main()

@@ -1,0 +1,126 @@
+"""``longboat controller start`` and ``longboat quorum status``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from api.cli import main
+from api.config import ConfigError, load_config
+
+
+def setup_logging(node: str, level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s {node} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_loop(coro: Any) -> Any:
+    """Run ``coro`` on uvloop where available (faster small requests), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+@main.group("controller")
+def controller_group() -> None:
+    """Run a controller: a voter of the metadata quorum."""
+
+
+@controller_group.command("start")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--node-id", type=int, help="Overrides node_id.")
+@click.option("--listen", help="HOST:PORT; overrides listen.")
+@click.option("--data-dir", help="Overrides data_dir.")
+@click.option("--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum.")
+@click.option("--log-level", default="INFO", show_default=True)
+def controller_start(config_path: str | None, node_id: int | None, listen: str | None,
+                     data_dir: str | None, controller_quorum: str | None, log_level: str) -> None:
+    """Start a controller in the foreground (Ctrl-C stops it cleanly)."""
+    try:
+        cfg = load_config(config_path, {
+            "node_id": node_id, "listen": listen, "data_dir": data_dir,
+            "controller_quorum": controller_quorum, "roles": ["controller"],
+        })
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    setup_logging(f"controller-{cfg.node_id}", log_level)
+    from api.controller_app import serve_controller
+
+    run_loop(serve_controller(cfg))
+
+
+@main.group("quorum")
+def quorum_group() -> None:
+    """Inspect the metadata quorum."""
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} ms"
+
+
+@quorum_group.command("status")
+@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True,
+              help="Controller URL(s), comma-separated.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def quorum_status(bootstrap: str, as_json: bool) -> None:
+    """Leader, term, high watermark, and each voter's and observer's log end, lag and last
+    contact (like kafka-metadata-quorum describe --status --replication)."""
+    from api.controller_client import ControllerClient, ControllerUnavailableError
+
+    urls = [u.strip() for u in bootstrap.split(",") if u.strip()]
+
+    async def fetch() -> dict[str, Any]:
+        async with ControllerClient(urls, timeout_s=5) as c:
+            st = await c.get_json("/v3/quorum/status")
+            leader_url = st.get("leader_url")
+            if st.get("role") != "leader" and leader_url:
+                st = await c.get_json("/v3/quorum/status", leader_url)
+            return st
+
+    try:
+        st = run_loop(fetch())
+    except ControllerUnavailableError as e:
+        raise click.ClickException(f"no controller answered: {e}") from None
+    if st.get("role") != "leader":
+        raise click.ClickException(
+            f"no leader: node {st['node_id']} is {st['role']} in term {st['term']}")
+    hw = st["commit"]
+    replicas = [{
+        "node_id": st["node_id"], "kind": "voter", "log_end": st["last_index"], "lag": 0,
+        "last_contact_ms": 0.0, "state": "leader",
+    }]
+    for f in st["followers"]:
+        replicas.append({
+            "node_id": f["node_id"], "kind": "observer" if f["is_observer"] else "voter",
+            "log_end": f["match"], "lag": max(0, st["last_index"] - f["match"]),
+            "last_contact_ms": f["last_contact_ms"], "state": f["state"],
+        })
+    out = {
+        "leader_id": st["node_id"], "term": st["term"], "high_watermark": hw,
+        "metadata_offset": st.get("metadata_offset"), "voters": st["voters"],
+        "observers": st["observers"], "replicas": replicas,
+    }
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"LeaderId:        {out['leader_id']}")
+    click.echo(f"LeaderEpoch:     {out['term']}")
+    click.echo(f"HighWatermark:   {hw}")
+    click.echo(f"MetadataOffset:  {out['metadata_offset']}")
+    click.echo(f"CurrentVoters:   {out['voters']}")
+    click.echo(f"CurrentObservers:{out['observers']}")
+    click.echo("")
+    click.echo(f"{'NodeId':>6}  {'Kind':8} {'LogEndOffset':>12} {'Lag':>6}  {'LastContact':>12}  State")
+    for r in replicas:
+        click.echo(f"{r['node_id']:>6}  {r['kind']:8} {r['log_end']:>12} {r['lag']:>6}  "
+                   f"{_fmt_ms(r['last_contact_ms']):>12}  {r['state']}")

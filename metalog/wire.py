@@ -1,0 +1,119 @@
+"""Controller commands and responses as msgpack, for the internal controller route.
+
+A small tagged codec over the frozen dataclasses of ``metalog.controller`` (and the
+registrations they carry): a dataclass or NamedTuple becomes ``{"@": "ClassName", field:
+value, ...}``, an enum ``{"@e": "EnumName", "v": value}``, a ``MetadataError``
+``{"@err": "ClassName", "message": ...}``; sequences travel as lists and come back as
+tuples (the dataclasses are frozen and hashed). Only classes registered here decode, so a
+peer can never make us build an arbitrary object (never pickle network input).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from metalog import controller as _ctl
+from metalog import image as _img
+from metalog import records as _rec
+
+
+class WireError(ValueError):
+    """A body that does not decode to a known command or response."""
+
+
+def _registry() -> tuple[dict[str, type], dict[str, type[enum.Enum]], dict[str, type]]:
+    classes: dict[str, type] = {}
+    enums: dict[str, type[enum.Enum]] = {}
+    errors: dict[str, type] = {}
+    for mod in (_ctl, _img, _rec):
+        for name, obj in vars(mod).items():
+            if not isinstance(obj, type) or obj.__module__ != mod.__name__:
+                continue
+            if issubclass(obj, enum.Enum):
+                enums[name] = obj
+            elif issubclass(obj, _ctl.MetadataError):
+                errors[name] = obj
+            elif dataclasses.is_dataclass(obj) or (issubclass(obj, tuple) and hasattr(obj, "_fields")):
+                classes[name] = obj
+    errors["MetadataError"] = _ctl.MetadataError
+    return classes, enums, errors
+
+
+_CLASSES, _ENUMS, _ERRORS = _registry()
+
+
+def to_wire(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (bool, str, bytes)):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return {"@e": type(obj).__name__, "v": obj.value}
+    if isinstance(obj, int | float):
+        return obj
+    if isinstance(obj, _ctl.MetadataError):
+        return {"@err": type(obj).__name__, "message": str(obj)}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {"@": type(obj).__name__}
+        for f in dataclasses.fields(obj):
+            out[f.name] = to_wire(getattr(obj, f.name))
+        return out
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        out = {"@": type(obj).__name__}
+        for name in obj._fields:
+            out[name] = to_wire(getattr(obj, name))
+        return out
+    if isinstance(obj, list | tuple):
+        return [to_wire(v) for v in obj]
+    if isinstance(obj, Mapping):
+        # Keys stay as they are (msgpack keeps int keys); values are encoded.
+        return {"@m": [[to_wire(k), to_wire(v)] for k, v in obj.items()]}
+    raise WireError(f"cannot encode {type(obj).__name__}")
+
+
+def from_wire(obj: Any) -> Any:
+    if isinstance(obj, list):
+        return tuple(from_wire(v) for v in obj)
+    if not isinstance(obj, dict):
+        return obj
+    if "@m" in obj:
+        return {_hashable(from_wire(k)): from_wire(v) for k, v in obj["@m"]}
+    if "@e" in obj:
+        cls_e = _ENUMS.get(obj["@e"])
+        if cls_e is None:
+            raise WireError(f"unknown enum {obj['@e']!r}")
+        return cls_e(obj["v"])
+    if "@err" in obj:
+        cls_err = _ERRORS.get(obj["@err"], _ctl.MetadataError)
+        return cls_err(obj.get("message", ""))
+    name = obj.get("@")
+    cls = _CLASSES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise WireError(f"unknown type {name!r}")
+    kwargs = {k: from_wire(v) for k, v in obj.items() if k != "@"}
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise WireError(f"bad fields for {name}: {e}") from None
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def dumps(obj: Any) -> bytes:
+    packed: bytes = msgpack.packb(to_wire(obj), use_bin_type=True)
+    return packed
+
+
+def loads(data: bytes) -> Any:
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise WireError(f"body is not msgpack: {e}") from None
+    return from_wire(raw)
