@@ -263,7 +263,7 @@ class GroupDescription:
     is_simple: bool
 
 
-R = TypeVar("R")
+R = TypeVar("R", covariant=True)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ from broker.groups.group import (
     GroupCoordinatorState,
     HeartbeatRequest,
     JoinRequest,
+    JoinResponse,
     LeaveRequest,
+    Member,
     OffsetAndMetadata,
     OffsetCommitRequest,
     Outcome,
@@ -91,7 +93,7 @@ class GroupMachine(RuleBasedStateMachine):
         for (group, mid), resp in out.joins_completed.items():
             self.on_join_response(group, mid, resp)
 
-    def on_join_response(self, group: str, mid: str, resp) -> None:  # type: ignore[no-untyped-def]
+    def on_join_response(self, group: str, mid: str, resp: JoinResponse) -> None:
         c = self.clients.get(mid) or self.pending_new.pop((group, mid), None)
         if c is None:
             return
@@ -102,7 +104,7 @@ class GroupMachine(RuleBasedStateMachine):
         c.generation = resp.generation
         self.clients[mid] = c
 
-    def members(self, group: str) -> dict[str, object]:
+    def members(self, group: str) -> dict[str, Member]:
         g = self.st.groups.get(group)
         return {} if g is None else dict(g.members)
 
@@ -205,9 +207,9 @@ class GroupMachine(RuleBasedStateMachine):
                 m = self.members(group).get(c.member_id)
                 if c.group != group or m is None:
                     continue
-                if g.state == GroupState.PREPARING_REBALANCE and not m.awaiting_join:  # type: ignore[attr-defined]
+                if g.state == GroupState.PREPARING_REBALANCE and not m.awaiting_join:
                     self.do_rejoin(c, change_topics=False)
-                elif g.state == GroupState.COMPLETING_REBALANCE and m.awaiting_sync:  # type: ignore[attr-defined]
+                elif g.state == GroupState.COMPLETING_REBALANCE and m.awaiting_sync:
                     self.do_sync(c, stale=False)
             if g.state == GroupState.PREPARING_REBALANCE and g.join_waits_full_delay:
                 self.advance(CONFIG.initial_rebalance_delay_ms)
@@ -286,14 +288,14 @@ class GroupMachine(RuleBasedStateMachine):
     @invariant()
     def one_owner_per_partition(self) -> None:
         for group in GROUPS:
-            owned = [tp for m in self.members(group).values() for tp in m.owned]  # type: ignore[attr-defined]
+            owned = [tp for m in self.members(group).values() for tp in m.owned]
             assert len(owned) == len(set(owned)), (group, sorted(owned))
             holding = [tp for c in self.live_clients() if c.group == group for tp in c.holding]
             assert len(holding) == len(set(holding)), (group, sorted(holding))
         # What a client holds, the coordinator counts as owned by it.
         for c in self.live_clients():
             m = self.members(c.group)[c.member_id]
-            assert c.holding <= m.owned, (c.member_id, c.holding, m.owned)  # type: ignore[attr-defined]
+            assert c.holding <= m.owned, (c.member_id, c.holding, m.owned)
 
     @invariant()
     def generations_never_go_back(self) -> None:
