@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from quorum_procs import Quorum
 
 from api.controller_client import ControllerClient
+from api.localcluster import Quorum
 from metalog.controller import (
     BrokerHeartbeat,
     CreateTopic,

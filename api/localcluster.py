@@ -1,4 +1,9 @@
-"""Start and stop real controller processes on 127.0.0.1 for integration tests."""
+"""Real Longboat processes on 127.0.0.1: start, kill, restart and query them.
+
+Used by the integration tests, the benchmarks and (later) ``longboat dev up``. Each process
+runs ``python -m api ...`` in its own session (so a signal reaches exactly it), logs to a
+file under its data directory, and is found again by node id.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ def free_ports(n: int) -> list[int]:
 class Quorum:
     """N controller processes; ``start(i)``, ``kill(i)``, ``status(i)``, ``metadata(i)``."""
 
-    def __init__(self, root: Path, n: int = 3) -> None:
+    def __init__(self, root: Path, n: int = 3, extra_args: list[str] | None = None) -> None:
         self.root = root
+        self.extra_args = extra_args or []
         self.n = n
         self.ports = free_ports(n)
         self.quorum = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
@@ -50,7 +56,7 @@ class Quorum:
         self.procs[i] = subprocess.Popen(
             [sys.executable, "-m", "api", "controller", "start", "--node-id", str(i),
              "--listen", f"127.0.0.1:{self.ports[i - 1]}", "--data-dir", str(d / "data"),
-             "--controller-quorum", self.quorum],
+             "--controller-quorum", self.quorum, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
