@@ -189,12 +189,36 @@ def test_delta_apply_matches_dict_model(
             offset += 1
         new = delta.apply()
         assert snapshot_of(image) == before, "apply() changed its base image"
+        assert_change_sets(delta, image, new)
         history.append((image, before))
         image = new
         i += n
     assert image.offset == len(seq) - 1 and image.epoch == 1
     assert_matches(image, m)
     assert decode_snapshot(encode_snapshot(image)) == image
+
+
+def assert_change_sets(delta: MetadataDelta, old: MetadataImage, new: MetadataImage) -> None:
+    """What the delta says changed is what differs between the images."""
+    old_ids, new_ids = set(old.topics.by_id), set(new.topics.by_id)
+    assert set(delta.created_topics) == new_ids - old_ids
+    assert set(delta.deleted_topics) == old_ids - new_ids
+    changed = delta.changed_partitions
+    for t, p, reg in new.topics.partitions():
+        if old.topics.partition(t.topic_id, p) != reg:
+            assert changed[(t.topic_id, p)] == reg
+    for (tid, p), reg in changed.items():
+        assert new.topics.partition(tid, p) == reg
+    for b in BROKERS:
+        local = delta.local_changes(b)
+        assert {k for k, r in changed.items() if b in r.replicas and r.leader == b} == set(
+            local.leaders)
+        assert {k for k, r in changed.items() if b in r.replicas and r.leader != b} == set(
+            local.followers)
+        gone = {(t.topic_id, p) for t, p, r in old.topics.partitions() if b in r.replicas
+                and (new.topics.partition(t.topic_id, p) is None
+                     or b not in new.topics.partition(t.topic_id, p).replicas)}  # type: ignore[union-attr]
+        assert local.deletes == gone
 
 
 def snapshot_of(image: MetadataImage) -> list[Any]:
