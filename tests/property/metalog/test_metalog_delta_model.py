@@ -225,6 +225,7 @@ def snapshot_of(image: MetadataImage) -> list[Any]:
     return [image.offset, *image.records()]
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(-50, 50), st.none() | st.integers())), st.data())
 def test_pmap_behaves_like_a_dict(ops: list[tuple[int, int | None]], data: st.DataObject) -> None:
     model: dict[int, int] = {}
