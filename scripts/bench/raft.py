@@ -6,7 +6,10 @@ Figures (JSON lines, see shared BENCHMARKS.md), all on 127.0.0.1, real processes
 * ``raft.propose_throughput``: committed 100-byte proposals per second, one Raft entry each,
   under a concurrent client; baseline PySyncObj under the same client.
 * ``raft.commit_latency_p50`` / ``raft.commit_latency_p99``: ms from sending a request to
-  its answer that all its proposals committed; baseline PySyncObj's.
+  its answer that all its proposals committed, under the saturating load above; baseline
+  PySyncObj's.
+* ``raft.commit_latency_light_p50`` / ``_p99``: the same with 4 clients proposing one entry
+  at a time: the latency of a commit itself (with fsync) rather than of a queue.
 * ``raft.failover``: ms from SIGKILL of the leader until a new leader has committed a
   proposal (median over the kills; the killed node is restarted between kills). No baseline.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -43,6 +47,7 @@ import msgpack
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PAYLOAD_BYTES = 100
+LIGHT_CONCURRENCY = 4
 
 
 def progress(*args: object) -> None:
@@ -194,37 +199,47 @@ async def drive_load(
     """``concurrency`` workers, each POSTing ``per_request`` proposals and awaiting commit."""
     payloads = [os.urandom(PAYLOAD_BYTES) for _ in range(per_request)]
     body = msgpack.packb(payloads)
+    # A request that is not answered within this is counted lost (PySyncObj can lose
+    # callbacks when its leader changes under load); the worker then looks for the leader.
+    request_timeout = aiohttp.ClientTimeout(total=10.0)
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=concurrency * 2)
+        connector=aiohttp.TCPConnector(limit=concurrency * 2), timeout=request_timeout
     ) as session:
         leader = await find_leader(session, cluster)
         # Warm up: a few rounds before the clock starts.
         for _ in range(3):
-            async with session.post(leader + "/propose", data=body) as r:
-                await r.read()
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.post(leader + "/propose", data=body) as r:
+                    await r.read()
         committed = 0
+        failed = 0
         latencies: list[float] = []
         stop_at = time.monotonic() + duration_s
 
         async def worker() -> None:
-            nonlocal committed, leader
+            nonlocal committed, failed, leader
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter()
                 try:
                     async with session.post(leader + "/propose", data=body) as r:
                         await r.read()
                         ok = r.status == 200
-                except aiohttp.ClientError:
+                except (aiohttp.ClientError, TimeoutError):
                     ok = False
                 if ok:
                     latencies.append((time.perf_counter() - t0) * 1000)
                     committed += per_request
                 else:
+                    failed += 1
                     await asyncio.sleep(0.05)
+                    with contextlib.suppress(RuntimeError):
+                        leader = await find_leader(session, cluster, timeout_s=5.0)
 
         t_start = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.monotonic() - t_start
+    if failed:
+        progress(f"{cluster.name}: {failed} request(s) failed or timed out")
     return LoadResult(committed, elapsed, latencies)
 
 
@@ -320,8 +335,13 @@ def main() -> int:
     params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES, "concurrency": args.concurrency,
               "proposals_per_request": args.per_request, "duration_s": duration_s}
 
+    light_params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES,
+                    "concurrency": LIGHT_CONCURRENCY, "proposals_per_request": 1}
     base_res: list[LoadResult] = []
     lb_res: list[LoadResult] = []
+    base_light: list[LoadResult] = []
+    lb_light: list[LoadResult] = []
+    light_s = 2.0 if args.quick else 5.0
     failovers: list[float] = []
     with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
         workdir = Path(args.workdir or tmp)
@@ -342,6 +362,10 @@ def main() -> int:
                 for cl in clusters:
                     res = throughput_runs(cl, 1, duration_s, args.concurrency, args.per_request)
                     (lb_res if cl.name == "longboat" else base_res).extend(res)
+            # Light load: the latency of a commit itself rather than of a queue.
+            for cl in clusters:
+                res = throughput_runs(cl, 1, light_s, LIGHT_CONCURRENCY, 1)
+                (lb_light if cl.name == "longboat" else base_light).extend(res)
             for cl in clusters:
                 if cl.name == "longboat":
                     failovers = asyncio.run(measure_failover(cl, kills))
@@ -356,20 +380,28 @@ def main() -> int:
         return statistics.median(f(r) for r in rs) if rs else None
 
     rows = [
-        ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True),
-        ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False),
-        ("raft.commit_latency_p99", "ms", lambda r: r.pct(0.99), False),
+        ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True, lb_res, base_res,
+         params),
+        ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False, lb_res, base_res,
+         params),
+        ("raft.commit_latency_p99", "ms", lambda r: r.pct(0.99), False, lb_res, base_res,
+         params),
+        ("raft.commit_latency_light_p50", "ms", lambda r: r.pct(0.50), False, lb_light,
+         base_light, light_params),
+        ("raft.commit_latency_light_p99", "ms", lambda r: r.pct(0.99), False, lb_light,
+         base_light, light_params),
     ]
-    for bench, unit, f, hib in rows:
-        v, b = med(lb_res, f), med(base_res, f)
+    for bench, unit, f, hib, lb, base, prm in rows:
+        v, b = med(lb, f), med(base, f)
         if v is None:  # --only pysyncobj: report the baseline as the value
             v, b, name = b, None, None
         else:
             name = baseline if b is not None else None
-        assert v is not None
-        p = dict(params, system="longboat" if lb_res else "pysyncobj")
+        if v is None:
+            continue
+        p = dict(prm, system="longboat" if lb else "pysyncobj")
         print(json.dumps(figure(bench, unit, v, name, b, higher_is_better=hib,
-                                params=p, runs=runs)), flush=True)
+                                params=p, runs=len(lb or base))), flush=True)
     if failovers:
         print(json.dumps(figure(
             "raft.failover", "ms", statistics.median(failovers), None, None,

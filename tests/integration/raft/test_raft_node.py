@@ -191,3 +191,25 @@ def test_snapshot_moves_log_start_and_restart_and_new_node_recover_from_it(tmp_p
             await c.stop_all()
 
     run(main())
+
+
+def test_leadership_transfer_moves_the_leader_and_it_commits(tmp_path) -> None:
+    async def main() -> None:
+        c = Cluster(tmp_path, [1, 2, 3])
+        await c.start_all()
+        try:
+            lead = await c.leader()
+            await lead.propose(b"before")
+            to = next(i for i in (1, 2, 3) if i != lead.id)
+            await lead.transfer_leadership(to)
+            new = await c.leader()
+            assert new.id == to
+            await new.propose(b"after")
+            ri = await new.read_index()
+            assert ri >= new.applied - 0 and c.data(to)[-1] == b"after"
+            await c.wait_for(lambda: all(c.data(i)[-2:] == [b"before", b"after"]
+                                         for i in (1, 2, 3)), what="all to apply")
+        finally:
+            await c.stop_all()
+
+    run(main())
