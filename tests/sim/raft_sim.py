@@ -50,7 +50,7 @@ from raft.core import (
     RaftCore,
     Ready,
 )
-from raft.messages import Message, RequestVoteResponse
+from raft.messages import InstallSnapshot, Message, RequestVoteResponse, TimeoutNow
 from raft.storage_port import MemoryStorage
 from raft.types import (
     ConfChange,
@@ -193,6 +193,10 @@ class SimNode:
     sm_hash: bytes = GENESIS
     last_commit: int = 0
     tick_units: int = TICK_UNITS
+    ticks: int = 0  # this incarnation's tick count
+    heard_tick: dict[NodeId, int] = field(default_factory=dict)  # last delivery from each node
+    leader_since_tick: int = 0
+    conf_index_seen: int = -1
     was_leader_term: int = -1
 
     @property
@@ -317,7 +321,8 @@ class Simulation:
             st = MemoryStorage(initial if nid in initial.voters else ConfState())
             self.nodes[nid] = SimNode(nid, SimDisk(st))
             if "clock_skew" in self.faults:
-                self.nodes[nid].tick_units = self.rng.randint(7, 13)
+                # Up to 3x apart: a slow-clocked deposed leader outlives the others' timeouts.
+                self.nodes[nid].tick_units = self.rng.randint(6, 18)
             self._restart(self.nodes[nid])
 
     # ------------------------------------------------------------------ plumbing
@@ -364,6 +369,8 @@ class Simulation:
             self._fail(f"node {node.id} restarted with a term below its synced term")
         node.last_commit = node.core.log.committed
         node.was_leader_term = -1
+        node.ticks = 0
+        node.heard_tick = {}
         self._at(self.rng.randrange(node.tick_units) + 1, "tick", node.id, node.incarnation)
         self._log(f"n{node.id} up (incarnation {node.incarnation}) {node.core!r}")
 
@@ -429,8 +436,11 @@ class Simulation:
         node = self.nodes.get(m.dst)
         if node is None or node.core is None or (m.src, m.dst) in self.cut:
             return
+        node.heard_tick[m.src] = node.ticks
         node.core.step(m)
         self._count("delivered")
+        if isinstance(m, InstallSnapshot | TimeoutNow):
+            self._count(type(m).__name__)
 
     # ------------------------------------------------------------------ chaos
     def _chaos(self) -> None:
@@ -558,7 +568,12 @@ class Simulation:
         up = [n for n in self.nodes.values() if n.core is not None]
         if not up:
             return
-        node = self.rng.choice(up)
+        leaders = sorted(
+            (n for n in up if n.core is not None and n.core.is_leader),
+            key=lambda n: n.core.term if n.core is not None else 0,
+        )
+        # Half the time ask the oldest leader: if it was deposed, a read must not be stale.
+        node = leaders[0] if leaders and self.rng.random() < 0.5 else self.rng.choice(up)
         assert node.core is not None
         self.read_seq += 1
         ctx = b"r%d" % self.read_seq
@@ -570,6 +585,30 @@ class Simulation:
         self._drive(node)
 
     # ------------------------------------------------------------------ checks
+    def _check_leader_heard_from_quorum(self, node: SimNode) -> None:
+        """REFERENCE property 6: a leader cut off from a majority of voters steps down within
+        an election timeout (of its own ticks) of last hearing from them."""
+        c = node.core
+        if c is None or not c.is_leader:
+            return
+        window = ELECTION_TIMEOUT_TICKS + 1
+        if c.conf_index != node.conf_index_seen:
+            # A new voter gets an election timeout of grace, as at the start of a term.
+            node.conf_index_seen = c.conf_index
+            node.leader_since_tick = max(node.leader_since_tick, node.ticks - 1)
+        if node.ticks - node.leader_since_tick <= window:
+            return
+        heard = sum(
+            1
+            for v in c.conf.voters
+            if v == node.id or node.ticks - node.heard_tick.get(v, -(10**9)) <= window
+        )
+        if heard < len(c.conf.voters) // 2 + 1:
+            self._fail(
+                f"check-quorum: n{node.id} still leads term {c.term} but has heard from only "
+                f"{heard} of {sorted(c.conf.voters)} in {window} ticks"
+            )
+
     def _check_nodes(self) -> None:
         for node in self.nodes.values():
             c = node.core
@@ -582,8 +621,10 @@ class Simulation:
             node.last_commit = c.log.committed
             if c.is_leader and node.was_leader_term != c.term:
                 node.was_leader_term = c.term
+                node.leader_since_tick = node.ticks
                 self._log(f"n{node.id} LEADER term {c.term}")
                 self.checker.on_leader(node)
+                self._count("elections")
 
     # ------------------------------------------------------------------ run
     def _event(self, ev: _Event) -> None:
@@ -595,6 +636,8 @@ class Simulation:
             if node.core is None or node.incarnation != inc:
                 return
             node.core.tick()
+            node.ticks += 1
+            self._check_leader_heard_from_quorum(node)
             self._at(node.tick_units, "tick", nid, inc)
             self._drive(node)
         elif k == "deliver":
