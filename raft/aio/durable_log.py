@@ -171,16 +171,21 @@ def _encode_run(run: Sequence[Entry], term: int, now_ms: int) -> bytes:
     )
     buf = bytearray(HEADER_SIZE + len(body))
     HEADER.pack_into(
-        buf, 0,
-        run[0].index - 1,                     # base_offset
+        buf,
+        0,
+        run[0].index - 1,  # base_offset
         HEADER_SIZE + len(body) - LOG_OVERHEAD,  # batch_length
-        term,                                 # leader_epoch
-        MAGIC_MSGPACK, 0,                     # magic, crc (below)
-        0,                                    # attributes: no compression
-        len(run) - 1,                         # last_offset_delta
-        now_ms, now_ms,                       # first/max timestamp
-        -1, -1, -1,                           # producer id/epoch, base sequence
-        len(run),                             # record_count
+        term,  # leader_epoch
+        MAGIC_MSGPACK,
+        0,  # magic, crc (below)
+        0,  # attributes: no compression
+        len(run) - 1,  # last_offset_delta
+        now_ms,
+        now_ms,  # first/max timestamp
+        -1,
+        -1,
+        -1,  # producer id/epoch, base sequence
+        len(run),  # record_count
     )
     buf[HEADER_SIZE:] = body
     struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf))
@@ -242,9 +247,7 @@ class DurableLog:
         self.files.mkdir(self.snapshot_dir)
         hs = self.quorum_state.load()
         snap = self._load_latest_snapshot()
-        plog = PartitionLog.open(
-            os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files
-        )
+        plog = PartitionLog.open(os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files)
         self.plog = plog
         entries: list[Entry] = []
         offset = plog.log_start_offset
@@ -319,6 +322,13 @@ class DurableLog:
         if entries:
             first = entries[0].index
             offset = first - 1
+            # append_as_follower accepts gaps (compacted logs have them); a Raft log must not.
+            invariant(
+                offset <= plog.log_end_offset,
+                "entries start at index %d but the log ends before index %d",
+                first,
+                plog.log_end_offset + 1,
+            )
             if offset < plog.log_end_offset:
                 plog.truncate_to(offset)
                 if plog.log_end_offset < offset:
@@ -353,8 +363,10 @@ class DurableLog:
         return (
             hs.term != prev.term
             or hs.vote != prev.vote
-            or (hs.commit != prev.commit
-                and time.monotonic() - self._saved_at >= COMMIT_SAVE_INTERVAL_S)
+            or (
+                hs.commit != prev.commit
+                and time.monotonic() - self._saved_at >= COMMIT_SAVE_INTERVAL_S
+            )
         )
 
     def _append(self, plog: PartitionLog, entries: Sequence[Entry]) -> None:
@@ -380,7 +392,8 @@ class DurableLog:
         # Keep the newest two: the new one, and its predecessor in case the new one is
         # found corrupt on open.
         named = sorted(
-            (p, n) for n in self.files.listdir(self.snapshot_dir)
+            (p, n)
+            for n in self.files.listdir(self.snapshot_dir)
             if (p := parse_snapshot_file_name(n)) is not None
         )
         for _, n in named[:-2]:
@@ -388,8 +401,11 @@ class DurableLog:
 
     def _load_latest_snapshot(self) -> Snapshot | None:
         named = sorted(
-            ((p, n) for n in self.files.listdir(self.snapshot_dir)
-             if (p := parse_snapshot_file_name(n)) is not None),
+            (
+                (p, n)
+                for n in self.files.listdir(self.snapshot_dir)
+                if (p := parse_snapshot_file_name(n)) is not None
+            ),
             reverse=True,
         )
         for (index, term), n in named:
