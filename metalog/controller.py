@@ -1002,7 +1002,7 @@ class QuorumController:
         index = len(batch.records)
         batch.add(RegisterBrokerRecord(
             broker_id=cmd.broker_id, incarnation_id=cmd.incarnation_id,
-            endpoints=cmd.endpoints, rack=cmd.rack, fenced=True,
+            endpoints=tuple(Endpoint(*e) for e in cmd.endpoints), rack=cmd.rack, fenced=True,
         ))
         if existing is not None:
             # A new incarnation may have lost what the old one had not flushed (KIP-966):

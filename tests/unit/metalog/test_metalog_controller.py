@@ -48,6 +48,8 @@ from metalog.records import (
     NoOpRecord,
     PartitionChangeRecord,
     TopicRecord,
+    decode_record,
+    encode_record,
 )
 from tests.unit.metalog.metalog_harness import Harness
 
@@ -781,3 +783,33 @@ def test_partition_change_record_only_when_something_changes() -> None:
                                          new_isr=(IsrMember(1), IsrMember(2))),)))
     assert res.records == ()
     assert not any(isinstance(r, PartitionChangeRecord) for r in res.records)
+
+
+def test_records_that_went_through_the_codec_still_match_the_pending_ones() -> None:
+    # The Raft shell replays records decoded from the log, not the objects it proposed; a
+    # mismatch would make the controller drop its pending view.
+    h = Harness()
+    for b in (1, 2):
+        h.ctl.handle(RegisterBroker(broker_id=b, incarnation_id="a",
+                                    endpoints=[["http", "h", b]], rack="r"), 0)  # type: ignore[list-item]
+    pending = list(h.ctl._pending)
+    h.offset += 1
+    h.ctl.replay(decode_record(encode_record(pending[0])), h.offset)
+    assert h.ctl.pending_records == 1
+    h.offset += 1
+    h.ctl.replay(decode_record(encode_record(pending[1])), h.offset)
+    h.epochs.update({1: h.offset - 1, 2: h.offset})
+    h.heartbeat_all(1, 2)
+    res = [h.ctl.handle(c, 0) for c in (
+        CreateTopic(name="t", num_partitions=3, replication_factor=2,
+                    configs={"cleanup.policy": "compact"}),
+        AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name="t",
+                     ops={"retention.ms": "1"}),
+        BrokerHeartbeat(broker_id=1, broker_epoch=h.epochs[1], current_metadata_offset=0,
+                        want_shutdown=True),
+    )]
+    records = [r for x in res for r in x.records]
+    for i, rec in enumerate(records):
+        h.offset += 1
+        h.ctl.replay(decode_record(encode_record(rec)), h.offset)
+        assert h.ctl.pending_records == len(records) - i - 1
