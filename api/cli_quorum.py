@@ -42,9 +42,12 @@ def controller_group() -> None:
 @click.option("--listen", help="HOST:PORT; overrides listen.")
 @click.option("--data-dir", help="Overrides data_dir.")
 @click.option("--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum.")
+@click.option("--join", is_flag=True,
+              help="Join a running quorum: wait to be added with `longboat quorum add-voter`.")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller_start(config_path: str | None, node_id: int | None, listen: str | None,
-                     data_dir: str | None, controller_quorum: str | None, log_level: str) -> None:
+                     data_dir: str | None, controller_quorum: str | None, join: bool,
+                     log_level: str) -> None:
     """Start a controller in the foreground (Ctrl-C stops it cleanly)."""
     try:
         cfg = load_config(config_path, {
@@ -56,7 +59,7 @@ def controller_start(config_path: str | None, node_id: int | None, listen: str |
     setup_logging(f"controller-{cfg.node_id}", log_level)
     from api.controller_app import serve_controller
 
-    run_loop(serve_controller(cfg))
+    run_loop(serve_controller(cfg, join=join))
 
 
 @main.group("quorum")
@@ -124,3 +127,60 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     for r in replicas:
         click.echo(f"{r['node_id']:>6}  {r['kind']:8} {r['log_end']:>12} {r['lag']:>6}  "
                    f"{_fmt_ms(r['last_contact_ms']):>12}  {r['state']}")
+
+
+def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
+    from api.controller_client import ControllerClient
+
+    urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
+
+    async def status() -> dict[str, Any]:
+        async with ControllerClient(urls, timeout_s=5) as c:
+            return await c.get_json("/v3/quorum/status")
+
+    st = run_loop(status())
+    leader_url = st.get("leader_url") or urls[0]
+    code: int = 0
+    out: dict[str, Any] = {}
+    for _ in range(3):
+        code, out = _post_json(f"{leader_url}/internal/controller/v1/membership", body)
+        if code == 421 and out.get("leader_url"):
+            leader_url = out["leader_url"]
+            continue
+        break
+    if code != 200:
+        raise click.ClickException(f"{body['op']} failed: {out.get('message', out)}")
+    return out
+
+
+@quorum_group.command("add-voter")
+@click.option("--node-id", type=int, required=True)
+@click.option("--url", required=True, help="The new controller's URL (started with --join).")
+@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True)
+def quorum_add_voter(node_id: int, url: str, bootstrap: str) -> None:
+    """Add a controller (started with `controller start --join`) as a voter: it joins as an
+    observer, catches up, then is promoted (one change at a time)."""
+    out = _membership(bootstrap, {"op": "add-voter", "node_id": node_id, "url": url})
+    click.echo(f"voters: {out['voters']}  observers: {out['observers']}")
+
+
+@quorum_group.command("remove-voter")
+@click.option("--node-id", type=int, required=True)
+@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True)
+def quorum_remove_voter(node_id: int, bootstrap: str) -> None:
+    """Remove a voter. A leader that removes itself resigns after the change commits."""
+    out = _membership(bootstrap, {"op": "remove-voter", "node_id": node_id})
+    click.echo(f"voters: {out['voters']}  observers: {out['observers']}")

@@ -11,6 +11,15 @@ Routes (all on the node's ``listen`` address):
   per-follower match index and last contact) and its metadata offset.
 * ``GET /v3/quorum/metadata``              JSON: a summary of the committed image (topics,
   partitions with leader/ISR/epochs, brokers): for operators and tests.
+* ``POST /internal/controller/v1/peers``   JSON ``{"node_id", "url"}``: learn (and persist in
+  ``DATA_DIR/controller-peers.json``) the address of a node about to join. Raft membership
+  entries carry node ids only, so every member must learn a new voter's address before it
+  is added (KIP-853 carries endpoints in its VotersRecord; doing the same in our Raft
+  entries would retire this route).
+* ``POST /internal/controller/v1/membership`` JSON ``{"op": "add-voter"|"remove-voter",
+  "node_id", "url"}`` on the leader (421 elsewhere). Adding first adds the node as an
+  observer, waits until it has caught up with the commit index, then promotes it: a voter
+  that joins empty would otherwise count towards the quorum before it holds the log.
 * ``GET /v3/health``                       200 while the process runs.
 """
 
@@ -23,6 +32,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 
@@ -38,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MSGPACK = "application/x-msgpack"
 SERVICE_KEY: web.AppKey[ControllerService] = web.AppKey("controller_service", ControllerService)
+DATA_DIR_KEY: web.AppKey[Path] = web.AppKey("data_dir", Path)
 
 
 def image_summary(image: MetadataImage) -> dict[str, Any]:
@@ -95,21 +106,132 @@ async def handle_metadata(request: web.Request) -> web.Response:
     return _json(image_summary(request.app[SERVICE_KEY].controller.image))
 
 
+PEERS_FILE = "controller-peers.json"
+
+
+def load_peers(data_dir: Path) -> dict[int, str]:
+    p = data_dir / PEERS_FILE
+    if not p.exists():
+        return {}
+    return {int(k): str(v) for k, v in orjson.loads(p.read_bytes()).items()}
+
+
+def save_peers(data_dir: Path, peers: dict[int, str]) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = data_dir / (PEERS_FILE + ".tmp")
+    tmp.write_bytes(orjson.dumps({str(k): v for k, v in peers.items()}))
+    tmp.replace(data_dir / PEERS_FILE)
+
+
+async def handle_peers(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE_KEY]
+    body = await request.json()
+    try:
+        node_id, url = int(body["node_id"]), str(body["url"]).rstrip("/")
+    except (KeyError, TypeError, ValueError):
+        return _json({"error_code": 400, "message": "need node_id and url"}, 400)
+    data_dir = request.app[DATA_DIR_KEY]
+    peers = load_peers(data_dir)
+    peers[node_id] = url
+    await asyncio.to_thread(save_peers, data_dir, peers)
+    if node_id != svc.node.id:
+        svc.node.addresses[node_id] = url
+        svc.node.transport.set_peer(node_id, url)
+    return _json({"node_id": node_id, "url": url})
+
+
+async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
+    """Every current member (and this node, persistently) learns ``node_id``'s address."""
+    svc = app[SERVICE_KEY]
+    node = svc.node
+    data_dir = app[DATA_DIR_KEY]
+    peers = load_peers(data_dir)
+    peers[node_id] = url
+    await asyncio.to_thread(save_peers, data_dir, peers)
+    node.addresses[node_id] = url
+    node.transport.set_peer(node_id, url)
+    st = node.status()
+    members = set(st.voters) | set(st.observers)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        for m in members - {int(node.id), node_id}:
+            murl = node.addresses.get(m)
+            if murl is None:
+                continue
+            try:
+                async with http.post(f"{murl}/internal/controller/v1/peers",
+                                     json={"node_id": node_id, "url": url}) as r:
+                    r.raise_for_status()
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                # A member that is down learns it from its own config or a later add.
+                log.warning("could not tell node %d the address of node %d: %s", m, node_id, e)
+
+
+async def handle_membership(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE_KEY]
+    node = svc.node
+    body = await request.json()
+    op = body.get("op")
+    try:
+        node_id = int(body["node_id"])
+    except (KeyError, TypeError, ValueError):
+        return _json({"error_code": 400, "message": "need node_id"}, 400)
+    if node.role.value != "leader":
+        leader = int(node.leader_id)
+        return _json({"error_code": 421, "message": "not the leader", "leader_id": leader,
+                      "leader_url": node.addresses.get(leader)}, 421)
+    try:
+        if op == "add-voter":
+            url = str(body["url"]).rstrip("/")
+            await _teach_members(request.app, node_id, url)
+            await node.add_observer(node_id, url)
+            deadline = asyncio.get_running_loop().time() + float(body.get("timeout_s", 30))
+            while True:  # promote only once it holds the log (KIP-853's catch-up rule)
+                st = node.status()
+                match = {f.node_id: f.match for f in st.followers}.get(node_id, 0)
+                if match >= st.commit:
+                    break
+                if asyncio.get_running_loop().time() > deadline:
+                    return _json({"error_code": 504, "message":
+                                  f"node {node_id} did not catch up (match {match}, "
+                                  f"commit {st.commit}); it stays an observer"}, 504)
+                await asyncio.sleep(0.05)
+            index = await node.add_voter(node_id, url)
+        elif op == "remove-voter":
+            index = await node.remove_voter(node_id)
+        else:
+            return _json({"error_code": 400, "message": f"unknown op {op!r}"}, 400)
+    except Exception as e:  # ConfChangeError (one change at a time), NotLeaderError
+        return _json({"error_code": 409, "message": f"{type(e).__name__}: {e}"}, 409)
+    st = node.status()
+    return _json({"index": index, "voters": list(st.voters), "observers": list(st.observers)})
+
+
 async def handle_health(request: web.Request) -> web.Response:
     return _json({"status": "ok"})
 
 
-def build_controller(config: NodeConfig) -> tuple[web.Application, ControllerService]:
+def build_controller(
+    config: NodeConfig, *, join: bool = False
+) -> tuple[web.Application, ControllerService]:
+    """The controller's app. ``join``: start with an empty Raft configuration and wait to be
+    added by the leader (``longboat quorum add-voter``), instead of bootstrapping one."""
+    data_dir = Path(config.data_dir)
     voters = {v.node_id: v.url for v in config.voters}
+    peers = {**voters, **load_peers(data_dir)}
     node_cfg = RaftNodeConfig(
         node_id=config.node_id,
-        data_dir=str(Path(config.data_dir) / "__cluster_metadata-0"),
-        voters=voters,
+        data_dir=str(data_dir / "__cluster_metadata-0"),
+        voters={} if join else voters,
+        peers=peers,
+        join=join,
     )
     svc = ControllerService(node_cfg, QuorumController(config.node_id))
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
     app[SERVICE_KEY] = svc
+    app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)
+    app.router.add_post("/internal/controller/v1/peers", handle_peers)
+    app.router.add_post("/internal/controller/v1/membership", handle_membership)
     app.router.add_post("/internal/controller/v1/command", handle_command)
     app.router.add_get("/v3/quorum/status", handle_status)
     app.router.add_get("/v3/quorum/metadata", handle_metadata)
@@ -124,9 +246,9 @@ def build_controller(config: NodeConfig) -> tuple[web.Application, ControllerSer
     return app, svc
 
 
-async def serve_controller(config: NodeConfig) -> None:
+async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly."""
-    app, _svc = build_controller(config)
+    app, _svc = build_controller(config, join=join)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

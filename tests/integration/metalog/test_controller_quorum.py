@@ -100,3 +100,64 @@ def test_topics_commit_through_raft_and_survive_killing_the_active_controller(qu
         for p in t["partitions"]:
             assert p["leader"] in p["isr"] and set(p["isr"]) <= set(p["replicas"])
             assert len(p["replicas"]) == 3
+
+
+def test_a_voter_is_added_and_removed_on_a_running_quorum(quorum: Quorum, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from api.localcluster import free_ports
+
+    leader = quorum.wait_active_leader()
+
+    async def create(name: str) -> None:
+        async with ControllerClient(quorum.urls, timeout_s=20) as c:
+            await _register_and_unfence(c, [1])
+            await c.execute(CreateTopic(name=name, num_partitions=1, replication_factor=1))
+
+    asyncio.run(create("before-join"))
+    # Node 4 starts empty with --join and learns the log once it is added.
+    port = free_ports(1)[0]
+    url4 = f"http://127.0.0.1:{port}"
+    d = tmp_path / "controller-4"
+    d.mkdir()
+    log = open(d / "controller.log", "ab")  # noqa: SIM115
+    p4 = subprocess.Popen(
+        [sys.executable, "-m", "api", "controller", "start", "--node-id", "4", "--join",
+         "--listen", f"127.0.0.1:{port}", "--data-dir", str(d / "data"),
+         "--controller-quorum", quorum.quorum + f",4@127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        cli = [sys.executable, "-m", "api", "quorum"]
+        out = subprocess.run([*cli, "add-voter", "--node-id", "4", "--url", url4,
+                              "--bootstrap", quorum.url(leader)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "voters: [1, 2, 3, 4]" in out.stdout
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                import json
+                import urllib.request
+
+                with urllib.request.urlopen(url4 + "/v3/quorum/metadata", timeout=2) as r:
+                    meta4 = json.loads(r.read())
+                if "before-join" in _topics(meta4):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "node 4 never replayed the log"
+            time.sleep(0.2)
+
+        # Remove the current leader: it resigns, and the 3 remaining voters go on.
+        out = subprocess.run([*cli, "remove-voter", "--node-id", str(leader),
+                              "--bootstrap", quorum.url(leader)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        remaining = sorted({1, 2, 3, 4} - {leader})
+        assert f"voters: {remaining}" in out.stdout
+        quorum.kill(leader)
+        asyncio.run(create("after-removal"))
+    finally:
+        p4.kill()
+        p4.wait()
