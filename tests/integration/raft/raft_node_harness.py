@@ -13,6 +13,7 @@ from aiohttp import web
 
 from raft.aio.node import RaftNode, RaftNodeConfig
 from raft.types import Entry, EntryKind, Role
+from storage.fileio import FileLayer
 
 TICK_MS = 20
 
@@ -63,9 +64,11 @@ class Cluster:
         args.update(kw)
         return RaftNodeConfig(**args)  # type: ignore[arg-type]
 
-    async def start(self, i: int, **kw: object) -> RaftNode:
+    async def start(self, i: int, file_layer: FileLayer | None = None, **kw: object) -> RaftNode:
         self.applied[i] = []  # a restarted node replays from its snapshot (none here) on
-        node = RaftNode(self.config(i, **kw), on_commit=self.applied[i].extend)
+        node = RaftNode(
+            self.config(i, **kw), on_commit=self.applied[i].extend, file_layer=file_layer
+        )
         app = web.Application()
         node.add_routes(app)
         runner = web.AppRunner(app, access_log=None)
@@ -86,6 +89,28 @@ class Cluster:
         runner = self.runners.pop(i)
         await runner.cleanup()
         await node.stop()
+
+    async def crash_all(self) -> None:
+        """Every node stops at once, as in a power cut: no flush, no clean shutdown.
+
+        All node tasks are cancelled before any of them runs again, so no Ready is
+        half-handled after the "cut" except a persist already running in its worker thread
+        (whose writes are then lost or kept by the file layer's ``crash``, as a disk would).
+        """
+        nodes, runners = dict(self.nodes), dict(self.runners)
+        self.nodes.clear()
+        self.runners.clear()
+        for node in nodes.values():
+            node._stopping = True
+            if node._task is not None:
+                node._task.cancel()
+        for i, node in nodes.items():
+            await runners[i].cleanup()
+            await node.transport.close()
+        await asyncio.sleep(0.1)  # let a persist in a worker thread finish its writes
+        for node in nodes.values():
+            if node.durable.plog is not None:
+                node.durable.plog.abandon()
 
     async def stop_all(self) -> None:
         for i in list(self.nodes):
