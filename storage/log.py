@@ -232,10 +232,23 @@ class PartitionLog:
         leo = segments[-1].next_offset
         if clean is not None:
             leo = max(leo, clean["log_end_offset"])
+        elif recovery_point is not None and recovery_point > leo:
+            # Every offset below the recovery point was durable; a log end below it means
+            # the log ended in a gap (a truncation into offsets compaction had removed).
+            # Never hand those offsets out again.
+            leo = recovery_point
         lso = max(segments[0].base_offset, lso_saved or 0)
-        lso = min(lso, leo)
-        epochs.truncate_from_end(leo)
+        if lso > leo:
+            # Records were deleted (DeleteRecords, durable) up to an offset the recovered
+            # log no longer reaches (the data was never fsynced): those offsets must never
+            # be handed out again, so the log restarts empty at its start offset.
+            for s in segments:
+                s.delete()
+            segments[:] = [Segment.create(dir_path, lso, files)]
+            leo = lso
+        # Start first: an epoch that would start at the log end holds no data and goes.
         epochs.truncate_from_start(lso)
+        epochs.truncate_from_end(leo)
         if clean is None:
             segments[-1].flush()  # what recovery found is now durable: the recovery point
         log = cls(dir_path, config, files, segments, epochs, lso, leo, leo)
@@ -488,7 +501,9 @@ class PartitionLog:
             loc = seg.locate(offset)
             if loc is not None:
                 pos, _, base = loc
-                new_leo = min(offset, base)
+                # A batch straddling the log start goes whole too; the log is then empty
+                # from the log start on.
+                new_leo = max(min(offset, base), self._lso)
                 seg.truncate_to_position(pos, _end_offset_before(seg, pos))
             seg.flush()
             if doomed:
