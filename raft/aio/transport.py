@@ -15,7 +15,8 @@ Rules:
 * ``send(to, msg)`` never blocks and never raises: it appends to the peer's queue and wakes
   its sender. A full queue drops the message (Raft tolerates loss: heartbeats and
   retransmission repair it), and so does an unknown peer.
-* Each sender drains everything queued (up to ``batch_messages_max``) into one POST, so
+* Each sender drains everything queued (up to ``batch_messages_max`` messages, or until the
+  body passes ``post_bytes_target``) into one POST, so
   the number of requests per second stays bounded however many messages the core emits; a
   message queued while a POST is in flight goes out in the next one.
 * On an error the batch in hand is dropped and the sender backs off exponentially
@@ -77,6 +78,8 @@ class RaftTransport:
         *,
         queue_messages_max: int = 4096,
         batch_messages_max: int = 1024,
+        post_bytes_target: int = 8 << 20,
+        body_bytes_max: int = 256 << 20,
         request_timeout_ms: int = 2000,
         backoff_ms_min: int = 20,
         backoff_ms_max: int = 1000,
@@ -87,6 +90,8 @@ class RaftTransport:
         self._on_unreachable = on_unreachable
         self._queue_max = queue_messages_max
         self._batch_max = batch_messages_max
+        self._post_bytes = post_bytes_target
+        self._body_max = body_bytes_max
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_ms / 1000)
         self._backoff_min_s = backoff_ms_min / 1000
         self._backoff_max_s = backoff_ms_max / 1000
@@ -104,7 +109,21 @@ class RaftTransport:
     async def _handle_messages(self, request: web.Request) -> web.Response:
         if self._closed:
             return web.Response(status=503)
-        body = await request.read()
+        # Read the stream ourselves: the app's client_max_size (1 MiB by default) is for
+        # client requests; one POST here may carry several MiB of entries.
+        if request.content_length is not None and request.content_length > self._body_max:
+            return web.Response(status=413, text=f"raft body over {self._body_max} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await request.content.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self._body_max:
+                return web.Response(status=413, text=f"raft body over {self._body_max} bytes")
+        body = b"".join(chunks)
         try:
             payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
             sender = int(payload["from"])
@@ -172,9 +191,19 @@ class RaftTransport:
             await peer.wake.wait()
             peer.wake.clear()
             while peer.queue and not self._closed:
-                n = min(len(peer.queue), self._batch_max)
-                batch = [peer.queue.popleft() for _ in range(n)]
-                body = packer.pack({"from": self.node_id, "msgs": batch})
+                # Pack message by message until the POST is big enough; the body is the
+                # map {"from": id, "msgs": [...]} assembled from the packed parts.
+                parts: list[bytes] = []
+                size = 0
+                while peer.queue and len(parts) < self._batch_max and size < self._post_bytes:
+                    part = packer.pack(peer.queue.popleft())
+                    parts.append(part)
+                    size += len(part)
+                n = len(parts)
+                body = b"".join([
+                    packer.pack_map_header(2), packer.pack("from"), packer.pack(self.node_id),
+                    packer.pack("msgs"), packer.pack_array_header(n), *parts,
+                ])
                 try:
                     session = self._session_or_open()
                     async with session.post(

@@ -109,3 +109,30 @@ def test_quorum_state_round_trips_and_rejects_corruption(tmp_path) -> None:
     (tmp_path / "quorum-state").write_bytes(b"LB")
     with pytest.raises(CorruptQuorumStateError):
         QuorumStateFile(tmp_path).load()
+
+
+def test_bodies_over_the_apps_client_max_size_still_arrive() -> None:
+    """A follower catching up gets MiBs of entries; the app's 1 MiB default must not stop it."""
+
+    async def main() -> None:
+        pb = free_port()
+        got: list[dict] = []
+        a = RaftTransport(1, {2: f"http://127.0.0.1:{pb}"}, lambda s, m: None)
+        b = RaftTransport(2, {}, lambda s, m: got.extend(m))
+        app_b = web.Application()  # client_max_size stays at aiohttp's 1 MiB
+        b.add_routes(app_b)
+        rb = await start_app(app_b, pb)
+        try:
+            big = b"y" * (3 << 20)
+            a.send(2, {"type": "AppendEntries", "data": big})
+            for _ in range(200):
+                if got:
+                    break
+                await asyncio.sleep(0.01)
+            assert got and got[0]["data"] == big
+        finally:
+            await a.close()
+            await b.close()
+            await rb.cleanup()
+
+    asyncio.run(main())
