@@ -408,15 +408,20 @@ class RaftCore:
             # election timeout steps down, so an isolated leader stops serving (KAFKA-15489).
             self.become_follower(self.term, NO_NODE)
             return
+        for n, pr in r.progress.items():
+            # An InstallSnapshot unanswered for an election timeout was probably lost:
+            # probe again, which resends it if the follower still needs it.
+            if (
+                pr.state is ProgressState.SNAPSHOT
+                and n != self.id
+                and r.ticks - pr.snapshot_sent_tick >= self.cfg.election_timeout_ticks
+            ):
+                pr.become_probe()
         if self.election_elapsed >= self.cfg.election_timeout_ticks:
             self.election_elapsed = 0
             for n, pr in r.progress.items():
                 if n != self.id:
                     pr.recent_active = False
-            for n, pr in r.progress.items():
-                # An InstallSnapshot unanswered for an election timeout was probably lost.
-                if pr.state is ProgressState.SNAPSHOT and n != self.id:
-                    pr.become_probe()
             if r.transferee != NO_NODE:
                 # Thesis §3.10: abort a transfer that did not finish in an election timeout.
                 r.transferee = NO_NODE
@@ -753,6 +758,7 @@ class RaftCore:
         snap = self.log.snapshot()
         invariant(not snap.is_empty(), "entries compacted but no snapshot to send")
         pr.become_snapshot(snap.index)
+        pr.snapshot_sent_tick = r.ticks
         self._send(InstallSnapshot(self.id, to, self.term, snap))
         return True
 

@@ -96,6 +96,7 @@ class Progress:
         "pending_snapshot",
         "probe_sent",
         "recent_active",
+        "snapshot_sent_tick",
         "state",
     )
 
@@ -112,6 +113,8 @@ class Progress:
         self.recent_active = False
         # Leader's tick count when it last heard from this follower (check-quorum).
         self.last_heard_tick = 0
+        # Leader's tick count when the pending InstallSnapshot was sent (resend timer).
+        self.snapshot_sent_tick = 0
         self.inflights = inflights
         self.is_observer = is_observer
 

@@ -585,6 +585,43 @@ class Simulation:
         self._drive(node)
 
     # ------------------------------------------------------------------ checks
+    def _check_committed_entry_cannot_be_lost(self) -> None:
+        """No node lacking the last applied entry could ever be elected.
+
+        Raft's leader completeness, checked before it is too late: if a node n without a
+        committed entry e could gather a majority of its configuration's voters whose
+        durable logs (what survives a crash) are no more up to date than n's, some future
+        election could make n leader and e would be overwritten (Figure 8). Applied entries
+        are committed, and the last applied one implies all before it (log matching).
+        """
+        i = self.checker.max_applied
+        if i == 0:
+            return
+        t = self.checker.applied_term[i]
+        for n in self.nodes.values():
+            c = n.core
+            if c is None or i < c.log.first_index() or c.log.term(LogIndex(i)) == t:
+                continue
+            if not c.promotable():
+                continue
+            n_last = (c.log.last_term(), c.log.last_index())
+            grant = []
+            for v in c.conf.voters:
+                if v == n.id:
+                    grant.append(v)
+                    continue
+                vn = self.nodes.get(v)
+                if vn is None:
+                    continue
+                d = vn.disk.durable
+                if (d.term(d.last_index()), d.last_index()) <= n_last:
+                    grant.append(v)
+            if len(grant) >= len(c.conf.voters) // 2 + 1:
+                self._fail(
+                    f"committed entry ({i}, {t}) can be lost: n{n.id} (last {n_last}) lacks it "
+                    f"and voters {sorted(grant)} of {sorted(c.conf.voters)} would elect it"
+                )
+
     def _check_leader_heard_from_quorum(self, node: SimNode) -> None:
         """REFERENCE property 6: a leader cut off from a majority of voters steps down within
         an election timeout (of its own ticks) of last hearing from them."""
@@ -610,6 +647,7 @@ class Simulation:
             )
 
     def _check_nodes(self) -> None:
+        self._check_committed_entry_cannot_be_lost()
         for node in self.nodes.values():
             c = node.core
             if c is None:
