@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
 from storage.batch import (
@@ -44,6 +45,7 @@ RELATIVE_OFFSET_MAX = (1 << 31) - 1
 
 _SCAN_CHUNK_BYTES = 1 << 20
 _LOCATE_CHUNK_BYTES = 64 << 10
+_PAGE_BYTES = 4096
 _PREFIX = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
@@ -254,7 +256,9 @@ class Segment:
         while end - pos >= LOG_OVERHEAD:
             rel = pos - buf_at
             if len(buf) - rel < HEADER_SIZE:
-                buf = self.log.pread(min(_LOCATE_CHUNK_BYTES, end - pos), pos)
+                # One page first: the index usually points at the batch itself.
+                chunk = _LOCATE_CHUNK_BYTES if buf else _PAGE_BYTES
+                buf = self.log.pread(min(chunk, end - pos), pos)
                 buf_at, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return None
@@ -271,25 +275,30 @@ class Segment:
         """Whole batches from ``position``: the first always (unless it reaches
         ``max_offset``), more while within ``max_bytes`` and wholly below ``max_offset``.
 
-        One ``pread``; then one 12-byte prefix look per batch to cut at a batch boundary.
+        The end is chosen before reading, from batch boundaries already known (the segment
+        end, index entries, the first batch's end), so there is one ``pread`` of exactly
+        the bytes returned and no copy after it. With a sparse index up to
+        ``index.interval.bytes`` of ``max_bytes`` may go unused: the price of not walking.
         """
-        buf = self.log.pread(min(max(max_bytes, first_size), self.size_bytes - position),
-                             position)
-        n = len(buf)
-        if max_offset is None and n == first_size:
+        limit = position + max(max_bytes, first_size)
+        if limit >= self.size_bytes:
+            end = self.size_bytes
+        else:
+            i = bisect_right(self.index.positions, limit) - 1
+            end = max(self.index.positions[i] if i >= 0 else 0, position + first_size)
+        buf = self.log.pread(end - position, position)
+        if max_offset is None:
             return buf
+        # Cut before the first batch reaching ``max_offset``: one header look per batch.
+        n = len(buf)
         cut = 0
         while n - cut >= HEADER_SIZE:
             base, length = _PREFIX.unpack_from(buf, cut)
-            size = length + LOG_OVERHEAD
-            if cut + size > n:
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, cut + _LAST_OFFSET_DELTA_AT)
+            if base + delta >= max_offset:
                 break
-            if max_offset is not None:
-                (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, cut + _LAST_OFFSET_DELTA_AT)
-                if base + delta >= max_offset:
-                    break
-            cut += size
-        return buf if cut == n else buf[:cut]
+            cut += length + LOG_OVERHEAD
+        return buf if cut >= n else buf[:cut]
 
     def batch_header_at(self, position: int) -> BatchHeader:
         return parse_header(self.log.pread(HEADER_SIZE, position))

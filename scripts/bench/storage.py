@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Storage benchmarks: PartitionLog append (group fsync) and read against plain file I/O.
+
+Figures (one JSON object per line on stdout; progress on stderr; medians over runs):
+
+* ``storage.append``, ``storage.append_records``: 100-byte records in prebuilt batches of
+  1,000, appended through ``PartitionLog.append`` by 8 concurrent producers, each with up
+  to 5 appends awaiting ``GroupCommitter.durable`` (durable acks with group fsync). Baseline: the same bytes
+  written by a plain ``os.write`` loop with the same fsync cadence (fsyncs per byte) as the
+  group committer ended up using in that run.
+* ``storage.read``: reading the whole log back from the page cache with
+  ``PartitionLog.read(offset, 1 MiB)``. Baseline: sequential ``os.pread`` of 1 MiB chunks
+  of the same segment file.
+* ``storage.encode_batch``: microseconds to build one batch of 1,000 records. Baseline:
+  ``msgpack.packb`` of the same record list (the body alone: no header, no CRC).
+
+Usage: scripts/bench/storage.py [--quick] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+# This script is named after the package it measures: keep its own directory off the
+# import path (so ``storage`` is the package) and put the repository root on it.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
+
+import msgpack  # noqa: E402
+
+from storage.batch import encode_batch  # noqa: E402
+from storage.config import LogConfig  # noqa: E402
+from storage.fileio import RealFileLayer  # noqa: E402
+from storage.group_commit import GroupCommitter  # noqa: E402
+from storage.log import PartitionLog  # noqa: E402
+
+RECORD_BYTES = 100
+BATCH_RECORDS = 1000
+PRODUCERS = 8
+IN_FLIGHT = 5
+READ_CHUNK_BYTES = 1 << 20
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emit(bench: str, unit: str, value: float, baseline: str | None, baseline_value: float | None,
+         runs: int, params: dict[str, object], *, latency: bool = False) -> None:
+    fig: dict[str, object] = {"bench": bench, "unit": unit, "value": round(value, 3),
+                              "baseline": baseline}
+    if baseline is not None and baseline_value is not None:
+        fig["baseline_value"] = round(baseline_value, 3)
+        fig["ratio"] = round(baseline_value / value if latency else value / baseline_value, 3)
+    fig["params"] = params
+    fig["runs"] = runs
+    print(json.dumps(fig), flush=True)
+
+
+def make_batches(count: int) -> list[bytes]:
+    """Distinct batches (so nothing is deduplicated anywhere), built before timing."""
+    out = []
+    for b in range(count):
+        recs = [(None, (b"%08d" % (b * BATCH_RECORDS + i)).ljust(RECORD_BYTES, b"x"), 1000 + b, [])
+                for i in range(BATCH_RECORDS)]
+        out.append(encode_batch(recs))
+    return out
+
+
+async def append_run(dir_path: str, batches: list[bytes]) -> tuple[float, int, str]:
+    """Seconds to append all batches with durable acks; number of flush rounds; segment."""
+    log = PartitionLog.open(dir_path, LogConfig(segment_bytes=(1 << 31) - 1), RealFileLayer())
+    committer = GroupCommitter()
+    queue = list(reversed(batches))
+
+    async def producer() -> None:
+        # Each producer keeps up to IN_FLIGHT appends awaiting their durable ack, as a
+        # Kafka producer pipelines requests (max.in.flight.requests.per.connection=5).
+        pending: collections.deque[asyncio.Task[None]] = collections.deque()
+        while queue:
+            batch = queue.pop()
+            _, last = log.append(batch, leader_epoch=0)
+            pending.append(asyncio.ensure_future(committer.durable(log, last + 1)))
+            if len(pending) >= IN_FLIGHT:
+                await pending.popleft()
+            else:
+                await asyncio.sleep(0)
+        while pending:
+            await pending.popleft()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
+    elapsed = time.perf_counter() - t0
+    await committer.close()
+    seg = log.active_segment.log_path
+    log.close()
+    return elapsed, committer.flushes, seg
+
+
+def baseline_append_run(path: str, batches: list[bytes], fsyncs: int) -> float:
+    """A plain write loop over the same bytes, with ``fsyncs`` fsyncs spread evenly."""
+    every = max(1, round(len(batches) / max(1, fsyncs)))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for i, b in enumerate(batches, 1):
+            os.write(fd, b)
+            if i % every == 0 or i == len(batches):
+                os.fsync(fd)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+
+
+def read_run(dir_path: str) -> tuple[float, int]:
+    log = PartitionLog.open(dir_path, LogConfig(segment_bytes=(1 << 31) - 1), RealFileLayer())
+    total = 0
+    offset = 0
+    end = log.log_end_offset
+    t0 = time.perf_counter()
+    while offset < end:
+        r = log.read(offset, READ_CHUNK_BYTES)
+        total += len(r.data)
+        # The next offset is the last batch's end: one header look, as a fetcher does.
+        last = r.data.rfind(b"", 0)  # (keeps the loop honest about touching the result)
+        del last
+        offset = _next_offset(r.data)
+    elapsed = time.perf_counter() - t0
+    log.close()
+    return elapsed, total
+
+
+def _next_offset(data: bytes) -> int:
+    from storage.batch import parse_header, peek_prefix
+
+    pos = 0
+    n = len(data)
+    last_pos = 0
+    while pos < n:
+        last_pos = pos
+        _, size = peek_prefix(data, pos)
+        pos += size
+    return parse_header(data, last_pos).next_offset
+
+
+def baseline_read_run(path: str) -> tuple[float, int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        total = 0
+        pos = 0
+        t0 = time.perf_counter()
+        while pos < size:
+            chunk = os.pread(fd, READ_CHUNK_BYTES, pos)
+            total += len(chunk)
+            pos += len(chunk)
+        return time.perf_counter() - t0, total
+    finally:
+        os.close(fd)
+
+
+def encode_figures(runs: int) -> None:
+    recs = [(None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)]
+    body = [[i, i, None, b"x" * RECORD_BYTES, []] for i in range(BATCH_RECORDS)]
+    reps = 200
+    enc, base = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            encode_batch(recs)
+        enc.append((time.perf_counter() - t0) / reps * 1e6)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            msgpack.packb(body, use_bin_type=True)
+        base.append((time.perf_counter() - t0) / reps * 1e6)
+    emit("storage.encode_batch", "us", statistics.median(enc),
+         "msgpack.packb of the same 1,000 records (body only)", statistics.median(base), runs,
+         {"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS}, latency=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small data, few runs (< 60 s)")
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    args = ap.parse_args()
+    runs = 3 if args.quick else 5
+    total_mb = 48 if args.quick else 256
+    batch_bytes = len(make_batches(1)[0])
+    count = max(PRODUCERS, total_mb * (1 << 20) // batch_bytes)
+    progress(f"storage bench: {count} batches of {BATCH_RECORDS} x {RECORD_BYTES} B "
+             f"({count * batch_bytes / 1e6:.0f} MB per run), {runs} runs")
+    batches = make_batches(count)
+    nbytes = sum(len(b) for b in batches)
+    scratch = tempfile.mkdtemp(prefix="lb-bench-storage-", dir=args.dir)
+    try:
+        app, app_base, rd, rd_base, fsync_counts = [], [], [], [], []
+        for run in range(runs):
+            d = os.path.join(scratch, f"log-{run}")
+            elapsed, flushes, seg = asyncio.run(append_run(d, batches))
+            fsync_counts.append(flushes)
+            base_elapsed = baseline_append_run(os.path.join(scratch, "plain.log"), batches,
+                                               flushes)
+            app.append(nbytes / elapsed / 1e6)
+            app_base.append(nbytes / base_elapsed / 1e6)
+            # Reads come from the page cache: the files were just written.
+            r_elapsed, r_bytes = read_run(d)
+            b_elapsed, b_bytes = baseline_read_run(seg)
+            assert r_bytes == b_bytes == nbytes, (r_bytes, b_bytes, nbytes)
+            rd.append(r_bytes / r_elapsed / 1e6)
+            rd_base.append(b_bytes / b_elapsed / 1e6)
+            progress(f"run {run + 1}/{runs}: append {app[-1]:.0f} MB/s (plain {app_base[-1]:.0f}, "
+                     f"{flushes} fsyncs), read {rd[-1]:.0f} MB/s (plain {rd_base[-1]:.0f})")
+            shutil.rmtree(d)
+        params = {"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS,
+                  "producers": PRODUCERS, "in_flight_per_producer": IN_FLIGHT, "mb_per_run": round(nbytes / 1e6),
+                  "fsyncs_per_run": statistics.median(fsync_counts)}
+        emit("storage.append", "MB/s", statistics.median(app),
+             "os.write loop, same bytes, same fsync cadence", statistics.median(app_base),
+             runs, params)
+        per_mb = BATCH_RECORDS * count / (nbytes / 1e6)
+        emit("storage.append_records", "records/s", statistics.median(app) * per_mb,
+             "os.write loop, same bytes, same fsync cadence",
+             statistics.median(app_base) * per_mb, runs, params)
+        emit("storage.read", "MB/s", statistics.median(rd),
+             "sequential os.pread of the same file, 1 MiB chunks, page cache",
+             statistics.median(rd_base), runs,
+             {"max_bytes": READ_CHUNK_BYTES, "mb_per_run": round(nbytes / 1e6)})
+        encode_figures(runs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
