@@ -254,6 +254,12 @@ class RaftCore:
             self.log.last_index(),
         )
         self.log.commit_to(commit)
+        last_term = self.log.last_term()
+        if last_term > self.term:
+            # The node wrote a Ready's entries but crashed before its hard state (same Ready,
+            # written after them) reached the disk. Nothing was acknowledged in that term:
+            # messages go out only after the sync. Restore "term >= last log term".
+            self.term, self.vote = last_term, NO_NODE
         self.role: RoleState = FollowerRole()
         self._set_conf(*self._conf_from_log())
         # Ticks since the last election timeout reset (or, for a leader, the last

@@ -392,7 +392,14 @@ class Simulation:
         assert node.view is not None
         self.checker.on_persist(node, rd.entries)
         _persist_ready(node.view, rd)
-        node.disk.write(lambda st, rd=rd: _persist_ready(st, rd))  # type: ignore[misc]
+        # Three writes in the contract's order (snapshot, entries, hard state): a torn tail
+        # may keep a prefix of them.
+        if rd.snapshot is not None:
+            node.disk.write(lambda st, snap=rd.snapshot: st.apply_snapshot(snap))  # type: ignore[misc]
+        if rd.entries:
+            node.disk.write(lambda st, ents=rd.entries: st.append(ents))  # type: ignore[misc]
+        if rd.hard_state is not None:
+            node.disk.write(lambda st, hs=rd.hard_state: st.set_hard_state(hs))  # type: ignore[misc]
         if rd.must_sync:
             node.busy = True
             self._at(self.rng.randint(1, 4), "synced", node.id, node.incarnation, rd)

@@ -157,3 +157,15 @@ def test_vote_change_requires_sync_before_the_response_is_sent() -> None:
     assert rd.must_sync
     assert rd.hard_state is not None and rd.hard_state.vote == N1
     assert any(isinstance(m, RequestVoteResponse) and m.granted for m in rd.messages)
+
+
+def test_restart_after_a_torn_write_keeps_term_at_least_the_last_log_term() -> None:
+    # Entries of term 3 reached the disk, the hard state of the same Ready did not.
+    n = lone_core(terms=[1, 3])
+    n.storage.set_hard_state(n.storage.hard_state().__class__(Term(2), N3))
+    from raft.core import RaftCore
+
+    c = RaftCore(n.core.cfg, n.storage, n.core.rng)
+    assert (c.term, c.vote) == (3, NO_NODE)
+    rd = c.ready()
+    assert rd.hard_state is not None and rd.hard_state.term == 3 and rd.must_sync
