@@ -203,7 +203,9 @@ class RaftNode:
         self._on_commit = on_commit
         self._on_snapshot = on_snapshot
         self.addresses: dict[int, str] = {
-            **dict(config.peers), **dict(config.observers), **dict(config.voters)
+            **dict(config.peers),
+            **dict(config.observers),
+            **dict(config.voters),
         }
         self.transport = RaftTransport(
             config.node_id,
@@ -273,7 +275,12 @@ class RaftNode:
         hs, _ = mem.initial_state()
         log.info(
             "raft node %d: recovered term %d vote %d commit %d, log [%d, %d], snapshot %d",
-            self.id, hs.term, hs.vote, hs.commit, mem.first_index(), mem.last_index(),
+            self.id,
+            hs.term,
+            hs.vote,
+            hs.commit,
+            mem.first_index(),
+            mem.last_index(),
             snap.index,
         )
         self._task = asyncio.get_running_loop().create_task(
@@ -409,9 +416,12 @@ class RaftNode:
 
         def op(core: RaftCore) -> None:
             if at > self.applied or at <= self.durable.memory.snapshot().index:
-                fut.set_exception(ValueError(
-                    f"snapshot index {at} must be in ({self.durable.memory.snapshot().index},"
-                    f" applied={self.applied}]"))
+                fut.set_exception(
+                    ValueError(
+                        f"snapshot index {at} must be in ({self.durable.memory.snapshot().index},"
+                        f" applied={self.applied}]"
+                    )
+                )
                 return
             # The configuration as of ``at``: the snapshot's, updated by every CONF_CHANGE
             # entry up to ``at`` (the core's own may already include later, appended ones).
@@ -471,11 +481,17 @@ class RaftNode:
                 if pr is None:
                     continue
                 seen = self._last_contact.get(n)
-                followers.append(FollowerStatus(
-                    node_id=n, match=pr.match, next=pr.next, state=pr.state.value,
-                    is_observer=pr.is_observer, recent_active=pr.recent_active,
-                    last_contact_ms=None if seen is None else round((now - seen) * 1000, 1),
-                ))
+                followers.append(
+                    FollowerStatus(
+                        node_id=n,
+                        match=pr.match,
+                        next=pr.next,
+                        state=pr.state.value,
+                        is_observer=pr.is_observer,
+                        recent_active=pr.recent_active,
+                        last_contact_ms=None if seen is None else round((now - seen) * 1000, 1),
+                    )
+                )
         return NodeStatus(
             node_id=self.id,
             role=core.role.role.value,
@@ -673,8 +689,9 @@ class RaftNode:
                 # Log matching: the entry at ``last`` is ours, so [first, last] are too.
                 p.fut.set_result(list(range(p.first, p.last + 1)))
             else:
-                p.fut.set_exception(self._not_leader(
-                    f"entries {p.first}-{p.last} of term {p.term} were replaced"))
+                p.fut.set_exception(
+                    self._not_leader(f"entries {p.first}-{p.last} of term {p.term} were replaced")
+                )
 
     def _release_applied(self) -> None:
         applied = self.applied
@@ -747,13 +764,16 @@ def _message_from_wire(w: dict[str, Any]) -> Message:
     1 us instead of 5 us each); anything unexpected falls back to the checked decoder."""
     if w.get("type") == "AppendEntries":
         try:
-            ents = tuple(
-                Entry(LogIndex(i), Term(t), _KINDS[k], d) for i, t, k, d in w["entries"]
-            )
+            ents = tuple(Entry(LogIndex(i), Term(t), _KINDS[k], d) for i, t, k, d in w["entries"])
             if all(type(e.data) is bytes for e in ents[:1]):
                 return AppendEntries(
-                    w["src"], w["dst"], w["term"], w["prev_log_index"], w["prev_log_term"],
-                    ents, w["leader_commit"],
+                    w["src"],
+                    w["dst"],
+                    w["term"],
+                    w["prev_log_index"],
+                    w["prev_log_term"],
+                    ents,
+                    w["leader_commit"],
                 )
         except (KeyError, TypeError, ValueError, IndexError):
             pass

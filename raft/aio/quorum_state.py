@@ -68,7 +68,8 @@ def decode(buf: bytes, *, path: str = FILE_NAME) -> HardState:
     try:
         d = msgpack.unpackb(payload, raw=False)
         return HardState(
-            term=Term(int(d["term"])), vote=NodeId(int(d["vote"])),
+            term=Term(int(d["term"])),
+            vote=NodeId(int(d["vote"])),
             commit=LogIndex(int(d["commit"])),
         )
     except Exception as e:

@@ -200,10 +200,16 @@ class RaftTransport:
                     parts.append(part)
                     size += len(part)
                 n = len(parts)
-                body = b"".join([
-                    packer.pack_map_header(2), packer.pack("from"), packer.pack(self.node_id),
-                    packer.pack("msgs"), packer.pack_array_header(n), *parts,
-                ])
+                body = b"".join(
+                    [
+                        packer.pack_map_header(2),
+                        packer.pack("from"),
+                        packer.pack(self.node_id),
+                        packer.pack("msgs"),
+                        packer.pack_array_header(n),
+                        *parts,
+                    ]
+                )
                 try:
                     session = self._session_or_open()
                     async with session.post(
