@@ -103,3 +103,23 @@ def test_snapshot_and_quorum_state_files_are_crc_checked(tmp_path) -> None:
     (tmp_path / "quorum-state").write_bytes(bytes(raw))
     with pytest.raises(CorruptQuorumStateError):
         reopen(tmp_path)
+
+
+def test_entry_batches_are_byte_identical_to_the_storage_codec() -> None:
+    """encode_entries builds batches without encode_batch's generality; same bytes."""
+    from raft.aio.durable_log import decode_entries, encode_entries
+    from storage.batch import encode_batch
+
+    run = [
+        Entry(LogIndex(i), Term(4), EntryKind.CONF_CHANGE if i % 5 == 0 else EntryKind.NORMAL,
+              b"v" * (i % 7))
+        for i in range(11, 40)
+    ]
+    (batch,) = encode_entries(run, 1_700_000_000_000)
+    ref = encode_batch(
+        [(bytes([int(e.kind)]), e.data, 1_700_000_000_000, ()) for e in run],
+        base_offset=10, leader_epoch=4,
+    )
+    assert batch == ref
+    assert decode_entries(batch) == run
+    assert len(encode_entries([*run, *ents(40, 42, 5)], 0)) == 2  # one batch per term run
