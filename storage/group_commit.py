@@ -62,8 +62,17 @@ class GroupCommitter:
         Pass ``last_offset + 1`` of an append. Raises ``LogTruncatedError`` if those
         offsets are truncated first, or the flush's ``OSError``.
         """
+        await self.durable_future(log, offset)
+
+    def durable_future(self, log: PartitionLog, offset: int) -> asyncio.Future[None]:
+        """``durable`` as a plain future, for callers that pipeline many appends and would
+        rather not pay for a task each (call it on the event loop)."""
+        self._ensure_started()
+        assert self._loop is not None and self._wake is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
         if log.flushed_offset >= offset:
-            return
+            fut.set_result(None)
+            return fut
         if offset > log.log_end_offset:
             # Nothing appended will ever make these offsets durable: they were truncated
             # (or never appended, a caller's bug). Waiting would never end.
@@ -72,13 +81,10 @@ class GroupCommitter:
                 f"{log.log_end_offset}")
         if self._closing:
             raise RuntimeError("group committer is closed")
-        self._ensure_started()
-        assert self._loop is not None and self._wake is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
         self._watch(log)
         self._waiters.setdefault(log, []).append((offset, fut))
         self._wake.set()
-        await fut
+        return fut
 
     def note_append(self, log: PartitionLog, size_bytes: int, messages: int = 1) -> None:
         """Tell the committer about an append nobody awaits, for the flush policy."""

@@ -434,7 +434,7 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(offset, lso, leo)
             seg = None
             try:
-                i = max(0, bisect_right([s.base_offset for s in segs], offset) - 1)
+                i = max(0, bisect_right(segs, offset, key=_base_offset) - 1)
                 for seg in segs[i:]:
                     loc = seg.locate(offset)
                     if loc is not None:
@@ -711,6 +711,10 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _base_offset(seg: Segment) -> int:
+    return seg.base_offset
 
 
 def _end_offset_before(seg: Segment, position: int) -> int:

@@ -329,8 +329,8 @@ class Segment:
         invariant(h.base_offset >= self.next_offset, "segment append goes back: %s < %s",
                   h.base_offset, self.next_offset)
         pos = self.log.writev(parts)
-        invariant(pos == self.size_bytes, "segment %s: wrote at %s, expected %s",
-                  self.log_path, pos, self.size_bytes)
+        invariant(pos == self.size_bytes, "%s: wrote at %s, expected %s",
+                  self, pos, self.size_bytes)  # (self, not its path: args are built eagerly)
         self._note_batch(pos, h, index_interval_bytes)
         return pos
 
