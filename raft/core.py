@@ -26,8 +26,17 @@ Usage (the node's loop; the order inside one Ready matters)::
             # 5. rd.read_states: serve each read once applied >= read_state.index
             core.advance(rd)
 
-``step``/``tick``/``propose`` may be called between ``ready()`` and ``advance()``; a second
-``ready()`` before ``advance()`` is a bug.
+``step``/``tick``/``propose`` may be called between ``ready()`` and ``advance()`` (e.g. while
+the fsync runs); what they produce goes into the next Ready. ``has_ready()`` is False while
+a Ready is outstanding, and a second ``ready()`` before ``advance()`` is a bug.
+
+Restart: build the storage from what is durable and construct a new ``RaftCore`` on it. The
+core starts as a follower with the stored term and vote (an ex-leader has voted for itself
+in its term, so it cannot vote for anyone else in it), commit = max(stored commit, snapshot
+index), applied = snapshot index (the application rebuilds its state from the snapshot and
+the committed entries handed out again), the configuration from the last CONF_CHANGE in the
+log (else the snapshot's), and term raised to the last log term if a torn write kept a
+Ready's entries but lost its hard state.
 
 Roles (``become_*`` are the only mutators of ``self.role``):
 
@@ -990,6 +999,9 @@ class RaftCore:
 
     # ------------------------------------------------------------------ Ready
     def has_ready(self) -> bool:
+        """Is there anything to persist, send, apply or report? False while a Ready is out."""
+        if self._ready_outstanding:
+            return False
         return bool(
             self.msgs
             or self.read_states

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from raft_harness import Network, lone_core
 
+from raft.core import RaftCore
 from raft.messages import AppendEntries, AppendEntriesResponse, RequestVote, RequestVoteResponse
-from raft.types import NO_NODE, LogIndex, NodeId, Role, Term
+from raft.types import NO_NODE, HardState, LogIndex, NodeId, Role, Term
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
 
@@ -162,9 +163,7 @@ def test_vote_change_requires_sync_before_the_response_is_sent() -> None:
 def test_restart_after_a_torn_write_keeps_term_at_least_the_last_log_term() -> None:
     # Entries of term 3 reached the disk, the hard state of the same Ready did not.
     n = lone_core(terms=[1, 3])
-    n.storage.set_hard_state(n.storage.hard_state().__class__(Term(2), N3))
-    from raft.core import RaftCore
-
+    n.storage.set_hard_state(HardState(Term(2), N3))
     c = RaftCore(n.core.cfg, n.storage, n.core.rng)
     assert (c.term, c.vote) == (3, NO_NODE)
     rd = c.ready()
