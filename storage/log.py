@@ -75,7 +75,7 @@ from storage.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from storage.fileio import FileLayer, default_file_layer
+from storage.fileio import FileHandle, FileLayer, default_file_layer
 from storage.invariant import invariant
 from storage.segment import (
     CLEANED_SUFFIX,
@@ -96,6 +96,19 @@ class ReadResult(NamedTuple):
     data: bytes
     """Whole batches, raw, the first one holding the offset asked for (or the next offset
     that exists). Empty at the log end."""
+    log_start_offset: int
+    log_end_offset: int
+
+
+class FileRange(NamedTuple):
+    """Where ``read``'s bytes lie in a segment file, for ``os.sendfile`` (zero copy)."""
+
+    handle: FileHandle
+    """``handle.fileno()`` is the descriptor on the real file layer (None on the lazy one:
+    use ``handle.pread``). Valid until the next retention or compaction pass retires the
+    segment: send promptly."""
+    position: int
+    size_bytes: int
     log_start_offset: int
     log_end_offset: int
 
@@ -447,6 +460,22 @@ class PartitionLog:
                 if seg is None or not seg.retired or attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def read_range(self, offset: int, max_bytes: int) -> FileRange | None:
+        """Where ``read(offset, max_bytes)`` would read from, without reading it (for
+        ``os.sendfile``); None at the log end. Same rules and errors as ``read``."""
+        with self._lock:
+            lso, leo, segs = self._lso, self._leo, list(self._segments)
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRangeError(offset, lso, leo)
+        i = max(0, bisect_right(segs, offset, key=_base_offset) - 1)
+        for seg in segs[i:]:
+            loc = seg.locate(offset)
+            if loc is not None:
+                pos, size, _ = loc
+                end = seg.read_end(pos, size, max_bytes)
+                return FileRange(seg.log, pos, end - pos, lso, leo)
+        return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is at least ``timestamp_ms`` (Kafka's

@@ -280,12 +280,7 @@ class Segment:
         the bytes returned and no copy after it. With a sparse index up to
         ``index.interval.bytes`` of ``max_bytes`` may go unused: the price of not walking.
         """
-        limit = position + max(max_bytes, first_size)
-        if limit >= self.size_bytes:
-            end = self.size_bytes
-        else:
-            i = bisect_right(self.index.positions, limit) - 1
-            end = max(self.index.positions[i] if i >= 0 else 0, position + first_size)
+        end = self.read_end(position, first_size, max_bytes)
         buf = self.log.pread(end - position, position)
         if max_offset is None:
             return buf
@@ -299,6 +294,15 @@ class Segment:
                 break
             cut += length + LOG_OVERHEAD
         return buf if cut >= n else buf[:cut]
+
+    def read_end(self, position: int, first_size: int, max_bytes: int) -> int:
+        """The end of a read from the batch at ``position``: a batch boundary already known
+        (segment end, an index entry, the first batch's end) within ``max_bytes``."""
+        limit = position + max(max_bytes, first_size)
+        if limit >= self.size_bytes:
+            return self.size_bytes
+        i = bisect_right(self.index.positions, limit) - 1
+        return max(self.index.positions[i] if i >= 0 else 0, position + first_size)
 
     def batch_header_at(self, position: int) -> BatchHeader:
         return parse_header(self.log.pread(HEADER_SIZE, position))

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from storage.batch import decode_records, encode_batch, iter_batches
+from storage.batch import decode_records, encode_batch, iter_batches, stamp
 from storage.config import LogConfig
 from storage.fileio import LazyFileLayer
 from storage.log import PartitionLog
@@ -107,8 +107,6 @@ class LogMachine(RuleBasedStateMachine):
             got = self.log.append(raw, leader_epoch=self.epoch)
         else:
             b = bytearray(raw)
-            from storage.batch import stamp
-
             stamp(b, base, self.epoch)
             got = self.log.append_as_follower(bytes(b))
         assert got == (base, base + n - 1)

@@ -89,3 +89,25 @@ def test_compact_delete_does_both(tmp_path) -> None:
     assert log.maybe_compact(now_ms=50)
     assert log.maybe_apply_retention(now_ms=1000)
     assert len(log.segments) == 1
+
+
+def test_compaction_in_a_thread_never_blocks_appends_or_reads(tmp_path) -> None:
+    import threading
+
+    log = open_log(tmp_path, LazyFileLayer(), **COMPACT)
+    _fill(log, [(b"k%d" % (i % 5), b"%d" % i) for i in range(300)])
+    results = []
+    t = threading.Thread(target=lambda: results.append(log.maybe_compact(now_ms=0)))
+    t.start()
+    appended = 0
+    while t.is_alive() or appended < 50:
+        _fill(log, [(b"live", b"%d" % appended)])
+        appended += 1
+        recs = read_all(log, 0)
+        assert [r.offset for r in recs] == sorted(r.offset for r in recs)
+        assert recs[-1].offset == log.log_end_offset - 1
+    t.join()
+    assert results == [True]
+    vals = {r.key: r.value for r in read_all(log, 0)}
+    assert vals[b"live"] == b"%d" % (appended - 1)
+    assert vals[b"k4"] == b"299"
