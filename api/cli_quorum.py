@@ -1,4 +1,4 @@
-"""``longboat controller start`` and ``longboat quorum status``."""
+"""``longboat controller start`` and ``longboat quorum status|add-voter|remove-voter``."""
 
 from __future__ import annotations
 
@@ -77,21 +77,33 @@ def _fmt_ms(v: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def quorum_status(bootstrap: str, as_json: bool) -> None:
     """Leader, term, high watermark, and each voter's and observer's log end, lag and last
-    contact (like kafka-metadata-quorum describe --status --replication)."""
+    contact (like kafka-metadata-quorum describe --status --replication); then the brokers
+    following the metadata log, with their fetch offset, lag and last fetch."""
     from api.controller_client import ControllerClient, ControllerUnavailableError
 
     urls = [u.strip() for u in bootstrap.split(",") if u.strip()]
 
-    async def fetch() -> dict[str, Any]:
+    async def fetch() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         async with ControllerClient(urls, timeout_s=5) as c:
             st = await c.get_json("/v3/quorum/status")
             leader_url = st.get("leader_url")
             if st.get("role") != "leader" and leader_url:
                 st = await c.get_json("/v3/quorum/status", leader_url)
-            return st
+            # Brokers fetch metadata from any controller (the leader when they know it):
+            # ask every voter and keep each broker's latest fetch.
+            seen = [dict(o, via=st.get("node_id")) for o in st.get("metadata_observers", [])]
+            for nid, url in (st.get("addresses") or {}).items():
+                if int(nid) == st.get("node_id") or int(nid) not in st.get("voters", []):
+                    continue
+                try:
+                    other = await c.get_json("/v3/quorum/status", url)
+                except ControllerUnavailableError:
+                    continue
+                seen += [dict(o, via=int(nid)) for o in other.get("metadata_observers", [])]
+            return st, seen
 
     try:
-        st = run_loop(fetch())
+        st, seen = run_loop(fetch())
     except ControllerUnavailableError as e:
         raise click.ClickException(f"no controller answered: {e}") from None
     if st.get("role") != "leader":
@@ -108,10 +120,21 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
             "log_end": f["match"], "lag": max(0, st["last_index"] - f["match"]),
             "last_contact_ms": f["last_contact_ms"], "state": f["state"],
         })
+    md_offset = st.get("metadata_offset", -1)
+    latest: dict[int, dict[str, Any]] = {}
+    for o in seen:
+        cur = latest.get(o["broker_id"])
+        if cur is None or o["last_contact_ms"] < cur["last_contact_ms"]:
+            latest[o["broker_id"]] = o
+    brokers = [{
+        "broker_id": b, "fetch_offset": o["fetch_offset"],
+        "lag": max(0, md_offset + 1 - o["fetch_offset"]),
+        "last_contact_ms": o["last_contact_ms"], "fetching_from": o["via"],
+    } for b, o in sorted(latest.items())]
     out = {
         "leader_id": st["node_id"], "term": st["term"], "high_watermark": hw,
-        "metadata_offset": st.get("metadata_offset"), "voters": st["voters"],
-        "observers": st["observers"], "replicas": replicas,
+        "metadata_offset": md_offset, "voters": st["voters"],
+        "observers": st["observers"], "replicas": replicas, "broker_observers": brokers,
     }
     if as_json:
         click.echo(json.dumps(out, indent=2))
@@ -127,6 +150,13 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     for r in replicas:
         click.echo(f"{r['node_id']:>6}  {r['kind']:8} {r['log_end']:>12} {r['lag']:>6}  "
                    f"{_fmt_ms(r['last_contact_ms']):>12}  {r['state']}")
+    if brokers:
+        click.echo("")
+        click.echo("Broker observers (fetching the metadata log; offsets are metadata offsets):")
+        click.echo(f"{'BrokerId':>8}  {'FetchOffset':>11} {'Lag':>6}  {'LastContact':>12}  From")
+        for b in brokers:
+            click.echo(f"{b['broker_id']:>8}  {b['fetch_offset']:>11} {b['lag']:>6}  "
+                       f"{_fmt_ms(b['last_contact_ms']):>12}  controller {b['fetching_from']}")
 
 
 def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[int, Any]:

@@ -7,8 +7,14 @@ Routes (all on the node's ``listen`` address):
   ``metalog.wire``) -> ``{"ok": response}`` or ``{"error": {...}}``; a node that is not the
   active controller answers 421 Misdirected Request with the leader's id and URL, so the
   client retries there (``api.controller_client``).
+* ``GET /internal/controller/v1/metadata?offset=N&max_wait_ms=M&broker_id=B`` (msgpack,
+  ``metalog.client.MetadataFetchResponse``): committed metadata from offset N on, for
+  observers (brokers); long-polls up to M ms when there is nothing new; the snapshot when N
+  is older than what this node retains. Every controller answers, followers too.
 * ``GET /v3/quorum/status``                JSON: this node's Raft view (leader, term, commit,
-  per-follower match index and last contact) and its metadata offset.
+  per-follower match index and last contact), its metadata offset, the brokers fetching
+  metadata from it (``metadata_observers``: fetch offset, lag, last contact) and the
+  addresses it knows (``addresses``, so a tool can ask every voter).
 * ``GET /v3/quorum/metadata``              JSON: a summary of the committed image (topics,
   partitions with leader/ISR/epochs, brokers): for operators and tests.
 * ``POST /internal/controller/v1/peers``   JSON ``{"node_id", "url"}``: learn (and persist in
@@ -99,7 +105,28 @@ async def handle_status(request: web.Request) -> web.Response:
     st["metadata_offset"] = svc.metadata_offset
     st["active_controller"] = svc.controller.is_active
     st["controller_epoch"] = svc.controller.controller_epoch
+    st["metadata_observers"] = svc.observers_status()
+    st["addresses"] = {str(k): v for k, v in sorted(svc.node.addresses.items())}
     return _json(st)
+
+
+FETCH_WAIT_MS_MAX = 30_000
+
+
+async def handle_metadata_fetch(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE_KEY]
+    q = request.query
+    try:
+        offset = int(q["offset"])
+        max_wait_ms = min(max(int(q.get("max_wait_ms", "0")), 0), FETCH_WAIT_MS_MAX)
+        broker_id = int(q["broker_id"]) if "broker_id" in q else None
+    except (KeyError, ValueError):
+        return _json({"error_code": 400,
+                      "message": "need integer offset (and optional max_wait_ms, broker_id)"}, 400)
+    if offset < 0:
+        return _json({"error_code": 400, "message": "offset must be >= 0"}, 400)
+    resp = await svc.fetch_metadata(offset, max_wait_ms=max_wait_ms, broker_id=broker_id)
+    return web.Response(body=resp.to_msgpack(), content_type=MSGPACK)
 
 
 async def handle_metadata(request: web.Request) -> web.Response:
@@ -233,6 +260,7 @@ def build_controller(
     app.router.add_post("/internal/controller/v1/peers", handle_peers)
     app.router.add_post("/internal/controller/v1/membership", handle_membership)
     app.router.add_post("/internal/controller/v1/command", handle_command)
+    app.router.add_get("/internal/controller/v1/metadata", handle_metadata_fetch)
     app.router.add_get("/v3/quorum/status", handle_status)
     app.router.add_get("/v3/quorum/metadata", handle_metadata)
     app.router.add_get("/v3/health", handle_health)

@@ -2,7 +2,8 @@
 
 Used by the integration tests, the benchmarks and (later) ``longboat dev up``. Each process
 runs ``python -m api ...`` in its own session (so a signal reaches exactly it), logs to a
-file under its data directory, and is found again by node id.
+file under its data directory, and is found again by node id. ``Quorum`` runs the
+controllers, ``Brokers`` the brokers beside them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -107,4 +109,99 @@ class Quorum:
 
     def log_tail(self, i: int, lines: int = 30) -> str:
         p = self.root / f"controller-{i}" / "controller.log"
+        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
+
+
+class Brokers:
+    """Broker processes following ``quorum``; ids ``first_id``, ``first_id + 1``, ...
+
+    ``start(b)``, ``send_signal(b, sig)`` (SIGSTOP/SIGCONT leave the process in place),
+    ``kill(b, sig)`` (waits for the exit, returns the exit code), ``ready(b)``,
+    ``metadata(b)``.
+    """
+
+    def __init__(self, root: Path, quorum: Quorum, n: int = 3, first_id: int = 101,
+                 extra_args: list[str] | None = None) -> None:
+        self.root = root
+        self.quorum = quorum
+        self.ids = list(range(first_id, first_id + n))
+        self.ports = dict(zip(self.ids, free_ports(n), strict=True))
+        self.extra_args = extra_args or []
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def url(self, b: int) -> str:
+        return f"http://127.0.0.1:{self.ports[b]}"
+
+    def start(self, b: int) -> None:
+        d = self.root / f"broker-{b}"
+        d.mkdir(parents=True, exist_ok=True)
+        log = open(d / "broker.log", "ab")  # noqa: SIM115 (owned by the process)
+        self.procs[b] = subprocess.Popen(
+            [sys.executable, "-m", "api", "broker", "start", "--node-id", str(b),
+             "--listen", f"127.0.0.1:{self.ports[b]}", "--data-dir", str(d / "data"),
+             "--controller-quorum", self.quorum.quorum, *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def start_all(self) -> None:
+        for b in self.ids:
+            self.start(b)
+
+    def send_signal(self, b: int, sig: int) -> None:
+        self.procs[b].send_signal(sig)
+
+    def kill(self, b: int, sig: int = signal.SIGKILL, timeout_s: float = 40) -> int:
+        p = self.procs.pop(b)
+        p.send_signal(sig)
+        return p.wait(timeout=timeout_s)
+
+    def stop_all(self) -> None:
+        for b in list(self.procs):
+            p = self.procs.pop(b)
+            p.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def get(self, b: int, path: str) -> Any:
+        with urllib.request.urlopen(self.url(b) + path, timeout=2) as r:
+            return json.loads(r.read())
+
+    def ready(self, b: int) -> tuple[int, Any]:
+        """(HTTP status, body) of ``/v3/health/ready``."""
+        try:
+            with urllib.request.urlopen(self.url(b) + "/v3/health/ready", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def metadata(self, b: int) -> Any:
+        return self.get(b, "/v3/broker/metadata")
+
+    def wait_ready(self, ids: list[int] | None = None, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = set(ids if ids is not None else self.procs)
+        last: dict[int, Any] = {}
+        while pending:
+            for b in sorted(pending):
+                try:
+                    code, body = self.ready(b)
+                except OSError as e:
+                    last[b] = str(e)
+                    continue
+                last[b] = body
+                if code == 200:
+                    pending.discard(b)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"brokers {sorted(pending)} not ready in {timeout_s} s: {last}")
+            time.sleep(0.1)
+
+    def log_tail(self, b: int, lines: int = 30) -> str:
+        p = self.root / f"broker-{b}" / "broker.log"
         return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""

@@ -27,18 +27,31 @@ them get ``NotControllerError`` naming the new leader when known.
 
 Snapshots: every ``snapshot_records`` records the image is written as a Raft snapshot
 (``<index>-<term>.checkpoint``), which also moves the Raft log start forward.
+
+Metadata fetch for observers (brokers follow the metadata log as KRaft observers do: by
+fetching, without joining the Raft configuration). The service keeps, in memory, the
+committed entries since its latest snapshot as ``MetadataBatch`` values (base offset, Raft term,
+record count, the entry's bytes as committed) and the latest snapshot's bytes.
+``fetch_metadata(offset)`` answers the batches from ``offset`` on, long-polling until there
+are some, or the snapshot (and the batches after it) when ``offset`` is older than what is
+retained. Every controller answers, followers too: what they have committed is committed;
+a follower may only be behind, and then the fetcher sees a lower ``high_watermark``. Each
+fetching broker's id, fetch offset and time are remembered for ``quorum status``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from metalog.client import MetadataBatch, MetadataFetchResponse
 from metalog.controller import Command, MetadataError, NotControllerError, QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
 from metalog.records import decode_records, encode_records
@@ -52,6 +65,21 @@ log = logging.getLogger(__name__)
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ObserverFetch:
+    """A broker's latest metadata fetch here: it holds every record below ``fetch_offset``."""
+
+    fetch_offset: int
+    at_monotonic_s: float
+
+
+OBSERVER_FORGET_S = 600.0
+"""An observer that has not fetched here for this long is no longer listed."""
+
+FETCH_BYTES_MAX = 4 << 20
+"""Batch bytes per fetch response (at least one batch is always sent)."""
 
 
 class ControllerService:
@@ -86,6 +114,15 @@ class ControllerService:
         self._task: asyncio.Task[None] | None = None
         self._activating: int | None = None
         self._stopping = False
+        # Observers' fetch window. Invariant: batches are contiguous and ascending, the first
+        # starts right after the snapshot (or at 0 without one); ``_batch_bases`` mirrors them.
+        self._batches: list[MetadataBatch] = []
+        self._batch_bases: list[int] = []
+        self._snapshot: tuple[int, bytes] | None = None
+        """(offset of its last record, ``encode_snapshot`` bytes) of the latest snapshot."""
+        self._committed_event = asyncio.Event()
+        """Set (and replaced) whenever committed records arrive: wakes long-polling fetches."""
+        self.observers: dict[int, ObserverFetch] = {}
 
     # ------------------------------------------------------------------ log side
 
@@ -103,12 +140,83 @@ class ControllerService:
             self._bases[int(e.index)] = base
             if len(self._bases) > 4096:
                 self._bases.popitem(last=False)
+            if records:
+                self._batches.append(MetadataBatch(base, int(e.term), len(records), e.data))
+                self._batch_bases.append(base)
+                self._wake_fetchers()
 
     def on_snapshot(self, snap: Any) -> None:
         image = decode_snapshot(snap.data)
         self.controller.restore(image)
         self.next_offset = image.offset + 1
         self._records_since_snapshot = 0
+        self._set_snapshot(image.offset, snap.data)
+        self._wake_fetchers()
+
+    def _wake_fetchers(self) -> None:
+        self._committed_event.set()
+        self._committed_event = asyncio.Event()
+
+    def _set_snapshot(self, offset: int, data: bytes) -> None:
+        """Retain ``data`` as the latest snapshot and drop the batches it covers."""
+        self._snapshot = (offset, data)
+        keep = 0
+        while keep < len(self._batches) and (
+                self._batches[keep].base_offset + self._batches[keep].count - 1 <= offset):
+            keep += 1
+        if keep:
+            del self._batches[:keep]
+            del self._batch_bases[:keep]
+
+    # ------------------------------------------------------------------ observers' fetch
+
+    async def fetch_metadata(self, offset: int, *, max_wait_ms: int = 500,
+                             broker_id: int | None = None,
+                             fetch_bytes_max: int = FETCH_BYTES_MAX) -> MetadataFetchResponse:
+        """Committed metadata from ``offset`` on: see the module docstring."""
+        if broker_id is not None:
+            self.observers[broker_id] = ObserverFetch(offset, time.monotonic())
+        if offset > self.metadata_offset and max_wait_ms > 0:
+            event = self._committed_event
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), max_wait_ms / 1000)
+        snapshot: bytes | None = None
+        snapshot_offset = -1
+        start = offset
+        if self._snapshot is not None and offset <= self._snapshot[0]:
+            snapshot_offset, snapshot = self._snapshot
+            start = snapshot_offset + 1
+        batches: list[MetadataBatch] = []
+        i = max(0, bisect.bisect_right(self._batch_bases, start) - 1)
+        size = 0
+        while i < len(self._batches) and (not batches or size < fetch_bytes_max):
+            b = self._batches[i]
+            if b.base_offset + b.count > start:
+                batches.append(b)
+                size += len(b.data)
+            i += 1
+        leader = int(self.node.leader_id)
+        return MetadataFetchResponse(
+            node_id=int(self.node.id), high_watermark=self.metadata_offset,
+            batches=tuple(batches), snapshot=snapshot, snapshot_offset=snapshot_offset,
+            leader_url=self.node.addresses.get(leader) if leader else None,
+        )
+
+    def observers_status(self) -> list[dict[str, Any]]:
+        """Brokers fetching metadata here: fetch offset, lag (records behind this node's
+        committed offset) and ms since their last fetch."""
+        now = time.monotonic()
+        out = []
+        for broker_id, o in sorted(self.observers.items()):
+            if now - o.at_monotonic_s > OBSERVER_FORGET_S:
+                del self.observers[broker_id]
+                continue
+            out.append({
+                "broker_id": broker_id, "fetch_offset": o.fetch_offset,
+                "lag": max(0, self.metadata_offset + 1 - o.fetch_offset),
+                "last_contact_ms": round((now - o.at_monotonic_s) * 1000, 1),
+            })
+        return out
 
     @property
     def metadata_offset(self) -> int:
@@ -193,10 +301,14 @@ class ControllerService:
                 asyncio.get_running_loop().create_task(self._await_internal(proposal))
         if self._records_since_snapshot >= self._snapshot_records and node.applied > 0:
             self._records_since_snapshot = 0
+            image = ctl.image
+            data = encode_snapshot(image)
             try:
-                await node.take_snapshot(encode_snapshot(ctl.image))
+                await node.take_snapshot(data)
             except ValueError as e:  # nothing new applied since the last snapshot
                 log.debug("snapshot skipped: %s", e)
+            else:
+                self._set_snapshot(image.offset, data)
 
     async def _await_internal(self, proposal: Any) -> None:
         try:

@@ -1,0 +1,123 @@
+"""The broker process (control-plane half): registers, heartbeats, follows the metadata log.
+
+``build_broker(config)`` composes a ``MetadataFollower`` (the broker's ``MetadataImage``,
+fetched from the controllers) and a ``BrokerLifecycle`` (registration, heartbeats, fencing,
+controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` address:
+
+* ``GET /v3/health``          200 while the process runs.
+* ``GET /v3/health/ready``    200 once RUNNING, unfenced and caught up with the committed
+  metadata; else 503. Both carry the broker's state (``BrokerLifecycle.describe``).
+* ``GET /v3/broker/metadata`` JSON: the broker's image (``image_summary``, as the
+  controllers' ``/v3/quorum/metadata``) plus its state.
+
+``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
+moves away before the broker is fenced) and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from api.config import NodeConfig
+from api.controller_app import image_summary
+from api.errors import error_middleware
+from broker.lifecycle import BrokerLifecycle, LifecycleConfig
+from broker.metadata_follower import MetadataFollower
+from metalog.records import Endpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BrokerServer:
+    config: NodeConfig
+    follower: MetadataFollower
+    lifecycle: BrokerLifecycle
+
+
+BROKER_KEY: web.AppKey[BrokerServer] = web.AppKey("broker", BrokerServer)
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
+    u = urlsplit(config.url)
+    return (Endpoint("http", u.hostname or config.host, u.port or config.port),)
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    lc = request.app[BROKER_KEY].lifecycle
+    return _json(lc.describe(), 200 if lc.ready else 503)
+
+
+async def handle_metadata(request: web.Request) -> web.Response:
+    srv = request.app[BROKER_KEY]
+    out = image_summary(srv.follower.image)
+    out["broker"] = srv.lifecycle.describe()
+    return _json(out)
+
+
+def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
+                 controlled_shutdown_timeout_s: float = 30.0) -> tuple[web.Application,
+                                                                       BrokerServer]:
+    urls = [v.url for v in config.voters]
+    follower = MetadataFollower(urls, broker_id=config.node_id)
+    lifecycle = BrokerLifecycle(
+        LifecycleConfig(broker_id=config.node_id, endpoints=broker_endpoints(config),
+                        rack=config.rack, heartbeat_interval_s=heartbeat_interval_s,
+                        controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
+        urls, follower,
+    )
+    srv = BrokerServer(config, follower, lifecycle)
+    app = web.Application(middlewares=[error_middleware])
+    app[BROKER_KEY] = srv
+    app.router.add_get("/v3/health", handle_health)
+    app.router.add_get("/v3/health/ready", handle_ready)
+    app.router.add_get("/v3/broker/metadata", handle_metadata)
+
+    async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
+        await follower.start()
+        await lifecycle.start()
+        yield
+        await lifecycle.stop()
+        await follower.stop()
+
+    app.cleanup_ctx.append(lifecycle_ctx)
+    return app, srv
+
+
+async def serve_broker(config: NodeConfig) -> bool:
+    """Run until SIGINT/SIGTERM, then shut down in a controlled way. Returns whether the
+    controller confirmed the controlled shutdown."""
+    app, srv = build_broker(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+    await site.start()
+    log.info("broker %d listening on %s", config.node_id, config.url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("broker %d: controlled shutdown", config.node_id)
+    await srv.lifecycle.shutdown()
+    clean = bool(srv.lifecycle.shutdown_clean)
+    log.info("broker %d stopping (controlled shutdown %s)", config.node_id,
+             "confirmed" if clean else "not confirmed")
+    await runner.cleanup()
+    return clean

@@ -1,0 +1,40 @@
+"""``longboat broker start``: a broker process (registration, heartbeats, metadata)."""
+
+from __future__ import annotations
+
+import click
+
+from api.cli import main
+from api.cli_quorum import run_loop, setup_logging
+from api.config import ConfigError, load_config
+
+
+@main.group("broker")
+def broker_group() -> None:
+    """Run a broker: hosts partitions and follows the metadata log."""
+
+
+@broker_group.command("start")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--node-id", type=int, help="Overrides node_id (the broker id).")
+@click.option("--listen", help="HOST:PORT; overrides listen.")
+@click.option("--data-dir", help="Overrides data_dir.")
+@click.option("--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum.")
+@click.option("--rack", help="Overrides rack.")
+@click.option("--log-level", default="INFO", show_default=True)
+def broker_start(config_path: str | None, node_id: int | None, listen: str | None,
+                 data_dir: str | None, controller_quorum: str | None, rack: str | None,
+                 log_level: str) -> None:
+    """Start a broker in the foreground. SIGTERM or Ctrl-C shuts it down in a controlled
+    way (its partition leaderships move away first); it exits 0 once done."""
+    try:
+        cfg = load_config(config_path, {
+            "node_id": node_id, "listen": listen, "data_dir": data_dir,
+            "controller_quorum": controller_quorum, "rack": rack, "roles": ["broker"],
+        })
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    setup_logging(f"broker-{cfg.node_id}", log_level)
+    from api.broker_app import serve_broker
+
+    run_loop(serve_broker(cfg))

@@ -1,0 +1,289 @@
+"""``BrokerLifecycle``: a broker's registration, heartbeats and controlled shutdown (KIP-631).
+
+Kafka's ``BrokerLifecycleManager``. States (``BrokerState``, Kafka's ``BrokerState.java``)::
+
+    NOT_RUNNING --start()--> STARTING --registered--> RECOVERY --heartbeat: unfenced--> RUNNING
+    RECOVERY | RUNNING --shutdown()--> PENDING_CONTROLLED_SHUTDOWN
+        --heartbeat: should_shutdown (or the timeout)--> SHUTTING_DOWN --> NOT_RUNNING
+    STARTING --shutdown()--> SHUTTING_DOWN
+
+* STARTING: ``RegisterBroker`` with a fresh incarnation id (one per process) and the
+  broker's endpoints, retried until the active controller answers. The answer's broker epoch
+  is the offset of the ``RegisterBrokerRecord``. ``DUPLICATE_BROKER_REGISTRATION`` (an older
+  incarnation of this id still holds a session, e.g. after a SIGKILL) is retried until that
+  session expires.
+* RECOVERY: fenced. Heartbeats every ``heartbeat_interval_s`` (2 s) report the metadata
+  follower's offset; the controller unfences the broker once that offset reaches the broker
+  epoch (it has replayed its own registration). A heartbeat also goes out at once when the
+  follower reaches the epoch, so catching up does not wait for the next tick.
+* RUNNING: unfenced; heartbeats go on. If the controller fences the broker anyway (its
+  session expired: the process was paused, or the network cut), the state stays RUNNING,
+  ``fenced`` turns true, heartbeats go on, and the controller unfences it on the next one
+  that reaches it caught up.
+* PENDING_CONTROLLED_SHUTDOWN: heartbeats with ``want_shutdown`` every
+  ``shutdown_heartbeat_interval_s``; the controller moves leadership away, then fences the
+  broker and answers ``should_shutdown``. Gives up after ``controlled_shutdown_timeout_s``.
+
+Failures:
+
+* Controller failover: every request goes through ``ControllerClient``, which follows 421
+  redirects to the new leader and retries during an election. A new active controller gives
+  every registered broker a fresh session (KAFKA-18138), so heartbeats have 9 s to find it.
+* ``STALE_BROKER_EPOCH`` / ``BROKER_ID_NOT_REGISTERED`` on a heartbeat: the registration we
+  hold is gone (replaced or unregistered); register again (same incarnation: it is still
+  this process) and go back to RECOVERY.
+* A restarted broker is a new incarnation: it registers anew and gets a new epoch.
+
+Not the place for: following the metadata log (``broker.metadata_follower``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from broker.metadata_follower import MetadataFollower
+from metalog.client import ControllerClient, ControllerUnavailableError
+from metalog.controller import (
+    BrokerHeartbeat,
+    BrokerHeartbeatResponse,
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    MetadataError,
+    RegisterBroker,
+    StaleBrokerEpochError,
+)
+from metalog.records import BrokerEpoch, BrokerId, Endpoint
+
+log = logging.getLogger(__name__)
+
+
+class BrokerState(enum.Enum):
+    NOT_RUNNING = "NOT_RUNNING"
+    STARTING = "STARTING"
+    RECOVERY = "RECOVERY"
+    RUNNING = "RUNNING"
+    PENDING_CONTROLLED_SHUTDOWN = "PENDING_CONTROLLED_SHUTDOWN"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+    heartbeat_interval_s: float = 2.0
+    """KRaft ``broker.heartbeat.interval.ms``."""
+    session_timeout_s: float = 9.0
+    """KRaft ``broker.session.timeout.ms`` (the controller's): a heartbeat older than this
+    no longer proves we are unfenced."""
+    shutdown_heartbeat_interval_s: float = 0.5
+    controlled_shutdown_timeout_s: float = 30.0
+    request_timeout_s: float = 4.0
+    """Budget of one registration or heartbeat attempt, redirects and retries included."""
+
+
+class _Reregister(Exception):
+    """The controller no longer knows our registration: register again."""
+
+
+class BrokerLifecycle:
+    """See the module docstring. ``start()``, then ``shutdown()`` (controlled) or ``stop()``."""
+
+    def __init__(self, config: LifecycleConfig, controller_urls: Sequence[str],
+                 follower: MetadataFollower) -> None:
+        self.config = config
+        self.follower = follower
+        self._client = ControllerClient(controller_urls, timeout_s=config.request_timeout_s)
+        self.incarnation_id = uuid.uuid4().hex
+        self.state = BrokerState.NOT_RUNNING
+        self.broker_epoch: BrokerEpoch | None = None
+        self.fenced = True
+        self.registrations = 0
+        self.last_heartbeat: BrokerHeartbeatResponse | None = None
+        self.last_heartbeat_monotonic_s: float | None = None
+        self.shutdown_clean: bool | None = None
+        """After a controlled shutdown: whether the controller answered should_shutdown."""
+        self._shutdown_requested = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ API
+
+    async def start(self) -> None:
+        self._set_state(BrokerState.STARTING)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown (SIGTERM): returns once SHUTTING_DOWN."""
+        self._shutdown_requested.set()
+        self._wake.set()
+        await self._done.wait()
+
+    async def stop(self) -> None:
+        """Stop at once (no controlled shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._client.close()
+        self._set_state(BrokerState.NOT_RUNNING)
+
+    @property
+    def ready(self) -> bool:
+        """RUNNING, unfenced and caught up with the committed metadata.
+
+        Unfenced means: the last heartbeat said so, that heartbeat is younger than a session
+        (after a pause longer than that, the controller has fenced us whatever we last
+        heard), and our own image shows our registration unfenced.
+        """
+        hb = self.last_heartbeat_monotonic_s
+        return (self.state is BrokerState.RUNNING and not self.fenced
+                and hb is not None
+                and time.monotonic() - hb < self.config.session_timeout_s
+                and self.follower.caught_up and self.registered_unfenced_in_image())
+
+    def registered_unfenced_in_image(self) -> bool:
+        reg = self.follower.image.brokers.brokers.get(BrokerId(self.config.broker_id))
+        return reg is not None and reg.broker_epoch == self.broker_epoch and not reg.fenced
+
+    def describe(self) -> dict[str, object]:
+        hb = self.last_heartbeat_monotonic_s
+        return {
+            "broker_id": self.config.broker_id, "state": self.state.value,
+            "broker_epoch": self.broker_epoch, "incarnation_id": self.incarnation_id,
+            "fenced": self.fenced, "ready": self.ready, "registrations": self.registrations,
+            "metadata_offset": self.follower.offset,
+            "controller_metadata_offset": self.follower.high_watermark,
+            "caught_up": self.follower.caught_up,
+            "last_heartbeat_ms_ago": (None if hb is None
+                                      else round((time.monotonic() - hb) * 1000, 1)),
+        }
+
+    # ------------------------------------------------------------------ loop
+
+    def _set_state(self, state: BrokerState) -> None:
+        if state is not self.state:
+            log.info("broker %d: %s -> %s", self.config.broker_id, self.state.value, state.value)
+            self.state = state
+
+    async def _run(self) -> None:
+        try:
+            while not self._shutdown_requested.is_set():
+                if not await self._register():
+                    break  # shutdown requested before we were registered
+                try:
+                    await self._heartbeat_until_shutdown()
+                except _Reregister as e:
+                    log.warning("broker %d: %s; registering again", self.config.broker_id, e)
+                    self.fenced = True
+                    self._set_state(BrokerState.RECOVERY)
+                    continue
+                await self._controlled_shutdown()
+                break
+        finally:
+            if self.state is not BrokerState.NOT_RUNNING:
+                self._set_state(BrokerState.SHUTTING_DOWN)
+            self._done.set()
+
+    async def _register(self) -> bool:
+        cfg = self.config
+        cmd = RegisterBroker(broker_id=BrokerId(cfg.broker_id), incarnation_id=self.incarnation_id,
+                             endpoints=cfg.endpoints, rack=cfg.rack)
+        attempt = 0
+        while not self._shutdown_requested.is_set():
+            attempt += 1
+            try:
+                resp = await self._client.execute(cmd)
+            except DuplicateBrokerRegistrationError as e:
+                log.info("broker %d: %s; retrying", cfg.broker_id, e)
+            except (MetadataError, ControllerUnavailableError) as e:
+                log.info("broker %d: registration attempt %d failed: %s", cfg.broker_id,
+                         attempt, e)
+            else:
+                self.broker_epoch = resp.broker_epoch
+                self.registrations += 1
+                self.fenced = True
+                log.info("broker %d: registered with epoch %d (incarnation %s)", cfg.broker_id,
+                         resp.broker_epoch, self.incarnation_id)
+                if self.state is BrokerState.STARTING:
+                    self._set_state(BrokerState.RECOVERY)
+                return True
+            await self._sleep(min(0.2 * attempt, cfg.heartbeat_interval_s))
+        return False
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, cut short by ``_wake`` (shutdown, or the follower catching up)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    async def _heartbeat_until_shutdown(self) -> None:
+        epoch = self.broker_epoch
+        assert epoch is not None
+        catch_up = asyncio.get_running_loop().create_task(self._wake_when_caught_up(epoch))
+        try:
+            while not self._shutdown_requested.is_set():
+                resp = await self._heartbeat(want_shutdown=False)
+                if (resp is not None and not resp.is_fenced
+                        and self.state is BrokerState.RECOVERY):
+                    self._set_state(BrokerState.RUNNING)
+                await self._sleep(self.config.heartbeat_interval_s)
+        finally:
+            catch_up.cancel()
+
+    async def _wake_when_caught_up(self, epoch: int) -> None:
+        await self.follower.wait_for_offset(epoch)
+        self._wake.set()
+
+    async def _heartbeat(self, *, want_shutdown: bool) -> BrokerHeartbeatResponse | None:
+        epoch = self.broker_epoch
+        assert epoch is not None
+        cmd = BrokerHeartbeat(
+            broker_id=BrokerId(self.config.broker_id), broker_epoch=epoch,
+            current_metadata_offset=self.follower.offset, want_shutdown=want_shutdown,
+        )
+        try:
+            resp: BrokerHeartbeatResponse = await self._client.execute(cmd)
+        except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as e:
+            raise _Reregister(str(e)) from None
+        except (MetadataError, ControllerUnavailableError) as e:
+            log.info("broker %d: heartbeat failed: %s", self.config.broker_id, e)
+            return None
+        if resp.is_fenced != self.fenced:
+            log.info("broker %d: %s by the controller", self.config.broker_id,
+                     "fenced" if resp.is_fenced else "unfenced")
+        self.fenced = resp.is_fenced
+        self.last_heartbeat = resp
+        self.last_heartbeat_monotonic_s = time.monotonic()
+        return resp
+
+    async def _controlled_shutdown(self) -> None:
+        self._set_state(BrokerState.PENDING_CONTROLLED_SHUTDOWN)
+        deadline = time.monotonic() + self.config.controlled_shutdown_timeout_s
+        self.shutdown_clean = False
+        while time.monotonic() < deadline:
+            try:
+                resp = await self._heartbeat(want_shutdown=True)
+            except _Reregister as e:
+                # Our registration is gone: the controller holds nothing of ours to move.
+                log.info("broker %d: %s; nothing to shut down on the controller",
+                         self.config.broker_id, e)
+                self.shutdown_clean = True
+                break
+            if resp is not None and resp.should_shutdown:
+                self.shutdown_clean = True
+                break
+            await asyncio.sleep(self.config.shutdown_heartbeat_interval_s)
+        if not self.shutdown_clean:
+            log.warning("broker %d: controlled shutdown timed out after %.0f s",
+                        self.config.broker_id, self.config.controlled_shutdown_timeout_s)
+        self._set_state(BrokerState.SHUTTING_DOWN)
