@@ -461,8 +461,20 @@ class LazyFileLayer(FileLayer):
             self._files.clear()
 
 
+_process_layers: dict[bool, FileLayer] = {}
+_process_layers_lock = threading.Lock()
+
+
 def default_file_layer() -> FileLayer:
-    """The file layer a process should use: lazy when ``LONGBOAT_LAZYFS=1``, else real."""
-    if os.environ.get(LAZYFS_ENV, "") == "1":
-        return LazyFileLayer()
-    return RealFileLayer()
+    """The file layer a process should use: lazy when ``LONGBOAT_LAZYFS=1``, else real.
+
+    One instance per process (per kind), so every log of a process shares the lazy layer's
+    view of unsynced bytes: two lazy layers opening the same file would disagree about it.
+    """
+    lazy = os.environ.get(LAZYFS_ENV, "") == "1"
+    with _process_layers_lock:
+        layer = _process_layers.get(lazy)
+        if layer is None:
+            layer = LazyFileLayer() if lazy else RealFileLayer()
+            _process_layers[lazy] = layer
+        return layer
