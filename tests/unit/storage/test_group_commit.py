@@ -124,3 +124,25 @@ def test_flush_ms_timer_fires(tmp_path) -> None:
         await gc.close()
 
     asyncio.run(main())
+
+
+def test_a_failed_fsync_fails_that_logs_waiters(tmp_path, monkeypatch) -> None:
+    log = open_log(tmp_path / "bad", LazyFileLayer())
+    good = open_log(tmp_path / "good", LazyFileLayer())
+
+    def broken_flush() -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log, "flush", broken_flush)
+
+    async def main() -> None:
+        gc = GroupCommitter()
+        log.append(batch(), leader_epoch=0)
+        good.append(batch(), leader_epoch=0)
+        bad_wait = asyncio.ensure_future(gc.durable(log, 1))
+        await gc.durable(good, 1)
+        with pytest.raises(OSError, match="Input/output"):
+            await bad_wait
+        await gc.close()
+
+    asyncio.run(main())
