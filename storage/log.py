@@ -522,17 +522,21 @@ class PartitionLog:
                 self._truncate_fully_locked(offset)
                 return
             doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
-            for s in doomed:
-                self._segments.remove(s)
-                self._retire(s, delete=True)
-            seg = self.active_segment
+            seg = self._segments[-1 - len(doomed)]
             new_leo = offset
             loc = seg.locate(offset)
             if loc is not None:
-                pos, _, base = loc
                 # A batch straddling the log start goes whole too; the log is then empty
                 # from the log start on.
-                new_leo = max(min(offset, base), self._lso)
+                new_leo = max(min(offset, loc[2]), self._lso)
+            # Lower the recovery point before cutting: a crash in between must not leave a
+            # recovery point above the data (open would take it as the log end).
+            self._lower_recovery_point_locked(new_leo)
+            for s in doomed:
+                self._segments.remove(s)
+                self._retire(s, delete=True)
+            if loc is not None:
+                pos = loc[0]
                 seg.truncate_to_position(pos, _end_offset_before(seg, pos))
             seg.flush()
             if doomed:
@@ -546,22 +550,28 @@ class PartitionLog:
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
+        self._lower_recovery_point_locked(offset)
+        self._lso = offset
+        checkpoint.write_offset(self.files, self.dir_path, checkpoint.LOG_START_OFFSET_NAME,
+                                offset)
         for s in self._segments:
             self._retire(s, delete=True)
         self._segments = [Segment.create(self.dir_path, offset, self.files)]
-        self._lso = offset
-        checkpoint.write_offset(self.files, self.dir_path, checkpoint.LOG_START_OFFSET_NAME,
-                                offset)  # fsyncs the directory too
+        self.files.fsync_dir(self.dir_path)
         self.leader_epoch_cache.clear()
         self._after_truncate_locked(offset)
+
+    def _lower_recovery_point_locked(self, offset: int) -> None:
+        if offset < self._flushed:
+            self._flushed = offset
+            checkpoint.write_offset(self.files, self.dir_path,
+                                    checkpoint.RECOVERY_POINT_NAME, offset)
 
     def _after_truncate_locked(self, new_leo: int) -> None:
         self._leo = new_leo
         self._flushed = min(self._flushed, new_leo)
         self._truncations += 1
         self.leader_epoch_cache.truncate_from_end(new_leo)
-        checkpoint.write_offset(self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME,
-                                self._flushed)
         self._check()
         for fn in self._truncate_listeners:
             fn(self, new_leo)
