@@ -42,6 +42,10 @@ class BrokerServer:
     follower: MetadataFollower
     lifecycle: BrokerLifecycle
 
+    async def start(self) -> None:
+        await self.follower.start()
+        await self.lifecycle.start()
+
 
 BROKER_KEY: web.AppKey[BrokerServer] = web.AppKey("broker", BrokerServer)
 
@@ -72,8 +76,11 @@ async def handle_metadata(request: web.Request) -> web.Response:
 
 
 def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
-                 controlled_shutdown_timeout_s: float = 30.0) -> tuple[web.Application,
-                                                                       BrokerServer]:
+                 controlled_shutdown_timeout_s: float = 30.0,
+                 autostart: bool = True) -> tuple[web.Application, BrokerServer]:
+    """The broker's app. With ``autostart`` the follower and the lifecycle start with the
+    app (``cleanup_ctx``); without, the caller starts them (``serve_broker`` does once its
+    port is bound, so a broker that cannot listen never registers). They stop with it."""
     urls = [v.url for v in config.voters]
     follower = MetadataFollower(urls, broker_id=config.node_id)
     lifecycle = BrokerLifecycle(
@@ -90,8 +97,8 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
     app.router.add_get("/v3/broker/metadata", handle_metadata)
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
-        await follower.start()
-        await lifecycle.start()
+        if autostart:
+            await srv.start()
         yield
         await lifecycle.stop()
         await follower.stop()
@@ -103,12 +110,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
 async def serve_broker(config: NodeConfig) -> bool:
     """Run until SIGINT/SIGTERM, then shut down in a controlled way. Returns whether the
     controller confirmed the controlled shutdown."""
-    app, srv = build_broker(config)
+    app, srv = build_broker(config, autostart=False)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
     log.info("broker %d listening on %s", config.node_id, config.url)
+    await srv.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

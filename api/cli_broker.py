@@ -37,4 +37,7 @@ def broker_start(config_path: str | None, node_id: int | None, listen: str | Non
     setup_logging(f"broker-{cfg.node_id}", log_level)
     from api.broker_app import serve_broker
 
-    run_loop(serve_broker(cfg))
+    try:
+        run_loop(serve_broker(cfg))
+    except OSError as e:  # the port is taken, or the address is not ours
+        raise click.ClickException(f"cannot listen on {cfg.listen}: {e}") from None

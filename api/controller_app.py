@@ -238,10 +238,11 @@ async def handle_health(request: web.Request) -> web.Response:
 
 
 def build_controller(
-    config: NodeConfig, *, join: bool = False
+    config: NodeConfig, *, join: bool = False, snapshot_records: int = 20_000
 ) -> tuple[web.Application, ControllerService]:
     """The controller's app. ``join``: start with an empty Raft configuration and wait to be
-    added by the leader (``longboat quorum add-voter``), instead of bootstrapping one."""
+    added by the leader (``longboat quorum add-voter``), instead of bootstrapping one.
+    ``snapshot_records``: records between metadata snapshots."""
     data_dir = Path(config.data_dir)
     voters = {v.node_id: v.url for v in config.voters}
     peers = {**voters, **load_peers(data_dir)}
@@ -252,7 +253,8 @@ def build_controller(
         peers=peers,
         join=join,
     )
-    svc = ControllerService(node_cfg, QuorumController(config.node_id))
+    svc = ControllerService(node_cfg, QuorumController(config.node_id),
+                            snapshot_records=snapshot_records)
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir

@@ -123,6 +123,8 @@ class BrokerLifecycle:
 
     async def shutdown(self) -> None:
         """Controlled shutdown (SIGTERM): returns once SHUTTING_DOWN."""
+        if self._task is None:
+            return
         self._shutdown_requested.set()
         self._wake.set()
         await self._done.wait()

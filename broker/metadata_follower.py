@@ -151,7 +151,12 @@ class MetadataFollower:
             self.fetches += 1
             self.source_url = url
             leader = resp.leader_url.rstrip("/") if resp.leader_url else None
-            if leader != url and leader is not None:
+            if leader is None:
+                # It knows no leader (an election, or it is cut off and may fall behind):
+                # its data is committed but may be stale; ask another one next time.
+                self._leader_url = None
+                self._next += 1
+            elif leader != url:
                 self._leader_url = leader  # fetch from the active controller next time
             try:
                 await self._apply(resp)

@@ -22,7 +22,7 @@ import pytest
 
 from api.controller_client import ControllerClient
 from api.localcluster import Brokers, Quorum
-from metalog.controller import CreateTopic
+from metalog.controller import CreateTopic, UnregisterBroker
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +202,37 @@ def test_sigterm_shuts_a_broker_down_in_a_controlled_way_and_a_restart_gets_a_ne
     assert new_state["broker_epoch"] > old_state["broker_epoch"]
     assert new_state["incarnation_id"] != old_state["incarnation_id"]
     assert cluster.controller_brokers()[victim]["fenced"] is False
+
+
+def test_a_broker_whose_registration_is_removed_registers_again(cluster: Cluster) -> None:
+    b, victim = cluster.brokers, cluster.brokers.ids[1]
+    before = b.ready(victim)[1]
+
+    async def unregister() -> None:
+        async with ControllerClient(cluster.quorum.urls, timeout_s=20) as c:
+            await c.execute(UnregisterBroker(broker_id=victim))
+
+    asyncio.run(unregister())
+    # Its next heartbeat is refused (BROKER_ID_NOT_REGISTERED): same process, new epoch.
+    after = cluster.wait_for("re-registered", lambda: (
+        (s := b.ready(victim))[0] == 200 and s[1]["registrations"] == 2 and s[1]), 15)
+    assert after["incarnation_id"] == before["incarnation_id"]
+    assert after["broker_epoch"] > before["broker_epoch"]
+    assert cluster.controller_brokers()[victim]["epoch"] == after["broker_epoch"]
+
+
+def test_a_killed_broker_restarted_at_once_waits_out_its_old_session(cluster: Cluster) -> None:
+    b, victim = cluster.brokers, cluster.brokers.ids[0]
+    before = b.ready(victim)[1]
+    b.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    b.start(victim)
+    # The old incarnation still holds a session: DUPLICATE_BROKER_REGISTRATION until the
+    # controller fences it (9 s after its last heartbeat); then the new one registers.
+    b.wait_ready([victim], timeout_s=SESSION_TIMEOUT_S + 10)
+    waited_s = time.monotonic() - t0
+    after = b.ready(victim)[1]
+    assert after["incarnation_id"] != before["incarnation_id"]
+    assert after["broker_epoch"] > before["broker_epoch"]
+    assert waited_s > SESSION_TIMEOUT_S - 2.5, waited_s
+    assert "another incarnation of broker" in b.log_tail(victim, 200)
