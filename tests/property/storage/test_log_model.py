@@ -230,11 +230,10 @@ class LogMachine(RuleBasedStateMachine):
         new_leo = self.log.log_end_offset
         assert new_leo >= flushed, "every flushed record survives"
         assert new_leo <= self.leo
-        if got:
-            assert new_leo == got[-1][1] + 1 or new_leo == self.leo
-        elif new_leo < self.leo:
-            # Nothing left: the log restarts at its start offset.
-            assert new_leo == self.lso
+        data_end = got[-1][1] + 1 if got else self.lso
+        # The log ends where its data ends, or later only up to what was durable (a log
+        # ending in a gap is restored from the recovery point).
+        assert new_leo == data_end or new_leo <= flushed, (new_leo, data_end, flushed)
         assert self.log.log_start_offset == self.lso
         self.batches = got
         self.leo = new_leo
