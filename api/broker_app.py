@@ -128,8 +128,10 @@ async def serve_broker(config: NodeConfig) -> bool:
     await stop.wait()
     log.info("broker %d: controlled shutdown", config.node_id)
     await srv.lifecycle.shutdown()
-    clean = bool(srv.lifecycle.shutdown_clean)
+    outcome = srv.lifecycle.shutdown_clean
     log.info("broker %d stopping (controlled shutdown %s)", config.node_id,
-             "confirmed" if clean else "not confirmed")
+             "never registered: nothing to shut down" if outcome is None
+             else "confirmed" if outcome else "not confirmed")
+    clean = bool(outcome)
     await runner.cleanup()
     return clean

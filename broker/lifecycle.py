@@ -208,8 +208,9 @@ class BrokerLifecycle:
             except DuplicateBrokerRegistrationError as e:
                 log.info("broker %d: %s; retrying", cfg.broker_id, e)
             except (MetadataError, ControllerUnavailableError) as e:
-                log.info("broker %d: registration attempt %d failed: %s", cfg.broker_id,
-                         attempt, e)
+                if attempt == 1 or attempt % 10 == 0:
+                    log.warning("broker %d: registration attempt %d failed: %s",
+                                cfg.broker_id, attempt, e)
             else:
                 self.broker_epoch = resp.broker_epoch
                 self.registrations += 1

@@ -135,6 +135,7 @@ class MetadataFollower:
         return url
 
     async def _run(self) -> None:
+        failures = 0
         while True:
             url = self._pick_url()
             try:
@@ -143,11 +144,19 @@ class MetadataFollower:
                     broker_id=self.broker_id)
             except ControllerUnavailableError as e:
                 self.errors += 1
-                log.info("metadata fetch from %s failed: %s; trying the next controller", url, e)
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("metadata fetch from %s failed (%d in a row): %s; trying the "
+                                "next controller", url, failures, e)
                 self._leader_url = None
                 self._next += 1
-                await asyncio.sleep(self.retry_backoff_s)
+                # Back off once every controller has failed in turn, doubling up to 2 s.
+                rounds = (failures - 1) // len(self.urls)
+                await asyncio.sleep(min(self.retry_backoff_s * 2 ** rounds, 2.0))
                 continue
+            if failures:
+                log.info("metadata fetch from %s succeeded after %d failures", url, failures)
+                failures = 0
             self.fetches += 1
             self.source_url = url
             leader = resp.leader_url.rstrip("/") if resp.leader_url else None

@@ -138,7 +138,7 @@ class ControllerClient:
                     result = wire.loads(payload)
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 self._leader_url = None
-                last_error = f"{url}: {e or type(e).__name__}"
+                last_error = f"{url}: {str(e) or type(e).__name__}"
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
                 continue
             self._leader_url = url
@@ -160,7 +160,7 @@ class ControllerClient:
                     resp.raise_for_status()
                     return await resp.json()
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
-                errors.append(f"{u}: {e or type(e).__name__}")
+                errors.append(f"{u}: {str(e) or type(e).__name__}")
         raise ControllerUnavailableError("; ".join(errors))
 
     async def fetch_metadata(self, url: str, offset: int, *, max_wait_ms: int = 500,
@@ -181,5 +181,5 @@ class ControllerClient:
                     raise ControllerUnavailableError(
                         f"{url} answered HTTP {resp.status}: {payload[:200]!r}")
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise ControllerUnavailableError(f"{url}: {e or type(e).__name__}") from None
+            raise ControllerUnavailableError(f"{url}: {str(e) or type(e).__name__}") from None
         return MetadataFetchResponse.from_msgpack(payload)

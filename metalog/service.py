@@ -54,7 +54,7 @@ from typing import Any
 from metalog.client import MetadataBatch, MetadataFetchResponse
 from metalog.controller import Command, MetadataError, NotControllerError, QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
-from metalog.records import decode_records, encode_records
+from metalog.records import FenceBrokerRecord, decode_records, encode_records
 from raft.aio.node import NodeStoppedError, NotLeaderError, RaftNode, RaftNodeConfig
 from raft.core import ProposalDroppedError
 from raft.types import EntryKind, Role
@@ -296,6 +296,10 @@ class ControllerService:
             ctl.become_standby()
         if ctl.is_active:
             records, _deadline = ctl.poll(self._clock_ms())
+            for r in records:
+                if isinstance(r, FenceBrokerRecord):
+                    log.info("controller %d: broker %d missed its session timeout; fencing it",
+                             node.id, r.broker_id)
             if records:
                 proposal = self.node.propose(encode_records(list(records)))
                 asyncio.get_running_loop().create_task(self._await_internal(proposal))
