@@ -156,6 +156,12 @@ class Brokers:
         p.send_signal(sig)
         return p.wait(timeout=timeout_s)
 
+    def restart(self, b: int, sig: int = signal.SIGTERM) -> int:
+        """Stop broker ``b`` with ``sig`` and start it again; the old process's exit code."""
+        code = self.kill(b, sig)
+        self.start(b)
+        return code
+
     def stop_all(self) -> None:
         for b in list(self.procs):
             p = self.procs.pop(b)

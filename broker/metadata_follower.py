@@ -59,6 +59,10 @@ class MetadataUpdate:
 Listener = Callable[[MetadataUpdate], Awaitable[None]]
 
 
+class MetadataGapError(Exception):
+    """A fetch answer that skips offsets: never applied (offsets are dense)."""
+
+
 class MetadataFollower:
     """See the module docstring. ``start()``, ``subscribe(cb)``, read ``image``, ``stop()``."""
 
@@ -169,7 +173,7 @@ class MetadataFollower:
                 self._leader_url = leader  # fetch from the active controller next time
             try:
                 await self._apply(resp)
-            except (MetadataRecordError, InvariantError) as e:
+            except (MetadataRecordError, InvariantError, MetadataGapError) as e:
                 # Committed metadata is never wrong: bad bytes mean a bug or corruption in
                 # transit. Drop the answer and refetch from another controller.
                 self.errors += 1
@@ -193,6 +197,8 @@ class MetadataFollower:
                 offset = b.base_offset + i
                 if offset <= last:
                     continue  # already held (a batch straddling our offset)
+                if offset != last + 1:
+                    raise MetadataGapError(f"records jump from offset {last} to {offset}")
                 tail.replay(r, offset, b.epoch)
                 last = offset
         self.high_watermark = resp.high_watermark
