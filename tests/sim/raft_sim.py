@@ -489,7 +489,11 @@ class Simulation:
             self.cut = set()
             self._log("partition healed")
             return
-        side = {n for n in ids if self.rng.random() < 0.5}
+        leader = self._leader()
+        if leader is not None and self.rng.random() < 0.3:
+            side = {leader.id}  # isolate the leader: it must stop serving, others elect anew
+        else:
+            side = {n for n in ids if self.rng.random() < 0.5}
         asym = "asymmetric_partition" in self.faults and (
             "partition" not in self.faults or self.rng.random() < 0.5
         )
