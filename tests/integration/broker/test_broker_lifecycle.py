@@ -137,8 +137,8 @@ def test_a_paused_broker_is_fenced_and_unfenced_when_it_resumes(cluster: Cluster
                          lambda: cluster.controller_brokers()[paused]["fenced"],
                          SESSION_TIMEOUT_S + 6)
         fenced_after_s = time.monotonic() - t0
-        # The session is 9 s from its last heartbeat, which was at most 2 s before the stop.
-        assert fenced_after_s > SESSION_TIMEOUT_S - 2.5, fenced_after_s
+        # The session is 9 s from its last heartbeat, ~2 s (more on a loaded machine) before the stop.
+        assert fenced_after_s > SESSION_TIMEOUT_S - 4, fenced_after_s
         # The other brokers see it fenced in their own images.
         other = b.ids[0]
         cluster.wait_for("fence visible on another broker", lambda: {
@@ -234,5 +234,5 @@ def test_a_killed_broker_restarted_at_once_waits_out_its_old_session(cluster: Cl
     after = b.ready(victim)[1]
     assert after["incarnation_id"] != before["incarnation_id"]
     assert after["broker_epoch"] > before["broker_epoch"]
-    assert waited_s > SESSION_TIMEOUT_S - 2.5, waited_s
+    assert waited_s > SESSION_TIMEOUT_S - 4, waited_s
     assert "another incarnation of broker" in b.log_tail(victim, 200)
