@@ -19,7 +19,9 @@ Kafka's ``BrokerLifecycleManager``. States (``BrokerState``, Kafka's ``BrokerSta
 * RUNNING: unfenced; heartbeats go on. If the controller fences the broker anyway (its
   session expired: the process was paused, or the network cut), the state stays RUNNING,
   ``fenced`` turns true, heartbeats go on, and the controller unfences it on the next one
-  that reaches it caught up.
+  that reaches it caught up. ``ready`` (the readiness probe) also wants the last heartbeat
+  younger than a session and the broker's own image showing it unfenced, so a broker that
+  was paused past its session is not ready on the strength of an old answer.
 * PENDING_CONTROLLED_SHUTDOWN: heartbeats with ``want_shutdown`` every
   ``shutdown_heartbeat_interval_s``; the controller moves leadership away, then fences the
   broker and answers ``should_shutdown``. Gives up after ``controlled_shutdown_timeout_s``.
