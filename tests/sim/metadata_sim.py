@@ -137,8 +137,9 @@ TOPIC_NAMES = ("orders", "clicks", "audit", "users", "events", "logs")
 DISABLED_FAULTS = frozenset({"membership", "read_index"})
 
 
-def repro_line(seed: int, steps: int) -> str:
-    return f"python -m tests.sim.metadata_sim --seed {seed} --steps {steps}"
+def repro_line(seed: int, steps: int, faults: frozenset[str] | None = None) -> str:
+    extra = f" --faults {','.join(sorted(faults))}" if faults is not None else ""
+    return f"python -m tests.sim.metadata_sim --seed {seed} --steps {steps}{extra}"
 
 
 # ------------------------------------------------------------------------------ actors
@@ -201,12 +202,22 @@ class SimBroker:
 
 # ------------------------------------------------------------------------------ simulation
 class MetadataSimulation(Simulation):
-    def __init__(self, seed: int, steps: int, *, verbose: bool = False) -> None:
+    def __init__(self, seed: int, steps: int, *, verbose: bool = False,
+                 faults: frozenset[str] | None = None) -> None:
         super().__init__(seed, steps, verbose=verbose)
         # Rebuild the cluster as controller nodes (the raft simulation's own nodes go).
         f = self.faults
-        self.faults = Faults(f.enabled - DISABLED_FAULTS, f.loss_rate, f.duplicate_rate,
-                             f.delay_units_max)
+        self.faults_override = faults
+        if faults is None:
+            self.faults = Faults(f.enabled - DISABLED_FAULTS, f.loss_rate, f.duplicate_rate,
+                                 f.delay_units_max)
+        else:
+            self.faults = Faults(
+                faults,
+                loss_rate=0.05 if "loss" in faults else 0.0,
+                duplicate_rate=0.05 if "duplicate" in faults else 0.0,
+                delay_units_max=30 if "reorder" in faults else 2,
+            )
         self.events = []
         self.checker = Checker(self._fail)
         self.ctl_config = ControllerConfig(
@@ -243,7 +254,7 @@ class MetadataSimulation(Simulation):
 
     # ------------------------------------------------------------------ plumbing
     def repro(self) -> str:
-        return repro_line(self.seed, self.steps)
+        return repro_line(self.seed, self.steps, self.faults_override)
 
     def _fail(self, msg: str) -> None:
         raise SimulationFailure(f"seed {self.seed} t={self.now_ms} ms: {msg}", self.repro())
@@ -400,6 +411,15 @@ class MetadataSimulation(Simulation):
                  on_commit: Callable[[int], None], on_fail: Callable[[], None]) -> None:
         c, ctl = node.core, node.ctl
         assert c is not None and ctl is not None
+        if c.is_leader and ctl.controller_epoch != c.term:
+            # The controller epoch is the Raft term (DESIGN.md): records decided by the
+            # controller of an older term may rest on an image that misses what other
+            # leaders committed since.
+            self._fail(
+                f"epoch: n{node.id} proposes records decided by its controller of epoch "
+                f"{ctl.controller_epoch} into Raft term {c.term} (applied index "
+                f"{node.ctl_index}, commit {c.log.committed})"
+            )
         try:
             idx = c.propose(encode_records(list(records)))
         except (NotLeaderError, ProposalDroppedError):
@@ -595,6 +615,16 @@ class MetadataSimulation(Simulation):
     def _chaos(self) -> None:
         r = self.rng.random()
         f = self.faults
+        if "transfer_storm" in f and self.rng.random() < 0.3:
+            leader = self._leader()
+            if leader is not None and leader.core is not None:
+                to = self.rng.choice(sorted(leader.core.conf.voters))
+                if to != leader.id:
+                    leader.core.transfer_leadership(to)
+                    self._log(f"transfer n{leader.id} -> n{to} (storm)")
+                    self._drive(leader)
+                    self._at(self.rng.randint(1, 3), "transfer_back", to, leader.id, 20)
+            return
         if r < 0.06:
             self._client_op()
         elif r < 0.075:
@@ -624,6 +654,10 @@ class MetadataSimulation(Simulation):
                 leader.core.transfer_leadership(to)
                 self._log(f"transfer n{leader.id} -> n{to}")
                 self._drive(leader)
+                if to != leader.id and self.rng.random() < 0.5:
+                    # Hand it straight back once the transferee leads: the old leader may then
+                    # lead again before its controller noticed it had lost leadership.
+                    self._at(self.rng.randint(2, 12), "transfer_back", to, leader.id, 6)
 
     # ------------------------------------------------------------------ checks
     def _on_image(self, node: MetaNode) -> None:
@@ -790,7 +824,7 @@ class MetadataSimulation(Simulation):
                 self._controller_tick(node)
             super()._event(ev)
             return
-        if k not in ("req", "resp", "btimer"):
+        if k not in ("req", "resp", "btimer", "transfer_back"):
             super()._event(ev)
             return
         self.now = ev.time
@@ -802,6 +836,16 @@ class MetadataSimulation(Simulation):
         elif k == "resp":
             req, resp, from_node = ev.args
             self._on_response(req, resp, from_node)
+        elif k == "transfer_back":
+            frm, to, tries = ev.args
+            n = self.nodes[frm]
+            if n.core is not None and n.core.is_leader and not self.healing:
+                n.core.transfer_leadership(to)
+                self._log(f"transfer back n{frm} -> n{to}")
+                self._count("transfers_back")
+                self._drive(n)
+            elif tries > 0:
+                self._at(self.rng.randint(1, 4), "transfer_back", frm, to, tries - 1)
         elif k == "btimer":
             bid, gen = ev.args
             b = self.brokers[bid]
@@ -961,11 +1005,13 @@ class MetadataSimulation(Simulation):
         return "".join(out)
 
 
-def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False) -> dict[str, Any]:
+def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False,
+             faults: frozenset[str] | None = None) -> dict[str, Any]:
     """Run one seed; any failure (a broken property, or an exception such as an
     ``InvariantError`` from the controller or Raft) is raised as ``SimulationFailure``
-    whose message ends with the one reproduction line."""
-    sim = MetadataSimulation(seed, steps, verbose=verbose)
+    whose message ends with the one reproduction line. ``faults`` replaces the seed's drawn
+    fault mix (``FAULT_KINDS`` of raft_sim plus ``transfer_storm``)."""
+    sim = MetadataSimulation(seed, steps, verbose=verbose, faults=faults)
     try:
         return sim.run()
     except SimulationFailure:
@@ -985,12 +1031,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, required=True, help="first seed")
     p.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="events in the fault phase")
+    p.add_argument("--faults", default=None,
+                   help="comma-separated fault kinds instead of the seed's draw (raft_sim's "
+                        "FAULT_KINDS, plus transfer_storm: leadership handed back and forth)")
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
+    faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)
     failures = 0
     for seed in range(a.seed, a.seed + a.seeds):
         try:
-            out = run_seed(seed, a.steps, verbose=a.verbose)
+            out = run_seed(seed, a.steps, verbose=a.verbose, faults=faults)
         except SimulationFailure as e:
             failures += 1
             print(f"FAIL {e}", file=sys.stderr)
