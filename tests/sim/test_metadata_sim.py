@@ -7,10 +7,14 @@ nightly job) without changing the default budget (~30 s on one core).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
+from metalog.controller import QuorumController
+from metalog.image import PartitionRegistration
+from metalog.records import MetadataRecord, PartitionChangeRecord
 from tests.sim.metadata_sim import DEFAULT_STEPS, run_seed
 from tests.sim.raft_sim import SimulationFailure
 
@@ -27,3 +31,45 @@ def test_metadata_quorum_simulation_keeps_safety_and_liveness(seed: int) -> None
     assert out.get("activations", 0) > 0, (
         f"no controller ever became active: python -m tests.sim.metadata_sim --seed {seed}"
     )
+
+
+# ------------------------------------------------------------------ the checks can fail
+def _first_failure(seeds: range) -> str | None:
+    for seed in seeds:
+        try:
+            run_seed(seed, STEPS)
+        except SimulationFailure as e:
+            return str(e)
+    return None
+
+
+def test_simulation_catches_a_leader_change_without_a_leader_epoch_bump(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    merge = PartitionRegistration.merge
+
+    def merge_keeping_leader_epoch(
+        self: PartitionRegistration, r: PartitionChangeRecord
+    ) -> PartitionRegistration:
+        return dataclasses.replace(merge(self, r), leader_epoch=self.leader_epoch)
+
+    monkeypatch.setattr(PartitionRegistration, "merge", merge_keeping_leader_epoch)
+    msg = _first_failure(range(10))
+    assert msg is not None and "without a leader epoch bump" in msg, msg
+    assert msg.endswith(f"--steps {STEPS}"), msg
+
+
+def test_simulation_catches_a_controller_that_never_fences_expired_sessions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    poll = QuorumController.poll
+
+    def poll_forgetting_sessions(
+        self: QuorumController, now_ms: int
+    ) -> tuple[tuple[MetadataRecord, ...], int | None]:
+        self._sessions.clear()
+        return poll(self, now_ms)
+
+    monkeypatch.setattr(QuorumController, "poll", poll_forgetting_sessions)
+    msg = _first_failure(range(10))
+    assert msg is not None and "still unfenced" in msg, msg
