@@ -77,9 +77,15 @@ class EpochHistory:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int) -> None:
+        """``epoch`` starts at ``start_offset``; later-starting entries are superseded (as
+        ``LeaderEpochCache.assign``: a leader that wrote nothing leaves no trace)."""
         if self.entries and self.entries[-1][0] >= epoch:
             return
+        self.entries = [(e, o) for e, o in self.entries if o < start_offset]
         self.entries.append((epoch, start_offset))
+
+    def copy(self) -> EpochHistory:
+        return EpochHistory(self.entries, self.log_end_offset)
 
     def append(self, epoch: int, count: int = 1) -> None:
         """``count`` records written by the leader of ``epoch``."""

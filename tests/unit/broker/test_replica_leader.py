@@ -111,15 +111,17 @@ def test_min_isr_larger_than_the_replication_factor_is_capped() -> None:
 
 def test_hw_counts_the_member_a_pending_expansion_adds() -> None:
     s = make_leader((1, 2, 3), (1, 2), leo=10)
-    fetch(s, 2, 10)
-    fetch(s, 3, 10)
+    fetch(s, 2, 10, now_ms=0)
+    fetch(s, 3, 10, now_ms=0)
     assert s.high_watermark == 10
     change = s.maybe_expand_isr(BrokerId(3))
     assert change is not None and s.maximal_isr == {1, 2, 3}
-    s.on_local_append(20, now_ms=0)
-    fetch(s, 2, 20)
-    assert s.high_watermark == 10  # 3 (maybe in the ISR already) is still at 10
-    fetch(s, 3, 15)
+    # The controller may have committed it already; 3 then must hold everything below the
+    # HW. Long after 3's last fetch (so only its place in the maximal ISR holds the HW):
+    s.on_local_append(20, now_ms=LAG + 1)
+    fetch(s, 2, 20, now_ms=LAG + 1)
+    assert s.high_watermark == 10
+    fetch(s, 3, 15, now_ms=LAG + 2)
     assert s.high_watermark == 15
 
 
