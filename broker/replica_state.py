@@ -85,6 +85,11 @@ class ReplicationConfig:
     """KIP-966 (Kafka 4.x ``maybeIncrementLeaderHW``): the HW stands still while the ISR is
     below the effective ``min.insync.replicas``, so every committed offset is on at least
     that many replicas even for acks=1 writes. False gives Kafka 3.x behaviour."""
+    hw_requires_leader_flush: bool = False
+    """The HW never passes what the leader has fsynced (``on_local_flush``), as a KIP-595
+    leader flushes before advancing its HW. With followers that flush before each fetch, an
+    acks=all write then survives a power cut of every replica. False: Kafka's behaviour
+    (durability by replication alone)."""
 
     @staticmethod
     def from_kafka(configs: Mapping[str, str]) -> ReplicationConfig:
@@ -217,6 +222,7 @@ class LeaderState:
         config: ReplicationConfig | None = None,
         local_broker_epoch: int = -1,
         ineligible_replicas: Iterable[BrokerId] = (),
+        flushed_offset: int | None = None,
     ) -> None:
         """Become leader (Kafka's ``Partition.makeLeader``).
 
@@ -225,6 +231,8 @@ class LeaderState:
         log's leader epoch cache before serving OffsetsForLeaderEpoch, so that a follower
         asking about any epoch this leader never wrote gets an answer (KIP-101).
         ``high_watermark`` is the local HW (the checkpoint, or the HW it had as follower).
+        ``flushed_offset`` (default ``log_end_offset``) is the log's recovery point, which
+        matters with ``hw_requires_leader_flush`` only.
         """
         invariant(registration.leader == local_broker_id,
                   "broker %s becoming leader of a partition led by %s",
@@ -237,6 +245,7 @@ class LeaderState:
         self.config = config if config is not None else ReplicationConfig()
         self._registration = registration
         self._leo = log_end_offset
+        self._flushed = log_end_offset if flushed_offset is None else flushed_offset
         self.epoch_start_offset = log_end_offset
         """Kafka's ``leaderEpochStartOffsetOpt``: a follower joins the ISR only once it has
         fetched this far, i.e. it agrees with this leader's log about every earlier epoch."""
@@ -368,6 +377,13 @@ class LeaderState:
         invariant(log_end_offset >= self._leo, "leader log end offset went back: %d -> %d",
                   self._leo, log_end_offset)
         self._leo = log_end_offset
+        return self._maybe_advance_hw(now_ms)
+
+    def on_local_flush(self, flushed_offset: int, now_ms: int) -> bool:
+        """Every offset below ``flushed_offset`` is fsynced on the leader; True if the HW
+        advanced (only with ``hw_requires_leader_flush``)."""
+        self._check_leading()
+        self._flushed = max(self._flushed, flushed_offset)
         return self._maybe_advance_hw(now_ms)
 
     def add_waiter(self, last_offset: int, deadline_ms: int) -> int:
@@ -700,6 +716,8 @@ class LeaderState:
         maximal = self.maximal_isr
         lag = self.config.replica_lag_time_ms_max
         new_hw = self._leo
+        if self.config.hw_requires_leader_flush:
+            new_hw = min(new_hw, self._flushed)
         for b, p in self._followers.items():
             if p.log_end_offset >= new_hw:
                 continue

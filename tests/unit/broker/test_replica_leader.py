@@ -101,6 +101,18 @@ def test_hw_stands_still_while_the_isr_is_below_min_insync_replicas(gate, expect
     assert s.high_watermark == expected_hw
 
 
+def test_hw_waits_for_the_leader_flush_when_configured() -> None:
+    s = make_leader((1, 2), leo=0)
+    s = type(s)(topic_id=s.topic_id, partition=0, local_broker_id=BrokerId(1),
+                registration=s.registration, log_end_offset=0, high_watermark=0, now_ms=0,
+                config=dataclasses.replace(s.config, hw_requires_leader_flush=True))
+    s.on_local_append(5, now_ms=0)
+    fetch(s, 2, 5)
+    assert s.high_watermark == 0
+    assert s.on_local_flush(3, now_ms=0) and s.high_watermark == 3
+    assert s.on_local_flush(9, now_ms=0) and s.high_watermark == 5  # never past the LEO
+
+
 def test_min_isr_larger_than_the_replication_factor_is_capped() -> None:
     s = make_leader((1,), min_isr=3)
     assert s.effective_min_isr == 1
