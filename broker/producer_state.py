@@ -117,7 +117,11 @@ class ProducerEntry:
     producer_id: int
     producer_epoch: int
     batches: tuple[BatchMetadata, ...]
-    last_timestamp_ms: int
+
+    @property
+    def last_timestamp_ms(self) -> int:
+        """The max timestamp of the last batch (Kafka's ``lastTimestamp``): expiry's clock."""
+        return self.batches[-1].timestamp_ms
 
     @property
     def last_seq(self) -> int:
@@ -246,8 +250,7 @@ class ProducerState:
             batches: tuple[BatchMetadata, ...] = (meta,)  # a new epoch forgets the old batches
         else:
             batches = (*prev.batches, meta)[-NUM_BATCHES_TO_RETAIN:]
-        self._producers[pid] = ProducerEntry(pid, header.producer_epoch, batches,
-                                             header.max_timestamp)
+        self._producers[pid] = ProducerEntry(pid, header.producer_epoch, batches)
         if first_offset >= self._journal_floor:
             self._journal.append((first_offset, pid, prev))
 
@@ -318,10 +321,10 @@ class ProducerState:
 
     def encode_snapshot(self) -> bytes:
         """The state as of ``end_offset``, compact: a header (magic ``LBPS``, version, CRC-32C
-        of the payload) then msgpack ``[end_offset, [[pid, epoch, last_timestamp_ms,
-        [[first_seq, last_seq, first_offset, last_offset, timestamp_ms], ...]], ...]]``."""
+        of the payload) then msgpack ``[end_offset, [[pid, epoch, [[first_seq, last_seq,
+        first_offset, last_offset, timestamp_ms], ...]], ...]]``."""
         producers = [
-            [e.producer_id, e.producer_epoch, e.last_timestamp_ms,
+            [e.producer_id, e.producer_epoch,
              [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
               for b in e.batches]]
             for e in sorted(self._producers.values(), key=lambda e: e.producer_id)
@@ -348,12 +351,11 @@ class ProducerState:
         try:
             end_offset, producers = msgpack.unpackb(payload, raw=False, strict_map_key=True)
             state = cls(config, start_offset=_int(end_offset))
-            for pid, epoch, last_ts, batches in producers:
+            for pid, epoch, batches in producers:
                 metas = tuple(BatchMetadata(*(_int(x) for x in b)) for b in batches)
                 if not 1 <= len(metas) <= NUM_BATCHES_TO_RETAIN:
                     raise ValueError(f"{len(metas)} batches for producer {pid}")
-                state._producers[_int(pid)] = ProducerEntry(_int(pid), _int(epoch), metas,
-                                                            _int(last_ts))
+                state._producers[_int(pid)] = ProducerEntry(_int(pid), _int(epoch), metas)
         except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise CorruptProducerSnapshotError(f"producer snapshot does not decode: {e}") from e
         return state

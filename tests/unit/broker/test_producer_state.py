@@ -258,7 +258,7 @@ def test_corrupt_snapshots_are_refused(damage) -> None:
     elif damage == "flip":
         data = good[:-1] + bytes([good[-1] ^ 1])
     else:
-        payload = b"\xc1" if damage == "garbage" else msgpack.packb([1, [[1, 0, 0, []]]])
+        payload = b"\xc1" if damage == "garbage" else msgpack.packb([1, [[1, 0, []]]])
         data = struct.pack(">4sBI", b"LBPS", 1, crc32c.crc32c(payload)) + payload
     with pytest.raises(CorruptProducerSnapshotError):
         ProducerState.from_snapshot(data)
