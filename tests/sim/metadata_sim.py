@@ -230,6 +230,7 @@ class MetadataSimulation(Simulation):
         self.digest_at: dict[int, tuple[int, int, bytes, NodeId]] = {}
         self.epoch_owner: dict[int, tuple[BrokerId, str]] = {}
         self.topic_names: dict[TopicId, str] = {}
+        self.partition_at: dict[tuple[TopicId, int], tuple[int, Any]] = {}
         self.digest_every_entry = False
         self.rid = 0
         self.requests_sent = 0
@@ -736,6 +737,21 @@ class MetadataSimulation(Simulation):
                     self._fail(f"{where}: {tp} leader {prev.leader} -> {reg.leader} without "
                                f"a leader epoch bump (still {reg.leader_epoch})")
             node.seen_partitions[(tid, p)] = reg
+            # Across nodes and restarts: epochs are monotonic in the Raft index.
+            i = node.ctl_index
+            far = self.partition_at.get((tid, p))
+            if far is not None:
+                lo, hi = (far, (i, reg)) if far[0] <= i else ((i, reg), far)
+                if (hi[1].leader_epoch < lo[1].leader_epoch
+                        or hi[1].partition_epoch < lo[1].partition_epoch):
+                    self._fail(
+                        f"{where}: {tp} has leader/partition epochs "
+                        f"{hi[1].leader_epoch}/{hi[1].partition_epoch} at Raft index {hi[0]} "
+                        f"but {lo[1].leader_epoch}/{lo[1].partition_epoch} at the earlier "
+                        f"index {lo[0]}"
+                    )
+            if far is None or i > far[0]:
+                self.partition_at[(tid, p)] = (i, reg)
         for tid, _p in list(node.seen_partitions):
             if tid not in live_tids and image.topics.get_by_id(tid) is None:
                 node.deleted_topics.add(tid)
