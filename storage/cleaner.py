@@ -5,18 +5,19 @@ How a pass works (``compact_log``):
 1. Under the log's lock, take the closed segments (never the active one) whose largest
    timestamp is at least ``min.compaction.lag.ms`` old: a prefix of the log.
 2. Without the lock: decode them and build ``key -> latest offset`` over that range.
-3. Rewrite each segment into ``<base>.log.cleaned`` (plus ``.index.cleaned`` and
+3. One segment at a time, rewrite it into ``<base>.log.cleaned`` (plus ``.index.cleaned`` and
    ``.timeindex.cleaned``), keeping a record only if it is the latest of its key in the
    range. Offsets are preserved: a batch that loses records is rebuilt with
    ``rebuild_batch`` (same base offset, last offset delta, epoch and producer state); a
    batch that loses none is copied byte for byte; a batch that loses all is dropped, unless
    it carries producer state (an idempotent producer's id), which is kept as an empty batch.
    The cleaned files are fsynced.
-4. Under the lock again, if those segments are still in the log (a truncation or retention
-   may have removed them meanwhile; then the pass is thrown away): delete their index files,
+4. Under the lock again, if that segment is still in the log (a truncation or retention
+   may have removed it meanwhile; then its rewrite is thrown away): delete its index files,
    rename each ``.cleaned`` file over its original (``.log`` first), and swap the segment
-   objects. A crash at any point leaves either the old ``.log`` or the new one; index files
-   that are missing are rebuilt on open, and leftover ``.cleaned`` files are deleted.
+   object. Segments with nothing to remove are not rewritten. A crash at any point leaves
+   either the old ``.log`` or the new one; index files that are missing are rebuilt on
+   open, and leftover ``.cleaned`` files are deleted.
 
 Reads and appends go on during steps 2 and 3; a reader holding an old segment keeps reading
 its (unlinked) file, whose handle is closed only at a later maintenance pass.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 
 from storage.batch import Record, decode_records, parse_header, rebuild_batch
 from storage.log import PartitionLog
@@ -64,6 +66,7 @@ def _compact(log: PartitionLog, now_ms: int) -> bool:
     with log._lock:
         if log.closed:
             return False
+        log._close_retired_locked()  # those retired by the previous maintenance pass
         closed = list(log.segments[:-1])
     horizon_ms = now_ms - cfg.min_compaction_lag_ms
     segments: list[Segment] = []
@@ -74,26 +77,23 @@ def _compact(log: PartitionLog, now_ms: int) -> bool:
     if not segments:
         return False
 
-    # Pass 1: the latest offset of each key in the range.
+    # Pass 1: the latest offset of each key in the range (the only state kept across
+    # segments: memory grows with the number of keys, not with the data).
     latest: dict[bytes, int] = {}
-    per_segment: list[list[tuple[int, bytes, list[Record]]]] = []
     for seg in segments:
-        batches = []
-        for pos, h in seg.scan(0, verify=True, end=seg.size_bytes):
-            raw = seg.log.pread(h.size, pos)
-            records = [] if h.is_control else decode_records(raw, verify=False)
+        for _, records in _batches(seg):
             for r in records:
                 if r.key is not None:
                     latest[r.key] = r.offset
-            batches.append((h.max_timestamp, raw, records))
-        per_segment.append(batches)
 
+    # Pass 2, one segment at a time: rewrite it beside the original if anything goes,
+    # then swap it in. Unchanged segments are left alone.
     tombstone_horizon_ms = now_ms - cfg.delete_retention_ms
-    changed = False
-    plans: list[list[bytes]] = []
-    for batches in per_segment:
+    swapped = False
+    for seg in segments:
         out: list[bytes] = []
-        for max_ts, raw, records in batches:
+        changed = False
+        for raw, records in _batches(seg):
             h = parse_header(raw)
             if h.is_control:
                 out.append(raw)
@@ -102,7 +102,7 @@ def _compact(log: PartitionLog, now_ms: int) -> bool:
                 r for r in records
                 if r.key is None or (
                     latest[r.key] == r.offset
-                    and not (r.value is None and max_ts < tombstone_horizon_ms)
+                    and not (r.value is None and h.max_timestamp < tombstone_horizon_ms)
                 )
             ]
             if len(kept) == len(records):
@@ -111,38 +111,43 @@ def _compact(log: PartitionLog, now_ms: int) -> bool:
             changed = True
             if kept or h.producer_id >= 0:
                 out.append(rebuild_batch(h, kept))
-        plans.append(out)
-    if not changed:
-        return False
+        if changed and _rewrite_and_swap(log, seg, out):
+            swapped = True
+    return swapped
 
-    # Pass 2: write the cleaned segments beside the originals.
+
+def _batches(seg: Segment) -> Iterator[tuple[bytes, list[Record]]]:
+    """Each batch of a closed segment, raw, with its records (none for control batches)."""
+    for pos, h in seg.scan(0, verify=True, end=seg.size_bytes):
+        raw = seg.log.pread(h.size, pos)
+        yield raw, ([] if h.is_control else decode_records(raw, verify=False))
+
+
+def _rewrite_and_swap(log: PartitionLog, seg: Segment, out: list[bytes]) -> bool:
+    """Write ``out`` as ``seg``'s cleaned replacement, fsync it, swap it in atomically."""
     files = log.files
-    new_segments: list[Segment] = []
+    path = seg.log_path + CLEANED_SUFFIX
+    if files.exists(path):
+        files.unlink(path)
+    new = Segment(seg.dir_path, seg.base_offset, files, files.open(path))
     try:
-        for seg, out in zip(segments, plans, strict=True):
-            path = seg.log_path + CLEANED_SUFFIX
-            if files.exists(path):
-                files.unlink(path)
-            new = Segment(seg.dir_path, seg.base_offset, files, files.open(path))
-            new_segments.append(new)
-            for raw in out:
-                new.append([raw], parse_header(raw), cfg.index_interval_bytes)
-            new.flush()
-            new.write_indexes(CLEANED_SUFFIX)
+        for raw in out:
+            new.append([raw], parse_header(raw), log.config.index_interval_bytes)
+        new.flush()
+        new.write_indexes(CLEANED_SUFFIX)
     except BaseException:
-        _discard(new_segments)
+        _discard([new])
         raise
 
     def rename_into_place() -> None:
-        for seg, new in zip(segments, new_segments, strict=True):
-            seg.delete_index_files()
-            files.replace(seg.log_path + CLEANED_SUFFIX, seg.log_path)
-            new.log.path = seg.log_path
-            files.replace(seg.index_path + CLEANED_SUFFIX, seg.index_path)
-            files.replace(seg.timeindex_path + CLEANED_SUFFIX, seg.timeindex_path)
+        seg.delete_index_files()
+        files.replace(seg.log_path + CLEANED_SUFFIX, seg.log_path)
+        new.log.path = seg.log_path
+        files.replace(seg.index_path + CLEANED_SUFFIX, seg.index_path)
+        files.replace(seg.timeindex_path + CLEANED_SUFFIX, seg.timeindex_path)
 
-    if not log._swap_segments(segments, new_segments, rename_into_place):
-        _discard(new_segments)
+    if not log._swap_segments([seg], [new], rename_into_place):
+        _discard([new])
         return False
     files.fsync_dir(log.dir_path)
     return True

@@ -679,7 +679,6 @@ class PartitionLog:
             if ids[i:i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
                 return False
             rename_into_place()
-            self._close_retired_locked()
             self._segments[i:i + len(old)] = new
             for s in old:
                 self._retire(s, delete=False)
