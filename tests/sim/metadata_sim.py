@@ -28,10 +28,12 @@ Model
 * Time: 1 unit = 10 ms, a tick = 10 units = 100 ms (election timeout 1 s). Brokers heartbeat
   every 2 s of sim time; the controller's session timeout is 9 s (KRaft's defaults).
 * 4-6 brokers register, heartbeat (reporting the metadata offset of the controller node they
-  talk to), die (stop sending), and come back as a new incarnation. A broker that believes it
-  leads a partition (in the image of the node it talks to, possibly stale) sends AlterPartition
-  ISR shrinks and expands with the epochs it sees. Clients create topics (1-3 partitions, RF
-  2-3) and delete them, from a small pool of names, so names are reused with new topic ids.
+  talk to), die (stop sending), shut down cleanly (``want_shutdown`` heartbeats until told to
+  stop), and come back as a new incarnation. A broker that believes it leads a partition (in
+  the image of the node it talks to, possibly stale) sends AlterPartition ISR shrinks and
+  expands with the epochs it sees. Clients create topics (1-3 partitions, RF 2-3, some with
+  unclean leader election on) and delete them, from a small pool of names, so names are
+  reused with new topic ids; they toggle unclean election and ask for preferred elections.
   Requests and responses cross the same lossy network; a broker follows the leader hint of a
   ``NotControllerError`` and tries another node when a request goes unanswered.
 
@@ -51,12 +53,14 @@ Checked after every event (exact message on failure, then the reproduction line)
    usable, leader -1.
 3. Per node and topic id: leader epoch and partition epoch never decrease; every change of a
    registration bumps the partition epoch, every change of leader bumps the leader epoch; a
-   deleted topic id never reappears.
+   deleted topic id never reappears. Across nodes and restarts, a partition's epochs are
+   monotonic in the Raft index at which they were seen.
 4. Broker epochs: a broker's epoch equals the metadata offset of its RegisterBrokerRecord;
    an epoch names one (broker, incarnation) cluster-wide; per node a broker's epoch never
    decreases; a registration response carries the committed epoch.
-5. Activation: a controller becomes active only when it has applied every entry before its
-   term's first entry.
+5. Activation: an active controller leading its epoch has applied every entry before its
+   term's first entry; records are proposed only into the Raft term equal to the epoch of
+   the controller that decided them (the controller epoch is the Raft term).
 
 Liveness, after healing (network prompt and lossless, all controllers up, every broker but
 at most one alive): within 60 s an active controller exists, every live broker is unfenced
@@ -78,9 +82,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from metalog.controller import (
+    AlterConfigs,
     AlterPartition,
     AlterPartitionResponse,
     BrokerHeartbeat,
+    BrokerHeartbeatResponse,
     BrokerIdNotRegisteredError,
     BrokerRegistrationResponse,
     Command,
@@ -88,6 +94,8 @@ from metalog.controller import (
     CreateTopic,
     CreateTopicResponse,
     DeleteTopic,
+    ElectionType,
+    ElectLeaders,
     IsrMember,
     MetadataError,
     NotControllerError,
@@ -103,6 +111,7 @@ from metalog.records import (
     NO_LEADER,
     BrokerEpoch,
     BrokerId,
+    ConfigResourceType,
     Endpoint,
     RegisterBrokerRecord,
     TopicId,
@@ -193,6 +202,7 @@ class SimBroker:
     epoch: int | None = None
     gen: int = 0
     awaiting: int | None = None  # rid of the last request not yet answered
+    shutdown_by_ms: int | None = None  # in controlled shutdown: dies by then regardless
     offset_seen: int = -1
 
     @property
@@ -499,6 +509,7 @@ class MetadataSimulation(Simulation):
         b.epoch = None
         b.gen += 1
         b.awaiting = None
+        b.shutdown_by_ms = None
         self._log(f"broker {b.id} up as {b.incarnation_id}")
         self._at(self.rng.randint(1, HEARTBEAT_INTERVAL_MS // MS_PER_UNIT), "btimer", b.id, b.gen)
 
@@ -520,8 +531,12 @@ class MetadataSimulation(Simulation):
             cmd = RegisterBroker(broker_id=b.id, incarnation_id=b.incarnation_id,
                                  endpoints=(Endpoint("http", "127.0.0.1", 9000 + b.id),))
         else:
+            if b.shutdown_by_ms is not None and self.now_ms >= b.shutdown_by_ms:
+                self._broker_down(b)  # controlled shutdown took too long: just stop
+                return
             cmd = BrokerHeartbeat(broker_id=b.id, broker_epoch=BrokerEpoch(b.epoch),
-                                  current_metadata_offset=b.offset_seen)
+                                  current_metadata_offset=b.offset_seen,
+                                  want_shutdown=b.shutdown_by_ms is not None)
         b.awaiting = self.rid
         self._send_request(Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation),
                            b.target)
@@ -586,6 +601,10 @@ class MetadataSimulation(Simulation):
             if b.epoch is None or resp.broker_epoch > b.epoch:
                 b.epoch = resp.broker_epoch
             self._count("registrations")
+        elif isinstance(resp, BrokerHeartbeatResponse) and resp.should_shutdown:
+            if b.shutdown_by_ms is not None:
+                self._count("controlled_shutdowns")
+                self._broker_down(b)
         elif isinstance(resp, StaleBrokerEpochError | BrokerIdNotRegisteredError):
             if isinstance(req.cmd, BrokerHeartbeat) and req.cmd.broker_epoch == b.epoch:
                 b.epoch = None  # register again
@@ -602,11 +621,19 @@ class MetadataSimulation(Simulation):
     def _client_op(self) -> None:
         name = self.rng.choice(TOPIC_NAMES)
         cmd: Command
-        if self.rng.random() < 0.65:
+        r = self.rng.random()
+        if r < 0.55:
+            unclean = {"unclean.leader.election.enable": "true"} if self.rng.random() < 0.2 else {}
             cmd = CreateTopic(name=name, num_partitions=self.rng.randint(1, 3),
-                              replication_factor=self.rng.randint(2, 3))
-        else:
+                              replication_factor=self.rng.randint(2, 3), configs=unclean)
+        elif r < 0.85:
             cmd = DeleteTopic(name=name)
+        elif r < 0.93:
+            cmd = AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name=name,
+                               ops={"unclean.leader.election.enable":
+                                    self.rng.choice(["true", "false", None])})
+        else:
+            cmd = ElectLeaders(election=ElectionType.PREFERRED)
         self.rid += 1
         target = self.client_target if self.rng.random() < 0.8 else self.rng.choice(
             sorted(self.nodes))
@@ -630,7 +657,10 @@ class MetadataSimulation(Simulation):
             self._client_op()
         elif r < 0.075:
             b = self.brokers[self.rng.choice(sorted(self.brokers))]
-            if b.alive:
+            if b.alive and b.epoch is not None and self.rng.random() < 0.3:
+                # Controlled shutdown (KIP-631): heartbeat want_shutdown until told to stop.
+                b.shutdown_by_ms = b.shutdown_by_ms or self.now_ms + 10_000
+            elif b.alive:
                 self._broker_down(b)
             else:
                 self._broker_up(b)
@@ -894,6 +924,9 @@ class MetadataSimulation(Simulation):
     def _heal_all(self) -> SimBroker | None:
         self._heal()
         dead: SimBroker | None = None
+        for b in self.brokers.values():
+            if b.alive and b.shutdown_by_ms is not None:
+                self._broker_down(b)  # finish the controlled shutdown; it restarts below
         down = [b for b in self.brokers.values() if not b.alive]
         if down:
             dead = self.rng.choice(down)
