@@ -13,7 +13,7 @@ import pytest
 
 from tests.sim.raft_sim import DEFAULT_STEPS, SimulationFailure, run_seed
 
-SEEDS = int(os.environ.get("LONGBOAT_SIM_SEEDS", "800"))
+SEEDS = int(os.environ.get("LONGBOAT_SIM_SEEDS", "600"))
 STEPS = int(os.environ.get("LONGBOAT_SIM_STEPS", str(DEFAULT_STEPS)))
 
 
