@@ -208,7 +208,8 @@ class ProducerState:
         entry = self._producers.get(pid)
         if entry is None:
             return APPEND  # unknown producer: any sequence (KIP-360)
-        epoch, first_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
+        epoch, first_seq = header.producer_epoch, header.base_sequence
+        last_seq = header.last_sequence
         if epoch == entry.producer_epoch:
             dup = entry.find_duplicate(first_seq, last_seq)
             if dup is not None:
