@@ -20,10 +20,12 @@ How records map onto Raft (the metadata log):
 
 Activation (KIP-595): a node that becomes Raft leader of term T serves commands only once
 it has applied everything committed before T. The service waits for a read-index barrier
-(which needs T's no-op committed) and for that index to be applied, and then calls
-``become_active(T)``. Losing leadership (seen on the next poll, or as ``NotLeaderError`` from
-a proposal) calls ``become_standby()``, which drops pending records; callers waiting on
-them get ``NotControllerError`` naming the new leader when known.
+(which needs T's no-op committed) and for that index, and every entry already in its log,
+to be applied (``activation_index``), and then calls ``become_active(T)``. Losing leadership
+(seen on the next poll, or as ``NotLeaderError`` from a proposal), or leading a term other
+than the controller's epoch (``stale_controller``), calls ``become_standby()``, which drops
+pending records; callers waiting on them get ``NotControllerError`` naming the new leader
+when known.
 
 Snapshots: every ``snapshot_records`` records the image is written as a Raft snapshot
 (``<index>-<term>.checkpoint``), which also moves the Raft log start forward.
@@ -65,6 +67,28 @@ log = logging.getLogger(__name__)
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def activation_index(read_index: int, last_index: int) -> int:
+    """What a leader must have applied before its controller serves commands.
+
+    The read-index barrier covers everything committed before the term. The leader's whole
+    log must be covered too: after a ``ProposalDroppedError`` (a leadership transfer) the
+    service stands by and re-activates *in the same term*, and the entries its earlier
+    activation proposed are still in the log, uncommitted, while ``become_standby`` forgot
+    them. Activating before they are applied decides on an image without them (found by the
+    metadata simulation: an ``UnfenceBrokerRecord`` of an older broker epoch committed after
+    the broker's re-registration, an ``InvariantError`` on every node that replays it).
+    """
+    return max(read_index, last_index)
+
+
+def stale_controller(is_leader: bool, term: int, controller_epoch: int | None) -> bool:
+    """True when an active controller must stand by: its node no longer leads, or leads a
+    newer term than the controller's epoch (leadership lost and regained between two polls;
+    the image may miss what the leaders in between committed). The controller epoch is the
+    Raft term."""
+    return controller_epoch is not None and (not is_leader or controller_epoch != term)
 
 
 @dataclass(frozen=True)
@@ -231,7 +255,9 @@ class ControllerService:
         Raises ``MetadataError`` (``NotControllerError`` when this node is not active).
         """
         ctl = self.controller
-        if not ctl.is_active:
+        core = self.node.core
+        if (not ctl.is_active or core is None or stale_controller(
+                self.node.role is Role.LEADER, int(core.term), ctl.controller_epoch)):
             raise self._not_controller()
         result = ctl.handle(command, self._clock_ms())
         if not result.records:
@@ -287,13 +313,14 @@ class ControllerService:
         node, ctl = self.node, self.controller
         core = node.core
         term = int(core.term) if core is not None else 0
-        if node.role is Role.LEADER:
-            if ctl.controller_epoch != term and self._activating != term:
-                self._activating = term
-                asyncio.get_running_loop().create_task(self._activate(term))
-        elif ctl.is_active:
-            log.info("controller %d: no longer leader; standing by", node.id)
+        if stale_controller(node.role is Role.LEADER, term, ctl.controller_epoch):
+            log.info("controller %d: no longer leader of epoch %s; standing by", node.id,
+                     ctl.controller_epoch)
             ctl.become_standby()
+        if (node.role is Role.LEADER and ctl.controller_epoch != term
+                and self._activating != term):
+            self._activating = term
+            asyncio.get_running_loop().create_task(self._activate(term))
         if ctl.is_active:
             records, _deadline = ctl.poll(self._clock_ms())
             for r in records:
@@ -324,6 +351,9 @@ class ControllerService:
         node = self.node
         try:
             index = await node.read_index(timeout_s=5.0)
+            core = node.core
+            if core is not None:
+                index = activation_index(index, int(core.log.last_index()))
             await node.wait_applied(index)
         except Exception as e:
             log.info("controller %d: activation for term %d failed: %s", node.id, term, e)

@@ -18,7 +18,9 @@ Model
   replayed in log order with dense metadata offsets (entries without records take none);
   ``poll`` runs on every node tick (a tick is 100 ms, the service's poll interval); a leader
   of term T activates (``become_active(T)``) only after a read-index barrier returned and it
-  applied up to that index, if it still leads T; losing leadership calls ``become_standby``
+  applied up to ``activation_index`` (that index, and its whole log), if it still leads T; a
+  controller that ``stale_controller`` says is stale (not leading, or leading a newer term
+  than its epoch) stands by and refuses commands; losing leadership calls ``become_standby``
   (at once if proposals were in flight, else on the next tick); a command sent to a node whose
   controller is not active is refused with ``NotControllerError`` naming the Raft leader.
   Snapshots hold ``encode_snapshot(image)``; a restarted or lagging node restores the image
@@ -118,6 +120,7 @@ from metalog.records import (
     decode_records,
     encode_records,
 )
+from metalog.service import activation_index, stale_controller
 from raft.core import NotLeaderError, ProposalDroppedError, Ready
 from raft.storage_port import MemoryStorage
 from raft.types import ConfState, EntryKind, LogIndex, NodeId
@@ -364,7 +367,7 @@ class MetadataSimulation(Simulation):
             self._on_image(node)
         for rs in rd.read_states:
             if rs.context == node.activation_ctx and node.activating_term is not None:
-                node.activation_index = rs.index
+                node.activation_index = activation_index(rs.index, c.log.last_index())
         self._maybe_activate(node)
 
     def _maybe_activate(self, node: MetaNode) -> None:
@@ -395,17 +398,16 @@ class MetadataSimulation(Simulation):
         c, ctl = node.core, node.ctl
         assert c is not None and ctl is not None
         now = self.now_ms
-        if c.is_leader:
-            if ctl.controller_epoch != c.term and node.activating_term != c.term:
-                node.activating_term = c.term
-                node.activation_started_ms = now
-                node.activation_index = None
-                node.activation_ctx = b"activate/%d/%d/%d" % (node.id, node.incarnation, c.term)
-                c.read_index(node.activation_ctx)
-        elif ctl.is_active:
+        if stale_controller(c.is_leader, c.term, ctl.controller_epoch):
             ctl.become_standby()
             node.active_since_ms = None
             self._log(f"n{node.id} standby")
+        if c.is_leader and ctl.controller_epoch != c.term and node.activating_term != c.term:
+            node.activating_term = c.term
+            node.activation_started_ms = now
+            node.activation_index = None
+            node.activation_ctx = b"activate/%d/%d/%d" % (node.id, node.incarnation, c.term)
+            c.read_index(node.activation_ctx)
         if (node.activating_term is not None and node.activation_index is None
                 and now - node.activation_started_ms > ACTIVATION_TIMEOUT_MS):
             node.activating_term = None  # read_index timed out; retried on the next tick
@@ -477,7 +479,7 @@ class MetadataSimulation(Simulation):
         def reply(resp: Any) -> None:
             self._net("resp", req, resp, node.id)
 
-        if not ctl.is_active:
+        if not ctl.is_active or stale_controller(c.is_leader, c.term, ctl.controller_epoch):
             err = NotControllerError(f"node {node.id} is not the active controller")
             err.leader_id = int(c.leader)  # type: ignore[attr-defined]
             reply(err)

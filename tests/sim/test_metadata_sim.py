@@ -15,6 +15,7 @@ import pytest
 from metalog.controller import QuorumController
 from metalog.image import PartitionRegistration
 from metalog.records import MetadataRecord, PartitionChangeRecord
+from metalog.service import activation_index, stale_controller
 from tests.sim.metadata_sim import DEFAULT_STEPS, run_seed
 from tests.sim.raft_sim import SimulationFailure
 
@@ -73,3 +74,45 @@ def test_simulation_catches_a_controller_that_never_fences_expired_sessions(
     monkeypatch.setattr(QuorumController, "poll", poll_forgetting_sessions)
     msg = _first_failure(range(10))
     assert msg is not None and "still unfenced" in msg, msg
+
+
+# ------------------------------------------------------------------ regressions found here
+def test_reactivation_in_the_same_term_waits_for_the_earlier_activations_entries() -> None:
+    """Seed 3228: a leadership transfer made a proposal fail with ProposalDroppedError, the
+    service stood by and re-activated in the same term after a read-index barrier that did
+    not cover the records its first activation still had in flight; it then unfenced a broker
+    by an epoch that one of those records replaced, and every node failed replaying it."""
+    run_seed(3228, 4000)
+
+
+def test_controller_that_lost_and_regained_leadership_between_polls_stands_by() -> None:
+    """Seeds 73 and 80 with leadership handed back and forth: a node led term T, lost it and
+    led term T+2 before its next poll, and its controller (still active in epoch T) proposed
+    records into term T+2."""
+    for seed in (73, 80):
+        run_seed(seed, 4000, faults=frozenset({"clock_skew", "transfer_storm"}))
+
+
+def test_activation_index_covers_the_read_index_and_the_whole_log() -> None:
+    assert activation_index(read_index=10, last_index=14) == 14
+    assert activation_index(read_index=14, last_index=14) == 14
+
+
+@pytest.mark.parametrize(
+    ("is_leader", "term", "epoch", "stale"),
+    [(True, 5, 5, False), (True, 7, 5, True), (False, 5, 5, True), (False, 5, None, False),
+     (True, 5, None, False)],
+)
+def test_stale_controller(is_leader: bool, term: int, epoch: int | None, stale: bool) -> None:
+    assert stale_controller(is_leader, term, epoch) is stale
+
+
+STORM_SEEDS = int(os.environ.get("LONGBOAT_META_SIM_STORM_SEEDS", "20"))
+
+
+@pytest.mark.parametrize("seed", range(STORM_SEEDS))
+def test_metadata_quorum_simulation_under_leadership_ping_pong(seed: int) -> None:
+    try:
+        run_seed(seed, STEPS, faults=frozenset({"clock_skew", "transfer_storm", "loss"}))
+    except SimulationFailure as e:
+        pytest.fail(str(e), pytrace=False)
