@@ -23,8 +23,14 @@ Mapping of entries to batches:
 * A conflict (a follower's suffix replaced by the leader's) is ``truncate_to(i - 1)``.
   ``PartitionLog`` cuts at batch boundaries, so when ``i`` falls inside a batch, the kept
   part of that batch (``i`` down to its base) is appended again from the mirror before the
-  flush. Between that cut and the re-append a crash would lose those kept entries from
-  this node (they are intact on the leader); see docs/raft-node.md.
+  flush. Those kept entries may have been acknowledged (and counted towards a commit), so
+  losing them in a crash between the cut and the flush would break Raft's durability
+  assumption (with 5 voters a committed entry could then be lost). A redo journal closes
+  that window: before the cut, the kept entries are written to ``truncation-intent``
+  (atomically, fsynced); after the flush the intent is removed durably, before ``persist``
+  returns and so before any message that depends on it is sent. ``open`` finding an intent
+  redoes the repair (cut to the batch base, append the kept entries, flush): a leftover
+  intent always belongs to the last, unacknowledged ``persist``.
 
 Snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)::
 
@@ -77,6 +83,7 @@ from storage.batch import (
     compute_crc,
     decode_records,
     iter_batches,
+    parse_header,
 )
 from storage.config import LogConfig
 from storage.errors import StorageError
@@ -86,6 +93,7 @@ from storage.log import PartitionLog
 
 SNAPSHOT_DIR = "snapshots"
 LOG_DIR = "log"
+TRUNCATION_INTENT = "truncation-intent"
 SNAPSHOT_SUFFIX = ".checkpoint"
 SNAPSHOT_MAGIC = b"LBSN"
 SNAPSHOT_VERSION = 1
@@ -249,6 +257,7 @@ class DurableLog:
         snap = self._load_latest_snapshot()
         plog = PartitionLog.open(os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files)
         self.plog = plog
+        self._redo_truncation_intent(plog)
         entries: list[Entry] = []
         offset = plog.log_start_offset
         while offset < plog.log_end_offset:
@@ -329,7 +338,14 @@ class DurableLog:
                 first,
                 plog.log_end_offset + 1,
             )
+            intent = False
             if offset < plog.log_end_offset:
+                base = self._batch_base_at(plog, offset)
+                if base < offset:
+                    # The cut falls inside a batch: journal the entries it must keep first.
+                    kept_before = self.memory.entries(LogIndex(base + 1), LogIndex(first), None)
+                    self._write_truncation_intent(base, kept_before)
+                    intent = True
                 plog.truncate_to(offset)
                 if plog.log_end_offset < offset:
                     # The cut fell inside a batch: re-append its kept entries (from the mirror,
@@ -344,6 +360,10 @@ class DurableLog:
         if self.fsync and (entries or snapshot is not None):
             plog.flush()
             self.stats.fsyncs += 1
+        if entries and intent:
+            if not self.fsync:
+                plog.flush()
+            self._clear_truncation_intent()
         if hard_state is not None and self.hard_state_save_due(hard_state):
             self.quorum_state.save(hard_state)
             self._saved_hard_state = hard_state
@@ -368,6 +388,48 @@ class DurableLog:
                 and time.monotonic() - self._saved_at >= COMMIT_SAVE_INTERVAL_S
             )
         )
+
+    # ------------------------------------------------------------------ truncation journal
+
+    def _intent_path(self) -> str:
+        return os.path.join(self.data_dir, TRUNCATION_INTENT)
+
+    @staticmethod
+    def _batch_base_at(plog: PartitionLog, offset: int) -> int:
+        """Base offset of the batch holding ``offset`` (``offset`` itself if none)."""
+        res = plog.read(offset, 1)
+        if not res.data:
+            return offset
+        return parse_header(res.data).base_offset
+
+    def _write_truncation_intent(self, base: int, kept: Sequence[Entry]) -> None:
+        batches = b"".join(encode_entries(kept, int(time.time() * 1000))) if kept else b""
+        payload = msgpack.packb([1, base, batches], use_bin_type=True)
+        self.files.write_file_atomic(self._intent_path(), payload)
+
+    def _clear_truncation_intent(self) -> None:
+        self.files.unlink(self._intent_path())
+        self.files.fsync_dir(self.data_dir)
+
+    def _redo_truncation_intent(self, plog: PartitionLog) -> None:
+        path = self._intent_path()
+        if not self.files.exists(path):
+            return
+        version, base, batches = msgpack.unpackb(self.files.read_file(path), raw=False)
+        invariant(version == 1, "unknown truncation-intent version %s", version)
+        if plog.log_end_offset > base:
+            plog.truncate_to(base)
+        invariant(
+            plog.log_end_offset == base,
+            "truncation intent at %d but the log ends at %d",
+            base,
+            plog.log_end_offset,
+        )
+        if batches:
+            plog.append_as_follower(batches)
+        plog.flush()
+        self._clear_truncation_intent()
+        self.stats.rewrites += 1
 
     def _append(self, plog: PartitionLog, entries: Sequence[Entry]) -> None:
         if not entries:

@@ -123,3 +123,57 @@ def test_entry_batches_are_byte_identical_to_the_storage_codec() -> None:
     assert batch == ref
     assert decode_entries(batch) == run
     assert len(encode_entries([*run, *ents(40, 42, 5)], 0)) == 2  # one batch per term run
+
+
+class _TruncateReachesDisk:
+    """An rng for LazyFileLayer.crash: the unsynced truncate reaches the disk, no appended
+    byte does (the worst case for a mid-batch cut)."""
+
+    def random(self) -> float:
+        return 0.9
+
+    def randrange(self, n: int) -> int:
+        return 0
+
+
+def test_a_crash_inside_a_mid_batch_cut_keeps_the_acknowledged_prefix(tmp_path, monkeypatch) -> None:
+    from storage.fileio import LazyFileLayer
+
+    files = LazyFileLayer()
+    d = DurableLog(tmp_path, file_layer=files)
+    d.open(CS)
+    persist(d, ents(1, 10, 1))  # fsynced: 1..10 may all have been acknowledged
+
+    calls = {"n": 0}
+    real_append = DurableLog._append
+
+    def crash_on_reappend(self, plog, entries):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("power cut right after the batch was cut")
+        return real_append(self, plog, entries)
+
+    monkeypatch.setattr(DurableLog, "_append", crash_on_reappend)
+    with pytest.raises(RuntimeError, match="power cut"):
+        d.persist(None, ents(8, 12, 2, b"new"), None, True)
+    files.crash(_TruncateReachesDisk())  # type: ignore[arg-type]
+    monkeypatch.setattr(DurableLog, "_append", real_append)
+
+    d2 = DurableLog(tmp_path, file_layer=files)
+    d2.open(CS)
+    # 1..7 were acknowledged and do not conflict: they must survive; 8..10 may go.
+    assert d2.memory.entries(LogIndex(1), LogIndex(8), None) == ents(1, 7, 1)
+    assert d2.memory.last_index() == 7
+    assert d2.stats.rewrites == 1  # the journal was replayed on open
+    assert not (tmp_path / "truncation-intent").exists()
+
+
+def test_the_truncation_intent_is_gone_once_persist_returns(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 10, 1))
+    persist(d, ents(8, 12, 2, b"new"))
+    assert not (tmp_path / "truncation-intent").exists()
+    persist(d, ents(13, 14, 2))
+    d.close()
+    want = [*ents(1, 7, 1), *ents(8, 12, 2, b"new"), *ents(13, 14, 2)]
+    assert reopen(tmp_path).memory.entries(LogIndex(1), LogIndex(15), None) == want
