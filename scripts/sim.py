@@ -4,6 +4,8 @@
     python scripts/sim.py raft --seed 7                 # one seed
     python scripts/sim.py raft --seed 0 --seeds 1000    # seeds 0..999
     python scripts/sim.py raft --seed 7 -v              # trace every node event
+    python scripts/sim.py metadata --seed 0 --seeds 200 # the controller on the Raft sim
+    python scripts/sim.py metadata --seed 104 --faults clock_skew,transfer_storm
 
 Prints one JSON line per seed (with --seeds > 1: a summary) and, on a failure, the violated
 property and the one line that reproduces it. Exit status 1 on any failure.
@@ -19,22 +21,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.sim.raft_sim import DEFAULT_STEPS, SimulationFailure, run_seed
+from tests.sim import metadata_sim, raft_sim
+from tests.sim.raft_sim import DEFAULT_STEPS, SimulationFailure
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sim.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("target", choices=["raft"])
+    p.add_argument("target", choices=["raft", "metadata"])
     p.add_argument("--seed", type=int, required=True, help="first seed")
     p.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="events in the fault phase")
+    p.add_argument("--faults", default=None,
+                   help="metadata only: comma-separated fault kinds instead of the seed's draw")
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
+    faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)
     failures = 0
     t0 = time.perf_counter()
     for seed in range(a.seed, a.seed + a.seeds):
         try:
-            out = run_seed(seed, a.steps, verbose=a.verbose)
+            if a.target == "raft":
+                out = raft_sim.run_seed(seed, a.steps, verbose=a.verbose)
+            else:
+                out = metadata_sim.run_seed(seed, a.steps, verbose=a.verbose, faults=faults)
         except SimulationFailure as e:
             failures += 1
             print(f"FAIL {e}", file=sys.stderr)
