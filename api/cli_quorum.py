@@ -31,6 +31,16 @@ def run_loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
+def default_controllers() -> str:
+    """Controller URLs from ``longboat dev up``'s cluster file, else the default port."""
+    from api.cli_dev import load_cluster
+
+    cluster = load_cluster()
+    if cluster and cluster.get("controllers"):
+        return ",".join(c["url"] for c in cluster["controllers"])
+    return "http://127.0.0.1:9301"
+
+
 @main.group("controller")
 def controller_group() -> None:
     """Run a controller: a voter of the metadata quorum."""
@@ -72,7 +82,7 @@ def _fmt_ms(v: float | None) -> str:
 
 
 @quorum_group.command("status")
-@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True,
+@click.option("--bootstrap", default=lambda: default_controllers(), show_default="the local cluster file, else http://127.0.0.1:9301",
               help="Controller URL(s), comma-separated.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def quorum_status(bootstrap: str, as_json: bool) -> None:
@@ -199,7 +209,8 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
 @quorum_group.command("add-voter")
 @click.option("--node-id", type=int, required=True)
 @click.option("--url", required=True, help="The new controller's URL (started with --join).")
-@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True)
+@click.option("--bootstrap", default=lambda: default_controllers(),
+              show_default="the local cluster file, else http://127.0.0.1:9301")
 def quorum_add_voter(node_id: int, url: str, bootstrap: str) -> None:
     """Add a controller (started with `controller start --join`) as a voter: it joins as an
     observer, catches up, then is promoted (one change at a time)."""
@@ -209,7 +220,8 @@ def quorum_add_voter(node_id: int, url: str, bootstrap: str) -> None:
 
 @quorum_group.command("remove-voter")
 @click.option("--node-id", type=int, required=True)
-@click.option("--bootstrap", default="http://127.0.0.1:9301", show_default=True)
+@click.option("--bootstrap", default=lambda: default_controllers(),
+              show_default="the local cluster file, else http://127.0.0.1:9301")
 def quorum_remove_voter(node_id: int, bootstrap: str) -> None:
     """Remove a voter. A leader that removes itself resigns after the change commits."""
     out = _membership(bootstrap, {"op": "remove-voter", "node_id": node_id})

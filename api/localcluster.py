@@ -36,11 +36,14 @@ def free_ports(n: int) -> list[int]:
 class Quorum:
     """N controller processes; ``start(i)``, ``kill(i)``, ``status(i)``, ``metadata(i)``."""
 
-    def __init__(self, root: Path, n: int = 3, extra_args: list[str] | None = None) -> None:
+    def __init__(self, root: Path, n: int = 3, extra_args: list[str] | None = None,
+                 ports: list[int] | None = None) -> None:
         self.root = root
         self.extra_args = extra_args or []
         self.n = n
-        self.ports = free_ports(n)
+        self.ports = ports if ports is not None else free_ports(n)
+        if len(self.ports) != n:
+            raise ValueError(f"{n} controllers need {n} ports, got {self.ports}")
         self.quorum = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.ports))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -121,11 +124,12 @@ class Brokers:
     """
 
     def __init__(self, root: Path, quorum: Quorum, n: int = 3, first_id: int = 101,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, ports: list[int] | None = None) -> None:
         self.root = root
         self.quorum = quorum
         self.ids = list(range(first_id, first_id + n))
-        self.ports = dict(zip(self.ids, free_ports(n), strict=True))
+        self.ports = dict(zip(self.ids, ports if ports is not None else free_ports(n),
+                              strict=True))
         self.extra_args = extra_args or []
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 

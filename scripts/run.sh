@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up the environment and start Longboat locally, in the foreground.
-# Until the broker layer lands this runs the storage demo; the brokers issue makes it
-# start the local cluster (3 controllers, 3 brokers) with `longboat dev up`.
+# Set up the environment and start a local Longboat cluster in the foreground:
+# 3 controllers (127.0.0.1:9301-9303) and 3 brokers (127.0.0.1:8082-8084), data and logs
+# under ./var/dev. Ctrl-C stops it. Arguments go to `longboat dev up` (see --help);
+# `longboat demo` still runs the storage-only demo.
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
-exec longboat demo "$@"
+exec longboat dev up "$@"

@@ -1,0 +1,139 @@
+"""``longboat dev up``: a local cluster of real processes in the foreground.
+
+Controllers get node ids 1..C on ports 9301.., brokers ids 101.. on ports 8082..; each
+process logs to ``DIR/<role>-<id>/<role>.log``. ``DIR/cluster.json`` says where everything
+is, and the other commands read it for their default bootstrap. Ctrl-C (or SIGTERM) stops
+the brokers first (controlled shutdown), then the controllers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from api.cli import main
+
+CLUSTER_FILE_ENV = "LONGBOAT_CLUSTER_FILE"
+DEFAULT_DIR = Path("var/dev")
+
+
+def cluster_file() -> Path:
+    """Where the local cluster's description lives (``$LONGBOAT_CLUSTER_FILE`` or
+    ``./var/dev/cluster.json``)."""
+    return Path(os.environ.get(CLUSTER_FILE_ENV, DEFAULT_DIR / "cluster.json"))
+
+
+def load_cluster() -> dict[str, Any] | None:
+    p = cluster_file()
+    if not p.exists():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(p.read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@main.group("dev")
+def dev_group() -> None:
+    """Run a local development cluster."""
+
+
+@dev_group.command("up")
+@click.option("--controllers", default=3, show_default=True, type=click.IntRange(1, 9))
+@click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 20))
+@click.option("--data-dir", default=str(DEFAULT_DIR), show_default=True,
+              type=click.Path(file_okay=False))
+@click.option("--controller-port", default=9301, show_default=True)
+@click.option("--broker-port", default=8082, show_default=True)
+def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
+           broker_port: int) -> None:
+    """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
+    from api.localcluster import Brokers, Quorum
+
+    root = Path(data_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    c_ports = [controller_port + i for i in range(controllers)]
+    b_ports = [broker_port + i for i in range(brokers)]
+    busy = [p for p in c_ports + b_ports if not _port_free(p)]
+    if busy:
+        raise click.ClickException(
+            f"port(s) {busy} on 127.0.0.1 are in use (another `longboat dev up`?); "
+            "stop it or pick --controller-port/--broker-port")
+    meta_path = root / "cluster.json"
+    cluster_id = None
+    if meta_path.exists():  # restarting on the same data keeps the cluster id
+        try:
+            cluster_id = json.loads(meta_path.read_text()).get("cluster_id")
+        except ValueError:
+            cluster_id = None
+    cluster_id = cluster_id or secrets.token_urlsafe(16)[:22]
+
+    quorum = Quorum(root, controllers, ports=c_ports)
+    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports)
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        click.echo(f"starting {controllers} controller(s) and {brokers} broker(s) under {root}",
+                   err=True)
+        quorum.start_all()
+        leader = quorum.wait_active_leader(timeout_s=30)
+        bs.start_all()
+        bs.wait_ready(timeout_s=60)
+        desc = {
+            "cluster_id": cluster_id,
+            "data_dir": str(root),
+            "brokers": [{"id": b, "url": bs.url(b), "pid": bs.procs[b].pid} for b in bs.ids],
+            "controllers": [{"id": i, "url": quorum.url(i), "pid": quorum.procs[i].pid}
+                            for i in range(1, controllers + 1)],
+        }
+        meta_path.write_text(json.dumps(desc, indent=2) + "\n")
+        b1, c1 = bs.url(bs.ids[0]), quorum.url(1)
+        click.echo(f"""
+Longboat is up: {controllers} controller(s) (active: node {leader}), {brokers} broker(s).
+Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
+
+Try:
+  curl -s {b1}/v3/health/ready
+  curl -s {b1}/v3/broker/metadata
+  curl -s {c1}/v3/quorum/status
+  longboat quorum status --bootstrap {c1}
+
+Ctrl-C stops the cluster.""")
+        while not stopping:
+            dead = [f"controller {i}" for i, p in quorum.procs.items() if p.poll() is not None]
+            dead += [f"broker {b}" for b, p in bs.procs.items() if p.poll() is not None]
+            if dead:
+                click.echo(f"warning: {', '.join(dead)} exited; see its log under {root}",
+                           err=True)
+                break
+            time.sleep(0.5)
+    finally:
+        click.echo("stopping brokers (controlled shutdown), then controllers ...", err=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        bs.stop_all()
+        quorum.stop_all()
+        click.echo("stopped.", err=True)
