@@ -9,6 +9,9 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   metadata; else 503. Both carry the broker's state (``BrokerLifecycle.describe``).
 * ``GET /v3/broker/metadata`` JSON: the broker's image (``image_summary``, as the
   controllers' ``/v3/quorum/metadata``) plus its state.
+* ``POST /internal/broker/v1/{produce,fetch,offsets_for_leader_epoch,list_offsets}``
+  (msgpack) and ``GET /internal/broker/v1/replicas``: the data path of the partition
+  replicas this broker hosts (``broker.data_routes``, ``broker.replica_manager``).
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns.
@@ -29,8 +32,10 @@ from aiohttp import web
 from api.config import NodeConfig
 from api.controller_app import image_summary
 from api.errors import error_middleware
+from broker.data_routes import add_data_routes
 from broker.lifecycle import BrokerLifecycle, LifecycleConfig
 from broker.metadata_follower import MetadataFollower
+from broker.replica_manager import ReplicaManager
 from metalog.records import Endpoint
 
 log = logging.getLogger(__name__)
@@ -41,8 +46,10 @@ class BrokerServer:
     config: NodeConfig
     follower: MetadataFollower
     lifecycle: BrokerLifecycle
+    replicas: ReplicaManager
 
     async def start(self) -> None:
+        await self.replicas.start()
         await self.follower.start()
         await self.lifecycle.start()
 
@@ -89,12 +96,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
                         controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
         urls, follower,
     )
-    srv = BrokerServer(config, follower, lifecycle)
+    replicas = ReplicaManager(broker_id=config.node_id, data_dir=config.data_dir,
+                              controller_urls=urls,
+                              broker_epoch=lambda: lifecycle.broker_epoch)
+    follower.subscribe(replicas.on_metadata)
+    srv = BrokerServer(config, follower, lifecycle, replicas)
     app = web.Application(middlewares=[error_middleware])
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
+    add_data_routes(app, replicas)
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:
@@ -102,6 +114,7 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
         yield
         await lifecycle.stop()
         await follower.stop()
+        await replicas.stop()
 
     app.cleanup_ctx.append(lifecycle_ctx)
     return app, srv

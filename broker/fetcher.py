@@ -1,0 +1,120 @@
+"""The follower's fetcher: one task per (partition, leader, leader epoch).
+
+Started by ``ReplicaManager`` when the image names another broker leader, cancelled when that
+changes. It follows docs/replication.md, "Becoming follower":
+
+1. apply ``FollowerState.first_step``; while a step asks, send OffsetsForLeaderEpoch to the
+   leader's internal route and feed the answer to ``on_epoch_end_offset`` (KIP-101, KIP-279),
+   truncating the log and the producer state as each step says;
+2. long-poll ``/internal/broker/v1/fetch`` from the log end with the last fetched epoch;
+   append what comes with ``append_as_follower``, move the HW from the answer; a diverging
+   epoch in an answer goes back to step 1's rule.
+
+Errors (the leader not there yet, not leading yet, an epoch the leader does not know yet) are
+retried after a short back-off: the metadata log will restart the task if leadership moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import msgpack
+
+from broker.replica_state import FollowerState, TruncationStep
+
+if TYPE_CHECKING:
+    from broker.replica_manager import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+MSGPACK = "application/msgpack"
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 1 << 20
+RETRY_BACKOFF_S = 0.2
+
+
+class FetchError(Exception):
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+async def call(session: aiohttp.ClientSession, url: str, route: str,
+               body: dict[str, Any]) -> dict[str, Any]:
+    """POST a msgpack body to an internal broker route; the answer, or ``FetchError``."""
+    async with session.post(f"{url}/internal/broker/v1/{route}",
+                            data=msgpack.packb(body, use_bin_type=True),
+                            headers={"Content-Type": MSGPACK}) as resp:
+        payload = await resp.read()
+    out = msgpack.unpackb(payload, raw=False)
+    if not isinstance(out, dict):
+        raise FetchError("UNKNOWN_SERVER_ERROR", f"HTTP {resp.status}: {payload[:200]!r}")
+    if out.get("error"):
+        raise FetchError(str(out["error"]), str(out.get("message", "")))
+    return out
+
+
+def _session(mgr: ReplicaManager) -> aiohttp.ClientSession:
+    s = mgr.fetch_session
+    if s is None or s.closed:
+        s = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
+            total=FETCH_MAX_WAIT_MS / 1000 + 5))
+        mgr.fetch_session = s
+    assert isinstance(s, aiohttp.ClientSession)
+    return s
+
+
+async def _truncate(mgr: ReplicaManager, rep: Replica, fs: FollowerState, step: TruncationStep,
+                    url: str) -> None:
+    """Apply ``step`` and every step after it until the follower may fetch."""
+    while True:
+        if step.truncate_to is not None:
+            mgr.truncate(rep, step.truncate_to, below_hw=step.below_high_watermark)
+        if step.query_epoch is None:
+            return
+        ans = await call(_session(mgr), url, "offsets_for_leader_epoch", {
+            "topic": rep.topic, "partition": rep.partition,
+            "current_leader_epoch": fs.leader_epoch, "epoch": step.query_epoch})
+        step = fs.on_epoch_end_offset(int(ans["leader_epoch"]), int(ans["end_offset"]), rep.log)
+
+
+async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> None:
+    step: TruncationStep | None = fs.first_step
+    errors = 0
+    while True:
+        url = mgr.leader_url(fs.leader_id)
+        try:
+            if url is None:
+                raise FetchError("LEADER_NOT_AVAILABLE", f"no endpoint for {fs.leader_id}")
+            if step is not None:
+                await _truncate(mgr, rep, fs, step, url)
+                step = None
+            epoch = mgr.broker_epoch()
+            ans = await call(_session(mgr), url, "fetch", {
+                "topic": rep.topic, "partition": rep.partition,
+                "replica_id": int(mgr.broker_id), "broker_epoch": -1 if epoch is None else epoch,
+                "fetch_offset": rep.log.log_end_offset, "leader_epoch": fs.leader_epoch,
+                "last_fetched_epoch": rep.log.latest_epoch, "high_watermark": fs.high_watermark,
+                "max_bytes": FETCH_MAX_BYTES, "max_wait_ms": FETCH_MAX_WAIT_MS, "min_bytes": 1})
+            div = ans.get("diverging_epoch")
+            if div is not None:
+                log.info("broker %d: %s diverging epoch %s from leader %d", mgr.broker_id,
+                         rep.name, div, fs.leader_id)
+                step = fs.on_epoch_end_offset(int(div[0]), int(div[1]), rep.log)
+                continue
+            mgr.append_as_follower(rep, fs, bytes(ans["records"]), int(ans["high_watermark"]))
+            errors = 0
+        except asyncio.CancelledError:
+            raise
+        except (FetchError, aiohttp.ClientError, OSError, TimeoutError) as e:
+            errors += 1
+            if errors == 1 or errors % 50 == 0:
+                log.info("broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name,
+                         fs.leader_id, e)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        except Exception:
+            log.exception("broker %d: fetcher of %s failed", mgr.broker_id, rep.name)
+            await asyncio.sleep(1.0)
