@@ -54,10 +54,10 @@ class Cluster:
             return None
         return next((x for x in reps if x["topic"] == TOPIC and x["partition"] == 0), None)
 
-    def produce(self, b: int, value: bytes, acks: int = -1) -> Any:
+    def produce(self, b: int, value: bytes, acks: int = -1, timeout_ms: int = 10_000) -> Any:
         batch = encode_batch([(None, value, int(time.time() * 1000), ())])
         return self.call(b, "produce", {"topic": TOPIC, "partition": 0, "acks": acks,
-                                        "timeout_ms": 10_000, "batch": batch})
+                                        "timeout_ms": timeout_ms, "batch": batch})
 
     def read_all(self, b: int, replica_id: int) -> tuple[list[bytes | None], dict[str, Any]]:
         """Every record value of broker ``b``'s log from offset 0 (consumer: below the HW)."""
@@ -216,3 +216,39 @@ def test_replicate_fail_over_and_rejoin(cluster: Cluster) -> None:
     for b in ids:
         values, _ = c.read_all(b, replica_id=-2)
         assert values == acked, f"broker {b}"
+
+
+def test_a_paused_follower_leaves_the_isr_and_returns(cluster: Cluster) -> None:
+    """SIGSTOP a follower: acks=all waits for it (it is in the ISR) until the controller fences
+    it (session timeout) and takes it out of the ISR, then completes with the other two; on
+    SIGCONT it catches up and the leader adds it back (AlterPartition expand)."""
+    c = cluster
+    ids = c.brokers.ids
+
+    def leader_with_full_isr() -> int | None:
+        for b in ids:
+            r = c.replica(b)
+            if r is not None and r["role"] == "leader" and len(r["isr"]) == 3:
+                return b
+        return None
+
+    leader = c.wait_for("a leader with ISR of 3", leader_with_full_isr, 40)
+    paused = next(b for b in ids if b != leader)
+    base, _ = c.read_all(leader, replica_id=-1)
+    c.brokers.send_signal(paused, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        ans = c.produce(leader, b"while-paused", acks=-1, timeout_ms=30_000)
+        waited = time.monotonic() - t0
+        assert not ans.get("error"), ans
+        r = c.replica(leader)
+        assert r is not None and paused not in r["isr"] and len(r["isr"]) == 2
+        assert waited > 1.0  # it had to wait for the ISR to shrink
+    finally:
+        c.brokers.send_signal(paused, signal.SIGCONT)
+    c.wait_for("the paused follower back in the ISR",
+               lambda: (r := c.replica(leader)) is not None and len(r["isr"]) == 3, 40)
+    expected = [*base, b"while-paused"]
+    for b in ids:
+        c.wait_for(f"broker {b} caught up",
+                   lambda b=b: c.read_all(b, replica_id=-2)[0] == expected, 20)
