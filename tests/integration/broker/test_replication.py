@@ -24,7 +24,7 @@ import pytest
 
 from api.controller_client import ControllerClient
 from api.localcluster import Brokers, Quorum
-from metalog.controller import CreateTopic
+from metalog.controller import CreateTopic, DeleteTopic
 from storage.batch import decode_records, encode_batch, iter_batches
 
 pytestmark = pytest.mark.slow
@@ -252,3 +252,71 @@ def test_a_paused_follower_leaves_the_isr_and_returns(cluster: Cluster) -> None:
     for b in ids:
         c.wait_for(f"broker {b} caught up",
                    lambda b=b: c.read_all(b, replica_id=-2)[0] == expected, 20)
+
+
+def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluster) -> None:
+    c = cluster
+    ids = c.brokers.ids
+
+    def current_leader() -> int | None:
+        for b in ids:
+            r = c.replica(b)
+            if r is not None and r["role"] == "leader" and len(r["isr"]) >= 2:
+                return b
+        return None
+
+    leader = c.wait_for("a leader", current_leader, 40)
+    hw = c.replica(leader)["high_watermark"]  # type: ignore[index]
+
+    # An idempotent producer's retry is answered with the original offsets, not appended.
+    ts = int(time.time() * 1000)
+    batch = encode_batch([(None, b"idem-0", ts, ()), (None, b"idem-1", ts, ())],
+                         producer_id=4242, producer_epoch=0, base_sequence=0)
+    body = {"topic": TOPIC, "partition": 0, "acks": -1, "timeout_ms": 10_000, "batch": batch}
+    first = c.call(leader, "produce", body)
+    again = c.call(leader, "produce", body)
+    assert not first.get("error") and not again.get("error"), (first, again)
+    assert first["base_offset"] == hw and not first["duplicate"]
+    assert (again["base_offset"], again["last_offset"]) == (hw, hw + 1) and again["duplicate"]
+    gap = encode_batch([(None, b"gap", ts, ())], producer_id=4242, producer_epoch=0,
+                       base_sequence=7)
+    ans = c.call(leader, "produce", {**body, "batch": gap})
+    assert ans["error"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    corrupt = bytearray(batch)
+    corrupt[-1] ^= 0xFF
+    ans = c.call(leader, "produce", {**body, "batch": bytes(corrupt)})
+    assert ans["error"] == "CORRUPT_MESSAGE"
+
+    def offsets(timestamp: int) -> int:
+        a = c.call(leader, "list_offsets", {"topic": TOPIC, "partition": 0,
+                                            "timestamp": timestamp})
+        assert not a.get("error"), a
+        return int(a["offset"])
+
+    assert offsets(-2) == 0
+    assert offsets(-1) == hw + 2
+    assert offsets(ts) <= hw  # the first record at or after ts
+    assert offsets(ts + 3_600_000) == -1
+
+    # A consumer fetch at the HW long-polls, then gets what a producer writes meanwhile.
+    t0 = time.monotonic()
+    a = c.call(leader, "fetch", {"topic": TOPIC, "partition": 0, "replica_id": -1,
+                                 "fetch_offset": hw + 2, "max_wait_ms": 300})
+    assert a["records"] == b"" and time.monotonic() - t0 >= 0.25
+
+    # An epoch-fenced fetch is refused.
+    a = c.call(leader, "fetch", {"topic": TOPIC, "partition": 0, "replica_id": -1,
+                                 "fetch_offset": 0, "leader_epoch": 0, "max_wait_ms": 0})
+    epoch = c.replica(leader)["leader_epoch"]  # type: ignore[index]
+    assert (a.get("error") == "FENCED_LEADER_EPOCH") == (epoch > 0)
+
+    # Deleting the topic deletes every replica's log.
+    async def delete() -> None:
+        async with ControllerClient(c.quorum.urls, timeout_s=20) as cc:
+            await cc.execute(DeleteTopic(name=TOPIC))
+
+    asyncio.run(delete())
+    c.wait_for("every replica deleted",
+               lambda: all(c.replica(b) is None and not (
+                   c.brokers.root / f"broker-{b}" / "data" / f"{TOPIC}-0").exists()
+                   for b in ids), 20)
