@@ -23,7 +23,10 @@ def main() -> int:
         if "--quick" not in text:
             continue  # helper modules and per-process servers, not benchmarks
         print(f"==> {script.name} --quick", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, str(script), "--quick"], stdout=subprocess.PIPE, text=True)
+        # -P: do not put scripts/bench on sys.path, where storage.py and raft.py would
+        # shadow the packages of the same names.
+        proc = subprocess.run([sys.executable, "-P", str(script), "--quick"],
+                              stdout=subprocess.PIPE, text=True)
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
         if proc.returncode != 0:

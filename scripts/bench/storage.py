@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 # This script is named after the package it measures: keep its own directory off the
 # import path (so ``storage`` is the package) and put the repository root on it.
@@ -75,6 +76,16 @@ def make_batches(count: int) -> list[bytes]:
                 for i in range(BATCH_RECORDS)]
         out.append(encode_batch(recs))
     return out
+
+
+def _run_loop(coro: Any) -> Any:
+    # The broker and controller processes run on uvloop (api.cli_quorum.run_loop), so the
+    # append path is measured on the same loop.
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 async def append_run(dir_path: str, batches: list[bytes]) -> tuple[float, int, str]:
@@ -204,7 +215,7 @@ def main() -> int:
         app, app_base, rd, rd_base, fsync_counts = [], [], [], [], []
         for run in range(runs):
             d = os.path.join(scratch, f"log-{run}")
-            elapsed, flushes, seg = asyncio.run(append_run(d, batches))
+            elapsed, flushes, seg = _run_loop(append_run(d, batches))
             fsync_counts.append(flushes)
             base_elapsed = baseline_append_run(os.path.join(scratch, "plain.log"), batches,
                                                flushes)
