@@ -17,9 +17,12 @@ asyncio shell must do":
 Everything runs on one event loop. The sequences the spec asks to hold a partition lock
 around contain no ``await``, so they cannot interleave.
 
-Not built yet: HW checkpoints (a restarted leader starts its HW at 0 and relearns it from its
-followers; a restarted follower at 0 and learns it from the leader), producer state snapshots
-(rebuilt from the log's headers at open), producer expiry timer, reading from followers.
+The HW of every replica is checkpointed (``high-watermark-checkpoint`` in the partition's
+directory) every second when it moved and at shutdown, and read back, capped by the log end,
+when the log is opened.
+
+Not built yet: producer state snapshots (rebuilt from the log's headers at open), the
+producer expiry timer, reading from followers.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from metalog.controller import (
 )
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, TopicId
+from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, verify_batch
 from storage.config import LogConfig
 from storage.group_commit import GroupCommitter
@@ -62,6 +66,10 @@ from storage.log import PartitionLog
 log = logging.getLogger(__name__)
 
 TICK_S = 0.1
+HW_CHECKPOINT_INTERVAL_S = 1.0
+HW_CHECKPOINT_NAME = "high-watermark-checkpoint"
+"""In each partition's directory: the replica's HW (Kafka keeps one
+``replication-offset-checkpoint`` per log dir)."""
 DEBUG_REPLICA_ID = -2
 """Kafka's ``FetchRequest.DEBUGGING_CONSUMER_ID``: reads any replica's local log."""
 ALTER_RETRY_BACKOFF_S = 0.5
@@ -110,6 +118,7 @@ class Replica:
     """The HW this replica last had in a role it left (a resigned leader's): where its next
     role starts from."""
     last_shrink_check_ms: int = 0
+    hw_checkpointed: int = -1
     alter_task: asyncio.Task[None] | None = None
 
     @property
@@ -180,6 +189,7 @@ class ReplicaManager:
             await self._stop_tasks(rep)
             self._resign(rep)
         await self.committer.close()
+        self._checkpoint_hws(self._dirty_hws())
         for rep in self.replicas.values():
             with contextlib.suppress(Exception):
                 rep.log.close()
@@ -230,10 +240,13 @@ class ReplicaManager:
             read_headers(plog), config=ProducerStateConfig.from_kafka(configs),
             log_start_offset=plog.log_start_offset, high_watermark=0)
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
+        saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
+        if saved is not None:
+            rep.hw_floor = rep.hw_checkpointed = min(saved, plog.log_end_offset)
         self.replicas[(topic_id, partition)] = rep
         self.by_name[(topic, partition)] = rep
-        log.info("broker %d: opened %s at %s (log end %d, epoch %d)", self.broker_id,
-                 rep.name, path, plog.log_end_offset, plog.latest_epoch)
+        log.info("broker %d: opened %s at %s (log end %d, epoch %d, HW %d)", self.broker_id,
+                 rep.name, path, plog.log_end_offset, plog.latest_epoch, rep.hw_floor)
         return rep
 
     async def _delete(self, rep: Replica) -> None:
@@ -568,9 +581,30 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ timers, ISR
 
+    def _checkpoint_hws(self, items: list[tuple[Replica, int]]) -> None:
+        """Write each ``(replica, hw)`` (HWs read on the loop; this may run in a thread)."""
+        for rep, hw in items:
+            if rep.log.closed:
+                continue
+            try:
+                checkpoint.write_offset(rep.log.files, rep.log.dir_path, HW_CHECKPOINT_NAME, hw)
+                rep.hw_checkpointed = hw
+            except OSError as e:  # deleted under us, or a failing disk: the next round retries
+                log.warning("broker %d: HW checkpoint of %s: %s", self.broker_id, rep.name, e)
+
+    def _dirty_hws(self) -> list[tuple[Replica, int]]:
+        return [(r, r.high_watermark) for r in self.replicas.values()
+                if r.high_watermark != r.hw_checkpointed]
+
     async def _tick(self) -> None:
+        last_checkpoint = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
+            if time.monotonic() - last_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
+                last_checkpoint = time.monotonic()
+                dirty = self._dirty_hws()
+                if dirty:
+                    await asyncio.to_thread(self._checkpoint_hws, dirty)
             t = now_ms()
             for rep in list(self.replicas.values()):
                 leader = rep.leader
