@@ -1,0 +1,137 @@
+"""The broker shell in one process, fast: one controller and two brokers on one event loop
+(real HTTP on 127.0.0.1). A topic with RF 2 and min.insync.replicas=2: acks=all completes once
+the follower fetched, both logs hold the same batches, the follower's HW follows the leader's,
+and a follower's fetch past the end of its last fetched epoch is answered with that end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgpack
+from aiohttp import web
+
+from api.broker_app import build_broker
+from api.config import NodeConfig
+from api.controller_app import build_controller
+from api.localcluster import free_ports
+from broker.replica_manager import ReplicaManager
+from metalog.client import ControllerClient
+from metalog.controller import CreateTopic
+from metalog.records import BrokerId
+from storage.batch import decode_records, encode_batch, iter_batches
+from storage.log import PartitionLog
+
+
+async def _serve(app: web.Application, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
+    async with aiohttp.ClientSession() as s, s.post(
+            f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r:
+        return msgpack.unpackb(await r.read(), raw=False)
+
+
+async def _wait(what: str, cond: Any, timeout_s: float = 15) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _values(log: PartitionLog) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:  # a read stays within one segment
+        data = log.read(offset, 1 << 20).data
+        for pos, h in iter_batches(data):
+            out += [r.value for r in decode_records(data[pos:pos + h.size])]
+            offset = h.next_offset
+    return out
+
+
+def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
+    async def go() -> None:
+        cport, p1, p2 = free_ports(3)
+        quorum = f"1@127.0.0.1:{cport}"
+        ccfg = NodeConfig(node_id=1, roles=("controller",), listen=f"127.0.0.1:{cport}",
+                          controller_quorum=quorum, data_dir=tmp_path / "c1")
+        capp, _ = build_controller(ccfg)
+        runners = [await _serve(capp, cport)]
+        mgrs: dict[int, ReplicaManager] = {}
+        urls: dict[int, str] = {}
+        for bid, port in ((11, p1), (12, p2)):
+            cfg = NodeConfig(node_id=bid, listen=f"127.0.0.1:{port}", controller_quorum=quorum,
+                             data_dir=tmp_path / f"b{bid}")
+            app, srv = build_broker(cfg, heartbeat_interval_s=0.2)
+            runners.append(await _serve(app, port))
+            mgrs[bid] = srv.replicas
+            urls[bid] = f"http://127.0.0.1:{port}"
+        try:
+            await _wait("both brokers registered", lambda: all(
+                m.image is not None and len(m.image.brokers) == 2
+                and not any(b.fenced for b in m.image.brokers.brokers.values())
+                for m in mgrs.values()))
+            async with ControllerClient([ccfg.url], timeout_s=10) as c:
+                await c.execute(CreateTopic(name="t", num_partitions=1, replication_factor=2,
+                                            configs={"min.insync.replicas": "2"}))
+
+            def leader() -> int | None:
+                for bid, m in mgrs.items():
+                    rep = m.by_name.get(("t", 0))
+                    if rep is not None and rep.leader is not None and rep.leader.is_leader:
+                        return bid
+                return None
+
+            lid = await _wait("a leader", leader)
+            fid = next(b for b in mgrs if b != lid)
+            sent = []
+            ts0 = int(time.time() * 1000)
+            for i in range(10):
+                v = f"v{i}".encode()
+                batch = encode_batch([(None, v, ts0 + i, ())])
+                ans = await _call(urls[lid], "produce", {
+                    "topic": "t", "partition": 0, "acks": -1, "timeout_ms": 5_000,
+                    "batch": batch})
+                assert not ans.get("error") and ans["base_offset"] == i, ans
+                sent.append(v)
+            frep = mgrs[fid].by_name[("t", 0)]
+            lrep = mgrs[lid].by_name[("t", 0)]
+            assert frep.log.log_end_offset == 10  # acks=all: the follower has it
+            assert lrep.high_watermark == 10
+            await _wait("the follower's HW", lambda: frep.high_watermark == 10)
+            for rep in (frep, lrep):
+                assert _values(rep.log) == sent
+
+            # A follower whose log of the leader's epoch goes past where the leader's ends
+            # diverges there (and its state is not updated).
+            ans = await _call(urls[lid], "fetch", {
+                "topic": "t", "partition": 0, "replica_id": fid, "fetch_offset": 12,
+                "leader_epoch": lrep.registration.leader_epoch,
+                "last_fetched_epoch": lrep.registration.leader_epoch, "max_wait_ms": 0})
+            assert ans["diverging_epoch"] == [lrep.registration.leader_epoch, 10], ans
+            assert lrep.leader is not None
+            progress = lrep.leader.follower(BrokerId(fid))
+            assert progress is not None and progress.log_end_offset == 10
+            # Consumers see the HW; a non-leader redirects.
+            ans = await _call(urls[fid], "list_offsets", {"topic": "t", "partition": 0,
+                                                          "timestamp": -1})
+            assert ans["error"] == "NOT_LEADER_OR_FOLLOWER" and ans["leader_id"] == lid
+            ans = await _call(urls[lid], "list_offsets", {"topic": "t", "partition": 0,
+                                                          "timestamp": ts0 + 5})
+            assert ans["offset"] == 5
+        finally:
+            for r in reversed(runners):
+                await r.cleanup()
+
+    asyncio.run(go())
