@@ -114,7 +114,7 @@ async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> N
             if errors == 1 and isinstance(e, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
                 # A pooled keep-alive connection the leader had closed: retry at once.
                 log.debug("broker %d: %s: retrying on a new connection: %r (cause %r)",
-                         mgr.broker_id, rep.name, e, e.__cause__ or e.__context__)
+                          mgr.broker_id, rep.name, e, e.__cause__ or e.__context__)
                 continue
             if errors == 1 or errors % 50 == 0:
                 log.info("broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name,
