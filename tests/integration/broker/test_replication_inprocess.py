@@ -6,6 +6,7 @@ and a follower's fetch past the end of its last fetched epoch is answered with t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,36 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             ans = await _call(urls[lid], "list_offsets", {"topic": "t", "partition": 0,
                                                           "timestamp": ts0 + 5})
             assert ans["offset"] == 5
+
+            # ISR shrink by lag, by the leader (replica.lag.time.max.ms made short here: the
+            # controller knows no such topic config): the follower's fetches stop, the
+            # leader proposes the ISR without it, the controller commits it; acks=all is then
+            # refused below min.insync.replicas; the fetches resume and the leader adds
+            # the follower back.
+            assert lrep.leader is not None
+            lrep.leader.config = dataclasses.replace(lrep.leader.config,
+                                                     replica_lag_time_ms_max=300)
+            # The follower loses its way to the leader (its fetcher retries, unanswered).
+            fmgr: Any = mgrs[fid]
+            fmgr.leader_url = lambda broker_id: None
+            # A follower at the leader's LEO is in sync however long ago it fetched: the log
+            # must grow past it.
+            ans = await _call(urls[lid], "produce", {
+                "topic": "t", "partition": 0, "acks": 1, "timeout_ms": 5_000,
+                "batch": encode_batch([(None, b"acks1", ts0, ())])})
+            assert not ans.get("error"), ans
+            await _wait("the ISR shrunk by the leader", lambda: lrep.leader is not None
+                        and lrep.leader.isr == (lid,) and lrep.leader.pending is None)
+            ans = await _call(urls[lid], "produce", {
+                "topic": "t", "partition": 0, "acks": -1, "timeout_ms": 5_000,
+                "batch": encode_batch([(None, b"refused", ts0, ())])})
+            assert ans["error"] == "NOT_ENOUGH_REPLICAS", ans
+            assert lrep.high_watermark == 10  # KIP-966: no HW progress below min ISR
+            del fmgr.leader_url
+            await _wait("the follower back in the ISR", lambda: lrep.leader is not None
+                        and sorted(lrep.leader.isr) == sorted((lid, fid)))
+            await _wait("the HW past the acks=1 batch", lambda: lrep.high_watermark == 11)
+            assert _values(frep.log) == [*sent, b"acks1"]
         finally:
             for r in reversed(runners):
                 await r.cleanup()
