@@ -21,8 +21,8 @@ The HW of every replica is checkpointed (``high-watermark-checkpoint`` in the pa
 directory) every second when it moved and at shutdown, and read back, capped by the log end,
 when the log is opened.
 
-Not built yet: producer state snapshots (rebuilt from the log's headers at open), the
-producer expiry timer, reading from followers.
+Not built yet: producer state snapshots (rebuilt from the log's headers at open), reading
+from followers.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from metalog.controller import (
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, TopicId
 from storage import checkpoint
-from storage.batch import BatchHeader, iter_batches, verify_batch
+from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
 from storage.group_commit import GroupCommitter
 from storage.log import PartitionLog
@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.1
 HW_CHECKPOINT_INTERVAL_S = 1.0
+PRODUCER_EXPIRATION_CHECK_INTERVAL_S = 600.0
+"""Kafka's ``producer.id.expiration.check.interval.ms`` (10 minutes)."""
 HW_CHECKPOINT_NAME = "high-watermark-checkpoint"
 """In each partition's directory: the replica's HW (Kafka keeps one
 ``replication-offset-checkpoint`` per log dir)."""
@@ -411,12 +413,13 @@ class ReplicaManager:
                       batch: bytes) -> dict[str, Any]:
         rep, leader = self._leading(topic, partition)
         leader.check_append_or_raise(acks)
-        header = verify_batch(batch)
+        header = parse_header(batch)
         if header.size != len(batch):
             raise ReplicaError("CORRUPT_MESSAGE", "one whole batch per produce request")
         plan = rep.producers.check_and_plan(header)
         t = now_ms()
         if isinstance(plan, Duplicate):
+            verify_batch(batch)  # log.append checks the CRC of what it writes
             base, last = plan.base_offset, plan.last_offset
             duplicate = True
         else:
@@ -597,9 +600,13 @@ class ReplicaManager:
                 if r.high_watermark != r.hw_checkpointed]
 
     async def _tick(self) -> None:
-        last_checkpoint = time.monotonic()
+        last_checkpoint = last_expiry = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
+            if time.monotonic() - last_expiry >= PRODUCER_EXPIRATION_CHECK_INTERVAL_S:
+                last_expiry = time.monotonic()
+                for rep in list(self.replicas.values()):
+                    rep.producers.maybe_expire_producers(now_ms())
             if time.monotonic() - last_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
                 last_checkpoint = time.monotonic()
                 dirty = self._dirty_hws()
