@@ -21,8 +21,12 @@ The HW of every replica is checkpointed (``high-watermark-checkpoint`` in the pa
 directory) every second when it moved and at shutdown, and read back, capped by the log end,
 when the log is opened.
 
-Not built yet: producer state snapshots (rebuilt from the log's headers at open), reading
-from followers.
+Producer state is snapshotted at a clean shutdown (``producer-state.snapshot``, read and
+deleted at the next open, the headers after it replayed); without one it is rebuilt from
+every batch header of the log.
+
+Not built yet: snapshots at segment rolls (a crash means a full rebuild), reading from
+followers.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -70,6 +75,7 @@ HW_CHECKPOINT_INTERVAL_S = 1.0
 PRODUCER_EXPIRATION_CHECK_INTERVAL_S = 600.0
 """Kafka's ``producer.id.expiration.check.interval.ms`` (10 minutes)."""
 HW_CHECKPOINT_NAME = "high-watermark-checkpoint"
+PRODUCER_SNAPSHOT_NAME = "producer-state.snapshot"
 """In each partition's directory: the replica's HW (Kafka keeps one
 ``replication-offset-checkpoint`` per log dir)."""
 DEBUG_REPLICA_ID = -2
@@ -145,10 +151,11 @@ def log_config_for(configs: dict[str, str]) -> LogConfig:
     return LogConfig.from_kafka({k: v for k, v in configs.items() if k in known})
 
 
-def read_headers(plog: PartitionLog) -> list[BatchHeader]:
-    """Every batch header of the log, oldest first (for rebuilding producer state)."""
+def read_headers(plog: PartitionLog, start: int | None = None) -> list[BatchHeader]:
+    """Every batch header of the log from ``start`` (default: the log start), oldest first
+    (for rebuilding producer state)."""
     out: list[BatchHeader] = []
-    offset = plog.log_start_offset
+    offset = plog.log_start_offset if start is None else max(start, plog.log_start_offset)
     while offset < plog.log_end_offset:
         data = plog.read(offset, 1 << 20).data
         if not data:
@@ -157,6 +164,35 @@ def read_headers(plog: PartitionLog) -> list[BatchHeader]:
             out.append(h)
             offset = h.next_offset
     return out
+
+
+def load_producer_state(plog: PartitionLog, config: ProducerStateConfig) -> ProducerState:
+    """The producer state of an opened log: the snapshot a clean shutdown wrote plus the
+    headers after it, else rebuilt from every header. The snapshot is deleted once read: it
+    only describes the log as it was at that shutdown."""
+    path = os.path.join(plog.dir_path, PRODUCER_SNAPSHOT_NAME)
+    state: ProducerState | None = None
+    if plog.files.exists(path):
+        try:
+            state = ProducerState.from_snapshot(plog.files.read_file(path), config)
+            if not plog.log_start_offset <= state.end_offset <= plog.log_end_offset:
+                state = None
+        except (BrokerError, OSError) as e:
+            log.warning("%s: producer snapshot dropped: %s", plog.dir_path, e)
+        with contextlib.suppress(OSError):
+            plog.files.unlink(path)
+    if state is not None:
+        state.replay(read_headers(plog, state.end_offset))
+        return state
+    return ProducerState.rebuild(read_headers(plog), config=config,
+                                 log_start_offset=plog.log_start_offset, high_watermark=0)
+
+
+def save_producer_state(plog: PartitionLog, state: ProducerState) -> None:
+    if state.end_offset != plog.log_end_offset:
+        return
+    plog.files.write_file_atomic(os.path.join(plog.dir_path, PRODUCER_SNAPSHOT_NAME),
+                                 state.encode_snapshot())
 
 
 class ReplicaManager:
@@ -175,6 +211,7 @@ class ReplicaManager:
         self.image: MetadataImage | None = None
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._stopped = False
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
 
     # ------------------------------------------------------------------ lifecycle
@@ -183,6 +220,9 @@ class ReplicaManager:
         self._timer = asyncio.get_running_loop().create_task(self._tick(), name="replica-timer")
 
     async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -193,6 +233,11 @@ class ReplicaManager:
         await self.committer.close()
         self._checkpoint_hws(self._dirty_hws())
         for rep in self.replicas.values():
+            try:
+                save_producer_state(rep.log, rep.producers)
+            except OSError as e:
+                log.warning("broker %d: producer snapshot of %s: %s", self.broker_id,
+                            rep.name, e)
             with contextlib.suppress(Exception):
                 rep.log.close()
         self.replicas.clear()
@@ -238,9 +283,7 @@ class ReplicaManager:
         configs = image.configs.topic_configs(topic)
         path = self.data_dir / f"{topic}-{partition}"
         plog = PartitionLog.open(str(path), log_config_for(configs))
-        producers = ProducerState.rebuild(
-            read_headers(plog), config=ProducerStateConfig.from_kafka(configs),
-            log_start_offset=plog.log_start_offset, high_watermark=0)
+        producers = load_producer_state(plog, ProducerStateConfig.from_kafka(configs))
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
         saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
         if saved is not None:

@@ -19,7 +19,12 @@ from api.broker_app import build_broker
 from api.config import NodeConfig
 from api.controller_app import build_controller
 from api.localcluster import free_ports
-from broker.replica_manager import ReplicaManager
+from broker.producer_state import ProducerStateConfig
+from broker.replica_manager import (
+    PRODUCER_SNAPSHOT_NAME,
+    ReplicaManager,
+    load_producer_state,
+)
 from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 from metalog.records import BrokerId
@@ -161,6 +166,29 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
                         and sorted(lrep.leader.isr) == sorted((lid, fid)))
             await _wait("the HW past the acks=1 batch", lambda: lrep.high_watermark == 11)
             assert _values(frep.log) == [*sent, b"acks1"]
+
+            # A clean shutdown snapshots producer state; the next open loads it (and the
+            # headers after it) instead of rebuilding, and the result is the same.
+            ans = await _call(urls[lid], "produce", {
+                "topic": "t", "partition": 0, "acks": 1, "timeout_ms": 5_000,
+                "batch": encode_batch([(None, b"idem", ts0, ())], producer_id=77,
+                                      producer_epoch=3, base_sequence=0)})
+            assert not ans.get("error"), ans
+            ldir = lrep.log.dir_path
+            await mgrs[lid].stop()
+            snap = Path(ldir) / PRODUCER_SNAPSHOT_NAME
+            assert snap.exists()
+            plog = PartitionLog.open(ldir)
+            try:
+                loaded = load_producer_state(plog, ProducerStateConfig())
+                assert not snap.exists()
+                rebuilt = load_producer_state(plog, ProducerStateConfig())
+                entry = loaded.get(77)
+                assert entry is not None and entry.producer_epoch == 3
+                assert loaded.producers == rebuilt.producers
+                assert loaded.end_offset == rebuilt.end_offset == plog.log_end_offset
+            finally:
+                plog.close()
         finally:
             for r in reversed(runners):
                 await r.cleanup()
