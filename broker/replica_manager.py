@@ -273,10 +273,14 @@ class ReplicaManager:
         for key in [k for k in self.replicas if k not in wanted]:
             await self._delete(self.replicas[key])
         for key, (topic, reg) in sorted(wanted.items()):
-            rep = self.replicas.get(key)
-            if rep is None:
-                rep = self._open(topic, key[0], key[1], reg, image)
-            await self._apply_registration(rep, reg, image)
+            try:
+                rep = self.replicas.get(key)
+                if rep is None:
+                    rep = self._open(topic, key[0], key[1], reg, image)
+                await self._apply_registration(rep, reg, image)
+            except Exception:  # one bad partition (a disk error) must not stall the others
+                log.exception("broker %d: applying %s-%d at metadata offset %d failed",
+                              self.broker_id, topic, key[1], image.offset)
 
     def _open(self, topic: str, topic_id: TopicId, partition: int,
               reg: PartitionRegistration, image: MetadataImage) -> Replica:
