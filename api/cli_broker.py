@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from api.cli import main
-from api.cli_quorum import run_loop, setup_logging
+from api.cli_quorum import node_options, run_loop, setup_logging
 from api.config import ConfigError, load_config
 
 
@@ -15,11 +15,7 @@ def broker_group() -> None:
 
 
 @broker_group.command("start")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
-@click.option("--node-id", type=int, help="Overrides node_id (the broker id).")
-@click.option("--listen", help="HOST:PORT; overrides listen.")
-@click.option("--data-dir", help="Overrides data_dir.")
-@click.option("--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum.")
+@node_options
 @click.option("--rack", help="Overrides rack.")
 @click.option("--log-level", default="INFO", show_default=True)
 def broker_start(config_path: str | None, node_id: int | None, listen: str | None,

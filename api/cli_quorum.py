@@ -46,12 +46,23 @@ def controller_group() -> None:
     """Run a controller: a voter of the metadata quorum."""
 
 
+def node_options(f: Any) -> Any:
+    """The options every ``<role> start`` command takes: a TOML file and its overrides."""
+    for opt in reversed([
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="TOML file."),
+        click.option("--node-id", type=int, help="Overrides node_id."),
+        click.option("--listen", help="HOST:PORT; overrides listen."),
+        click.option("--data-dir", help="Overrides data_dir."),
+        click.option("--controller-quorum",
+                     help="ID@HOST:PORT,...; overrides controller_quorum."),
+    ]):
+        f = opt(f)
+    return f
+
+
 @controller_group.command("start")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
-@click.option("--node-id", type=int, help="Overrides node_id.")
-@click.option("--listen", help="HOST:PORT; overrides listen.")
-@click.option("--data-dir", help="Overrides data_dir.")
-@click.option("--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum.")
+@node_options
 @click.option("--join", is_flag=True,
               help="Join a running quorum: wait to be added with `longboat quorum add-voter`.")
 @click.option("--log-level", default="INFO", show_default=True)

@@ -33,6 +33,20 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def stop_processes(procs: dict[int, subprocess.Popen[bytes]], timeout_s: float = 10) -> None:
+    """SIGTERM each process (SIGCONT first: a paused one cannot handle it), wait, SIGKILL
+    whatever outlives ``timeout_s``; empties ``procs``."""
+    for key in list(procs):
+        p = procs.pop(key)
+        p.send_signal(signal.SIGCONT)
+        p.terminate()
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Quorum:
     """N controller processes; ``start(i)``, ``kill(i)``, ``status(i)``, ``metadata(i)``."""
 
@@ -76,14 +90,7 @@ class Quorum:
         p.wait(timeout=10)
 
     def stop_all(self) -> None:
-        for i in list(self.procs):
-            p = self.procs.pop(i)
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
     def get(self, i: int, path: str) -> Any:
         with urllib.request.urlopen(self.url(i) + path, timeout=2) as r:
@@ -167,15 +174,7 @@ class Brokers:
         return code
 
     def stop_all(self) -> None:
-        for b in list(self.procs):
-            p = self.procs.pop(b)
-            p.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
     def get(self, b: int, path: str) -> Any:
         with urllib.request.urlopen(self.url(b) + path, timeout=2) as r:
