@@ -29,7 +29,10 @@ def dump(path: str, records: bool, as_json: bool) -> None:
     from storage.dump import BatchInfo, format_batch, format_record, segment_files, walk_segment
 
     problems = 0
-    for seg_path in segment_files(path):
+    segments = segment_files(path)
+    if not segments:
+        raise click.ClickException(f"{path} holds no segment files (*.log)")
+    for seg_path in segments:
         if not as_json:
             click.echo(f"Dumping {seg_path}")
         for item in walk_segment(seg_path, records=records):
@@ -59,8 +62,13 @@ def verify(path: str) -> None:
     """Check every batch's header and CRC; exit 1 with file and byte position if any is bad."""
     from storage.dump import segment_files, verify_dir
 
-    count, problems = verify_dir(path)
     files = len(segment_files(path))
+    if files == 0:
+        # An empty answer would read as "clean": name the likely mistake instead.
+        raise click.ClickException(
+            f"{path} holds no segment files (*.log); point at a partition log directory, "
+            "e.g. DATA_DIR/<topic>-<partition> or DATA_DIR/__cluster_metadata-0/log")
+    count, problems = verify_dir(path)
     for p in problems:
         click.echo(str(p), err=True)
     if problems:

@@ -59,3 +59,11 @@ def test_demo_writes_a_log_that_verifies(tmp_path) -> None:
     assert "longboat log verify" in r.output
     r = CliRunner().invoke(main, ["log", "verify", str(tmp_path / "orders-0")])
     assert r.exit_code == 0, r.output
+
+
+def test_verify_and_dump_refuse_a_directory_without_segments(tmp_path) -> None:
+    (tmp_path / "quorum-state").write_bytes(b"x")  # a node dir, not a log dir
+    for cmd in (["log", "verify", str(tmp_path)], ["log", "dump", str(tmp_path)]):
+        res = CliRunner().invoke(main, cmd)
+        assert res.exit_code == 1, res.output
+        assert "holds no segment files" in res.output
