@@ -19,9 +19,7 @@ moves away before the broker is fenced) and returns.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -32,6 +30,7 @@ from aiohttp import web
 from api.config import NodeConfig
 from api.controller_app import image_summary
 from api.errors import error_middleware
+from api.signals import wait_for_stop_signal
 from broker.data_routes import add_data_routes
 from broker.lifecycle import BrokerLifecycle, LifecycleConfig
 from broker.metadata_follower import MetadataFollower
@@ -134,11 +133,7 @@ async def serve_broker(config: NodeConfig) -> bool:
         raise
     log.info("broker %d listening on %s", config.node_id, config.url)
     await srv.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     log.info("broker %d: controlled shutdown", config.node_id)
     await srv.lifecycle.shutdown()
     outcome = srv.lifecycle.shutdown_clean

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from aiohttp import web
 
 from api.config import NodeConfig
 from api.errors import error_middleware
+from api.signals import wait_for_stop_signal
 from metalog import wire
 from metalog.controller import MetadataError, NotControllerError, QuorumController
 from metalog.image import MetadataImage
@@ -151,32 +151,31 @@ def save_peers(data_dir: Path, peers: dict[int, str]) -> None:
 
 
 async def handle_peers(request: web.Request) -> web.Response:
-    svc = request.app[SERVICE_KEY]
     body = await request.json()
     try:
         node_id, url = int(body["node_id"]), str(body["url"]).rstrip("/")
     except (KeyError, TypeError, ValueError):
         return _json({"error_code": 400, "message": "need node_id and url"}, 400)
-    data_dir = request.app[DATA_DIR_KEY]
-    peers = load_peers(data_dir)
-    peers[node_id] = url
-    await asyncio.to_thread(save_peers, data_dir, peers)
-    if node_id != svc.node.id:
-        svc.node.addresses[node_id] = url
-        svc.node.transport.set_peer(node_id, url)
+    await _learn_peer(request.app, node_id, url)
     return _json({"node_id": node_id, "url": url})
 
 
-async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
-    """Every current member (and this node, persistently) learns ``node_id``'s address."""
-    svc = app[SERVICE_KEY]
-    node = svc.node
+async def _learn_peer(app: web.Application, node_id: int, url: str) -> None:
+    """This node learns ``node_id``'s address: persisted, then handed to the transport."""
     data_dir = app[DATA_DIR_KEY]
     peers = load_peers(data_dir)
     peers[node_id] = url
     await asyncio.to_thread(save_peers, data_dir, peers)
-    node.addresses[node_id] = url
-    node.transport.set_peer(node_id, url)
+    node = app[SERVICE_KEY].node
+    if node_id != node.id:
+        node.addresses[node_id] = url
+        node.transport.set_peer(node_id, url)
+
+
+async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
+    """Every current member (and this node, persistently) learns ``node_id``'s address."""
+    node = app[SERVICE_KEY].node
+    await _learn_peer(app, node_id, url)
     st = node.status()
     members = set(st.voters) | set(st.observers)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
@@ -284,10 +283,6 @@ async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     await site.start()
     log.info("controller %d listening on %s", config.node_id, config.url)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     log.info("controller %d stopping", config.node_id)
     await runner.cleanup()

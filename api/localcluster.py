@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,25 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout_s: float, *,
+             interval_s: float = 0.2, context: Callable[[], str] | None = None) -> Any:
+    """Poll ``cond`` until it returns something truthy (returned) or ``timeout_s`` passes
+    (AssertionError naming ``what``, the last value, and ``context()`` such as log tails).
+    An ``OSError`` from ``cond`` (a process not listening yet) counts as not yet."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+        except OSError as e:
+            last = e
+        if last:
+            return last
+        time.sleep(interval_s)
+    extra = f"\n{context()}" if context is not None else ""
+    raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r}){extra}")
 
 
 def stop_processes(procs: dict[int, subprocess.Popen[bytes]], timeout_s: float = 10) -> None:

@@ -94,15 +94,17 @@ class FileLayer(abc.ABC):
     @abc.abstractmethod
     def unlink(self, path: str) -> None: ...
 
-    @abc.abstractmethod
-    def listdir(self, path: str) -> list[str]: ...
+    # Names and directories themselves are never lost by a layer (a lazy one loses data,
+    # not directory entries), so these three are the operating system's for every layer.
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
 
-    @abc.abstractmethod
-    def exists(self, path: str) -> bool: ...
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
 
-    @abc.abstractmethod
     def mkdir(self, path: str) -> None:
         """Create ``path`` and missing parents; no error when it exists."""
+        os.makedirs(path, exist_ok=True)
 
     @abc.abstractmethod
     def fsync_dir(self, path: str) -> None:
@@ -211,15 +213,6 @@ class RealFileLayer(FileLayer):
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
-
-    def listdir(self, path: str) -> list[str]:
-        return os.listdir(path)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def mkdir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -416,15 +409,6 @@ class LazyFileLayer(FileLayer):
         with self._lock:
             os.unlink(path)
             self._detach(path)
-
-    def listdir(self, path: str) -> list[str]:
-        return os.listdir(path)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def mkdir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
 
     def fsync_dir(self, path: str) -> None:
         with self._lock:

@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,24 +45,16 @@ import msgpack
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from api.localcluster import free_ports  # noqa: E402  (needs ROOT on sys.path)
+
 PAYLOAD_BYTES = 100
 LIGHT_CONCURRENCY = 4
 
 
 def progress(*args: object) -> None:
     print("[raft bench]", *args, file=sys.stderr, flush=True)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def ensure_pysyncobj() -> None:

@@ -133,6 +133,7 @@ from tests.sim.raft_sim import (
     Simulation,
     SimulationFailure,
     _Event,
+    run_guarded,
 )
 
 MS_PER_UNIT = 10
@@ -1063,17 +1064,7 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False,
     whose message ends with the one reproduction line. ``faults`` replaces the seed's drawn
     fault mix (``FAULT_KINDS`` of raft_sim plus ``transfer_storm``)."""
     sim = MetadataSimulation(seed, steps, verbose=verbose, faults=faults)
-    try:
-        return sim.run()
-    except SimulationFailure:
-        raise
-    except Exception as e:
-        import traceback
-
-        tb = "".join(traceback.format_exception(e)[-12:])
-        raise SimulationFailure(
-            f"seed {seed} t={sim.now_ms} ms: {type(e).__name__}: {e}\n{tb}", sim.repro()
-        ) from e
+    return run_guarded(sim, seed, lambda: f"t={sim.now_ms} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -782,8 +782,15 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False) -> di
     """Run one seed; any failure (a broken property, or an exception such as a core
     ``InvariantError``) is raised as ``SimulationFailure`` carrying the reproduction line."""
     sim = Simulation(seed, steps, verbose=verbose)
+    return run_guarded(sim, seed, lambda: f"t={sim.now}")
+
+
+def run_guarded(sim: Any, seed: int, when: Callable[[], str]) -> dict[str, Any]:
+    """``sim.run()``, with any exception that is not already a ``SimulationFailure`` (an
+    ``InvariantError`` from a core, say) turned into one carrying ``sim.repro()``."""
     try:
-        return sim.run()
+        result: dict[str, Any] = sim.run()
+        return result
     except SimulationFailure:
         raise
     except Exception as e:
@@ -791,5 +798,5 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False) -> di
 
         tb = "".join(traceback.format_exception(e)[-12:])
         raise SimulationFailure(
-            f"seed {seed} t={sim.now}: {type(e).__name__}: {e}\n{tb}", sim.repro()
+            f"seed {seed} {when()}: {type(e).__name__}: {e}\n{tb}", sim.repro()
         ) from e

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum
+from api.localcluster import Brokers, Quorum, wait_for
 from metalog.controller import CreateTopic, UnregisterBroker
 
 pytestmark = pytest.mark.slow
@@ -49,17 +49,7 @@ class Cluster:
         asyncio.run(go())
 
     def wait_for(self, what: str, cond: Any, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = cond()
-            except OSError as e:
-                last = e
-            if last:
-                return last
-            time.sleep(0.2)
-        raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})")
+        return wait_for(what, cond, timeout_s)
 
 
 @pytest.fixture(scope="module")

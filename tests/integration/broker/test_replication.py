@@ -23,7 +23,7 @@ import msgpack
 import pytest
 
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum
+from api.localcluster import Brokers, Quorum, wait_for
 from metalog.controller import CreateTopic, DeleteTopic
 from storage.batch import decode_records, encode_batch, iter_batches
 
@@ -77,19 +77,8 @@ class Cluster:
                 offset = h.next_offset
 
     def wait_for(self, what: str, cond: Any, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = cond()
-            except OSError as e:
-                last = e
-            if last:
-                return last
-            time.sleep(0.2)
-        tails = "\n".join(f"--- broker {b}\n{self.brokers.log_tail(b, 15)}"
-                          for b in self.brokers.ids)
-        raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})\n{tails}")
+        return wait_for(what, cond, timeout_s, context=lambda: "\n".join(
+            f"--- broker {b}\n{self.brokers.log_tail(b, 15)}" for b in self.brokers.ids))
 
 
 @pytest.fixture(scope="module")

@@ -4,30 +4,18 @@ and data directory: what the integration tests drive."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from api.localcluster import free_ports
 from raft.aio.node import RaftNode, RaftNodeConfig
 from raft.types import Entry, EntryKind, Role
 from storage.fileio import FileLayer
 
 TICK_MS = 20
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Cluster:

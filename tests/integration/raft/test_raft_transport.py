@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 from aiohttp import web
 
+from api.localcluster import free_ports
 from raft.aio.quorum_state import (
     CorruptQuorumStateError,
     HardState,
@@ -17,9 +17,7 @@ from raft.aio.transport import RaftTransport
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 async def start_app(app: web.Application, port: int) -> web.AppRunner:
