@@ -2,6 +2,8 @@
 # The whole check: lint, types, import-layer contracts, then every test.
 # Usage: ./scripts/test.sh [pytest args...]
 set -euo pipefail
+# The Spark data source tests need pyspark + pyarrow; the benchmarks' peer clients are small.
+export LONGBOAT_EXTRAS="${LONGBOAT_EXTRAS:-dev,spark,bench}"
 source "$(dirname "$0")/_env.sh"
 
 echo "==> ruff" >&2
