@@ -1,0 +1,65 @@
+"""The source address of a node's outgoing connections.
+
+A node listening on its own loopback address (``127.0.0.2``, ``127.0.0.3``, ...) must also
+*send* from it: otherwise the kernel picks ``127.0.0.1`` as the source of every connection on
+``lo``, and firewall rules between loopback addresses (the fault-injection suite's partitions,
+nftables ``ip saddr A ip daddr B drop``) cannot tell which node is talking.
+
+The node's entry point calls `set_source_host` once with its configured listen host; every
+place that opens an ``aiohttp.ClientSession`` to other nodes passes ``connector=connector()``.
+Only a specific loopback address other than 127.0.0.1 is bound: binding ``0.0.0.0``, a name,
+or a routable address would gain nothing here and could fail (a remote peer is not reachable
+from ``127.0.0.N``), and 127.0.0.1 is what the kernel picks anyway.
+
+Clients that want the same (the fault-injection harness's clients on 127.0.0.100+) pass their
+host explicitly: ``connector(host="127.0.0.101")``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import aiohttp
+
+_source_host: str | None = None
+
+
+def bindable(host: str | None) -> str | None:
+    """``host`` if outgoing sockets should bind it: a loopback IPv4 address but 127.0.0.1."""
+    if not host:
+        return None
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name such as "localhost": leave the choice to the kernel
+    if addr.version != 4 or not addr.is_loopback or str(addr) == "127.0.0.1":
+        return None
+    return str(addr)
+
+
+def set_source_host(host: str | None) -> None:
+    """Process-wide: bind outgoing node-to-node connections to ``host`` where `bindable`."""
+    global _source_host
+    _source_host = bindable(host)
+
+
+def source_host() -> str | None:
+    return _source_host
+
+
+def local_addr(host: str | None = None) -> tuple[str, int] | None:
+    """``(host, 0)`` for ``TCPConnector(local_addr=...)`` / ``open_connection``, or None."""
+    h = bindable(host) if host is not None else _source_host
+    return (h, 0) if h is not None else None
+
+
+def connector(host: str | None = None, **kwargs: Any) -> aiohttp.TCPConnector | None:
+    """A ``TCPConnector`` (with ``kwargs``) whose sockets bind the source host, if any; None
+    (the session builds its default connector, as without this module) when there is nothing
+    to bind and no ``kwargs``. Call it where the session is made: inside the event loop.
+    """
+    addr = local_addr(host)
+    if addr is not None:
+        kwargs["local_addr"] = addr
+    return aiohttp.TCPConnector(**kwargs) if kwargs else None
