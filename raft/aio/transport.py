@@ -42,6 +42,8 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
+from raft.aio import netbind
+
 log = logging.getLogger(__name__)
 
 ROUTE = "/internal/raft/v1/messages"
@@ -181,7 +183,7 @@ class RaftTransport:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit_per_host=2, keepalive_timeout=60),
+                connector=netbind.connector(limit_per_host=2, keepalive_timeout=60),
             )
         return self._session
 
