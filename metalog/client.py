@@ -24,6 +24,7 @@ import msgpack
 
 from metalog import wire
 from metalog.controller import MetadataError
+from raft.aio import netbind
 
 MSGPACK = "application/x-msgpack"
 
@@ -106,7 +107,8 @@ class ControllerClient:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5),
+                                                  connector=netbind.connector())
         return self._session
 
     async def execute(self, command: Any) -> Any:
