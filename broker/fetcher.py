@@ -24,6 +24,7 @@ import aiohttp
 import msgpack
 
 from broker.replica_state import FollowerState, TruncationStep
+from raft.aio import netbind
 
 if TYPE_CHECKING:
     from broker.replica_manager import Replica, ReplicaManager
@@ -61,7 +62,7 @@ def _session(mgr: ReplicaManager) -> aiohttp.ClientSession:
     s = mgr.fetch_session
     if s is None or s.closed:
         s = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-            total=FETCH_MAX_WAIT_MS / 1000 + 5))
+            total=FETCH_MAX_WAIT_MS / 1000 + 5), connector=netbind.connector())
         mgr.fetch_session = s
     assert isinstance(s, aiohttp.ClientSession)
     return s
