@@ -48,6 +48,7 @@ from metalog import wire
 from metalog.controller import MetadataError, NotControllerError, QuorumController
 from metalog.image import MetadataImage
 from metalog.service import ControllerService, error_to_wire
+from raft.aio import netbind
 from raft.aio.node import RaftNodeConfig
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,8 @@ async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
     await _learn_peer(app, node_id, url)
     st = node.status()
     members = set(st.voters) | set(st.observers)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5),
+                                     connector=netbind.connector()) as http:
         for m in members - {int(node.id), node_id}:
             murl = node.addresses.get(m)
             if murl is None:
