@@ -32,7 +32,9 @@ def broker_start(config_path: str | None, node_id: int | None, listen: str | Non
         raise click.UsageError(str(e)) from None
     setup_logging(f"broker-{cfg.node_id}", log_level)
     from api.broker_app import serve_broker
+    from raft.aio.netbind import set_source_host
 
+    set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
     try:
         run_loop(serve_broker(cfg))
     except OSError as e:  # the port is taken, or the address is not ours

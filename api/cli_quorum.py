@@ -79,7 +79,9 @@ def controller_start(config_path: str | None, node_id: int | None, listen: str |
         raise click.UsageError(str(e)) from None
     setup_logging(f"controller-{cfg.node_id}", log_level)
     from api.controller_app import serve_controller
+    from raft.aio.netbind import set_source_host
 
+    set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
     run_loop(serve_controller(cfg, join=join))
 
 
