@@ -16,6 +16,13 @@ a refusal is ``{"error": <Kafka error name>, "message": ..., "leader_id": ...}``
   -> {offset}
 
 ``GET /internal/broker/v1/replicas`` (JSON) describes every local replica.
+
+``produce``, consumer ``fetch`` (``replica_id`` -1) and ``list_offsets`` go through the
+``PartitionRouter``: a broker that does not lead the partition forwards the request to the
+leader (retrying through a leader change within the request's time budget). A body with
+``forwarded: true`` came from another broker's router and is answered locally or refused, so
+a request is forwarded at most once. Followers' fetches and OffsetsForLeaderEpoch are never
+forwarded: they are addressed to one replica on purpose.
 """
 
 from __future__ import annotations
@@ -31,28 +38,23 @@ from aiohttp import web
 from broker.errors import BrokerError
 from broker.fetcher import MSGPACK
 from broker.replica_manager import ReplicaError, ReplicaManager, error_code
+from broker.router import STORAGE_CODES, PartitionRouter
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
 REPLICAS_KEY: web.AppKey[ReplicaManager] = web.AppKey("replicas", ReplicaManager)
-
-_STORAGE_CODES = {
-    "OffsetOutOfRangeError": "OFFSET_OUT_OF_RANGE",
-    "CorruptRecordError": "CORRUPT_MESSAGE",
-    "RecordTooLargeError": "MESSAGE_TOO_LARGE",
-    "InvalidRecordError": "INVALID_RECORD",
-}
+ROUTER_KEY: web.AppKey[PartitionRouter] = web.AppKey("router", PartitionRouter)
 
 
 def _pack(data: dict[str, Any]) -> web.Response:
     return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK)
 
 
-def _handler(fn: Callable[[ReplicaManager, dict[str, Any]], Awaitable[dict[str, Any]]]
+def _handler(fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str, Any]]]
              ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
-        mgr = request.app[REPLICAS_KEY]
+        mgr = request.app[ROUTER_KEY]
         try:
             body = msgpack.unpackb(await request.read(), raw=False)
             if not isinstance(body, dict):
@@ -63,7 +65,7 @@ def _handler(fn: Callable[[ReplicaManager, dict[str, Any]], Awaitable[dict[str, 
         except BrokerError as e:
             return _pack({"error": error_code(e), "message": str(e), "leader_id": -1})
         except StorageError as e:
-            code = _STORAGE_CODES.get(type(e).__name__, "KAFKA_STORAGE_ERROR")
+            code = STORAGE_CODES.get(type(e).__name__, "KAFKA_STORAGE_ERROR")
             return _pack({"error": code, "message": str(e), "leader_id": -1})
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
             return _pack({"error": "INVALID_REQUEST", "message": repr(e), "leader_id": -1})
@@ -71,13 +73,23 @@ def _handler(fn: Callable[[ReplicaManager, dict[str, Any]], Awaitable[dict[str, 
     return handle
 
 
-async def _produce(mgr: ReplicaManager, b: dict[str, Any]) -> dict[str, Any]:
-    return await mgr.produce(str(b["topic"]), int(b["partition"]), int(b.get("acks", -1)),
-                             int(b.get("timeout_ms", 30_000)), bytes(b["batch"]))
+async def _produce(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    return await router.produce(str(b["topic"]), int(b["partition"]), int(b.get("acks", -1)),
+                                int(b.get("timeout_ms", 30_000)), bytes(b["batch"]),
+                                forwarded=bool(b.get("forwarded", False)))
 
 
-async def _fetch(mgr: ReplicaManager, b: dict[str, Any]) -> dict[str, Any]:
-    return await mgr.fetch(
+async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    replica_id = int(b.get("replica_id", -1))
+    if replica_id == -1:
+        max_wait_ms = int(b.get("max_wait_ms", 0))
+        return await router.fetch(
+            str(b["topic"]), int(b["partition"]), int(b["fetch_offset"]),
+            max_bytes=int(b.get("max_bytes", 1 << 20)), max_wait_ms=max_wait_ms,
+            min_bytes=int(b.get("min_bytes", 1)),
+            timeout_ms=int(b.get("timeout_ms", max(max_wait_ms, 30_000))),
+            forwarded=bool(b.get("forwarded", False)))
+    return await router.mgr.fetch(
         topic=str(b["topic"]), partition=int(b["partition"]),
         replica_id=int(b.get("replica_id", -1)), fetch_offset=int(b["fetch_offset"]),
         leader_epoch=int(b.get("leader_epoch", -1)),
@@ -87,13 +99,16 @@ async def _fetch(mgr: ReplicaManager, b: dict[str, Any]) -> dict[str, Any]:
         broker_epoch=int(b.get("broker_epoch", -1)))
 
 
-async def _offsets_for_leader_epoch(mgr: ReplicaManager, b: dict[str, Any]) -> dict[str, Any]:
-    return mgr.offsets_for_leader_epoch(str(b["topic"]), int(b["partition"]),
+async def _offsets_for_leader_epoch(router: PartitionRouter,
+                                    b: dict[str, Any]) -> dict[str, Any]:
+    return router.mgr.offsets_for_leader_epoch(str(b["topic"]), int(b["partition"]),
                                         int(b.get("current_leader_epoch", -1)), int(b["epoch"]))
 
 
-async def _list_offsets(mgr: ReplicaManager, b: dict[str, Any]) -> dict[str, Any]:
-    return mgr.list_offsets(str(b["topic"]), int(b["partition"]), int(b["timestamp"]))
+async def _list_offsets(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    return await router.list_offsets(str(b["topic"]), int(b["partition"]), int(b["timestamp"]),
+                                     timeout_ms=int(b.get("timeout_ms", 10_000)),
+                                     forwarded=bool(b.get("forwarded", False)))
 
 
 async def _replicas(request: web.Request) -> web.Response:
@@ -101,11 +116,20 @@ async def _replicas(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(mgr.describe()), content_type="application/json")
 
 
-def add_data_routes(app: web.Application, mgr: ReplicaManager) -> None:
+def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRouter:
+    """Register the internal routes; the router (``app[ROUTER_KEY]``) is closed with the app."""
+    router = PartitionRouter(mgr)
     app[REPLICAS_KEY] = mgr
+    app[ROUTER_KEY] = router
+
+    async def close_router(app: web.Application) -> None:
+        await router.close()
+
+    app.on_cleanup.append(close_router)
     p = "/internal/broker/v1"
     app.router.add_post(f"{p}/produce", _handler(_produce))
     app.router.add_post(f"{p}/fetch", _handler(_fetch))
     app.router.add_post(f"{p}/offsets_for_leader_epoch", _handler(_offsets_for_leader_epoch))
     app.router.add_post(f"{p}/list_offsets", _handler(_list_offsets))
     app.router.add_get(f"{p}/replicas", _replicas)
+    return router

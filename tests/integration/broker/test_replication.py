@@ -119,8 +119,10 @@ def test_replicate_fail_over_and_rejoin(cluster: Cluster) -> None:
 
     leader = c.wait_for("a leader with ISR of 3", leader_with_full_isr, 30)
     followers = [b for b in ids if b != leader]
-    # A follower does not serve producers: it names the leader.
-    ans = c.produce(followers[0], b"nope")
+    # A follower does not serve a produce another broker forwarded: it names the leader.
+    ans = c.call(followers[0], "produce", {
+        "topic": TOPIC, "partition": 0, "acks": -1, "timeout_ms": 10_000, "forwarded": True,
+        "batch": encode_batch([(None, b"nope", int(time.time() * 1000), ())])})
     assert ans["error"] == "NOT_LEADER_OR_FOLLOWER" and ans["leader_id"] == leader
 
     acked: list[bytes | None] = []

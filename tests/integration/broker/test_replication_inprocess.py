@@ -129,9 +129,13 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             assert lrep.leader is not None
             progress = lrep.leader.follower(BrokerId(fid))
             assert progress is not None and progress.log_end_offset == 10
-            # Consumers see the HW; a non-leader redirects.
+            # Consumers see the HW; a non-leader forwards to the leader, and refuses (naming
+            # the leader) a request another broker already forwarded.
             ans = await _call(urls[fid], "list_offsets", {"topic": "t", "partition": 0,
                                                           "timestamp": -1})
+            assert ans["offset"] == 10, ans
+            ans = await _call(urls[fid], "list_offsets", {"topic": "t", "partition": 0,
+                                                          "timestamp": -1, "forwarded": True})
             assert ans["error"] == "NOT_LEADER_OR_FOLLOWER" and ans["leader_id"] == lid
             ans = await _call(urls[lid], "list_offsets", {"topic": "t", "partition": 0,
                                                           "timestamp": ts0 + 5})
