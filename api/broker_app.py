@@ -12,6 +12,8 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
 * ``POST /internal/broker/v1/{produce,fetch,offsets_for_leader_epoch,list_offsets}``
   (msgpack) and ``GET /internal/broker/v1/replicas``: the data path of the partition
   replicas this broker hosts (``broker.data_routes``, ``broker.replica_manager``).
+* ``POST /internal/broker/v1/init_producer_id``: a producer id for an idempotent producer
+  (``broker.producer_ids``).
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns.
@@ -34,6 +36,7 @@ from api.signals import wait_for_stop_signal
 from broker.data_routes import add_data_routes
 from broker.lifecycle import BrokerLifecycle, LifecycleConfig
 from broker.metadata_follower import MetadataFollower
+from broker.producer_ids import ProducerIdManager, add_producer_id_routes
 from broker.replica_manager import ReplicaManager
 from metalog.records import Endpoint
 
@@ -106,6 +109,8 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
     add_data_routes(app, replicas)
+    add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
+                                                  replicas.controller))
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:

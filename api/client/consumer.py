@@ -1,0 +1,323 @@
+"""``AsyncConsumer`` without groups: assign partitions, seek, poll.
+
+Kafka's consumer with manual assignment (``assign``), minus groups (those come with the
+consumer groups issue). For each assigned partition with a position, one fetch is in flight
+to the partition's leader at a time (``fetch`` route: long-polls up to ``max_wait_ms`` for
+``fetch_min_bytes``, answers only records below the high watermark); its answer is decoded
+and buffered until ``poll`` hands it out. So while the application processes one poll's
+records, the next ones are already on their way (Kafka's fetch prefetching).
+
+Positions: ``seek`` sets one; a partition assigned without one starts at
+``auto_offset_reset`` ("earliest", "latest"; "none" raises ``NoOffsetError``), and so does a
+position that fell out of the log (``OFFSET_OUT_OF_RANGE``, e.g. deleted by retention).
+A fetch answered after a ``seek`` is dropped, so ``poll`` never returns records from before
+the seek.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.client.errors import ClientError
+from api.client.transport import MetadataCache, Transport, normalize_bootstrap
+from api.client.types import CREATE_TIME, EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from storage.batch import decode_records, iter_batches
+
+log = logging.getLogger(__name__)
+
+RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+
+class NoOffsetError(ClientError):
+    def __init__(self, tp: TopicPartition, why: str) -> None:
+        super().__init__("OFFSET_OUT_OF_RANGE", f"{tp}: {why} and auto_offset_reset='none'")
+        self.tp = tp
+
+
+@dataclass(eq=False)
+class _Fetched:
+    fetch_offset: int
+    records: list[ConsumerRecord]
+    next_offset: int
+    high_watermark: int
+
+
+@dataclass(eq=False)
+class _PartitionState:
+    position: int | None = None
+    task: asyncio.Task[None] | None = None
+    buffer: _Fetched | None = None
+    error: ClientError | None = None
+    high_watermark: int = -1
+
+
+class AsyncConsumer:
+    def __init__(self, bootstrap: str | Sequence[str], *, fetch_max_bytes: int = 1 << 20,
+                 fetch_min_bytes: int = 1, max_wait_ms: int = 500,
+                 auto_offset_reset: str = "latest", max_poll_records: int | None = None,
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
+                 check_crcs: bool = True) -> None:
+        if auto_offset_reset not in RESETS:
+            raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        self.fetch_max_bytes = fetch_max_bytes
+        self.fetch_min_bytes = fetch_min_bytes
+        self.max_wait_ms = max_wait_ms
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = max_poll_records
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.check_crcs = check_crcs
+        self.transport = Transport(request_timeout_s=self.request_timeout_s)
+        self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
+        self._parts: dict[TopicPartition, _PartitionState] = {}
+        self._arrived = asyncio.Event()
+        self._closed = False
+
+    async def start(self) -> None:
+        await self.metadata.refresh(timeout_s=self.request_timeout_s)
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for st in self._parts.values():
+            await self._cancel(st)
+        await self.transport.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Replace the assignment. Positions of partitions that stay are kept."""
+        new = [TopicPartition(*tp) for tp in partitions]
+        for tp in list(self._parts):
+            if tp not in new:
+                st = self._parts.pop(tp)
+                if st.task is not None:
+                    st.task.cancel()
+        for tp in new:
+            self._parts.setdefault(tp, _PartitionState())
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._parts)
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
+        return sorted(parts)
+
+    async def topics(self) -> list[str]:
+        md = await self.metadata.refresh()
+        return sorted(md.topics)
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        st = self._parts.get(TopicPartition(*tp))
+        if st is None:
+            raise ClientError("ILLEGAL_STATE", f"{tp} is not assigned")
+        return st
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        st = self._state(tp)
+        st.position = offset
+        st.buffer = None
+        st.error = None
+        if st.task is not None:
+            st.task.cancel()
+            st.task = None
+
+    async def position(self, tp: TopicPartition) -> int:
+        st = self._state(tp)
+        if st.position is None:
+            await self._reset(TopicPartition(*tp), st, "no position")
+        assert st.position is not None
+        return st.position
+
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp, off in (await self.beginning_offsets(tps or list(self._parts))).items():
+            self.seek(tp, off)
+
+    async def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp, off in (await self.end_offsets(tps or list(self._parts))).items():
+            self.seek(tp, off)
+
+    async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._list_offsets({TopicPartition(*tp): EARLIEST for tp in tps})
+
+    async def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: the offset the next committed record gets."""
+        return await self._list_offsets({TopicPartition(*tp): LATEST for tp in tps})
+
+    async def offsets_for_times(self, times: dict[TopicPartition, int]
+                                ) -> dict[TopicPartition, int | None]:
+        """The first offset whose timestamp is >= the given one, or None past the end."""
+        got = await self._list_offsets({TopicPartition(*tp): ts for tp, ts in times.items()})
+        return {tp: (off if off >= 0 else None) for tp, off in got.items()}
+
+    async def _list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        results = await asyncio.gather(*(self._list_offset(tp, ts) for tp, ts in wanted.items()))
+        return dict(zip(wanted, results, strict=True))
+
+    async def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
+        deadline = time.monotonic() + self.request_timeout_s
+        attempt = 0
+        while True:
+            try:
+                url = await self.metadata.leader_url(tp.topic, tp.partition,
+                                                     timeout_s=self.request_timeout_s)
+                ans = await self.transport.call(url, "list_offsets",
+                                                {"topic": tp.topic, "partition": tp.partition,
+                                                 "timestamp": timestamp})
+                return int(ans["offset"])
+            except ClientError as e:
+                attempt += 1
+                if not e.retriable or time.monotonic() >= deadline:
+                    raise
+                if e.refresh_metadata:
+                    with contextlib.suppress(ClientError):
+                        await self.metadata.refresh()
+                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0))
+
+    # ------------------------------------------------------------------ polling
+
+    async def _reset(self, tp: TopicPartition, st: _PartitionState, why: str) -> None:
+        ts = RESETS[self.auto_offset_reset]
+        if ts is None:
+            raise NoOffsetError(tp, why)
+        st.position = await self._list_offset(tp, ts)
+        st.buffer = None
+
+    async def _cancel(self, st: _PartitionState) -> None:
+        if st.task is not None:
+            st.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await st.task
+            st.task = None
+
+    def _start_fetch(self, tp: TopicPartition, st: _PartitionState) -> None:
+        if st.task is None or st.task.done():
+            st.task = asyncio.get_running_loop().create_task(self._fetch(tp, st),
+                                                             name=f"fetch-{tp}")
+
+    async def _fetch(self, tp: TopicPartition, st: _PartitionState) -> None:
+        attempt = 0
+        while not self._closed:
+            offset = st.position
+            if offset is None:
+                try:
+                    await self._reset(tp, st, "no position")
+                except ClientError as e:
+                    st.error = e
+                    self._arrived.set()
+                    return
+                continue
+            try:
+                url = await self.metadata.leader_url(tp.topic, tp.partition,
+                                                     timeout_s=self.request_timeout_s)
+                ans = await self.transport.call(
+                    url, "fetch",
+                    {"topic": tp.topic, "partition": tp.partition, "replica_id": -1,
+                     "fetch_offset": offset, "max_bytes": self.fetch_max_bytes,
+                     "max_wait_ms": self.max_wait_ms, "min_bytes": self.fetch_min_bytes},
+                    timeout_s=self.request_timeout_s + self.max_wait_ms / 1000)
+            except ClientError as e:
+                if e.code == "OFFSET_OUT_OF_RANGE":
+                    try:
+                        await self._reset(tp, st, f"offset {offset} is out of range")
+                    except ClientError as e2:
+                        st.error = e2
+                        self._arrived.set()
+                        return
+                    continue
+                if not e.retriable:
+                    st.error = e
+                    self._arrived.set()
+                    return
+                attempt += 1
+                if e.refresh_metadata:
+                    with contextlib.suppress(ClientError):
+                        await self.metadata.refresh()
+                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0))
+                continue
+            attempt = 0
+            if st.position != offset:
+                continue  # a seek happened while we fetched
+            fetched = self._decode(tp, offset, ans)
+            st.high_watermark = fetched.high_watermark
+            if fetched.records or fetched.next_offset > offset:
+                st.buffer = fetched
+                self._arrived.set()
+                return
+            # Nothing new within max_wait_ms: ask again (poll's own timeout decides when to
+            # give up waiting).
+
+    def _decode(self, tp: TopicPartition, offset: int, ans: dict[str, Any]) -> _Fetched:
+        data: bytes = ans.get("records") or b""
+        out: list[ConsumerRecord] = []
+        next_offset = offset
+        mv = memoryview(data)
+        for pos, h in iter_batches(mv, verify=self.check_crcs):
+            next_offset = max(next_offset, h.next_offset)
+            if h.next_offset <= offset or h.is_control:
+                continue
+            for r in decode_records(mv[pos:pos + h.size], verify=False):
+                if r.offset >= offset:
+                    out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp,
+                                              CREATE_TIME, r.key, r.value, r.headers))
+        return _Fetched(offset, out, next_offset, int(ans.get("high_watermark", -1)))
+
+    async def poll(self, timeout_ms: int = 1000, max_records: int | None = None
+                   ) -> list[ConsumerRecord]:
+        """Records of the assigned partitions, in offset order within each partition; an
+        empty list if none arrived within ``timeout_ms``."""
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            out: list[ConsumerRecord] = []
+            for tp, st in self._parts.items():
+                if st.error is not None:
+                    err, st.error = st.error, None
+                    raise err
+                if st.buffer is not None:
+                    room = None if limit is None else limit - len(out)
+                    if room is not None and room <= 0:
+                        break
+                    self._take(st, out, room)
+                if st.buffer is None:
+                    self._start_fetch(tp, st)
+            if out or self._closed:
+                return out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return out
+            self._arrived.clear()
+            if any(st.buffer is not None or st.error is not None for st in self._parts.values()):
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
+
+    def _take(self, st: _PartitionState, out: list[ConsumerRecord], room: int | None) -> None:
+        buf = st.buffer
+        assert buf is not None
+        if room is None or len(buf.records) <= room:
+            out.extend(buf.records)
+            st.position = buf.next_offset
+            st.buffer = None
+        else:
+            taken = buf.records[:room]
+            out.extend(taken)
+            buf.records = buf.records[room:]
+            st.position = taken[-1].offset + 1
+            buf.fetch_offset = st.position
+
+    def high_watermark(self, tp: TopicPartition) -> int:
+        """The partition's high watermark as of its latest fetch (-1 before any)."""
+        return self._state(tp).high_watermark

@@ -1,0 +1,46 @@
+"""The client's errors: one class, ``ClientError``, carrying Kafka's error name.
+
+A broker answers a refusal with a Kafka error name (``NOT_LEADER_OR_FOLLOWER``,
+``NOT_ENOUGH_REPLICAS``, ...); the client keeps that name in ``code`` so users can match on
+what Kafka's documentation calls it, and says whether the same request may be retried.
+Connection failures are ``NETWORK_EXCEPTION`` (retriable), a request that ran out of time
+``REQUEST_TIMED_OUT``.
+"""
+
+from __future__ import annotations
+
+RETRIABLE = frozenset({
+    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
+    "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS",
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION",
+    "UNKNOWN_TOPIC_OR_PARTITION", "COORDINATOR_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
+    "CORRUPT_MESSAGE", "BROKER_NOT_AVAILABLE", "CONCURRENT_TRANSACTIONS",
+})
+"""Kafka's ``RetriableException`` subclasses among the codes Longboat answers.
+``UNKNOWN_TOPIC_OR_PARTITION`` is retriable as in Kafka: a topic just created may not have
+reached every broker's metadata yet."""
+
+METADATA_STALE = frozenset({
+    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
+    "UNKNOWN_LEADER_EPOCH", "UNKNOWN_TOPIC_OR_PARTITION", "NETWORK_EXCEPTION",
+    "BROKER_NOT_AVAILABLE",
+})
+"""Errors after which the client refreshes its cluster metadata before retrying."""
+
+
+class ClientError(Exception):
+    """A refusal or failure, with Kafka's error name in ``code``."""
+
+    def __init__(self, code: str, message: str = "", *, leader_id: int = -1) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.leader_id = leader_id
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+    @property
+    def refresh_metadata(self) -> bool:
+        return self.code in METADATA_STALE

@@ -1,0 +1,493 @@
+"""``AsyncProducer``: batching, partitioning, idempotence and retries, straight to leaders.
+
+How a record travels (Kafka's ``RecordAccumulator`` + ``Sender``, one asyncio task per
+partition instead of one network thread):
+
+1. ``send`` picks the partition (given; murmur2 of the key; or sticky for null keys,
+   ``api.client.partitioner``) and appends the record to that partition's *open* batch.
+2. A batch is sealed when it holds ``batch_size`` bytes, or when its partition's sender is
+   idle and the batch is ``linger_ms`` old. While a request for the partition is in flight the
+   open batch keeps filling, so batches grow with latency: under load every request carries
+   as much as has arrived, and an idle producer still sends within ``linger_ms``.
+3. The partition's sender takes sealed batches in order, encodes each once (a Longboat
+   batch: ``storage.batch.encode_batch`` with the producer id, epoch and base sequence) and
+   POSTs it to the partition leader's ``produce`` route. One request per partition is in
+   flight at a time, so retries can never reorder a partition's batches (Kafka allows five
+   with idempotence and sorts out the gaps; one keeps the protocol simple and ordering
+   obvious, and throughput comes from batch size and from partitions sending in parallel).
+4. A retriable error (not leader, not enough replicas, timeout, connection lost) retries the
+   *same bytes* after a backoff, refreshing metadata first when leadership may have moved,
+   until the batch's ``delivery_timeout_ms`` runs out. With idempotence (on by default) the
+   leader recognises a batch it already has by producer id and sequence and answers with the
+   original offsets, so retries never duplicate. Without it, a retry after an unknown outcome
+   may duplicate, as in Kafka.
+5. The futures of the batch's records resolve with ``RecordMetadata`` (offset = base offset
+   + index) or with the ``ClientError`` that ended it.
+
+A batch that fails for good after it was sent may or may not be in the log; its sequence
+numbers cannot be reused for other records, so the producer takes a new producer id (its
+sequences start again at 0), as Kafka's idempotent producer does (KIP-360's epoch bump).
+
+``buffer_memory`` bounds the bytes waiting in batches: ``send`` waits for room (Kafka's
+``max.block.ms``, here ``delivery_timeout_ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from api.client.errors import ClientError
+from api.client.partitioner import partition_for_key
+from api.client.transport import MetadataCache, Transport, normalize_bootstrap
+from api.client.types import Header, RecordMetadata, TopicPartition
+from storage.batch import encode_batch
+from storage.compression import Compression
+
+log = logging.getLogger(__name__)
+
+RECORD_OVERHEAD = 16
+"""Bytes a record adds to a batch beyond key, value and headers (msgpack framing, deltas):
+the estimate that decides when a batch is full."""
+
+ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
+
+FATAL_SEQUENCE_ERRORS = frozenset({"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID",
+                                   "INVALID_PRODUCER_EPOCH"})
+
+
+class BatchDelivery(NamedTuple):
+    """``send_batch``'s report for one stored batch: offsets ``base_offset`` ..
+    ``base_offset + record_count - 1`` of ``topic``-``partition``."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+@dataclass(eq=False)
+class _Batch:
+    tp: TopicPartition
+    created: float
+    records: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = field(
+        default_factory=list)
+    waiters: list[asyncio.Future[Any]] = field(default_factory=list)
+    """Per-record futures (``send``), or one future for the whole batch (``send_batch``)."""
+    whole: bool = False
+    size: int = 0
+    encoded: bytes | None = None
+    sent: bool = False
+
+
+@dataclass(eq=False)
+class _PartitionQueue:
+    open: _Batch | None = None
+    sealed: deque[_Batch] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sender: asyncio.Task[None] | None = None
+    inflight: _Batch | None = None
+    next_sequence: int = 0
+
+
+class AsyncProducer:
+    def __init__(self, bootstrap: str | Sequence[str], *, acks: int | str = -1,
+                 linger_ms: float = 5, batch_size: int = 1 << 20,
+                 buffer_memory: int = 64 << 20, compression: str | int = "none",
+                 enable_idempotence: bool = True, request_timeout_ms: int = 30_000,
+                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100,
+                 max_request_size: int = 8 << 20) -> None:
+        if acks not in ACKS:
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        self.acks = ACKS[acks]
+        if enable_idempotence and self.acks != -1:
+            # Kafka refuses the same combination (idempotence needs acks=all).
+            raise ValueError("enable_idempotence requires acks='all'; pass "
+                             "enable_idempotence=False for acks=0 or 1")
+        if batch_size <= 0 or linger_ms < 0:
+            raise ValueError("batch_size must be > 0 and linger_ms >= 0")
+        self.linger_s = linger_ms / 1000
+        self.batch_size = min(batch_size, max_request_size)
+        self.buffer_memory = buffer_memory
+        self.compression = Compression.parse(compression)
+        self.idempotent = enable_idempotence
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.transport = Transport(request_timeout_s=self.request_timeout_s)
+        self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._queues: dict[TopicPartition, _PartitionQueue] = {}
+        self._sticky: dict[str, int] = {}
+        self._buffered = 0
+        self._room = asyncio.Event()
+        self._pid_lock = asyncio.Lock()
+        self._closed = False
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.metadata.refresh(timeout_s=self.request_timeout_s)
+        if self.idempotent:
+            await self._init_producer_id()
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged or failed."""
+        for q in list(self._queues.values()):
+            if q.open is not None and q.open.records:
+                self._seal(q)
+        waits = [w for q in self._queues.values()
+                 for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
+                 for w in b.waiters]
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
+        # Records sent while we waited (only if send() ran concurrently): once more.
+        if any(q.sealed or q.inflight or (q.open and q.open.records)
+               for q in self._queues.values()):
+            await asyncio.sleep(0)
+            await self.flush()
+
+    async def close(self) -> None:
+        """Deliver what was sent, then release the connections."""
+        if self._closed:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            for q in self._queues.values():
+                if q.sender is not None:
+                    q.sender.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await q.sender
+            await self.transport.close()
+
+    # ------------------------------------------------------------------ producer ids
+
+    async def _init_producer_id(self) -> None:
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while True:
+            try:
+                url = await self.metadata.any_broker_url()
+                ans = await self.transport.call(url, "init_producer_id", {})
+                self.producer_id = int(ans["producer_id"])
+                self.producer_epoch = int(ans["producer_epoch"])
+                return
+            except ClientError as e:
+                attempt += 1
+                if not e.retriable or time.monotonic() >= deadline:
+                    raise
+                if e.refresh_metadata:
+                    with contextlib.suppress(ClientError):
+                        await self.metadata.refresh()
+                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0))
+
+    async def _reset_producer_id(self, failed_id: int) -> None:
+        """A sent batch failed for good: its sequences are burnt. A new producer id restarts
+        every partition's sequence at 0 (batches already encoded are re-encoded)."""
+        async with self._pid_lock:
+            if self.producer_id != failed_id:
+                return  # another partition already did it
+            await self._init_producer_id()
+            for q in self._queues.values():
+                q.next_sequence = 0
+                for b in q.sealed:
+                    b.encoded = None
+            log.info("producer id reset: %d -> %d", failed_id, self.producer_id)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _choose_partition(self, topic: str, key: bytes | None,
+                                partition: int | None) -> int:
+        parts = self.metadata.current.topics.get(topic)
+        if parts is None:
+            parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
+        n = len(parts)
+        if partition is not None:
+            if partition not in parts:
+                raise ClientError("UNKNOWN_TOPIC_OR_PARTITION",
+                                  f"{topic} has {n} partitions, not partition {partition}")
+            return partition
+        if key is not None:
+            return partition_for_key(key, n)
+        p = self._sticky.get(topic)
+        if p is None or p >= n:
+            p = self._sticky[topic] = self._rng.randrange(n)
+        return p
+
+    async def _wait_for_room(self, size: int) -> None:
+        deadline = time.monotonic() + self.delivery_timeout_s
+        while self._buffered + size > self.buffer_memory and self._buffered > 0:
+            self._room.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClientError("REQUEST_TIMED_OUT",
+                                  f"buffer_memory ({self.buffer_memory} B) full for "
+                                  f"{self.delivery_timeout_s:.0f} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), left)
+
+    def _queue(self, tp: TopicPartition) -> _PartitionQueue:
+        q = self._queues.get(tp)
+        if q is None:
+            q = self._queues[tp] = _PartitionQueue()
+            q.sender = asyncio.get_running_loop().create_task(self._sender(tp, q),
+                                                              name=f"producer-{tp}")
+        return q
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+                   headers: Sequence[Header] | None = None, partition: int | None = None,
+                   timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves when it is acknowledged."""
+        if self._closed:
+            raise ClientError("ILLEGAL_STATE", "producer is closed")
+        size = RECORD_OVERHEAD + (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(h) + (len(v) if v else 0) for h, v in headers)
+        if size > self.batch_size:
+            raise ClientError("MESSAGE_TOO_LARGE",
+                              f"record of ~{size} B exceeds batch_size/max_request_size "
+                              f"({self.batch_size} B)")
+        if self._buffered + size > self.buffer_memory:
+            await self._wait_for_room(size)
+        p = await self._choose_partition(topic, key, partition)
+        tp = TopicPartition(topic, p)
+        q = self._queue(tp)
+        b = q.open
+        if b is not None and b.size + size > self.batch_size:
+            self._seal(q)
+            b = None
+        if b is None:
+            b = q.open = _Batch(tp, time.monotonic())
+            if self.linger_s > 0:
+                asyncio.get_running_loop().call_later(self.linger_s, q.wake.set)
+            else:
+                q.wake.set()
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        b.records.append((key, value, ts, tuple(headers) if headers else ()))
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        b.waiters.append(fut)
+        b.size += size
+        self._buffered += size
+        if b.size >= self.batch_size:
+            self._seal(q)
+        return fut
+
+    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
+                            headers: Sequence[Header] | None = None,
+                            partition: int | None = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        return await (await self.send(topic, value, key, headers, partition, timestamp_ms))
+
+    async def send_batch(self, topic: str, values: Sequence[bytes | None], *,
+                         keys: Sequence[bytes | None] | None = None,
+                         partition: int | None = None,
+                         timestamp_ms: int | None = None) -> asyncio.Future[list[BatchDelivery]]:
+        """Queue many records at once: the bulk path for loaders and benchmarks, without a
+        future per record. With ``keys`` and no ``partition`` each record goes where its key
+        hashes; otherwise all go to ``partition`` or one sticky partition. The future gives
+        one ``BatchDelivery`` per stored batch."""
+        if self._closed:
+            raise ClientError("ILLEGAL_STATE", "producer is closed")
+        if keys is not None and len(keys) != len(values):
+            raise ValueError("keys and values differ in length")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        groups: dict[int, list[tuple[bytes | None, bytes | None, int, Sequence[Header]]]] = {}
+        if keys is not None and partition is None:
+            parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
+            n = len(parts)
+            sticky = await self._choose_partition(topic, None, None)
+            for k, v in zip(keys, values, strict=True):
+                p = sticky if k is None else partition_for_key(k, n)
+                groups.setdefault(p, []).append((k, v, ts, ()))
+        else:
+            p = await self._choose_partition(topic, None, partition)
+            ks = keys if keys is not None else [None] * len(values)
+            groups[p] = [(k, v, ts, ()) for k, v in zip(ks, values, strict=True)]
+        futures: list[asyncio.Future[Any]] = []
+        for p, recs in groups.items():
+            tp = TopicPartition(topic, p)
+            q = self._queue(tp)
+            if q.open is not None and q.open.records:
+                self._seal(q)  # keep the partition's order: earlier send()s go first
+            chunk: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = []
+            size = 0
+            for r in recs:
+                rs = RECORD_OVERHEAD + (len(r[0]) if r[0] else 0) + (len(r[1]) if r[1] else 0)
+                if chunk and size + rs > self.batch_size:
+                    futures.append(await self._enqueue_whole(q, tp, chunk, size))
+                    chunk, size = [], 0
+                chunk.append(r)
+                size += rs
+            if chunk:
+                futures.append(await self._enqueue_whole(q, tp, chunk, size))
+            if partition is None and keys is None:
+                self._move_sticky(topic, p)
+        out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
+        gathered = asyncio.gather(*futures)
+
+        def done(g: asyncio.Future[list[BatchDelivery]]) -> None:
+            if out.done():
+                return
+            if g.cancelled():
+                out.cancel()
+            elif g.exception() is not None:
+                out.set_exception(g.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(list(g.result()))
+
+        gathered.add_done_callback(done)
+        return out
+
+    async def _enqueue_whole(self, q: _PartitionQueue, tp: TopicPartition,
+                             records: list[tuple[bytes | None, bytes | None, int,
+                                                 Sequence[Header]]],
+                             size: int) -> asyncio.Future[Any]:
+        if self._buffered + size > self.buffer_memory:
+            await self._wait_for_room(size)
+        b = _Batch(tp, time.monotonic(), records, whole=True, size=size)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        b.waiters.append(fut)
+        self._buffered += size
+        q.sealed.append(b)
+        q.wake.set()
+        return fut
+
+    def _move_sticky(self, topic: str, current: int) -> None:
+        parts = self.metadata.current.topics.get(topic)
+        if not parts or len(parts) < 2:
+            return
+        choices = [p for p in parts if p != current]
+        self._sticky[topic] = self._rng.choice(choices)
+
+    def _seal(self, q: _PartitionQueue) -> None:
+        b = q.open
+        if b is None or not b.records:
+            return
+        q.open = None
+        q.sealed.append(b)
+        q.wake.set()
+        if self._sticky.get(b.tp.topic) == b.tp.partition:
+            self._move_sticky(b.tp.topic, b.tp.partition)
+
+    async def _sender(self, tp: TopicPartition, q: _PartitionQueue) -> None:
+        while True:
+            if not q.sealed:
+                b = q.open
+                if b is not None and b.records and (
+                        time.monotonic() - b.created >= self.linger_s):
+                    self._seal(q)
+                else:
+                    q.wake.clear()
+                    await q.wake.wait()
+                    continue
+            batch = q.sealed.popleft()
+            q.inflight = batch
+            try:
+                await self._deliver(q, batch)
+            except asyncio.CancelledError:
+                self._fail(batch, ClientError("ILLEGAL_STATE", "producer closed"))
+                raise
+            except Exception as e:  # a bug must not strand the futures
+                log.exception("producer: delivering %s", tp)
+                self._fail(batch, ClientError("UNKNOWN_SERVER_ERROR", repr(e)))
+            finally:
+                q.inflight = None
+                self._buffered -= batch.size
+                self._room.set()
+
+    def _encode(self, q: _PartitionQueue, b: _Batch) -> bytes:
+        if b.encoded is None:
+            seq = -1
+            if self.idempotent:
+                seq = q.next_sequence
+                q.next_sequence = (q.next_sequence + len(b.records)) & 0x7FFFFFFF
+            b.encoded = encode_batch(b.records, compression=self.compression,
+                                     producer_id=self.producer_id,
+                                     producer_epoch=self.producer_epoch, base_sequence=seq)
+        return b.encoded
+
+    async def _deliver(self, q: _PartitionQueue, b: _Batch) -> None:
+        deadline = b.created + self.delivery_timeout_s
+        attempt = 0
+        last: ClientError | None = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                err = ClientError("REQUEST_TIMED_OUT",
+                                  f"{len(b.records)} record(s) for {b.tp} not acknowledged within "
+                                  f"delivery_timeout_ms ({last or 'no answer'})")
+                await self._give_up(b, err)
+                return
+            pid = self.producer_id
+            try:
+                url = await self.metadata.leader_url(b.tp.topic, b.tp.partition,
+                                                     timeout_s=min(left, self.request_timeout_s))
+                data = self._encode(q, b)
+                timeout = min(left, self.request_timeout_s)
+                b.sent = True
+                ans = await self.transport.call(
+                    url, "produce",
+                    {"topic": b.tp.topic, "partition": b.tp.partition, "acks": self.acks,
+                     "timeout_ms": int(timeout * 1000), "batch": data},
+                    timeout_s=timeout + 1.0)
+            except ClientError as e:
+                last = e
+                if e.code in FATAL_SEQUENCE_ERRORS and self.idempotent:
+                    await self._give_up(b, e, pid=pid)
+                    return
+                if not e.retriable:
+                    await self._give_up(b, e, pid=pid)
+                    return
+                attempt += 1
+                if e.refresh_metadata:
+                    with contextlib.suppress(ClientError):
+                        await self.metadata.refresh(timeout_s=max(0.1, min(5.0, left)))
+                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0,
+                                        max(0.0, deadline - time.monotonic())))
+                continue
+            self._complete(b, int(ans.get("base_offset", -1)) if self.acks != 0 else -1)
+            return
+
+    async def _give_up(self, b: _Batch, err: ClientError, *, pid: int | None = None) -> None:
+        self._fail(b, err)
+        if self.idempotent and b.sent:
+            with contextlib.suppress(ClientError):
+                await self._reset_producer_id(self.producer_id if pid is None else pid)
+
+    def _fail(self, b: _Batch, err: BaseException) -> None:
+        for w in b.waiters:
+            if not w.done():
+                w.set_exception(err)
+                # A caller that never looks at the future must not get "exception never
+                # retrieved" noise; errors reach those who await.
+                w.exception()
+
+    def _complete(self, b: _Batch, base: int) -> None:
+        tp = b.tp
+        if b.whole:
+            w = b.waiters[0]
+            if not w.done():
+                w.set_result(BatchDelivery(tp.topic, tp.partition, base, len(b.records)))
+            return
+        for i, (w, r) in enumerate(zip(b.waiters, b.records, strict=True)):
+            if not w.done():
+                w.set_result(RecordMetadata(tp.topic, tp.partition,
+                                            base + i if base >= 0 else -1, r[2]))

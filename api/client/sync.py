@@ -1,0 +1,186 @@
+"""The synchronous twins: ``Producer`` and ``Consumer`` run the asyncio core on a loop thread.
+
+One implementation serves both worlds: each sync client owns a daemon thread running an
+event loop (uvloop where installed) and the async client inside it; every method hands a
+coroutine to that loop and waits for its result. ``Producer.send`` returns a
+``concurrent.futures.Future`` that resolves with the record's ``RecordMetadata``, so
+callbacks (``add_done_callback``) and ``result(timeout)`` work as users of other Kafka
+clients expect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
+
+from api.client.consumer import AsyncConsumer
+from api.client.producer import AsyncProducer, BatchDelivery
+from api.client.types import ConsumerRecord, Header, RecordMetadata, TopicPartition
+
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class _LoopThread:
+    def __init__(self, name: str) -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Producer:
+    """Synchronous producer; the same options as ``AsyncProducer``."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
+        self._lt = _LoopThread("longboat-producer")
+
+        async def make() -> AsyncProducer:
+            p = AsyncProducer(bootstrap, **options)
+            await p.start()
+            return p
+
+        try:
+            self._p = self._lt.run(make())
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    @property
+    def producer_id(self) -> int:
+        return self._p.producer_id
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: Sequence[Header] | None = None, partition: int | None = None,
+             timestamp_ms: int | None = None) -> concurrent.futures.Future[RecordMetadata]:
+        async def go() -> RecordMetadata:
+            return await (await self._p.send(topic, value, key, headers, partition,
+                                             timestamp_ms))
+        return self._lt.submit(go())
+
+    def send_batch(self, topic: str, values: Sequence[bytes | None], *,
+                   keys: Sequence[bytes | None] | None = None, partition: int | None = None,
+                   timestamp_ms: int | None = None
+                   ) -> concurrent.futures.Future[list[BatchDelivery]]:
+        async def go() -> list[BatchDelivery]:
+            return await (await self._p.send_batch(topic, values, keys=keys,
+                                                   partition=partition,
+                                                   timestamp_ms=timestamp_ms))
+        return self._lt.submit(go())
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.flush(), timeout)
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._p.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer:
+    """Synchronous consumer; the same options as ``AsyncConsumer``."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
+        self._lt = _LoopThread("longboat-consumer")
+
+        async def make() -> AsyncConsumer:
+            c = AsyncConsumer(bootstrap, **options)
+            await c.start()
+            return c
+
+        try:
+            self._c = self._lt.run(make())
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        parts = list(partitions)
+
+        async def go() -> None:
+            self._c.assign(parts)
+        self._lt.run(go())
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._c.assignment()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        async def go() -> None:
+            self._c.seek(tp, offset)
+        self._lt.run(go())
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._lt.run(self._c.position(tp))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_end(*tps))
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._lt.run(self._c.beginning_offsets(list(tps)))
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._lt.run(self._c.end_offsets(list(tps)))
+
+    def offsets_for_times(self, times: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, int | None]:
+        return self._lt.run(self._c.offsets_for_times(dict(times)))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._lt.run(self._c.partitions_for(topic))
+
+    def topics(self) -> list[str]:
+        return self._lt.run(self._c.topics())
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
+             ) -> list[ConsumerRecord]:
+        return self._lt.run(self._c.poll(timeout_ms, max_records))
+
+    def high_watermark(self, tp: TopicPartition) -> int:
+        return self._c.high_watermark(tp)
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._c.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

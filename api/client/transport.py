@@ -1,0 +1,257 @@
+"""The client's wire: msgpack over HTTP to the brokers' data routes, and cluster metadata.
+
+Every call is ``POST {broker}/internal/broker/v1/<route>`` with a msgpack map, answered with
+a msgpack map or ``{"error": <Kafka error name>, "message", "leader_id"}`` (see
+``broker/data_routes.py``): the same binary path replication uses, so a produced batch is
+stored byte for byte as the client built it. One keep-alive ``aiohttp`` session per client.
+
+Cluster metadata (which broker leads which partition, and where brokers listen) comes from
+``GET /v3/broker/metadata`` on any broker, tried in order: brokers of the last answer first,
+then the bootstrap URLs. Refreshes are shared: many callers that find their metadata stale
+at once cause one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgpack
+import orjson
+
+from api.client.errors import ClientError
+
+MSGPACK = "application/msgpack"
+DATA_PREFIX = "/internal/broker/v1"
+
+
+def normalize_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
+    """``"http://a:8082,http://b:8082"``, a list of such, or bare ``host:port`` -> URLs."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out = []
+    for item in items:
+        u = item.strip().rstrip("/")
+        if not u:
+            continue
+        if "://" not in u:
+            u = f"http://{u}"
+        out.append(u)
+    if not out:
+        raise ValueError("bootstrap needs at least one broker URL")
+    return out
+
+
+class Transport:
+    """One aiohttp session; msgpack calls to broker data routes."""
+
+    def __init__(self, *, request_timeout_s: float = 30.0, connections: int = 100) -> None:
+        self.request_timeout_s = request_timeout_s
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def call(self, url: str, route: str, body: dict[str, Any], *,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+        """The answer map; raises ``ClientError`` for a refusal or a failure to get one."""
+        data = msgpack.packb(body, use_bin_type=True)
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
+        try:
+            async with self.session().post(f"{url}{DATA_PREFIX}/{route}", data=data,
+                                           headers={"Content-Type": MSGPACK},
+                                           timeout=timeout) as resp:
+                payload = await resp.read()
+                if resp.status != 200:
+                    raise ClientError("UNKNOWN_SERVER_ERROR",
+                                      f"{url} answered HTTP {resp.status}: {payload[:200]!r}")
+        except TimeoutError as e:
+            raise ClientError("REQUEST_TIMED_OUT", f"{route} to {url}") from e
+        except (aiohttp.ClientError, OSError) as e:
+            raise ClientError("NETWORK_EXCEPTION", f"{route} to {url}: {e}") from e
+        answer = msgpack.unpackb(payload, raw=False)
+        if not isinstance(answer, dict):
+            raise ClientError("UNKNOWN_SERVER_ERROR", f"{url}: answer is not a map")
+        err = answer.get("error")
+        if err is not None:
+            raise ClientError(str(err), str(answer.get("message") or ""),
+                              leader_id=int(answer.get("leader_id", -1) or -1))
+        return answer
+
+    async def get_json(self, url: str, path: str, *, timeout_s: float = 5.0) -> Any:
+        try:
+            async with self.session().get(f"{url}{path}",
+                                          timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                payload = await r.read()
+                if r.status != 200:
+                    raise ClientError("UNKNOWN_SERVER_ERROR",
+                                      f"GET {url}{path}: HTTP {r.status}: {payload[:200]!r}")
+                return orjson.loads(payload)
+        except TimeoutError as e:
+            raise ClientError("REQUEST_TIMED_OUT", f"GET {url}{path}") from e
+        except (aiohttp.ClientError, OSError) as e:
+            raise ClientError("NETWORK_EXCEPTION", f"GET {url}{path}: {e}") from e
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    url: str
+    fenced: bool
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    offset: int = -1
+
+    @classmethod
+    def from_summary(cls, data: dict[str, Any]) -> ClusterMetadata:
+        brokers = {}
+        for b in data.get("brokers", []):
+            eps = b.get("endpoints") or []
+            if not eps:
+                continue
+            scheme, host, port = eps[0][0], eps[0][1], eps[0][2]
+            brokers[int(b["broker_id"])] = BrokerInfo(int(b["broker_id"]),
+                                                      f"{scheme}://{host}:{port}",
+                                                      bool(b.get("fenced")), b.get("rack"))
+        topics: dict[str, dict[int, PartitionInfo]] = {}
+        for t in data.get("topics", []):
+            topics[t["name"]] = {
+                int(p["partition"]): PartitionInfo(int(p["partition"]), int(p["leader"]),
+                                                   int(p.get("leader_epoch", -1)),
+                                                   tuple(p.get("replicas", ())),
+                                                   tuple(p.get("isr", ())))
+                for p in t.get("partitions", [])}
+        return cls(brokers, topics, int(data.get("offset", -1)))
+
+    def leader_url(self, topic: str, partition: int) -> str | None:
+        p = self.topics.get(topic, {}).get(partition)
+        if p is None or p.leader < 0:
+            return None
+        b = self.brokers.get(p.leader)
+        return None if b is None else b.url
+
+
+async def fetch_cluster_metadata(bootstrap: str | Sequence[str], *,
+                                 timeout_s: float = 5.0) -> ClusterMetadata:
+    """One metadata answer from the first broker that gives one."""
+    t = Transport()
+    try:
+        return await MetadataCache(t, normalize_bootstrap(bootstrap)).refresh(
+            timeout_s=timeout_s)
+    finally:
+        await t.close()
+
+
+class MetadataCache:
+    MIN_REFRESH_INTERVAL_S = 0.05
+    """Kafka's ``retry.backoff.ms`` default (100 ms) halved: the floor between refreshes
+    that callers force, so a storm of NOT_LEADER answers does not become a storm of
+    metadata requests."""
+
+    def __init__(self, transport: Transport, bootstrap: list[str]) -> None:
+        self.transport = transport
+        self.bootstrap = bootstrap
+        self.current = ClusterMetadata()
+        self._refreshing: asyncio.Task[ClusterMetadata] | None = None
+        self._last_refresh = 0.0
+
+    def _candidates(self) -> list[str]:
+        urls = [b.url for b in self.current.brokers.values() if not b.fenced]
+        return list(dict.fromkeys([*urls, *self.bootstrap]))
+
+    async def _refresh_once(self, timeout_s: float) -> ClusterMetadata:
+        errors: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        attempt = 0
+        while True:
+            for url in self._candidates():
+                try:
+                    data = await self.transport.get_json(url, "/v3/broker/metadata",
+                                                         timeout_s=min(5.0, timeout_s))
+                except ClientError as e:
+                    errors.append(str(e))
+                    continue
+                md = ClusterMetadata.from_summary(data)
+                # Brokers follow the metadata log at their own pace: never go back to an
+                # older image than one already seen.
+                if md.offset >= self.current.offset:
+                    self.current = md
+                return self.current
+            attempt += 1
+            if time.monotonic() >= deadline:
+                raise ClientError("NETWORK_EXCEPTION",
+                                  "no broker answered for metadata: " + "; ".join(errors[-3:]))
+            await asyncio.sleep(min(0.05 * attempt, 0.5))
+
+    async def refresh(self, *, timeout_s: float = 10.0) -> ClusterMetadata:
+        if self._refreshing is None or self._refreshing.done():
+            wait = self._last_refresh + self.MIN_REFRESH_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self._refreshing is None or self._refreshing.done():
+                self._last_refresh = time.monotonic()
+                self._refreshing = asyncio.get_running_loop().create_task(
+                    self._refresh_once(timeout_s))
+        return await asyncio.shield(self._refreshing)
+
+    async def partitions(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, PartitionInfo]:
+        """The topic's partitions, refreshing until it appears or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        if not self.current.topics and not self.current.brokers:
+            await self.refresh(timeout_s=timeout_s)
+        while True:
+            parts = self.current.topics.get(topic)
+            if parts:
+                return parts
+            if time.monotonic() >= deadline:
+                raise ClientError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic!r} does not exist")
+            await self.refresh(timeout_s=max(0.1, deadline - time.monotonic()))
+            if topic not in self.current.topics:
+                await asyncio.sleep(0.1)
+
+    async def leader_url(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            url = self.current.leader_url(topic, partition)
+            if url is not None:
+                return url
+            parts = await self.partitions(topic, timeout_s=max(0.1, deadline - time.monotonic()))
+            if partition not in parts:
+                raise ClientError("UNKNOWN_TOPIC_OR_PARTITION",
+                                  f"{topic} has no partition {partition}")
+            if time.monotonic() >= deadline:
+                raise ClientError("LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader")
+            await asyncio.sleep(0.1)
+            await self.refresh()
+
+    async def any_broker_url(self) -> str:
+        if not self.current.brokers:
+            await self.refresh()
+        return self._candidates()[0]

@@ -1,0 +1,131 @@
+"""Producer ids for idempotent producers: blocks from the controller, handed out one by one.
+
+Kafka's ``RPCProducerIdManager`` (KIP-730): a broker asks the active controller for a block
+of ids (``AllocateProducerIds``; the controller records the next free id in the metadata
+log, so no id is given twice across brokers or controller failovers) and answers
+``InitProducerId`` from it. The next block is fetched while a tenth of the current one is
+left, so a busy broker rarely waits on the controller.
+
+``POST /internal/broker/v1/init_producer_id`` (msgpack ``{}``) ->
+``{"producer_id": int, "producer_epoch": 0}``; a controller that cannot be reached or a
+broker that is not registered yet gives ``{"error": "COORDINATOR_NOT_AVAILABLE", ...}``,
+which clients retry.
+
+A producer id is new for every session, so the epoch is always 0: Longboat has no
+transactional ids yet, and with them (KIP-360) a known producer would bump its epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import msgpack
+from aiohttp import web
+
+from broker.fetcher import MSGPACK
+from metalog.client import ControllerClient, ControllerUnavailableError
+from metalog.controller import AllocateProducerIds, MetadataError, ProducerIdsBlock
+from metalog.records import BrokerEpoch, BrokerId
+
+log = logging.getLogger(__name__)
+
+PREFETCH_FRACTION = 0.1
+
+
+class ProducerIdUnavailableError(Exception):
+    pass
+
+
+class ProducerIdManager:
+    def __init__(self, broker_id: int, broker_epoch: Callable[[], int | None],
+                 controller: ControllerClient) -> None:
+        self.broker_id = BrokerId(broker_id)
+        self.broker_epoch = broker_epoch
+        self.controller = controller
+        self._next = 0
+        self._end = 0  # exclusive end of the current block
+        self._size = 0
+        self._pending: asyncio.Task[ProducerIdsBlock] | None = None
+        self._queued: ProducerIdsBlock | None = None
+
+    async def _fetch_block(self) -> ProducerIdsBlock:
+        epoch = self.broker_epoch()
+        if epoch is None:
+            raise ProducerIdUnavailableError(f"broker {self.broker_id} is not registered yet")
+        try:
+            block: ProducerIdsBlock = await self.controller.execute(
+                AllocateProducerIds(broker_id=self.broker_id, broker_epoch=BrokerEpoch(epoch)))
+        except (MetadataError, ControllerUnavailableError) as e:
+            raise ProducerIdUnavailableError(str(e)) from e
+        log.info("broker %d: producer id block [%d, %d)", self.broker_id,
+                 block.first_producer_id, block.first_producer_id + block.size)
+        return block
+
+    def _start_prefetch(self) -> asyncio.Task[ProducerIdsBlock]:
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.get_running_loop().create_task(self._fetch_block())
+        return self._pending
+
+    def _adopt(self, block: ProducerIdsBlock) -> None:
+        # Concurrent callers await the same fetch; only the first adopts its block.
+        if block.first_producer_id >= self._end:
+            self._next = block.first_producer_id
+            self._end = block.first_producer_id + block.size
+            self._size = block.size
+
+    async def next_id(self) -> int:
+        while self._next >= self._end:
+            if self._queued is not None:
+                block, self._queued = self._queued, None
+                self._adopt(block)
+                continue
+            task = self._start_prefetch()
+            try:
+                self._adopt(await asyncio.shield(task))
+            finally:
+                if task.done() and self._pending is task:
+                    self._pending = None
+        pid = self._next
+        self._next += 1
+        if (self._queued is None and self._pending is None
+                and self._end - self._next < max(1, int(self._size * PREFETCH_FRACTION))):
+            self._prefetch_in_background()
+        return pid
+
+    def _prefetch_in_background(self) -> None:
+        task = self._start_prefetch()
+
+        def done(t: asyncio.Task[ProducerIdsBlock]) -> None:
+            if self._pending is t:
+                self._pending = None
+            if t.cancelled():
+                return
+            if t.exception() is None:
+                self._queued = t.result()
+            else:
+                log.warning("broker %d: prefetching producer ids: %s", self.broker_id,
+                            t.exception())
+
+        task.add_done_callback(done)
+
+
+MANAGER_KEY: web.AppKey[ProducerIdManager] = web.AppKey("producer_ids", ProducerIdManager)
+
+
+def _pack(data: dict[str, object]) -> web.Response:
+    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK)
+
+
+async def _init_producer_id(request: web.Request) -> web.Response:
+    try:
+        pid = await request.app[MANAGER_KEY].next_id()
+    except ProducerIdUnavailableError as e:
+        return _pack({"error": "COORDINATOR_NOT_AVAILABLE", "message": str(e), "leader_id": -1})
+    return _pack({"producer_id": pid, "producer_epoch": 0})
+
+
+def add_producer_id_routes(app: web.Application, manager: ProducerIdManager) -> None:
+    app[MANAGER_KEY] = manager
+    app.router.add_post("/internal/broker/v1/init_producer_id", _init_producer_id)
