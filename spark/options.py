@@ -1,0 +1,357 @@
+"""The options of the ``longboat`` data source, parsed and checked, named as Spark's Kafka source.
+
+Kafka's option names carry over so that a job written for ``format("kafka")`` ports by
+changing the format name (REFERENCE.md §3.1): ``kafka.bootstrap.servers`` is accepted beside
+our ``bootstrap``, and host:port entries become ``http://host:port``. Names are
+case-insensitive, as Spark's are. Offsets JSON is Kafka's: ``{"topic": {"0": 23, "1": -1}}``
+with -2 for earliest and -1 for latest; partition keys are strings because JSON keys are
+(and offsets come back from Spark's checkpoints that way).
+
+Every mistake is a ``LongboatOptionError`` that names the option and what would be valid.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+EARLIEST = -2
+LATEST = -1
+
+Offsets = dict[str, dict[int, int]]
+"""topic -> partition -> offset (or -2 earliest / -1 latest, or a timestamp in ms)."""
+
+
+class LongboatOptionError(ValueError):
+    """A bad option of the ``longboat`` data source."""
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a read starts or ends, before it is resolved against the cluster.
+
+    ``kind`` is ``earliest``, ``latest``, ``offsets`` (per partition, may hold -2/-1),
+    ``timestamp`` (one ms timestamp for every partition) or ``timestamps`` (per partition).
+    """
+
+    kind: Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
+    offsets: Offsets = field(default_factory=dict)
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: tuple[str, ...]
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: OffsetSpec = OffsetSpec("earliest")
+    ending: OffsetSpec = OffsetSpec("latest")
+    starting_by_timestamp_strategy: Literal["error", "latest"] = "error"
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    fetch_max_bytes: int = 8 << 20
+    poll_timeout_ms: int = 120_000
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is read (internal ``__`` topics only when named explicitly)."""
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.assign is not None:
+            return topic in self.assign
+        assert self.subscribe_pattern is not None
+        return not topic.startswith("__") and re.fullmatch(self.subscribe_pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap: tuple[str, ...]
+    topic: str | None = None
+    include_headers: bool = True
+    acks: int = -1
+    linger_ms: int = 5
+    compression: str = "none"
+
+
+_SOURCE_OPTIONS = {
+    "bootstrap", "kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign",
+    "startingoffsets", "endingoffsets", "startingtimestamp", "endingtimestamp",
+    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
+    "maxoffsetspertrigger", "failondataloss", "includeheaders", "fetchmaxbytes",
+    "kafkaconsumer.polltimeoutms",
+}
+_SINK_OPTIONS = {
+    "bootstrap", "kafka.bootstrap.servers", "topic", "includeheaders", "acks", "linger.ms",
+    "compression", "kafka.acks", "kafka.linger.ms", "kafka.compression.type",
+}
+# Set by Spark itself on some paths, or harmless Kafka client settings we have no use for.
+_IGNORED = {"path", "checkpointlocation", "queryname", "kafka.group.id", "groupidprefix",
+            "fetchoffset.numretries", "fetchoffset.retryintervalms", "kafka.client.id"}
+_UNSUPPORTED = {
+    "minoffsetspertrigger": "Longboat streams do not wait for a minimum of offsets",
+    "maxtriggerdelay": "Longboat streams do not wait for a minimum of offsets",
+}
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _check_names(opts: Mapping[str, str], allowed: set[str], what: str) -> None:
+    for name in opts:
+        if name in allowed or name in _IGNORED:
+            continue
+        if name in _UNSUPPORTED:
+            raise LongboatOptionError(f"option '{name}' is not supported: {_UNSUPPORTED[name]}")
+        if name.startswith("kafka."):
+            continue  # Kafka client settings: there is no Kafka client to pass them to
+        valid = ", ".join(sorted(allowed - {"kafka.bootstrap.servers"}))
+        raise LongboatOptionError(f"unknown {what} option '{name}'; valid options: {valid}")
+
+
+def parse_bootstrap(opts: Mapping[str, str]) -> tuple[str, ...]:
+    raw = opts.get("bootstrap") or opts.get("kafka.bootstrap.servers")
+    if not raw or not raw.strip():
+        raise LongboatOptionError(
+            "option 'bootstrap' is required: broker URLs, comma separated, "
+            "e.g. http://127.0.0.1:8082 (kafka.bootstrap.servers is accepted too)")
+    urls = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "://" not in part:
+            part = "http://" + part
+        if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?/?", part):
+            raise LongboatOptionError(f"option 'bootstrap': {part!r} is not a broker URL "
+                                      "like http://127.0.0.1:8082")
+        urls.append(part.rstrip("/"))
+    return tuple(urls)
+
+
+def _int(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise LongboatOptionError(f"option '{name}' must be an integer, got {raw!r}") from None
+    if v < minimum:
+        raise LongboatOptionError(f"option '{name}' must be at least {minimum}, got {v}")
+    return v
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise LongboatOptionError(f"option '{name}' must be true or false, got {raw!r}")
+
+
+def _json_object(name: str, raw: str) -> dict[str, object]:
+    try:
+        v = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise LongboatOptionError(f"option '{name}' is not valid JSON ({e}): {raw!r}") from None
+    if not isinstance(v, dict):
+        raise LongboatOptionError(f"option '{name}' must be a JSON object, got {raw!r}")
+    return v
+
+
+def parse_partition_map(name: str, raw: str, *, allow_special: bool) -> Offsets:
+    """``{"t": {"0": 23}}`` -> ``{"t": {0: 23}}``; values must be -2, -1 or >= 0."""
+    out: Offsets = {}
+    for topic, parts in _json_object(name, raw).items():
+        if not isinstance(parts, dict):
+            raise LongboatOptionError(
+                f"option '{name}': topic {topic!r} must map to an object of partition -> "
+                f"value, like {{\"{topic}\": {{\"0\": 23}}}}")
+        tp: dict[int, int] = {}
+        for p, v in parts.items():
+            try:
+                pn = int(p)
+            except ValueError:
+                raise LongboatOptionError(
+                    f"option '{name}': partition {p!r} of topic {topic!r} is not an integer"
+                ) from None
+            if pn < 0 or isinstance(v, bool) or not isinstance(v, int):
+                raise LongboatOptionError(
+                    f"option '{name}': {topic}-{p} must be a non-negative partition with an "
+                    f"integer value, got {v!r}")
+            if v < 0 and not (allow_special and v in (EARLIEST, LATEST)):
+                allowed = "-2 (earliest), -1 (latest) or an offset >= 0" if allow_special \
+                    else "a timestamp in ms >= 0"
+                raise LongboatOptionError(f"option '{name}': {topic}-{pn} is {v}; use {allowed}")
+            tp[pn] = v
+        out[topic] = tp
+    return out
+
+
+def _offset_spec(opts: Mapping[str, str], which: Literal["starting", "ending"],
+                 default: Literal["earliest", "latest"]) -> OffsetSpec:
+    ts = _int(opts, f"{which}timestamp", minimum=0)
+    if ts is not None:
+        return OffsetSpec("timestamp", timestamp_ms=ts)
+    by_ts = opts.get(f"{which}offsetsbytimestamp")
+    if by_ts is not None:
+        return OffsetSpec("timestamps", parse_partition_map(
+            f"{which}OffsetsByTimestamp", by_ts, allow_special=False))
+    raw = opts.get(f"{which}offsets")
+    if raw is None:
+        return OffsetSpec(default)
+    word = raw.strip().lower()
+    if word in ("earliest", "latest"):
+        return OffsetSpec(word)  # type: ignore[arg-type]
+    if not raw.strip().startswith("{"):
+        raise LongboatOptionError(
+            f"option '{which}Offsets' must be 'earliest', 'latest' or JSON like "
+            f"{{\"topic\": {{\"0\": 23, \"1\": -2}}}}, got {raw!r}")
+    return OffsetSpec("offsets", parse_partition_map(f"{which}Offsets", raw, allow_special=True))
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Check every option of a read (``streaming`` for ``readStream``) and parse it."""
+    opts = _lower(options)
+    _check_names(opts, _SOURCE_OPTIONS, "source")
+    bootstrap = parse_bootstrap(opts)
+    chosen = [n for n in ("subscribe", "subscribepattern", "assign") if n in opts]
+    if len(chosen) != 1:
+        raise LongboatOptionError(
+            "exactly one of 'subscribe', 'subscribePattern' or 'assign' is required"
+            + (f"; got {', '.join(chosen)}" if chosen else ""))
+    subscribe: tuple[str, ...] = ()
+    pattern = None
+    assign = None
+    if "subscribe" in opts:
+        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise LongboatOptionError("option 'subscribe' names no topic")
+    elif "subscribepattern" in opts:
+        pattern = opts["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise LongboatOptionError(
+                f"option 'subscribePattern' is not a valid regular expression: {e}") from None
+    else:
+        assign = {}
+        for topic, parts in _json_object("assign", opts["assign"]).items():
+            if (not isinstance(parts, list) or not parts
+                    or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                               for p in parts)):
+                raise LongboatOptionError(
+                    f"option 'assign': topic {topic!r} must map to a list of partitions, "
+                    f"like {{\"{topic}\": [0, 1]}}")
+            assign[topic] = tuple(sorted(set(parts)))
+        if not assign:
+            raise LongboatOptionError("option 'assign' names no topic")
+
+    starting = _offset_spec(opts, "starting", "latest" if streaming else "earliest")
+    if streaming:
+        for name in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+            if name in opts:
+                raise LongboatOptionError(
+                    f"option '{name}' is for batch reads; a stream reads until it is stopped "
+                    "(use trigger(availableNow=True) to read what is there and stop)")
+        ending = OffsetSpec("latest")
+    else:
+        ending = _offset_spec(opts, "ending", "latest")
+        if starting.kind == "latest":
+            raise LongboatOptionError(
+                "option 'startingOffsets' cannot be 'latest' for a batch read (it would "
+                "read nothing); use 'earliest' or per-partition JSON")
+        if ending.kind == "earliest":
+            raise LongboatOptionError(
+                "option 'endingOffsets' cannot be 'earliest' for a batch read")
+        if starting.kind == "offsets" and any(
+                v == LATEST for ps in starting.offsets.values() for v in ps.values()):
+            raise LongboatOptionError(
+                "option 'startingOffsets': -1 (latest) is not allowed for a batch read")
+        if ending.kind == "offsets" and any(
+                v == EARLIEST for ps in ending.offsets.values() for v in ps.values()):
+            raise LongboatOptionError(
+                "option 'endingOffsets': -2 (earliest) is not allowed for a batch read")
+    for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+        if assign is not None and spec.kind in ("offsets", "timestamps"):
+            extra = {f"{t}-{p}" for t, ps in spec.offsets.items() for p in ps
+                     if p not in assign.get(t, ())}
+            if extra:
+                raise LongboatOptionError(
+                    f"option '{name}' names partitions not in 'assign': {sorted(extra)}")
+        if subscribe and spec.kind in ("offsets", "timestamps"):
+            extra = set(spec.offsets) - set(subscribe)
+            if extra:
+                raise LongboatOptionError(
+                    f"option '{name}' names topics not subscribed: {sorted(extra)}")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise LongboatOptionError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+            f"got {strategy!r}")
+    return SourceOptions(
+        bootstrap=bootstrap,
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        starting_by_timestamp_strategy=strategy,  # type: ignore[arg-type]
+        min_partitions=_int(opts, "minpartitions", minimum=1),
+        max_records_per_partition=_int(opts, "maxrecordsperpartition", minimum=1),
+        max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", minimum=1),
+        fail_on_data_loss=_bool(opts, "failondataloss", True),
+        include_headers=_bool(opts, "includeheaders", False),
+        fetch_max_bytes=_int(opts, "fetchmaxbytes", minimum=1024) or 8 << 20,
+        poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120_000,
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    opts = _lower(options)
+    _check_names(opts, _SINK_OPTIONS, "sink")
+    acks_raw = opts.get("acks", opts.get("kafka.acks", "all")).strip().lower()
+    acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(acks_raw)
+    if acks is None:
+        raise LongboatOptionError(f"option 'acks' must be all, -1, 1 or 0, got {acks_raw!r}")
+    linger = opts.get("linger.ms", opts.get("kafka.linger.ms", "5"))
+    try:
+        linger_ms = int(linger)
+    except ValueError:
+        raise LongboatOptionError(f"option 'linger.ms' must be an integer, got {linger!r}") \
+            from None
+    compression = opts.get("compression", opts.get("kafka.compression.type", "none")).lower()
+    if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
+        raise LongboatOptionError(
+            "option 'compression' must be one of none, gzip, snappy, lz4, zstd, "
+            f"got {compression!r}")
+    topic = opts.get("topic")
+    return SinkOptions(bootstrap=parse_bootstrap(opts), topic=topic.strip() if topic else None,
+                       include_headers=_bool(opts, "includeheaders", True), acks=acks,
+                       linger_ms=linger_ms, compression=compression)
+
+
+# ---------------------------------------------------------------- offsets JSON
+
+def offsets_to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """The form Spark checkpoints: string partition keys, sorted for stable diffs."""
+    return {t: {str(p): int(o) for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())}
+
+
+def offsets_from_json(data: Mapping[str, Mapping[str, int]] | str) -> Offsets:
+    """Back from a checkpoint (a dict, or its JSON text): partition keys become ints."""
+    if isinstance(data, str):
+        data = json.loads(data)
+    assert not isinstance(data, str)
+    return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in data.items()}
