@@ -39,6 +39,8 @@ from broker.metadata_follower import MetadataFollower
 from broker.producer_ids import ProducerIdManager, add_producer_id_routes
 from broker.replica_manager import ReplicaManager
 from metalog.records import Endpoint
+from storage.flush_policy import FlushPolicy
+from storage.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +100,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
                         controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
         urls, follower,
     )
+    policy = None
+    if (config.log_flush_interval_messages or config.log_flush_interval_ms is not None
+            or config.log_flush_interval_bytes):
+        policy = FlushPolicy(bytes_max=config.log_flush_interval_bytes,
+                             messages_max=config.log_flush_interval_messages,
+                             interval_ms=config.log_flush_interval_ms)
     replicas = ReplicaManager(broker_id=config.node_id, data_dir=config.data_dir,
                               controller_urls=urls,
-                              broker_epoch=lambda: lifecycle.broker_epoch)
+                              broker_epoch=lambda: lifecycle.broker_epoch,
+                              committer=GroupCommitter(policy=policy),
+                              replica_lag_time_max_ms=config.replica_lag_time_max_ms)
     follower.subscribe(replicas.on_metadata)
     srv = BrokerServer(config, follower, lifecycle, replicas)
     app = web.Application(middlewares=[error_middleware])

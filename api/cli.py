@@ -18,7 +18,14 @@ def main() -> None:
 def _register() -> None:
     # Subcommand modules import heavy things; keep `longboat --help` fast by importing
     # them here, once, and tolerate none missing: each is part of the package.
-    from api import cli_broker, cli_demo, cli_dev, cli_log, cli_quorum  # noqa: F401
+    from api import (  # noqa: F401
+        cli_broker,
+        cli_demo,
+        cli_dev,
+        cli_log,
+        cli_produce,
+        cli_quorum,
+    )
 
 
 _register()

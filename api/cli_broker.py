@@ -17,16 +17,19 @@ def broker_group() -> None:
 @broker_group.command("start")
 @node_options
 @click.option("--rack", help="Overrides rack.")
+@click.option("--replica-lag-time-max-ms", type=int,
+              help="Overrides replica_lag_time_max_ms (default 30000).")
 @click.option("--log-level", default="INFO", show_default=True)
 def broker_start(config_path: str | None, node_id: int | None, listen: str | None,
                  data_dir: str | None, controller_quorum: str | None, rack: str | None,
-                 log_level: str) -> None:
+                 replica_lag_time_max_ms: int | None, log_level: str) -> None:
     """Start a broker in the foreground. SIGTERM or Ctrl-C shuts it down in a controlled
     way (its partition leaderships move away first); it exits 0 once done."""
     try:
         cfg = load_config(config_path, {
             "node_id": node_id, "listen": listen, "data_dir": data_dir,
             "controller_quorum": controller_quorum, "rack": rack, "roles": ["broker"],
+            "replica_lag_time_max_ms": replica_lag_time_max_ms,
         })
     except ConfigError as e:
         raise click.UsageError(str(e)) from None

@@ -60,6 +60,16 @@ class NodeConfig(BaseModel):
     rack: str | None = None
     cluster_id: str | None = None
     advertised_url: str | None = None
+    # Broker data path (Kafka's broker configs of the same names, dots as underscores).
+    replica_lag_time_max_ms: int = Field(default=30_000, ge=1)
+    """A follower not caught up for this long leaves the ISR."""
+    log_flush_interval_messages: int | None = Field(default=None, ge=1)
+    log_flush_interval_ms: int | None = Field(default=None, ge=0)
+    log_flush_interval_bytes: int | None = Field(default=None, ge=1)
+    """The broker's flush policy: fsync a log when any bound is reached. None of them set
+    (the default) means each topic's ``flush.messages``/``flush.ms``, and otherwise only when
+    someone waits (an acks=1 produce waits for its fsync; acks=all relies on replication,
+    as Kafka does)."""
 
     @field_validator("roles", mode="before")
     @classmethod

@@ -200,11 +200,13 @@ class ReplicaManager:
 
     def __init__(self, *, broker_id: int, data_dir: Path, controller_urls: list[str],
                  broker_epoch: Callable[[], int | None],
-                 committer: GroupCommitter | None = None) -> None:
+                 committer: GroupCommitter | None = None,
+                 replica_lag_time_max_ms: int = 30_000) -> None:
         self.broker_id = BrokerId(broker_id)
         self.data_dir = Path(data_dir)
         self.broker_epoch = broker_epoch
         self.committer = committer or GroupCommitter()
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.controller = ControllerClient(controller_urls, timeout_s=10)
         self.replicas: dict[tuple[TopicId, int], Replica] = {}
         self.by_name: dict[tuple[str, int], Replica] = {}
@@ -372,7 +374,8 @@ class ReplicaManager:
             local_broker_epoch=epoch if epoch is not None else -1, registration=reg,
             log_end_offset=plog.log_end_offset, high_watermark=hw,
             flushed_offset=plog.flushed_offset, now_ms=t,
-            config=ReplicationConfig.from_kafka(configs),
+            config=ReplicationConfig.from_kafka(
+                {"replica.lag.time.max.ms": str(self.replica_lag_time_max_ms), **configs}),
             ineligible_replicas=self._ineligible(image, reg))
         rep.last_shrink_check_ms = t
         log.info("broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s)",

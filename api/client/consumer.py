@@ -62,7 +62,7 @@ class AsyncConsumer:
                  fetch_min_bytes: int = 1, max_wait_ms: int = 500,
                  auto_offset_reset: str = "latest", max_poll_records: int | None = None,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 check_crcs: bool = True) -> None:
+                 check_crcs: bool = True, source_host: str | None = None) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
         self.fetch_max_bytes = fetch_max_bytes
@@ -73,7 +73,8 @@ class AsyncConsumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
-        self.transport = Transport(request_timeout_s=self.request_timeout_s)
+        self.transport = Transport(request_timeout_s=self.request_timeout_s,
+                                   source_host=source_host)
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self._parts: dict[TopicPartition, _PartitionState] = {}
         self._arrived = asyncio.Event()

@@ -103,7 +103,7 @@ class AsyncProducer:
                  buffer_memory: int = 64 << 20, compression: str | int = "none",
                  enable_idempotence: bool = True, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100,
-                 max_request_size: int = 8 << 20) -> None:
+                 max_request_size: int = 8 << 20, source_host: str | None = None) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
         self.acks = ACKS[acks]
@@ -121,7 +121,8 @@ class AsyncProducer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.transport = Transport(request_timeout_s=self.request_timeout_s)
+        self.transport = Transport(request_timeout_s=self.request_timeout_s,
+                                   source_host=source_host)
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self.producer_id = -1
         self.producer_epoch = -1

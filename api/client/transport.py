@@ -24,6 +24,7 @@ import msgpack
 import orjson
 
 from api.client.errors import ClientError
+from raft.aio import netbind
 
 MSGPACK = "application/msgpack"
 DATA_PREFIX = "/internal/broker/v1"
@@ -48,15 +49,20 @@ def normalize_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
 class Transport:
     """One aiohttp session; msgpack calls to broker data routes."""
 
-    def __init__(self, *, request_timeout_s: float = 30.0, connections: int = 100) -> None:
+    def __init__(self, *, request_timeout_s: float = 30.0, connections: int = 100,
+                 source_host: str | None = None) -> None:
         self.request_timeout_s = request_timeout_s
         self._connections = connections
+        self.source_host = source_host
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=60),
+                # source_host: a fault-injection client on 127.0.0.N sends from it, so
+                # firewall rules between loopback addresses see who is talking.
+                connector=netbind.connector(self.source_host, limit=self._connections,
+                                            keepalive_timeout=60),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
         return self._session
 
