@@ -9,14 +9,14 @@ Implementations:
 
 * `jepsen_tests.toy.cluster.ToyCluster`, a tiny partitioned log with a plantable bug, used by
   the harness's own tests and by ``run --cluster toy``;
-* `LongboatCluster`, the real one. Until the brokers exist it refuses to start with a clear
-  message (`BrokersNotBuiltError`); the adapter left to write is listed in its docstring.
+* `jepsen_tests.longboat.LongboatCluster`, the real one: controllers and brokers as
+  processes, each on its own loopback address.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,10 +78,6 @@ class NodeSpec:
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
-class BrokersNotBuiltError(RuntimeError):
-    pass
-
-
 class Cluster(ABC):
     """Processes with addresses, data dirs and environments; leadership; clients."""
 
@@ -111,6 +107,10 @@ class Cluster(ABC):
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Raise before anything is created if this cluster cannot run here."""
 
+    def healthy(self) -> bool:
+        """After the faults heal: recovered enough for the final reads (default: ready)."""
+        return self.ready()
+
     def node_names(self) -> list[str]:
         return [n.name for n in self.nodes]
 
@@ -129,46 +129,3 @@ class Cluster(ABC):
     def leader_of_something(self) -> str | None:
         leaders = self.leaders()
         return sorted(leaders.values())[0] if leaders else None
-
-
-class LongboatCluster(Cluster):
-    """Longboat controllers and brokers as processes. Not runnable until brokers exist.
-
-    What the adapter must do when they land:
-
-    * node config per process (``api/config.py`` TOML): ``node_id``, ``roles``, ``listen`` on
-      the node's 127.0.0.N, ``controller_quorum``, ``data_dir`` under the run directory; start
-      with ``longboat`` via ``NodeProcess`` and ``wrap`` (the namespace);
-    * outgoing node-to-node connections bound to the node's own address (aiohttp
-      ``TCPConnector(local_addr=...)``), or nftables cannot tell nodes apart;
-    * `ready`: every broker registered and unfenced (cluster status endpoint);
-    * `leaders`: partition -> leader from the metadata (describe topic), refreshed per call,
-      and put the leader that acked each send into the send's ``node`` field;
-    * `client`: the ``api`` client library, mapping its errors to DefiniteError (rejected:
-      not leader, invalid request) and IndefiniteError (timeouts, dropped connections).
-    """
-
-    def __init__(self, node_names: Sequence[str] = ("n1", "n2", "n3")) -> None:
-        self.names = list(node_names)
-        self.nodes = []
-        self.processes = {}
-        self.keys = []
-
-    def preflight(self) -> None:
-        raise BrokersNotBuiltError(
-            "the Longboat brokers are not built yet (no produce/fetch over HTTP to test): "
-            "`run --cluster longboat` needs the broker layer and this adapter "
-            "(jepsen_tests/cluster.py LongboatCluster). Use `--cluster toy` to exercise the "
-            "harness meanwhile.")
-
-    def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
-        self.preflight()
-
-    def ready(self) -> bool:
-        return False
-
-    def leaders(self) -> dict[str, str]:
-        return {}
-
-    def client(self, name: str, host: str, dial: Dial) -> QueueClient:
-        raise BrokersNotBuiltError("brokers not built yet")

@@ -60,6 +60,7 @@ class RunConfig:
     concurrency: int = 4
     netns: str = "auto"  # auto | on | off
     recovery_s: float = 2.0
+    recovery_timeout_s: float = 30.0
     final_read_timeout_s: float = 15.0
     tracks: int = 1
     fault_duration_s: tuple[float, float] = (1.0, 3.0)
@@ -255,6 +256,14 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
             await c.close()
     await asyncio.to_thread(nemesis.heal_all)
     await asyncio.sleep(cfg.recovery_s)
+    # Liveness phase: give the healed cluster time to elect and refill its ISRs before the
+    # final reads (on this thread: its probes must run inside the namespace).
+    healed_at = loop.time()
+    while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
+        await asyncio.sleep(0.5)
+    if loop.time() - healed_at >= cfg.recovery_timeout_s:
+        print(f"cluster not healthy {cfg.recovery_timeout_s}s after healing; reading anyway",
+              file=sys.stderr)
     if cfg.workload == "metadata":
         mreader = cluster.metadata_client("final", client_address(150), lambda c, n: dial("", n))
         final = MetadataWorker(10_000, 1, mreader, topics, rec, random.Random(0))

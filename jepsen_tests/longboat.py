@@ -1,0 +1,256 @@
+"""`LongboatCluster`: real Longboat controllers and brokers as processes, and their clients.
+
+Layout of a cluster of N (default 3): controllers ``c1..cN`` (node ids 1..N) and brokers
+``b1..bN`` (node ids 101..), each on its own loopback address (``127.0.0.2`` upwards, see
+`jepsen_tests.nemesis.net.node_address`) so nftables rules inside the run's namespace can cut
+any link; the nodes bind their outgoing connections to that address too (``raft.aio.netbind``,
+set by ``longboat controller|broker start`` from the listen host). Each node has a TOML config
+and a data directory under the run directory, and runs ``python -m api <role> start --config``
+through `NodeProcess` (its own session, log appended across restarts), wrapped in ``ip netns
+exec`` when the run has a namespace. ``LONGBOAT_LAZYFS=1`` comes from the runner's ``env_for``
+when lose-unsynced is in the run.
+
+The workload's keys ``k0..k{P-1}`` are the partitions of one topic (``jepsen``, replication
+factor 3, ``min.insync.replicas=2``), created through the controllers once the brokers are up.
+
+Leadership is read as a client would: ``GET /v3/broker/metadata`` on any broker (partition
+leaders), ``GET /v3/quorum/status`` on the controllers (the active controller). These helpers
+use blocking ``urllib`` with short timeouts and must run on a thread inside the namespace (the
+runner's main thread is).
+
+This module starts processes and speaks HTTP: it imports no server package.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from jepsen_tests.cluster import Cluster, Dial, EnvFor, NodeSpec, QueueClient, Wrap
+from jepsen_tests.nemesis.net import node_address
+from jepsen_tests.nemesis.process import NodeProcess, wait_until
+
+TOPIC = "jepsen"
+CONTROLLER_ID_BASE = 0  # controller i has node id i
+BROKER_ID_BASE = 100  # broker i has node id 100 + i
+MSGPACK = "application/x-msgpack"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def http_json(url: str, timeout_s: float = 1.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        return json.loads(r.read())
+
+
+def http_status(url: str, timeout_s: float = 1.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+class LongboatCluster(Cluster):
+    """N controllers + N brokers; the queue workload's keys are partitions of one topic."""
+
+    def __init__(self, n: int = 3, partitions: int = 6, replication_factor: int = 3,
+                 min_insync_replicas: int = 2, idempotence: bool = True,
+                 topic: str = TOPIC) -> None:
+        if n < 1 or replication_factor > n:
+            raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
+        self.n = n
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
+        self.idempotence = idempotence
+        self.topic = topic
+        self.keys = [f"k{p}" for p in range(partitions)]
+        self.controllers = [f"c{i + 1}" for i in range(n)]
+        self.brokers = [f"b{i + 1}" for i in range(n)]
+        self.node_ids = {**{c: CONTROLLER_ID_BASE + i + 1 for i, c in enumerate(self.controllers)},
+                         **{b: BROKER_ID_BASE + i + 1 for i, b in enumerate(self.brokers)}}
+        self.by_id = {v: k for k, v in self.node_ids.items()}
+        names = self.controllers + self.brokers
+        # Ports are chosen in setup, inside the namespace; 0 until then.
+        self.nodes = [NodeSpec(name, node_address(i + 1), 0, Path(),
+                               ("controller",) if name in self.controllers else ("broker",))
+                      for i, name in enumerate(names)]
+        self.processes = {}
+
+    # ---- topology
+
+    def spec(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+    def url(self, name: str) -> str:
+        n = self.spec(name)
+        return f"http://{n.host}:{n.port}"
+
+    def broker_urls(self) -> list[str]:
+        return [self.url(b) for b in self.brokers]
+
+    def controller_urls(self) -> list[str]:
+        return [self.url(c) for c in self.controllers]
+
+    def key_partition(self, key: str) -> int:
+        return int(key[1:])
+
+    def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
+        nodes = []
+        for n in self.nodes:
+            nodes.append(NodeSpec(n.name, n.host, free_port(n.host), run_dir / "data" / n.name,
+                                  n.roles))
+        self.nodes = nodes
+        quorum = ",".join(f"{self.node_ids[c]}@{self.spec(c).host}:{self.spec(c).port}"
+                          for c in self.controllers)
+        conf_dir = run_dir / "config"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        for n in self.nodes:
+            n.data_dir.mkdir(parents=True, exist_ok=True)
+            conf = conf_dir / f"{n.name}.toml"
+            conf.write_text(
+                f"node_id = {self.node_ids[n.name]}\n"
+                f"roles = [\"{n.roles[0]}\"]\n"
+                f"listen = \"{n.host}:{n.port}\"\n"
+                f"controller_quorum = \"{quorum}\"\n"
+                f"data_dir = \"{n.data_dir}\"\n")
+            argv = [sys.executable, "-m", "api", n.roles[0], "start", "--config", str(conf)]
+            self.processes[n.name] = NodeProcess(
+                n.name, wrap(argv), run_dir / "logs" / f"{n.name}.log",
+                {"PYTHONUNBUFFERED": "1", **env_for(n.name)})
+
+    # ---- state, as a client sees it
+
+    def active_controller(self) -> str | None:
+        for c in self.controllers:
+            try:
+                st = http_json(self.url(c) + "/v3/quorum/status", 0.5)
+            except (OSError, ValueError):
+                continue
+            if st.get("role") == "leader" and st.get("active_controller"):
+                return c
+        return None
+
+    def broker_metadata(self) -> dict[str, Any] | None:
+        for b in self.brokers:
+            try:
+                md: dict[str, Any] = http_json(self.url(b) + "/v3/broker/metadata", 0.5)
+                return md
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def partition_table(self, md: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
+        md = md if md is not None else self.broker_metadata()
+        if md is None:
+            return {}
+        for t in md.get("topics", []):
+            if t["name"] == self.topic:
+                return {int(p["partition"]): p for p in t["partitions"]}
+        return {}
+
+    def leaders(self) -> dict[str, str]:
+        out = {}
+        for p, info in self.partition_table().items():
+            name = self.by_id.get(int(info["leader"]))
+            if name is not None:
+                out[f"k{p}"] = name
+        return out
+
+    def leader_of_something(self) -> str | None:
+        leaders = self.leaders()
+        return sorted(leaders.values())[0] if leaders else None
+
+    def ready(self) -> bool:
+        return all(self._broker_ready(b) for b in self.brokers)
+
+    def _broker_ready(self, b: str) -> bool:
+        try:
+            return http_status(self.url(b) + "/v3/health/ready", 0.5) == 200
+        except OSError:
+            return False
+
+    def healthy(self) -> bool:
+        """Every broker ready and every partition led with a full ISR."""
+        if not self.ready():
+            return False
+        table = self.partition_table()
+        return len(table) == self.partitions and all(
+            int(p["leader"]) >= 0 and len(p["isr"]) == self.replication_factor
+            for p in table.values())
+
+    # ---- lifecycle
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for c in self.controllers:
+            self.processes[c].start()
+        self._wait("an active controller", lambda: self.active_controller() is not None,
+                   deadline)
+        for b in self.brokers:
+            self.processes[b].start()
+        self._wait("every broker ready", self.ready, deadline)
+        self.create_topic(deadline)
+        self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy,
+                   deadline)
+
+    def _wait(self, what: str, cond: Any, deadline: float) -> None:
+        if not wait_until(cond, max(0.0, deadline - time.monotonic()), 0.1):
+            tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}"
+                              for n, p in self.processes.items())
+            raise RuntimeError(f"cluster: not {what} in time\n{tails}")
+
+    def create_topic(self, deadline: float) -> None:
+        """CreateTopic through the controllers' command route (msgpack over HTTP, as the
+        controller client sends it), following 421 redirects to the active controller."""
+        body = msgpack.packb({
+            "@": "CreateTopic", "name": self.topic, "num_partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "configs": {"@m": [["min.insync.replicas", str(self.min_insync_replicas)]]},
+        }, use_bin_type=True)
+        last = "no controller tried"
+        while time.monotonic() < deadline:
+            leader = self.active_controller()
+            if leader is None:
+                time.sleep(0.2)
+                continue
+            req = urllib.request.Request(self.url(leader) + "/internal/controller/v1/command",
+                                         data=body, method="POST",
+                                         headers={"Content-Type": MSGPACK})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    out = msgpack.unpackb(r.read(), raw=False, strict_map_key=False)
+                if isinstance(out, dict) and "@m" in out:  # the controller's tagged map
+                    out = {k: v for k, v in out["@m"]}
+            except (OSError, ValueError) as e:
+                last = repr(e)
+                time.sleep(0.2)
+                continue
+            if "ok" in out:
+                return
+            err = out.get("error") or {}
+            if isinstance(err, dict) and err.get("@err") == "TopicExistsError":
+                return
+            last = repr(out)
+            time.sleep(0.2)
+        raise RuntimeError(f"cluster: could not create topic {self.topic}: {last}")
+
+    # ---- clients
+
+    def client(self, name: str, host: str, dial: Dial) -> QueueClient:
+        from jepsen_tests.longboat_client import LongboatQueueClient
+
+        return LongboatQueueClient(self, name, host, dial)
