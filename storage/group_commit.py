@@ -1,12 +1,23 @@
 """``GroupCommitter``: one fsync covers every append since the last one, across logs.
 
 The asyncio shell around ``PartitionLog.flush``. Callers append (on the event loop), then
-``await committer.durable(log, end_offset)``; one background task collects every log with
-waiters (or whose ``FlushPolicy`` asks for a flush), fsyncs them all in a worker thread so
-the loop keeps running, and then resolves every waiter whose offsets the flush covered.
-Appends made while an fsync is in flight wait for the next one: under load each fsync
-covers many appends, which is what makes durable acknowledgements cheap (BENCHMARKS.md:
-a 1 KiB fsync costs ~0.2 ms; thousands of acks share it).
+``await committer.durable(log, end_offset)``; the waiter asks for its log to be flushed, and
+a flush job in a worker thread (the executor's) does the fsyncs while the loop goes on
+appending. The job runs rounds back to back for as long as anything is asked for, and ends
+when nothing is:
+
+* a round takes every log asked for since the last round began and fsyncs each one
+  (``PartitionLog.flush``: everything appended to it so far), then hands the results to the
+  loop, which resolves every waiter the round covered, and only those;
+* appends made while a round runs ask for the next one, which the job starts as soon as the
+  round ends, from its own thread: the disk does not wait for the loop to come round (the
+  loop may be busy appending), and appending overlaps with fsyncing.
+
+Under load each round covers everything appended during the one before, which is what makes
+durable acknowledgements cheap (BENCHMARKS.md: a 1 KiB fsync costs ~0.2 ms; thousands of acks
+share it). An earlier version ran each round from a loop task and let the released appenders
+run before starting the next: every in-flight append then waited on the same fsync and the
+loop sat idle during it, so appending and fsyncing took turns (docs/storage.md, "Durability").
 
 The broker awaits it before an ``acks=all`` leader answer is counted durable and the Raft
 node before it answers AppendEntries or counts its own vote.
@@ -14,30 +25,38 @@ node before it answers AppendEntries or counts its own vote.
 A waiter whose offsets are truncated away before they were flushed fails with
 ``LogTruncatedError``; a flush that fails (an I/O error) fails its log's waiters with that
 error and the log is left to its owner (Kafka stops the log dir; so should the broker).
+
+Threads: every method is called on the event loop, except ``_flush_job`` (a worker thread).
+They share only ``_asked`` and ``_job_running``, under ``_lock``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from storage.errors import StorageError
 from storage.flush_policy import CLEAN, FlushPolicy, Unflushed
 from storage.log import LogTruncatedError, PartitionLog
 
+_RoundResult = list[tuple[PartitionLog, BaseException | None]]
+
 
 class GroupCommitter:
-    """Invariant: a future in ``_waiters[log]`` is resolved only once ``log.flushed_offset``
-    is at least its offset, and only with success if no truncation cut below it."""
+    """Invariants: a future in ``_waiters[log]`` is resolved with success only once
+    ``log.flushed_offset`` is at least its offset (so only after the fsync covering it has
+    returned), and only if no truncation cut below it; a log with waiters is in ``_asked``
+    or in the round the job is running; at most one flush job runs (``_job_running``)."""
 
     def __init__(self, *, policy: FlushPolicy | None = None, executor: Executor | None = None,
                  clock_ms: Callable[[], int] | None = None):
         """``policy`` for every log, else each log's own ``flush.messages``/``flush.ms``.
 
-        ``executor`` runs the fsyncs (default: the loop's default executor); ``clock_ms``
-        gives milliseconds for ``flush.ms`` (default: the loop's monotonic clock).
+        ``executor`` runs the flush job (default: the loop's default executor); it holds
+        one of its threads while there is work. ``clock_ms`` gives milliseconds for
+        ``flush.ms`` (default: the loop's monotonic clock).
         """
         self._policy = policy
         self._executor = executor
@@ -45,13 +64,21 @@ class GroupCommitter:
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
         self._unflushed: dict[PartitionLog, Unflushed] = {}
         self._known: set[int] = set()
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._lock = threading.Lock()
+        self._asked: dict[PartitionLog, None] = {}
+        """Logs to flush in the next round (insertion-ordered set). Under ``_lock``."""
+        self._job_running = False
+        """A flush job is running or submitted. Under ``_lock``."""
+        self._job: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
         self._closing = False
         self.flushes = 0
-        """Flush rounds done (each one fsync per dirty log)."""
+        """Flush rounds done (each one fsync per log asked for)."""
+        self.log_flushes = 0
+        """``PartitionLog.flush`` calls that succeeded, summed over rounds."""
         self.waiters_resolved = 0
 
     # ------------------------------------------------------------------ public
@@ -67,9 +94,8 @@ class GroupCommitter:
     def durable_future(self, log: PartitionLog, offset: int) -> asyncio.Future[None]:
         """``durable`` as a plain future, for callers that pipeline many appends and would
         rather not pay for a task each (call it on the event loop)."""
-        self._ensure_started()
-        assert self._loop is not None and self._wake is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
+        loop = self._ensure_started()
+        fut: asyncio.Future[None] = loop.create_future()
         if log.flushed_offset >= offset:
             fut.set_result(None)
             return fut
@@ -82,8 +108,12 @@ class GroupCommitter:
         if self._closing:
             raise RuntimeError("group committer is closed")
         self._watch(log)
-        self._waiters.setdefault(log, []).append((offset, fut))
-        self._wake.set()
+        waiters = self._waiters.get(log)
+        if waiters is None:
+            self._waiters[log] = [(offset, fut)]
+        else:
+            waiters.append((offset, fut))
+        self._ask([log])
         return fut
 
     def note_append(self, log: PartitionLog, size_bytes: int, messages: int = 1) -> None:
@@ -93,27 +123,148 @@ class GroupCommitter:
         state = self._unflushed.get(log, CLEAN).after_append(size_bytes, messages, now)
         self._unflushed[log] = state
         self._watch(log)
-        if self._policy_for(log).should_flush(state, now):
-            assert self._wake is not None
-            self._wake.set()
+        policy = self._policy_for(log)
+        if policy.should_flush(state, now):
+            self._unflushed.pop(log, None)
+            self._ask([log])
+        else:
+            self._arm_timer(policy.deadline_ms(state), now)
 
     async def close(self) -> None:
-        """Flush what is waited on, then stop the background task."""
+        """Flush what is waited on, then stop (no timer, no flush job left running)."""
         self._closing = True
-        if self._task is not None and self._wake is not None:
-            self._wake.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._cancel_timer()
+        # A round's results may ask for another round (waiters it did not cover), which
+        # starts a new job: wait until the last one has ended.
+        while self._job is not None:
+            job = self._job
+            await job
+            if self._job is job:
+                self._job = None
+
+    # ------------------------------------------------------------------ the flush job
+
+    def _ask(self, logs: list[PartitionLog]) -> None:
+        """Ask for ``logs`` to be flushed in the next round; start the job if it is idle."""
+        with self._lock:
+            for log in logs:
+                self._asked[log] = None
+            if self._job_running:
+                return
+            self._job_running = True
+        assert self._loop is not None
+        try:
+            self._job = self._loop.run_in_executor(self._executor, self._flush_job)
+        except BaseException:
+            with self._lock:
+                self._job_running = False
+            raise
+
+    def _flush_job(self) -> None:
+        """Worker thread: run rounds until nothing is asked for."""
+        assert self._loop is not None
+        while True:
+            with self._lock:
+                if not self._asked:
+                    self._job_running = False
+                    return
+                logs = list(self._asked)
+                self._asked.clear()
+            # Every waiter that asked for these logs appended before asking, and so before
+            # the take above: each flush below (which snapshots the log end) covers it.
+            results: _RoundResult = []
+            for log in logs:
+                try:
+                    log.flush()
+                    results.append((log, None))
+                except Exception as e:
+                    results.append((log, e))
+            self._loop.call_soon_threadsafe(self._on_round_done, results)
+
+    def _on_round_done(self, results: _RoundResult) -> None:
+        self.flushes += 1
+        again = []
+        for log, error in results:
+            if error is None:
+                self.log_flushes += 1
+            if self._resolve(log, error):
+                again.append(log)
+        if again:
+            # Waiters the round did not cover, though they asked before it began: a
+            # truncation raced the flush (their offsets below the new end stay waiting).
+            self._ask(again)
+
+    def _resolve(self, log: PartitionLog, error: BaseException | None) -> bool:
+        """Settle ``log``'s waiters after a round; True if some are left waiting."""
+        waiters = self._waiters.get(log)
+        if not waiters:
+            return False
+        flushed = log.flushed_offset
+        if error is None and log.closed:
+            # A closed log is never flushed again (``close`` flushed all it had).
+            error = StorageError(f"log {log.dir_path} is closed")
+        keep = []
+        for offset, fut in waiters:
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            elif offset <= flushed:
+                fut.set_result(None)
+                self.waiters_resolved += 1
+            else:
+                keep.append((offset, fut))
+        if keep:
+            self._waiters[log] = keep
+            return True
+        del self._waiters[log]
+        return False
+
+    # ------------------------------------------------------------------ policy timer
+
+    def _arm_timer(self, at_ms: int | None, now_ms: int) -> None:
+        if at_ms is None or (self._timer_at_ms is not None and self._timer_at_ms <= at_ms):
+            return
+        assert self._loop is not None
+        self._cancel_timer()
+        self._timer_at_ms = at_ms
+        self._timer = self._loop.call_later(max(0.0, (at_ms - now_ms) / 1000), self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at_ms = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = None
+        if self._closing:
+            return
+        now = self._now_ms()
+        due = []
+        next_ms: int | None = None
+        for log, state in self._unflushed.items():
+            policy = self._policy_for(log)
+            if policy.should_flush(state, now):
+                due.append(log)
+            else:
+                d = policy.deadline_ms(state)
+                if d is not None and (next_ms is None or d < next_ms):
+                    next_ms = d
+        for log in due:
+            del self._unflushed[log]
+        if due:
+            self._ask(due)
+        self._arm_timer(next_ms, now)
 
     # ------------------------------------------------------------------ internals
 
-    def _ensure_started(self) -> None:
-        if self._task is None:
+    def _ensure_started(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
-            self._wake = asyncio.Event()
-            self._task = self._loop.create_task(self._run(), name="group-commit")
+        return self._loop
 
     def _now_ms(self) -> int:
         if self._clock_ms is not None:
@@ -151,71 +302,3 @@ class GroupCommitter:
                 keep.append((offset, fut))
         if log in self._waiters:
             self._waiters[log] = keep
-
-    def _due(self, now_ms: int) -> tuple[set[PartitionLog], float | None]:
-        """Logs to flush now, and seconds until the next policy deadline."""
-        due = {log for log, ws in self._waiters.items() if ws}
-        next_ms: int | None = None
-        for log, state in self._unflushed.items():
-            policy = self._policy_for(log)
-            if policy.should_flush(state, now_ms):
-                due.add(log)
-            else:
-                d = policy.deadline_ms(state)
-                if d is not None and (next_ms is None or d < next_ms):
-                    next_ms = d
-        timeout = None if next_ms is None else max(0.0, (next_ms - now_ms) / 1000)
-        return due, timeout
-
-    async def _run(self) -> None:
-        assert self._loop is not None and self._wake is not None
-        while True:
-            due, timeout = self._due(self._now_ms())
-            if not due:
-                if self._closing:
-                    return
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                continue
-            self._wake.clear()
-            for log in due:
-                self._unflushed.pop(log, None)
-            logs = list(due)
-            results = await self._loop.run_in_executor(self._executor, _flush_all, logs)
-            self.flushes += 1
-            for log, error in zip(logs, results, strict=True):
-                self._resolve(log, error)
-            # Yield once so appenders woken by these results can queue the next round.
-            await asyncio.sleep(0)
-
-    def _resolve(self, log: PartitionLog, error: BaseException | None) -> None:
-        waiters = self._waiters.get(log, [])
-        flushed = log.flushed_offset
-        keep = []
-        for offset, fut in waiters:
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            elif offset <= flushed:
-                fut.set_result(None)
-                self.waiters_resolved += 1
-            else:
-                keep.append((offset, fut))
-        if keep:
-            self._waiters[log] = keep
-        else:
-            self._waiters.pop(log, None)
-
-
-def _flush_all(logs: list[PartitionLog]) -> list[BaseException | None]:
-    """Runs in the worker thread: fsync each log, collecting errors per log."""
-    out: list[BaseException | None] = []
-    for log in logs:
-        try:
-            log.flush()
-            out.append(None)
-        except Exception as e:
-            out.append(e)
-    return out

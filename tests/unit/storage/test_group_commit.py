@@ -1,16 +1,130 @@
-"""GroupCommitter: one fsync covers many waiters across logs; truncation fails waiters."""
+"""GroupCommitter: one fsync covers many waiters across logs; truncation fails waiters;
+an acknowledgement never precedes the fsync covering it; the next round starts without
+waiting for the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from storage_harness import batch, open_log
 
-from storage.fileio import LazyFileLayer
+from storage.errors import StorageError
+from storage.fileio import Buffer, FileHandle, FileLayer, LazyFileLayer
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
 from storage.log import LogTruncatedError
+
+
+class GatedExecutor(ThreadPoolExecutor):
+    """Runs nothing until ``open()``: lets a test line up waiters before a round starts."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.gate = threading.Event()
+
+    def open(self) -> None:
+        self.gate.set()
+
+    def submit(self, fn: Callable[..., object], /, *args: object,  # type: ignore[override]
+               **kwargs: object) -> Future[object]:
+        def gated() -> object:
+            assert self.gate.wait(10), "gate never opened"
+            return fn(*args, **kwargs)
+        return super().submit(gated)
+
+
+class RecordingHandle(FileHandle):
+    def __init__(self, layer: RecordingFileLayer, inner: FileHandle) -> None:
+        self._layer = layer
+        self._inner = inner
+        self.path = inner.path
+
+    def write(self, data: Buffer) -> int:
+        pos = self._inner.write(data)
+        self._layer.record("write", self.path, pos + len(data))
+        return pos
+
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        pos = self._inner.writev(parts)
+        self._layer.record("write", self.path, pos + sum(len(p) for p in parts))
+        return pos
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._inner.pread(size, offset)
+
+    def fsync(self) -> None:
+        size = self._inner.size()
+        n = self._layer.record("fsync_start", self.path, size)
+        self._layer.before_fsync(n)
+        self._inner.fsync()
+        self._layer.record("fsync_end", self.path, size)
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+
+class RecordingFileLayer(FileLayer):
+    """Wraps a layer and records, in order and from any thread, every append (the file
+    size after it), the start and end of every fsync (the file size when it began), and
+    whatever the test adds (``record("ack", ...)``). ``before_fsync(n)`` runs in the thread
+    that fsyncs, before the ``n``-th fsync since the last ``reset()``."""
+
+    def __init__(self, inner: FileLayer) -> None:
+        self.inner = inner
+        self.events: list[tuple[str, str, int]] = []
+        self.fsync_started: collections.defaultdict[int, threading.Event] = (
+            collections.defaultdict(threading.Event))
+        self.fsync_gate: dict[int, threading.Event] = {}
+        self._fsyncs = 0
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.events.clear()
+            self.fsync_started.clear()
+            self._fsyncs = 0
+
+    def record(self, kind: str, path: str, size: int) -> int:
+        with self._lock:
+            self.events.append((kind, path, size))
+            if kind == "fsync_start":
+                self._fsyncs += 1
+                self.fsync_started[self._fsyncs].set()
+            return self._fsyncs
+
+    def before_fsync(self, n: int) -> None:
+        gate = self.fsync_gate.get(n)
+        if gate is not None:
+            assert gate.wait(10), f"fsync {n} was never let through"
+
+    def open(self, path: str, *, create: bool = True) -> FileHandle:
+        return RecordingHandle(self, self.inner.open(path, create=create))
+
+    def replace(self, src: str, dst: str) -> None:
+        self.inner.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self.inner.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        self.inner.fsync_dir(path)
 
 
 def test_one_flush_round_covers_every_waiter_across_logs(tmp_path) -> None:
@@ -18,19 +132,23 @@ def test_one_flush_round_covers_every_waiter_across_logs(tmp_path) -> None:
     logs = [open_log(tmp_path / f"p{i}", files) for i in range(3)]
 
     async def main() -> None:
-        gc = GroupCommitter()
+        executor = GatedExecutor()
+        gc = GroupCommitter(executor=executor)
         waits = []
         for log in logs:
             for _ in range(10):
                 _, last = log.append(batch(), leader_epoch=0)
-                waits.append(gc.durable(log, last + 1))
+                waits.append(gc.durable_future(log, last + 1))
         fsyncs = files.fsyncs
+        executor.open()
         await asyncio.gather(*waits)
         assert gc.flushes == 1
+        assert gc.log_flushes == 3
         assert files.fsyncs - fsyncs == 3  # one per log, not one per append
         assert all(log.flushed_offset == 10 for log in logs)
         assert files.unsynced_bytes() == 0
         await gc.close()
+        executor.shutdown()
 
     asyncio.run(main())
 
@@ -72,19 +190,21 @@ def test_truncation_fails_waiters_on_the_truncated_offsets(tmp_path) -> None:
     log = open_log(tmp_path, LazyFileLayer())
 
     async def main() -> None:
-        gc = GroupCommitter()
+        executor = GatedExecutor()
+        gc = GroupCommitter(executor=executor)
         log.append(batch(), leader_epoch=0)
         log.append(batch(), leader_epoch=0)
-        w1 = asyncio.ensure_future(gc.durable(log, 1))
-        w2 = asyncio.ensure_future(gc.durable(log, 2))
-        await asyncio.sleep(0)  # both are waiting; the flush has not run yet
-        log.truncate_to(1)
+        w1 = gc.durable_future(log, 1)
+        w2 = gc.durable_future(log, 2)
+        log.truncate_to(1)  # both are waiting; the flush has not run yet
+        executor.open()
         await w1
         with pytest.raises(LogTruncatedError):
             await w2
         with pytest.raises(LogTruncatedError):  # asked after the truncation
             await gc.durable(log, 2)
         await gc.close()
+        executor.shutdown()
 
     asyncio.run(main())
 
@@ -144,5 +264,124 @@ def test_a_failed_fsync_fails_that_logs_waiters(tmp_path, monkeypatch) -> None:
         with pytest.raises(OSError, match="Input/output"):
             await bad_wait
         await gc.close()
+
+    asyncio.run(main())
+
+
+def test_an_ack_never_precedes_the_fsync_covering_it(tmp_path) -> None:
+    files = RecordingFileLayer(LazyFileLayer())
+    log = open_log(tmp_path, files)
+    seg = log.active_segment.log_path
+    # A slow disk, so that appends land while an fsync runs (the overlap under test).
+    files.before_fsync = lambda n: time.sleep(0.002)  # type: ignore[method-assign]
+    files.reset()
+
+    async def main() -> None:
+        gc = GroupCommitter()
+
+        def on_ack(end: int, _fut: asyncio.Future[None]) -> None:
+            files.record("ack", seg, end)
+
+        async def producer() -> None:
+            pending: collections.deque[asyncio.Future[None]] = collections.deque()
+            for _ in range(40):
+                _, last = log.append(batch(20), leader_epoch=0)
+                end = log.active_segment.size_bytes
+                fut = gc.durable_future(log, last + 1)
+                fut.add_done_callback(functools.partial(on_ack, end))
+                pending.append(fut)
+                if len(pending) >= 3:
+                    await pending.popleft()
+            while pending:
+                await pending.popleft()
+
+        await asyncio.gather(*(producer() for _ in range(4)))
+        await gc.close()
+
+    asyncio.run(main())
+    durable = 0  # file size covered by the last fsync that has returned
+    running: list[int] = []
+    acks = writes_during_fsync = 0
+    for kind, path, size in files.events:
+        if path != seg:
+            continue
+        if kind == "fsync_start":
+            running.append(size)
+        elif kind == "fsync_end":
+            running.remove(size)
+            durable = max(durable, size)
+        elif kind == "write":
+            writes_during_fsync += bool(running)
+        elif kind == "ack":
+            assert size <= durable, f"ack of bytes up to {size}, fsynced only {durable}"
+            acks += 1
+    assert acks == 160
+    assert writes_during_fsync > 0, "appending never overlapped an fsync"
+    assert log.flushed_offset == log.log_end_offset == 160 * 20
+
+
+def test_the_next_round_starts_while_the_loop_is_busy(tmp_path) -> None:
+    files = RecordingFileLayer(LazyFileLayer())
+    log = open_log(tmp_path, files)
+    log.append(batch(), leader_epoch=0)  # the first append checkpoints the epoch (an fsync)
+    log.flush()
+    files.reset()
+    files.fsync_gate[1] = threading.Event()
+
+    async def main() -> None:
+        gc = GroupCommitter()
+        _, last = log.append(batch(), leader_epoch=0)
+        first = gc.durable_future(log, last + 1)
+        assert files.fsync_started[1].wait(5)
+        _, last = log.append(batch(), leader_epoch=0)  # during round 1: for round 2
+        second = gc.durable_future(log, last + 1)
+        files.fsync_gate[1].set()
+        # The loop is blocked here (no await): round 2 must start anyway, from the
+        # flush job's own thread, rather than when the loop next comes round.
+        assert files.fsync_started[2].wait(5), "round 2 waited for the event loop"
+        assert not first.done()  # acks are handed out on the loop, which is busy
+        await first
+        await second
+        assert gc.flushes == 2
+        assert log.flushed_offset == 3
+        await gc.close()
+
+    asyncio.run(main())
+
+
+def test_close_waits_for_the_round_in_flight(tmp_path) -> None:
+    files = RecordingFileLayer(LazyFileLayer())
+    log = open_log(tmp_path, files)
+    files.reset()
+    files.before_fsync = lambda n: time.sleep(0.02)  # type: ignore[method-assign]
+
+    async def main() -> None:
+        gc = GroupCommitter()
+        _, last = log.append(batch(), leader_epoch=0)
+        fut = gc.durable_future(log, last + 1)
+        await gc.close()
+        assert fut.done() and fut.exception() is None
+        assert log.flushed_offset == 1
+        log.append(batch(), leader_epoch=0)
+        with pytest.raises(RuntimeError, match="closed"):
+            gc.durable_future(log, 2)
+
+    asyncio.run(main())
+
+
+def test_waiters_on_a_log_closed_without_flushing_fail(tmp_path) -> None:
+    log = open_log(tmp_path, LazyFileLayer())
+
+    async def main() -> None:
+        executor = GatedExecutor()
+        gc = GroupCommitter(executor=executor)
+        _, last = log.append(batch(), leader_epoch=0)
+        fut = gc.durable_future(log, last + 1)
+        log.abandon()  # a crash test's "close": no flush; the offsets will never be durable
+        executor.open()
+        with pytest.raises(StorageError, match="closed"):
+            await fut
+        await gc.close()
+        executor.shutdown()
 
     asyncio.run(main())
