@@ -32,6 +32,7 @@ from aiohttp import web
 from api.config import NodeConfig
 from api.controller_app import image_summary
 from api.errors import error_middleware
+from api.http_api import add_public_routes
 from api.signals import wait_for_stop_signal
 from broker.data_routes import add_data_routes
 from broker.lifecycle import BrokerLifecycle, LifecycleConfig
@@ -113,12 +114,14 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
                               replica_lag_time_max_ms=config.replica_lag_time_max_ms)
     follower.subscribe(replicas.on_metadata)
     srv = BrokerServer(config, follower, lifecycle, replicas)
-    app = web.Application(middlewares=[error_middleware])
+    # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.
+    app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
     add_data_routes(app, replicas)
+    add_public_routes(app, srv)
     add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
                                                   replicas.controller))
 

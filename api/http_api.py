@@ -1,0 +1,88 @@
+"""The broker's public HTTP API, registered on the broker's app in one call.
+
+``add_public_routes(app, srv)`` adds the v3 routes (``api.http_v3``), the REST Proxy v2
+routes (``api.http_v2``), ``GET /metrics`` (``api.metrics``) and ``GET /openapi.json``
+(``api.openapi``), with an ``HttpContext`` built from the broker server (its image, its
+``PartitionRouter``, a ``ControllerClient`` for topic administration). Health and readiness
+(``/v3/health``, ``/v3/health/ready``) are the broker app's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from api.errors import ERROR_HOOK_KEY
+from api.http_context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http_v2 import add_v2_routes
+from api.http_v3 import add_v3_routes
+from api.metrics import BrokerMetrics, metrics_handler, replica_gauges
+from api.openapi import openapi_document
+from broker.data_routes import ROUTER_KEY
+from broker.metadata_follower import MetadataUpdate
+from metalog.client import ControllerClient
+from raft.aio import netbind
+
+
+def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
+    """``srv`` is the ``api.broker_app.BrokerServer`` (config, follower, lifecycle,
+    replicas); the internal data routes must be registered first (they own the router)."""
+    config = srv.config
+    router = app[ROUTER_KEY]
+    metrics = BrokerMetrics()
+    urls = [v.url for v in config.voters]
+    controllers = ControllerClient(urls, timeout_s=15)
+    ctx = HttpContext(
+        broker_id=config.node_id,
+        cluster_id=cluster_id_for(config.cluster_id,
+                                  [(v.node_id, f"{v.host}:{v.port}") for v in config.voters]),
+        image_fn=lambda: srv.follower.image, router=router, controllers=controllers,
+        metrics=metrics, ready_fn=lambda: bool(srv.lifecycle.ready))
+    app[CONTEXT_KEY] = ctx
+    app[ERROR_HOOK_KEY] = metrics.note_error
+    metrics.add_gauges(replica_gauges(lambda: srv.follower.image, config.node_id,
+                                      srv.replicas.describe,
+                                      lambda: (router.forwarded_requests, router.retries)))
+    srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
+    add_v3_routes(app)
+    add_v2_routes(app)
+    app.router.add_get("/metrics", metrics_handler(metrics.render))
+    doc = orjson.dumps(openapi_document())
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=doc, content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
+
+    async def close(app: web.Application) -> None:
+        await controllers.close()
+
+    app.on_cleanup.append(close)
+    _ = netbind  # the controller client binds the node's source address itself
+    return ctx
+
+
+def _isr_watcher(broker_id: int, metrics: BrokerMetrics) -> Any:
+    """Counts ISR shrinks and expands of the partitions this broker leads, from the
+    metadata deltas (the leader proposes them; the committed change is what counts)."""
+    last: dict[tuple[str, int], int] = {}
+
+    async def on_update(update: MetadataUpdate) -> None:
+        seen = set()
+        for t, p, reg in update.image.topics.partitions():
+            key = (str(t.topic_id), p)
+            seen.add(key)
+            n = len(reg.isr)
+            before = last.get(key)
+            if before is not None and int(reg.leader) == broker_id:
+                if n < before:
+                    metrics.isr_shrinks.inc()
+                elif n > before:
+                    metrics.isr_expands.inc()
+            last[key] = n
+        for key in set(last) - seen:
+            del last[key]
+
+    return on_update

@@ -1,0 +1,182 @@
+"""What the public HTTP routes share: the broker's view of the cluster, and small helpers.
+
+``HttpContext`` holds the broker's metadata follower (its ``MetadataImage``), the
+``PartitionRouter`` (produce, fetch and ListOffsets for any partition), a ``ControllerClient``
+for topic administration, the cluster id, the metrics, and the limits. Routes find it under
+``CONTEXT_KEY``.
+
+The cluster id: the broker's configured ``cluster_id`` if set, else one derived from the
+controller quorum every node of a cluster is configured with (``cluster_id_for``), so all
+brokers of a cluster agree on it without any metadata record to carry it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from api.errors import HttpError, bad_request, cluster_not_found, partition_not_found
+from api.errors import topic_not_found as _topic_not_found
+from api.metrics import BrokerMetrics
+from broker.router import PartitionRouter
+from metalog.client import ControllerClient
+from metalog.image import MetadataImage, PartitionRegistration, TopicImage
+
+JSON = "application/json"
+MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack",
+                           "application/vnd.longboat.batch+msgpack"})
+MSGPACK = "application/msgpack"
+
+BODY_READ_TIMEOUT_S = 30.0
+"""A client that does not send its (non-streaming) body within this is cut off."""
+
+
+def cluster_id_for(configured: str | None, controller_quorum: list[tuple[int, str]]) -> str:
+    """``configured``, else 22 URL-safe base64 characters of a hash of the voter set
+    (``node_id@host:port``, sorted), the shape of Kafka's cluster ids."""
+    if configured:
+        return configured
+    spec = ",".join(f"{i}@{a}" for i, a in sorted(controller_quorum))
+    digest = hashlib.blake2b(f"longboat-cluster:{spec}".encode(), digest_size=16).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+@dataclass
+class HttpContext:
+    broker_id: int
+    cluster_id: str
+    image_fn: Callable[[], MetadataImage]
+    router: PartitionRouter
+    controllers: ControllerClient
+    metrics: BrokerMetrics
+    ready_fn: Callable[[], bool] = lambda: True
+    record_bytes_max: int = 8 << 20
+    """A streamed record larger than this (in JSON) fails, so a stream cannot grow a buffer."""
+    batch_entries_max: int = 10_000
+    stream_idle_s_max: float = 60.0
+    """A produce stream that sends nothing for this long is ended."""
+    _rr: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.image_fn()
+
+    def check_cluster(self, request: web.Request) -> None:
+        cid = request.match_info.get("cluster_id")
+        if cid is not None and cid != self.cluster_id:
+            raise cluster_not_found(cid)
+
+    def topic_or_404(self, name: str) -> TopicImage:
+        t = self.image.topics.get(name)
+        if t is None:
+            raise _topic_not_found(name)
+        return t
+
+    def partition_or_404(self, topic: str, partition: int) -> PartitionRegistration:
+        t = self.topic_or_404(topic)
+        reg = t.partitions.get(partition)
+        if reg is None:
+            raise partition_not_found(topic, partition)
+        return reg
+
+    def next_sticky_partition(self, topic: str, count: int) -> int:
+        """Keyless records of one request go to one partition; requests rotate."""
+        n = self._rr.get(topic, -1) + 1
+        self._rr[topic] = n
+        return n % count
+
+    async def wait_image(self, cond: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
+        """Wait until this broker's image satisfies ``cond`` (after an admin change)."""
+        deadline = time.monotonic() + timeout_s
+        while not cond(self.image):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+
+CONTEXT_KEY: web.AppKey[HttpContext] = web.AppKey("http_context", HttpContext)
+
+
+def ctx_of(request: web.Request) -> HttpContext:
+    ctx = request.app[CONTEXT_KEY]
+    ctx.check_cluster(request)
+    return ctx
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type=JSON)
+
+
+def media_type(request: web.Request) -> str:
+    """The Content-Type without parameters (``; charset=utf-8`` must not change the
+    meaning: kafka-rest#1100), lower case; '' when absent."""
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        return await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+    except TimeoutError:
+        raise HttpError(408, "Request body not received in time.", 408) from None
+
+
+async def json_body(request: web.Request, *, required: bool = True) -> Any:
+    raw = await read_body(request)
+    if not raw.strip():
+        if required:
+            raise HttpError(422, "Request body is empty. Data is required.", 42206)
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise bad_request(f"Malformed JSON: {e}") from None
+
+
+def int_param(request: web.Request, name: str, default: int | None = None, *,
+              lo: int | None = None, hi: int | None = None) -> int:
+    v = request.query.get(name)
+    if v is None:
+        if default is None:
+            raise bad_request(f"Query parameter '{name}' is required.")
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise bad_request(f"Query parameter '{name}' must be an integer, got {v!r}.") from None
+    if lo is not None and n < lo:
+        raise bad_request(f"Query parameter '{name}' must be >= {lo}.")
+    if hi is not None and n > hi:
+        raise bad_request(f"Query parameter '{name}' must be <= {hi}.")
+    return n
+
+
+def path_int(request: web.Request, name: str) -> int:
+    v = request.match_info[name]
+    try:
+        n = int(v)
+    except ValueError:
+        raise bad_request(f"'{name}' must be an integer, got {v!r}.") from None
+    if n < 0:
+        raise bad_request(f"'{name}' must be >= 0.")
+    return n
+
+
+def parse_acks(request: web.Request, default: str = "all") -> int:
+    v = request.query.get("acks", default).lower()
+    acks = {"all": -1, "-1": -1, "1": 1, "0": 0, "leader": 1, "none": 0}.get(v)
+    if acks is None:
+        raise bad_request(f"acks must be all, 1 or 0, got {v!r}.")
+    return acks
+
+
+def base_url(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"

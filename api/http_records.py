@@ -1,0 +1,353 @@
+"""Records over HTTP: parse produce bodies, produce them per partition, render reads.
+
+Produce (v3 and v2 alike) runs in three steps, so that a bad record fails alone:
+
+1. parse each record into a ``ParsedRecord`` or an ``HttpError`` (bad type, bad base64,
+   unknown partition, larger than the topic's ``max.message.bytes``);
+2. group the good ones by partition (a key picks the partition as Kafka's default partitioner
+   does, ``api.client.partitioner``; keyless records of one request share one partition,
+   rotating between requests), in request order, cut into batches that fit
+   ``max.message.bytes``, and produce the batches of different partitions concurrently
+   through the ``PartitionRouter`` (forwarded to each leader; the batches of one partition in
+   order, one after the other);
+3. answer one report per record, in request order: its partition and offset, or its error
+   (a refused batch fails each of its records with the batch's error).
+
+Reads decode the fetched batches only to render JSON; the msgpack and Arrow forms hand the
+batches on whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from api.client.partitioner import partition_for_key
+from api.errors import HttpError, bad_request, kafka_error, partition_not_found, unprocessable
+from api.http_context import HttpContext
+from broker.replica_manager import ReplicaError
+from storage.batch import HEADER_SIZE, decode_records, encode_batch, iter_batches
+
+BATCH_OVERHEAD_BYTES = HEADER_SIZE + 16
+RECORD_OVERHEAD_BYTES = 24
+"""Upper bounds of what msgpack adds around a batch body and a record's fields."""
+
+DATA_TYPES = ("JSON", "STRING", "BINARY")
+SCHEMA_TYPES = ("AVRO", "JSONSCHEMA", "PROTOBUF")
+
+
+@dataclass(slots=True)
+class ParsedRecord:
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+    key_type: str | None
+    value_type: str | None
+    size: int
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class Delivered:
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+Outcome = Delivered | HttpError
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def b64decode(data: Any, where: str) -> bytes:
+    if not isinstance(data, str):
+        raise bad_request(f"Bad Request: {where}={data!r} is not a base64 string.")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"Bad Request: {where}={data[:64]!r} is not a base64 string."
+                          ) from None
+
+
+def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
+    """A v3 ``{"type", "data"}`` as bytes. No ``type`` means JSON (curl-friendly); a
+    missing or null ``data`` is a null key or value (a tombstone)."""
+    if field is None:
+        return None, None
+    if not isinstance(field, dict):
+        raise unprocessable(f"'{where}' must be an object {{\"type\", \"data\"}}, got "
+                            f"{type(field).__name__}.", 42206)
+    kind = field.get("type", "JSON")
+    if not isinstance(kind, str):
+        raise unprocessable(f"'{where}.type' must be a string.", 42206)
+    kind = kind.upper()
+    if kind in SCHEMA_TYPES:
+        raise unprocessable(f"'{where}.type' {kind} needs a schema registry, which Longboat "
+                            "does not have; use JSON, STRING or BINARY.",
+                            42201 if where == "key" else 42202)
+    if kind not in DATA_TYPES:
+        raise unprocessable(f"'{where}.type' must be one of {', '.join(DATA_TYPES)}, got "
+                            f"{kind!r}.", 42206)
+    data = field.get("data")
+    if data is None:
+        return None, kind
+    if kind == "JSON":
+        return orjson.dumps(data), kind
+    if kind == "STRING":
+        if not isinstance(data, str):
+            raise unprocessable(f"'{where}.data' must be a string for type STRING.", 42206)
+        return data.encode(), kind
+    return b64decode(data, f"{where}.data"), kind
+
+
+def parse_timestamp(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise unprocessable("'timestamp' must be an ISO-8601 string or ms since the epoch.")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            raise unprocessable(f"'timestamp' {v!r} is not an ISO-8601 date-time.") from None
+        if dt.tzinfo is None:
+            raise unprocessable(f"'timestamp' {v!r} has no time zone (add Z).")
+        return int(dt.timestamp() * 1000)
+    raise unprocessable("'timestamp' must be an ISO-8601 string or ms since the epoch.")
+
+
+def parse_headers(hs: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if hs is None:
+        return ()
+    if not isinstance(hs, list):
+        raise unprocessable("'headers' must be a list of {\"name\", \"value\"}.")
+    out = []
+    for i, h in enumerate(hs):
+        if not isinstance(h, dict) or not isinstance(h.get("name"), str):
+            raise unprocessable(f"'headers[{i}]' must be {{\"name\": string, \"value\": "
+                                "base64 or null}.")
+        v = h.get("value")
+        out.append((h["name"], None if v is None else b64decode(v, f"headers[{i}].value")))
+    return tuple(out)
+
+
+def parse_partition(v: Any, where: str = "partition_id") -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise unprocessable(f"'{where}' must be a non-negative integer, got {v!r}.")
+    return v
+
+
+def parse_v3_record(obj: Any, default_ts: int) -> ParsedRecord:
+    if not isinstance(obj, dict):
+        raise unprocessable(f"A record must be a JSON object, got {type(obj).__name__}.")
+    key, kt = encode_data(obj.get("key"), "key")
+    value, vt = encode_data(obj.get("value"), "value")
+    headers = parse_headers(obj.get("headers"))
+    ts = parse_timestamp(obj.get("timestamp"))
+    return _record(parse_partition(obj.get("partition_id")), key, value, headers,
+                   default_ts if ts is None else ts, kt, vt)
+
+
+def _record(partition: int | None, key: bytes | None, value: bytes | None,
+            headers: tuple[tuple[str, bytes | None], ...], ts: int, kt: str | None,
+            vt: str | None) -> ParsedRecord:
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    for n, hv in headers:
+        size += len(n) + (len(hv) if hv else 0) + 8
+    return ParsedRecord(partition, key, value, headers, ts, kt, vt, size)
+
+
+def parse_v2_record(obj: Any, fmt: str, default_ts: int, partition: int | None) -> ParsedRecord:
+    """A v2 record ``{"key", "value", "partition"}``: JSON values as JSON text, binary
+    ones base64 (``application/vnd.kafka.<fmt>.v2+json``)."""
+    if not isinstance(obj, dict):
+        raise unprocessable(f"A record must be a JSON object, got {type(obj).__name__}.")
+    p = parse_partition(obj.get("partition"), "partition") if partition is None else partition
+
+    def conv(v: Any, where: str) -> bytes | None:
+        if v is None:
+            return None
+        if fmt == "binary":
+            return b64decode(v, where)
+        return orjson.dumps(v)
+
+    key = conv(obj.get("key"), "key")
+    value = conv(obj.get("value"), "value")
+    t = "BINARY" if fmt == "binary" else "JSON"
+    return _record(p, key, value, (), default_ts, t if key is not None else None,
+                   t if value is not None else None)
+
+
+# --------------------------------------------------------------------------- producing
+
+
+def max_message_bytes(ctx: HttpContext, topic: str) -> int:
+    v = ctx.image.configs.topic_config(topic, "max.message.bytes")
+    try:
+        return int(v) if v is not None else 1048588
+    except ValueError:
+        return 1048588
+
+
+async def produce_records(ctx: HttpContext, topic: str, parsed: Sequence[ParsedRecord | HttpError],
+                          *, acks: int, timeout_ms: int) -> list[Outcome]:
+    """Produce every good record; one outcome per input, in input order (module docstring)."""
+    t = ctx.topic_or_404(topic)
+    count = len(t.partitions)
+    limit = max_message_bytes(ctx, topic)
+    out: list[Outcome | None] = [None] * len(parsed)
+    by_partition: dict[int, list[int]] = {}
+    sticky: int | None = None
+    for i, r in enumerate(parsed):
+        if isinstance(r, HttpError):
+            out[i] = r
+            continue
+        p = r.partition
+        if p is None:
+            if r.key is not None:
+                p = partition_for_key(r.key, count)
+            else:
+                if sticky is None:
+                    sticky = ctx.next_sticky_partition(topic, count)
+                p = sticky
+        elif p >= count:
+            out[i] = partition_not_found(topic, p)
+            continue
+        if r.size + BATCH_OVERHEAD_BYTES > limit:
+            out[i] = HttpError(413, f"MESSAGE_TOO_LARGE: the record is {r.size} bytes, more "
+                                    f"than the topic's max.message.bytes ({limit}).", 413)
+            continue
+        r.partition = p
+        by_partition.setdefault(p, []).append(i)
+
+    async def one_partition(p: int, idxs: list[int]) -> None:
+        start = 0
+        while start < len(idxs):
+            end, size = start, BATCH_OVERHEAD_BYTES
+            while end < len(idxs):
+                rec = parsed[idxs[end]]
+                assert isinstance(rec, ParsedRecord)
+                if end > start and size + rec.size > limit:
+                    break
+                size += rec.size
+                end += 1
+            chunk = idxs[start:end]
+            await _produce_batch(ctx, topic, p, parsed, chunk, out, acks, timeout_ms)
+            start = end
+
+    if by_partition:
+        await asyncio.gather(*(one_partition(p, idxs) for p, idxs in by_partition.items()))
+    result: list[Outcome] = []
+    for o in out:
+        assert o is not None
+        result.append(o)
+    return result
+
+
+async def _produce_batch(ctx: HttpContext, topic: str, p: int,
+                         parsed: Sequence[ParsedRecord | HttpError], chunk: list[int],
+                         out: list[Outcome | None], acks: int, timeout_ms: int) -> None:
+    recs = [parsed[i] for i in chunk]
+    batch = encode_batch([(r.key, r.value, r.timestamp_ms, r.headers)  # type: ignore[union-attr]
+                          for r in recs])
+    try:
+        ans = await ctx.router.produce(topic, p, acks, timeout_ms, batch)
+    except ReplicaError as e:
+        err = kafka_error(e.error_code, str(e))
+        for i in chunk:
+            out[i] = err
+        ctx.metrics.produce_record_errors.inc(len(chunk))
+        return
+    ctx.metrics.bytes_in.inc(len(batch))
+    ctx.metrics.produce_records.inc(len(chunk))
+    base = int(ans.get("base_offset", -1))
+    append_time = int(ans.get("log_append_time", -1))
+    for n, i in enumerate(chunk):
+        r = parsed[i]
+        assert isinstance(r, ParsedRecord)
+        # acks=0 learns no offset: -1, as Kafka's producer reports it.
+        off = base + n if base >= 0 and acks != 0 else -1
+        out[i] = Delivered(p, off, append_time if append_time >= 0 else r.timestamp_ms)
+
+
+async def produce_batch_bytes(ctx: HttpContext, topic: str, partition: int | None, batch: bytes,
+                              *, acks: int, timeout_ms: int) -> dict[str, Any]:
+    """The binary form: one ready batch, handed on as it is."""
+    t = ctx.topic_or_404(topic)
+    if partition is None:
+        partition = ctx.next_sticky_partition(topic, len(t.partitions))
+    elif partition not in t.partitions:
+        raise partition_not_found(topic, partition)
+    try:
+        ans = await ctx.router.produce(topic, partition, acks, timeout_ms, batch)
+    except ReplicaError as e:
+        raise kafka_error(e.error_code, str(e)) from None
+    ctx.metrics.bytes_in.inc(len(batch))
+    return {"partition_id": partition, "base_offset": int(ans["base_offset"]),
+            "last_offset": int(ans["last_offset"]),
+            "log_append_time": int(ans.get("log_append_time", -1)),
+            "duplicate": bool(ans.get("duplicate", False))}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def render_value(v: bytes | None, fmt: str, offset: int) -> Any:
+    if v is None:
+        return None
+    if fmt == "binary":
+        return base64.b64encode(v).decode()
+    if fmt == "string":
+        return v.decode("utf-8", errors="replace")
+    try:
+        return orjson.loads(v)
+    except orjson.JSONDecodeError:
+        raise unprocessable(f"The record at offset {offset} is not JSON; read it with "
+                            "format=binary or format=string.", 42203) from None
+
+
+def render_records(data: bytes, *, from_offset: int, fmt: str,
+                   max_offset: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """JSON records of the fetched batches at offsets >= ``from_offset``; and the offset to
+    read next (from the batch headers, so a compacted gap is not read again)."""
+    out: list[dict[str, Any]] = []
+    next_offset = from_offset
+    for pos, h in iter_batches(data):
+        for r in decode_records(memoryview(data)[pos:pos + h.size]):
+            if r.offset < from_offset or (max_offset is not None and r.offset >= max_offset):
+                continue
+            out.append({
+                "offset": r.offset, "timestamp": r.timestamp,
+                "key": render_value(r.key, fmt, r.offset),
+                "value": render_value(r.value, fmt, r.offset),
+                "headers": [{"name": n, "value": None if hv is None
+                             else base64.b64encode(hv).decode()} for n, hv in r.headers],
+            })
+        next_offset = max(next_offset, h.next_offset)
+    return out, next_offset
+
+
+def next_offset_of(data: bytes, from_offset: int) -> int:
+    n = from_offset
+    for _pos, h in iter_batches(data, verify=False):
+        n = max(n, h.next_offset)
+    return n

@@ -1,0 +1,141 @@
+"""The OpenAPI 3.1 document of the broker's public HTTP API, served at ``/openapi.json``.
+
+Built from one table (``OPERATIONS``) so that a route added to ``api.http_v3`` or
+``api.http_v2`` needs one line here; ``tests/unit/http`` checks that every public route of a
+broker app is in the document and every path of the document is routed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+_DATA = {"type": "object", "properties": {
+    "type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]},
+    "data": {}}}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["error_code", "message"], "properties": {
+        "error_code": {"type": "integer"}, "message": {"type": ["string", "null"]}}},
+    "ProduceRecord": {"type": "object", "properties": {
+        "partition_id": {"type": "integer", "minimum": 0},
+        "key": _DATA, "value": _DATA,
+        "headers": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                               "properties": {
+                                                   "name": {"type": "string"},
+                                                   "value": {"type": ["string", "null"],
+                                                             "format": "byte"}}}},
+        "timestamp": {"oneOf": [{"type": "string", "format": "date-time"},
+                                {"type": "integer"}]}}},
+    "ProduceReport": {"type": "object", "properties": {
+        "error_code": {"type": "integer"}, "message": {"type": "string"},
+        "cluster_id": {"type": "string"}, "topic_name": {"type": "string"},
+        "partition_id": {"type": "integer"}, "offset": {"type": "integer"},
+        "timestamp": {"type": "string", "format": "date-time"}}},
+    "CreateTopic": {"type": "object", "required": ["topic_name"], "properties": {
+        "topic_name": {"type": "string"}, "partitions_count": {"type": "integer", "minimum": 1},
+        "replication_factor": {"type": "integer", "minimum": 1},
+        "configs": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "value": {"type": "string"}}}},
+        "validate_only": {"type": "boolean"},
+        "replicas_assignments": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": "integer"}}}}},
+    "V2Produce": {"type": "object", "required": ["records"], "properties": {
+        "records": {"type": "array", "items": {"type": "object", "properties": {
+            "key": {}, "value": {}, "partition": {"type": "integer"}}}}}},
+}
+
+C = "/v3/clusters/{cluster_id}"
+T = C + "/topics/{topic}"
+P = T + "/partitions/{partition}"
+
+# (method, path, summary, query parameters, request body schema name or None, success status)
+OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
+    ("get", "/v3/clusters", "List the cluster (one).", [], None, "200"),
+    ("get", C, "The cluster: id, active controller, brokers.", [], None, "200"),
+    ("get", C + "/brokers", "List brokers.", [], None, "200"),
+    ("get", C + "/brokers/{broker_id}", "One broker.", [], None, "200"),
+    ("get", C + "/topics", "List topics.", [], None, "200"),
+    ("post", C + "/topics", "Create a topic (validate_only: check only).", [], "CreateTopic",
+     "201"),
+    ("get", T, "One topic.", [], None, "200"),
+    ("delete", T, "Delete a topic.", [], None, "204"),
+    ("patch", T, "Add partitions: {\"partitions_count\": N}.", [], None, "200"),
+    ("get", T + "/configs", "List a topic's configs.", [], None, "200"),
+    ("post", T + "/configs:alter", "Set/delete configs: {\"data\": [{name, value, operation}]}.",
+     [], None, "204"),
+    ("get", T + "/configs/{name}", "One config.", [], None, "200"),
+    ("put", T + "/configs/{name}", "Set a config: {\"value\": ...}.", [], None, "204"),
+    ("delete", T + "/configs/{name}", "Reset a config to its default.", [], None, "204"),
+    ("get", T + "/partitions", "List partitions (leader, replicas, ISR).", [], None, "200"),
+    ("get", P, "One partition.", [], None, "200"),
+    ("get", P + "/offset", "Earliest and latest offsets; with timestamp, the offset for it.",
+     ["timestamp"], None, "200"),
+    ("get", P + "/records", "Stateless read from an offset; long-polls at the end. Accept: "
+     "application/json (default), application/msgpack (whole batches), "
+     "application/vnd.apache.arrow.stream.",
+     ["offset", "max_bytes", "timeout_ms", "format", "max_offset", "include_headers"], None,
+     "200"),
+    ("post", T + "/records", "Produce one record, several (array, concatenated or chunked "
+     "stream: one report per record, in order), or a msgpack batch.",
+     ["acks", "timeout_ms"], "ProduceRecord", "200"),
+    ("post", T + "/records:batch", "Produce {\"entries\": [{id, ...record}]}; 207 with "
+     "successes and failures.", ["acks", "timeout_ms"], None, "207"),
+    ("get", "/topics", "v2: topic names.", [], None, "200"),
+    ("get", "/topics/{topic}", "v2: one topic.", [], None, "200"),
+    ("post", "/topics/{topic}", "v2: produce {\"records\": [...]} (json or binary embedded "
+     "format).", ["acks"], "V2Produce", "200"),
+    ("get", "/topics/{topic}/partitions", "v2: partitions.", [], None, "200"),
+    ("get", "/topics/{topic}/partitions/{partition}", "v2: one partition.", [], None, "200"),
+    ("post", "/topics/{topic}/partitions/{partition}", "v2: produce to one partition.",
+     ["acks"], "V2Produce", "200"),
+    ("get", "/topics/{topic}/partitions/{partition}/offsets", "v2: beginning and end offsets.",
+     [], None, "200"),
+    ("get", "/brokers", "v2: broker ids.", [], None, "200"),
+    ("get", "/metrics", "Prometheus text format.", [], None, "200"),
+    ("get", "/openapi.json", "This document.", [], None, "200"),
+    ("get", "/v3/health", "Liveness.", [], None, "200"),
+    ("get", "/v3/health/ready", "Readiness: registered, unfenced, caught up with metadata.",
+     [], None, "200"),
+]
+
+_INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset"}
+
+
+def _path_params(path: str) -> list[dict[str, Any]]:
+    out = []
+    for part in path.split("/"):
+        if part.startswith("{"):
+            name = part[1:part.index("}")]
+            typ = "integer" if name in ("partition", "broker_id") else "string"
+            out.append({"name": name, "in": "path", "required": True,
+                        "schema": {"type": typ, **({"minimum": 0} if typ == "integer" else {})}})
+    return out
+
+
+def openapi_document() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, summary, query, body, ok in OPERATIONS:
+        op: dict[str, Any] = {
+            "summary": summary,
+            "parameters": _path_params(path) + [
+                {"name": q, "in": "query", "required": False,
+                 "schema": {"type": "integer" if q in _INT_PARAMS else "string"}}
+                for q in query],
+            "responses": {ok: {"description": "OK"},
+                          "default": {"description": "Error", "content": {
+                              "application/json": {"schema": ERROR}}}},
+        }
+        if body is not None:
+            op["requestBody"] = {"content": {"application/json": {
+                "schema": {"$ref": f"#/components/schemas/{body}"}}}}
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Longboat HTTP API", "version": "1",
+                 "description": "Shaped after the Confluent REST Proxy v3 and v2. Errors are "
+                                "{\"error_code\", \"message\"} with the matching status."},
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+    }
