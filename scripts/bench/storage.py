@@ -5,9 +5,10 @@ Figures (one JSON object per line on stdout; progress on stderr; medians over ru
 
 * ``storage.append``, ``storage.append_records``: 100-byte records in prebuilt batches of
   1,000, appended through ``PartitionLog.append`` by 8 concurrent producers, each with up
-  to 5 appends awaiting ``GroupCommitter.durable`` (durable acks with group fsync). Baseline: the same bytes
-  written by a plain ``os.write`` loop with the same fsync cadence (fsyncs per byte) as the
-  group committer ended up using in that run.
+  to 5 appends awaiting ``GroupCommitter.durable_future`` (durable acks with group fsync).
+  Baseline: the same bytes written by a plain ``os.write`` loop with exactly as many
+  fsyncs as the log's files got during that run (counted at the file layer), spread evenly.
+  ``params`` gives both fsync counts and the group committer's rounds (medians).
 * ``storage.read``: reading the whole log back from the page cache with
   ``PartitionLog.read(offset, 1 MiB)``. Baseline: sequential ``os.pread`` of 1 MiB chunks
   of the same segment file.
@@ -29,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 # This script is named after the package it measures: keep its own directory off the
@@ -39,9 +41,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 
 import msgpack  # noqa: E402
 
-from storage.batch import encode_batch  # noqa: E402
+from storage.batch import Header, encode_batch  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
-from storage.fileio import RealFileLayer  # noqa: E402
+from storage.fileio import Buffer, FileHandle, RealFileLayer  # noqa: E402
 from storage.group_commit import GroupCommitter  # noqa: E402
 from storage.log import PartitionLog  # noqa: E402
 
@@ -72,8 +74,9 @@ def make_batches(count: int) -> list[bytes]:
     """Distinct batches (so nothing is deduplicated anywhere), built before timing."""
     out = []
     for b in range(count):
-        recs = [(None, (b"%08d" % (b * BATCH_RECORDS + i)).ljust(RECORD_BYTES, b"x"), 1000 + b, [])
-                for i in range(BATCH_RECORDS)]
+        recs: list[tuple[bytes | None, bytes | None, int, list[Header]]] = [
+            (None, (b"%08d" % (b * BATCH_RECORDS + i)).ljust(RECORD_BYTES, b"x"), 1000 + b, [])
+            for i in range(BATCH_RECORDS)]
         out.append(encode_batch(recs))
     return out
 
@@ -88,10 +91,66 @@ def _run_loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-async def append_run(dir_path: str, batches: list[bytes]) -> tuple[float, int, str]:
-    """Seconds to append all batches with durable acks; number of flush rounds; segment."""
-    log = PartitionLog.open(dir_path, LogConfig(segment_bytes=(1 << 31) - 1), RealFileLayer())
+class _CountingHandle(FileHandle):
+    """A real file that counts its fsyncs (one Python call more per append: ~0.1 µs)."""
+
+    def __init__(self, layer: CountingFileLayer, inner: FileHandle):
+        self._layer = layer
+        self._inner = inner
+        self.path = inner.path
+
+    def write(self, data: Buffer) -> int:
+        return self._inner.write(data)
+
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        return self._inner.writev(parts)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._inner.pread(size, offset)
+
+    def fsync(self) -> None:
+        self._inner.fsync()
+        self._layer.fsyncs += 1
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def fileno(self) -> int | None:
+        return self._inner.fileno()
+
+
+class CountingFileLayer(RealFileLayer):
+    """The real layer, counting fsyncs of files and directories (the baseline's fsync
+    count is taken from here, so both sides pay for the same number)."""
+
+    def __init__(self) -> None:
+        self.fsyncs = 0
+
+    def open(self, path: str, *, create: bool = True) -> FileHandle:
+        return _CountingHandle(self, super().open(path, create=create))
+
+    def fsync_dir(self, path: str) -> None:
+        super().fsync_dir(path)
+        self.fsyncs += 1
+
+
+async def append_run(dir_path: str, batches: list[bytes]) -> tuple[float, int, int, str]:
+    """Seconds to append all batches with durable acks; fsyncs done meanwhile (file layer
+    count); group commit rounds; the segment file."""
+    files = CountingFileLayer()
+    log = PartitionLog.open(dir_path, LogConfig(segment_bytes=(1 << 31) - 1), files)
     committer = GroupCommitter()
+    fsyncs_before = files.fsyncs
     queue = list(reversed(batches))
 
     async def producer() -> None:
@@ -112,23 +171,31 @@ async def append_run(dir_path: str, batches: list[bytes]) -> tuple[float, int, s
     t0 = time.perf_counter()
     await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
     elapsed = time.perf_counter() - t0
+    fsyncs = files.fsyncs - fsyncs_before
     await committer.close()
+    assert log.flushed_offset == log.log_end_offset
     seg = log.active_segment.log_path
     log.close()
-    return elapsed, committer.flushes, seg
+    return elapsed, fsyncs, committer.flushes, seg
 
 
-def baseline_append_run(path: str, batches: list[bytes], fsyncs: int) -> float:
-    """A plain write loop over the same bytes, with ``fsyncs`` fsyncs spread evenly."""
-    every = max(1, round(len(batches) / max(1, fsyncs)))
+def baseline_append_run(path: str, batches: list[bytes], fsyncs: int) -> tuple[float, int]:
+    """A plain write loop over the same bytes with exactly ``fsyncs`` fsyncs (at least
+    one, the last after the last write), spread evenly; seconds and fsyncs done."""
+    n = len(batches)
+    fsyncs = max(1, min(fsyncs, n))
+    # fsync after batch i when i * fsyncs / n crosses an integer: exactly ``fsyncs`` times.
+    sync_after = [(i * fsyncs) // n != ((i - 1) * fsyncs) // n for i in range(1, n + 1)]
+    done = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     try:
         t0 = time.perf_counter()
-        for i, b in enumerate(batches, 1):
+        for b, sync in zip(batches, sync_after, strict=True):
             os.write(fd, b)
-            if i % every == 0 or i == len(batches):
+            if sync:
                 os.fsync(fd)
-        return time.perf_counter() - t0
+                done += 1
+        return time.perf_counter() - t0, done
     finally:
         os.close(fd)
 
@@ -179,8 +246,10 @@ def baseline_read_run(path: str) -> tuple[float, int]:
 
 
 def encode_figures(runs: int) -> None:
-    recs = [(None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)]
-    body = [[i, i, None, b"x" * RECORD_BYTES, []] for i in range(BATCH_RECORDS)]
+    recs: list[tuple[bytes | None, bytes | None, int, list[Header]]] = [
+        (None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)]
+    body: list[list[object]] = [[i, i, None, b"x" * RECORD_BYTES, []]
+                                for i in range(BATCH_RECORDS)]
     reps = 200
     enc, base = [], []
     for _ in range(runs):
@@ -212,13 +281,16 @@ def main() -> int:
     nbytes = sum(len(b) for b in batches)
     scratch = tempfile.mkdtemp(prefix="lb-bench-storage-", dir=args.dir)
     try:
-        app, app_base, rd, rd_base, fsync_counts = [], [], [], [], []
+        app, app_base, rd, rd_base = [], [], [], []
+        fsync_counts, base_fsync_counts, round_counts = [], [], []
         for run in range(runs):
             d = os.path.join(scratch, f"log-{run}")
-            elapsed, flushes, seg = _run_loop(append_run(d, batches))
-            fsync_counts.append(flushes)
-            base_elapsed = baseline_append_run(os.path.join(scratch, "plain.log"), batches,
-                                               flushes)
+            elapsed, fsyncs, rounds, seg = _run_loop(append_run(d, batches))
+            fsync_counts.append(fsyncs)
+            round_counts.append(rounds)
+            base_elapsed, base_fsyncs = baseline_append_run(
+                os.path.join(scratch, "plain.log"), batches, fsyncs)
+            base_fsync_counts.append(base_fsyncs)
             app.append(nbytes / elapsed / 1e6)
             app_base.append(nbytes / base_elapsed / 1e6)
             # Reads come from the page cache: the files were just written. Passes alternate
@@ -233,12 +305,16 @@ def main() -> int:
                 plain.append(b_bytes / b_elapsed / 1e6)
             rd.append(statistics.median(ours))
             rd_base.append(statistics.median(plain))
-            progress(f"run {run + 1}/{runs}: append {app[-1]:.0f} MB/s (plain {app_base[-1]:.0f}, "
-                     f"{flushes} fsyncs), read {rd[-1]:.0f} MB/s (plain {rd_base[-1]:.0f})")
+            progress(f"run {run + 1}/{runs}: append {app[-1]:.0f} MB/s ({fsyncs} fsyncs, "
+                     f"{rounds} rounds; plain {app_base[-1]:.0f}, {base_fsyncs} fsyncs), "
+                     f"read {rd[-1]:.0f} MB/s (plain {rd_base[-1]:.0f})")
             shutil.rmtree(d)
         params = {"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS,
-                  "producers": PRODUCERS, "in_flight_per_producer": IN_FLIGHT, "mb_per_run": round(nbytes / 1e6),
-                  "fsyncs_per_run": statistics.median(fsync_counts)}
+                  "producers": PRODUCERS, "in_flight_per_producer": IN_FLIGHT,
+                  "mb_per_run": round(nbytes / 1e6),
+                  "fsyncs_per_run": statistics.median(fsync_counts),
+                  "baseline_fsyncs_per_run": statistics.median(base_fsync_counts),
+                  "group_commit_rounds_per_run": statistics.median(round_counts)}
         emit("storage.append", "MB/s", statistics.median(app),
              "os.write loop, same bytes, same fsync cadence", statistics.median(app_base),
              runs, params)
