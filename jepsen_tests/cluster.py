@@ -84,6 +84,9 @@ class Cluster(ABC):
     nodes: list[NodeSpec]
     processes: dict[str, NodeProcess]
     keys: list[str]
+    dials_through_proxies = True
+    """Whether clients reach nodes at the addresses `client`'s ``dial`` gives (so the
+    harness's proxies can delay or cut them)."""
 
     @abstractmethod
     def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:

@@ -66,6 +66,8 @@ def http_status(url: str, timeout_s: float = 1.0) -> int:
 class LongboatCluster(Cluster):
     """N controllers + N brokers; the queue workload's keys are partitions of one topic."""
 
+    dials_through_proxies = False  # api.client goes to the URLs brokers advertise
+
     def __init__(self, n: int = 3, partitions: int = 6, replication_factor: int = 3,
                  min_insync_replicas: int = 2, idempotence: bool = True,
                  topic: str = TOPIC) -> None:
@@ -251,6 +253,8 @@ class LongboatCluster(Cluster):
     # ---- clients
 
     def client(self, name: str, host: str, dial: Dial) -> QueueClient:
+        # `dial` is not used: the client goes to the addresses brokers advertise (see
+        # `dials_through_proxies`).
         from jepsen_tests.longboat_client import LongboatQueueClient
 
-        return LongboatQueueClient(self, name, host, dial)
+        return LongboatQueueClient(self, name, host)

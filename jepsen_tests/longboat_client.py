@@ -1,190 +1,142 @@
-"""The queue workload's client for a real Longboat cluster.
+"""The queue workload's client for a real Longboat cluster, over the Python client.
 
-INTERIM: until the Python client (``api.client``) lands, this speaks the brokers' internal
-msgpack data routes directly (``POST /internal/broker/v1/produce|fetch``), with the few lines
-of batch codec that needs (uncompressed batches, the layout of docs/storage-format.md). It
-goes straight to the partition leader named by ``GET /v3/broker/metadata`` and marks each
-produce ``forwarded`` so the broker answers it itself or refuses it: a refusal then certainly
-had no effect.
+One `LongboatQueueClient` per worker: one ``api.client.AsyncProducer`` (acks=all, idempotence
+as the cluster says) and one ``AsyncConsumer`` per key, each assigned that key's partition,
+so a worker's polls keep the consumer's own position and prefetching as an application's
+would; a poll at another offset than the consumer's position (a re-assignment) seeks.
+Every socket binds the client's own address (``source_host``, 127.0.0.100+), so partitions
+can cut clients off too. Clients go to the leaders the brokers' metadata names, at the
+addresses the brokers advertise: they do not go through the harness's TCP proxies.
 
 How outcomes map (the history's ``fail`` means "certainly did not happen"):
 
-* DefiniteError: the connection could not be opened (nothing was sent); the leader refused
-  before appending (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, UNKNOWN_TOPIC_OR_PARTITION,
-  LEADER_NOT_AVAILABLE, INVALID_REQUEST, CORRUPT_MESSAGE, ...);
-* IndefiniteError: anything after the request may have reached the leader: timeouts,
-  dropped connections, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, storage errors,
-  any code not known to be a refusal.
-
-The client's sockets bind its own address (127.0.0.100+), so partitions can cut clients too.
+* ``send`` refused before anything was queued (``await producer.send`` raised: no
+  metadata, unknown partition) -> DefiniteError.
+* the record's future failed with a deterministic refusal (the same request would be
+  refused on every attempt: INVALID_REQUEST, MESSAGE_TOO_LARGE, ...) -> DefiniteError.
+* any other failure -> IndefiniteError. The producer retries retriable errors (timeouts, not
+  leader, not enough replicas) until ``delivery_timeout_ms``, so the error that ends a
+  record may follow an attempt that reached the leader's log: NOT_ENOUGH_REPLICAS on the
+  last attempt does not prove an earlier REQUEST_TIMED_OUT attempt left nothing behind.
+* a poll asks the leader's high watermark first (ListOffsets latest): at or past it the
+  answer is "nothing", at once; otherwise a poll that fails or brings nothing within the
+  poll timeout raises DefiniteError: reads have no effect, and the final reads must
+  not take an unavailable leader for the end of the log.
 """
 
 from __future__ import annotations
 
-import struct
-import time
+import asyncio
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-import crc32c
-import msgpack
-
-from jepsen_tests.cluster import DefiniteError, Dial, IndefiniteError
+from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
+from jepsen_tests.cluster import DefiniteError, IndefiniteError
 
 if TYPE_CHECKING:
     from jepsen_tests.longboat import LongboatCluster
 
-MSGPACK = "application/msgpack"
-HEADER = struct.Struct(">qiiBIhiqqqhii")  # docs/storage-format.md
-HEADER_SIZE = HEADER.size
-MAGIC = 0x4C
-ATTRIBUTES_OFFSET = 21
-CRC_OFFSET = 17
-
-# Refused before the append: the write certainly did not happen.
-REFUSALS = frozenset({
-    "NOT_LEADER_OR_FOLLOWER", "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PARTITION",
-    "LEADER_NOT_AVAILABLE", "INVALID_REQUEST", "CORRUPT_MESSAGE", "MESSAGE_TOO_LARGE",
-    "INVALID_RECORD", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "BROKER_NOT_AVAILABLE",
-    "OUT_OF_ORDER_SEQUENCE_NUMBER", "INVALID_PRODUCER_EPOCH",
+# Refusals that do not depend on the cluster's state: every attempt would get them, so the
+# first one did too and nothing was appended.
+DETERMINISTIC_REFUSALS = frozenset({
+    "INVALID_REQUEST", "MESSAGE_TOO_LARGE", "INVALID_RECORD", "RECORD_LIST_TOO_LARGE",
+    "INVALID_TOPIC_EXCEPTION", "ILLEGAL_STATE", "UNSUPPORTED_VERSION",
 })
 
 
-def encode_one(value: bytes, key: bytes | None, now_ms: int) -> bytes:
-    body = msgpack.packb([[0, 0, key, value, []]], use_bin_type=True)
-    head = bytearray(HEADER_SIZE)
-    HEADER.pack_into(head, 0, 0, HEADER_SIZE + len(body) - 12, -1, MAGIC, 0, 0, 0, now_ms,
-                     now_ms, -1, -1, -1, 1)
-    crc = crc32c.crc32c(body, crc32c.crc32c(bytes(head[ATTRIBUTES_OFFSET:])))
-    struct.pack_into(">I", head, CRC_OFFSET, crc)
-    return bytes(head) + body
-
-
-def decode_batches(data: bytes) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every record in a concatenation of uncompressed batches."""
-    out: list[tuple[int, bytes | None]] = []
-    pos = 0
-    while len(data) - pos >= HEADER_SIZE:
-        (base, length, _epoch, magic, crc, attrs, _lod, _fts, _mts, _pid, _pe, _seq,
-         count) = HEADER.unpack_from(data, pos)
-        size = 12 + length
-        if pos + size > len(data):
-            break
-        batch = data[pos:pos + size]
-        if magic != MAGIC or crc32c.crc32c(batch[ATTRIBUTES_OFFSET:]) != crc:
-            raise ValueError(f"corrupt batch at offset {base}: magic {magic}, crc mismatch")
-        if attrs & 0x7:
-            raise ValueError(f"batch at {base} is compressed (codec {attrs & 7}): not ours")
-        recs = msgpack.unpackb(batch[HEADER_SIZE:], raw=False)
-        if len(recs) != count:
-            raise ValueError(f"batch at {base}: {len(recs)} records, header says {count}")
-        out.extend((base + od, v) for od, _td, _k, v, _hs in recs)
-        pos += size
-    return out
-
-
 class LongboatQueueClient:
-    def __init__(self, cluster: LongboatCluster, name: str, host: str, dial: Dial,
-                 timeout_s: float = 6.0, produce_timeout_ms: int = 4000) -> None:
+    def __init__(self, cluster: LongboatCluster, name: str, host: str, *,
+                 request_timeout_ms: int = 3_000, delivery_timeout_ms: int = 8_000,
+                 poll_timeout_ms: int = 1_000) -> None:
         self.cluster = cluster
         self.name = name
         self.host = host
-        self.dial = dial
-        self.timeout_s = timeout_s
-        self.produce_timeout_ms = produce_timeout_ms
-        self.leader: dict[int, str] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.poll_timeout_ms = poll_timeout_ms
+        self.bootstrap = cluster.broker_urls()
+        self._producer: AsyncProducer | None = None
+        self._consumers: dict[int, AsyncConsumer] = {}
+        self._positions: dict[int, int] = {}
 
-    def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=1.0),
-                connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=20))
-        return self._session
-
-    def _url(self, node: str) -> str:
-        h, p = self.dial(self.name, node)
-        return f"http://{h}:{p}"
-
-    async def _refresh(self) -> None:
-        for b in self.cluster.brokers:
+    async def _producer_or_start(self) -> AsyncProducer:
+        if self._producer is None:
+            p = AsyncProducer(self.bootstrap, acks=-1, linger_ms=0,
+                              enable_idempotence=self.cluster.idempotence,
+                              request_timeout_ms=self.request_timeout_ms,
+                              delivery_timeout_ms=self.delivery_timeout_ms,
+                              source_host=self.host)
             try:
-                async with self._sess().get(self._url(b) + "/v3/broker/metadata",
-                                            timeout=aiohttp.ClientTimeout(total=1.0)) as r:
-                    md = await r.json()
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-                continue
-            table = self.cluster.partition_table(md)
-            self.leader = {p: name for p, info in table.items()
-                           if (name := self.cluster.by_id.get(int(info["leader"]))) is not None}
-            return
+                await p.start()
+            except ClientError as e:
+                await p.close()
+                raise DefiniteError(f"producer start: {e}") from e
+            self._producer = p
+        return self._producer
 
-    async def _leader(self, partition: int) -> str:
-        if partition not in self.leader:
-            await self._refresh()
-        node = self.leader.get(partition)
-        if node is None:
-            raise DefiniteError(f"no leader known for partition {partition}")
-        return node
-
-    async def _call(self, node: str, route: str, body: dict[str, Any],
-                    definite_after_send: bool) -> dict[str, Any]:
-        url = f"{self._url(node)}/internal/broker/v1/{route}"
-        data = msgpack.packb(body, use_bin_type=True)
-        try:
-            async with self._sess().post(url, data=data,
-                                         headers={"Content-Type": MSGPACK}) as r:
-                raw = await r.read()
-                if r.status != 200:
-                    raise IndefiniteError(f"{route} to {node}: HTTP {r.status} {raw[:200]!r}")
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
-            self.leader.clear()
-            raise DefiniteError(f"{route} to {node}: connect: {e!r}") from e
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            self.leader.clear()
-            err = DefiniteError if definite_after_send else IndefiniteError
-            raise err(f"{route} to {node}: {type(e).__name__}: {e}") from e
-        out: dict[str, Any] = msgpack.unpackb(raw, raw=False)
-        return out
+    def _leader_name(self, p: AsyncProducer, partition: int) -> str | None:
+        info = p.metadata.current.topics.get(self.cluster.topic, {}).get(partition)
+        return None if info is None else self.cluster.by_id.get(info.leader)
 
     async def send(self, key: str, value: int) -> tuple[int, str | None]:
-        p = self.cluster.key_partition(key)
-        node = await self._leader(p)
-        batch = encode_one(str(value).encode(), key.encode(), int(time.time() * 1000))
-        out = await self._call(node, "produce", {
-            "topic": self.cluster.topic, "partition": p, "acks": -1,
-            "timeout_ms": self.produce_timeout_ms, "batch": batch, "forwarded": True,
-        }, definite_after_send=False)
-        code = out.get("error")
-        if code:
-            if code in ("NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION",
-                        "LEADER_NOT_AVAILABLE"):
-                self.leader.pop(p, None)
-            err = DefiniteError if code in REFUSALS else IndefiniteError
-            raise err(f"{code} from {node}: {out.get('message')}")
-        return int(out["base_offset"]), node
+        p = await self._producer_or_start()
+        partition = self.cluster.key_partition(key)
+        try:
+            fut = await p.send(self.cluster.topic, str(value).encode(), key=key.encode(),
+                               partition=partition)
+        except ClientError as e:
+            raise DefiniteError(f"not queued: {e}") from e
+        try:
+            md = await fut
+        except ClientError as e:
+            err = DefiniteError if e.code in DETERMINISTIC_REFUSALS else IndefiniteError
+            raise err(str(e)) from e
+        return md.offset, self._leader_name(p, partition)
+
+    async def _consumer(self, partition: int) -> AsyncConsumer:
+        c = self._consumers.get(partition)
+        if c is None:
+            c = AsyncConsumer(self.bootstrap, max_wait_ms=200, auto_offset_reset="none",
+                              request_timeout_ms=self.request_timeout_ms,
+                              source_host=self.host)
+            try:
+                await c.start()
+            except ClientError as e:
+                await c.close()
+                raise DefiniteError(f"consumer start: {e}") from e
+            c.assign([TopicPartition(self.cluster.topic, partition)])
+            self._consumers[partition] = c
+        return c
 
     async def poll(self, key: str, offset: int, max_records: int) -> list[tuple[int, Any]]:
-        p = self.cluster.key_partition(key)
-        node = await self._leader(p)
-        out = await self._call(node, "fetch", {
-            "topic": self.cluster.topic, "partition": p, "replica_id": -1,
-            "fetch_offset": offset, "leader_epoch": -1, "last_fetched_epoch": -1,
-            "max_bytes": 1 << 16, "max_wait_ms": 0, "min_bytes": 1, "high_watermark": -1,
-            "broker_epoch": -1, "forwarded": True,
-        }, definite_after_send=True)  # a read has no effect either way
-        code = out.get("error")
-        if code:
-            if code in ("NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION",
-                        "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH"):
-                self.leader.pop(p, None)
-            raise DefiniteError(f"{code} from {node}: {out.get('message')}")
+        partition = self.cluster.key_partition(key)
+        tp = TopicPartition(self.cluster.topic, partition)
+        c = await self._consumer(partition)
+        if self._positions.get(partition) != offset:
+            c.seek(tp, offset)
         try:
-            recs = decode_batches(bytes(out["records"]))
-        except ValueError as e:
-            raise DefiniteError(f"fetch from {node}: {e}") from e
-        return [(o, int(v)) for o, v in recs if o >= offset and v is not None][:max_records]
+            # The leader's high watermark first: a caught-up poll answers at once instead of
+            # waiting out the poll timeout, and the final reads never take an unavailable
+            # leader for the end of the log.
+            hw = (await c.end_offsets([tp]))[tp]
+            if hw <= offset:
+                self._positions[partition] = offset
+                return []
+            recs = await c.poll(timeout_ms=self.poll_timeout_ms, max_records=max_records)
+        except ClientError as e:
+            self._positions.pop(partition, None)
+            raise DefiniteError(str(e)) from e
+        out = [(r.offset, int(r.value)) for r in recs if r.value is not None]
+        if not out:
+            raise DefiniteError(f"no records from {offset} within {self.poll_timeout_ms} ms "
+                                f"(high watermark {hw})")
+        self._positions[partition] = out[-1][0] + 1
+        return out
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        closers = [c.close() for c in self._consumers.values()]
+        if self._producer is not None:
+            closers.append(self._producer.close())
+        # A client that cannot close cleanly (its leader is gone) has nothing left to lose.
+        await asyncio.gather(*closers, return_exceptions=True)
+        self._consumers.clear()
+        self._producer = None

@@ -33,7 +33,14 @@ from jepsen_tests import report
 from jepsen_tests.checkers import linear, queue
 from jepsen_tests.cluster import Cluster
 from jepsen_tests.history import History, Recorder
-from jepsen_tests.nemesis import GROUPS, KINDS, Composite, Fault, Nemesis
+from jepsen_tests.nemesis import (
+    GROUPS,
+    KINDS,
+    Composite,
+    Fault,
+    FaultInjectionUnavailable,
+    Nemesis,
+)
 from jepsen_tests.nemesis.clock import ClockNemesis
 from jepsen_tests.nemesis.net import (
     NetNamespace,
@@ -109,6 +116,12 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         elif "net" in cats:
             warn(f"no network namespace ({reason or 'netns off'}): partitions fall back to "
                  "blackholed TCP proxy links between clients and nodes only", warnings)
+        if not cluster.dials_through_proxies and ("proxy" in cats or
+                                                  ("net" in cats and ns is None)):
+            raise FaultInjectionUnavailable(
+                f"{type(cluster).__name__}'s clients dial the addresses the nodes advertise, "
+                "not the harness's TCP proxies: delay/blackhole, and partitions without a "
+                "network namespace, cannot reach them")
         wrap = ns.wrap if ns is not None else (lambda argv: list(argv))
         if ns is not None:
             ns.enter()
