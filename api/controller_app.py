@@ -27,6 +27,8 @@ Routes (all on the node's ``listen`` address):
   observer, waits until it has caught up with the commit index, then promotes it: a voter
   that joins empty would otherwise count towards the quorum before it holds the log.
 * ``GET /v3/health``                       200 while the process runs.
+* ``GET /metrics``                         Prometheus text: Raft term, commit lag, ...
+  (``api.metrics``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from aiohttp import web
 
 from api.config import NodeConfig
 from api.errors import error_middleware
+from api.metrics import add_controller_metrics
 from api.signals import wait_for_stop_signal
 from metalog import wire
 from metalog.controller import MetadataError, NotControllerError, QuorumController
@@ -267,6 +270,8 @@ def build_controller(
     app.router.add_get("/v3/quorum/status", handle_status)
     app.router.add_get("/v3/quorum/metadata", handle_metadata)
     app.router.add_get("/v3/health", handle_health)
+    add_controller_metrics(
+        app, lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset})
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await svc.start()

@@ -325,19 +325,20 @@ def render_value(v: bytes | None, fmt: str, offset: int) -> Any:
                             "format=binary or format=string.", 42203) from None
 
 
-def render_records(data: bytes, *, from_offset: int, fmt: str,
+def render_records(data: bytes, *, from_offset: int, fmt: str, key_fmt: str | None = None,
                    max_offset: int | None = None) -> tuple[list[dict[str, Any]], int]:
     """JSON records of the fetched batches at offsets >= ``from_offset``; and the offset to
     read next (from the batch headers, so a compacted gap is not read again)."""
     out: list[dict[str, Any]] = []
     next_offset = from_offset
+    kf = key_fmt or fmt
     for pos, h in iter_batches(data):
         for r in decode_records(memoryview(data)[pos:pos + h.size]):
             if r.offset < from_offset or (max_offset is not None and r.offset >= max_offset):
                 continue
             out.append({
                 "offset": r.offset, "timestamp": r.timestamp,
-                "key": render_value(r.key, fmt, r.offset),
+                "key": render_value(r.key, kf, r.offset),
                 "value": render_value(r.value, fmt, r.offset),
                 "headers": [{"name": n, "value": None if hv is None
                              else base64.b64encode(hv).decode()} for n, hv in r.headers],

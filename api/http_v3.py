@@ -763,7 +763,7 @@ async def produce_batch(request: web.Request) -> web.Response:
 
 
 async def read_records(request: web.Request) -> web.Response:
-    """``GET .../partitions/{p}/records?offset=&max_bytes=&timeout_ms=&format=``.
+    """``GET .../partitions/{p}/records?offset=&max_bytes=&timeout_ms=&format=&key_format=``.
 
     ``offset``: a number, ``earliest`` or ``latest``. Long-polls up to ``timeout_ms`` when
     there is nothing at ``offset`` yet. ``Accept`` picks JSON (default), msgpack (whole
@@ -783,8 +783,10 @@ async def read_records(request: web.Request) -> web.Response:
     max_bytes = int_param(request, "max_bytes", 1 << 20, lo=1, hi=READ_BYTES_MAX)
     timeout_ms = int_param(request, "timeout_ms", 1000, lo=0, hi=READ_TIMEOUT_MS_MAX)
     fmt = request.query.get("format", "binary").lower()
-    if fmt not in ("binary", "json", "string"):
-        raise bad_request(f"format must be binary, json or string, got {fmt!r}.")
+    key_fmt = request.query.get("key_format", fmt).lower()
+    for f in (fmt, key_fmt):
+        if f not in ("binary", "json", "string"):
+            raise bad_request(f"format must be binary, json or string, got {f!r}.")
     accept = request.headers.get("Accept", "")
     try:
         ans = await ctx.router.fetch(topic, p, offset, max_bytes=max_bytes,
@@ -815,7 +817,7 @@ async def read_records(request: web.Request) -> web.Response:
                 "records": data, "high_watermark": hw, "log_start_offset": lso,
                 "next_offset": next_offset_of(data, offset)}, use_bin_type=True),
                 content_type=MSGPACK)
-        records, nxt = render_records(data, from_offset=offset, fmt=fmt)
+        records, nxt = render_records(data, from_offset=offset, fmt=fmt, key_fmt=key_fmt)
     finally:
         ctx.metrics.fetch_latency.observe(time.monotonic() - t0)
     ctx.metrics.fetch_records.inc(len(records))

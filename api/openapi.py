@@ -75,7 +75,8 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", P + "/records", "Stateless read from an offset; long-polls at the end. Accept: "
      "application/json (default), application/msgpack (whole batches), "
      "application/vnd.apache.arrow.stream.",
-     ["offset", "max_bytes", "timeout_ms", "format", "max_offset", "include_headers"], None,
+     ["offset", "max_bytes", "timeout_ms", "format", "key_format", "max_offset",
+      "include_headers"], None,
      "200"),
     ("post", T + "/records", "Produce one record, several (array, concatenated or chunked "
      "stream: one report per record, in order), or a msgpack batch.",
