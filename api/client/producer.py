@@ -277,10 +277,7 @@ class AsyncProducer:
             b = None
         if b is None:
             b = q.open = _Batch(tp, time.monotonic())
-            if self.linger_s > 0:
-                asyncio.get_running_loop().call_later(self.linger_s, q.wake.set)
-            else:
-                q.wake.set()
+            q.wake.set()  # the sender times the linger from here
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         b.records.append((key, value, ts, tuple(headers) if headers else ()))
         fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
@@ -392,13 +389,18 @@ class AsyncProducer:
         while True:
             if not q.sealed:
                 b = q.open
-                if b is not None and b.records and (
-                        time.monotonic() - b.created >= self.linger_s):
-                    self._seal(q)
-                else:
-                    q.wake.clear()
+                q.wake.clear()
+                if b is None or not b.records:
                     await q.wake.wait()
                     continue
+                left = b.created + self.linger_s - time.monotonic()
+                if left > 0:
+                    # Woken early by a seal (batch full, flush) or not at all: the timeout
+                    # is the linger, measured on the same clock as ``created``.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(q.wake.wait(), left)
+                    continue
+                self._seal(q)
             batch = q.sealed.popleft()
             q.inflight = batch
             try:
