@@ -115,22 +115,31 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
     return b64decode(data, f"{where}.data"), kind
 
 
+TIMESTAMP_MS_MAX = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: beyond it a timestamp has no ISO-8601 form to report."""
+
+
 def parse_timestamp(v: Any) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool):
         raise unprocessable("'timestamp' must be an ISO-8601 string or ms since the epoch.")
     if isinstance(v, int):
-        return v
-    if isinstance(v, str):
+        ts = v
+    elif isinstance(v, str):
         try:
             dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError:
             raise unprocessable(f"'timestamp' {v!r} is not an ISO-8601 date-time.") from None
         if dt.tzinfo is None:
             raise unprocessable(f"'timestamp' {v!r} has no time zone (add Z).")
-        return int(dt.timestamp() * 1000)
-    raise unprocessable("'timestamp' must be an ISO-8601 string or ms since the epoch.")
+        ts = int(dt.timestamp() * 1000)
+    else:
+        raise unprocessable("'timestamp' must be an ISO-8601 string or ms since the epoch.")
+    # Kafka reserves negative timestamps (-1 is "none"); a record must have a real one.
+    if not 0 <= ts <= TIMESTAMP_MS_MAX:
+        raise unprocessable(f"'timestamp' must be between 1970 and 9999, got {v!r}.")
+    return ts
 
 
 def parse_headers(hs: Any) -> tuple[tuple[str, bytes | None], ...]:

@@ -46,6 +46,7 @@ from api.http_records import (
     ParsedRecord,
     now_ms,
     parse_partition,
+    parse_timestamp,
     parse_v3_record,
     produce_batch_bytes,
     produce_records,
@@ -74,9 +75,12 @@ NDJSON = "application/x-ndjson"
 # --------------------------------------------------------------------------- shapes
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds"
-                                                             ).replace("+00:00", "Z")
+def _iso(ms: int) -> str | int:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds"
+                                                                 ).replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return ms  # a batch written by another client: report what it holds
 
 
 def _meta(request: web.Request, path: str, crn: str) -> dict[str, Any]:
@@ -668,7 +672,11 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
         if not objs:
             continue
         parsed = _parse_all(objs)
-        outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+        try:
+            outcomes = await produce_records(ctx, topic, parsed, acks=acks,
+                                             timeout_ms=timeout_ms)
+        except HttpError as e:  # the topic went away mid-stream: the status is sent already
+            outcomes = [e] * len(parsed)
         await resp.write(b"".join(
             orjson.dumps(report_json(ctx, topic, r if isinstance(r, ParsedRecord) else None, o))
             + b"\n" for r, o in zip(parsed, outcomes, strict=True)))
@@ -707,10 +715,13 @@ async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, ac
             if not (k is None or isinstance(k, bytes)) or not (v is None or isinstance(v, bytes)):
                 raise TypeError("key and value must be bytes or nil")
             headers = tuple((str(n), None if hv is None else bytes(hv)) for n, hv in hs or ())
-            parsed.append(ParsedRecord(partition, k, v, headers, ts if t is None else int(t),
+            tt = parse_timestamp(t)
+            parsed.append(ParsedRecord(partition, k, v, headers, ts if tt is None else tt,
                                        "BINARY", "BINARY",
                                        24 + len(k or b"") + len(v or b"") + sum(
                                            len(n) + len(hv or b"") + 8 for n, hv in headers)))
+        except HttpError as e:
+            parsed.append(e)
         except (TypeError, ValueError) as e:
             parsed.append(unprocessable(f"Bad record: {e}"))
     outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
