@@ -60,6 +60,8 @@ class SourceOptions:
     include_headers: bool = False
     fetch_max_bytes: int = 8 << 20
     poll_timeout_ms: int = 120_000
+    fetch_format: Literal["arrow", "batches"] = "arrow"
+    """``arrow``: brokers build the Arrow rows (v3 read route); ``batches``: workers do."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is read (internal ``__`` topics only when named explicitly)."""
@@ -87,7 +89,7 @@ _SOURCE_OPTIONS = {
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
     "maxoffsetspertrigger", "failondataloss", "includeheaders", "fetchmaxbytes",
-    "kafkaconsumer.polltimeoutms",
+    "kafkaconsumer.polltimeoutms", "fetchformat",
 }
 _SINK_OPTIONS = {
     "bootstrap", "kafka.bootstrap.servers", "topic", "includeheaders", "acks", "linger.ms",
@@ -295,6 +297,10 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             if extra:
                 raise LongboatOptionError(
                     f"option '{name}' names topics not subscribed: {sorted(extra)}")
+    fetch_format = opts.get("fetchformat", "arrow").strip().lower()
+    if fetch_format not in ("arrow", "batches"):
+        raise LongboatOptionError(
+            f"option 'fetchFormat' must be 'arrow' or 'batches', got {fetch_format!r}")
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise LongboatOptionError(
@@ -315,6 +321,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         include_headers=_bool(opts, "includeheaders", False),
         fetch_max_bytes=_int(opts, "fetchmaxbytes", minimum=1024) or 8 << 20,
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120_000,
+        fetch_format=fetch_format,  # type: ignore[arg-type]
     )
 
 

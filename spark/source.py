@@ -120,7 +120,7 @@ def _tasks(opts: SourceOptions, cv: ClusterView, ranges: list[OffsetRange]
                           max_records_per_partition=opts.max_records_per_partition)
     if not ranges:
         return []
-    cid = cv.cluster_id()
+    cid = cv.cluster_id() if opts.fetch_format == "arrow" else None
     return [LongboatInputPartition(RangeTask(
         topic=r.topic, partition=r.partition, start=r.start, end=r.end,
         urls=cv.urls_for(r.topic, r.partition), cluster_id=cid,

@@ -12,7 +12,7 @@ from typing import Any
 
 from api.controller_client import ControllerClient
 from api.localcluster import Brokers, Quorum, wait_for
-from metalog.controller import CreateTopic
+from metalog.controller import CreatePartitions, CreateTopic
 
 
 class LocalCluster:
@@ -34,12 +34,21 @@ class LocalCluster:
         self.quorum.stop_all()
 
     def create_topic(self, name: str, partitions: int, rf: int = 3) -> None:
+        self._execute(CreateTopic(name=name, num_partitions=partitions, replication_factor=rf))
+        self._wait_leaders(name, partitions)
+
+    def grow_topic(self, name: str, partitions: int) -> None:
+        self._execute(CreatePartitions(name=name, total_count=partitions))
+        self._wait_leaders(name, partitions)
+
+    def _execute(self, command: Any) -> None:
         async def go() -> None:
             async with ControllerClient(self.quorum.urls, timeout_s=20) as cc:
-                await cc.execute(CreateTopic(name=name, num_partitions=partitions,
-                                             replication_factor=rf))
+                await cc.execute(command)
 
         asyncio.run(go())
+
+    def _wait_leaders(self, name: str, partitions: int) -> None:
 
         def leaders_everywhere() -> bool:
             for b in self.brokers.ids:

@@ -191,3 +191,16 @@ def test_response_headers_carry_the_contract() -> None:
     h = arrow_response_headers(next_offset=12, high_watermark=20, log_start_offset=3)
     assert h["Content-Type"] == ARROW_STREAM
     assert h[NEXT_OFFSET_HEADER] == "12" and h[HIGH_WATERMARK_HEADER] == "20"
+
+
+@pytest.mark.parametrize("with_headers", [False, True])
+def test_the_arrow_schema_is_exactly_what_spark_derives_from_the_source_schema(
+        with_headers: bool) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark.schema import kafka_struct
+
+    # PySpark >= 4.2 refuses record batches whose schema differs in any way (binary vs
+    # large_binary, list item names, nullability): the comparison it makes, made here.
+    assert to_arrow_schema(kafka_struct(with_headers), timezone="UTC").equals(
+        kafka_schema(with_headers))
