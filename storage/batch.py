@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 import msgpack
@@ -317,10 +317,12 @@ def iter_batches(
         pos += h.size
 
 
-def decode_records(
+def decode_body(
     batch: bytes | bytearray | memoryview, *, verify: bool = True
-) -> list[Record]:
-    """The records of one whole batch, with absolute offsets and timestamps."""
+) -> tuple[BatchHeader, list[list[Any]]]:
+    """The header and the raw record rows ``[offset_delta, timestamp_delta, key, value,
+    headers]`` of one whole batch: for readers that build their own record objects without
+    an intermediate ``Record`` per record (the client's consumer, the Arrow converter)."""
     h = verify_batch(batch) if verify else parse_header(batch)
     raw = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
     try:
@@ -332,15 +334,23 @@ def decode_records(
             f"body holds {len(body) if isinstance(body, list) else type(body).__name__} "
             f"records, header says {h.record_count}"
         )
+    return h, body
+
+
+def decode_records(
+    batch: bytes | bytearray | memoryview, *, verify: bool = True
+) -> list[Record]:
+    """The records of one whole batch, with absolute offsets and timestamps."""
+    h, body = decode_body(batch, verify=verify)
     base = h.base_offset
     ts0 = h.first_timestamp
-    out: list[Record] = []
     try:
-        for od, td, k, v, hs in body:
-            out.append(Record(base + od, ts0 + td, k, v, tuple((n, hv) for n, hv in hs)))
+        # map(tuple, hs) rather than a generator per record: this loop is the consumer's
+        # per-record cost.
+        return [Record(base + od, ts0 + td, k, v, tuple(map(tuple, hs)) if hs else ())
+                for od, td, k, v, hs in body]
     except (TypeError, ValueError) as e:
         raise CorruptRecordError(f"malformed record in body: {e}") from e
-    return out
 
 
 def stamp(batch: bytearray | memoryview, base_offset: int, leader_epoch: int) -> None:

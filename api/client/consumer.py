@@ -27,7 +27,8 @@ from typing import Any
 from api.client.errors import ClientError
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from api.client.types import CREATE_TIME, EARLIEST, LATEST, ConsumerRecord, TopicPartition
-from storage.batch import decode_records, iter_batches
+from storage.batch import decode_body, iter_batches
+from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,14 @@ class AsyncConsumer:
             attempt = 0
             if st.position != offset:
                 continue  # a seek happened while we fetched
-            fetched = self._decode(tp, offset, ans)
+            try:
+                fetched = self._decode(tp, offset, ans)
+            except (ClientError, StorageError) as e:
+                # Corrupt data is reported, never handed out (the position stays put).
+                st.error = e if isinstance(e, ClientError) else ClientError(
+                    "CORRUPT_MESSAGE", f"{tp} at offset {offset}: {e}")
+                self._arrived.set()
+                return
             st.high_watermark = fetched.high_watermark
             if fetched.records or fetched.next_offset > offset:
                 st.buffer = fetched
@@ -265,14 +273,24 @@ class AsyncConsumer:
         out: list[ConsumerRecord] = []
         next_offset = offset
         mv = memoryview(data)
+        topic, part = tp.topic, tp.partition
         for pos, h in iter_batches(mv, verify=self.check_crcs):
             next_offset = max(next_offset, h.next_offset)
             if h.next_offset <= offset or h.is_control:
                 continue
-            for r in decode_records(mv[pos:pos + h.size], verify=False):
-                if r.offset >= offset:
-                    out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp,
-                                              CREATE_TIME, r.key, r.value, r.headers))
+            _, rows = decode_body(mv[pos:pos + h.size], verify=False)
+            base, ts0 = h.base_offset, h.first_timestamp
+            try:
+                # One tuple per record, straight from the msgpack rows: this loop is the
+                # consumer's per-record cost.
+                recs = [ConsumerRecord(topic, part, base + od, ts0 + td, CREATE_TIME, k, v,
+                                       tuple(map(tuple, hs)) if hs else ())
+                        for od, td, k, v, hs in rows]
+            except (TypeError, ValueError) as e:
+                raise ClientError("CORRUPT_MESSAGE", f"{tp} at {base}: {e}") from e
+            if base < offset:
+                recs = [r for r in recs if r.offset >= offset]
+            out += recs
         return _Fetched(offset, out, next_offset, int(ans.get("high_watermark", -1)))
 
     async def poll(self, timeout_ms: int = 1000, max_records: int | None = None

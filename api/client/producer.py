@@ -133,6 +133,7 @@ class AsyncProducer:
         self._pid_lock = asyncio.Lock()
         self._closed = False
         self._rng = random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,6 +141,7 @@ class AsyncProducer:
         await self.metadata.refresh(timeout_s=self.request_timeout_s)
         if self.idempotent:
             await self._init_producer_id()
+        self._loop = asyncio.get_running_loop()
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -257,9 +259,12 @@ class AsyncProducer:
                    headers: Sequence[Header] | None = None, partition: int | None = None,
                    timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves when it is acknowledged."""
+        if self._loop is None:
+            await self.start()  # used without `async with`: connect on first use
         if self._closed:
             raise ClientError("ILLEGAL_STATE", "producer is closed")
-        size = RECORD_OVERHEAD + (len(value) if value else 0) + (len(key) if key else 0)
+        size = (RECORD_OVERHEAD + (len(value) if value is not None else 0)
+                + (len(key) if key is not None else 0))
         if headers:
             size += sum(len(h) + (len(v) if v else 0) for h, v in headers)
         if size > self.batch_size:
@@ -268,19 +273,32 @@ class AsyncProducer:
                               f"({self.batch_size} B)")
         if self._buffered + size > self.buffer_memory:
             await self._wait_for_room(size)
-        p = await self._choose_partition(topic, key, partition)
-        tp = TopicPartition(topic, p)
-        q = self._queue(tp)
+        # The common cases without an await: the partition's topic is known.
+        parts = self.metadata.current.topics.get(topic)
+        if parts is None or (partition is not None and partition not in parts):
+            p = await self._choose_partition(topic, key, partition)
+        elif partition is not None:
+            p = partition
+        elif key is not None:
+            p = partition_for_key(key, len(parts))
+        else:
+            p = self._sticky.get(topic, -1)
+            if not 0 <= p < len(parts):
+                p = await self._choose_partition(topic, None, None)
+        q = self._queues.get((topic, p))  # type: ignore[call-overload]
+        if q is None:
+            q = self._queue(TopicPartition(topic, p))
         b = q.open
         if b is not None and b.size + size > self.batch_size:
             self._seal(q)
             b = None
         if b is None:
-            b = q.open = _Batch(tp, time.monotonic())
+            b = q.open = _Batch(TopicPartition(topic, p), time.monotonic())
             q.wake.set()  # the sender times the linger from here
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         b.records.append((key, value, ts, tuple(headers) if headers else ()))
-        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        assert self._loop is not None
+        fut: asyncio.Future[RecordMetadata] = self._loop.create_future()
         b.waiters.append(fut)
         b.size += size
         self._buffered += size
@@ -302,6 +320,8 @@ class AsyncProducer:
         future per record. With ``keys`` and no ``partition`` each record goes where its key
         hashes; otherwise all go to ``partition`` or one sticky partition. The future gives
         one ``BatchDelivery`` per stored batch."""
+        if self._loop is None:
+            await self.start()
         if self._closed:
             raise ClientError("ILLEGAL_STATE", "producer is closed")
         if keys is not None and len(keys) != len(values):
