@@ -43,7 +43,19 @@ def make_cluster(args: argparse.Namespace) -> Cluster:
                           sync_interval_ms=args.toy_sync_interval_ms)
     from jepsen_tests.longboat import LongboatCluster
 
-    return LongboatCluster(n=args.nodes, partitions=args.keys)
+    return LongboatCluster(n=args.nodes, partitions=args.keys,
+                           idempotence=args.idempotence == "on")
+
+
+def _span(text: str | None, default: tuple[float, float]) -> tuple[float, float]:
+    """"MIN,MAX" seconds."""
+    if not text:
+        return default
+    lo, _, hi = text.partition(",")
+    a, b = float(lo), float(hi or lo)
+    if not 0 <= a <= b:
+        raise ValueError(f"expected MIN,MAX seconds with 0 <= MIN <= MAX, got {text!r}")
+    return a, b
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--concurrency", type=int, default=4, help="client processes")
     r.add_argument("--tracks", type=int, default=1, help="overlapping fault tracks")
     r.add_argument("--netns", default="auto", choices=["auto", "on", "off"])
+    r.add_argument("--idempotence", default="on", choices=["on", "off"],
+                   help="the Longboat producers' enable_idempotence")
+    r.add_argument("--fault-duration", default=None, metavar="MIN,MAX",
+                   help="seconds each fault lasts (default 1,3 on the toy; 3,15 on Longboat, "
+                        "whose broker session timeout is 9 s)")
+    r.add_argument("--fault-gap", default=None, metavar="MIN,MAX",
+                   help="seconds between faults (default 0.5,1.5 on the toy; 2,6 on Longboat)")
+    r.add_argument("--recovery-timeout", type=float, default=30.0,
+                   help="seconds to wait for a healthy cluster after healing")
     r.add_argument("--toy-mode", default="correct", choices=["correct", "ack-before-sync"])
     r.add_argument("--toy-sync-interval-ms", type=float, default=1000)
     r.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<ts>)")
@@ -74,10 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else int(time.time()) % 100_000
         out = args.out or Path("var") / "jepsen" / time.strftime(f"%Y%m%dT%H%M%S-seed{seed}")
         print(f"seed {seed}; run directory {out}", file=sys.stderr)
+        toy = args.cluster == "toy"
         cfg = RunConfig(out_dir=out, workload=args.workload,
                         nemeses=[n for n in args.nemesis.split(",") if n],
                         time_limit_s=args.time_limit, seed=seed, concurrency=args.concurrency,
-                        netns=args.netns, tracks=args.tracks)
+                        netns=args.netns, tracks=args.tracks,
+                        recovery_timeout_s=args.recovery_timeout,
+                        fault_duration_s=_span(args.fault_duration,
+                                               (1.0, 3.0) if toy else (3.0, 15.0)),
+                        fault_gap_s=_span(args.fault_gap, (0.5, 1.5) if toy else (2.0, 6.0)))
         return _summary(run(make_cluster(args), cfg), out)
     except (FaultInjectionUnavailable, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -129,6 +129,15 @@ class Cluster(ABC):
             p.stop()
             p.destroy()
 
-    def leader_of_something(self) -> str | None:
-        leaders = self.leaders()
-        return sorted(leaders.values())[0] if leaders else None
+    def leader_of_something(self, pick: int = 0) -> str | None:
+        """One of the nodes that lead some key now; `pick` chooses which (modulo)."""
+        leaders = sorted(set(self.leaders().values()))
+        return leaders[pick % len(leaders)] if leaders else None
+
+    def active_controller(self) -> str | None:
+        """The node that writes the metadata now, if the cluster has such a role."""
+        return None
+
+    def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
+        """A key's leader and the nodes that replicate it, if the cluster replicates."""
+        return None

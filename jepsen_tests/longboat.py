@@ -1,6 +1,6 @@
 """`LongboatCluster`: real Longboat controllers and brokers as processes, and their clients.
 
-Layout of a cluster of N (default 3): controllers ``c1..cN`` (node ids 1..N) and brokers
+Layout of a cluster of N (default 3): controllers ``q1..qN`` (node ids 1..N) and brokers
 ``b1..bN`` (node ids 101..), each on its own loopback address (``127.0.0.2`` upwards, see
 `jepsen_tests.nemesis.net.node_address`) so nftables rules inside the run's namespace can cut
 any link; the nodes bind their outgoing connections to that address too (``raft.aio.netbind``,
@@ -80,7 +80,7 @@ class LongboatCluster(Cluster):
         self.idempotence = idempotence
         self.topic = topic
         self.keys = [f"k{p}" for p in range(partitions)]
-        self.controllers = [f"c{i + 1}" for i in range(n)]
+        self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
         self.brokers = [f"b{i + 1}" for i in range(n)]
         self.node_ids = {**{c: CONTROLLER_ID_BASE + i + 1 for i, c in enumerate(self.controllers)},
                          **{b: BROKER_ID_BASE + i + 1 for i, b in enumerate(self.brokers)}}
@@ -172,9 +172,17 @@ class LongboatCluster(Cluster):
                 out[f"k{p}"] = name
         return out
 
-    def leader_of_something(self) -> str | None:
-        leaders = self.leaders()
-        return sorted(leaders.values())[0] if leaders else None
+    def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
+        table = self.partition_table()
+        led = [(p, info) for p, info in sorted(table.items())
+               if self.by_id.get(int(info["leader"])) is not None]
+        if not led:
+            return None
+        _, info = led[pick % len(led)]
+        leader = self.by_id[int(info["leader"])]
+        followers = [self.by_id[r] for r in info["replicas"]
+                     if r in self.by_id and self.by_id[r] != leader]
+        return leader, followers
 
     def ready(self) -> bool:
         return all(self._broker_ready(b) for b in self.brokers)

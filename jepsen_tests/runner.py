@@ -25,6 +25,7 @@ import json
 import random
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,9 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
 
         # ---- clients and their routes (through proxies where a nemesis needs them)
         clients = [f"c{i}" for i in range(cfg.concurrency)]
+        clash = set(clients) & set(names)
+        if clash:  # a partition naming one would cut the other's address
+            raise ValueError(f"node names {sorted(clash)} clash with client names")
         client_hosts = {c: client_address(i) for i, c in enumerate(clients)}
         node_addr = {n.name: (n.host, n.port) for n in cluster.nodes}
         use_proxy_partitions = "net" in cats and ns is None
@@ -297,10 +301,19 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
 def _resolve(step: Step, cluster: Cluster) -> Fault:
     f = step.fault
     targets = f.targets
-    if step.target_spec == "leader":
-        leader = cluster.leader_of_something()
-        targets = (leader,) if leader is not None else ()
     params = dict(f.params)
+    pick = zlib.crc32(f.id.encode())  # which leader: fixed by the schedule, not by timing
+    if step.target_spec == "leader":
+        leader = cluster.leader_of_something(pick)
+        targets = (leader,) if leader is not None else ()
+    elif step.target_spec == "controller":
+        ctl = cluster.active_controller() or cluster.leader_of_something(pick)
+        targets = (ctl,) if ctl is not None else ()
+    elif step.target_spec == "leader-followers":
+        lf = cluster.leader_and_followers(pick)
+        if lf is not None and lf[1]:  # else keep the random cut drawn with the schedule
+            targets = (lf[0],)
+            params.update(node=lf[0], cut_from=lf[1], shape="leader-followers")
     if f.kind == "partition-isolate" and "clients" in params:
         params["among"] = [*cluster.node_names(), *params.pop("clients")]
     return Fault(f.kind, targets, params, f.id)

@@ -48,7 +48,8 @@ KINDS: dict[str, str] = {
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "partition": ("partition-majority", "partition-isolate", "partition-ring"),
+    "partition": ("partition-majority", "partition-isolate", "partition-ring",
+                  "partition-cut"),
     "process": ("kill", "pause"),
     "clock": ("clock-bump",),
     **{k: (k,) for k in KINDS},

@@ -4,8 +4,9 @@
 the same schedule, so a run is reproduced with ``--seed``. Faults run one after another on each
 of `tracks` independent tracks (two tracks give overlapping combinations, such as a partition
 during a kill, which is where NATS lost writes); each track draws from its own
-`random.Random(f"{seed}/{track}")`. Targets whose identity only exists at run time (``leader``)
-are left as specs and resolved by the runner when the fault starts.
+`random.Random(f"{seed}/{track}")`. Targets whose identity only exists at run time
+(`RUNTIME_SPECS`: a partition ``leader``, the active ``controller``, a leader and its
+followers) are left as specs and resolved by the runner when the fault starts.
 
 No fault starts in the first `warmup_s` or ends after ``time_limit_s``; the runner heals
 everything at the time limit anyway and then waits before the final reads.
@@ -35,18 +36,22 @@ class Step:
                 "spec": self.target_spec, **self.fault.describe()}
 
 
+RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers"})
+"""Target specs only the running cluster can resolve (the runner does, at fault start)."""
+
+
 def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) -> tuple[Fault, str]:
     """One fault of `kind` with targets and parameters drawn from rng."""
     if kind in ("kill", "pause", "freeze", "lose-unsynced"):
-        spec = rng.choice(["one", "one", "minority", "majority", "leader"])
-        targets = () if spec == "leader" else select_targets(spec, nodes, rng)
+        spec = rng.choice(["one", "one", "minority", "majority", "leader", "controller"])
+        targets = () if spec in RUNTIME_SPECS else select_targets(spec, nodes, rng)
         return Fault(kind, targets, {}, fid), spec
     if kind == "partition-majority":
         maj, mino = majority_minority(nodes, rng)
         return Fault(kind, tuple(mino), {"majority": maj, "minority": mino}, fid), "minority"
     if kind == "partition-isolate":
-        spec = rng.choice(["one", "leader"])
-        targets = () if spec == "leader" else select_targets("one", nodes, rng)
+        spec = rng.choice(["one", "leader", "controller"])
+        targets = () if spec in RUNTIME_SPECS else select_targets("one", nodes, rng)
         return Fault(kind, targets, {}, fid), spec
     if kind == "partition-ring":
         order = list(nodes)
@@ -56,7 +61,10 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) ->
         node = rng.choice(list(nodes))
         others = [n for n in nodes if n != node]
         cut_from = sorted(rng.sample(others, max(1, len(others) // 2)))
-        return Fault(kind, (node,), {"node": node, "cut_from": cut_from}, fid), node
+        # Mostly the Kafka 0.8 shape (a partition leader cut from its followers, still
+        # reaching the controllers), resolved at run time; else this random cut.
+        spec = rng.choice(["leader-followers", "leader-followers", node])
+        return Fault(kind, (node,), {"node": node, "cut_from": cut_from}, fid), spec
     if kind in ("delay", "blackhole"):
         spec = rng.choice(["one", "minority", "leader"])
         targets = () if spec == "leader" else select_targets(spec, nodes, rng)

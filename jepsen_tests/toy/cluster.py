@@ -77,6 +77,9 @@ class ToyCluster(Cluster):
     def leaders(self) -> dict[str, str]:
         return dict(self.owner)
 
+    def active_controller(self) -> str | None:
+        return self.controller
+
     def client(self, name: str, host: str, dial: Dial) -> QueueClient:
         return self._client(name, host, dial)
 
