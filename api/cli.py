@@ -20,11 +20,13 @@ def _register() -> None:
     # them here, once, and tolerate none missing: each is part of the package.
     from api import (  # noqa: F401
         cli_broker,
+        cli_cluster,
         cli_demo,
         cli_dev,
         cli_log,
         cli_produce,
         cli_quorum,
+        cli_topics,
     )
 
 

@@ -453,3 +453,45 @@ def test_metrics_and_openapi(c: HttpCluster) -> None:
     st, _, doc = c.call("GET", f"{c.urls[2]}/openapi.json")
     assert st == 200 and doc["openapi"].startswith("3.")
     assert "/v3/clusters/{cluster_id}/topics/{topic}/records" in doc["paths"]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_topics_and_cluster_status(c: HttpCluster) -> None:
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    run = CliRunner().invoke
+    b = ",".join(["http://127.0.0.1:1", *c.urls])  # a dead first URL: the next one answers
+    r = run(main, ["topics", "create", "clitopic", "-p", "2", "-r", "3", "-c",
+                   "retention.ms=3600000", "-b", b])
+    assert r.exit_code == 0, r.output
+    assert "created topic clitopic: 2 partition(s), replication factor 3" in r.output
+    r = run(main, ["topics", "list", "-b", b, "--json"])
+    assert r.exit_code == 0 and "clitopic" in [t["topic_name"] for t in json.loads(r.output)]
+    r = run(main, ["topics", "list", "-b", b])
+    assert r.output.splitlines()[0].split() == ["TOPIC", "PARTITIONS", "RF", "TOPIC", "ID"]
+    r = run(main, ["topics", "alter", "clitopic", "-p", "3", "--set", "segment.ms=60000",
+                   "--delete-config", "retention.ms", "-b", b])
+    assert r.exit_code == 0, r.output
+    r = run(main, ["topics", "describe", "clitopic", "-b", b, "--json"])
+    d = json.loads(r.output)
+    assert len(d["partitions"]) == 3 and d["configs"] == {"segment.ms": "60000"}
+    assert all(p["latest_offset"] == 0 for p in d["partitions"])
+    r = run(main, ["topics", "describe", "clitopic", "-b", b])
+    assert "UNDER-REPLICATED" in r.output and "segment.ms=60000" in r.output
+    r = run(main, ["cluster", "status", "-b", b, "--json"])
+    st = json.loads(r.output)
+    assert st["cluster_id"] == c.cluster_id and len(st["brokers"]) == 3
+    assert st["controller"]["controller_id"] in (1, 2, 3)
+    assert st["under_replicated_partitions"] == [] and st["offline_partitions"] == []
+    r = run(main, ["cluster", "status", "-b", b])
+    assert "Active controller: node" in r.output and "under-replicated: 0" in r.output
+    r = run(main, ["topics", "delete", "clitopic", "-y", "-b", b])
+    assert r.exit_code == 0
+    r = run(main, ["topics", "describe", "clitopic", "-b", b])
+    assert r.exit_code == 1 and "40401" in r.output
+    r = run(main, ["topics", "create", "bad name", "-b", b])
+    assert r.exit_code == 1 and "INVALID_TOPIC_EXCEPTION" in r.output

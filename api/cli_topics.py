@@ -1,0 +1,235 @@
+"""``longboat topics create|list|describe|delete|alter``: topic administration over HTTP.
+
+Every command talks to a broker's v3 API (``--bootstrap``, default ``$LONGBOAT_BOOTSTRAP`` or
+the local cluster file, as ``longboat produce``); the first broker that answers serves it, and
+the broker forwards to the active controller. Tables for people, ``--json`` for scripts (the
+API's own JSON). An HTTP error leaves with exit status 1 and the API's message.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import click
+
+from api.cli import main
+from api.cli_produce import bootstrap_option, resolve_bootstrap
+
+TIMEOUT_S = 30.0
+
+
+class AdminError(click.ClickException):
+    pass
+
+
+class HttpAdmin:
+    """A blocking client of a broker's v3 API over ``urllib`` (no event loop needed)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
+        self.url = ""
+        self._cluster_id: str | None = None
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        errors = []
+        for url in ([self.url] if self.url else []) + [u for u in self.urls if u != self.url]:
+            req = urllib.request.Request(url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+                    raw = r.read()
+                    self.url = url
+                    return r.status, json.loads(raw) if raw else None
+            except urllib.error.HTTPError as e:
+                raw = e.read()
+                try:
+                    err = json.loads(raw)
+                except ValueError:
+                    err = {"error_code": e.code, "message": raw[:200].decode(errors="replace")}
+                raise AdminError(f"{err.get('message')} (HTTP {e.code}, error_code "
+                                 f"{err.get('error_code')})") from None
+            except (urllib.error.URLError, OSError) as e:
+                errors.append(f"{url}: {getattr(e, 'reason', e)}")
+        raise AdminError("no broker answered: " + "; ".join(errors))
+
+    @property
+    def cluster_id(self) -> str:
+        if self._cluster_id is None:
+            _, body = self.request("GET", "/v3/clusters")
+            self._cluster_id = str(body["data"][0]["cluster_id"])
+        return self._cluster_id
+
+    def v3(self, path: str = "") -> str:
+        return f"/v3/clusters/{self.cluster_id}{path}"
+
+
+def print_table(rows: list[list[Any]], header: list[str]) -> None:
+    cells = [header] + [["-" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def parse_configs(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--config")
+        out[k] = v
+    return out
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
+
+
+@main.group("topics")
+def topics_group() -> None:
+    """Create, list, describe, delete and alter topics."""
+
+
+@topics_group.command("create")
+@click.argument("topic")
+@click.option("--partitions", "-p", type=click.IntRange(1), help="Default: the cluster's.")
+@click.option("--replication-factor", "-r", type=click.IntRange(1),
+              help="Default: the cluster's.")
+@click.option("--config", "-c", "configs", multiple=True, metavar="NAME=VALUE",
+              help="A topic config, e.g. retention.ms=3600000 (repeatable).")
+@click.option("--validate-only", is_flag=True, help="Check the request; create nothing.")
+@bootstrap_option
+@json_option
+def topics_create(topic: str, partitions: int | None, replication_factor: int | None,
+                  configs: tuple[str, ...], validate_only: bool, bootstrap: str | None,
+                  as_json: bool) -> None:
+    """Create TOPIC (waits until the brokers see it with leaders)."""
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    body: dict[str, Any] = {"topic_name": topic, "validate_only": validate_only,
+                            "configs": [{"name": k, "value": v}
+                                        for k, v in parse_configs(configs).items()]}
+    if partitions is not None:
+        body["partitions_count"] = partitions
+    if replication_factor is not None:
+        body["replication_factor"] = replication_factor
+    if not as_json:
+        click.echo(f"creating topic {topic} ...", err=True)
+    _, out = admin.request("POST", admin.v3("/topics"), body)
+    if as_json:
+        emit_json(out)
+    elif validate_only:
+        click.echo(f"topic {topic}: valid (nothing created)")
+    else:
+        click.echo(f"created topic {topic}: {out['partitions_count']} partition(s), "
+                   f"replication factor {out['replication_factor']}")
+
+
+@topics_group.command("list")
+@bootstrap_option
+@json_option
+@click.option("--internal", is_flag=True, help="Include internal topics (__...).")
+def topics_list(bootstrap: str | None, as_json: bool, internal: bool) -> None:
+    """List topics."""
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    _, out = admin.request("GET", admin.v3("/topics"))
+    topics = [t for t in out["data"] if internal or not t["is_internal"]]
+    if as_json:
+        emit_json(topics)
+        return
+    print_table([[t["topic_name"], t["partitions_count"], t["replication_factor"],
+                  t["topic_id"]] for t in topics],
+                ["TOPIC", "PARTITIONS", "RF", "TOPIC ID"])
+
+
+@topics_group.command("describe")
+@click.argument("topic")
+@bootstrap_option
+@json_option
+def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
+    """Partitions (leader, replicas, ISR, offsets) and non-default configs of TOPIC."""
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    _, t = admin.request("GET", admin.v3(f"/topics/{topic}"))
+    _, parts = admin.request("GET", admin.v3(f"/topics/{topic}/partitions"))
+    _, cfgs = admin.request("GET", admin.v3(f"/topics/{topic}/configs"))
+    rows = []
+    for p in parts["data"]:
+        try:
+            _, off = admin.request("GET", admin.v3(
+                f"/topics/{topic}/partitions/{p['partition_id']}/offset"))
+        except AdminError:
+            off = {"earliest_offset": None, "latest_offset": None}
+        p["earliest_offset"], p["latest_offset"] = off["earliest_offset"], off["latest_offset"]
+        rows.append(p)
+    overrides = {c["name"]: c["value"] for c in cfgs["data"] if not c["is_default"]}
+    if as_json:
+        emit_json({"topic": t, "partitions": rows, "configs": overrides})
+        return
+    click.echo(f"Topic: {t['topic_name']}  id: {t['topic_id']}  partitions: "
+               f"{t['partitions_count']}  replication factor: {t['replication_factor']}")
+    click.echo("Configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+                              or "(defaults)"))
+    print_table([[p["partition_id"], p["leader_id"],
+                  ",".join(str(r["broker_id"]) for r in p["replicas"]),
+                  ",".join(str(b) for b in p["isr"]), p["earliest_offset"], p["latest_offset"],
+                  "yes" if len(p["isr"]) < len(p["replicas"]) else ""] for p in rows],
+                ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST",
+                 "UNDER-REPLICATED"])
+
+
+@topics_group.command("delete")
+@click.argument("topic")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@bootstrap_option
+@json_option
+def topics_delete(topic: str, yes: bool, bootstrap: str | None, as_json: bool) -> None:
+    """Delete TOPIC and its data."""
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"Delete topic {topic} and all its records?", abort=True)
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    admin.request("DELETE", admin.v3(f"/topics/{topic}"))
+    if as_json:
+        emit_json({"deleted": topic})
+    else:
+        click.echo(f"deleted topic {topic}")
+
+
+@topics_group.command("alter")
+@click.argument("topic")
+@click.option("--partitions", "-p", type=click.IntRange(1), help="Grow to this many.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+              help="Set a config (repeatable).")
+@click.option("--delete-config", "deletes", multiple=True, metavar="NAME",
+              help="Reset a config to its default (repeatable).")
+@bootstrap_option
+@json_option
+def topics_alter(topic: str, partitions: int | None, sets: tuple[str, ...],
+                 deletes: tuple[str, ...], bootstrap: str | None, as_json: bool) -> None:
+    """Add partitions to TOPIC and/or change its configs."""
+    if partitions is None and not sets and not deletes:
+        raise click.UsageError("nothing to alter: give --partitions, --set or --delete-config")
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    done: dict[str, Any] = {"topic": topic}
+    if partitions is not None:
+        _, t = admin.request("PATCH", admin.v3(f"/topics/{topic}"),
+                             {"partitions_count": partitions})
+        done["partitions_count"] = t["partitions_count"]
+    ops = [{"name": k, "value": v, "operation": "SET"} for k, v in parse_configs(sets).items()]
+    ops += [{"name": k, "operation": "DELETE"} for k in deletes]
+    if ops:
+        admin.request("POST", admin.v3(f"/topics/{topic}/configs:alter"), {"data": ops})
+        done["configs"] = ops
+    if as_json:
+        emit_json(done)
+        return
+    if partitions is not None:
+        click.echo(f"topic {topic}: {done['partitions_count']} partition(s)")
+    for op in ops:
+        click.echo(f"topic {topic}: {op['name']} "
+                   + (f"= {op['value']}" if op["operation"] == "SET" else "reset to default"))
