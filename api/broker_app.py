@@ -87,7 +87,7 @@ async def handle_metadata(request: web.Request) -> web.Response:
     return _json(out)
 
 
-def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
+def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = None,
                  controlled_shutdown_timeout_s: float = 30.0,
                  autostart: bool = True) -> tuple[web.Application, BrokerServer]:
     """The broker's app. With ``autostart`` the follower and the lifecycle start with the
@@ -97,7 +97,10 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float = 2.0,
     follower = MetadataFollower(urls, broker_id=config.node_id)
     lifecycle = BrokerLifecycle(
         LifecycleConfig(broker_id=config.node_id, endpoints=broker_endpoints(config),
-                        rack=config.rack, heartbeat_interval_s=heartbeat_interval_s,
+                        rack=config.rack,
+                        heartbeat_interval_s=(config.broker_heartbeat_interval_ms / 1000
+                                              if heartbeat_interval_s is None
+                                              else heartbeat_interval_s),
                         controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
         urls, follower,
     )

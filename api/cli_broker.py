@@ -5,7 +5,13 @@ from __future__ import annotations
 import click
 
 from api.cli import main
-from api.cli_quorum import node_options, run_loop, setup_logging
+from api.cli_quorum import (
+    node_options,
+    override_option,
+    parse_overrides,
+    run_loop,
+    setup_logging,
+)
 from api.config import ConfigError, load_config
 
 
@@ -19,14 +25,17 @@ def broker_group() -> None:
 @click.option("--rack", help="Overrides rack.")
 @click.option("--replica-lag-time-max-ms", type=int,
               help="Overrides replica_lag_time_max_ms (default 30000).")
+@override_option
 @click.option("--log-level", default="INFO", show_default=True)
 def broker_start(config_path: str | None, node_id: int | None, listen: str | None,
                  data_dir: str | None, controller_quorum: str | None, rack: str | None,
-                 replica_lag_time_max_ms: int | None, log_level: str) -> None:
+                 replica_lag_time_max_ms: int | None, overrides: tuple[str, ...],
+                 log_level: str) -> None:
     """Start a broker in the foreground. SIGTERM or Ctrl-C shuts it down in a controlled
     way (its partition leaderships move away first); it exits 0 once done."""
     try:
         cfg = load_config(config_path, {
+            **parse_overrides(overrides),
             "node_id": node_id, "listen": listen, "data_dir": data_dir,
             "controller_quorum": controller_quorum, "rack": rack, "roles": ["broker"],
             "replica_lag_time_max_ms": replica_lag_time_max_ms,

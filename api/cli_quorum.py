@@ -61,17 +61,35 @@ def node_options(f: Any) -> Any:
     return f
 
 
+override_option = click.option(
+    "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Set any config key (as in the TOML file), e.g. broker_session_timeout_ms=3000; "
+         "repeatable. Like Kafka's --override.")
+
+
+def parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
 @controller_group.command("start")
 @node_options
 @click.option("--join", is_flag=True,
               help="Join a running quorum: wait to be added with `longboat quorum add-voter`.")
+@override_option
 @click.option("--log-level", default="INFO", show_default=True)
 def controller_start(config_path: str | None, node_id: int | None, listen: str | None,
                      data_dir: str | None, controller_quorum: str | None, join: bool,
-                     log_level: str) -> None:
+                     overrides: tuple[str, ...], log_level: str) -> None:
     """Start a controller in the foreground (Ctrl-C stops it cleanly)."""
     try:
         cfg = load_config(config_path, {
+            **parse_overrides(overrides),
             "node_id": node_id, "listen": listen, "data_dir": data_dir,
             "controller_quorum": controller_quorum, "roles": ["controller"],
         })

@@ -60,6 +60,15 @@ class NodeConfig(BaseModel):
     rack: str | None = None
     cluster_id: str | None = None
     advertised_url: str | None = None
+    # Controller (Kafka's configs of the same names, dots as underscores).
+    broker_session_timeout_ms: int = Field(default=9_000, ge=100)
+    """A broker without a heartbeat for this long is fenced and loses its leaderships."""
+    broker_heartbeat_interval_ms: int = Field(default=2_000, ge=10)
+    """How often a broker heartbeats (brokers read it from their own config)."""
+    leader_imbalance_check_interval_ms: int = Field(default=300_000, ge=0)
+    """How often leadership moves back to preferred replicas; 0 turns it off."""
+    default_num_partitions: int = Field(default=1, ge=1)
+    default_replication_factor: int = Field(default=1, ge=1)
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     replica_lag_time_max_ms: int = Field(default=30_000, ge=1)
     """A follower not caught up for this long leaves the ISR."""

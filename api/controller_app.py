@@ -48,7 +48,12 @@ from api.errors import error_middleware
 from api.metrics import add_controller_metrics
 from api.signals import wait_for_stop_signal
 from metalog import wire
-from metalog.controller import MetadataError, NotControllerError, QuorumController
+from metalog.controller import (
+    ControllerConfig,
+    MetadataError,
+    NotControllerError,
+    QuorumController,
+)
 from metalog.image import MetadataImage
 from metalog.service import ControllerService, error_to_wire
 from raft.aio import netbind
@@ -257,7 +262,13 @@ def build_controller(
         peers=peers,
         join=join,
     )
-    svc = ControllerService(node_cfg, QuorumController(config.node_id),
+    ctl_config = ControllerConfig(
+        session_timeout_ms=config.broker_session_timeout_ms,
+        heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+        default_num_partitions=config.default_num_partitions,
+        default_replication_factor=config.default_replication_factor,
+        leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms or None)
+    svc = ControllerService(node_cfg, QuorumController(config.node_id, config=ctl_config),
                             snapshot_records=snapshot_records)
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
     app[SERVICE_KEY] = svc
