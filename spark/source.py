@@ -105,7 +105,9 @@ class LongboatDataSource(DataSource):
         return LongboatWriter(_sink(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> LongboatStreamWriter:
-        return LongboatStreamWriter(_sink(self.options, schema, overwrite))
+        # overwrite is output mode "complete": as Kafka's sink, every micro-batch appends the
+        # whole result again (a topic cannot be truncated; readers keep the last per key).
+        return LongboatStreamWriter(_sink(self.options, schema, overwrite=False))
 
 
 class LongboatInputPartition(InputPartition):
