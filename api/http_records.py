@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,6 +90,14 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
     missing or null ``data`` is a null key or value (a tombstone)."""
     if field is None:
         return None, None
+    if type(field) is dict:
+        # The common shapes first: this runs once per record (BENCHMARKS.md).
+        kind = field.get("type", "JSON")
+        data = field.get("data")
+        if kind == "STRING" and type(data) is str:
+            return data.encode(), "STRING"
+        if kind == "JSON" and data is not None:
+            return orjson.dumps(data), "JSON"
     if not isinstance(field, dict):
         raise unprocessable(f"'{where}' must be an object {{\"type\", \"data\"}}, got "
                             f"{type(field).__name__}.", 42206)
@@ -166,14 +175,24 @@ def parse_partition(v: Any, where: str = "partition_id") -> int | None:
 
 
 def parse_v3_record(obj: Any, default_ts: int) -> ParsedRecord:
-    if not isinstance(obj, dict):
+    # Once per record: the absent fields cost one dict lookup each and no call.
+    if type(obj) is not dict:
         raise unprocessable(f"A record must be a JSON object, got {type(obj).__name__}.")
-    key, kt = encode_data(obj.get("key"), "key")
-    value, vt = encode_data(obj.get("value"), "value")
-    headers = parse_headers(obj.get("headers"))
-    ts = parse_timestamp(obj.get("timestamp"))
-    return _record(parse_partition(obj.get("partition_id")), key, value, headers,
-                   default_ts if ts is None else ts, kt, vt)
+    get = obj.get
+    pid = get("partition_id")
+    if pid is not None and (type(pid) is not int or pid < 0):
+        parse_partition(pid)  # raises with the message
+    kf = get("key")
+    key, kt = (None, None) if kf is None else encode_data(kf, "key")
+    value, vt = encode_data(get("value"), "value")
+    hs = get("headers")
+    t = get("timestamp")
+    if hs is None and t is None:
+        size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+        return ParsedRecord(pid, key, value, (), default_ts, kt, vt, size)
+    ts = parse_timestamp(t)
+    return _record(pid, key, value, parse_headers(hs), default_ts if ts is None else ts, kt,
+                   vt)
 
 
 def _record(partition: int | None, key: bytes | None, value: bytes | None,
@@ -290,12 +309,18 @@ async def _produce_batch(ctx: HttpContext, topic: str, p: int,
     ctx.metrics.produce_records.inc(len(chunk))
     base = int(ans.get("base_offset", -1))
     append_time = int(ans.get("log_append_time", -1))
-    for n, i in enumerate(chunk):
-        r = parsed[i]
-        assert isinstance(r, ParsedRecord)
-        # acks=0 learns no offset: -1, as Kafka's producer reports it.
-        off = base + n if base >= 0 and acks != 0 else -1
-        out[i] = Delivered(p, off, append_time if append_time >= 0 else r.timestamp_ms)
+    # acks=0 learns no offset: -1, as Kafka's producer reports it.
+    known = base >= 0 and acks != 0
+    was = gc.isenabled()
+    gc.disable()  # as in api.http_v3.gc_paused: no cycles, one object per record
+    try:
+        for n, i in enumerate(chunk):
+            r = parsed[i]
+            out[i] = Delivered(p, base + n if known else -1,
+                               append_time if append_time >= 0 else r.timestamp_ms)  # type: ignore[union-attr]
+    finally:
+        if was:
+            gc.enable()
 
 
 async def produce_batch_bytes(ctx: HttpContext, topic: str, partition: int | None, batch: bytes,

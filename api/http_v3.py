@@ -15,8 +15,11 @@ produce to it at once. Reads of metadata answer from the broker's image.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import gc
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -499,6 +502,40 @@ def report_json(ctx: HttpContext, topic: str, r: ParsedRecord | None, o: Outcome
     return d
 
 
+def report_lines(ctx: HttpContext, topic: str, parsed: list[ParsedRecord | HttpError],
+                 outcomes: list[Outcome]) -> bytes:
+    """The reports as NDJSON, byte for byte ``orjson.dumps(report_json(...))`` per line, built
+    from cached fragments: per record this is the hot path of a 1,000-record request."""
+    prefix = orjson.dumps({"error_code": 200, "cluster_id": ctx.cluster_id,
+                           "topic_name": topic})[:-1] + b',"partition_id":'
+    stamps: dict[int, bytes] = {}
+    frags: dict[tuple[str | None, int], bytes] = {}
+
+    def frag(kind: str | None, data: bytes | None) -> bytes:
+        if kind is None:
+            return b"null"
+        k = (kind, 0 if data is None else len(data))
+        f = frags.get(k)
+        if f is None:
+            f = frags[k] = orjson.dumps({"type": kind, "size": k[1]})
+        return f
+
+    out = []
+    for r, o in zip(parsed, outcomes, strict=True):
+        if type(o) is Delivered and type(r) is ParsedRecord:
+            ts = stamps.get(o.timestamp_ms)
+            if ts is None:
+                ts = stamps[o.timestamp_ms] = orjson.dumps(_iso(o.timestamp_ms))
+            out.append(b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}' % (
+                prefix, o.partition, o.offset, ts, frag(r.key_type, r.key),
+                frag(r.value_type, r.value)))
+        else:
+            out.append(orjson.dumps(report_json(
+                ctx, topic, r if isinstance(r, ParsedRecord) else None, o)))
+    out.append(b"")
+    return b"\n".join(out)
+
+
 def _parse_all(objs: list[Any | HttpError]) -> list[ParsedRecord | HttpError]:
     ts = now_ms()
     out: list[ParsedRecord | HttpError] = []
@@ -602,6 +639,21 @@ def _split_body(raw: bytes) -> list[Any]:
     return stream.feed(raw, final=True)
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Parsing a request allocates a few objects per record and no cycles; the collector's
+    passes over them (and over the broker's long-lived image) cost more than the parsing
+    (py-spy on the benchmark), so it waits until the synchronous section is done. Never
+    held across an ``await``."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _is_streaming(request: web.Request) -> bool:
     return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
 
@@ -633,8 +685,8 @@ async def produce(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request)
     if not raw.strip():
         raise HttpError(422, "Request body is empty. Data is required.", 42206)
-    objs = _split_body(raw)
-    parsed = _parse_all(objs)
+    with gc_paused():
+        parsed = _parse_all(_split_body(raw))
     outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
     ctx.metrics.produce_latency.labels("v3").observe(time.monotonic() - t0)
     if len(parsed) == 1:
@@ -643,9 +695,9 @@ async def produce(request: web.Request) -> web.StreamResponse:
             raise o
         return json_response(report_json(ctx, topic, r if isinstance(r, ParsedRecord)
                                           else None, o))
-    lines = [orjson.dumps(report_json(ctx, topic, r if isinstance(r, ParsedRecord) else None,
-                                      o)) for r, o in zip(parsed, outcomes, strict=True)]
-    return web.Response(body=b"\n".join(lines) + b"\n", content_type=NDJSON)
+    with gc_paused():
+        body = report_lines(ctx, topic, parsed, outcomes)
+    return web.Response(body=body, content_type=NDJSON)
 
 
 async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, acks: int,
@@ -677,9 +729,7 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
                                              timeout_ms=timeout_ms)
         except HttpError as e:  # the topic went away mid-stream: the status is sent already
             outcomes = [e] * len(parsed)
-        await resp.write(b"".join(
-            orjson.dumps(report_json(ctx, topic, r if isinstance(r, ParsedRecord) else None, o))
-            + b"\n" for r, o in zip(parsed, outcomes, strict=True)))
+        await resp.write(report_lines(ctx, topic, parsed, outcomes))
     await resp.write_eof()
     return resp
 
