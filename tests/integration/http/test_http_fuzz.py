@@ -73,7 +73,8 @@ def expected_bytes(field: Any) -> bytes | None:
         return None
     kind = str(field.get("type", "JSON")).upper()  # the server takes the type in any case
     if kind == "JSON":
-        return orjson.dumps(field["data"])
+        # The server parses with orjson, which reads an integer beyond 64 bits as a float.
+        return orjson.dumps(orjson.loads(json.dumps(field["data"])))
     if kind == "STRING":
         return str(field["data"]).encode()
     return base64.b64decode(field["data"])
