@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import crc32c
@@ -197,6 +198,86 @@ def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
     )
 
 
+class _BinHeaders(dict[int, bytes]):
+    """msgpack ``bin`` headers by length, made on first use of each length."""
+
+    def __missing__(self, n: int) -> bytes:
+        if n < 256:
+            h = b"\xc4" + bytes((n,))
+        elif n < 65536:
+            h = b"\xc5" + n.to_bytes(2, "big")
+        else:
+            h = b"\xc6" + n.to_bytes(4, "big")
+        self[n] = h
+        return h
+
+
+_BIN_HEADERS = _BinHeaders()
+_ROW_PREFIXES: list[bytes] = []
+"""``fixarray(5)`` + the packed offset delta ``i``, for i = 0, 1, ...: grown on demand."""
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 65536:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def encode_values(
+    values: Sequence[bytes],
+    *,
+    timestamp: int,
+    keys: Sequence[bytes | None] | None = None,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    compression: Compression = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """``encode_batch`` for the bulk case: non-null values, one timestamp, no headers.
+
+    Byte for byte the batch ``encode_batch`` builds from ``(key, value, timestamp, ())``
+    tuples, but the msgpack body is joined from pre-packed pieces by C-level iterators
+    (``map``/``zip``/``join``), with no Python tuple or call per record: the producer's bulk
+    path (``send_batch``) encodes several times faster this way.
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("a batch holds at least one record")
+    if keys is not None and len(keys) != n:
+        raise ValueError("keys and values differ in length")
+    if len(_ROW_PREFIXES) < n:
+        _ROW_PREFIXES.extend(b"\x95" + msgpack.packb(i) for i in range(len(_ROW_PREFIXES), n))
+    vhdrs = map(_BIN_HEADERS.__getitem__, map(len, values))
+    if keys is None:
+        # row: fixarray(5), offset delta, timestamp delta 0, nil key, bin value, [] headers
+        parts = zip(_ROW_PREFIXES, repeat(b"\x00\xc0"), vhdrs, values, repeat(b"\x90"))
+    else:
+        khdrs = (b"\x00\xc0" if k is None else b"\x00" + _BIN_HEADERS[len(k)] for k in keys)
+        kbytes = (b"" if k is None else k for k in keys)
+        parts = zip(_ROW_PREFIXES, khdrs, kbytes, vhdrs, values,
+                    repeat(b"\x90"))
+    raw = _array_header(n) + b"".join(chain.from_iterable(parts))
+    return _assemble_packed(
+        raw,
+        n,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        compression=compression,
+        last_offset_delta=n - 1,
+        first_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=False,
+        control=False,
+    )
+
+
 def _assemble(
     body_records: Sequence[Sequence[object]],
     *,
@@ -212,7 +293,40 @@ def _assemble(
     transactional: bool,
     control: bool,
 ) -> bytes:
-    body = compress(compression, msgpack.packb(body_records, use_bin_type=True))
+    return _assemble_packed(
+        msgpack.packb(body_records, use_bin_type=True),
+        len(body_records),
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        compression=compression,
+        last_offset_delta=last_offset_delta,
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+    )
+
+
+def _assemble_packed(
+    raw_body: bytes,
+    record_count: int,
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    compression: Compression,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    control: bool,
+) -> bytes:
+    body = compress(compression, raw_body)
     attributes = int(compression) & CODEC_MASK
     if transactional:
         attributes |= ATTR_TRANSACTIONAL
@@ -234,7 +348,7 @@ def _assemble(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(body_records),
+        record_count,
     )
     # CRC over header tail then body, continued, so the body is copied once (the concat).
     crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))

@@ -48,7 +48,7 @@ from api.client.errors import ClientError
 from api.client.partitioner import partition_for_key
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from api.client.types import Header, RecordMetadata, TopicPartition
-from storage.batch import encode_batch
+from storage.batch import encode_batch, encode_values
 from storage.compression import Compression
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,14 @@ class _Batch:
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)
     """Per-record futures (``send``), or one future for the whole batch (``send_batch``)."""
     whole: bool = False
+    columns: tuple[list[bytes], list[bytes | None] | None, int] | None = None
+    """``send_batch``'s records as (values, keys, timestamp): encoded by
+    ``storage.batch.encode_values`` without a tuple per record."""
     size: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.columns[0]) if self.columns is not None else len(self.records)
     encoded: bytes | None = None
     sent: bool = False
 
@@ -312,7 +319,7 @@ class AsyncProducer:
                             timestamp_ms: int | None = None) -> RecordMetadata:
         return await (await self.send(topic, value, key, headers, partition, timestamp_ms))
 
-    async def send_batch(self, topic: str, values: Sequence[bytes | None], *,
+    async def send_batch(self, topic: str, values: Sequence[bytes], *,
                          keys: Sequence[bytes | None] | None = None,
                          partition: int | None = None,
                          timestamp_ms: int | None = None) -> asyncio.Future[list[BatchDelivery]]:
@@ -327,35 +334,47 @@ class AsyncProducer:
         if keys is not None and len(keys) != len(values):
             raise ValueError("keys and values differ in length")
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        groups: dict[int, list[tuple[bytes | None, bytes | None, int, Sequence[Header]]]] = {}
+        if None in values:
+            raise ValueError("send_batch takes non-null values; send() a tombstone")
+        vals_by_p: dict[int, list[bytes]] = {}
+        keys_by_p: dict[int, list[bytes | None]] = {}
         if keys is not None and partition is None:
             parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
             n = len(parts)
             sticky = await self._choose_partition(topic, None, None)
             for k, v in zip(keys, values, strict=True):
                 p = sticky if k is None else partition_for_key(k, n)
-                groups.setdefault(p, []).append((k, v, ts, ()))
+                if p not in vals_by_p:
+                    vals_by_p[p], keys_by_p[p] = [], []
+                vals_by_p[p].append(v)
+                keys_by_p[p].append(k)
         else:
             p = await self._choose_partition(topic, None, partition)
-            ks = keys if keys is not None else [None] * len(values)
-            groups[p] = [(k, v, ts, ()) for k, v in zip(ks, values, strict=True)]
+            vals_by_p[p] = list(values)
+            if keys is not None:
+                keys_by_p[p] = list(keys)
         futures: list[asyncio.Future[Any]] = []
-        for p, recs in groups.items():
+        for p, vals in vals_by_p.items():
+            ks = keys_by_p.get(p)
             tp = TopicPartition(topic, p)
             q = self._queue(tp)
             if q.open is not None and q.open.records:
                 self._seal(q)  # keep the partition's order: earlier send()s go first
-            chunk: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = []
-            size = 0
-            for r in recs:
-                rs = RECORD_OVERHEAD + (len(r[0]) if r[0] else 0) + (len(r[1]) if r[1] else 0)
-                if chunk and size + rs > self.batch_size:
-                    futures.append(await self._enqueue_whole(q, tp, chunk, size))
-                    chunk, size = [], 0
-                chunk.append(r)
-                size += rs
-            if chunk:
-                futures.append(await self._enqueue_whole(q, tp, chunk, size))
+            # Sizes per chunk from totals (C-level sums), not per record.
+            total = RECORD_OVERHEAD * len(vals) + sum(map(len, vals))
+            if ks is not None:
+                total += sum(len(k) for k in ks if k is not None)
+            if max(map(len, vals)) + RECORD_OVERHEAD > self.batch_size:
+                raise ClientError("MESSAGE_TOO_LARGE",
+                                  f"a record exceeds batch_size/max_request_size "
+                                  f"({self.batch_size} B)")
+            per = len(vals) if total <= self.batch_size else max(
+                1, len(vals) * self.batch_size // total)
+            for i in range(0, len(vals), per):
+                cv = vals[i:i + per]
+                ck = None if ks is None else ks[i:i + per]
+                size = total * len(cv) // len(vals)
+                futures.append(await self._enqueue_whole(q, tp, (cv, ck, ts), size))
             if partition is None and keys is None:
                 self._move_sticky(topic, p)
         out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
@@ -375,12 +394,11 @@ class AsyncProducer:
         return out
 
     async def _enqueue_whole(self, q: _PartitionQueue, tp: TopicPartition,
-                             records: list[tuple[bytes | None, bytes | None, int,
-                                                 Sequence[Header]]],
+                             columns: tuple[list[bytes], list[bytes | None] | None, int],
                              size: int) -> asyncio.Future[Any]:
         if self._buffered + size > self.buffer_memory:
             await self._wait_for_room(size)
-        b = _Batch(tp, time.monotonic(), records, whole=True, size=size)
+        b = _Batch(tp, time.monotonic(), whole=True, columns=columns, size=size)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         b.waiters.append(fut)
         self._buffered += size
@@ -441,10 +459,19 @@ class AsyncProducer:
             seq = -1
             if self.idempotent:
                 seq = q.next_sequence
-                q.next_sequence = (q.next_sequence + len(b.records)) & 0x7FFFFFFF
-            b.encoded = encode_batch(b.records, compression=self.compression,
-                                     producer_id=self.producer_id,
-                                     producer_epoch=self.producer_epoch, base_sequence=seq)
+                q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
+            if b.columns is not None:
+                values, keys, ts = b.columns
+                b.encoded = encode_values(values, keys=keys, timestamp=ts,
+                                          compression=self.compression,
+                                          producer_id=self.producer_id,
+                                          producer_epoch=self.producer_epoch,
+                                          base_sequence=seq)
+            else:
+                b.encoded = encode_batch(b.records, compression=self.compression,
+                                         producer_id=self.producer_id,
+                                         producer_epoch=self.producer_epoch,
+                                         base_sequence=seq)
         return b.encoded
 
     async def _deliver(self, q: _PartitionQueue, b: _Batch) -> None:
@@ -455,7 +482,7 @@ class AsyncProducer:
             left = deadline - time.monotonic()
             if left <= 0:
                 err = ClientError("REQUEST_TIMED_OUT",
-                                  f"{len(b.records)} record(s) for {b.tp} not acknowledged within "
+                                  f"{b.count} record(s) for {b.tp} not acknowledged within "
                                   f"delivery_timeout_ms ({last or 'no answer'})")
                 await self._give_up(b, err)
                 return
@@ -508,7 +535,7 @@ class AsyncProducer:
         if b.whole:
             w = b.waiters[0]
             if not w.done():
-                w.set_result(BatchDelivery(tp.topic, tp.partition, base, len(b.records)))
+                w.set_result(BatchDelivery(tp.topic, tp.partition, base, b.count))
             return
         for i, (w, r) in enumerate(zip(b.waiters, b.records, strict=True)):
             if not w.done():

@@ -83,7 +83,7 @@ class Producer:
                                              timestamp_ms))
         return self._lt.submit(go())
 
-    def send_batch(self, topic: str, values: Sequence[bytes | None], *,
+    def send_batch(self, topic: str, values: Sequence[bytes], *,
                    keys: Sequence[bytes | None] | None = None, partition: int | None = None,
                    timestamp_ms: int | None = None
                    ) -> concurrent.futures.Future[list[BatchDelivery]]:
