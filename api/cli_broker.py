@@ -8,9 +8,9 @@ from api.cli import main
 from api.cli_quorum import (
     node_options,
     override_option,
-    parse_overrides,
     run_loop,
     setup_logging,
+    with_overrides,
 )
 from api.config import ConfigError, load_config
 
@@ -34,12 +34,11 @@ def broker_start(config_path: str | None, node_id: int | None, listen: str | Non
     """Start a broker in the foreground. SIGTERM or Ctrl-C shuts it down in a controlled
     way (its partition leaderships move away first); it exits 0 once done."""
     try:
-        cfg = load_config(config_path, {
-            **parse_overrides(overrides),
+        cfg = load_config(config_path, with_overrides({
             "node_id": node_id, "listen": listen, "data_dir": data_dir,
             "controller_quorum": controller_quorum, "rack": rack, "roles": ["broker"],
             "replica_lag_time_max_ms": replica_lag_time_max_ms,
-        })
+        }, overrides))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"broker-{cfg.node_id}", log_level)

@@ -67,13 +67,16 @@ override_option = click.option(
          "repeatable. Like Kafka's --override.")
 
 
-def parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
-    out = {}
+def with_overrides(explicit: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
+    """``explicit`` (the command's own flags; None = not given) plus ``--override`` pairs;
+    a flag given explicitly wins over an override of the same key."""
+    out = dict(explicit)
     for o in overrides:
         key, sep, value = o.partition("=")
         if not sep or not key.strip():
             raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
+        if out.get(key.strip()) is None:
+            out[key.strip()] = value.strip()
     return out
 
 
@@ -88,11 +91,10 @@ def controller_start(config_path: str | None, node_id: int | None, listen: str |
                      overrides: tuple[str, ...], log_level: str) -> None:
     """Start a controller in the foreground (Ctrl-C stops it cleanly)."""
     try:
-        cfg = load_config(config_path, {
-            **parse_overrides(overrides),
+        cfg = load_config(config_path, with_overrides({
             "node_id": node_id, "listen": listen, "data_dir": data_dir,
             "controller_quorum": controller_quorum, "roles": ["controller"],
-        })
+        }, overrides))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"controller-{cfg.node_id}", log_level)
