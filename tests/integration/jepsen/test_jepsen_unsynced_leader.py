@@ -1,0 +1,91 @@
+"""Found by the lose-unsynced nemesis: a partition leader that loses its unsynced writes and
+restarts within the controller's session timeout wipes acknowledged acks=all writes from
+every replica.
+
+Sequence (3 brokers, RF 3, ISR of 3, every node with ``LONGBOAT_LAZYFS=1`` so a SIGKILL loses
+what was not fsynced, as a power cut would): 100 acks=all writes are acknowledged; the leader
+is killed and restarted 1 s later. It re-registers (new broker epoch), opens the partition
+with an empty log, and is still leader *in the same leader epoch* with the same ISR: the
+controller did not move leadership on the new registration. The followers fetch, get a
+diverging epoch ``[0, 0]``, truncate to 0 below their high watermark, and the 100 writes are
+gone. With the restart after the session timeout (12 s) leadership moves first and nothing
+is lost (second test), so the bug is the quick re-registration path.
+
+Kafka avoids it because a broker that registers again with a new incarnation is fenced and
+its leaderships move to the ISR (KIP-841 broker epochs; ``ReplicationControlManager``
+fencing on re-registration); the restarted broker rejoins as a follower.
+
+The first test is expected to fail until the product is fixed (strict: it then fails as
+XPASS, and the marker must go).
+
+    python -m pytest -q tests/integration/jepsen/test_jepsen_unsynced_leader.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from api.client import AsyncConsumer, AsyncProducer, TopicPartition
+from jepsen_tests.longboat import LongboatCluster
+
+pytestmark = pytest.mark.slow
+
+
+def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[int], str]:
+    c = LongboatCluster(n=3, partitions=1)
+    c.setup(run, lambda node: {"LONGBOAT_LAZYFS": "1"}, lambda argv: argv)
+    try:
+        c.start()
+
+        async def produce(values: range) -> None:
+            async with AsyncProducer(c.broker_urls(), acks=-1, linger_ms=0) as p:
+                for i in values:
+                    await p.send_and_wait(c.topic, str(i).encode(), partition=0)
+
+        async def read_all() -> set[int]:
+            tp = TopicPartition(c.topic, 0)
+            async with AsyncConsumer(c.broker_urls(), auto_offset_reset="earliest") as k:
+                k.assign([tp])
+                k.seek(tp, 0)
+                end = (await k.end_offsets([tp]))[tp]
+                out: list[int] = []
+                deadline = time.monotonic() + 20
+                while len(out) < end and time.monotonic() < deadline:
+                    out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
+                return set(out)
+
+        asyncio.run(produce(range(100)))
+        leader = c.by_id[int(c.partition_table()[0]["leader"])]
+        c.processes[leader].kill()  # LONGBOAT_LAZYFS=1: unsynced bytes die with it
+        time.sleep(restart_after_s)
+        c.processes[leader].start()
+        deadline = time.monotonic() + 40
+        while not c.healthy() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        asyncio.run(produce(range(100, 110)))
+        lost = sorted(set(range(110)) - asyncio.run(read_all()))
+        logs = "\n".join(line for b in c.brokers for line in
+                         (run / "logs" / f"{b}.log").read_text().splitlines()
+                         if "truncat" in line or "leader of" in line)
+        return lost, logs
+    finally:
+        c.stop()
+
+
+@pytest.mark.xfail(strict=True, reason="product bug: a leader restarted within the session "
+                   "timeout after losing unsynced writes stays leader in the same epoch and "
+                   "its followers truncate acknowledged writes (reported to the lead)")
+def test_leader_losing_unsynced_writes_and_restarting_at_once_loses_nothing(
+        tmp_path: Path) -> None:
+    lost, logs = _lost_after_leader_restart(tmp_path, restart_after_s=1.0)
+    assert lost == [], f"{len(lost)} acknowledged writes lost: {lost[:10]}...\n{logs}"
+
+
+def test_leader_losing_unsynced_writes_after_the_session_timeout_loses_nothing(
+        tmp_path: Path) -> None:
+    lost, logs = _lost_after_leader_restart(tmp_path, restart_after_s=12.0)
+    assert lost == [], f"{len(lost)} acknowledged writes lost: {lost[:10]}...\n{logs}"
