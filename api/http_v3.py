@@ -18,6 +18,7 @@ import codecs
 import contextlib
 import gc
 import json
+import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -66,6 +67,8 @@ from metalog.controller import (
 )
 from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage, TopicImage
 from metalog.records import BrokerId, ConfigResourceType
+
+log = logging.getLogger(__name__)
 
 ADMIN_WAIT_S = 15.0
 READ_TIMEOUT_MS_MAX = 30_000
@@ -711,26 +714,33 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
     await resp.prepare(request)
     stream = JsonStream(ctx.record_bytes_max)
     final = False
-    while not final:
-        try:
-            chunk = await asyncio.wait_for(request.content.readany(), ctx.stream_idle_s_max)
-        except TimeoutError:
-            await resp.write(orjson.dumps({"error_code": 40801, "message":
-                             f"No data for {ctx.stream_idle_s_max:.0f} s; stream ended."})
-                             + b"\n")
-            break
-        final = not chunk
-        objs = stream.feed(chunk, final=final)
-        if not objs:
-            continue
-        parsed = _parse_all(objs)
-        try:
-            outcomes = await produce_records(ctx, topic, parsed, acks=acks,
-                                             timeout_ms=timeout_ms)
-        except HttpError as e:  # the topic went away mid-stream: the status is sent already
-            outcomes = [e] * len(parsed)
-        await resp.write(report_lines(ctx, topic, parsed, outcomes))
-    await resp.write_eof()
+    try:
+        while not final:
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(),
+                                               ctx.stream_idle_s_max)
+            except TimeoutError:
+                await resp.write(orjson.dumps({"error_code": 40801, "message":
+                                 f"No data for {ctx.stream_idle_s_max:.0f} s; stream ended."})
+                                 + b"\n")
+                break
+            final = not chunk
+            objs = stream.feed(chunk, final=final)
+            if not objs:
+                continue
+            with gc_paused():
+                parsed = _parse_all(objs)
+            try:
+                outcomes = await produce_records(ctx, topic, parsed, acks=acks,
+                                                 timeout_ms=timeout_ms)
+            except HttpError as e:  # the topic went away mid-stream: the status is sent
+                outcomes = [e] * len(parsed)
+            await resp.write(report_lines(ctx, topic, parsed, outcomes))
+        await resp.write_eof()
+    except ConnectionResetError as e:  # aiohttp's ClientConnectionResetError is one
+        # The client went away: what was produced stays produced; nobody is left to tell.
+        log.info("produce stream to %s ended by the client: %s", topic,
+                 str(e) or type(e).__name__)
     return resp
 
 
