@@ -14,8 +14,8 @@ Op shapes (values are JSON; keys are strings):
 
 A send is *committed* if it is ok, or info (unknown) with its value read by some ok poll.
 
-Anomalies (those in `ALWAYS_ALLOWED`, and the poll ones for subscribing processes, are
-reported but do not make the history invalid):
+Anomalies (those in `ALWAYS_ALLOWED` but ``lost-prefix`` without retention, and the poll
+ones for subscribing processes, are reported but do not make the history invalid):
 
 * ``lost-write``  a committed send at or below the highest offset any ok poll read for its key,
   whose value no ok poll read (Jepsen's definition).
@@ -23,7 +23,8 @@ reported but do not make the history invalid):
   reads, split as jepsen-io/nats's queue checker does: ordered by offset, lost values before the
   first value the final reads saw, between read values, and after the last. Middle losses are
   definite (later writes survived); a postfix may just be final reads that did not catch up,
-  and a prefix may be retention.
+  and a prefix may be retention (allowed only with ``retention=True``: the harness's topics
+  have none, and a leader that came back empty lost exactly a prefix).
 * ``unseen``  ok sends no poll ever read (informational).
 * ``duplicate``  one value at two or more offsets of a key (from reads and send acks).
 * ``inconsistent-offsets``  one key+offset with two or more values across all readers and
@@ -113,7 +114,9 @@ def _reads(p: Pair) -> dict[str, list[tuple[int, Any]]]:
     return out
 
 
-def check(history: History) -> dict[str, Any]:
+def check(history: History, *, retention: bool = False) -> dict[str, Any]:
+    """`retention`: the cluster may delete a log's oldest records, so a lost prefix is
+    allowed. The harness's runs configure none, so by default a lost prefix is a loss."""
     pairs = history.pairs()
     windows = history.fault_windows()
     anomalies: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -305,6 +308,8 @@ def check(history: History) -> dict[str, Any]:
         lost_by_node[s.pair.node or "unknown"] += 1
 
     allowed_here = set(ALWAYS_ALLOWED) | {k for k in counts if k.startswith("allowed-")}
+    if not retention:
+        allowed_here.discard("lost-prefix")
     found = sorted(k for k in counts if k not in allowed_here)
     send_types = Counter(s.pair.type for s in send_list)
     poll_types = Counter(p.type for p in pairs if p.f == POLL)

@@ -50,6 +50,17 @@ def test_lost_split_prefix_middle_postfix_against_final_reads() -> None:
     assert "lost-postfix" not in r["anomaly_types"]  # may be slow final reads
 
 
+def test_lost_prefix_invalidates_unless_the_cluster_has_retention() -> None:
+    h = H()
+    for i in range(4):
+        h.send(0, "k", 10 + i, offset=i)
+    # a leader that came back empty: the first two are gone, the rest re-read
+    h.poll(1, {"k": [(2, 12), (3, 13)]}, final=True)
+    assert "lost-prefix" in check(h.history())["anomaly_types"]
+    r = check(h.history(), retention=True)
+    assert r["counts"]["lost-prefix"] == 2 and "lost-prefix" not in r["anomaly_types"]
+
+
 def test_unseen_tail_alone_is_informational() -> None:
     h = H()
     h.send(0, "k", 1, offset=0).send(0, "k", 2, offset=1)
