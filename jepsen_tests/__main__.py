@@ -3,6 +3,8 @@
     python -m jepsen_tests run --workload queue --nemesis kill,partition --time-limit 30 \\
         --seed 7 [--cluster toy|longboat] [--nodes 3] [--out DIR (default var/jepsen/...)]
     python -m jepsen_tests check DIR
+    python -m jepsen_tests sweep [--nemesis kill,pause,...] [--minutes 30] [--time-limit 60]
+    python -m jepsen_tests summary SWEEP_DIR
 
 Exit status: 0 valid, 1 anomalies found (or the checker gave up: unknown), 2 could not run
 (fault injection unavailable, bad arguments).
@@ -58,6 +60,26 @@ def _span(text: str | None, default: tuple[float, float]) -> tuple[float, float]
     return a, b
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from jepsen_tests import sweep
+
+    if args.cmd == "sweep":
+        root = args.out or Path("var") / "jepsen" / time.strftime("sweep-%Y%m%dT%H%M%S")
+        print(f"sweep directory {root}", file=sys.stderr)
+        extra = [a for a in args.run_args if a != "--"]
+        nemeses = [n.replace("+", ",") for n in args.nemesis.split(",") if n]
+        rows = sweep.sweep(root, nemeses, args.minutes, args.time_limit, args.seed,
+                           args.budget_minutes, extra)
+    else:
+        root = args.dir
+        rows = sweep.load_rows(root)
+    table = sweep.summarize(rows)
+    text = sweep.format_table(table)
+    (root / "summary.md").write_text(text + "\n")
+    print(text)
+    return 0 if table and all(t["invalid"] == 0 for t in table) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jepsen_tests", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -87,11 +109,29 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<ts>)")
     c = sub.add_parser("check", help="re-check a saved run directory")
     c.add_argument("dir", type=Path)
+    w = sub.add_parser("sweep", help="many seeds of each nemesis in turn, then the table")
+    w.add_argument("--nemesis", default="kill,pause,partition,lose-unsynced,clock",
+                   help="comma-separated; each one is swept separately (use + to combine "
+                        "several in one run: kill+partition)")
+    w.add_argument("--minutes", type=float, default=30.0,
+                   help="minutes of load and faults per nemesis")
+    w.add_argument("--time-limit", type=float, default=60.0, help="seconds per run")
+    w.add_argument("--seed", type=int, default=1, help="first seed")
+    w.add_argument("--budget-minutes", type=float, default=None,
+                   help="stop starting runs after this much wall-clock time")
+    w.add_argument("--out", type=Path, default=None,
+                   help="sweep directory (default var/jepsen/sweep-<ts>; reusing one resumes)")
+    w.add_argument("run_args", nargs=argparse.REMAINDER,
+                   help="after --: more arguments for every run (--idempotence off, ...)")
+    m = sub.add_parser("summary", help="the table of a sweep directory")
+    m.add_argument("dir", type=Path)
     args = p.parse_args(argv)
 
     try:
         if args.cmd == "check":
             return _summary(recheck(args.dir), args.dir)
+        if args.cmd in ("sweep", "summary"):
+            return _sweep(args)
         seed = args.seed if args.seed is not None else int(time.time()) % 100_000
         out = args.out or Path("var") / "jepsen" / time.strftime(f"%Y%m%dT%H%M%S-seed{seed}")
         print(f"seed {seed}; run directory {out}", file=sys.stderr)

@@ -1,0 +1,137 @@
+"""The long sweep: many seeds of every nemesis, one run after another, and the summary table.
+
+Each run is ``python -m jepsen_tests run`` in a child process (so one crashed run cannot take
+the sweep with it, and each run cleans up after itself), in ``<sweep dir>/<nemesis>-seed<N>``.
+Nemeses take turns, round robin, until each has had ``minutes`` of faults and load (the sum of
+its runs' time limits), or the sweep's wall-clock budget is spent. Every finished run appends
+one line to ``<sweep dir>/runs.jsonl``; `summarize` reads that file (and so works on a sweep
+that was interrupted, or is still running).
+
+Columns of the table, per nemesis (summed over its runs):
+
+==============  ================================================================
+minutes         time under load and faults (time limits), not counting start-up
+runs / seeds    runs finished; distinct seeds
+invalid         runs the checker found invalid (or that could not run: rc 2)
+lost            acknowledged writes missing from the final reads (lost-prefix +
+                lost-middle + lost-postfix, with final reads complete)
+dup             one value at two offsets (``duplicate``)
+inconsistent    one offset with two values (``inconsistent-offsets``)
+other           every other invalidating anomaly
+==============  ================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LOST = ("lost-prefix", "lost-middle", "lost-postfix")
+COLUMNS = ("nemesis", "minutes", "runs", "seeds", "invalid", "lost", "dup", "inconsistent",
+           "other")
+
+
+def run_one(out: Path, nemesis: str, seed: int, time_limit_s: float,
+            extra: Sequence[str] = ()) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", nemesis, "--seed",
+            str(seed), "--time-limit", str(time_limit_s), "--out", str(out), *extra]
+    t0 = time.monotonic()
+    with open(out.parent / f"{out.name}.console.log", "w") as console:
+        try:
+            rc = subprocess.run(argv, stdout=console, stderr=subprocess.STDOUT,
+                                timeout=time_limit_s + 600).returncode
+        except subprocess.TimeoutExpired:
+            rc = -1
+    row: dict[str, Any] = {"nemesis": nemesis, "seed": seed, "time_limit_s": time_limit_s,
+                           "extra": list(extra), "rc": rc, "dir": str(out),
+                           "wall_s": round(time.monotonic() - t0, 1)}
+    try:
+        res = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        row.update(valid=None, counts={}, anomaly_types=[], final_complete=False)
+        return row
+    r = res["result"]
+    row.update(valid=r["valid"], counts=r.get("counts", {}),
+               anomaly_types=r.get("anomaly_types", []),
+               final_complete=all((res.get("final_reads_complete") or {"": False}).values()),
+               sends=r.get("stats", {}).get("sends", {}))
+    return row
+
+
+def sweep(root: Path, nemeses: Sequence[str], minutes: float, time_limit_s: float,
+          first_seed: int = 1, budget_minutes: float | None = None,
+          extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "runs.jsonl"
+    done_s = {n: 0.0 for n in nemeses}
+    for row in load_rows(root):  # resume: count what an earlier sweep here already ran
+        if row["nemesis"] in done_s:
+            done_s[row["nemesis"]] += row["time_limit_s"]
+    started = time.monotonic()
+    seed = first_seed + len(load_rows(root))
+    while True:
+        todo = [n for n in nemeses if done_s[n] < minutes * 60]
+        if not todo:
+            break
+        for n in todo:
+            if budget_minutes is not None and time.monotonic() - started > budget_minutes * 60:
+                return load_rows(root)
+            out = root / f"{n.replace(',', '+')}-seed{seed}"
+            print(f"sweep: {n} seed {seed} ({done_s[n] / 60:.1f}/{minutes} min)",
+                  file=sys.stderr, flush=True)
+            row = run_one(out, n, seed, time_limit_s, extra)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"sweep:   -> valid={row['valid']} rc={row['rc']} "
+                  f"anomalies={row['anomaly_types']} ({row['wall_s']} s)",
+                  file=sys.stderr, flush=True)
+            done_s[n] += time_limit_s
+            seed += 1
+    return load_rows(root)
+
+
+def load_rows(root: Path) -> list[dict[str, Any]]:
+    try:
+        lines = (root / "runs.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        label = r["nemesis"] + ("" if "--idempotence" not in r.get("extra", [])
+                                else " (idempotence " + r["extra"][
+                                    r["extra"].index("--idempotence") + 1] + ")")
+        t = table.setdefault(label, {c: 0 for c in COLUMNS} | {"nemesis": label,
+                                                               "seeds": set()})
+        counts = r.get("counts", {})
+        types = set(r.get("anomaly_types", []))
+        t["minutes"] += r["time_limit_s"] / 60
+        t["runs"] += 1
+        t["seeds"].add(r["seed"])
+        t["invalid"] += 0 if r.get("valid") is True else 1
+        t["lost"] += sum(counts.get(k, 0) for k in LOST)
+        t["dup"] += counts.get("duplicate", 0)
+        t["inconsistent"] += counts.get("inconsistent-offsets", 0)
+        t["other"] += sum(counts.get(k, 0) for k in types
+                          if k not in (*LOST, "duplicate", "inconsistent-offsets"))
+    out = []
+    for t in table.values():
+        t["seeds"] = len(t["seeds"])
+        t["minutes"] = round(t["minutes"], 1)
+        out.append(t)
+    return out
+
+
+def format_table(summary: Sequence[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for t in summary:
+        lines.append("| " + " | ".join(str(t[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,36 @@
+"""The sweep's table: per nemesis, minutes, runs, seeds and the anomaly columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jepsen_tests.sweep import format_table, load_rows, summarize
+
+
+def _row(nemesis: str, seed: int, valid: bool, counts: dict[str, int],
+         extra: list[str] | None = None) -> dict[str, object]:
+    return {"nemesis": nemesis, "seed": seed, "time_limit_s": 60.0, "extra": extra or [],
+            "rc": 0 if valid else 1, "valid": valid, "counts": counts,
+            "anomaly_types": [k for k in counts if k not in ("unseen",)] if not valid else []}
+
+
+def test_summary_sums_runs_and_splits_anomaly_columns(tmp_path: Path) -> None:
+    rows = [
+        _row("kill", 1, True, {"unseen": 2}),
+        _row("kill", 2, False, {"lost-middle": 3, "lost-prefix": 1, "lost-write": 3,
+                                "inconsistent-offsets": 4, "unseen": 1}),
+        _row("pause", 3, False, {"duplicate": 2}),
+        _row("kill", 4, True, {}, ["--idempotence", "off"]),
+    ]
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = {t["nemesis"]: t for t in summarize(load_rows(tmp_path))}
+    kill = table["kill"]
+    assert (kill["minutes"], kill["runs"], kill["seeds"], kill["invalid"]) == (2.0, 2, 2, 1)
+    assert (kill["lost"], kill["dup"], kill["inconsistent"]) == (4, 0, 4)
+    assert kill["other"] == 3  # lost-write: Jepsen's view of the same losses
+    assert table["pause"]["dup"] == 2 and table["pause"]["invalid"] == 1
+    assert table["kill (idempotence off)"]["runs"] == 1
+    text = format_table(list(table.values()))
+    assert text.splitlines()[0].startswith("| nemesis | minutes | runs | seeds | invalid")
+    assert "| kill | 2.0 | 2 | 2 | 1 | 4 | 0 | 4 | 3 |" in text
