@@ -161,6 +161,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default="json1,json1000,binary")
+    ap.add_argument("--acks", default="all", choices=["all", "1", "0"],
+                    help="Diagnosis: acks=1 shows what replication costs.")
     args = ap.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
@@ -209,7 +211,7 @@ def main() -> int:
                 ours: list[tuple[float, float, float]] = []
                 base: list[tuple[float, float, float]] = []
                 per_request = per_p[0][shape][2]
-                lb = [(f"{leaders[p]}/v3/clusters/{cid}/topics/bench/records?acks=all",
+                lb = [(f"{leaders[p]}/v3/clusters/{cid}/topics/bench/records?acks={args.acks}",
                        per_p[p][shape][0], per_p[p][shape][1]) for p in range(PARTITIONS)]
                 bb = [(bare_url, per_p[p][shape][0], per_p[p][shape][1])
                       for p in range(PARTITIONS)]
@@ -219,7 +221,7 @@ def main() -> int:
                     progress(f"{shape}: run {r + 1}/{runs}: bare aiohttp ...")
                     base.append(measure(bb, per_request, seconds))
                 params = {"concurrency": CONCURRENCY, "records_per_request": per_request,
-                          "record_bytes": 100, "acks": "all", "replication_factor": 3,
+                          "record_bytes": 100, "acks": args.acks, "replication_factor": 3,
                           "partitions": PARTITIONS, "seconds": seconds}
                 bl = "bare aiohttp endpoint parsing the same bodies, storing nothing"
                 figure(f"http.produce.{shape}", "records/s", [o[0] for o in ours], baseline=bl,
