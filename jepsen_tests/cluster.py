@@ -138,6 +138,10 @@ class Cluster(ABC):
         """The node that writes the metadata now, if the cluster has such a role."""
         return None
 
+    def voters(self) -> dict[str, tuple[int, str]]:
+        """Metadata quorum voters: name -> (node id, URL); empty without a Raft quorum."""
+        return {}
+
     def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
         """A key's leader and the nodes that replicate it, if the cluster replicates."""
         return None

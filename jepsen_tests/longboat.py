@@ -173,6 +173,9 @@ class LongboatCluster(Cluster):
                 out[f"k{p}"] = name
         return out
 
+    def voters(self) -> dict[str, tuple[int, str]]:
+        return {c: (self.node_ids[c], self.url(c)) for c in self.controllers}
+
     def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
         table = self.partition_table()
         led = [(p, info) for p, info in sorted(table.items())

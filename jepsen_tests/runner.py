@@ -43,6 +43,7 @@ from jepsen_tests.nemesis import (
     Nemesis,
 )
 from jepsen_tests.nemesis.clock import ClockNemesis
+from jepsen_tests.nemesis.membership import MembershipNemesis
 from jepsen_tests.nemesis.net import (
     NetNamespace,
     NetNemesis,
@@ -170,6 +171,11 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
                                       partitions=use_proxy_partitions))
         if clock is not None:
             parts.append(clock)
+        if "membership" in cats:
+            if not cluster.voters():
+                raise FaultInjectionUnavailable(
+                    f"membership: {type(cluster).__name__} has no Raft voters to change")
+            parts.append(MembershipNemesis(cluster.voters(), wrap, rec))
         nemesis = Composite(parts)
 
         steps = generate(cfg.seed, kinds, names, cfg.time_limit_s,
@@ -307,8 +313,13 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
         leader = cluster.leader_of_something(pick)
         targets = (leader,) if leader is not None else ()
     elif step.target_spec == "controller":
-        ctl = cluster.active_controller() or cluster.leader_of_something(pick)
+        ctl = cluster.active_controller()
+        if ctl is None and f.kind != "membership":
+            ctl = cluster.leader_of_something(pick)
         targets = (ctl,) if ctl is not None else ()
+    elif step.target_spec == "voter":
+        voters = sorted(cluster.voters())
+        targets = (voters[pick % len(voters)],) if voters else ()
     elif step.target_spec == "leader-followers":
         lf = cluster.leader_and_followers(pick)
         if lf is not None and lf[1]:  # else keep the random cut drawn with the schedule

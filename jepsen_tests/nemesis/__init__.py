@@ -24,6 +24,8 @@ delay                  params.delay_ms on every link into and out of the targets
                        (proxy.py)
 blackhole              links into and out of the targets swallow bytes (proxy.py)
 clock-bump             the targets' clocks jump by params.delta_s (clock.py)
+membership             remove the target controller from the Raft voters; stop
+                       adds it back (membership.py)
 =====================  ========================================================
 """
 
@@ -45,6 +47,7 @@ KINDS: dict[str, str] = {
     "partition-cut": "net",
     "delay": "proxy", "blackhole": "proxy",
     "clock-bump": "clock",
+    "membership": "membership",
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -36,7 +36,7 @@ class Step:
                 "spec": self.target_spec, **self.fault.describe()}
 
 
-RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers"})
+RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter"})
 """Target specs only the running cluster can resolve (the runner does, at fault start)."""
 
 
@@ -70,6 +70,9 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) ->
         targets = () if spec == "leader" else select_targets(spec, nodes, rng)
         params = {"delay_ms": rng.choice([50, 100, 200, 500])} if kind == "delay" else {}
         return Fault(kind, targets, params, fid), spec
+    if kind == "membership":
+        # Which controllers exist is the cluster's business: a voter, or the active one.
+        return Fault(kind, (), {}, fid), rng.choice(["voter", "voter", "controller"])
     if kind == "clock-bump":
         spec = "one"
         delta = rng.choice([-1, 1]) * rng.choice([1, 2, 5, 10])
