@@ -19,7 +19,7 @@ from storage.errors import StorageError
 from storage.fileio import Buffer, FileHandle, FileLayer, LazyFileLayer
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
-from storage.log import LogTruncatedError
+from storage.log import LogTruncatedError, PartitionLog
 
 
 class GatedExecutor(ThreadPoolExecutor):
@@ -381,6 +381,91 @@ def test_waiters_on_a_log_closed_without_flushing_fail(tmp_path) -> None:
         executor.open()
         with pytest.raises(StorageError, match="closed"):
             await fut
+        await gc.close()
+        executor.shutdown()
+
+    asyncio.run(main())
+
+
+def _round_of_three_held(tmp_path, hold_s: float) -> tuple[
+        RecordingFileLayer, GroupCommitter, GatedExecutor, PartitionLog]:
+    """A log whose first round covers three waiters and is held in its fsync ``hold_s``."""
+    files = RecordingFileLayer(LazyFileLayer())
+    log = open_log(tmp_path, files)
+    log.append(batch(), leader_epoch=0)  # the first append checkpoints the epoch (an fsync)
+    log.flush()
+    files.reset()
+    files.before_fsync = lambda n: time.sleep(hold_s) if n == 1 else None  # type: ignore[method-assign]
+    executor = GatedExecutor()
+    return files, GroupCommitter(executor=executor), executor, log
+
+
+def test_a_round_right_after_another_waits_for_company(tmp_path) -> None:
+    files, gc, executor, log = _round_of_three_held(tmp_path, 0.3)
+
+    async def main() -> None:
+        first = []
+        for _ in range(3):
+            _, last = log.append(batch(), leader_epoch=0)
+            first.append(gc.durable_future(log, last + 1))
+        executor.open()
+        assert files.fsync_started[1].wait(5)
+        _, last = log.append(batch(), leader_epoch=0)  # asks while round 1 runs: 1 of 3
+        second = [gc.durable_future(log, last + 1)]
+        await asyncio.gather(*first)
+        # Round 1 covered three asks and took 0.3 s: round 2 waits (up to 0.3 s) for
+        # two more asks rather than fsyncing one batch now.
+        for _ in range(2):
+            await asyncio.sleep(0.02)
+            _, last = log.append(batch(), leader_epoch=0)
+            second.append(gc.durable_future(log, last + 1))
+        await asyncio.gather(*second)
+        assert gc.flushes == 2
+        assert sum(kind == "fsync_start" for kind, _, _ in files.events) == 2
+        assert log.flushed_offset == 7
+        await gc.close()
+        executor.shutdown()
+
+    asyncio.run(main())
+
+
+def test_waiting_for_company_ends_after_the_last_rounds_duration(tmp_path) -> None:
+    files, gc, executor, log = _round_of_three_held(tmp_path, 0.2)
+
+    async def main() -> None:
+        first = []
+        for _ in range(3):
+            _, last = log.append(batch(), leader_epoch=0)
+            first.append(gc.durable_future(log, last + 1))
+        executor.open()
+        assert files.fsync_started[1].wait(5)
+        _, last = log.append(batch(), leader_epoch=0)
+        lone = gc.durable_future(log, last + 1)
+        await asyncio.gather(*first)
+        t0 = time.monotonic()
+        await asyncio.wait_for(lone, 5)  # no company comes: it is flushed all the same
+        assert time.monotonic() - t0 < 2
+        assert gc.flushes == 2
+        await gc.close()
+        executor.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_round_after_an_idle_disk_starts_at_once(tmp_path) -> None:
+    _, gc, executor, log = _round_of_three_held(tmp_path, 0.3)
+
+    async def main() -> None:
+        first = []
+        for _ in range(3):
+            _, last = log.append(batch(), leader_epoch=0)
+            first.append(gc.durable_future(log, last + 1))
+        executor.open()
+        await asyncio.gather(*first)  # nothing else asked: the job ended with the round
+        _, last = log.append(batch(), leader_epoch=0)
+        t0 = time.monotonic()
+        await gc.durable_future(log, last + 1)
+        assert time.monotonic() - t0 < 0.25, "a lone waiter waited for company"
         await gc.close()
         executor.shutdown()
 
