@@ -81,6 +81,8 @@ class SinkOptions:
     acks: int = -1
     linger_ms: int = 5
     compression: str = "none"
+    request_timeout_ms: int = 30_000
+    """Per request, and how long a record may wait for metadata (a topic that is missing)."""
 
 
 _SOURCE_OPTIONS = {
@@ -94,6 +96,7 @@ _SOURCE_OPTIONS = {
 _SINK_OPTIONS = {
     "bootstrap", "kafka.bootstrap.servers", "topic", "includeheaders", "acks", "linger.ms",
     "compression", "kafka.acks", "kafka.linger.ms", "kafka.compression.type",
+    "request.timeout.ms", "kafka.request.timeout.ms",
 }
 # Set by Spark itself on some paths, or harmless Kafka client settings we have no use for.
 _IGNORED = {"path", "checkpointlocation", "queryname", "kafka.group.id", "groupidprefix",
@@ -343,10 +346,13 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise LongboatOptionError(
             "option 'compression' must be one of none, gzip, snappy, lz4, zstd, "
             f"got {compression!r}")
+    timeout = _int(opts, "request.timeout.ms", minimum=1) or _int(
+        opts, "kafka.request.timeout.ms", minimum=1) or 30_000
     topic = opts.get("topic")
     return SinkOptions(bootstrap=parse_bootstrap(opts), topic=topic.strip() if topic else None,
                        include_headers=_bool(opts, "includeheaders", True), acks=acks,
-                       linger_ms=linger_ms, compression=compression)
+                       linger_ms=linger_ms, compression=compression,
+                       request_timeout_ms=timeout)
 
 
 # ---------------------------------------------------------------- offsets JSON

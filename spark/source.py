@@ -331,8 +331,10 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     n = 0
     pending: list[asyncio.Future[Any]] = []
     async with AsyncProducer(list(sink.bootstrap), acks=sink.acks, linger_ms=sink.linger_ms,
-                             compression=sink.compression,
-                             enable_idempotence=sink.acks == -1) as p:
+                             compression=sink.compression, enable_idempotence=sink.acks == -1,
+                             request_timeout_ms=sink.request_timeout_ms,
+                             delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000)
+                             ) as p:
         for batch in batches:
             rows = batch.num_rows
             if not rows:

@@ -146,6 +146,11 @@ def test_write_produces_rows_and_reads_back(spark: Any, lc: LocalCluster) -> Non
         assert vals == [f"value {i}" for i in range(500) if i % 2 == p]
     assert {tuple((h.key, bytes(h.value)) for h in r.headers) for r in back} == {
         (("src", b"spark"),)}
+    # A record the cluster does not take fails the write (here: the topic does not exist).
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        spark.createDataFrame([("x",)], "value string").write.format("longboat").option(
+            "bootstrap", lc.bootstrap).option("topic", "no-such-topic").option(
+            "request.timeout.ms", "1500").mode("append").save()
     with pytest.raises(Exception, match="needs a 'value' column"):
         spark.createDataFrame([(1,)], "x int").write.format("longboat").option(
             "bootstrap", lc.bootstrap).option("topic", "written").mode("append").save()
