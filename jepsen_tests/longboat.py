@@ -35,7 +35,15 @@ from typing import Any
 
 import msgpack
 
-from jepsen_tests.cluster import Cluster, Dial, EnvFor, NodeSpec, QueueClient, Wrap
+from jepsen_tests.cluster import (
+    Cluster,
+    Dial,
+    EnvFor,
+    MetadataClient,
+    NodeSpec,
+    QueueClient,
+    Wrap,
+)
 from jepsen_tests.nemesis.net import node_address
 from jepsen_tests.nemesis.process import NodeProcess, wait_until
 
@@ -282,3 +290,8 @@ class LongboatCluster(Cluster):
         from jepsen_tests.longboat_client import LongboatQueueClient
 
         return LongboatQueueClient(self, name, host)
+
+    def metadata_client(self, name: str, host: str, dial: Dial) -> MetadataClient:
+        from jepsen_tests.longboat_client import LongboatMetadataClient
+
+        return LongboatMetadataClient(self, name, host)

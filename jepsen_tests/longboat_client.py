@@ -27,7 +27,11 @@ How outcomes map (the history's ``fail`` means "certainly did not happen"):
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 from typing import TYPE_CHECKING, Any
+
+import aiohttp
 
 from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
 from jepsen_tests.cluster import DefiniteError, IndefiniteError
@@ -140,3 +144,112 @@ class LongboatQueueClient:
         await asyncio.gather(*closers, return_exceptions=True)
         self._consumers.clear()
         self._producer = None
+
+
+class LongboatMetadataClient:
+    """Topic create/delete/describe over the brokers' v3 HTTP API, each op through a broker
+    chosen at random (any broker forwards admin commands to the active controller and
+    answers reads from its own metadata image).
+
+    The definition the workload creates, ``{"partitions": n, "create": id}``, travels as the
+    topic's partition count and its ``retention.ms`` (``RETENTION_BASE_MS + id``), so a
+    describe tells which create it sees. A describe reads the topic, its ``retention.ms``,
+    and the topic again, and retries if the topic id changed in between (deleted and
+    re-created): the two reads come from one broker's image, which only moves forward.
+
+    Outcomes: a refusal (4xx) is DefiniteError, except that ``TOPIC_ALREADY_EXISTS`` is an
+    answer (created: false), as is 404 on delete (deleted: false); a 5xx, a timeout or a
+    dropped connection after sending is IndefiniteError (the broker's controller client
+    retries commands, so one may have been applied); a refused connection is DefiniteError.
+    """
+
+    RETENTION_BASE_MS = 1_000_000_000
+
+    def __init__(self, cluster: LongboatCluster, name: str, host: str,
+                 timeout_s: float = 10.0, replication_factor: int = 1) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.timeout_s = timeout_s
+        self.replication_factor = replication_factor
+        self.rng = random.Random(name)
+        self._session: aiohttp.ClientSession | None = None
+        self._cluster_id: str | None = None
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=2.0),
+                connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=10))
+        return self._session
+
+    async def _request(self, method: str, base: str, path: str,
+                       body: Any = None) -> tuple[int, Any]:
+        try:
+            async with self._sess().request(method, base + path, json=body) as r:
+                raw = await r.read()
+                return r.status, (json.loads(raw) if raw else None)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            raise DefiniteError(f"{method} {base}{path}: connect: {e!r}") from e
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+            raise IndefiniteError(f"{method} {base}{path}: {type(e).__name__}: {e}") from e
+
+    async def _base(self) -> tuple[str, str]:
+        """(broker URL, path prefix /v3/clusters/<id>) through a random broker."""
+        base = self.rng.choice(self.cluster.broker_urls())
+        if self._cluster_id is None:
+            status, body = await self._request("GET", base, "/v3/clusters")
+            if status != 200 or not body or not body.get("data"):
+                raise DefiniteError(f"GET /v3/clusters: HTTP {status}: {body}")
+            self._cluster_id = str(body["data"][0]["cluster_id"])
+        return base, f"/v3/clusters/{self._cluster_id}"
+
+    @staticmethod
+    def _error(status: int, body: Any, what: str) -> Exception:
+        msg = f"{what}: HTTP {status}: {body}"
+        return IndefiniteError(msg) if status >= 500 else DefiniteError(msg)
+
+    async def create_topic(self, topic: str, definition: dict[str, Any]) -> bool:
+        base, prefix = await self._base()
+        retention = self.RETENTION_BASE_MS + int(definition["create"])
+        status, body = await self._request("POST", base, prefix + "/topics", {
+            "topic_name": topic, "partitions_count": int(definition["partitions"]),
+            "replication_factor": self.replication_factor,
+            "configs": [{"name": "retention.ms", "value": str(retention)}]})
+        if status in (201, 202):
+            return True
+        if status == 400 and "already exists" in str((body or {}).get("message", "")):
+            return False
+        raise self._error(status, body, f"create {topic}")
+
+    async def delete_topic(self, topic: str) -> bool:
+        base, prefix = await self._base()
+        status, body = await self._request("DELETE", base, f"{prefix}/topics/{topic}")
+        if status == 204:
+            return True
+        if status == 404:
+            return False
+        raise self._error(status, body, f"delete {topic}")
+
+    async def describe_topic(self, topic: str) -> dict[str, Any] | None:
+        base, prefix = await self._base()
+        path = f"{prefix}/topics/{topic}"
+        for _ in range(5):
+            try:
+                status, t1 = await self._request("GET", base, path)
+                if status == 404:
+                    return None
+                if status != 200:
+                    raise DefiniteError(f"describe {topic}: HTTP {status}: {t1}")
+                status, cfg = await self._request("GET", base, path + "/configs/retention.ms")
+                status2, t2 = await self._request("GET", base, path)
+            except IndefiniteError as e:  # a read has no effect either way
+                raise DefiniteError(str(e)) from e
+            if status2 == 200 and status == 200 and t1["topic_id"] == t2["topic_id"]:
+                return {"partitions": int(t1["partitions_count"]),
+                        "create": int(cfg["value"]) - self.RETENTION_BASE_MS,
+                        "topic_id": t1["topic_id"]}
+        raise DefiniteError(f"describe {topic}: the topic kept changing under the reads")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
