@@ -325,6 +325,10 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return col.to_pylist()
 
 
+def _utf8(v: str | bytes | None) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
 async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     from api.client import AsyncProducer
 
@@ -353,8 +357,8 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
                     if topic is None:
                         raise LongboatOptionError(f"row {n + i} has a null topic and no "
                                                   "'topic' option is set")
-                    hs = [(h["key"], h["value"]) for h in headers[i]] if headers and headers[i] \
-                        else None
+                    hs = [(h["key"], _utf8(h["value"])) for h in headers[i]] \
+                        if headers and headers[i] else None
                     pending.append(await p.send(
                         topic, values[i], key=keys[i] if keys else None, headers=hs,
                         partition=parts[i] if parts and parts[i] is not None else None))
