@@ -26,14 +26,17 @@ share it). An earlier version ran each round from a loop task and let the releas
 run before starting the next: every in-flight append then waited on the same fsync and the
 loop sat idle during it, so appending and fsyncing took turns (docs/storage.md, "Durability").
 
-The broker awaits it before an ``acks=all`` leader answer is counted durable and the Raft
-node before it answers AppendEntries or counts its own vote.
+The broker (``broker.replica_manager``) awaits it before answering an ``acks=1`` produce;
+follower appends only feed the flush policy (``note_append``).
 
-A waiter whose offsets are truncated away before they were flushed fails with
-``LogTruncatedError``; a flush that fails (an I/O error) fails its log's waiters with that
-error and the log is left to its owner (Kafka stops the log dir; so should the broker).
+A waiter whose offsets were flushed succeeds, whatever happened to the log since. Otherwise:
+one whose offsets are truncated away fails with ``LogTruncatedError``; a flush that fails
+(an I/O error) fails its log's waiters with that error and the log is left to its owner
+(Kafka stops the log dir; so should the broker); waiters on a log closed without a flush
+(``abandon``) fail with ``StorageError``.
 
-Threads: every method is called on the event loop, except ``_flush_job`` (a worker thread).
+Threads: every method is called on the event loop, except ``_flush_job`` and what it calls
+(``_run_rounds``, ``_wait_for_company_locked``), which run in a worker thread.
 They share only ``_asked``, ``_asks``, ``_asks_wanted`` and ``_job_running``, under ``_lock``.
 """
 
@@ -126,6 +129,8 @@ class GroupCommitter:
             self._waiters[log] = [(offset, fut)]
         else:
             waiters.append((offset, fut))
+        # The next round flushes everything appended so far: the policy starts afresh.
+        self._unflushed.pop(log, None)
         self._ask([log])
         return fut
 
@@ -182,6 +187,16 @@ class GroupCommitter:
 
     def _flush_job(self) -> None:
         """Worker thread: run rounds until nothing is asked for."""
+        try:
+            self._run_rounds()
+        except BaseException:
+            # A bug or a closed loop: let the next ask start a fresh job rather than
+            # wait forever on this one.
+            with self._lock:
+                self._job_running = False
+            raise
+
+    def _run_rounds(self) -> None:
         assert self._loop is not None
         last_asks = 0  # asks the previous round of this job covered (0: none yet)
         last_s = 0.0  # and how long it took
@@ -241,17 +256,18 @@ class GroupCommitter:
             return False
         flushed = log.flushed_offset
         if error is None and log.closed:
-            # A closed log is never flushed again (``close`` flushed all it had).
+            # A closed log is never flushed again: what ``close`` did not flush (it flushes
+            # all it has; ``abandon`` flushes nothing) will never be durable.
             error = StorageError(f"log {log.dir_path} is closed")
         keep = []
         for offset, fut in waiters:
             if fut.done():
                 continue
-            if error is not None:
-                fut.set_exception(error)
-            elif offset <= flushed:
+            if offset <= flushed:  # durable, whatever happened to the log since
                 fut.set_result(None)
                 self.waiters_resolved += 1
+            elif error is not None:
+                fut.set_exception(error)
             else:
                 keep.append((offset, fut))
         if keep:

@@ -470,3 +470,20 @@ def test_a_round_after_an_idle_disk_starts_at_once(tmp_path) -> None:
         executor.shutdown()
 
     asyncio.run(main())
+
+
+def test_waiters_on_a_log_closed_cleanly_succeed(tmp_path) -> None:
+    log = open_log(tmp_path, LazyFileLayer())
+
+    async def main() -> None:
+        executor = GatedExecutor()
+        gc = GroupCommitter(executor=executor)
+        _, last = log.append(batch(), leader_epoch=0)
+        fut = gc.durable_future(log, last + 1)
+        log.close()  # flushes everything: the waiter's offsets are durable
+        executor.open()
+        await fut
+        await gc.close()
+        executor.shutdown()
+
+    asyncio.run(main())
