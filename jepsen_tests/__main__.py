@@ -26,6 +26,11 @@ from jepsen_tests.runner import RunConfig, recheck, run
 def _summary(results: dict[str, Any], out: Path) -> int:
     r = results["result"]
     print(f"valid: {r['valid']}")
+    st = r.get("stats") or {}
+    if "sends" in st:
+        print(f"  sends {st['sends']}, polls {st['polls']}; committed {st['committed']}, "
+              f"read {st['values_read']}; final reads complete: "
+              f"{all((results.get('final_reads_complete') or {'': False}).values())}")
     for k, n in sorted(r.get("counts", {}).items()):
         flag = " (invalidates)" if k in r.get("anomaly_types", []) else ""
         print(f"  {k}: {n}{flag}")
