@@ -322,7 +322,7 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     if name in ("key", "value") and (pa.types.is_string(col.type)
                                      or pa.types.is_large_string(col.type)):
         col = col.cast(pa.binary())
-    return col.to_pylist()
+    return list(col.to_pylist())
 
 
 def _utf8(v: str | bytes | None) -> bytes | None:
