@@ -11,7 +11,8 @@ exec`` when the run has a namespace. ``LONGBOAT_LAZYFS=1`` comes from the runner
 when lose-unsynced is in the run.
 
 The workload's keys ``k0..k{P-1}`` are the partitions of one topic (``jepsen``, replication
-factor 3, ``min.insync.replicas=2``), created through the controllers once the brokers are up.
+factor 3, ``min.insync.replicas=2``), created through a broker's v3 HTTP API
+(``POST /v3/clusters/{id}/topics``) once the brokers are up.
 
 Leadership is read as a client would: ``GET /v3/broker/metadata`` on any broker (partition
 leaders), ``GET /v3/quorum/status`` on the controllers (the active controller). These helpers
@@ -33,8 +34,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from jepsen_tests.cluster import (
     Cluster,
     Dial,
@@ -50,7 +49,6 @@ from jepsen_tests.nemesis.process import NodeProcess, wait_until
 TOPIC = "jepsen"
 CONTROLLER_ID_BASE = 0  # controller i has node id i
 BROKER_ID_BASE = 100  # broker i has node id 100 + i
-MSGPACK = "application/x-msgpack"
 
 
 def free_port(host: str) -> int:
@@ -248,37 +246,31 @@ class LongboatCluster(Cluster):
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
     def create_topic(self, deadline: float) -> None:
-        """CreateTopic through the controllers' command route (msgpack over HTTP, as the
-        controller client sends it), following 421 redirects to the active controller."""
-        body = msgpack.packb({
-            "@": "CreateTopic", "name": self.topic, "num_partitions": self.partitions,
+        """Create the workload's topic through a broker's v3 HTTP API, as a user would."""
+        body = json.dumps({
+            "topic_name": self.topic, "partitions_count": self.partitions,
             "replication_factor": self.replication_factor,
-            "configs": {"@m": [["min.insync.replicas", str(self.min_insync_replicas)]]},
-        }, use_bin_type=True)
-        last = "no controller tried"
+            "configs": [{"name": "min.insync.replicas",
+                         "value": str(self.min_insync_replicas)}]}).encode()
+        last = "no broker tried"
         while time.monotonic() < deadline:
-            leader = self.active_controller()
-            if leader is None:
-                time.sleep(0.2)
-                continue
-            req = urllib.request.Request(self.url(leader) + "/internal/controller/v1/command",
-                                         data=body, method="POST",
-                                         headers={"Content-Type": MSGPACK})
-            try:
-                with urllib.request.urlopen(req, timeout=10) as r:
-                    out = msgpack.unpackb(r.read(), raw=False, strict_map_key=False)
-                if isinstance(out, dict) and "@m" in out:  # the controller's tagged map
-                    out = {k: v for k, v in out["@m"]}
-            except (OSError, ValueError) as e:
-                last = repr(e)
-                time.sleep(0.2)
-                continue
-            if "ok" in out:
-                return
-            err = out.get("error") or {}
-            if isinstance(err, dict) and err.get("@err") == "TopicExistsError":
-                return
-            last = repr(out)
+            for b in self.brokers:
+                try:
+                    cid = http_json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
+                    req = urllib.request.Request(
+                        f"{self.url(b)}/v3/clusters/{cid}/topics", data=body, method="POST",
+                        headers={"Content-Type": "application/json"})
+                    with urllib.request.urlopen(req, timeout=30) as r:
+                        if r.status in (200, 201, 202):
+                            return
+                        last = f"HTTP {r.status}"
+                except urllib.error.HTTPError as e:
+                    answer = e.read().decode(errors="replace")
+                    if e.code == 400 and "already exists" in answer:
+                        return
+                    last = f"HTTP {e.code}: {answer[:300]}"
+                except (OSError, ValueError, KeyError, IndexError) as e:
+                    last = repr(e)
             time.sleep(0.2)
         raise RuntimeError(f"cluster: could not create topic {self.topic}: {last}")
 
