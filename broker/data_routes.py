@@ -88,7 +88,8 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
             max_bytes=int(b.get("max_bytes", 1 << 20)), max_wait_ms=max_wait_ms,
             min_bytes=int(b.get("min_bytes", 1)),
             timeout_ms=int(b.get("timeout_ms", max(max_wait_ms, 30_000))),
-            forwarded=bool(b.get("forwarded", False)))
+            forwarded=bool(b.get("forwarded", False)),
+            leader_epoch=int(b.get("leader_epoch", -1)))
     return await router.mgr.fetch(
         topic=str(b["topic"]), partition=int(b["partition"]),
         replica_id=int(b.get("replica_id", -1)), fetch_offset=int(b["fetch_offset"]),

@@ -47,6 +47,7 @@ RETRIABLE = frozenset({
 })
 """Errors a leader change explains: retried within the budget. UNKNOWN_TOPIC_OR_PARTITION is
 retried only while the image still has the partition (the leader has not opened it yet)."""
+EPOCH_ERRORS = frozenset({"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"})
 
 STORAGE_CODES = {
     "OffsetOutOfRangeError": "OFFSET_OUT_OF_RANGE",
@@ -127,8 +128,9 @@ class PartitionRouter:
 
     async def fetch(self, topic: str, partition: int, fetch_offset: int, *, max_bytes: int,
                     max_wait_ms: int, min_bytes: int = 1, timeout_ms: int = 30_000,
-                    forwarded: bool = False) -> dict[str, Any]:
-        """A consumer's fetch (below the high watermark), long-polling up to ``max_wait_ms``."""
+                    forwarded: bool = False, leader_epoch: int = -1) -> dict[str, Any]:
+        """A consumer's fetch (below the high watermark), long-polling up to ``max_wait_ms``.
+        ``leader_epoch`` >= 0 is fenced against the leader's (KIP-320)."""
         budget_s = min(max(timeout_ms, max_wait_ms) / 1000, self.request_timeout_s_max)
         deadline = time.monotonic() + budget_s
         start = time.monotonic()
@@ -140,16 +142,21 @@ class PartitionRouter:
         async def local() -> dict[str, Any]:
             return await self.mgr.fetch(
                 topic=topic, partition=partition, replica_id=-1, fetch_offset=fetch_offset,
-                leader_epoch=-1, last_fetched_epoch=-1, max_bytes=max_bytes,
+                leader_epoch=leader_epoch, last_fetched_epoch=-1, max_bytes=max_bytes,
                 max_wait_ms=wait_ms(), min_bytes=min_bytes, high_watermark=-1, broker_epoch=-1)
 
         def body() -> dict[str, Any]:
             return {"topic": topic, "partition": partition, "replica_id": -1,
                     "fetch_offset": fetch_offset, "max_bytes": max_bytes,
-                    "max_wait_ms": wait_ms(), "min_bytes": min_bytes}
+                    "max_wait_ms": wait_ms(), "min_bytes": min_bytes,
+                    "leader_epoch": leader_epoch}
 
+        # A consumer that names its leader epoch must hear that it is fenced (it refreshes its
+        # metadata, KIP-320); retrying would only run out its budget.
         return await self._route("fetch", topic, partition, deadline, local, body,
-                                 forwarded=forwarded)
+                                 forwarded=forwarded,
+                                 answer_at_once=EPOCH_ERRORS if leader_epoch >= 0
+                                 else frozenset())
 
     async def list_offsets(self, topic: str, partition: int, timestamp: int, *,
                            timeout_ms: int = 10_000, forwarded: bool = False) -> dict[str, Any]:
@@ -168,7 +175,8 @@ class PartitionRouter:
 
     async def _route(self, route: str, topic: str, partition: int, deadline: float,
                      local: Callable[[], Awaitable[dict[str, Any]]],
-                     body: Callable[[], dict[str, Any]], *, forwarded: bool) -> dict[str, Any]:
+                     body: Callable[[], dict[str, Any]], *, forwarded: bool,
+                     answer_at_once: frozenset[str] = frozenset()) -> dict[str, Any]:
         if forwarded:
             # Sent here by another broker that believed this one leads: answer or refuse,
             # never forward again.
@@ -193,7 +201,7 @@ class PartitionRouter:
             except (BrokerError, StorageError) as e:
                 err = as_replica_error(e)
             code = err.error_code
-            retriable = code in RETRIABLE or (
+            retriable = (code not in answer_at_once and code in RETRIABLE) or (
                 code == "UNKNOWN_TOPIC_OR_PARTITION"
                 and self.leader_of(topic, partition) is not None)
             if not retriable:
