@@ -214,6 +214,7 @@ class ReplicaManager:
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._stopped = False
+        self._deferred = False
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
 
     # ------------------------------------------------------------------ lifecycle
@@ -250,14 +251,45 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ metadata
 
+    def _registered_in(self, image: MetadataImage) -> bool:
+        """Whether ``image`` holds this incarnation's own registration.
+
+        Replicas follow the metadata only from there on, as Kafka's ``BrokerServer`` installs
+        its metadata publishers only once the broker is registered and caught up. Before,
+        a restarted broker's image still shows its *previous* incarnation leading
+        partitions; acting on that, a broker that lost unsynced writes in a crash would lead
+        again in the same epoch with a shorter log, and its followers would truncate
+        acknowledged records to match. The controller takes a re-registering broker out of
+        every ISR and leadership in the same batch as the registration (KIP-966), so the
+        first image this broker applies already makes it a follower.
+        """
+        epoch = self.broker_epoch()
+        if epoch is None or image.offset < epoch:
+            return False
+        reg = image.brokers.brokers.get(self.broker_id)
+        return reg is not None and reg.broker_epoch == epoch
+
     async def on_metadata(self, update: MetadataUpdate) -> None:
         async with self._lock:
             self.image = update.image
+            if not self._registered_in(update.image):
+                if not self._deferred:
+                    log.info("broker %d: replicas wait for this incarnation's registration "
+                             "in the metadata (image at offset %d)", self.broker_id,
+                             update.image.offset)
+                self._deferred = True
+                return
+            self._deferred = False
             try:
                 await self._reconcile(update.image)
             except Exception:
                 log.exception("broker %d: applying metadata offset %d failed",
                               self.broker_id, update.image.offset)
+
+    async def _apply_deferred(self) -> None:
+        """The registration landed in an image we skipped: apply the latest one now."""
+        if self._deferred and self.image is not None and self._registered_in(self.image):
+            await self.on_metadata(MetadataUpdate(None, self.image))
 
     def _ineligible(self, image: MetadataImage, reg: PartitionRegistration) -> list[BrokerId]:
         out = []
@@ -653,6 +685,8 @@ class ReplicaManager:
         last_checkpoint = last_expiry = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
+            if self._deferred:
+                await self._apply_deferred()
             if time.monotonic() - last_expiry >= PRODUCER_EXPIRATION_CHECK_INTERVAL_S:
                 last_expiry = time.monotonic()
                 for rep in list(self.replicas.values()):

@@ -4,19 +4,19 @@ every replica.
 
 Sequence (3 brokers, RF 3, ISR of 3, every node with ``LONGBOAT_LAZYFS=1`` so a SIGKILL loses
 what was not fsynced, as a power cut would): 100 acks=all writes are acknowledged; the leader
-is killed and restarted 1 s later. It re-registers (new broker epoch), opens the partition
-with an empty log, and is still leader *in the same leader epoch* with the same ISR: the
-controller did not move leadership on the new registration. The followers fetch, get a
-diverging epoch ``[0, 0]``, truncate to 0 below their high watermark, and the 100 writes are
-gone. With the restart after the session timeout (12 s) leadership moves first and nothing
+is killed and restarted 1 s later. Before its new registration is accepted (the old
+incarnation's session is still alive), its metadata image still shows it leading: it opened
+the partition with an empty log and led again *in the same leader epoch* with the same ISR.
+The followers fetched, got a diverging epoch ``[0, 0]``, truncated to 0 below their high
+watermark, and the 100 writes were gone. With the restart after the session timeout (12 s) leadership moves first and nothing
 is lost (second test), so the bug is the quick re-registration path.
 
-Kafka avoids it because a broker that registers again with a new incarnation is fenced and
-its leaderships move to the ISR (KIP-841 broker epochs; ``ReplicationControlManager``
-fencing on re-registration); the restarted broker rejoins as a follower.
-
-The first test is expected to fail until the product is fixed (strict: it then fails as
-XPASS, and the marker must go).
+Fixed in ``broker/replica_manager.py`` (``ReplicaManager._registered_in``): a broker's
+replicas follow the metadata only once the image holds *this* incarnation's registration,
+as Kafka's ``BrokerServer`` installs its metadata publishers only after registering and
+catching up. The controller takes a re-registering broker out of every ISR and leadership
+in the same batch as its registration (KIP-966), so the restarted broker's first applied
+image makes it a follower, and it truncates to the new leader instead of the reverse.
 
     python -m pytest -q tests/integration/jepsen/test_jepsen_unsynced_leader.py
 """
@@ -76,9 +76,6 @@ def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[
         c.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: a leader restarted within the session "
-                   "timeout after losing unsynced writes stays leader in the same epoch and "
-                   "its followers truncate acknowledged writes (reported to the lead)")
 def test_leader_losing_unsynced_writes_and_restarting_at_once_loses_nothing(
         tmp_path: Path) -> None:
     lost, logs = _lost_after_leader_restart(tmp_path, restart_after_s=1.0)
