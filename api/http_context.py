@@ -27,7 +27,7 @@ from api.errors import HttpError, bad_request, cluster_not_found, partition_not_
 from api.errors import topic_not_found as _topic_not_found
 from api.metrics import BrokerMetrics
 from broker.router import PartitionRouter
-from metalog.client import ControllerClient
+from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
 
 JSON = "application/json"
@@ -92,6 +92,21 @@ class HttpContext:
         n = self._rr.get(topic, -1) + 1
         self._rr[topic] = n
         return n % count
+
+    async def sync_metadata(self, timeout_s: float = 3.0) -> None:
+        """Wait until this broker's image has applied everything the active controller had
+        applied when asked (a read index, as Raft's linearizable reads): an admin read after
+        an admin write that another broker answered then sees that write. Best effort: with
+        no controller reachable, or past ``timeout_s``, the read answers from the image."""
+        try:
+            st = await self.controllers.get_json("/v3/quorum/status")
+            if st.get("role") != "leader" and st.get("leader_url"):
+                st = await self.controllers.get_json("/v3/quorum/status",
+                                                     url=str(st["leader_url"]))
+            target = int(st.get("metadata_offset", -1))
+        except (ControllerUnavailableError, ValueError, TypeError, KeyError):
+            return
+        await self.wait_image(lambda im: im.offset >= target, timeout_s)
 
     async def wait_image(self, cond: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
         """Wait until this broker's image satisfies ``cond`` (after an admin change)."""

@@ -43,11 +43,13 @@ def _format(request: web.Request) -> str:
 
 async def list_topics(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     return json_response(sorted(t.name for t in ctx.image.topics.by_id.values()))
 
 
 async def get_topic(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     name = request.match_info["topic"]
     t = ctx.topic_or_404(name)
     image = ctx.image

@@ -7,9 +7,12 @@ partitions (list, get, earliest/latest offsets and the offset for a timestamp); 
 delivery report per record in order; ``.../records:batch`` with ``entries``; the binary
 batch form in msgpack); and the stateless read ``GET .../partitions/{p}/records``.
 
-Topic administration goes to the controller quorum (``ControllerClient``); the answer waits
-until this broker's metadata image shows the change, so a client that created a topic can
-produce to it at once. Reads of metadata answer from the broker's image.
+Topic administration goes to the controller quorum (``ControllerClient``), which alone decides
+whether a topic exists; the answer waits until this broker's metadata image shows the change,
+so a client that created a topic can produce to it at once. Admin reads (topics, configs,
+partitions) first wait for this broker's image to catch up with what the active controller
+had applied (``HttpContext.sync_metadata``), so they see an admin write another broker
+answered; the data path reads the image as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import msgpack
 import orjson
 from aiohttp import web
 
-from api.errors import HttpError, bad_request, kafka_error, unprocessable
+from api.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
 from api.http_context import (
     JSON,
     MSGPACK,
@@ -162,18 +165,22 @@ def _list(request: web.Request, kind: str, data: list[dict[str, Any]]) -> dict[s
                                        "next": None}, "data": data}
 
 
-def metadata_error(e: MetadataError) -> HttpError:
+def metadata_error(e: MetadataError, topic: str | None = None) -> HttpError:
     code = str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))
     if code == "TOPIC_ALREADY_EXISTS":
         return HttpError(400, f"{e}", 40002)
+    if code == "UNKNOWN_TOPIC_OR_PARTITION" and topic is not None:
+        return topic_not_found(topic)
     return kafka_error(code, str(e))
 
 
-async def _admin(ctx: HttpContext, command: Any) -> Any:
+async def _admin(ctx: HttpContext, command: Any, topic: str | None = None) -> Any:
+    """A command for the active controller. It, not this broker's image, decides whether the
+    topic exists: the image may lag a change another broker made a moment ago."""
     try:
         return await ctx.controllers.execute(command)
     except MetadataError as e:
-        raise metadata_error(e) from None
+        raise metadata_error(e, topic) from None
     except ControllerUnavailableError as e:
         raise HttpError(503, f"No active controller: {e}", 50302) from None
 
@@ -236,6 +243,7 @@ async def get_broker(request: web.Request) -> web.Response:
 
 async def list_topics(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     image = ctx.image
     topics = sorted(image.topics.by_id.values(), key=lambda t: t.name)
     return json_response(_list(request, "KafkaTopicList",
@@ -311,14 +319,14 @@ async def create_topic(request: web.Request) -> web.Response:
 
 async def get_topic(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     return json_response(topic_json(request, ctx, ctx.topic_or_404(request.match_info["topic"])))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     name = request.match_info["topic"]
-    ctx.topic_or_404(name)
-    await _admin(ctx, DeleteTopic(name=name))
+    await _admin(ctx, DeleteTopic(name=name), name)
     await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
     return web.Response(status=204)
 
@@ -327,14 +335,13 @@ async def patch_topic(request: web.Request) -> web.Response:
     """Add partitions: ``{"partitions_count": N}``."""
     ctx = ctx_of(request)
     name = request.match_info["topic"]
-    ctx.topic_or_404(name)
     body = await json_body(request)
     if not isinstance(body, dict):
         raise unprocessable("The body must be a JSON object.")
     n = _opt_int(body, "partitions_count", 1)
     if n is None:
         raise unprocessable("'partitions_count' is required.")
-    await _admin(ctx, CreatePartitions(name=name, total_count=n))
+    await _admin(ctx, CreatePartitions(name=name, total_count=n), name)
 
     def grown(image: MetadataImage) -> bool:
         t = image.topics.get(name)
@@ -354,6 +361,7 @@ def _config_names(image: MetadataImage, topic: str) -> list[str]:
 
 async def list_configs(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     topic = request.match_info["topic"]
     ctx.topic_or_404(topic)
     image = ctx.image
@@ -363,6 +371,7 @@ async def list_configs(request: web.Request) -> web.Response:
 
 async def get_config(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     topic, name = request.match_info["topic"], request.match_info["name"]
     ctx.topic_or_404(topic)
     image = ctx.image
@@ -373,7 +382,7 @@ async def get_config(request: web.Request) -> web.Response:
 
 async def _alter(ctx: HttpContext, topic: str, ops: dict[str, str | None]) -> None:
     await _admin(ctx, AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name=topic,
-                                   ops=ops))
+                                   ops=ops), topic)
 
     def applied(image: MetadataImage) -> bool:
         cur = image.configs.get(ConfigResourceType.TOPIC, topic)
@@ -385,7 +394,6 @@ async def _alter(ctx: HttpContext, topic: str, ops: dict[str, str | None]) -> No
 async def put_config(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, name = request.match_info["topic"], request.match_info["name"]
-    ctx.topic_or_404(topic)
     body = await json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("value"), str):
         raise unprocessable("The body must be {\"value\": string}.")
@@ -396,7 +404,6 @@ async def put_config(request: web.Request) -> web.Response:
 async def reset_config(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, name = request.match_info["topic"], request.match_info["name"]
-    ctx.topic_or_404(topic)
     await _alter(ctx, topic, {name: None})
     return web.Response(status=204)
 
@@ -405,7 +412,6 @@ async def alter_configs(request: web.Request) -> web.Response:
     """``{"data": [{"name", "value", "operation": "SET"|"DELETE"}]}``, applied atomically."""
     ctx = ctx_of(request)
     topic = request.match_info["topic"]
-    ctx.topic_or_404(topic)
     body = await json_body(request)
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list) or not data:
@@ -433,6 +439,7 @@ async def alter_configs(request: web.Request) -> web.Response:
 
 async def list_partitions(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
+    await ctx.sync_metadata()
     topic = request.match_info["topic"]
     t = ctx.topic_or_404(topic)
     return json_response(_list(request, "KafkaPartitionList", [

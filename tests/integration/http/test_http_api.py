@@ -85,6 +85,29 @@ def test_topic_create_list_get_add_partitions_delete(c: HttpCluster) -> None:
     assert st == 404 and err["error_code"] == 40401
 
 
+def test_admin_through_different_brokers_sees_its_own_writes(c: HttpCluster) -> None:
+    # The controller decides existence, and admin reads wait for the receiving broker's
+    # image to catch up with it: no broker answers from a stale image.
+    for i in range(5):
+        a, b, d = i % 3, (i + 1) % 3, (i + 2) % 3
+        st, _, body = c.call("POST", f"{c.v3(a)}/topics", {"topic_name": f"rw{i}",
+                                                           "partitions_count": 1,
+                                                           "replication_factor": 1})
+        assert st == 201, body
+        st, _, got = c.call("GET", f"{c.v3(b)}/topics/rw{i}")
+        assert st == 200, got
+        st, _, got = c.call("GET", f"{c.v3(d)}/topics/rw{i}/configs/retention.ms")
+        assert st == 200, got
+        st, _, err = c.call("DELETE", f"{c.v3(b)}/topics/rw{i}")
+        assert st == 204, err
+        st, _, err = c.call("GET", f"{c.v3(d)}/topics/rw{i}")
+        assert st == 404 and err["error_code"] == 40401, err
+    st, _, err = c.call("PUT", f"{c.v3()}/topics/never/configs/retention.ms", {"value": "1"})
+    assert st == 404 and err["error_code"] == 40401
+    st, _, err = c.call("PATCH", f"{c.v3()}/topics/never", {"partitions_count": 2})
+    assert st == 404 and err["error_code"] == 40401
+
+
 @pytest.mark.parametrize(("body", "status", "code", "needle"), [
     ({"topic_name": "bad name!"}, 400, 40002, "INVALID_TOPIC_EXCEPTION"),
     ({"topic_name": "rf5", "replication_factor": 5}, 400, 40002, "INVALID_REPLICATION_FACTOR"),
