@@ -114,7 +114,9 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                               controller_urls=urls,
                               broker_epoch=lambda: lifecycle.broker_epoch,
                               committer=GroupCommitter(policy=policy),
-                              replica_lag_time_max_ms=config.replica_lag_time_max_ms)
+                              replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+                              retention_check_interval_ms=config.log_retention_check_interval_ms,
+                              cleaner_backoff_ms=config.log_cleaner_backoff_ms)
     follower.subscribe(replicas.on_metadata)
     srv = BrokerServer(config, follower, lifecycle, replicas)
     # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.

@@ -70,6 +70,10 @@ class NodeConfig(BaseModel):
     default_num_partitions: int = Field(default=1, ge=1)
     default_replication_factor: int = Field(default=1, ge=1)
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
+    log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
+    """How often brokers roll segments by ``segment.ms`` and apply retention."""
+    log_cleaner_backoff_ms: int = Field(default=15_000, ge=1)
+    """How often compacted topics are cleaned (at most as often as retention is checked)."""
     replica_lag_time_max_ms: int = Field(default=30_000, ge=1)
     """A follower not caught up for this long leaves the ISR."""
     log_flush_interval_messages: int | None = Field(default=None, ge=1)

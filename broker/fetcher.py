@@ -82,6 +82,21 @@ async def _truncate(mgr: ReplicaManager, rep: Replica, fs: FollowerState, step: 
         step = fs.on_epoch_end_offset(int(ans["leader_epoch"]), int(ans["end_offset"]), rep.log)
 
 
+async def _restart_below_leader_start(mgr: ReplicaManager, rep: Replica, url: str) -> bool:
+    """OFFSET_OUT_OF_RANGE: if our log ends below the leader's log start, restart it there.
+    True if it did (fetch again at once)."""
+    try:
+        ans = await call(_session(mgr), url, "list_offsets", {
+            "topic": rep.topic, "partition": rep.partition, "timestamp": -2, "forwarded": True})
+    except (FetchError, aiohttp.ClientError, OSError, TimeoutError):
+        return False
+    start = int(ans["offset"])
+    if rep.log.log_end_offset < start:
+        mgr.truncate_fully(rep, start)
+        return True
+    return False
+
+
 async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> None:
     step: TruncationStep | None = fs.first_step
     errors = 0
@@ -110,7 +125,16 @@ async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> N
             errors = 0
         except asyncio.CancelledError:
             raise
-        except (FetchError, aiohttp.ClientError, OSError, TimeoutError) as e:
+        except FetchError as e:
+            if (e.code == "OFFSET_OUT_OF_RANGE" and url is not None
+                    and await _restart_below_leader_start(mgr, rep, url)):
+                continue
+            errors += 1
+            if errors == 1 or errors % 50 == 0:
+                log.info("broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name,
+                         fs.leader_id, e)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
             errors += 1
             if errors == 1 and isinstance(e, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
                 # A pooled keep-alive connection the leader had closed: retry at once.

@@ -201,12 +201,16 @@ class ReplicaManager:
     def __init__(self, *, broker_id: int, data_dir: Path, controller_urls: list[str],
                  broker_epoch: Callable[[], int | None],
                  committer: GroupCommitter | None = None,
-                 replica_lag_time_max_ms: int = 30_000) -> None:
+                 replica_lag_time_max_ms: int = 30_000,
+                 retention_check_interval_ms: int = 300_000,
+                 cleaner_backoff_ms: int = 15_000) -> None:
         self.broker_id = BrokerId(broker_id)
         self.data_dir = Path(data_dir)
         self.broker_epoch = broker_epoch
         self.committer = committer or GroupCommitter()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.retention_check_interval_s = retention_check_interval_ms / 1000
+        self.cleaner_backoff_s = max(cleaner_backoff_ms, retention_check_interval_ms) / 1000
         self.controller = ControllerClient(controller_urls, timeout_s=10)
         self.replicas: dict[tuple[TopicId, int], Replica] = {}
         self.by_name: dict[tuple[str, int], Replica] = {}
@@ -459,6 +463,36 @@ class ReplicaManager:
                 log_start_offset=plog.log_start_offset, high_watermark=leo)
         log.info("broker %d: %s truncated to %d", self.broker_id, rep.name, leo)
 
+    def truncate_fully(self, rep: Replica, offset: int) -> None:
+        """The leader's log starts past our end (retention or DeleteRecords removed what we
+        never fetched): empty the log and restart it at ``offset``, as Kafka's fetcher does
+        (``truncateFullyAndStartAt``) on OFFSET_OUT_OF_RANGE below the leader's start."""
+        log.warning("broker %d: %s log end %d is below the leader's log start %d: "
+                    "restarting the log there", self.broker_id, rep.name,
+                    rep.log.log_end_offset, offset)
+        rep.log.truncate_fully_and_start_at(offset)
+        rep.producers = ProducerState(rep.producers.config, start_offset=offset)
+
+    async def _log_maintenance(self, *, cleaner: bool) -> None:
+        """Segment rolls by ``segment.ms``, retention (``retention.ms``/``retention.bytes``)
+        and, with ``cleaner``, compaction, for every local replica, in a worker thread (the
+        log's own lock keeps appends and reads safe meanwhile)."""
+        t = now_ms()
+        for rep in list(self.replicas.values()):
+            plog = rep.log
+            if plog.closed:
+                continue
+            try:
+                plog.maybe_roll(t)
+                if await asyncio.to_thread(plog.maybe_apply_retention, t):
+                    log.info("broker %d: %s retention: log start now %d", self.broker_id,
+                             rep.name, plog.log_start_offset)
+                if cleaner and plog.config.compact:
+                    await asyncio.to_thread(plog.maybe_compact, t)
+            except Exception:
+                log.exception("broker %d: log maintenance of %s failed", self.broker_id,
+                              rep.name)
+
     def append_as_follower(self, rep: Replica, fs: FollowerState, data: bytes,
                            leader_hw: int) -> None:
         if data:
@@ -682,9 +716,16 @@ class ReplicaManager:
                 if r.high_watermark != r.hw_checkpointed]
 
     async def _tick(self) -> None:
-        last_checkpoint = last_expiry = time.monotonic()
+        last_checkpoint = last_expiry = last_retention = last_cleaner = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
+            mono = time.monotonic()
+            if mono - last_retention >= self.retention_check_interval_s:
+                cleaner = mono - last_cleaner >= self.cleaner_backoff_s
+                last_retention = mono
+                if cleaner:
+                    last_cleaner = mono
+                await self._log_maintenance(cleaner=cleaner)
             if self._deferred:
                 await self._apply_deferred()
             if time.monotonic() - last_expiry >= PRODUCER_EXPIRATION_CHECK_INTERVAL_S:
