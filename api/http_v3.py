@@ -298,9 +298,17 @@ async def create_topic(request: web.Request) -> web.Response:
         except (AttributeError, TypeError, ValueError):
             raise unprocessable("'replicas_assignments' must map partition ids to lists of "
                                 "broker ids.") from None
-    await _admin(ctx, CreateTopic(name=name, num_partitions=partitions, replication_factor=rf,
-                                  assignments=assignments, configs=configs,
-                                  validate_only=validate_only))
+    try:
+        await _admin(ctx, CreateTopic(name=name, num_partitions=partitions,
+                                      replication_factor=rf, assignments=assignments,
+                                      configs=configs, validate_only=validate_only))
+    except HttpError as e:
+        if e.error_code == 40002 and "already exists" in e.message:
+            # The controller also refuses a name whose create is proposed but not yet
+            # committed; say so only once that create is visible here, so a describe after
+            # this answer finds the topic (found by the metadata workload of jepsen_tests).
+            await ctx.wait_image(lambda im: im.topics.get(name) is not None, ADMIN_WAIT_S)
+        raise
     if validate_only:
         return json_response({"topic_name": name, "validate_only": True,
                               "partitions_count": partitions, "replication_factor": rf}, 200)
@@ -326,7 +334,14 @@ async def get_topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     name = request.match_info["topic"]
-    await _admin(ctx, DeleteTopic(name=name), name)
+    try:
+        await _admin(ctx, DeleteTopic(name=name), name)
+    except HttpError as e:
+        if e.error_code == 40401:
+            # As for "already exists": a delete proposed but not committed makes the
+            # controller say "not found"; answer once the deletion is visible here.
+            await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
+        raise
     await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
     return web.Response(status=204)
 
