@@ -86,8 +86,10 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
             cluster_id = None
     cluster_id = cluster_id or secrets.token_urlsafe(16)[:22]
 
-    quorum = Quorum(root, controllers, ports=c_ports)
-    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports)
+    # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
+    same_id = ["--override", f"cluster_id={cluster_id}"]
+    quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
+    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports, extra_args=same_id)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:

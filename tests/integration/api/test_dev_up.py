@@ -70,6 +70,10 @@ def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp
         for b in desc["brokers"]:
             with urllib.request.urlopen(b["url"] + "/v3/health/ready", timeout=5) as r:
                 assert json.loads(r.read())["ready"] is True
+            # The HTTP API names the cluster as the cluster file does.
+            with urllib.request.urlopen(b["url"] + "/v3/clusters", timeout=5) as r:
+                assert [c["cluster_id"] for c in json.loads(r.read())["data"]] == [
+                    desc["cluster_id"]]
         # Other commands find the cluster through the cluster file.
         out = subprocess.run(
             [sys.executable, "-m", "api", "quorum", "status", "--json"],
