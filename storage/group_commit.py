@@ -62,8 +62,13 @@ class GroupCommitter:
     or in the round the job is running; at most one flush job runs (``_job_running``)."""
 
     def __init__(self, *, policy: FlushPolicy | None = None, executor: Executor | None = None,
-                 clock_ms: Callable[[], int] | None = None):
+                 clock_ms: Callable[[], int] | None = None, wait_for_company: bool = True):
         """``policy`` for every log, else each log's own ``flush.messages``/``flush.ms``.
+
+        ``wait_for_company``: a round right after another waits for as many asks as that
+        one covered (see the module doc). Off, rounds start the moment the last ends: in
+        the storage benchmark ~7% more throughput on a lightly loaded machine, for two to
+        four times the fsyncs (docs/storage.md).
 
         ``executor`` runs the flush job (default: the loop's default executor); it holds
         one of its threads while there is work. ``clock_ms`` gives milliseconds for
@@ -72,6 +77,7 @@ class GroupCommitter:
         self._policy = policy
         self._executor = executor
         self._clock_ms = clock_ms
+        self._wait_for_company = wait_for_company
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future[None]]]] = {}
         self._unflushed: dict[PartitionLog, Unflushed] = {}
         self._known: set[int] = set()
@@ -205,7 +211,7 @@ class GroupCommitter:
                 if not self._asked:
                     self._job_running = False
                     return
-                if self._asks < last_asks:
+                if self._wait_for_company and self._asks < last_asks:
                     self._wait_for_company_locked(last_asks, time.monotonic() + last_s)
                 logs = list(self._asked)
                 self._asked.clear()
