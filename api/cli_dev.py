@@ -84,7 +84,10 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
             cluster_id = json.loads(meta_path.read_text()).get("cluster_id")
         except ValueError:
             cluster_id = None
-    cluster_id = cluster_id or secrets.token_urlsafe(16)[:22]
+    while not cluster_id or cluster_id.startswith("-"):
+        # Kafka's Uuid.randomUuid() also redraws ids that start with "-" (they read as
+        # command-line flags).
+        cluster_id = secrets.token_urlsafe(16)[:22]
 
     # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
     same_id = ["--override", f"cluster_id={cluster_id}"]
@@ -119,10 +122,19 @@ Longboat is up: {controllers} controller(s) (active: node {leader}), {brokers} b
 Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
 
 Try:
-  curl -s {b1}/v3/health/ready
-  curl -s {b1}/v3/broker/metadata
+  B={b1} CID={cluster_id}
+  curl -s -X POST $B/v3/clusters/$CID/topics -H 'Content-Type: application/json' \\
+    -d '{{"topic_name": "demo", "partitions_count": 3, "replication_factor": 3}}'
+  curl -s -X POST $B/v3/clusters/$CID/topics/demo/records -H 'Content-Type: application/json' \\
+    -d '{{"partition_id": 0, "key": {{"type": "STRING", "data": "alice"}}, "value": {{"type": "JSON", "data": {{"item": "tea"}}}}}}'
+  curl -s "$B/v3/clusters/$CID/topics/demo/partitions/0/records?offset=0&format=json&key_format=string&timeout_ms=0"
+  curl -s $B/v3/health/ready
   curl -s {c1}/v3/quorum/status
-  longboat quorum status --bootstrap {c1}
+
+  export LONGBOAT_CLUSTER_FILE={meta_path}   # the CLI finds the cluster through it
+  echo 'bob:an oar' | longboat produce demo --key-separator :
+  longboat consume demo --from-beginning --max-messages 2 --print-key
+  longboat cluster status; longboat topics describe demo; longboat quorum status
 
 Ctrl-C stops the cluster.""")
         while not stopping:
