@@ -174,6 +174,7 @@ class LongboatMetadataClient:
         self.rng = random.Random(name)
         self._session: aiohttp.ClientSession | None = None
         self._cluster_id: str | None = None
+        self.last_node: str | None = None
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -195,7 +196,9 @@ class LongboatMetadataClient:
 
     async def _base(self) -> tuple[str, str]:
         """(broker URL, path prefix /v3/clusters/<id>) through a random broker."""
-        base = self.rng.choice(self.cluster.broker_urls())
+        broker = self.rng.choice(self.cluster.brokers)
+        self.last_node = broker
+        base = self.cluster.url(broker)
         if self._cluster_id is None:
             status, body = await self._request("GET", base, "/v3/clusters")
             if status != 200 or not body or not body.get("data"):

@@ -45,7 +45,9 @@ class MetadataWorker:
             self.rec.info(p, f, inv, error=str(e))
             self.process += self.n_workers
         else:
-            self.rec.ok(p, f, out)
+            # Which node answered, where the client knows (a stale read names its broker).
+            node = getattr(self.client, "last_node", None)
+            self.rec.ok(p, f, out, **({"node": node} if node else {}))
 
     async def step(self) -> None:
         t = self.rng.choice(self.topics)
