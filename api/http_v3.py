@@ -17,11 +17,13 @@ answered; the data path reads the image as it is.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import contextlib
 import gc
 import json
 import logging
+import secrets
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -69,7 +71,7 @@ from metalog.controller import (
     MetadataError,
 )
 from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage, TopicImage
-from metalog.records import BrokerId, ConfigResourceType
+from metalog.records import BrokerId, ConfigResourceType, TopicId
 
 log = logging.getLogger(__name__)
 
@@ -299,9 +301,13 @@ async def create_topic(request: web.Request) -> web.Response:
             raise unprocessable("'replicas_assignments' must map partition ids to lists of "
                                 "broker ids.") from None
     try:
+        # The id is chosen here so the create is idempotent: if the controller client's
+        # retry finds the topic its lost first attempt made, it is answered as created, not
+        # TOPIC_ALREADY_EXISTS (found by the metadata workload of jepsen_tests).
         await _admin(ctx, CreateTopic(name=name, num_partitions=partitions,
                                       replication_factor=rf, assignments=assignments,
-                                      configs=configs, validate_only=validate_only))
+                                      configs=configs, validate_only=validate_only,
+                                      topic_id=None if validate_only else random_topic_id()))
     except HttpError as e:
         if e.error_code == 40002 and "already exists" in e.message:
             # The controller also refuses a name whose create is proposed but not yet
@@ -323,6 +329,15 @@ async def create_topic(request: web.Request) -> web.Response:
     if t is None:
         return json_response({"topic_name": name, "message": "created; not yet visible"}, 202)
     return json_response(topic_json(request, ctx, t), 201)
+
+
+def random_topic_id() -> TopicId:
+    """A Kafka-style topic id: 22 characters of URL-safe base64 of 128 random bits, never
+    starting with '-' (Kafka's ``Uuid.randomUuid`` redraws those too)."""
+    while True:
+        tid = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        if not tid.startswith("-"):
+            return TopicId(tid)
 
 
 async def get_topic(request: web.Request) -> web.Response:

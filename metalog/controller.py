@@ -231,6 +231,10 @@ class CreateTopic(Command):
     assignments: Mapping[int, tuple[BrokerId, ...]] | None = None
     configs: Mapping[str, str] = field(default_factory=dict)
     validate_only: bool = False
+    topic_id: TopicId | None = None
+    """Chosen by the caller to make the create idempotent: a retry whose first attempt took
+    effect (its answer lost to a failover) finds the topic with this id and is answered as
+    the first attempt would have been, not with TOPIC_ALREADY_EXISTS."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -832,8 +836,15 @@ class QuorumController:
             CreateTopicResponse, None]:
         name = cmd.name
         validate_topic_name(name)
-        if batch.delta.topic_id(name) is not None:
+        existing = batch.delta.topic_id(name)
+        if existing is not None:
+            if cmd.topic_id is not None and existing == cmd.topic_id and not cmd.validate_only:
+                return self._created_before(batch, name, existing, cmd), None
             raise TopicExistsError(f"topic {name!r} already exists")
+        if cmd.topic_id is not None and (
+                not cmd.topic_id or batch.delta.topic_name(cmd.topic_id) is not None
+                or batch.delta.is_deleted(cmd.topic_id)):
+            raise InvalidRequestError(f"topic id {cmd.topic_id!r} is empty or was used before")
         if "." in name or "_" in name:
             # Metric names replace '.' with '_'; Kafka refuses names that would collide.
             norm = name.replace(".", "_")
@@ -879,7 +890,7 @@ class QuorumController:
         configs = dict(cmd.configs)
         if cmd.validate_only:
             return CreateTopicResponse(name, TopicId(""), n, rf, tuple(assignments), configs), None
-        tid = self._new_topic_id(name, batch.delta)
+        tid = cmd.topic_id if cmd.topic_id is not None else self._new_topic_id(name, batch.delta)
         batch.add(TopicRecord(name=name, topic_id=tid))
         for k, v in sorted(configs.items()):
             batch.add(ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name,
@@ -887,6 +898,16 @@ class QuorumController:
         for p, replicas in enumerate(assignments):
             batch.add(self._new_partition(batch, tid, p, replicas))
         return CreateTopicResponse(name, tid, n, rf, tuple(assignments), configs), None
+
+    @staticmethod
+    def _created_before(batch: _Batch, name: str, tid: TopicId,
+                        cmd: CreateTopic) -> CreateTopicResponse:
+        assignments: list[tuple[BrokerId, ...]] = []
+        while (reg := batch.delta.partition(tid, len(assignments))) is not None:
+            assignments.append(tuple(reg.replicas))
+        rf = len(assignments[0]) if assignments else 0
+        return CreateTopicResponse(name, tid, len(assignments), rf, tuple(assignments),
+                                   dict(cmd.configs))
 
     def _delete_topic(self, batch: _Batch, cmd: DeleteTopic, now_ms: int) -> tuple[
             DeleteTopicResponse, None]:

@@ -47,6 +47,7 @@ from metalog.records import (
     LeaderRecoveryState,
     NoOpRecord,
     PartitionChangeRecord,
+    TopicId,
     TopicRecord,
     decode_record,
     encode_record,
@@ -109,6 +110,28 @@ def test_create_topic_uses_cluster_defaults_for_partitions_and_replication() -> 
     h.add_brokers(1, 2)
     resp = h.run(CreateTopic(name="t"))
     assert (resp.num_partitions, resp.replication_factor) == (4, 2)
+
+
+def test_create_with_a_caller_chosen_id_is_idempotent() -> None:
+    """The retry of a create whose first attempt took effect (answer lost in a failover) is
+    answered as created; another create of the name, or reuse of the id, is refused."""
+    h = cluster(1, 2, 3)
+    first = h.run(CreateTopic(name="t", num_partitions=2, replication_factor=3,
+                              topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
+    assert first.topic_id == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert h.image.topics.get("t").topic_id == first.topic_id  # type: ignore[union-attr]
+    again = h.submit(CreateTopic(name="t", num_partitions=2, replication_factor=3,
+                                 topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
+    assert again.records == ()
+    assert (again.response.topic_id, again.response.num_partitions,
+            again.response.replication_factor) == (first.topic_id, 2, 3)
+    assert again.response.assignments == first.assignments
+    with pytest.raises(TopicExistsError):
+        h.submit(CreateTopic(name="t", topic_id=TopicId("BBBBBBBBBBBBBBBBBBBBBB")))
+    with pytest.raises(TopicExistsError):
+        h.submit(CreateTopic(name="t"))
+    with pytest.raises(InvalidRequestError, match="used before"):
+        h.submit(CreateTopic(name="u", topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
 
 
 def test_create_topic_validate_only_writes_nothing() -> None:
