@@ -8,8 +8,8 @@ image to reach the controller's); the first test pins that.
 Under kills and partitions it finds a create that took effect but answered "already exists"
 (``created: false``; the next describe shows that very create's definition): the request's
 first attempt at the controller timed out after it had been committed, and the retry found
-the topic. Expected to fail until topic creation is made idempotent (not strict: the window
-depends on timing).
+the topic. Fixed: the HTTP API chooses the topic id and the controller answers a retry that
+finds its own topic as created; the second test pins that.
 
     python -m jepsen_tests run --workload metadata --time-limit 15 --seed 1
     python -m jepsen_tests run --workload metadata --nemesis kill,partition --time-limit 30 \\
@@ -45,8 +45,6 @@ def test_topic_admin_is_linearizable_without_faults(tmp_path: Path) -> None:
     assert r["valid"] is True, json.dumps(r["counts"])
 
 
-@pytest.mark.xfail(strict=False, reason="product: a create whose first attempt committed "
-                   "and whose retry found the topic answers 'already exists' (reported)")
 def test_topic_admin_is_linearizable_under_kills_and_partitions(tmp_path: Path) -> None:
     r = _run(tmp_path / "meta", "--nemesis", "kill,partition", "--time-limit", "30",
              "--seed", "3", "--fault-duration", "2,8", "--fault-gap", "1,3")["result"]
