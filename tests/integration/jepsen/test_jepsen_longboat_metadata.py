@@ -9,7 +9,9 @@ Under kills and partitions it finds a create that took effect but answered "alre
 (``created: false``; the next describe shows that very create's definition): the request's
 first attempt at the controller timed out after it had been committed, and the retry found
 the topic. Fixed: the HTTP API chooses the topic id and the controller answers a retry that
-finds its own topic as created; the second test pins that.
+finds its own topic as created; the second test pins that. The same hazard remains for
+deletes (third test, xfail: seed 5, a delete whose first attempt committed before the active
+controller was killed answers "not found").
 
     python -m jepsen_tests run --workload metadata --time-limit 15 --seed 1
     python -m jepsen_tests run --workload metadata --nemesis kill,partition --time-limit 30 \\
@@ -48,4 +50,14 @@ def test_topic_admin_is_linearizable_without_faults(tmp_path: Path) -> None:
 def test_topic_admin_is_linearizable_under_kills_and_partitions(tmp_path: Path) -> None:
     r = _run(tmp_path / "meta", "--nemesis", "kill,partition", "--time-limit", "30",
              "--seed", "3", "--fault-duration", "2,8", "--fault-gap", "1,3")["result"]
+    assert r["valid"] is True, json.dumps(r["counts"])
+
+
+@pytest.mark.xfail(strict=False, reason="product: a delete whose first attempt committed "
+                   "before a controller failover answers 'not found' on its retry (reported)")
+def test_topic_deletes_are_linearizable_across_a_controller_failover(tmp_path: Path) -> None:
+    # Seed 5: a delete invoked 8 ms before the active controller is killed answers
+    # "deleted: false" 1.1 s later; the topic existed and nothing else deleted it.
+    r = _run(tmp_path / "meta", "--nemesis", "kill,partition", "--time-limit", "30",
+             "--seed", "5", "--fault-duration", "2,8", "--fault-gap", "1,3")["result"]
     assert r["valid"] is True, json.dumps(r["counts"])
