@@ -7,7 +7,8 @@ its runs' time limits), or the sweep's wall-clock budget is spent. Every finishe
 one line to ``<sweep dir>/runs.jsonl``; `summarize` reads that file (and so works on a sweep
 that was interrupted, or is still running).
 
-Columns of the table, per nemesis (summed over its runs):
+Columns of the table, per nemesis (summed over its runs; lose-unsynced runs split by whether
+a fault hit more than one broker at once, see `label_of`):
 
 ==============  ================================================================
 minutes         time under load and faults (time limits), not counting start-up
@@ -103,12 +104,42 @@ def load_rows(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def replicas_lost_at_once(run_dir: str | Path, prefix: str = "b") -> int:
+    """The most nodes named `prefix`* (Longboat's brokers) one lose-unsynced fault hit at
+    once, from the run's history (targets as resolved when the fault started)."""
+    most = 0
+    try:
+        lines = (Path(run_dir) / "history.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if '"nemesis"' not in line or '"lose-unsynced"' not in line:
+            continue
+        op = json.loads(line)
+        if op.get("f") == "start":
+            targets = (op.get("value") or {}).get("targets") or []
+            most = max(most, sum(1 for t in targets if str(t).startswith(prefix)))
+    return most
+
+
+def label_of(r: dict[str, Any]) -> str:
+    """A row's table label. lose-unsynced runs are split by how many brokers one fault hit:
+    losing unsynced writes on one replica must lose nothing, while on two or three at once
+    it may (durability by replication, `hw_requires_leader_flush` off, as Kafka)."""
+    label = str(r["nemesis"])
+    extra = r.get("extra", [])
+    if "--idempotence" in extra:
+        label += f" (idempotence {extra[extra.index('--idempotence') + 1]})"
+    if "lose-unsynced" in label.split(","):
+        n = replicas_lost_at_once(r["dir"])
+        label += " (1 broker at a time)" if n <= 1 else " (2+ brokers at once)"
+    return label
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     table: dict[str, dict[str, Any]] = {}
     for r in rows:
-        label = r["nemesis"] + ("" if "--idempotence" not in r.get("extra", [])
-                                else " (idempotence " + r["extra"][
-                                    r["extra"].index("--idempotence") + 1] + ")")
+        label = label_of(r)
         t = table.setdefault(label, {c: 0 for c in COLUMNS} | {"nemesis": label,
                                                                "seeds": set()})
         counts = r.get("counts", {})

@@ -34,3 +34,21 @@ def test_summary_sums_runs_and_splits_anomaly_columns(tmp_path: Path) -> None:
     text = format_table(list(table.values()))
     assert text.splitlines()[0].startswith("| nemesis | minutes | runs | seeds | invalid")
     assert "| kill | 2.0 | 2 | 2 | 1 | 4 | 0 | 4 | 3 |" in text
+
+
+def test_lose_unsynced_runs_split_by_brokers_hit_at_once(tmp_path: Path) -> None:
+    def run_dir(name: str, targets: list[list[str]]) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        ops = [{"process": "nemesis", "type": "info", "f": "start",
+                "value": {"id": str(i), "kind": "lose-unsynced", "targets": t}}
+               for i, t in enumerate(targets)]
+        (d / "history.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
+        return str(d)
+
+    rows = [dict(_row("lose-unsynced", 1, True, {}), dir=run_dir("a", [["b1", "q1", "q2"]])),
+            dict(_row("lose-unsynced", 2, False, {"lost-middle": 5}),
+                 dir=run_dir("b", [["b1"], ["b2", "b3"]]))]
+    table = {t["nemesis"]: t for t in summarize(rows)}
+    assert table["lose-unsynced (1 broker at a time)"]["invalid"] == 0
+    assert table["lose-unsynced (2+ brokers at once)"]["lost"] == 5
