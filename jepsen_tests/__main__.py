@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         "whose broker session timeout is 9 s)")
     r.add_argument("--fault-gap", default=None, metavar="MIN,MAX",
                    help="seconds between faults (default 0.5,1.5 on the toy; 2,6 on Longboat)")
+    r.add_argument("--target-specs", default="", metavar="SPEC,...",
+                   help="what kill/pause/freeze/lose-unsynced choose among: one, minority, "
+                        "majority, leader, controller (default: all, one twice as likely)")
     r.add_argument("--recovery-timeout", type=float, default=30.0,
                    help="seconds to wait for a healthy cluster after healing")
     r.add_argument("--toy-mode", default="correct", choices=["correct", "ack-before-sync"])
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         time_limit_s=args.time_limit, seed=seed, concurrency=args.concurrency,
                         netns=args.netns, tracks=args.tracks,
                         recovery_timeout_s=args.recovery_timeout,
+                        process_specs=[t for t in args.target_specs.split(",") if t],
                         fault_duration_s=_span(args.fault_duration,
                                                (1.0, 3.0) if toy else (3.0, 15.0)),
                         fault_gap_s=_span(args.fault_gap, (0.5, 1.5) if toy else (2.0, 6.0)))

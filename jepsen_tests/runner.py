@@ -52,7 +52,7 @@ from jepsen_tests.nemesis.net import (
 )
 from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
 from jepsen_tests.nemesis.proxy import ProxyNemesis, ProxyNet, proxy_mesh
-from jepsen_tests.nemesis.schedule import Step, generate
+from jepsen_tests.nemesis.schedule import PROCESS_SPECS, Step, generate
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
 from jepsen_tests.workloads.queue import QueueWorker, final_reads, value_counter
 
@@ -74,6 +74,7 @@ class RunConfig:
     tracks: int = 1
     fault_duration_s: tuple[float, float] = (1.0, 3.0)
     fault_gap_s: tuple[float, float] = (0.5, 1.5)
+    process_specs: list[str] = field(default_factory=list)  # empty: PROCESS_SPECS
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -180,7 +181,8 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
 
         steps = generate(cfg.seed, kinds, names, cfg.time_limit_s,
                          duration_s=cfg.fault_duration_s, gap_s=cfg.fault_gap_s,
-                         tracks=cfg.tracks)
+                         tracks=cfg.tracks,
+                         process_specs=cfg.process_specs or PROCESS_SPECS)
         steps = [_with_clients(s, clients) for s in steps]
         (out / "schedule.json").write_text(json.dumps([s.describe() for s in steps], indent=1))
 

@@ -40,10 +40,15 @@ RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter"})
 """Target specs only the running cluster can resolve (the runner does, at fault start)."""
 
 
-def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) -> tuple[Fault, str]:
-    """One fault of `kind` with targets and parameters drawn from rng."""
+PROCESS_SPECS = ("one", "one", "minority", "majority", "leader", "controller")
+
+
+def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
+               process_specs: Sequence[str] = PROCESS_SPECS) -> tuple[Fault, str]:
+    """One fault of `kind` with targets and parameters drawn from rng; `process_specs` are
+    the target specs process faults choose from (``--target-specs``)."""
     if kind in ("kill", "pause", "freeze", "lose-unsynced"):
-        spec = rng.choice(["one", "one", "minority", "majority", "leader", "controller"])
+        spec = rng.choice(list(process_specs))
         targets = () if spec in RUNTIME_SPECS else select_targets(spec, nodes, rng)
         return Fault(kind, targets, {}, fid), spec
     if kind == "partition-majority":
@@ -82,7 +87,8 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str) ->
 
 def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s: float, *,
              warmup_s: float = 1.0, duration_s: tuple[float, float] = (1.0, 4.0),
-             gap_s: tuple[float, float] = (0.5, 2.0), tracks: int = 1) -> list[Step]:
+             gap_s: tuple[float, float] = (0.5, 2.0), tracks: int = 1,
+             process_specs: Sequence[str] = PROCESS_SPECS) -> list[Step]:
     if not kinds:
         return []
     steps: list[Step] = []
@@ -95,7 +101,7 @@ def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s
             if t + d > time_limit_s:
                 break
             kind = rng.choice(list(kinds))
-            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}")
+            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}", process_specs)
             steps.append(Step(t, d, fault, spec))
             t += d + rng.uniform(*gap_s)
             i += 1
