@@ -68,7 +68,10 @@ from metalog.controller import (
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    LookupTopic,
     MetadataError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
 )
 from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage, TopicImage
 from metalog.records import BrokerId, ConfigResourceType, TopicId
@@ -182,6 +185,13 @@ async def _admin(ctx: HttpContext, command: Any, topic: str | None = None) -> An
     try:
         return await ctx.controllers.execute(command)
     except MetadataError as e:
+        if e.after_uncertain_attempt and isinstance(
+                e, TopicExistsError | UnknownTopicOrPartitionError):
+            # An earlier attempt may have taken effect and this refusal be its own trace (a
+            # delete finding its topic gone): say that the outcome is unknown, not "no".
+            raise HttpError(504, f"The outcome is unknown: an earlier attempt may have taken "
+                                 f"effect before the controller answered this one ({e}).",
+                            50400) from None
         raise metadata_error(e, topic) from None
     except ControllerUnavailableError as e:
         raise HttpError(503, f"No active controller: {e}", 50302) from None
@@ -349,15 +359,34 @@ async def get_topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     name = request.match_info["topic"]
-    try:
-        await _admin(ctx, DeleteTopic(name=name), name)
-    except HttpError as e:
-        if e.error_code == 40401:
-            # As for "already exists": a delete proposed but not committed makes the
-            # controller say "not found"; answer once the deletion is visible here.
-            await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
-        raise
-    await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
+    # Delete the incarnation that exists now, by id: the controller client's retry of a
+    # delete by name whose first attempt took effect would delete a topic of the same name
+    # created meanwhile (found by the metadata workload of jepsen_tests). If that incarnation
+    # is gone by the time the delete arrives (another client deleted it), look again.
+    for _ in range(10):
+        try:
+            found = await _admin(ctx, LookupTopic(name=name), name)
+        except HttpError as e:
+            if e.error_code == 40401:
+                # The controller's latest image may hold a delete not yet committed: answer
+                # once the deletion is visible here, so a describe after this answer agrees.
+                await ctx.wait_image(lambda im: im.topics.get(name) is None, ADMIN_WAIT_S)
+            raise
+        tid = found.topic_id
+        try:
+            await _admin(ctx, DeleteTopic(topic_id=tid), name)
+            break
+        except HttpError as e:
+            if e.error_code != 40401:
+                raise
+    else:
+        raise HttpError(503, f"Topic '{name}' kept being replaced; try again.", 50301)
+
+    def deleted(im: MetadataImage) -> bool:
+        t = im.topics.get(name)
+        return t is None or t.topic_id != tid
+
+    await ctx.wait_image(deleted, ADMIN_WAIT_S)
     return web.Response(status=204)
 
 

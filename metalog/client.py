@@ -117,6 +117,10 @@ class ControllerClient:
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
         last_error = "no controller tried"
+        # Whether an earlier attempt may have been applied (sent, then no answer): a refusal
+        # on a retry may then be the first attempt's own effect (a delete that finds its
+        # topic gone). Callers read it from the raised error's ``after_uncertain_attempt``.
+        uncertain = False
         while time.monotonic() < deadline:
             url = self._leader_url or self.urls[attempt % len(self.urls)]
             attempt += 1
@@ -128,6 +132,8 @@ class ControllerClient:
                     payload = await resp.read()
                     if resp.status == 421:
                         info = await resp.json(content_type=None)
+                        if info.get("maybe_applied"):
+                            uncertain = True  # proposed, then leadership was lost
                         leader_url = info.get("leader_url")
                         self._leader_url = leader_url if leader_url and leader_url != url else None
                         last_error = info.get("message", "not the controller")
@@ -141,14 +147,17 @@ class ControllerClient:
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 self._leader_url = None
                 last_error = f"{url}: {str(e) or type(e).__name__}"
+                if not isinstance(e, aiohttp.ClientConnectorError):
+                    uncertain = True  # connected, maybe sent: the outcome is unknown
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
                 continue
             self._leader_url = url
             if "error" in result:
                 err = result["error"]
-                if isinstance(err, MetadataError):
-                    raise err
-                raise MetadataError(str(err))
+                if not isinstance(err, MetadataError):
+                    err = MetadataError(str(err))
+                err.after_uncertain_attempt = uncertain
+                raise err
             return result["ok"]
         raise ControllerUnavailableError(
             f"no active controller answered within {self.timeout_s:.0f} s ({last_error})")

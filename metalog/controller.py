@@ -107,6 +107,9 @@ class MetadataError(Exception):
     """An expected refusal of a controller command; ``code`` is Kafka's error name."""
 
     code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    after_uncertain_attempt: bool = False
+    """Set by ``metalog.client.ControllerClient``: an earlier attempt of the same command
+    may have been applied, so this refusal may be that attempt's own trace."""
 
 
 class NotControllerError(MetadataError):
@@ -246,6 +249,15 @@ class DeleteTopic(Command):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LookupTopic(Command):
+    """The id of the topic named ``name`` in the active controller's latest image (pending
+    changes included): a read with no records, so a caller can delete *that* incarnation by
+    id, and a retried delete never removes a topic of the same name created meanwhile."""
+
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class CreatePartitions(Command):
     """Grow ``name`` to ``total_count`` partitions; ``assignments`` lists the new ones'
     replicas, in order."""
@@ -351,6 +363,12 @@ class CreateTopicResponse:
     replication_factor: int
     assignments: tuple[tuple[BrokerId, ...], ...]
     configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LookupTopicResponse:
+    name: str
+    topic_id: TopicId
 
 
 @dataclass(frozen=True, slots=True)
@@ -738,6 +756,9 @@ class QuorumController:
     def handle(self, command: DeleteTopic, now_ms: int) -> ControllerResult[DeleteTopicResponse]: ...
 
     @overload
+    def handle(self, command: LookupTopic, now_ms: int) -> ControllerResult[LookupTopicResponse]: ...
+
+    @overload
     def handle(self, command: CreatePartitions, now_ms: int) -> ControllerResult[CreatePartitionsResponse]: ...
 
     @overload
@@ -908,6 +929,13 @@ class QuorumController:
         rf = len(assignments[0]) if assignments else 0
         return CreateTopicResponse(name, tid, len(assignments), rf, tuple(assignments),
                                    dict(cmd.configs))
+
+    def _lookup_topic(self, batch: _Batch, cmd: LookupTopic, now_ms: int) -> tuple[
+            LookupTopicResponse, None]:
+        tid = batch.delta.topic_id(cmd.name)
+        if tid is None:
+            raise UnknownTopicOrPartitionError(f"topic {cmd.name!r} does not exist")
+        return LookupTopicResponse(cmd.name, tid), None
 
     def _delete_topic(self, batch: _Batch, cmd: DeleteTopic, now_ms: int) -> tuple[
             DeleteTopicResponse, None]:
@@ -1367,6 +1395,7 @@ _Handler = Callable[[QuorumController, _Batch, Any, int], tuple[Any, Any]]
 _COMMANDS: Mapping[type, _Handler] = {
     CreateTopic: QuorumController._create_topic,
     DeleteTopic: QuorumController._delete_topic,
+    LookupTopic: QuorumController._lookup_topic,
     CreatePartitions: QuorumController._create_partitions,
     AlterConfigs: QuorumController._alter_configs,
     RegisterBroker: QuorumController._register_broker,

@@ -267,7 +267,11 @@ class ControllerService:
             index = await proposal
         except (NotLeaderError, ProposalDroppedError, NodeStoppedError) as e:
             ctl.become_standby()
-            raise self._not_controller(f"leadership lost while committing: {e}") from None
+            err = self._not_controller(f"leadership lost while committing: {e}")
+            # The proposal may still commit under the next leader (Raft keeps an old term's
+            # entry that reached a majority): the caller must not take this for "not done".
+            err.after_uncertain_attempt = True
+            raise err from None
         base = self._bases.get(index)
         if base is None:  # cannot happen: on_commit runs before proposals resolve
             raise MetadataError(f"committed entry {index} carried no records")
@@ -374,4 +378,5 @@ def error_to_wire(e: MetadataError) -> dict[str, Any]:
         "message": str(e),
         "leader_id": getattr(e, "leader_id", None),
         "leader_url": getattr(e, "leader_url", None),
+        "maybe_applied": e.after_uncertain_attempt,
     }
