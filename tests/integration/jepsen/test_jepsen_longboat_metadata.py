@@ -9,9 +9,12 @@ Under kills and partitions it finds a create that took effect but answered "alre
 (``created: false``; the next describe shows that very create's definition): the request's
 first attempt at the controller timed out after it had been committed, and the retry found
 the topic. Fixed: the HTTP API chooses the topic id and the controller answers a retry that
-finds its own topic as created; the second test pins that. The same hazard remains for
-deletes (third test, xfail: seed 5, a delete whose first attempt committed before the active
-controller was killed answers "not found").
+finds its own topic as created; the second test pins that. The same hazard for deletes
+(third test: seed 5, a delete whose first attempt committed before the active controller was
+killed answered "not found"; and a retried delete by name removed a newer topic of the same
+name) is fixed too: deletes go by the id a LookupTopic read gives, a proposal whose leader
+lost leadership counts as maybe applied, and a refusal after such an attempt answers 504
+"outcome unknown".
 
     python -m jepsen_tests run --workload metadata --time-limit 15 --seed 1
     python -m jepsen_tests run --workload metadata --nemesis kill,partition --time-limit 30 \\
@@ -53,8 +56,6 @@ def test_topic_admin_is_linearizable_under_kills_and_partitions(tmp_path: Path) 
     assert r["valid"] is True, json.dumps(r["counts"])
 
 
-@pytest.mark.xfail(strict=False, reason="product: a delete whose first attempt committed "
-                   "before a controller failover answers 'not found' on its retry (reported)")
 def test_topic_deletes_are_linearizable_across_a_controller_failover(tmp_path: Path) -> None:
     # Seed 5: a delete invoked 8 ms before the active controller is killed answers
     # "deleted: false" 1.1 s later; the topic existed and nothing else deleted it.
