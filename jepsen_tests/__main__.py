@@ -4,7 +4,7 @@
         --seed 7 [--cluster toy|longboat] [--nodes 3] [--out DIR (default var/jepsen/...)]
     python -m jepsen_tests check DIR
     python -m jepsen_tests sweep [--nemesis kill,pause,...] [--minutes 30] [--time-limit 60]
-    python -m jepsen_tests summary SWEEP_DIR
+    python -m jepsen_tests summary SWEEP_DIR [SWEEP_DIR...]
 
 Exit status: 0 valid, 1 anomalies found (or the checker gave up: unknown), 2 could not run
 (fault injection unavailable, bad arguments).
@@ -76,11 +76,12 @@ def _sweep(args: argparse.Namespace) -> int:
         rows = sweep.sweep(root, nemeses, args.minutes, args.time_limit, args.seed,
                            args.budget_minutes, extra)
     else:
-        root = args.dir
-        rows = sweep.load_rows(root)
+        root = args.dir[0]
+        rows = [row for d in args.dir for row in sweep.load_rows(d)]
     table = sweep.summarize(rows)
     text = sweep.format_table(table)
-    (root / "summary.md").write_text(text + "\n")
+    if args.cmd == "sweep" or len(args.dir) == 1:
+        (root / "summary.md").write_text(text + "\n")
     print(text)
     return 0 if table and all(t["invalid"] == 0 for t in table) else 1
 
@@ -131,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sweep directory (default var/jepsen/sweep-<ts>; reusing one resumes)")
     w.add_argument("run_args", nargs=argparse.REMAINDER,
                    help="after --: more arguments for every run (--idempotence off, ...)")
-    m = sub.add_parser("summary", help="the table of a sweep directory")
-    m.add_argument("dir", type=Path)
+    m = sub.add_parser("summary", help="the table of one or more sweep directories")
+    m.add_argument("dir", type=Path, nargs="+")
     args = p.parse_args(argv)
 
     try:
