@@ -162,16 +162,13 @@ class AsyncProducer:
         for q in list(self._queues.values()):
             if q.open is not None and q.open.records:
                 self._seal(q)
+        # Records sent before this call, as Kafka's flush(): concurrent sends do not keep it
+        # waiting.
         waits = [w for q in self._queues.values()
                  for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
                  for w in b.waiters]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
-        # Records sent while we waited (only if send() ran concurrently): once more.
-        if any(q.sealed or q.inflight or (q.open and q.open.records)
-               for q in self._queues.values()):
-            await asyncio.sleep(0)
-            await self.flush()
 
     async def close(self) -> None:
         """Deliver what was sent, then release the connections."""
