@@ -56,6 +56,11 @@ def test_topic_admin_is_linearizable_under_kills_and_partitions(tmp_path: Path) 
     assert r["valid"] is True, json.dumps(r["counts"])
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "open product bug (finding 4): in one CI run of this seed a topic's earlier incarnation "
+    "(same topic id) reappeared ~5 s after it was deleted and a newer topic of the name was "
+    "created and deleted; the history is in the run directory's history.jsonl. Passes in "
+    "most runs; see docs/fault-injection.md"))
 def test_topic_deletes_are_linearizable_across_a_controller_failover(tmp_path: Path) -> None:
     # Seed 5: a delete invoked 8 ms before the active controller is killed answers
     # "deleted: false" 1.1 s later; the topic existed and nothing else deleted it.
