@@ -119,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="re-check a saved run directory")
     c.add_argument("dir", type=Path)
     w = sub.add_parser("sweep", help="many seeds of each nemesis in turn, then the table")
-    w.add_argument("--nemesis", default="kill,pause,partition,lose-unsynced,clock",
+    w.add_argument("--nemesis",
+                   default="kill,pause,partition,lose-unsynced,clock,membership,kill+partition",
                    help="comma-separated; each one is swept separately (use + to combine "
                         "several in one run: kill+partition)")
     w.add_argument("--minutes", type=float, default=30.0,
                    help="minutes of load and faults per nemesis")
-    w.add_argument("--time-limit", type=float, default=60.0, help="seconds per run")
+    w.add_argument("--time-limit", type=float, default=120.0, help="seconds per run")
     w.add_argument("--seed", type=int, default=1, help="first seed")
     w.add_argument("--budget-minutes", type=float, default=None,
                    help="stop starting runs after this much wall-clock time")

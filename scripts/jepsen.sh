@@ -11,6 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 "$ROOT/scripts/setup-jepsen.sh"
 if [ $# -eq 0 ]; then
-    set -- sweep --nemesis kill,pause,partition,lose-unsynced,clock --minutes 30 --time-limit 60
+    set -- sweep --nemesis kill,pause,partition,lose-unsynced,clock,membership,kill+partition \
+        --minutes 30 --time-limit 120
 fi
 exec python -m jepsen_tests "$@"
