@@ -282,6 +282,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peers", action="store_true", help="Longboat and raw disk only")
+    ap.add_argument("--partitions", type=int, default=6,
+                    help="partitions of the RF 3 topic (one request in flight per partition)")
     args = ap.parse_args()
     n = 300_000 if args.quick else 2_000_000
     runs = 1 if args.quick else 3
@@ -305,7 +307,8 @@ def main() -> int:
             t1, t3 = f"rf1-{run}", f"rf3-{run}"
             asyncio.run(create_topic(q.urls, t1, 4, 1,
                                      assignments={p: (b1,) for p in range(4)}))
-            asyncio.run(create_topic(q.urls, t3, 6, 3, {"min.insync.replicas": "2"}))
+            asyncio.run(create_topic(q.urls, t3, args.partitions, 3,
+                                     {"min.insync.replicas": "2"}))
             time.sleep(2)  # leaders elected, followers fetching
             progress(f"run {run + 1}/{runs}: RF1 acks=1, {n} records")
             dt = asyncio.run(produce_bulk(boot, t1, n, acks=1, idempotent=False))
@@ -319,7 +322,7 @@ def main() -> int:
             dt = asyncio.run(produce_each(boot, t3, m))
             add("rf3_send", m / dt)
             progress(f"run {run + 1}/{runs}: consume RF3")
-            add("consume", asyncio.run(consume_all(boot, t3, 6, n + 1000 + m + 1)))
+            add("consume", asyncio.run(consume_all(boot, t3, args.partitions, n + 1000 + m + 1)))
         progress("latency at 1,000 records/s")
         lat = asyncio.run(latency(boot, f"rf3-{runs - 1}", 2000 if args.quick else 5000, 1000))
     finally:
@@ -355,7 +358,7 @@ def main() -> int:
     figure("produce.rf1_acks1", "MB/s", mb, baseline="raw disk: 1 MiB os.write + one fsync, same bytes",
            baseline_values=figures["raw"], params={**params, "partitions": 4, "brokers": 1,
                                                    "records_per_s": round(statistics.median(figures["rf1"]))})
-    rf3_params = {**params, "partitions": 6, "replication_factor": 3, "min_insync": 2,
+    rf3_params = {**params, "partitions": args.partitions, "replication_factor": 3, "min_insync": 2,
                   "idempotent": True, "MB_per_s": round(statistics.median(figures["rf3"]) * RECORD / 1e6, 1)}
     if peers:
         figure("produce.rf3_acks_all", "records/s", figures["rf3"],
@@ -379,7 +382,7 @@ def main() -> int:
            params=lat_params)
     figure("consume.rf3", "records/s", figures["consume"],
            baseline="produce.rf3_acks_all (same records)", baseline_values=figures["rf3"],
-           params={"partitions": 6, "fetch_max_bytes": 8 << 20})
+           params={"partitions": args.partitions, "fetch_max_bytes": 8 << 20})
     return 0
 
 
