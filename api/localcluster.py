@@ -17,7 +17,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,22 @@ class Brokers:
     def log_tail(self, b: int, lines: int = 30) -> str:
         p = self.root / f"broker-{b}" / "broker.log"
         return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
+
+
+@contextmanager
+def running_cluster(root: Path, controllers: int = 3, brokers: int = 3, *,
+                    controller_args: list[str] | None = None,
+                    broker_args: list[str] | None = None,
+                    ready_timeout_s: float = 60.0) -> Iterator[tuple[Quorum, Brokers]]:
+    """Controllers and brokers as processes under ``root``, every broker ready; all stopped
+    on exit (brokers first, so their controlled shutdowns reach a controller)."""
+    q = Quorum(root, controllers, extra_args=controller_args)
+    b = Brokers(root, q, brokers, extra_args=broker_args)
+    q.start_all()
+    b.start_all()
+    try:
+        b.wait_ready(timeout_s=ready_timeout_s)
+        yield q, b
+    finally:
+        b.stop_all()
+        q.stop_all()

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.client.errors import ClientError
-from api.client.transport import MetadataCache, Transport, normalize_bootstrap
+from api.client.transport import (
+    MetadataCache,
+    Transport,
+    call_with_retries,
+    normalize_bootstrap,
+)
 from api.client.types import CREATE_TIME, EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from storage.batch import decode_body, iter_batches
 from storage.errors import StorageError
@@ -169,24 +174,15 @@ class AsyncConsumer:
         return dict(zip(wanted, results, strict=True))
 
     async def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
-        deadline = time.monotonic() + self.request_timeout_s
-        attempt = 0
-        while True:
-            try:
-                url = await self.metadata.leader_url(tp.topic, tp.partition,
-                                                     timeout_s=self.request_timeout_s)
-                ans = await self.transport.call(url, "list_offsets",
-                                                {"topic": tp.topic, "partition": tp.partition,
-                                                 "timestamp": timestamp})
-                return int(ans["offset"])
-            except ClientError as e:
-                attempt += 1
-                if not e.retriable or time.monotonic() >= deadline:
-                    raise
-                if e.refresh_metadata:
-                    with contextlib.suppress(ClientError):
-                        await self.metadata.refresh()
-                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0))
+        async def leader() -> str:
+            return await self.metadata.leader_url(tp.topic, tp.partition,
+                                                  timeout_s=self.request_timeout_s)
+
+        ans = await call_with_retries(
+            self.metadata, leader, "list_offsets",
+            {"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp},
+            budget_s=self.request_timeout_s, backoff_s=self.retry_backoff_s)
+        return int(ans["offset"])
 
     # ------------------------------------------------------------------ polling
 

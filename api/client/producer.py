@@ -46,7 +46,12 @@ from typing import Any, NamedTuple
 
 from api.client.errors import ClientError
 from api.client.partitioner import partition_for_key
-from api.client.transport import MetadataCache, Transport, normalize_bootstrap
+from api.client.transport import (
+    MetadataCache,
+    Transport,
+    call_with_retries,
+    normalize_bootstrap,
+)
 from api.client.types import Header, RecordMetadata, TopicPartition
 from storage.batch import encode_batch, encode_values
 from storage.compression import Compression
@@ -188,23 +193,11 @@ class AsyncProducer:
     # ------------------------------------------------------------------ producer ids
 
     async def _init_producer_id(self) -> None:
-        deadline = time.monotonic() + self.delivery_timeout_s
-        attempt = 0
-        while True:
-            try:
-                url = await self.metadata.any_broker_url()
-                ans = await self.transport.call(url, "init_producer_id", {})
-                self.producer_id = int(ans["producer_id"])
-                self.producer_epoch = int(ans["producer_epoch"])
-                return
-            except ClientError as e:
-                attempt += 1
-                if not e.retriable or time.monotonic() >= deadline:
-                    raise
-                if e.refresh_metadata:
-                    with contextlib.suppress(ClientError):
-                        await self.metadata.refresh()
-                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0))
+        ans = await call_with_retries(self.metadata, self.metadata.any_broker_url,
+                                      "init_producer_id", {}, budget_s=self.delivery_timeout_s,
+                                      backoff_s=self.retry_backoff_s)
+        self.producer_id = int(ans["producer_id"])
+        self.producer_epoch = int(ans["producer_epoch"])
 
     async def _reset_producer_id(self, failed_id: int) -> None:
         """A sent batch failed for good: its sequences are burnt. A new producer id restarts

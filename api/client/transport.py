@@ -14,8 +14,9 @@ at once cause one request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,3 +262,23 @@ class MetadataCache:
         if not self.current.brokers:
             await self.refresh()
         return self._candidates()[0]
+
+
+async def call_with_retries(metadata: MetadataCache, url_for: Callable[[], Awaitable[str]],
+                            route: str, body: dict[str, Any], *, budget_s: float,
+                            backoff_s: float) -> dict[str, Any]:
+    """``route`` at the broker ``url_for`` names, retrying retriable errors with a growing
+    backoff (metadata refreshed first when leadership may have moved) until ``budget_s``."""
+    deadline = time.monotonic() + budget_s
+    attempt = 0
+    while True:
+        try:
+            return await metadata.transport.call(await url_for(), route, body)
+        except ClientError as e:
+            attempt += 1
+            if not e.retriable or time.monotonic() >= deadline:
+                raise
+            if e.refresh_metadata:
+                with contextlib.suppress(ClientError):
+                    await metadata.refresh()
+            await asyncio.sleep(min(backoff_s * attempt, 1.0))

@@ -32,25 +32,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
-
-
-def _load_report() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_bench_report", HERE / "_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_report = _load_report()
-figure, progress = _report.figure, _report.progress
+sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
 
 import aiohttp  # noqa: E402
 import msgpack  # noqa: E402
 import orjson  # noqa: E402
+
+from scripts.bench._report import figure, progress  # noqa: E402
 
 CONCURRENCY = 64
 PARTITIONS = 3

@@ -42,30 +42,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
-
-
-def _load_report() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_bench_report", HERE / "_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_report = _load_report()
-figure, progress = _report.figure, _report.progress
+sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
 
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition  # noqa: E402
 from api.controller_client import ControllerClient  # noqa: E402
 from api.localcluster import Brokers, Quorum, free_ports  # noqa: E402
 from metalog.controller import CreateTopic  # noqa: E402
+from scripts.bench._report import figure, progress  # noqa: E402
 
 RECORD = 100
 VALUE = b"x" * RECORD

@@ -39,21 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # This file is named spark.py: left on sys.path, its folder would shadow the spark package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
-
-
-def _load_report() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_bench_report", HERE / "_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_report = _load_report()
-figure, progress = _report.figure, _report.progress
+sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -62,6 +48,7 @@ from api.client import Producer  # noqa: E402
 from api.controller_client import ControllerClient  # noqa: E402
 from api.localcluster import Brokers, Quorum, wait_for  # noqa: E402
 from metalog.controller import CreateTopic  # noqa: E402
+from scripts.bench._report import figure, progress  # noqa: E402
 
 TOPIC = "bench-spark"
 PARTITIONS = 4

@@ -18,7 +18,7 @@ import pytest
 
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow
@@ -29,17 +29,11 @@ TOPIC = "moves"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
     root: Path = tmp_path_factory.mktemp("moves-cluster")
-    q = Quorum(root, 3, extra_args=["--override", "leader_imbalance_check_interval_ms=1000",
-                                    "--override", "broker_session_timeout_ms=4000"])
-    b = Brokers(root, q, 3, extra_args=["--override", "broker_heartbeat_interval_ms=500"])
-    q.start_all()
-    b.start_all()
-    try:
-        b.wait_ready(timeout_s=60)
-        yield q, b
-    finally:
-        b.stop_all()
-        q.stop_all()
+    with running_cluster(
+            root, controller_args=["--override", "leader_imbalance_check_interval_ms=1000",
+                                   "--override", "broker_session_timeout_ms=4000"],
+            broker_args=["--override", "broker_heartbeat_interval_ms=500"]) as cluster:
+        yield cluster
 
 
 def partitions(b: Brokers, via: int) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import msgpack
 import pytest
 
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.controller import CreateTopic, DeleteTopic
 from storage.batch import decode_records, encode_batch, iter_batches
 
@@ -84,16 +84,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("replication-cluster")
-    q = Quorum(root, 3)
-    brokers = Brokers(root, q, 3)
-    q.start_all()
-    brokers.start_all()
-    try:
-        brokers.wait_ready(timeout_s=60)
+    with running_cluster(root) as (q, brokers):
         yield Cluster(q, brokers)
-    finally:
-        brokers.stop_all()
-        q.stop_all()
 
 
 def _create_topic(c: Cluster) -> None:

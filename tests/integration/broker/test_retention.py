@@ -19,7 +19,7 @@ import pytest
 
 from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow
@@ -31,19 +31,13 @@ TP = TopicPartition(TOPIC, 0)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
     root: Path = tmp_path_factory.mktemp("retention-cluster")
-    q = Quorum(root, 1, extra_args=["--override", "broker_session_timeout_ms=4000"])
-    b = Brokers(root, q, 3, extra_args=[
-        "--override", "log_retention_check_interval_ms=300",
-        "--override", "replica_lag_time_max_ms=2000",
-        "--override", "broker_heartbeat_interval_ms=500"])
-    q.start_all()
-    b.start_all()
-    try:
-        b.wait_ready(timeout_s=60)
-        yield q, b
-    finally:
-        b.stop_all()
-        q.stop_all()
+    with running_cluster(
+            root, controllers=1,
+            controller_args=["--override", "broker_session_timeout_ms=4000"],
+            broker_args=["--override", "log_retention_check_interval_ms=300",
+                         "--override", "replica_lag_time_max_ms=2000",
+                         "--override", "broker_heartbeat_interval_ms=500"]) as cluster:
+        yield cluster
 
 
 def replica(b: Brokers, broker: int) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from api.client import (
 )
 from api.client.partitioner import partition_for_key
 from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow
@@ -68,16 +68,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("client-cluster")
-    q = Quorum(root, 3)
-    brokers = Brokers(root, q, 3)
-    q.start_all()
-    brokers.start_all()
-    try:
-        brokers.wait_ready(timeout_s=60)
+    with running_cluster(root) as (q, brokers):
         yield Cluster(q, brokers)
-    finally:
-        brokers.stop_all()
-        q.stop_all()
 
 
 def test_async_round_trip_keys_headers_and_bulk(cluster: Cluster) -> None:

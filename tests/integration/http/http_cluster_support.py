@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from api.localcluster import Brokers, Quorum
+from api.localcluster import Brokers, Quorum, running_cluster
 
 
 class HttpCluster:
@@ -110,13 +110,5 @@ class HttpCluster:
 
 @contextmanager
 def http_cluster(root: Path) -> Iterator[HttpCluster]:
-    q = Quorum(root, 3)
-    brokers = Brokers(root, q, 3)
-    q.start_all()
-    brokers.start_all()
-    try:
-        brokers.wait_ready(timeout_s=60)
+    with running_cluster(root) as (q, brokers):
         yield HttpCluster(q, brokers)
-    finally:
-        brokers.stop_all()
-        q.stop_all()
