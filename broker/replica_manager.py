@@ -219,6 +219,7 @@ class ReplicaManager:
         self._lock = asyncio.Lock()
         self._stopped = False
         self._deferred = False
+        self._maintenance: asyncio.Task[None] | None = None
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,6 +235,9 @@ class ReplicaManager:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
+        if self._maintenance is not None:
+            # Not cancelled: its worker thread would go on beside the logs being closed.
+            await self._maintenance
         for rep in list(self.replicas.values()):
             await self._stop_tasks(rep)
             self._resign(rep)
@@ -720,12 +724,16 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(TICK_S)
             mono = time.monotonic()
-            if mono - last_retention >= self.retention_check_interval_s:
+            if (mono - last_retention >= self.retention_check_interval_s
+                    and (self._maintenance is None or self._maintenance.done())):
                 cleaner = mono - last_cleaner >= self.cleaner_backoff_s
                 last_retention = mono
                 if cleaner:
                     last_cleaner = mono
-                await self._log_maintenance(cleaner=cleaner)
+                # A task of its own: compaction can take seconds, and this timer drives the
+                # acks=all deadlines and ISR shrinks.
+                self._maintenance = asyncio.get_running_loop().create_task(
+                    self._log_maintenance(cleaner=cleaner), name="log-maintenance")
             if self._deferred:
                 await self._apply_deferred()
             if time.monotonic() - last_expiry >= PRODUCER_EXPIRATION_CHECK_INTERVAL_S:
