@@ -71,6 +71,7 @@ from metalog.controller import (
     LookupTopic,
     MetadataError,
     TopicExistsError,
+    TopicIdRetiredError,
     UnknownTopicOrPartitionError,
 )
 from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage, TopicImage
@@ -184,6 +185,8 @@ async def _admin(ctx: HttpContext, command: Any, topic: str | None = None) -> An
     topic exists: the image may lag a change another broker made a moment ago."""
     try:
         return await ctx.controllers.execute(command)
+    except TopicIdRetiredError:
+        raise  # not a refusal: the create took effect earlier (see create_topic)
     except MetadataError as e:
         if e.after_uncertain_attempt and isinstance(
                 e, TopicExistsError | UnknownTopicOrPartitionError):
@@ -318,6 +321,12 @@ async def create_topic(request: web.Request) -> web.Response:
                                       replication_factor=rf, assignments=assignments,
                                       configs=configs, validate_only=validate_only,
                                       topic_id=None if validate_only else random_topic_id()))
+    except TopicIdRetiredError:
+        # This request's id was used: an earlier attempt created the topic, and it has been
+        # deleted since. The create happened; answering "exists" or creating it a second
+        # time would both be wrong (finding 4 of docs/fault-injection.md).
+        return json_response({"topic_name": name,
+                              "message": "created; deleted since by another request"}, 202)
     except HttpError as e:
         if e.error_code == 40002 and "already exists" in e.message:
             # The controller also refuses a name whose create is proposed but not yet

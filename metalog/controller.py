@@ -140,6 +140,15 @@ class UnknownTopicOrPartitionError(MetadataError):
     code = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
+class TopicIdRetiredError(MetadataError):
+    """A create names the id of a topic deleted since. Ids are chosen per request (the HTTP
+    API's ``random_topic_id``), so this is the retry of a create whose earlier attempt took
+    effect: the create happened, and the topic was deleted after it. Not a ``TOPIC_ALREADY_
+    EXISTS``: the caller answers "created" (finding 4 of docs/fault-injection.md)."""
+
+    code = "TOPIC_ID_RETIRED"
+
+
 class InvalidPartitionsError(MetadataError):
     code = "INVALID_PARTITIONS"
 
@@ -807,7 +816,7 @@ class QuorumController:
             self._ids_made += 1
             seed = f"{self._epoch}/{self.image.offset}/{self._ids_made}/{name}"
             tid = (self._topic_id_factory or default_topic_id)(seed)
-            if view.topic_name(tid) is None:
+            if view.topic_name(tid) is None and not view.is_retired(tid):
                 return tid
 
     def _usable_brokers(self, batch: _Batch) -> list[PlacementBroker]:
@@ -862,10 +871,12 @@ class QuorumController:
             if cmd.topic_id is not None and existing == cmd.topic_id and not cmd.validate_only:
                 return self._created_before(batch, name, existing, cmd), None
             raise TopicExistsError(f"topic {name!r} already exists")
+        if cmd.topic_id is not None and batch.delta.is_retired(cmd.topic_id):
+            raise TopicIdRetiredError(
+                f"topic id {cmd.topic_id!r} was created and its topic deleted since")
         if cmd.topic_id is not None and (
-                not cmd.topic_id or batch.delta.topic_name(cmd.topic_id) is not None
-                or batch.delta.is_deleted(cmd.topic_id)):
-            raise InvalidRequestError(f"topic id {cmd.topic_id!r} is empty or was used before")
+                not cmd.topic_id or batch.delta.topic_name(cmd.topic_id) is not None):
+            raise InvalidRequestError(f"topic id {cmd.topic_id!r} is empty or in use")
         if "." in name or "_" in name:
             # Metric names replace '.' with '_'; Kafka refuses names that would collide.
             norm = name.replace(".", "_")

@@ -34,6 +34,7 @@ import msgpack
 
 from metalog.image import (
     DELETE,
+    RETIRED_TOPIC_IDS_MAX,
     BrokerRegistration,
     BrokersImage,
     ConfigResource,
@@ -63,6 +64,7 @@ from metalog.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RetiredTopicRecord,
     TopicId,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -106,6 +108,8 @@ class MetadataDelta:
         self._topics: dict[TopicId, _TopicChange] = {}
         self._deleted: dict[TopicId, TopicImage] = {}
         """Topics of the base image that this delta deleted."""
+        self._retired: dict[TopicId, int] = {}
+        """Ids of topics this delta deleted (or a snapshot remembers) -> deletion offset."""
         self._names: dict[str, TopicId | None] = {}
         """Changes to the by-name index (None: name freed)."""
         self._brokers: dict[BrokerId, BrokerRegistration | None] = {}
@@ -144,6 +148,11 @@ class MetadataDelta:
     def is_deleted(self, topic_id: TopicId) -> bool:
         """Whether this delta deleted ``topic_id`` from the base image."""
         return topic_id in self._deleted
+
+    def is_retired(self, topic_id: TopicId) -> bool:
+        """Whether ``topic_id`` belonged to a topic deleted since: by this delta, or one the
+        base image remembers (``TopicsImage.retired``)."""
+        return topic_id in self._retired or topic_id in self.image.topics.retired
 
     def changed_partitions_of(self, topic_id: TopicId) -> Mapping[int, PartitionRegistration]:
         """Partitions of ``topic_id`` this delta created or changed (empty if none)."""
@@ -216,10 +225,14 @@ class MetadataDelta:
             if base is not None:
                 self._deleted[r.topic_id] = base
         self._names[name] = None
+        self._retired[r.topic_id] = -1 if offset is None else offset
         # The topic's configs go with it (Kafka's ConfigurationsDelta on RemoveTopicRecord).
         res = (int(ConfigResourceType.TOPIC), name)
         self._configs.pop(res, None)
         self._deleted_resources.add(res)
+
+    def _replay_retired_topic(self, r: RetiredTopicRecord, offset: int | None) -> None:
+        self._retired[r.topic_id] = r.deleted_at
 
     def _replay_config(self, r: ConfigRecord, offset: int | None) -> None:
         res = (int(r.resource_type), r.resource_name)
@@ -366,7 +379,7 @@ class MetadataDelta:
         ))
 
     def _apply_topics(self, base: TopicsImage) -> TopicsImage:
-        if not self._topics and not self._deleted:
+        if not self._topics and not self._deleted and not self._retired:
             return base
         by_id: dict[TopicId, TopicImage] = dict.fromkeys(self._deleted, DELETE)
         for tid, tc in self._topics.items():
@@ -376,7 +389,8 @@ class MetadataDelta:
                 old = base.by_id[tid]
                 by_id[tid] = TopicImage(old.name, tid, old.partitions.update(tc.partitions))
         by_name = {n: (DELETE if tid is None else tid) for n, tid in self._names.items()}
-        return TopicsImage(base.by_id.update(by_id), base.by_name.update(by_name))
+        return TopicsImage(base.by_id.update(by_id), base.by_name.update(by_name),
+                           _retire(base.retired, self._retired))
 
     def _apply_brokers(self, base: BrokersImage) -> BrokersImage:
         if not self._brokers:
@@ -403,6 +417,17 @@ class MetadataDelta:
         return ConfigsImage(base.resources.update(changes))
 
 
+def _retire(base: PMap[TopicId, int], new: dict[TopicId, int]) -> PMap[TopicId, int]:
+    """``base`` plus ``new``, keeping the latest ``RETIRED_TOPIC_IDS_MAX`` deletions. Past the
+    limit it drops down to 90% of it at once, so the sort runs once per 10,000 deletions."""
+    merged = base.update(new)
+    if len(merged) <= RETIRED_TOPIC_IDS_MAX:
+        return merged
+    keep = RETIRED_TOPIC_IDS_MAX * 9 // 10
+    oldest = sorted(merged.items(), key=lambda kv: (kv[1], kv[0]))[:len(merged) - keep]
+    return merged.update(dict.fromkeys((tid for tid, _ in oldest), DELETE))
+
+
 _HANDLERS: Mapping[type, Callable[[MetadataDelta, Any, int | None], None]] = {
     TopicRecord: MetadataDelta._replay_topic,
     PartitionRecord: MetadataDelta._replay_partition,
@@ -417,6 +442,7 @@ _HANDLERS: Mapping[type, Callable[[MetadataDelta, Any, int | None], None]] = {
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     FeatureLevelRecord: MetadataDelta._replay_feature,
     NoOpRecord: MetadataDelta._replay_noop,
+    RetiredTopicRecord: MetadataDelta._replay_retired_topic,
 }
 
 

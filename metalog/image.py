@@ -39,6 +39,7 @@ from metalog.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RetiredTopicRecord,
     TopicId,
     TopicRecord,
 )
@@ -248,11 +249,22 @@ class TopicImage:
     partitions: PMap[int, PartitionRegistration] = field(default_factory=PMap)
 
 
+RETIRED_TOPIC_IDS_MAX = 100_000
+"""How many ids of deleted topics an image remembers (the latest deletions). A retried create
+arrives within seconds of its first attempt; this many deletions in between is far beyond
+any retry window, and 100,000 ids cost ~3 MB in the image and the snapshot."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicsImage:
     by_id: PMap[TopicId, TopicImage] = field(default_factory=PMap)
     by_name: PMap[str, TopicId] = field(default_factory=PMap)
     """Invariant: ``by_name[t.name] == t.topic_id`` for every topic, and nothing else."""
+    retired: PMap[TopicId, int] = field(default_factory=PMap)
+    """Ids of deleted topics -> metadata offset of the deletion (-1 if replayed from a pending
+    view): the latest ``RETIRED_TOPIC_IDS_MAX``. The controller refuses to create a topic
+    under a retired id, so a create whose first attempt took effect, and whose topic was
+    deleted since, cannot bring that topic back when its retry arrives (finding 4)."""
 
     def get(self, name: str) -> TopicImage | None:
         tid = self.by_name.get(name)
@@ -426,7 +438,8 @@ class MetadataImage:
     def records(self) -> list[MetadataRecord]:
         """Records that rebuild this image from ``EMPTY`` (a KRaft snapshot's content).
 
-        Order: features, brokers, topics with their partitions, configs, producer ids;
+        Order: features, brokers, topics with their partitions, configs, retired topic ids
+        (oldest deletion first), producer ids;
         sorted within each part so equal images give equal snapshots.
         """
         out: list[MetadataRecord] = []
@@ -441,6 +454,8 @@ class MetadataImage:
         for (rtype, rname), kv in sorted(self.configs.resources.items()):
             for k, v in sorted(kv.items()):
                 out.append(ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v))
+        for tid, at in sorted(self.topics.retired.items(), key=lambda kv: (kv[1], kv[0])):
+            out.append(RetiredTopicRecord(topic_id=tid, deleted_at=at))
         if self.producer_ids.next_producer_id:
             out.append(ProducerIdsRecord(
                 broker_id=BrokerId(-1), broker_epoch=BrokerEpoch(-1),

@@ -400,6 +400,23 @@ class BrokerRegistrationChangeRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetiredTopicRecord:
+    """Snapshots only: ``topic_id`` belonged to a topic deleted at metadata offset
+    ``deleted_at``. The image remembers the ids of deleted topics (the latest
+    ``RETIRED_TOPIC_IDS_MAX``) so that a create retried with the id its lost first attempt
+    used is not carried out a second time after the topic was deleted (finding 4 of
+    docs/fault-injection.md); a snapshot must carry that memory across."""
+
+    TYPE_ID: ClassVar[int] = 21
+    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("topic_id", "deleted_at"),)
+    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"topic_id": STR, "deleted_at": INT}
+
+    topic_id: TopicId
+    deleted_at: int
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NoOpRecord:
     """Changes nothing; the active controller writes one periodically so that the committed
     offset advances and brokers can tell they are caught up (KAFKA-13955)."""
@@ -425,12 +442,14 @@ MetadataRecord = (
     | ProducerIdsRecord
     | BrokerRegistrationChangeRecord
     | NoOpRecord
+    | RetiredTopicRecord
 )
 
 RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
     PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
     FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord, NoOpRecord,
+    RetiredTopicRecord,
 )
 """Every record type, by ``TYPE_ID``."""
 

@@ -24,6 +24,7 @@ from metalog.records import (
     RecordVersionError,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RetiredTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnknownRecordTypeError,
@@ -66,6 +67,7 @@ records = st.one_of(
     st.builds(BrokerRegistrationChangeRecord, broker_id=small, broker_epoch=ints,
               fenced=st.none() | st.booleans(), in_controlled_shutdown=st.none() | st.booleans()),
     st.just(NoOpRecord()),
+    st.builds(RetiredTopicRecord, topic_id=text, deleted_at=ints),
 )
 
 
@@ -138,5 +140,5 @@ def test_type_ids_are_stable() -> None:
         "PartitionRecord": 3, "ConfigRecord": 4, "PartitionChangeRecord": 5,
         "FenceBrokerRecord": 7, "UnfenceBrokerRecord": 8, "RemoveTopicRecord": 9,
         "FeatureLevelRecord": 12, "ProducerIdsRecord": 15,
-        "BrokerRegistrationChangeRecord": 17, "NoOpRecord": 20,
+        "BrokerRegistrationChangeRecord": 17, "NoOpRecord": 20, "RetiredTopicRecord": 21,
     }

@@ -37,10 +37,12 @@ from metalog.controller import (
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicExistsError,
+    TopicIdRetiredError,
     UnknownTopicOrPartitionError,
     UnregisterBroker,
 )
-from metalog.image import MetadataImage
+from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.image import RETIRED_TOPIC_IDS_MAX, MetadataImage, PMap
 from metalog.records import (
     NO_LEADER,
     ConfigResourceType,
@@ -130,8 +132,42 @@ def test_create_with_a_caller_chosen_id_is_idempotent() -> None:
         h.submit(CreateTopic(name="t", topic_id=TopicId("BBBBBBBBBBBBBBBBBBBBBB")))
     with pytest.raises(TopicExistsError):
         h.submit(CreateTopic(name="t"))
-    with pytest.raises(InvalidRequestError, match="used before"):
+    with pytest.raises(InvalidRequestError, match="in use"):
         h.submit(CreateTopic(name="u", topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
+
+
+def test_a_create_retried_after_its_topic_was_deleted_does_not_bring_it_back() -> None:
+    """Finding 4 of docs/fault-injection.md: a create's first attempt commits, its answer is
+    lost, another client deletes the topic, and the retry (same caller-chosen id) arrives.
+    The image remembers the deleted id, through a snapshot too, and the retry is refused as
+    retired rather than carried out a second time."""
+    h = cluster(1, 2, 3)
+    tid = TopicId("AAAAAAAAAAAAAAAAAAAAAA")
+    h.run(CreateTopic(name="t", num_partitions=1, replication_factor=1, topic_id=tid))
+    h.run(DeleteTopic(name="t"))
+    for _ in range(2):
+        with pytest.raises(TopicIdRetiredError):
+            h.submit(CreateTopic(name="t", num_partitions=1, replication_factor=1,
+                                 topic_id=tid))
+        assert h.image.topics.get("t") is None
+        # A controller that starts from a snapshot of this image remembers the id as well.
+        restored = decode_snapshot(encode_snapshot(h.image))
+        assert restored.topics.retired == h.image.topics.retired
+        assert tid in restored.topics.retired
+        h.ctl.restore(restored)
+        h.ctl.become_active(h.ctl.controller_epoch or 1, 0)
+    # Another create of the name, with a fresh id, goes ahead.
+    assert h.run(CreateTopic(name="t", num_partitions=1, replication_factor=1)).topic_id != tid
+
+
+def test_the_image_remembers_only_the_latest_deleted_topic_ids() -> None:
+    from metalog import delta as delta_mod
+
+    base = PMap({TopicId(f"id{i:06d}"): i for i in range(RETIRED_TOPIC_IDS_MAX)})
+    merged = delta_mod._retire(base, {TopicId("newest"): RETIRED_TOPIC_IDS_MAX})
+    assert len(merged) == RETIRED_TOPIC_IDS_MAX * 9 // 10
+    assert TopicId("newest") in merged and TopicId(f"id{RETIRED_TOPIC_IDS_MAX - 1:06d}") in merged
+    assert TopicId("id000000") not in merged
 
 
 def test_create_topic_validate_only_writes_nothing() -> None:
