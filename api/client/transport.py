@@ -75,6 +75,19 @@ class Transport:
     async def call(self, url: str, route: str, body: dict[str, Any], *,
                    timeout_s: float | None = None) -> dict[str, Any]:
         """The answer map; raises ``ClientError`` for a refusal or a failure to get one."""
+        answer = await self.call_map(url, route, body, timeout_s=timeout_s)
+        err = answer.get("error")
+        if err is not None:
+            raise ClientError(str(err), str(answer.get("message") or ""),
+                              leader_id=int(answer.get("leader_id", -1) or -1))
+        return answer
+
+    async def call_map(self, url: str, route: str, body: dict[str, Any], *,
+                       timeout_s: float | None = None) -> dict[str, Any]:
+        """The answer map as the broker sent it, ``error`` included; raises ``ClientError``
+        only when no map came back. The group routes answer group-level outcomes as
+        ``{"error": "NONE" | <code>, ...}`` beside the other fields, which ``call`` would
+        turn into an exception and lose."""
         data = msgpack.packb(body, use_bin_type=True)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
         try:
@@ -92,10 +105,6 @@ class Transport:
         answer = msgpack.unpackb(payload, raw=False)
         if not isinstance(answer, dict):
             raise ClientError("UNKNOWN_SERVER_ERROR", f"{url}: answer is not a map")
-        err = answer.get("error")
-        if err is not None:
-            raise ClientError(str(err), str(answer.get("message") or ""),
-                              leader_id=int(answer.get("leader_id", -1) or -1))
         return answer
 
     async def get_json(self, url: str, path: str, *, timeout_s: float = 5.0) -> Any:
