@@ -14,6 +14,8 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   replicas this broker hosts (``broker.data_routes``, ``broker.replica_manager``).
 * ``POST /internal/broker/v1/init_producer_id``: a producer id for an idempotent producer
   (``broker.producer_ids``).
+* ``POST /internal/broker/v1/group/<op>`` (msgpack): the consumer-group coordinator
+  (``broker.group_coordinator``, ``broker.group_routes``).
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns.
@@ -35,10 +37,19 @@ from api.errors import error_middleware
 from api.http_api import add_public_routes
 from api.signals import wait_for_stop_signal
 from broker.data_routes import add_data_routes
+from broker.group_coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    ReplicaOffsetsLog,
+    router_end_offset,
+)
+from broker.group_routes import add_group_routes
+from broker.groups.group import GroupConfig
 from broker.lifecycle import BrokerLifecycle, LifecycleConfig
 from broker.metadata_follower import MetadataFollower
 from broker.producer_ids import ProducerIdManager, add_producer_id_routes
 from broker.replica_manager import ReplicaManager
+from broker.router import PartitionRouter
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
@@ -52,9 +63,11 @@ class BrokerServer:
     follower: MetadataFollower
     lifecycle: BrokerLifecycle
     replicas: ReplicaManager
+    groups: GroupCoordinator
 
     async def start(self) -> None:
         await self.replicas.start()
+        await self.groups.start()
         await self.follower.start()
         await self.lifecycle.start()
 
@@ -118,14 +131,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                               retention_check_interval_ms=config.log_retention_check_interval_ms,
                               cleaner_backoff_ms=config.log_cleaner_backoff_ms)
     follower.subscribe(replicas.on_metadata)
-    srv = BrokerServer(config, follower, lifecycle, replicas)
     # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
+    router = add_data_routes(app, replicas)
+    groups = _group_coordinator(config, follower, replicas, router)
+    follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
+    srv = BrokerServer(config, follower, lifecycle, replicas, groups)
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
-    add_data_routes(app, replicas)
+    add_group_routes(app, groups)
     add_public_routes(app, srv)
     add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
                                                   replicas.controller))
@@ -134,12 +150,31 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
         if autostart:
             await srv.start()
         yield
+        await groups.stop()  # first: its appends go through the replicas
         await lifecycle.stop()
         await follower.stop()
         await replicas.stop()
 
     app.cleanup_ctx.append(lifecycle_ctx)
     return app, srv
+
+
+def _group_coordinator(config: NodeConfig, follower: MetadataFollower,
+                       replicas: ReplicaManager, router: PartitionRouter) -> GroupCoordinator:
+    return GroupCoordinator(
+        broker_id=config.node_id, offsets_log=ReplicaOffsetsLog(replicas),
+        image=lambda: follower.image, create_topic=replicas.controller.execute,
+        end_offset=router_end_offset(router.list_offsets),
+        config=CoordinatorConfig(
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            offsets_commit_timeout_ms=config.offsets_commit_timeout_ms,
+            group=GroupConfig(
+                session_timeout_ms_min=config.group_min_session_timeout_ms,
+                session_timeout_ms_max=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                offsets_retention_minutes=config.offsets_retention_minutes,
+                group_size_max=config.group_max_size)))
 
 
 async def serve_broker(config: NodeConfig) -> bool:

@@ -69,6 +69,19 @@ class NodeConfig(BaseModel):
     """How often leadership moves back to preferred replicas; 0 turns it off."""
     default_num_partitions: int = Field(default=1, ge=1)
     default_replication_factor: int = Field(default=1, ge=1)
+    # Consumer groups (Kafka's broker configs of the same names, dots as underscores).
+    offsets_topic_num_partitions: int = Field(default=10, ge=1)
+    """Partitions of ``__consumer_offsets`` when it is created (Kafka: 50). Only read at
+    creation: changing the count of an existing topic would move groups to other partitions."""
+    offsets_topic_replication_factor: int = Field(default=3, ge=1)
+    """Replication factor of ``__consumer_offsets``, capped at the usable brokers then."""
+    offsets_commit_timeout_ms: int = Field(default=5_000, ge=1)
+    """How long an append to ``__consumer_offsets`` waits for acks=all."""
+    offsets_retention_minutes: int = Field(default=10_080, ge=1)
+    group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
+    group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
+    group_initial_rebalance_delay_ms: int = Field(default=3_000, ge=0)
+    group_max_size: int = Field(default=2**31 - 1, ge=1)
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""
