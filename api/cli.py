@@ -23,6 +23,7 @@ def _register() -> None:
         cli_cluster,
         cli_demo,
         cli_dev,
+        cli_groups,
         cli_log,
         cli_produce,
         cli_quorum,

@@ -1,8 +1,8 @@
 """The broker's public HTTP API, registered on the broker's app in one call.
 
 ``add_public_routes(app, srv)`` adds the v3 routes (``api.http_v3``), the REST Proxy v2
-routes (``api.http_v2``), ``GET /metrics`` (``api.metrics``) and ``GET /openapi.json``
-(``api.openapi``), with an ``HttpContext`` built from the broker server (its image, its
+routes (``api.http_v2``), the v3 consumer groups (``api.http_groups``), ``GET /metrics``
+(``api.metrics``) and ``GET /openapi.json`` (``api.openapi``), with an ``HttpContext`` built from the broker server (its image, its
 ``PartitionRouter``, a ``ControllerClient`` for topic administration). Health and readiness
 (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
@@ -16,6 +16,7 @@ from aiohttp import web
 
 from api.errors import ERROR_HOOK_KEY
 from api.http_context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http_groups import add_group_routes
 from api.http_v2 import add_v2_routes
 from api.http_v3 import add_v3_routes
 from api.metrics import BrokerMetrics, metrics_handler, replica_gauges
@@ -48,6 +49,8 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_v2_routes(app)
+    # Group reads go through the client library, bootstrapped from this broker.
+    add_group_routes(app, [config.url])
     app.router.add_get("/metrics", metrics_handler(metrics.render))
     doc = orjson.dumps(openapi_document())
 

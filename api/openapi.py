@@ -49,6 +49,7 @@ SCHEMAS: dict[str, Any] = {
 C = "/v3/clusters/{cluster_id}"
 T = C + "/topics/{topic}"
 P = T + "/partitions/{partition}"
+G = C + "/consumer-groups/{group}"
 
 # (method, path, summary, query parameters, request body schema name or None, success status)
 OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
@@ -94,6 +95,17 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", "/topics/{topic}/partitions/{partition}/offsets", "v2: beginning and end offsets.",
      [], None, "200"),
     ("get", "/brokers", "v2: broker ids.", [], None, "200"),
+    ("get", C + "/consumer-groups", "List consumer groups.", [], None, "200"),
+    ("get", G, "One consumer group: state, assignor, coordinator.", [], None, "200"),
+    ("get", G + "/consumers", "The group's members.", [], None, "200"),
+    ("get", G + "/consumers/{consumer}", "One member.", [], None, "200"),
+    ("get", G + "/consumers/{consumer}/assignments", "A member's partitions.", [], None,
+     "200"),
+    ("get", G + "/lags", "Lag per partition (committed offset, log end offset, member).",
+     [], None, "200"),
+    ("get", G + "/lags/{topic}/partitions/{partition}", "One partition's lag.", [], None,
+     "200"),
+    ("get", G + "/lag-summary", "Maximum and total lag.", [], None, "200"),
     ("get", "/metrics", "Prometheus text format.", [], None, "200"),
     ("get", "/openapi.json", "This document.", [], None, "200"),
     ("get", "/v3/health", "Liveness.", [], None, "200"),
