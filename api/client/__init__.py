@@ -1,18 +1,20 @@
 """Longboat's Python client: producers and consumers that talk to brokers directly.
 
-``AsyncProducer``/``AsyncConsumer`` are the asyncio clients; ``Producer``/``Consumer`` are
-their synchronous twins (the same code on a loop thread). See docs/client.md.
+``AsyncProducer``/``AsyncConsumer``/``AsyncGroupConsumer`` are the asyncio clients;
+``Producer``/``Consumer``/``GroupConsumer`` are their synchronous twins (the same code on a
+loop thread). See docs/client.md.
 """
 
 from api.client.consumer import AsyncConsumer, NoOffsetError
-from api.client.errors import ClientError
+from api.client.errors import ClientError, CommitFailedError
+from api.client.group import AsyncGroupConsumer
 from api.client.producer import AsyncProducer, BatchDelivery
-from api.client.sync import Consumer, Producer
+from api.client.sync import Consumer, GroupConsumer, Producer
 from api.client.transport import ClusterMetadata, fetch_cluster_metadata
 from api.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 __all__ = [
-    "AsyncConsumer", "AsyncProducer", "BatchDelivery", "ClientError", "ClusterMetadata",
-    "Consumer", "ConsumerRecord", "NoOffsetError", "Producer", "RecordMetadata",
-    "TopicPartition", "fetch_cluster_metadata",
+    "AsyncConsumer", "AsyncGroupConsumer", "AsyncProducer", "BatchDelivery", "ClientError",
+    "ClusterMetadata", "CommitFailedError", "Consumer", "ConsumerRecord", "GroupConsumer",
+    "NoOffsetError", "Producer", "RecordMetadata", "TopicPartition", "fetch_cluster_metadata",
 ]

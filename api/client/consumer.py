@@ -11,7 +11,8 @@ Positions: ``seek`` sets one; a partition assigned without one starts at
 ``auto_offset_reset`` ("earliest", "latest"; "none" raises ``NoOffsetError``), and so does a
 position that fell out of the log (``OFFSET_OUT_OF_RANGE``, e.g. deleted by retention).
 A fetch answered after a ``seek`` is dropped, so ``poll`` never returns records from before
-the seek.
+the seek. ``pause`` stops handing out (and fetching) a partition's records without giving it
+up; the group consumer (``api.client.group``) pauses partitions it is about to revoke.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class AsyncConsumer:
                                    source_host=source_host)
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self._parts: dict[TopicPartition, _PartitionState] = {}
+        self._paused: set[TopicPartition] = set()
         self._arrived = asyncio.Event()
         self._closed = False
 
@@ -110,13 +112,35 @@ class AsyncConsumer:
         for tp in list(self._parts):
             if tp not in new:
                 st = self._parts.pop(tp)
+                self._paused.discard(tp)
                 if st.task is not None:
                     st.task.cancel()
         for tp in new:
             self._parts.setdefault(tp, _PartitionState())
+        # A poll waiting on an empty (or smaller) assignment must start fetching the new one.
+        self._arrived.set()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._parts)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        """Stop returning (and fetching) these partitions' records until ``resume``; their
+        positions and any buffered records are kept (Kafka's ``pause``)."""
+        for tp in tps:
+            self._state(tp)
+            self._paused.add(TopicPartition(*tp))
+
+    def resume(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._paused.discard(TopicPartition(*tp))
+        self._arrived.set()
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The known position of each assigned partition (none yet: left out, no reset)."""
+        return {tp: st.position for tp, st in self._parts.items() if st.position is not None}
 
     async def partitions_for(self, topic: str) -> list[int]:
         parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
@@ -298,6 +322,8 @@ class AsyncConsumer:
         while True:
             out: list[ConsumerRecord] = []
             for tp, st in self._parts.items():
+                if tp in self._paused:
+                    continue
                 if st.error is not None:
                     err, st.error = st.error, None
                     raise err
@@ -314,7 +340,8 @@ class AsyncConsumer:
             if left <= 0:
                 return out
             self._arrived.clear()
-            if any(st.buffer is not None or st.error is not None for st in self._parts.values()):
+            if any((st.buffer is not None or st.error is not None) and tp not in self._paused
+                   for tp, st in self._parts.items()):
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), left)

@@ -44,3 +44,19 @@ class ClientError(Exception):
     @property
     def refresh_metadata(self) -> bool:
         return self.code in METADATA_STALE
+
+
+class CommitFailedError(ClientError):
+    """A group commit the coordinator refused because this member no longer owns what it
+    committed: it was removed from the group (``UNKNOWN_MEMBER_ID``) or the group moved on
+    to a newer generation (``ILLEGAL_GENERATION``), or a rebalance did not finish in time
+    (``REBALANCE_IN_PROGRESS``). Kafka's ``CommitFailedException``: the partitions may have
+    been handed to another member, whose position a commit would overwrite; the consumer
+    rejoins and its next ``poll`` carries on from the group's committed offsets."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(code, message)
+
+    @property
+    def retriable(self) -> bool:
+        return False

@@ -6,17 +6,23 @@ coroutine to that loop and waits for its result. ``Producer.send`` returns a
 ``concurrent.futures.Future`` that resolves with the record's ``RecordMetadata``, so
 callbacks (``add_done_callback``) and ``result(timeout)`` work as users of other Kafka
 clients expect.
+
+``GroupConsumer``'s rebalance callbacks run on a worker thread, not on the loop thread, so a
+callback may call the consumer's own blocking methods (``commit`` in ``on_revoked``, Kafka's
+idiom) without waiting on itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from api.client.consumer import AsyncConsumer
+from api.client.group import AsyncGroupConsumer, CommitCallback, PartitionsCallback
 from api.client.producer import AsyncProducer, BatchDelivery
 from api.client.types import ConsumerRecord, Header, RecordMetadata, TopicPartition
 
@@ -180,6 +186,129 @@ class Consumer:
             self._lt.stop()
 
     def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """``cb`` run on a worker thread (awaited by the loop): a synchronous callback may then
+    call the sync consumer, whose methods block on the loop thread."""
+    if cb is None:
+        return None
+
+    async def run(*args: Any) -> None:
+        r = await asyncio.to_thread(cb, *args)
+        if inspect.isawaitable(r):
+            await r
+    return run
+
+
+class GroupConsumer:
+    """Synchronous group consumer; the same options as ``AsyncGroupConsumer``."""
+
+    def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
+                 **options: Any) -> None:
+        self._lt = _LoopThread("longboat-group-consumer")
+
+        async def make() -> AsyncGroupConsumer:
+            c = AsyncGroupConsumer(bootstrap, group_id=group_id, **options)
+            await c.start()
+            return c
+
+        try:
+            self._c = self._lt.run(make())
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """A plain method of the async consumer, run on its loop (it touches loop state)."""
+        async def go() -> T:
+            return fn()
+        return self._lt.run(go())
+
+    @property
+    def member_id(self) -> str:
+        return self._c.member_id
+
+    @property
+    def generation(self) -> int:
+        return self._c.generation
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_revoked: PartitionsCallback | None = None,
+                  on_assigned: PartitionsCallback | None = None,
+                  on_lost: PartitionsCallback | None = None) -> None:
+        listed = None if topics is None else (
+            [topics] if isinstance(topics, str) else list(topics))
+        self._call(lambda: self._c.subscribe(
+            listed, pattern=pattern, on_revoked=_off_loop(on_revoked),
+            on_assigned=_off_loop(on_assigned), on_lost=_off_loop(on_lost)))
+
+    def unsubscribe(self) -> None:
+        self._call(self._c.unsubscribe)
+
+    def subscription(self) -> set[str]:
+        return self._call(self._c.subscription)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._call(self._c.assignment)
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
+             ) -> list[ConsumerRecord]:
+        return self._lt.run(self._c.poll(timeout_ms, max_records))
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        self._lt.run(self._c.commit(None if offsets is None else dict(offsets)))
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
+                     callback: CommitCallback | None = None
+                     ) -> concurrent.futures.Future[None]:
+        """The commit's future; ``callback(offsets, error)`` runs on a worker thread."""
+        async def go() -> None:
+            await self._c.commit_async(None if offsets is None else dict(offsets),
+                                       _off_loop(callback))
+        return self._lt.submit(go())
+
+    def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return self._lt.run(self._c.committed(list(tps)))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._call(lambda: self._c.seek(tp, offset))
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._lt.run(self._c.position(tp))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_end(*tps))
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self._call(lambda: self._c.pause(*tps))
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._call(lambda: self._c.resume(*tps))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._call(self._c.paused)
+
+    def topics(self) -> list[str]:
+        return self._lt.run(self._c.topics())
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._lt.run(self._c.partitions_for(topic))
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._c.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> GroupConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

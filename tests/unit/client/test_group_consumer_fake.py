@@ -1,0 +1,491 @@
+"""``AsyncGroupConsumer``'s rebalance logic against an in-process fake coordinator.
+
+The fake (``fake_group_broker``) runs the real pure core, ``GroupCoordinatorState``, behind
+the coordinator's wire protocol, so these tests pin the client's side of the protocol:
+joins, syncs, eager and cooperative revocation, fencing, commits, the poll timeout, pattern
+subscriptions and the sync twin, without a cluster. Every ``poll`` of every consumer is
+checked to return only records of partitions assigned at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from fake_group_broker import FakeGroupBroker
+
+from api.client import (
+    AsyncGroupConsumer,
+    ClientError,
+    CommitFailedError,
+    ConsumerRecord,
+    GroupConsumer,
+    TopicPartition,
+)
+from api.client.coordinator import CoordinatorClient, list_groups
+from api.client.transport import MetadataCache, Transport
+
+G = "g"
+T = "t"
+SIX = {TopicPartition(T, p) for p in range(6)}
+
+FAST: dict[str, Any] = dict(
+    heartbeat_interval_ms=50, session_timeout_ms=2000, auto_commit_interval_ms=100,
+    max_wait_ms=50, max_poll_interval_ms=10_000, auto_offset_reset="earliest",
+    retry_backoff_ms=20, request_timeout_ms=5000)
+
+
+def run(test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
+        topics: dict[str, int] | None = None, **broker: Any) -> None:
+    async def go() -> None:
+        fake = FakeGroupBroker({T: 6} if topics is None else topics, **broker)
+        await fake.start()
+        try:
+            await asyncio.wait_for(test(fake), 60)
+        finally:
+            await fake.stop()
+    asyncio.run(go())
+
+
+async def until(cond: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Member:
+    """A consumer polled in a background task, with its callbacks and records recorded."""
+
+    def __init__(self, fake: FakeGroupBroker, name: str, strategy: str = "range",
+                 *, topics: list[str] | None = None, pattern: str | None = None,
+                 with_lost: bool = False, **options: Any) -> None:
+        self.name = name
+        self.c = AsyncGroupConsumer(fake.url, group_id=G, client_id=name,
+                                    partition_assignment_strategy=strategy,
+                                    **{**FAST, **options})
+        self.records: list[ConsumerRecord] = []
+        self.events: list[tuple[str, frozenset[TopicPartition]]] = []
+        self.polling = True
+        self._task: asyncio.Task[None] | None = None
+        self._topics = topics if topics is not None or pattern is not None else [T]
+        self._pattern = pattern
+        self._with_lost = with_lost
+
+    def revoked(self) -> set[TopicPartition]:
+        return {tp for kind, tps in self.events if kind == "revoked" for tp in tps}
+
+    async def start(self) -> Member:
+        await self.c.start()
+        lost = (lambda tps: self.events.append(("lost", frozenset(tps)))) \
+            if self._with_lost else None
+        self.c.subscribe(self._topics if self._pattern is None else None, pattern=self._pattern,
+                         on_revoked=lambda tps: self.events.append(("revoked", frozenset(tps))),
+                         on_assigned=lambda tps: self.events.append(("assigned",
+                                                                     frozenset(tps))),
+                         on_lost=lost)
+        self._task = asyncio.get_running_loop().create_task(self._poll_loop())
+        return self
+
+    async def _poll_loop(self) -> None:
+        while True:
+            if not self.polling:
+                await asyncio.sleep(0.01)
+                continue
+            got = await self.c.poll(50)
+            # poll() must never hand out a partition the member does not hold right now.
+            held = self.c.assignment()
+            assert all(TopicPartition(r.topic, r.partition) in held for r in got), (
+                self.name, [(r.topic, r.partition) for r in got], held)
+            self.records += got
+
+    def seen(self) -> set[bytes]:
+        return {r.value for r in self.records if r.value is not None}
+
+    async def stop_polling(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def close(self) -> None:
+        await self.stop_polling()
+        await self.c.close()
+
+
+def values(topic: str, partitions: range, n: int, tag: str = "") -> set[bytes]:
+    return {f"{tag}{topic}-{p}-{i}".encode() for p in partitions for i in range(n)}
+
+
+def assigned_together(*ms: Member) -> bool:
+    held = [m.c.assignment() for m in ms]
+    return (all(held) and sum(len(h) for h in held) == 6
+            and set().union(*held) == SIX)
+
+
+# ---------------------------------------------------------------- sharing and consuming
+
+
+def test_members_share_partitions_and_every_record_is_consumed() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 10)
+        a = await Member(fake, "a").start()
+        b = await Member(fake, "b").start()
+        c = await Member(fake, "c").start()
+        await until(lambda: assigned_together(a, b, c), "three members to share t")
+        await until(lambda: a.seen() | b.seen() | c.seen() >= values(T, range(6), 10),
+                    "every record consumed")
+        assert {len(m.c.assignment()) for m in (a, b, c)} == {2}  # range: 6 / 3
+        assert a.c.generation == b.c.generation == c.c.generation >= 1
+        assert len({a.c.member_id, b.c.member_id, c.c.member_id}) == 3
+        assert fake.members(G).keys() == {a.c.member_id, b.c.member_id, c.c.member_id}
+        for m in (a, b, c):
+            await m.close()
+        assert fake.members(G) == {}  # every member left
+
+    run(go)
+
+
+def test_committed_offsets_resume_after_a_member_closes() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 5, "old-")
+        a = await Member(fake, "a").start()
+        await until(lambda: a.seen() >= values(T, range(6), 5, "old-"), "the old records")
+        await a.close()  # auto-commit commits the positions of everything poll returned
+        probe = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
+        await probe.start()
+        assert await probe.committed(SIX) == {tp: 5 for tp in SIX}
+        await probe.close()
+        await fake.append_everywhere(T, 3, "new-")
+        b = await Member(fake, "b").start()
+        await until(lambda: b.seen() >= values(T, range(6), 3, "new-"), "the new records")
+        assert not any(v.startswith(b"old-") for v in b.seen())  # resumed, not earliest
+        await b.close()
+
+    run(go)
+
+
+def test_auto_commit_commits_only_what_earlier_polls_returned() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        tp = TopicPartition("one", 0)
+        await fake.append("one", 0, [b"x%d" % i for i in range(4)])
+        c = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
+        async with c:
+            c.subscribe(["one"])
+            got: list[ConsumerRecord] = []
+            while len(got) < 4:
+                got += await c.poll(100)
+            # The application may still be working on these: the auto-commits running
+            # meanwhile (every 100 ms) must not commit past them.
+            await asyncio.sleep(0.5)
+            assert (await c.committed([tp]))[tp] in (None, 0)
+            assert await c.poll(10) == []  # ... polling again says they are done
+            await until(lambda: c._last_committed.get(tp) == 4, "the auto-commit")
+            assert (await c.committed([tp]))[tp] == 4
+
+    run(go, topics={"one": 1})
+
+
+# ---------------------------------------------------------------- eager and cooperative
+
+
+@pytest.mark.parametrize("strategy", ["range", "sticky"])
+def test_eager_revokes_everything_and_pauses_the_group(strategy: str) -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await Member(fake, "a", strategy).start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        fake.hold_joins = True
+        b = await Member(fake, "b", strategy).start()
+        await until(lambda: fake.parked_members() >= {a.c.member_id}
+                    and len(fake.parked_members()) == 2, "both joins parked")
+        # Eager: a gave everything up before rejoining and reads nothing until the plan.
+        assert a.c.assignment() == set()
+        assert a.events[-1] == ("revoked", frozenset(SIX))
+        before = len(a.records)
+        await fake.append_everywhere(T, 2, "during-")
+        await asyncio.sleep(0.3)
+        assert len(a.records) == before
+        fake.release_joins()
+        await until(lambda: assigned_together(a, b), "the plan")
+        await until(lambda: a.seen() | b.seen() >= values(T, range(6), 2, "during-"),
+                    "the records produced during the rebalance")
+        await a.close()
+        await b.close()
+
+    run(go)
+
+
+def test_cooperative_member_keeps_reading_its_partitions_during_a_join() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await Member(fake, "a", "cooperative-sticky").start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        fake.hold_joins = True
+        b = await Member(fake, "b", "cooperative-sticky").start()
+        await until(lambda: len(fake.parked_members()) == 2, "both joins parked")
+        # a rejoined keeping everything, and still reads all of it while the group joins.
+        assert a.c.assignment() == SIX
+        a_joins = [j for j in fake.ops("join") if j["member_id"] == a.c.member_id]
+        assert len(a_joins[-1]["owned"]) == 6
+        await fake.append_everywhere(T, 2, "during-")
+        await until(lambda: a.seen() >= values(T, range(6), 2, "during-"),
+                    "a to read every partition during the join")
+        fake.release_joins()
+        await until(lambda: assigned_together(a, b), "the hand-over (two rounds)")
+        kept = a.c.assignment()
+        assert len(kept) == 3
+        # Only what moved was revoked, never what a kept; nothing was lost.
+        assert a.revoked() == SIX - kept
+        assert all(kind != "lost" for kind, _ in a.events)
+        assert b.revoked() == set()
+        # KIP-429: the plan withholding the moved partitions comes first, b gets them after.
+        b_assigned = [tps for kind, tps in b.events if kind == "assigned"]
+        assert b_assigned[-1] == SIX - kept
+        await fake.append_everywhere(T, 1, "after-")
+        await until(lambda: a.seen() | b.seen() >= values(T, range(6), 1, "after-"),
+                    "records after the hand-over")
+        await a.close()
+        await b.close()
+
+    run(go)
+
+
+def test_cooperative_revocation_commits_before_handing_over() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 4)
+        a = await Member(fake, "a", "cooperative-sticky").start()
+        await until(lambda: a.seen() >= values(T, range(6), 4), "a to read everything")
+        a.polling = False  # a is done with what it read (its next poll would say so) ...
+        await a.c.poll(0)
+        a.polling = True
+        b = await Member(fake, "b", "cooperative-sticky").start()
+        await until(lambda: assigned_together(a, b), "the hand-over")
+        # ... so the partitions b took over were committed by a before b got them: b
+        # starts where a stopped and reads nothing a had read.
+        await asyncio.sleep(0.3)
+        assert not (b.seen() & values(T, range(6), 4))
+        await a.close()
+        await b.close()
+
+    run(go)
+
+
+# ---------------------------------------------------------------- fencing
+
+
+def test_a_member_the_group_dropped_loses_its_partitions_and_rejoins() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await Member(fake, "a", with_lost=True).start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        old_id = a.c.member_id
+        fake.kick(G, old_id)  # as a session expiry would
+        await until(lambda: ("lost", frozenset(SIX)) in a.events, "on_lost")
+        assert ("revoked", frozenset(SIX)) not in a.events
+        await until(lambda: a.c.assignment() == SIX and a.c.member_id not in ("", old_id),
+                    "a to rejoin under a new member id")
+        await a.close()
+
+    run(go)
+
+
+def test_commit_from_a_fenced_member_raises_commit_failed() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 1)
+        # Heartbeats rare enough that the commit is what finds out.
+        c = AsyncGroupConsumer(fake.url, group_id=G, **{**FAST, "heartbeat_interval_ms": 1500,
+                                                         "enable_auto_commit": False})
+        async with c:
+            c.subscribe([T])
+            got: list[ConsumerRecord] = []
+            while len(got) < 6:
+                got += await c.poll(100)
+            fake.kick(G, c.member_id)
+            with pytest.raises(CommitFailedError) as e:
+                await c.commit()
+            # UNKNOWN_MEMBER_ID, or ILLEGAL_GENERATION once the emptied group is gone.
+            assert e.value.code in ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION")
+            assert c.assignment() == set()  # dropped at once: they may be someone else's
+            await until(lambda: c.assignment() == SIX, "the rejoin")
+            await c.commit()  # a member again: accepted
+
+    run(go)
+
+
+def test_no_poll_for_max_poll_interval_leaves_and_the_next_poll_rejoins() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await Member(fake, "a", max_poll_interval_ms=600).start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        a.polling = False
+        await until(lambda: fake.members(G) == {}, "a to leave after the poll timeout")
+        assert a.c.assignment() == set()
+        assert a.events[-1] == ("revoked", frozenset(SIX))  # reported lost (= revoked here)
+        a.polling = True
+        await until(lambda: a.c.assignment() == SIX, "a to rejoin on its next poll")
+        await a.close()
+
+    run(go)
+
+
+# ---------------------------------------------------------------- subscriptions
+
+
+def test_pattern_subscription_follows_new_topics() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await Member(fake, "a", pattern=r"orders-.*", metadata_max_age_ms=100).start()
+        await until(lambda: a.c.assignment() == {TopicPartition("orders-1", 0)}, "orders-1")
+        assert a.c.subscription() == {"orders-1"}
+        fake.create_topic("orders-2", 2)
+        fake.create_topic("other", 2)
+        await until(lambda: a.c.assignment() == {TopicPartition("orders-1", 0),
+                                                 TopicPartition("orders-2", 0),
+                                                 TopicPartition("orders-2", 1)}, "orders-2")
+        assert a.c.subscription() == {"orders-1", "orders-2"}
+        await a.close()
+
+    run(go, topics={"orders-1": 1, "audit": 1, "__consumer_offsets": 1})
+
+
+def test_unsubscribe_commits_revokes_and_leaves() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 2)
+        a = await Member(fake, "a").start()
+        await until(lambda: a.seen() >= values(T, range(6), 2), "every record")
+        await a.stop_polling()
+        a.c.unsubscribe()
+        assert a.c.assignment() == set() and a.c.subscription() == set()
+        await until(lambda: fake.members(G) == {}, "a to leave")
+        await until(lambda: ("revoked", frozenset(SIX)) in a.events, "on_revoked")
+        assert fake.state.fetch_offsets(G) and all(
+            c.offset == 2 for c in fake.state.fetch_offsets(G).values())
+        with pytest.raises(ClientError):
+            await a.c.poll(10)  # not subscribed
+        await a.c.close()
+
+    run(go)
+
+
+def test_rebalance_callback_errors_surface_in_poll() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        c = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
+        async with c:
+            async def boom(tps: set[TopicPartition]) -> None:
+                raise RuntimeError("listener failed")
+            c.subscribe([T], on_assigned=boom)
+            with pytest.raises(RuntimeError, match="listener failed"):
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    await c.poll(50)
+            assert c.assignment() == SIX  # the rebalance itself went on
+
+    run(go)
+
+
+# ---------------------------------------------------------------- coordinator client
+
+
+def test_coordinator_client_follows_coordinator_errors_then_gives_up() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        t = Transport()
+        md = MetadataCache(t, [fake.url])
+        try:
+            cc = CoordinatorClient(t, md, G, retry_timeout_s=5)
+            fake.refuse_next = ["COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR",
+                                "COORDINATOR_NOT_AVAILABLE"]
+            ans = await cc.call("heartbeat", {"member_id": "nobody", "generation": 1})
+            assert ans["error"] == "UNKNOWN_MEMBER_ID"  # a group outcome: returned
+            assert not fake.refuse_next
+            cc = CoordinatorClient(t, md, G, retry_timeout_s=0.5)
+            fake.refuse_next = ["NOT_COORDINATOR"] * 1000
+            with pytest.raises(ClientError) as e:
+                await cc.call("heartbeat", {"member_id": "nobody", "generation": 1})
+            assert e.value.code == "NOT_COORDINATOR" and "0.5 s" in str(e.value)
+            fake.refuse_next = []
+            with pytest.raises(ClientError) as e:
+                await cc.call("no_such_op", {})
+            assert e.value.code == "INVALID_REQUEST"
+        finally:
+            await t.close()
+
+    run(go)
+
+
+def test_members_join_through_a_moving_coordinator_and_list_groups_sees_them() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        fake.refuse_next = ["COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"] * 3
+        a = await Member(fake, "a").start()
+        await until(lambda: a.c.assignment() == SIX, "a to join")
+        t = Transport()
+        try:
+            groups = await list_groups(t, MetadataCache(t, [fake.url]))
+        finally:
+            await t.close()
+        assert groups == [{"group": G, "state": "STABLE", "is_simple": False}]
+        await a.close()
+
+    run(go)
+
+
+def test_commit_async_reports_to_its_callback() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        tp = TopicPartition(T, 0)
+        c = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
+        async with c:
+            c.subscribe([T])
+            await until(lambda: c.assignment() == SIX, "the assignment")
+            seen: list[tuple[dict[TopicPartition, int], Exception | None]] = []
+            await c.commit_async({tp: 7}, lambda o, e: seen.append((o, e)))
+            assert seen == [({tp: 7}, None)]
+            assert (await c.committed([tp, TopicPartition(T, 1)])) == {
+                tp: 7, TopicPartition(T, 1): None}
+            fake.kick(G, c.member_id)
+            await c.commit_async({tp: 8}, lambda o, e: seen.append((o, e)))
+            assert isinstance(seen[-1][1], CommitFailedError)
+
+    run(go)
+
+
+# ---------------------------------------------------------------- the sync twin
+
+
+def test_sync_group_consumer_callbacks_may_call_back_into_the_consumer() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 3)
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        def app() -> None:
+            # Kafka's idiom: commit what was processed from inside on_revoked.
+            with GroupConsumer(fake.url, group_id=G, enable_auto_commit=False,
+                               **{k: v for k, v in FAST.items()
+                                  if k != "auto_commit_interval_ms"}) as c:
+                def on_revoked(tps: set[TopicPartition]) -> None:
+                    c.commit()
+                    result["revoked"] = tps
+                c.subscribe([T], on_revoked=on_revoked)
+                got: list[ConsumerRecord] = []
+                deadline = time.monotonic() + 20
+                while len(got) < 18 and time.monotonic() < deadline:
+                    got += c.poll(100)
+                result["got"] = len(got)
+                result["member"] = c.member_id
+                result["assignment"] = c.assignment()
+            done.set()
+
+        thread = threading.Thread(target=app)
+        thread.start()
+        while not done.is_set():
+            await asyncio.sleep(0.05)
+        thread.join()
+        assert result["got"] == 18 and result["member"] and result["assignment"] == SIX
+        assert result["revoked"] == SIX  # on close, after committing from the callback
+        assert {c.offset for c in fake.state.fetch_offsets(G).values()} == {3}
+
+    run(go)
+
