@@ -129,7 +129,8 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                               committer=GroupCommitter(policy=policy),
                               replica_lag_time_max_ms=config.replica_lag_time_max_ms,
                               retention_check_interval_ms=config.log_retention_check_interval_ms,
-                              cleaner_backoff_ms=config.log_cleaner_backoff_ms)
+                              cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+                              acks_require_fsync=config.acks_require_fsync)
     follower.subscribe(replicas.on_metadata)
     # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)

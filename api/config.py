@@ -96,6 +96,11 @@ class NodeConfig(BaseModel):
     (the default) means each topic's ``flush.messages``/``flush.ms``, and otherwise only when
     someone waits (an acks=1 produce waits for its fsync; acks=all relies on replication,
     as Kafka does)."""
+    acks_require_fsync: bool = False
+    """Acknowledge a write only once every in-sync replica has fsynced it: the leader's high
+    watermark waits for its own fsync, and followers fsync before each fetch. A power cut of
+    every replica at once then loses no acknowledged write (the fault-injection suite's
+    lose-unsynced nemesis on several brokers). Off, as Kafka: durability by replication."""
 
     @field_validator("roles", mode="before")
     @classmethod

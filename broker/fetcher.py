@@ -108,6 +108,10 @@ async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> N
             if step is not None:
                 await _truncate(mgr, rep, fs, step, url)
                 step = None
+            if mgr.acks_require_fsync and rep.log.flushed_offset < rep.log.log_end_offset:
+                # The fetch offset tells the leader what we hold; with durable acks it must
+                # mean what we hold on disk (group-committed with the other partitions).
+                await mgr.committer.durable(rep.log, rep.log.log_end_offset)
             epoch = mgr.broker_epoch()
             ans = await call(_session(mgr), url, "fetch", {
                 "topic": rep.topic, "partition": rep.partition,

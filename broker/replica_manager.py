@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -66,7 +67,7 @@ from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
 from storage.group_commit import GroupCommitter
-from storage.log import PartitionLog
+from storage.log import LogTruncatedError, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -203,12 +204,18 @@ class ReplicaManager:
                  committer: GroupCommitter | None = None,
                  replica_lag_time_max_ms: int = 30_000,
                  retention_check_interval_ms: int = 300_000,
-                 cleaner_backoff_ms: int = 15_000) -> None:
+                 cleaner_backoff_ms: int = 15_000,
+                 acks_require_fsync: bool = False) -> None:
         self.broker_id = BrokerId(broker_id)
         self.data_dir = Path(data_dir)
         self.broker_epoch = broker_epoch
         self.committer = committer or GroupCommitter()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.acks_require_fsync = acks_require_fsync
+        """Every replica fsyncs before it counts: the leader's HW never passes what it has
+        fsynced, and followers fsync what they appended before their next fetch (whose
+        offset counts towards the HW). An acknowledged write then survives a power cut of
+        every replica at once; off (Kafka's default), durability is by replication."""
         self.retention_check_interval_s = retention_check_interval_ms / 1000
         self.cleaner_backoff_s = max(cleaner_backoff_ms, retention_check_interval_ms) / 1000
         self.controller = ControllerClient(controller_urls, timeout_s=10)
@@ -221,6 +228,7 @@ class ReplicaManager:
         self._deferred = False
         self._maintenance: asyncio.Task[None] | None = None
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
+        self._flush_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -414,8 +422,9 @@ class ReplicaManager:
             local_broker_epoch=epoch if epoch is not None else -1, registration=reg,
             log_end_offset=plog.log_end_offset, high_watermark=hw,
             flushed_offset=plog.flushed_offset, now_ms=t,
-            config=ReplicationConfig.from_kafka(
+            config=dataclasses.replace(ReplicationConfig.from_kafka(
                 {"replica.lag.time.max.ms": str(self.replica_lag_time_max_ms), **configs}),
+                hw_requires_leader_flush=self.acks_require_fsync),
             ineligible_replicas=self._ineligible(image, reg))
         rep.last_shrink_check_ms = t
         log.info("broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s)",
@@ -424,6 +433,10 @@ class ReplicaManager:
         change = rep.leader.maybe_mark_recovered()
         if change is not None:
             self._send_change(rep, change)
+        if self.acks_require_fsync and plog.flushed_offset < plog.log_end_offset:
+            # What we appended as a follower after our last fetch is not fsynced yet; the HW
+            # must not wait for the next produce to flush it.
+            self._flush_leader(rep, plog.log_end_offset)
         self._after_hw_change(rep)
 
     async def _become_follower(self, rep: Replica, reg: PartitionRegistration) -> None:
@@ -550,9 +563,16 @@ class ReplicaManager:
             self._after_hw_change(rep)
         out = {"base_offset": base, "last_offset": last, "log_append_time": -1,
                "duplicate": duplicate}
-        if acks == 1 and not duplicate:
+        if self.acks_require_fsync:
+            # The HW waits for our fsync (hw_requires_leader_flush): ask for it and tell the
+            # leader state when it is done. acks=0 does not wait, but its records must still
+            # become durable and committed, so the flush runs on its own.
+            flushed = self._flush_leader(rep, last + 1)
+            if acks != 0:
+                await flushed
+        elif acks == 1 and not duplicate:
             await self.committer.durable(rep.log, last + 1)
-        elif acks == ACKS_ALL:
+        if acks == ACKS_ALL:
             fut: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
             wid = leader.add_waiter(last, t + timeout_ms)
             rep.ack_futures[wid] = fut
@@ -566,6 +586,28 @@ class ReplicaManager:
             if err is not None:
                 raise err
         return out
+
+    def _flush_leader(self, rep: Replica, offset: int) -> asyncio.Task[None]:
+        """fsync ``rep``'s log below ``offset`` (group-committed with every other log), then
+        let its leader state count it towards the HW."""
+        async def flush() -> None:
+            await self.committer.durable(rep.log, offset)
+            leader = rep.leader
+            if leader is not None and leader.is_leader and leader.on_local_flush(
+                    rep.log.flushed_offset, now_ms()):
+                self._after_hw_change(rep)
+        task = asyncio.get_running_loop().create_task(flush())
+        self._flush_tasks.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._flush_done)
+        return task
+
+    def _flush_done(self, task: asyncio.Task[None]) -> None:
+        self._flush_tasks.discard(task)
+        # Retrieved here so an acks=0 flush nobody awaits does not log "never retrieved";
+        # an awaiting produce gets the error itself. Truncated offsets need no flush.
+        e = None if task.cancelled() else task.exception()
+        if e is not None and not isinstance(e, LogTruncatedError):
+            log.warning("broker %d: flush failed: %r", self.broker_id, e)
 
     def _resolve_acks(self, rep: Replica) -> None:
         if rep.leader is None:

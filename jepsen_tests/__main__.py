@@ -51,7 +51,8 @@ def make_cluster(args: argparse.Namespace) -> Cluster:
     from jepsen_tests.longboat import LongboatCluster
 
     return LongboatCluster(n=args.nodes, partitions=args.keys,
-                           idempotence=args.idempotence == "on")
+                           idempotence=args.idempotence == "on",
+                           acks_require_fsync=args.acks_require_fsync)
 
 
 def _span(text: str | None, default: tuple[float, float]) -> tuple[float, float]:
@@ -103,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--netns", default="auto", choices=["auto", "on", "off"])
     r.add_argument("--idempotence", default="on", choices=["on", "off"],
                    help="the Longboat producers' enable_idempotence")
+    r.add_argument("--acks-require-fsync", action="store_true",
+                   help="brokers acknowledge a write only once every in-sync replica has "
+                        "fsynced it (acks_require_fsync): lose-unsynced on several brokers "
+                        "at once must then lose nothing")
     r.add_argument("--fault-duration", default=None, metavar="MIN,MAX",
                    help="seconds each fault lasts (default 1,3 on the toy; 3,15 on Longboat, "
                         "whose broker session timeout is 9 s)")

@@ -77,7 +77,7 @@ class LongboatCluster(Cluster):
 
     def __init__(self, n: int = 3, partitions: int = 6, replication_factor: int = 3,
                  min_insync_replicas: int = 2, idempotence: bool = True,
-                 topic: str = TOPIC) -> None:
+                 topic: str = TOPIC, acks_require_fsync: bool = False) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
         self.n = n
@@ -85,6 +85,8 @@ class LongboatCluster(Cluster):
         self.replication_factor = replication_factor
         self.min_insync_replicas = min_insync_replicas
         self.idempotence = idempotence
+        self.acks_require_fsync = acks_require_fsync
+        """Brokers' ``acks_require_fsync``: every ISR member fsyncs before a write is acked."""
         self.topic = topic
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
@@ -135,7 +137,9 @@ class LongboatCluster(Cluster):
                 f"roles = [\"{n.roles[0]}\"]\n"
                 f"listen = \"{n.host}:{n.port}\"\n"
                 f"controller_quorum = \"{quorum}\"\n"
-                f"data_dir = \"{n.data_dir}\"\n")
+                f"data_dir = \"{n.data_dir}\"\n"
+                + ("acks_require_fsync = true\n"
+                   if self.acks_require_fsync and "broker" in n.roles else ""))
             argv = [sys.executable, "-m", "api", n.roles[0], "start", "--config", str(conf)]
             self.processes[n.name] = NodeProcess(
                 n.name, wrap(argv), run_dir / "logs" / f"{n.name}.log",

@@ -130,6 +130,8 @@ def label_of(r: dict[str, Any]) -> str:
     extra = r.get("extra", [])
     if "--idempotence" in extra:
         label += f" (idempotence {extra[extra.index('--idempotence') + 1]})"
+    if "--acks-require-fsync" in extra:
+        label += " (acks_require_fsync)"
     if "lose-unsynced" in label.split(","):
         n = replicas_lost_at_once(r["dir"])
         label += " (1 broker at a time)" if n <= 1 else " (2+ brokers at once)"
