@@ -82,6 +82,10 @@ class NodeConfig(BaseModel):
     group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
     group_initial_rebalance_delay_ms: int = Field(default=3_000, ge=0)
     group_max_size: int = Field(default=2**31 - 1, ge=1)
+    # HTTP consumer instances (Kafka REST's ``consumer.instance.timeout.ms``).
+    consumer_instance_timeout_ms: int = Field(default=300_000, ge=100)
+    """A v2 consumer instance without a request for this long is closed (it leaves its
+    group) and forgotten."""
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""

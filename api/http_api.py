@@ -1,10 +1,11 @@
 """The broker's public HTTP API, registered on the broker's app in one call.
 
 ``add_public_routes(app, srv)`` adds the v3 routes (``api.http_v3``), the REST Proxy v2
-routes (``api.http_v2``), the v3 consumer groups (``api.http_groups``), ``GET /metrics``
-(``api.metrics``) and ``GET /openapi.json`` (``api.openapi``), with an ``HttpContext`` built from the broker server (its image, its
-``PartitionRouter``, a ``ControllerClient`` for topic administration). Health and readiness
-(``/v3/health``, ``/v3/health/ready``) are the broker app's own.
+routes (``api.http_v2``), the v3 consumer groups (``api.http_groups``), the v2 consumer
+instances (``api.http_v2_consumers``), ``GET /metrics`` (``api.metrics``) and
+``GET /openapi.json`` (``api.openapi``), with an ``HttpContext`` built from the broker server
+(its image, its ``PartitionRouter``, a ``ControllerClient`` for topic administration).
+Health and readiness (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from api.errors import ERROR_HOOK_KEY
 from api.http_context import CONTEXT_KEY, HttpContext, cluster_id_for
 from api.http_groups import add_group_routes
 from api.http_v2 import add_v2_routes
+from api.http_v2_consumers import add_v2_consumer_routes
 from api.http_v3 import add_v3_routes
 from api.metrics import BrokerMetrics, metrics_handler, replica_gauges
 from api.openapi import openapi_document
@@ -49,8 +51,11 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_v2_routes(app)
-    # Group reads go through the client library, bootstrapped from this broker.
+    # Group reads and v2 consumer instances go through the client library, bootstrapped
+    # from this broker; instances name this broker in their base_uri (they live here).
     add_group_routes(app, [config.url])
+    add_v2_consumer_routes(app, bootstrap=[config.url], advertised_url=config.url,
+                           instance_timeout_ms=config.consumer_instance_timeout_ms)
     app.router.add_get("/metrics", metrics_handler(metrics.render))
     doc = orjson.dumps(openapi_document())
 

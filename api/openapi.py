@@ -11,6 +11,9 @@ from typing import Any
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 
+_TP = {"type": "object", "required": ["topic", "partition"], "properties": {
+    "topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0}}}
+
 _DATA = {"type": "object", "properties": {
     "type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]},
     "data": {}}}
@@ -44,12 +47,33 @@ SCHEMAS: dict[str, Any] = {
     "V2Produce": {"type": "object", "required": ["records"], "properties": {
         "records": {"type": "array", "items": {"type": "object", "properties": {
             "key": {}, "value": {}, "partition": {"type": "integer"}}}}}},
+    "V2CreateConsumer": {"type": "object", "properties": {
+        "name": {"type": "string"},
+        "format": {"type": "string", "enum": ["binary", "json", "string"]},
+        "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
+        "auto.commit.enable": {"type": ["boolean", "string"]},
+        "fetch.min.bytes": {"type": ["integer", "string"]},
+        "consumer.request.timeout.ms": {"type": ["integer", "string"]}}},
+    "V2Subscription": {"type": "object", "properties": {
+        "topics": {"type": "array", "items": {"type": "string"}},
+        "topic_pattern": {"type": "string"}}},
+    "V2Partitions": {"type": "object", "required": ["partitions"], "properties": {
+        "partitions": {"type": "array", "items": _TP}}},
+    "V2Offsets": {"type": "object", "properties": {
+        "offsets": {"type": "array", "items": {"type": "object", "properties": {
+            "topic": {"type": "string"}, "partition": {"type": "integer"},
+            "offset": {"type": "integer"}}}},
+        "timestamps": {"type": "array", "items": {"type": "object", "properties": {
+            "topic": {"type": "string"}, "partition": {"type": "integer"},
+            "timestamp": {"oneOf": [{"type": "string", "format": "date-time"},
+                                    {"type": "integer"}]}}}}}},
 }
 
 C = "/v3/clusters/{cluster_id}"
 T = C + "/topics/{topic}"
 P = T + "/partitions/{partition}"
 G = C + "/consumer-groups/{group}"
+CI = "/consumers/{group}/instances/{instance}"
 
 # (method, path, summary, query parameters, request body schema name or None, success status)
 OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
@@ -106,6 +130,26 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", G + "/lags/{topic}/partitions/{partition}", "One partition's lag.", [], None,
      "200"),
     ("get", G + "/lag-summary", "Maximum and total lag.", [], None, "200"),
+    ("post", "/consumers/{group}", "v2: create a consumer instance; answers instance_id "
+     "and base_uri (this broker).", [], "V2CreateConsumer", "200"),
+    ("delete", CI, "v2: delete a consumer instance (it leaves its group).", [], None, "204"),
+    ("post", CI + "/subscription", "v2: subscribe to topics or a topic_pattern.", [],
+     "V2Subscription", "204"),
+    ("get", CI + "/subscription", "v2: the subscribed topics.", [], None, "200"),
+    ("delete", CI + "/subscription", "v2: unsubscribe (leave the group).", [], None, "204"),
+    ("post", CI + "/assignments", "v2: assign partitions manually.", [], "V2Partitions",
+     "204"),
+    ("get", CI + "/assignments", "v2: the assigned partitions.", [], None, "200"),
+    ("post", CI + "/positions", "v2: seek to offsets or timestamps.", [], "V2Offsets", "204"),
+    ("post", CI + "/positions/beginning", "v2: seek to the beginning.", [], "V2Partitions",
+     "204"),
+    ("post", CI + "/positions/end", "v2: seek to the end.", [], "V2Partitions", "204"),
+    ("get", CI + "/records", "v2: records (Accept: application/vnd.kafka.<format>.v2+json); "
+     "waits up to timeout ms for data.", ["timeout", "max_bytes"], None, "200"),
+    ("post", CI + "/offsets", "v2: commit the named offsets (+1), or everything consumed.",
+     [], "V2Offsets", "200"),
+    ("get", CI + "/offsets", "v2: committed offsets of the named partitions (JSON body) or "
+     "of the assignment.", [], "V2Partitions", "200"),
     ("get", "/metrics", "Prometheus text format.", [], None, "200"),
     ("get", "/openapi.json", "This document.", [], None, "200"),
     ("get", "/v3/health", "Liveness.", [], None, "200"),
@@ -113,7 +157,7 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
      [], None, "200"),
 ]
 
-_INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset"}
+_INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset", "timeout"}
 
 
 def _path_params(path: str) -> list[dict[str, Any]]:
