@@ -137,6 +137,15 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+async def wait_event(ev: asyncio.Event, timeout_s: float) -> None:
+    """Wait for ``ev`` at most ``timeout_s``. Not ``asyncio.wait_for``: on Python 3.11 it can
+    swallow a cancellation that arrives as the event fires (fixed in 3.12), and a task that
+    survives its cancellation hangs whoever awaits it (``_drop``, ``stop``)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await ev.wait()
+
+
 # ---------------------------------------------------------------- errors, config, ports
 
 
@@ -298,8 +307,7 @@ class GroupCoordinator:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+            await wait_event(self._wake, RECONCILE_INTERVAL_S)
             self._wake.clear()
             try:
                 await self._reconcile()
@@ -327,9 +335,12 @@ class GroupCoordinator:
         if counts != self._topic_counts:
             self._topic_counts = counts
             now = self.clock()
-            for shard in self.shards.values():
-                if shard.state is not None:
-                    self._submit(shard, self._core(shard, lambda st: st.update_topics(counts, now)))
+            for shard in list(self.shards.values()):
+                if shard.state is None:
+                    continue  # a load in progress builds its core with the new counts
+                with contextlib.suppress(Exception):  # _core logged it and reloads the shard
+                    self._submit(shard, self._core(shard, lambda st: st.update_topics(counts,
+                                                                                      now)))
         for p, lead in sorted(led.items()):
             if p not in self.shards and not self._stopped:
                 self._load(p, lead)
@@ -544,14 +555,16 @@ class GroupCoordinator:
         shard = self.shards.get(p)
         leader = self._leader_in(image, p)
         if shard is None or self.log.leadership(p) != shard.lead:
-            if leader == self.broker_id and self.log.leadership(p) is not None:
+            if leader == self.broker_id or self.log.leadership(p) is not None:
+                # The image names this broker (the replica takes over in a moment) or the
+                # replica leads and the shard is not there yet: either way, it is coming.
                 self._wake.set()
                 raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
                                        f"{OFFSETS_TOPIC}-{p} is being loaded")
             raise CoordinatorError(
                 NOT_COORDINATOR, f"broker {self.broker_id} does not coordinate group "
                                  f"{group!r} ({OFFSETS_TOPIC}-{p}, leader {leader})",
-                coordinator_id=-1 if leader == self.broker_id else leader)
+                coordinator_id=leader)
         if shard.state is None:
             raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
                                    f"{OFFSETS_TOPIC}-{p} is being loaded")
@@ -630,9 +643,7 @@ class GroupCoordinator:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            ev = self._image_changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), left)
+            await wait_event(self._image_changed, left)
 
     async def join(self, req: JoinRequest) -> JoinResponse:
         """Long-polls until the join phase completes (or the coordinator moves)."""
@@ -708,8 +719,8 @@ class GroupCoordinator:
         loading = [s for s in self.shards.values() if s.state is None and not s.closed]
         if loading:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(s.loaded.wait() for s in loading)),
-                                       LIST_WAIT_S)
+                async with asyncio.timeout(LIST_WAIT_S):
+                    await asyncio.gather(*(s.loaded.wait() for s in loading))
             if any(s.state is None and not s.closed for s in self.shards.values()):
                 raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
                                        "an offsets partition is still loading")
@@ -794,9 +805,7 @@ class ReplicaOffsetsLog:
             rep = self.replicas.by_name[(OFFSETS_TOPIC, partition)]
             if rep.high_watermark >= offset:
                 return
-            ev = rep.changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), RECONCILE_INTERVAL_S)
+            await wait_event(rep.changed, RECONCILE_INTERVAL_S)
 
     async def append(self, partition: int, lead: Leadership, records: list[KeyValue],
                      timestamp_ms: int, timeout_ms: int) -> None:

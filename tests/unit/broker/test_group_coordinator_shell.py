@@ -105,16 +105,17 @@ class FakeLog:
         self.logs[partition].extend(records)
 
 
-def image(offsets_partitions: int = 1) -> MetadataImage:
+def image(offsets_partitions: int = 1, leader: int = 1) -> MetadataImage:
     d = MetadataDelta(MetadataImage.EMPTY)
-    d.replay(RegisterBrokerRecord(broker_id=1, incarnation_id="x", fenced=False,
-                                  endpoints=(Endpoint("http", "127.0.0.1", 9092),)), 1)
-    d.replay(TopicRecord(name=OFFSETS_TOPIC, topic_id="tid"), 2)
-    off = 2
+    for b in (1, 2):
+        d.replay(RegisterBrokerRecord(broker_id=b, incarnation_id="x", fenced=False,
+                                      endpoints=(Endpoint("http", "127.0.0.1", 9090 + b),)), b)
+    d.replay(TopicRecord(name=OFFSETS_TOPIC, topic_id="tid"), 3)
+    off = 3
     for p in range(offsets_partitions):
         off += 1
-        d.replay(PartitionRecord(topic_id="tid", partition=p, replicas=(1,), isr=(1,),
-                                 leader=1), off)
+        d.replay(PartitionRecord(topic_id="tid", partition=p, replicas=(1, 2), isr=(1, 2),
+                                 leader=leader), off)
     d.replay(TopicRecord(name="orders", topic_id="oid"), off + 1)
     for p in range(2):
         d.replay(PartitionRecord(topic_id="oid", partition=p, replicas=(1,), isr=(1,),
@@ -238,9 +239,15 @@ async def test_losing_leadership_answers_parked_joins_not_coordinator() -> None:
         with pytest.raises(CoordinatorError) as e:
             await newcomer
         assert e.value.code == NOT_COORDINATOR
+        # The image still names this broker: the leadership may come back, so "loading".
         with pytest.raises(CoordinatorError) as e:
             await c.heartbeat(HeartbeatRequest("g", member, gen))
-        assert e.value.code == NOT_COORDINATOR and e.value.coordinator_id == -1
+        assert e.value.code == COORDINATOR_LOAD_IN_PROGRESS
+        # Once the image names the new leader, callers are sent there.
+        c.image = lambda: image(leader=2)
+        with pytest.raises(CoordinatorError) as e:
+            await c.heartbeat(HeartbeatRequest("g", member, gen))
+        assert e.value.code == NOT_COORDINATOR and e.value.coordinator_id == 2
     finally:
         await c.stop()
 
@@ -312,7 +319,7 @@ async def test_requests_for_a_partition_led_elsewhere_are_not_coordinator() -> N
             await c.describe("g")
         assert e.value.code == NOT_COORDINATOR and e.value.coordinator_id == 1
         info = await c.find_coordinator("g")
-        assert (info.coordinator_id, info.url, info.partition) == (1, "http://127.0.0.1:9092", 0)
+        assert (info.coordinator_id, info.url, info.partition) == (1, "http://127.0.0.1:9091", 0)
     finally:
         await c.stop()
 
