@@ -361,8 +361,8 @@ class GroupCoordinator:
             # Everything we answer from must be committed: a follower that becomes leader
             # truncates what is above the high watermark.
             await self.log.wait_high_watermark(p, shard.lead, end)
-        except (CoordinatorError, BrokerError, StorageError, OSError) as e:
-            log.warning("broker %d: loading %s-%d failed: %s; retrying", self.broker_id,
+        except Exception as e:  # whatever it is, a shard must not stay "loading" for ever
+            log.warning("broker %d: loading %s-%d failed: %r; retrying", self.broker_id,
                         OFFSETS_TOPIC, p, e)
             await asyncio.sleep(LOAD_RETRY_S)
             if not shard.closed:
@@ -478,7 +478,7 @@ class GroupCoordinator:
                 try:
                     await self.log.append(shard.partition, shard.lead, records, self.clock(),
                                           self.config.offsets_commit_timeout_ms)
-                except (CoordinatorError, BrokerError, StorageError, OSError) as e:
+                except Exception as e:  # never leave the callers in ``writing`` waiting
                     await self._append_failed(shard, e)
                     return
             shard.writing = []
@@ -593,6 +593,9 @@ class GroupCoordinator:
             if self._creating is None or self._creating.done():
                 self._creating = asyncio.get_running_loop().create_task(
                     self._create_offsets_topic(), name="create-offsets-topic")
+                # Callers that went away leave its failure unread: read it here.
+                self._creating.add_done_callback(
+                    lambda t: None if t.cancelled() else t.exception())
             await asyncio.shield(self._creating)
 
         def located(im: MetadataImage) -> bool:
