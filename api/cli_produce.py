@@ -2,7 +2,8 @@
 
 As Kafka's ``kafka-console-producer`` / ``kafka-console-consumer``: lines of standard input
 become records (``--key-separator`` splits a key off each line), and records are printed one
-per line. Both go through the Python client (``api.client``), straight to partition leaders.
+per line. ``consume --group G`` reads as a member of consumer group G (its share of the
+partitions, resuming from the group's commits, auto-committing what it printed). Both go through the Python client (``api.client``), straight to partition leaders.
 ``--bootstrap`` defaults to ``$LONGBOAT_BOOTSTRAP`` or the brokers of the local cluster file
 (``longboat dev up`` writes it).
 """
@@ -162,8 +163,12 @@ def _json_field(b: bytes | None) -> Any:
 @main.command("consume")
 @click.argument("topic")
 @bootstrap_option
+@click.option("--group", "-g", metavar="GROUP",
+              help="Consume as a member of this consumer group: its share of the "
+                   "partitions, from the group's committed offsets, committing as it goes.")
 @click.option("--from-beginning", is_flag=True,
-              help="Start at the earliest offset (default: only new records).")
+              help="Start at the earliest offset (default: only new records). With --group: "
+                   "where the group has no committed offset.")
 @click.option("--partition", "-p", type=int, multiple=True,
               help="Read only this partition (repeatable). Default: all.")
 @click.option("--offset", type=int, help="Start at this offset (with one --partition).")
@@ -174,17 +179,25 @@ def _json_field(b: bytes | None) -> Any:
 @click.option("--print-offset", is_flag=True, help="Prefix PARTITION:OFFSET<TAB>.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per record (non-UTF-8 bytes as {\"base64\": ...}).")
-def consume_cmd(topic: str, bootstrap: str | None, from_beginning: bool,
+def consume_cmd(topic: str, bootstrap: str | None, group: str | None, from_beginning: bool,
                 partition: tuple[int, ...], offset: int | None, max_messages: int | None,
                 timeout_ms: int | None, print_key: bool, print_offset: bool,
                 as_json: bool) -> None:
     """Print the records of TOPIC, one per line."""
+    if group is not None and (partition or offset is not None):
+        raise click.UsageError("--group shares the partitions out itself: no --partition or "
+                               "--offset with it")
     if offset is not None and len(partition) != 1:
         raise click.UsageError("--offset needs exactly one --partition")
     boot = resolve_bootstrap(bootstrap)
+    printer = _Printer(print_key, print_offset, as_json)
     try:
-        n = _run(_consume(topic, boot, from_beginning, list(partition), offset, max_messages,
-                          timeout_ms, print_key, print_offset, as_json))
+        if group is not None:
+            n = _run(_consume_group(topic, boot, group, from_beginning, max_messages,
+                                    timeout_ms, printer))
+        else:
+            n = _run(_consume(topic, boot, from_beginning, list(partition), offset,
+                              max_messages, timeout_ms, printer))
     except KeyboardInterrupt:
         return
     except Exception as e:
@@ -192,14 +205,83 @@ def consume_cmd(topic: str, bootstrap: str | None, from_beginning: bool,
     click.echo(f"Processed a total of {n} messages", err=True)
 
 
+class _Printer:
+    def __init__(self, print_key: bool, print_offset: bool, as_json: bool) -> None:
+        self.print_key = print_key
+        self.print_offset = print_offset
+        self.as_json = as_json
+        self.out = sys.stdout.buffer
+
+    def write(self, records: list[Any]) -> None:
+        lines = []
+        for r in records:
+            if self.as_json:
+                lines.append(orjson.dumps({
+                    "topic": r.topic, "partition": r.partition, "offset": r.offset,
+                    "timestamp": r.timestamp, "key": _json_field(r.key),
+                    "value": _json_field(r.value),
+                    "headers": [[h, _json_field(v)] for h, v in r.headers]}))
+                continue
+            s = _text(r.value)
+            if self.print_key:
+                s = f"{_text(r.key)}\t{s}"
+            if self.print_offset:
+                s = f"{r.partition}:{r.offset}\t{s}"
+            lines.append(s.encode())
+        self.out.write(b"\n".join(lines) + b"\n")
+        self.out.flush()
+
+
+JOIN_TIMEOUT_S = 60.0
+"""How long ``consume --group --timeout-ms`` waits for its first join before giving up."""
+
+
+async def _print_polls(poll: Callable[[int, int | None], Any], max_messages: int | None,
+                       timeout_ms: int | None, printer: _Printer,
+                       ready: Callable[[], bool] | None = None) -> int:
+    """Poll and print until ``max_messages`` or ``timeout_ms`` without a record. Until
+    ``ready()`` (a group member's first join) the idle clock does not run, since a group's
+    first rebalance (3 s of initial delay by default) is not idleness; with ``timeout_ms``
+    the wait for it is bounded by ``JOIN_TIMEOUT_S``."""
+    loop = asyncio.get_running_loop()
+    n = 0
+    idle_deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
+    join_deadline = loop.time() + JOIN_TIMEOUT_S
+    try:
+        while max_messages is None or n < max_messages:
+            if ready is not None and ready():
+                ready = None
+                if timeout_ms is not None:
+                    idle_deadline = loop.time() + timeout_ms / 1000
+            joining = ready is not None
+            if joining and timeout_ms is not None and loop.time() >= join_deadline:
+                raise click.ClickException(f"did not join the group within "
+                                           f"{JOIN_TIMEOUT_S:g} s")
+            wait = 1000 if idle_deadline is None else max(
+                0, int((idle_deadline - loop.time()) * 1000))
+            if joining:
+                wait = 200
+            left = None if max_messages is None else max_messages - n
+            records = await poll(wait, left)
+            if not records:
+                if (not joining and idle_deadline is not None
+                        and loop.time() >= idle_deadline):
+                    break
+                continue
+            if timeout_ms is not None:
+                idle_deadline = loop.time() + timeout_ms / 1000
+            printer.write(records)
+            n += len(records)
+    except (BrokenPipeError, asyncio.CancelledError):
+        pass
+    return n
+
+
 async def _consume(topic: str, bootstrap: str, from_beginning: bool, partitions: list[int],
                    offset: int | None, max_messages: int | None, timeout_ms: int | None,
-                   print_key: bool, print_offset: bool, as_json: bool) -> int:
+                   printer: _Printer) -> int:
     from api.client import AsyncConsumer, TopicPartition
 
-    out = sys.stdout.buffer
-    n = 0
-    loop = asyncio.get_running_loop()
     async with AsyncConsumer(bootstrap,
                              auto_offset_reset="earliest" if from_beginning else "latest",
                              max_wait_ms=500) as c:
@@ -212,37 +294,19 @@ async def _consume(topic: str, bootstrap: str, from_beginning: bool, partitions:
             await c.seek_to_beginning(*tps)
         else:
             await c.seek_to_end(*tps)
-        idle_deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
-        try:
-            while max_messages is None or n < max_messages:
-                wait = 1000 if idle_deadline is None else max(
-                    0, int((idle_deadline - loop.time()) * 1000))
-                left = None if max_messages is None else max_messages - n
-                records = await c.poll(wait, max_records=left)
-                if not records:
-                    if idle_deadline is not None and loop.time() >= idle_deadline:
-                        break
-                    continue
-                if timeout_ms is not None:
-                    idle_deadline = loop.time() + timeout_ms / 1000
-                lines = []
-                for r in records:
-                    if as_json:
-                        lines.append(orjson.dumps({
-                            "topic": r.topic, "partition": r.partition, "offset": r.offset,
-                            "timestamp": r.timestamp, "key": _json_field(r.key),
-                            "value": _json_field(r.value),
-                            "headers": [[h, _json_field(v)] for h, v in r.headers]}))
-                        continue
-                    s = _text(r.value)
-                    if print_key:
-                        s = f"{_text(r.key)}\t{s}"
-                    if print_offset:
-                        s = f"{r.partition}:{r.offset}\t{s}"
-                    lines.append(s.encode())
-                out.write(b"\n".join(lines) + b"\n")
-                out.flush()
-                n += len(records)
-        except (BrokenPipeError, asyncio.CancelledError):
-            pass
-    return n
+        return await _print_polls(c.poll, max_messages, timeout_ms, printer)
+
+
+async def _consume_group(topic: str, bootstrap: str, group: str, from_beginning: bool,
+                         max_messages: int | None, timeout_ms: int | None,
+                         printer: _Printer) -> int:
+    from api.client import AsyncGroupConsumer
+
+    # Auto-commit, and the commit on close covers everything printed: poll never returns
+    # more than --max-messages, so the group resumes right after the last printed record.
+    async with AsyncGroupConsumer(bootstrap, group_id=group, client_id="longboat-consume",
+                                  auto_offset_reset="earliest" if from_beginning else "latest",
+                                  enable_auto_commit=True, max_wait_ms=500) as c:
+        c.subscribe([topic])
+        return await _print_polls(c.poll, max_messages, timeout_ms, printer,
+                                  ready=lambda: c.generation >= 0)

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from fake_group_broker import FakeGroupBroker
+from group_consumer_support import Member, until
+from group_consumer_support import assigned_together as support_assigned_together
 
 from api.client import (
     AsyncGroupConsumer,
@@ -51,74 +53,12 @@ def run(test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
     asyncio.run(go())
 
 
-async def until(cond: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-class Member:
-    """A consumer polled in a background task, with its callbacks and records recorded."""
-
-    def __init__(self, fake: FakeGroupBroker, name: str, strategy: str = "range",
-                 *, topics: list[str] | None = None, pattern: str | None = None,
-                 with_lost: bool = False, **options: Any) -> None:
-        self.name = name
-        self.c = AsyncGroupConsumer(fake.url, group_id=G, client_id=name,
-                                    partition_assignment_strategy=strategy,
-                                    **{**FAST, **options})
-        self.records: list[ConsumerRecord] = []
-        self.events: list[tuple[str, frozenset[TopicPartition]]] = []
-        self.polling = True
-        self._task: asyncio.Task[None] | None = None
-        self._topics = topics if topics is not None or pattern is not None else [T]
-        self._pattern = pattern
-        self._with_lost = with_lost
-
-    def revoked(self) -> set[TopicPartition]:
-        return {tp for kind, tps in self.events if kind == "revoked" for tp in tps}
-
-    async def start(self) -> Member:
-        await self.c.start()
-        lost = (lambda tps: self.events.append(("lost", frozenset(tps)))) \
-            if self._with_lost else None
-        self.c.subscribe(self._topics if self._pattern is None else None, pattern=self._pattern,
-                         on_revoked=lambda tps: self.events.append(("revoked", frozenset(tps))),
-                         on_assigned=lambda tps: self.events.append(("assigned",
-                                                                     frozenset(tps))),
-                         on_lost=lost)
-        self._task = asyncio.get_running_loop().create_task(self._poll_loop())
-        return self
-
-    async def _poll_loop(self) -> None:
-        while True:
-            if not self.polling:
-                await asyncio.sleep(0.01)
-                continue
-            got = await self.c.poll(50)
-            # poll() must never hand out a partition the member does not hold right now.
-            held = self.c.assignment()
-            assert all(TopicPartition(r.topic, r.partition) in held for r in got), (
-                self.name, [(r.topic, r.partition) for r in got], held)
-            self.records += got
-
-    def seen(self) -> set[bytes]:
-        return {r.value for r in self.records if r.value is not None}
-
-    async def stop_polling(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-
-    async def close(self) -> None:
-        await self.stop_polling()
-        await self.c.close()
+def member(fake: FakeGroupBroker, name: str, strategy: str = "range", *,
+           topics: list[str] | None = None, pattern: str | None = None,
+           with_lost: bool = False, **options: Any) -> Member:
+    return Member(fake.url, G, name, strategy,
+                  topics=topics if topics is not None or pattern is not None else [T],
+                  pattern=pattern, with_lost=with_lost, **{**FAST, **options})
 
 
 def values(topic: str, partitions: range, n: int, tag: str = "") -> set[bytes]:
@@ -126,9 +66,7 @@ def values(topic: str, partitions: range, n: int, tag: str = "") -> set[bytes]:
 
 
 def assigned_together(*ms: Member) -> bool:
-    held = [m.c.assignment() for m in ms]
-    return (all(held) and sum(len(h) for h in held) == 6
-            and set().union(*held) == SIX)
+    return support_assigned_together(ms, SIX)
 
 
 # ---------------------------------------------------------------- sharing and consuming
@@ -137,9 +75,9 @@ def assigned_together(*ms: Member) -> bool:
 def test_members_share_partitions_and_every_record_is_consumed() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         await fake.append_everywhere(T, 10)
-        a = await Member(fake, "a").start()
-        b = await Member(fake, "b").start()
-        c = await Member(fake, "c").start()
+        a = await member(fake, "a").start()
+        b = await member(fake, "b").start()
+        c = await member(fake, "c").start()
         await until(lambda: assigned_together(a, b, c), "three members to share t")
         await until(lambda: a.seen() | b.seen() | c.seen() >= values(T, range(6), 10),
                     "every record consumed")
@@ -157,7 +95,7 @@ def test_members_share_partitions_and_every_record_is_consumed() -> None:
 def test_committed_offsets_resume_after_a_member_closes() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         await fake.append_everywhere(T, 5, "old-")
-        a = await Member(fake, "a").start()
+        a = await member(fake, "a").start()
         await until(lambda: a.seen() >= values(T, range(6), 5, "old-"), "the old records")
         await a.close()  # auto-commit commits the positions of everything poll returned
         probe = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
@@ -165,7 +103,7 @@ def test_committed_offsets_resume_after_a_member_closes() -> None:
         assert await probe.committed(SIX) == {tp: 5 for tp in SIX}
         await probe.close()
         await fake.append_everywhere(T, 3, "new-")
-        b = await Member(fake, "b").start()
+        b = await member(fake, "b").start()
         await until(lambda: b.seen() >= values(T, range(6), 3, "new-"), "the new records")
         assert not any(v.startswith(b"old-") for v in b.seen())  # resumed, not earliest
         await b.close()
@@ -200,10 +138,10 @@ def test_auto_commit_commits_only_what_earlier_polls_returned() -> None:
 @pytest.mark.parametrize("strategy", ["range", "sticky"])
 def test_eager_revokes_everything_and_pauses_the_group(strategy: str) -> None:
     async def go(fake: FakeGroupBroker) -> None:
-        a = await Member(fake, "a", strategy).start()
+        a = await member(fake, "a", strategy).start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
         fake.hold_joins = True
-        b = await Member(fake, "b", strategy).start()
+        b = await member(fake, "b", strategy).start()
         await until(lambda: fake.parked_members() >= {a.c.member_id}
                     and len(fake.parked_members()) == 2, "both joins parked")
         # Eager: a gave everything up before rejoining and reads nothing until the plan.
@@ -225,10 +163,10 @@ def test_eager_revokes_everything_and_pauses_the_group(strategy: str) -> None:
 
 def test_cooperative_member_keeps_reading_its_partitions_during_a_join() -> None:
     async def go(fake: FakeGroupBroker) -> None:
-        a = await Member(fake, "a", "cooperative-sticky").start()
+        a = await member(fake, "a", "cooperative-sticky").start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
         fake.hold_joins = True
-        b = await Member(fake, "b", "cooperative-sticky").start()
+        b = await member(fake, "b", "cooperative-sticky").start()
         await until(lambda: len(fake.parked_members()) == 2, "both joins parked")
         # a rejoined keeping everything, and still reads all of it while the group joins.
         assert a.c.assignment() == SIX
@@ -260,12 +198,12 @@ def test_cooperative_member_keeps_reading_its_partitions_during_a_join() -> None
 def test_cooperative_revocation_commits_before_handing_over() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         await fake.append_everywhere(T, 4)
-        a = await Member(fake, "a", "cooperative-sticky").start()
+        a = await member(fake, "a", "cooperative-sticky").start()
         await until(lambda: a.seen() >= values(T, range(6), 4), "a to read everything")
         a.polling = False  # a is done with what it read (its next poll would say so) ...
         await a.c.poll(0)
         a.polling = True
-        b = await Member(fake, "b", "cooperative-sticky").start()
+        b = await member(fake, "b", "cooperative-sticky").start()
         await until(lambda: assigned_together(a, b), "the hand-over")
         # ... so the partitions b took over were committed by a before b got them: b
         # starts where a stopped and reads nothing a had read.
@@ -282,7 +220,7 @@ def test_cooperative_revocation_commits_before_handing_over() -> None:
 
 def test_a_member_the_group_dropped_loses_its_partitions_and_rejoins() -> None:
     async def go(fake: FakeGroupBroker) -> None:
-        a = await Member(fake, "a", with_lost=True).start()
+        a = await member(fake, "a", with_lost=True).start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
         old_id = a.c.member_id
         fake.kick(G, old_id)  # as a session expiry would
@@ -320,7 +258,7 @@ def test_commit_from_a_fenced_member_raises_commit_failed() -> None:
 
 def test_no_poll_for_max_poll_interval_leaves_and_the_next_poll_rejoins() -> None:
     async def go(fake: FakeGroupBroker) -> None:
-        a = await Member(fake, "a", max_poll_interval_ms=600).start()
+        a = await member(fake, "a", max_poll_interval_ms=600).start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
         a.polling = False
         await until(lambda: fake.members(G) == {}, "a to leave after the poll timeout")
@@ -338,7 +276,7 @@ def test_no_poll_for_max_poll_interval_leaves_and_the_next_poll_rejoins() -> Non
 
 def test_pattern_subscription_follows_new_topics() -> None:
     async def go(fake: FakeGroupBroker) -> None:
-        a = await Member(fake, "a", pattern=r"orders-.*", metadata_max_age_ms=100).start()
+        a = await member(fake, "a", pattern=r"orders-.*", metadata_max_age_ms=100).start()
         await until(lambda: a.c.assignment() == {TopicPartition("orders-1", 0)}, "orders-1")
         assert a.c.subscription() == {"orders-1"}
         fake.create_topic("orders-2", 2)
@@ -355,7 +293,7 @@ def test_pattern_subscription_follows_new_topics() -> None:
 def test_unsubscribe_commits_revokes_and_leaves() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         await fake.append_everywhere(T, 2)
-        a = await Member(fake, "a").start()
+        a = await member(fake, "a").start()
         await until(lambda: a.seen() >= values(T, range(6), 2), "every record")
         await a.stop_polling()
         a.c.unsubscribe()
@@ -419,7 +357,7 @@ def test_coordinator_client_follows_coordinator_errors_then_gives_up() -> None:
 def test_members_join_through_a_moving_coordinator_and_list_groups_sees_them() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         fake.refuse_next = ["COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"] * 3
-        a = await Member(fake, "a").start()
+        a = await member(fake, "a").start()
         await until(lambda: a.c.assignment() == SIX, "a to join")
         t = Transport()
         try:
