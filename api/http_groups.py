@@ -9,7 +9,8 @@ are ``longboat groups`` (``api.cli_groups``), which speaks the coordinator proto
 The data comes from the groups' coordinators through ``api.client.coordinator`` (``list``
 on every broker, ``describe`` and ``lag`` at the group's coordinator), over the same
 internal routes every client uses: this module holds no group state. A group the
-coordinator describes as DEAD (never seen, or deleted) is 404/40403.
+coordinator describes as DEAD (never seen, or deleted) is 404/40405, the REST Proxy's
+"consumer group not found".
 
 ``GroupAccess`` (one per broker app, under ``GROUPS_KEY``) owns the client transport and
 metadata cache these calls go through; the v2 consumer instances (``api.http_v2_consumers``)
@@ -102,7 +103,7 @@ def coordinator_error(e: ClientError) -> HttpError:
 
 
 def group_not_found(group: str) -> HttpError:
-    return HttpError(404, f"Consumer group '{group}' not found.", 40403)
+    return HttpError(404, f"Consumer group '{group}' not found.", 40405)
 
 
 # --------------------------------------------------------------------------- shapes

@@ -449,7 +449,7 @@ def test_v3_consumer_groups_describe_members_and_lags(c: HttpCluster) -> None:
 
     for path in ("", "/consumers", "/lags", "/lag-summary", "/lags/v3-lag/partitions/0"):
         st, err = group(c, "no-such-group", path)
-        assert (st, err["error_code"]) == (404, 40403), path
+        assert (st, err["error_code"]) == (404, 40405), path
     st, _, err = c.call("GET", f"{c.urls[0]}/v3/clusters/other/consumer-groups")
     assert st == 404
     v2.call("DELETE", "lagging", "m1")
