@@ -459,7 +459,10 @@ class AsyncGroupConsumer:
         try:
             await self._commit(offsets, wait_for_rebalance=wait_for_rebalance)
         except ClientError as e:
-            log.warning("group %s: auto-commit %s failed: %s", self.group_id, why, e)
+            # Refused while the group hands out plans: the commit before the rejoin (or
+            # the next interval's) carries these offsets; no reason to alarm anyone.
+            level = logging.DEBUG if e.code == "REBALANCE_IN_PROGRESS" else logging.WARNING
+            log.log(level, "group %s: auto-commit %s failed: %s", self.group_id, why, e)
 
     # ------------------------------------------------------------------ the member task
 

@@ -126,7 +126,8 @@ def test_auto_commit_commits_only_what_earlier_polls_returned() -> None:
             await asyncio.sleep(0.5)
             assert (await c.committed([tp]))[tp] in (None, 0)
             assert await c.poll(10) == []  # ... polling again says they are done
-            await until(lambda: c._last_committed.get(tp) == 4, "the auto-commit")
+            await until(lambda: fake.state.fetch_offsets(G).get(tp) is not None
+                        and fake.state.fetch_offsets(G)[tp].offset == 4, "the auto-commit")
             assert (await c.committed([tp]))[tp] == 4
 
     run(go, topics={"one": 1})
@@ -427,3 +428,38 @@ def test_sync_group_consumer_callbacks_may_call_back_into_the_consumer() -> None
 
     run(go)
 
+
+
+def test_a_join_the_group_refuses_for_good_raises_from_poll() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await member(fake, "a", "range").start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        b = AsyncGroupConsumer(fake.url, group_id=G, partition_assignment_strategy="roundrobin",
+                               **FAST)
+        async with b:
+            b.subscribe([T])
+            with pytest.raises(ClientError) as e:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    await b.poll(50)
+            assert e.value.code == "INCONSISTENT_GROUP_PROTOCOL"
+            assert b.assignment() == set() and a.c.assignment() == SIX
+        await a.close()
+
+    run(go)
+
+
+def test_cooperative_subscription_change_revokes_only_the_dropped_topic() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        two = SIX | {TopicPartition("u", 0), TopicPartition("u", 1)}
+        a = await member(fake, "a", "cooperative-sticky", topics=[T, "u"]).start()
+        await until(lambda: a.c.assignment() == two, "a to own both topics")
+        n = len(a.events)
+        a.c.subscribe([T], on_revoked=lambda tps: a.events.append(("revoked", frozenset(tps))),
+                      on_assigned=lambda tps: a.events.append(("assigned", frozenset(tps))))
+        await until(lambda: a.c.assignment() == SIX, "u to be given up")
+        assert a.events[n] == ("revoked", frozenset(two - SIX))  # t was kept throughout
+        assert a.c.subscription() == {T}
+        await a.close()
+
+    run(go, topics={T: 6, "u": 2})
