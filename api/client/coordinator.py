@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
 from api.client.errors import ClientError
 from api.client.transport import MetadataCache, Transport
 
+log = logging.getLogger(__name__)
 GROUP_ROUTE = "group"
 
 COORDINATOR_ERRORS = frozenset({
@@ -69,6 +71,7 @@ class CoordinatorClient:
         self.coordinator_id: int | None = None
         self.coordinator_url: str | None = None
         self._finding: asyncio.Task[str] | None = None
+        self._last_found: int | None = None
 
     def forget(self) -> None:
         """Drop the cached coordinator: the next call looks it up again."""
@@ -163,6 +166,10 @@ class CoordinatorClient:
                 raise ClientError(err, str(answer.get("message") or ""))
             self.coordinator_id = int(answer["coordinator_id"])
             self.coordinator_url = str(answer["url"]).rstrip("/")
+            if self.coordinator_id != self._last_found:
+                log.info("group %s: coordinator is broker %d (%s)", self.group,
+                         self.coordinator_id, self.coordinator_url)
+                self._last_found = self.coordinator_id
             return self.coordinator_url
         # No broker reachable: the metadata may name brokers that are gone.
         with contextlib.suppress(ClientError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ import pytest
 from group_consumer_support import Member, assigned_together, until
 
 from api.client import AsyncGroupConsumer, AsyncProducer, GroupConsumer, TopicPartition
-from api.client.coordinator import list_groups
+from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from api.controller_client import ControllerClient
 from api.localcluster import Brokers, Quorum, running_cluster, wait_for
@@ -50,11 +51,11 @@ class Cluster:
     def bootstrap(self) -> list[str]:
         return [self.brokers.url(b) for b in self.brokers.ids]
 
-    def create_topic(self, name: str, partitions: int) -> set[TopicPartition]:
+    def create_topic(self, name: str, partitions: int, rf: int = 2) -> set[TopicPartition]:
         async def go() -> None:
             async with ControllerClient(self.quorum.urls, timeout_s=20) as cc:
                 await cc.execute(CreateTopic(name=name, num_partitions=partitions,
-                                             replication_factor=2))
+                                             replication_factor=rf))
         asyncio.run(go())
         for b in self.brokers.ids:  # every coordinator must know the topic to assign it
             wait_for(f"broker {b} to see {name} with leaders",
@@ -333,3 +334,57 @@ def test_a_thread_per_member_sync_group(cluster: Cluster) -> None:
     for t in threads:
         t.join(30)
     assert held["a"] | held["b"] == tps and not held["a"] & held["b"]
+
+
+def _offsets_topic_in_sync(b: Brokers) -> bool:
+    for t in b.metadata(b.ids[0])["topics"]:
+        if t["name"] == "__consumer_offsets":
+            return bool(t["partitions"]) and all(
+                p["leader"] >= 0 and len(p["isr"]) == len(p["replicas"]) for p in t["partitions"])
+    return False
+
+
+def test_members_carry_on_through_a_sigkilled_coordinator(cluster: Cluster) -> None:
+    """Last in the module: it kills a broker (and starts it again at the end)."""
+    tps = cluster.create_topic("through-failover", 6, rf=3)
+    group = "survivors"
+    victim = -1
+
+    async def go() -> None:
+        nonlocal victim
+        sent = await produce(cluster.bootstrap, "through-failover", 6, 30, "pre")
+        a = await Member(cluster.bootstrap, group, "a", "cooperative-sticky",
+                         topics=["through-failover"], **OPTS).start()
+        b = await Member(cluster.bootstrap, group, "b", "cooperative-sticky",
+                         topics=["through-failover"], **OPTS).start()
+        await until(lambda: assigned_together([a, b], tps), "a and b to share", TIMEOUT_S)
+        await until(lambda: a.seen() | b.seen() >= sent, "the first records", TIMEOUT_S)
+        wait_for("__consumer_offsets in sync", lambda: _offsets_topic_in_sync(cluster.brokers),
+                 TIMEOUT_S)
+        t = Transport()
+        try:
+            cc = CoordinatorClient(t, MetadataCache(t, normalize_bootstrap(cluster.bootstrap)),
+                                   group)
+            await cc.call("describe", {})
+            assert cc.coordinator_id is not None
+            victim = cc.coordinator_id
+        finally:
+            await t.close()
+        await asyncio.to_thread(cluster.brokers.kill, victim, signal.SIGKILL)
+        # The members find the new coordinator (heartbeats, commits) and keep consuming,
+        # including partitions whose leader died with the coordinator.
+        sent |= await produce(cluster.bootstrap, "through-failover", 6, 30, "post")
+        await until(lambda: a.seen() | b.seen() >= sent, "every record after the failover",
+                    90)
+        await until(lambda: assigned_together([a, b], tps), "a and b still sharing", TIMEOUT_S)
+        for m in (a, b):
+            await m.close()
+        ends = await end_offsets(cluster.bootstrap, tps)
+        assert await committed_offsets(cluster.bootstrap, group, tps) == ends
+
+    try:
+        run(go())
+    finally:
+        if victim >= 0:
+            cluster.brokers.start(victim)
+            cluster.brokers.wait_ready([victim], timeout_s=60)
