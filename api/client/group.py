@@ -220,10 +220,10 @@ class AsyncGroupConsumer:
                 await t
         try:
             await self._finish_pending_leave()
-            await self._deliver_lost()
-            owned = self._fetcher.assignment()
             if self.enable_auto_commit:
                 await self._commit_quietly(self._fetcher.positions(), "on close")
+            await self._deliver_lost()  # a commit that found the member fenced loses all
+            owned = self._fetcher.assignment()
             if owned:
                 self._fetcher.pause(*owned)
                 await self._call_back(self._on_revoked, owned)
@@ -441,7 +441,10 @@ class AsyncGroupConsumer:
                 self._fence(err)
                 raise CommitFailedError(err, f"group {self.group_id!r} generation {gen}: the "
                                              "group rebalanced without this member")
-            retry = err in FENCED or (err == "REBALANCE_IN_PROGRESS" and wait_for_rebalance)
+            # Waiting out REBALANCE_IN_PROGRESS makes sense only once this member has synced:
+            # before that the group waits for *us* (a close in the middle of a join, say).
+            retry = err in FENCED or (err == "REBALANCE_IN_PROGRESS" and wait_for_rebalance
+                                      and self._phase == _Phase.STABLE)
             if (retry and offsets.keys() <= self._fetcher.assignment()
                     and time.monotonic() < deadline):
                 attempt += 1

@@ -10,7 +10,7 @@ It serves what ``AsyncGroupConsumer`` talks to, and no more:
   timer task calls ``poll``; records are "durable" at once (nothing is persisted).
 
 Fault knobs: ``refuse_next`` (answer the next group calls with a coordinator error),
-``hold_joins`` (keep completed join answers until released, so a test can look at the
+``sync_delay_s`` (answer syncs late), ``hold_joins`` (keep completed join answers until released, so a test can look at the
 members in the middle of a rebalance), ``kick(member)`` (remove a member as a session
 expiry would). ``calls`` records every group call, for assertions.
 
@@ -72,6 +72,8 @@ class FakeGroupBroker:
         self.refuse_next: list[str] = []
         """Coordinator errors to answer the next group calls with, one per call."""
         self.hold_joins = False
+        self.sync_delay_s = 0.0
+        """Answer syncs this much later (the member is then joined but not yet synced)."""
         self._held: dict[tuple[str, str], JoinResponse] = {}
         self._parked: dict[tuple[str, str], list[asyncio.Future[JoinResponse]]] = defaultdict(list)
         self._appended = asyncio.Condition()
@@ -87,7 +89,8 @@ class FakeGroupBroker:
         app.router.add_post("/internal/broker/v1/fetch", self._fetch)
         app.router.add_post("/internal/broker/v1/list_offsets", self._list_offsets)
         app.router.add_post("/internal/broker/v1/group/{op}", self._group)
-        self._runner = web.AppRunner(app)
+        # Handlers still running at stop (a delayed sync, a long poll) are not waited for.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -243,6 +246,8 @@ class FakeGroupBroker:
                 "assignor": resp.assignor, "leader": resp.leader, "members": list(resp.members)}
 
     async def _op_sync(self, b: dict[str, Any]) -> dict[str, Any]:
+        if self.sync_delay_s:
+            await asyncio.sleep(self.sync_delay_s)
         out = self.state.handle_sync(
             SyncRequest(str(b["group"]), str(b["member_id"]), int(b["generation"])), _now_ms())
         self._deliver(out)

@@ -463,3 +463,24 @@ def test_cooperative_subscription_change_revokes_only_the_dropped_topic() -> Non
         await a.close()
 
     run(go, topics={T: 6, "u": 2})
+
+
+def test_close_between_join_and_sync_does_not_wait_for_its_own_sync() -> None:
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 2)
+        coop = "cooperative-sticky"  # a keeps its partitions, and so has offsets to commit
+        a = await member(fake, "a", coop, request_timeout_ms=8000).start()
+        await until(lambda: a.seen() >= values(T, range(6), 2), "a to read everything")
+        fake.sync_delay_s = 30
+        b = await member(fake, "b", coop).start()
+        await until(lambda: a.c.generation == 2, "a to rejoin (its sync is held up)")
+        # The group waits for a's sync, so a commit there is refused REBALANCE_IN_PROGRESS
+        # until a syncs: closing must not wait for that (it would wait for itself).
+        started = time.monotonic()
+        await a.close()
+        assert time.monotonic() - started < 4
+        assert a.c.member_id == ""
+        await b.stop_polling()
+        await b.c.close()
+
+    run(go)
