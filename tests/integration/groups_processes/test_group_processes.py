@@ -239,18 +239,22 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
     for m, had in zip(ms[:3], before, strict=True):
         kept = had & m.owned()
         revoked = set()
-        for kind, _, rest in m.events():
-            if kind == "V" and rest:
+        for kind, ts, rest in m.events():
+            # Revocations while the group first formed (members joining one by one) do not
+            # count: only what happens once the fourth member joins.
+            if kind == "V" and rest and ts >= joined_at:
                 revoked |= {int(p) for p in rest[0].split(",") if p}
         # What a member keeps is never revoked, not even for a moment (KIP-429)...
         assert not (kept & revoked), f"kept partitions {kept & revoked} were revoked"
-        # ... and it keeps consuming it: no pause longer than a second across the rebalance
-        # (the producer writes to every partition every ~15 ms).
+        # ... and it keeps consuming it: no pause longer than 1.5 s across the rebalance (the
+        # producer writes to every partition every ~15 ms; an eager rebalance stops every
+        # member for its whole join and sync, and the slack is for a loaded 2-core machine
+        # starting a fifth Python process meanwhile).
         for p in kept:
             ts = sorted(t for k, t, r in m.events() if k == "R" and int(r[0]) == p
                         and joined_at - 2e9 <= t <= settled_at)
             gaps = [b - a for a, b in itertools.pairwise(ts)]
-            assert ts and max(gaps, default=0) < 1e9, (
+            assert ts and max(gaps, default=0) < 1.5e9, (
                 f"partition {p}: a {max(gaps) / 1e9:.2f} s pause in a member that kept it")
     steady.stop()
     _drain(ms, steady)
