@@ -39,6 +39,10 @@ async def main() -> None:
     c = AsyncGroupConsumer(bootstrap.split(","), group_id=group, client_id=f"m{os.getpid()}",
                            auto_offset_reset="earliest", enable_auto_commit=False,
                            session_timeout_ms=session_ms, heartbeat_interval_ms=session_ms // 6,
+                           # Also the rebalance timeout (KIP-62): a member whose first join's
+                           # answer was lost under load leaves a stray member id that holds a
+                           # rebalance until this passes; 300 s would outlast the test.
+                           max_poll_interval_ms=20_000,
                            partition_assignment_strategy=strategy)
     await c.start()
     c.subscribe([topic], on_assigned=lambda tps: event("A", tps),

@@ -233,7 +233,7 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
     before = [m.owned() for m in ms]
     joined_at = time.monotonic_ns()
     ms.append(cluster.spawn("coop", "g-coop", "cooperative-sticky", "m3"))
-    _wait_covering(ms, 60)
+    _wait_covering(ms, 120)
     time.sleep(2)
     settled_at = time.monotonic_ns()
     for m, had in zip(ms[:3], before, strict=True):
