@@ -280,37 +280,36 @@ def _clients(desc: dict[str, Any]) -> dict[str, Any]:
     return {str(m["member_id"]): m.get("client_id") for m in desc.get("members") or []}
 
 
-async def list_lags(request: web.Request) -> web.Response:
-    ctx = ctx_of(request)
+async def _group_lags(request: web.Request) -> tuple[str, dict[str, Any], list[list[Any]]]:
+    """(group, member id -> client id, lag rows) of the request's group; 404 if unknown."""
     ga = request.app[GROUPS_KEY]
     group = request.match_info["group"]
     desc = await _describe_or_404(ga, group)
-    clients = _clients(desc)
-    rows = await _lag_rows(ga, group)
+    return group, _clients(desc), await _lag_rows(ga, group)
+
+
+async def list_lags(request: web.Request) -> web.Response:
+    ctx = ctx_of(request)
+    group, clients, rows = await _group_lags(request)
     return json_response(_list(request, "KafkaConsumerLagList",
                                [lag_json(request, ctx, group, r, clients) for r in rows]))
 
 
 async def get_lag(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
-    ga = request.app[GROUPS_KEY]
-    group, topic = request.match_info["group"], request.match_info["topic"]
+    topic = request.match_info["topic"]
     p = path_int(request, "partition")
-    desc = await _describe_or_404(ga, group)
-    for r in await _lag_rows(ga, group):
+    group, clients, rows = await _group_lags(request)
+    for r in rows:
         if str(r[0]) == topic and int(r[1]) == p:
-            return json_response(lag_json(request, ctx, group, r, _clients(desc)))
+            return json_response(lag_json(request, ctx, group, r, clients))
     raise HttpError(404, f"Consumer group '{group}' has no offset or assignment for "
                          f"partition {p} of topic '{topic}'.", 40403)
 
 
 async def get_lag_summary(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
-    ga = request.app[GROUPS_KEY]
-    group = request.match_info["group"]
-    desc = await _describe_or_404(ga, group)
-    clients = _clients(desc)
-    rows = await _lag_rows(ga, group)
+    group, clients, rows = await _group_lags(request)
     # Partitions without a commit have no lag (None); they count in neither figure.
     lagging = [r for r in rows if r[4] is not None]
     top = max(lagging, key=lambda r: int(r[4]), default=None)

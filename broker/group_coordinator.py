@@ -276,6 +276,8 @@ class GroupCoordinator:
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
         self.shards: dict[int, _Shard] = {}
         self._topic_counts: dict[str, int] = {}
+        self._counted_image: MetadataImage | None = None
+        self._image_counts: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._image_changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -316,7 +318,12 @@ class GroupCoordinator:
 
     async def _reconcile(self) -> None:
         image = self.image()
-        counts = {t.name: len(t.partitions) for t in image.topics.by_id.values()}
+        # Images are immutable values: the timer's reconciles between metadata updates see
+        # the same one and need not count every topic's partitions again.
+        if image is not self._counted_image:
+            self._counted_image = image
+            self._image_counts = {t.name: len(t.partitions) for t in image.topics.by_id.values()}
+        counts = self._image_counts
         topic = image.topics.get(OFFSETS_TOPIC)
         led: dict[int, Leadership] = {}
         if topic is not None:

@@ -7,6 +7,7 @@ red, never as a quiet skip. ``scripts/setup-jepsen.sh`` installs the tools.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import time
 
 import pytest
 
+from api.client import AsyncConsumer, AsyncProducer, TopicPartition
+from jepsen_tests.longboat import LongboatCluster
 from jepsen_tests.nemesis.clock import faketime_unavailable_reason
 from jepsen_tests.nemesis.net import netns_unavailable_reason
 
@@ -79,3 +82,29 @@ def round_trip(src: str, dst: tuple[str, int], timeout_s: float = 0.5) -> str:
         return "refused"
     finally:
         s.close()
+
+
+def produce_to_partition0(c: LongboatCluster, values: range) -> None:
+    """acks=all writes of ``values`` (as decimal text) to partition 0, all acknowledged."""
+    async def go() -> None:
+        async with AsyncProducer(c.broker_urls(), acks=-1, linger_ms=2) as p:
+            futs = [await p.send(c.topic, str(v).encode(), partition=0) for v in values]
+            for f in futs:
+                await f
+    asyncio.run(go())
+
+
+def read_partition0(c: LongboatCluster, timeout_s: float = 30) -> set[int]:
+    """Every value in partition 0, from offset 0 to its end offset now."""
+    async def go() -> set[int]:
+        tp = TopicPartition(c.topic, 0)
+        async with AsyncConsumer(c.broker_urls(), auto_offset_reset="earliest") as k:
+            k.assign([tp])
+            k.seek(tp, 0)
+            end = (await k.end_offsets([tp]))[tp]
+            out: list[int] = []
+            deadline = time.monotonic() + timeout_s
+            while len(out) < end and time.monotonic() < deadline:
+                out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
+            return set(out)
+    return asyncio.run(go())

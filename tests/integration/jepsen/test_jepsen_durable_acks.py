@@ -18,13 +18,12 @@ run without the flag lost 583 acknowledged writes).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
 import pytest
+from jepsen_support import produce_to_partition0, read_partition0
 
-from api.client import AsyncConsumer, AsyncProducer, TopicPartition
 from jepsen_tests.longboat import LongboatCluster
 
 pytestmark = pytest.mark.slow
@@ -35,26 +34,7 @@ def _lost_after_power_cut_of_every_broker(run: Path, fsync: bool) -> list[int]:
     c.setup(run, lambda node: {"LONGBOAT_LAZYFS": "1"}, lambda argv: argv)
     try:
         c.start()
-
-        async def produce(values: range) -> None:
-            async with AsyncProducer(c.broker_urls(), acks=-1, linger_ms=2) as p:
-                futs = [await p.send(c.topic, str(i).encode(), partition=0) for i in values]
-                for f in futs:
-                    await f
-
-        async def read_all() -> set[int]:
-            tp = TopicPartition(c.topic, 0)
-            async with AsyncConsumer(c.broker_urls(), auto_offset_reset="earliest") as k:
-                k.assign([tp])
-                k.seek(tp, 0)
-                end = (await k.end_offsets([tp]))[tp]
-                out: list[int] = []
-                deadline = time.monotonic() + 30
-                while len(out) < end and time.monotonic() < deadline:
-                    out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
-                return set(out)
-
-        asyncio.run(produce(range(200)))
+        produce_to_partition0(c, range(200))
         for b in c.brokers:
             c.processes[b].kill()
         for b in c.brokers:
@@ -66,7 +46,7 @@ def _lost_after_power_cut_of_every_broker(run: Path, fsync: bool) -> list[int]:
                              f"{c.partition_table()}\n" + "\n".join(
                                  (run / "logs" / f"{b}.log").read_text()[-1500:]
                                  for b in c.brokers))
-        return sorted(set(range(200)) - asyncio.run(read_all()))
+        return sorted(set(range(200)) - read_partition0(c))
     finally:
         c.stop()
 

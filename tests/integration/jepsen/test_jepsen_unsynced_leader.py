@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 import pytest
+from jepsen_support import read_partition0
 
-from api.client import AsyncConsumer, AsyncProducer, TopicPartition
+from api.client import AsyncProducer
 from jepsen_tests.longboat import LongboatCluster
 
 pytestmark = pytest.mark.slow
@@ -46,18 +47,6 @@ def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[
                 for i in values:
                     await p.send_and_wait(c.topic, str(i).encode(), partition=0)
 
-        async def read_all() -> set[int]:
-            tp = TopicPartition(c.topic, 0)
-            async with AsyncConsumer(c.broker_urls(), auto_offset_reset="earliest") as k:
-                k.assign([tp])
-                k.seek(tp, 0)
-                end = (await k.end_offsets([tp]))[tp]
-                out: list[int] = []
-                deadline = time.monotonic() + 20
-                while len(out) < end and time.monotonic() < deadline:
-                    out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
-                return set(out)
-
         asyncio.run(produce(range(100)))
         leader = c.by_id[int(c.partition_table()[0]["leader"])]
         c.processes[leader].kill()  # LONGBOAT_LAZYFS=1: unsynced bytes die with it
@@ -67,7 +56,7 @@ def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[
         while not c.healthy() and time.monotonic() < deadline:
             time.sleep(0.5)
         asyncio.run(produce(range(100, 110)))
-        lost = sorted(set(range(110)) - asyncio.run(read_all()))
+        lost = sorted(set(range(110)) - read_partition0(c, timeout_s=20))
         logs = "\n".join(line for b in c.brokers for line in
                          (run / "logs" / f"{b}.log").read_text().splitlines()
                          if "truncat" in line or "leader of" in line)
