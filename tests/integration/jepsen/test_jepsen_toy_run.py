@@ -132,10 +132,13 @@ def test_longboat_run_refuses_proxy_faults_its_clients_would_not_feel(tmp_path: 
 def test_ctrl_c_mid_run_cleans_up_processes_and_namespace(tmp_path: Path) -> None:
     require_netns()
     out = tmp_path / "run"
+    # Output to a file, not a pipe nobody reads: a run that prints more than the pipe holds
+    # (a slow start under load) would block on write and never exit after the SIGINT.
+    console = (tmp_path / "console.txt").open("wb")
     p = subprocess.Popen([sys.executable, "-m", "jepsen_tests", "run", "--cluster", "toy",
                           "--out", str(out), "--nemesis", "pause,partition",
                           "--time-limit", "60", "--seed", "1"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                         stdout=console, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -147,10 +150,15 @@ def test_ctrl_c_mid_run_cleans_up_processes_and_namespace(tmp_path: Path) -> Non
             raise AssertionError("run did not get going")
         assert _leftovers(str(out)), "expected node processes while running"
         p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the run did not exit 30 s after SIGINT:\n"
+                                 + (tmp_path / "console.txt").read_text()[-3000:]) from None
     finally:
         if p.poll() is None:
             p.kill()
+        console.close()
     assert p.returncode != 0
     assert not _leftovers(str(out)), _leftovers(str(out))
     stale = [n for n in os.listdir("/run/netns") if n.startswith(f"lbjt-{p.pid}-")] \
