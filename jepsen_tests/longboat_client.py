@@ -146,6 +146,11 @@ class LongboatQueueClient:
         self._producer = None
 
 
+async def _mark_sent(_session: aiohttp.ClientSession, ctx: Any, _params: Any) -> None:
+    if isinstance(ctx.trace_request_ctx, dict):
+        ctx.trace_request_ctx["sent"] = True
+
+
 class LongboatMetadataClient:
     """Topic create/delete/describe over the brokers' v3 HTTP API, each op through a broker
     chosen at random (any broker forwards admin commands to the active controller and
@@ -160,7 +165,9 @@ class LongboatMetadataClient:
     Outcomes: a refusal (4xx) is DefiniteError, except that ``TOPIC_ALREADY_EXISTS`` is an
     answer (created: false), as is 404 on delete (deleted: false); a 5xx, a timeout or a
     dropped connection after sending is IndefiniteError (the broker's controller client
-    retries commands, so one may have been applied); a refused connection is DefiniteError.
+    retries commands, so one may have been applied); a refused connection is DefiniteError
+    unless an earlier attempt of the same request was sent (aiohttp resends idempotent
+    requests once over a fresh connection when a pooled one drops).
     """
 
     RETENTION_BASE_MS = 1_000_000_000
@@ -178,18 +185,32 @@ class LongboatMetadataClient:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            # aiohttp resends an idempotent request (GET, DELETE, ...) once when a pooled
+            # keep-alive connection drops (RFC 9112 9.3.1): a DELETE that reached a broker
+            # killed mid-request is retried, the retry is refused, and the refusal is all
+            # the caller sees. Record whether any attempt's headers went out.
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_mark_sent)
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=2.0),
-                connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=10))
+                connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=10),
+                trace_configs=[trace])
         return self._session
 
     async def _request(self, method: str, base: str, path: str,
                        body: Any = None) -> tuple[int, Any]:
+        attempt: dict[str, bool] = {"sent": False}
         try:
-            async with self._sess().request(method, base + path, json=body) as r:
+            async with self._sess().request(method, base + path, json=body,
+                                            trace_request_ctx=attempt) as r:
                 raw = await r.read()
                 return r.status, (json.loads(raw) if raw else None)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            if attempt["sent"]:
+                # An earlier attempt of this request was sent (finding 5 of
+                # docs/fault-injection.md: a delete recorded as refused had been applied).
+                raise IndefiniteError(f"{method} {base}{path}: sent, then the resend could "
+                                      f"not connect: {e!r}") from e
             raise DefiniteError(f"{method} {base}{path}: connect: {e!r}") from e
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
             raise IndefiniteError(f"{method} {base}{path}: {type(e).__name__}: {e}") from e
