@@ -182,7 +182,8 @@ async def serve_broker(config: NodeConfig) -> bool:
     """Run until SIGINT/SIGTERM, then shut down in a controlled way. Returns whether the
     controller confirmed the controlled shutdown."""
     app, srv = build_broker(config, autostart=False)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           keepalive_timeout=config.http_keepalive_timeout_ms / 1000)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     try:

@@ -86,6 +86,12 @@ class NodeConfig(BaseModel):
     consumer_instance_timeout_ms: int = Field(default=300_000, ge=100)
     """A v2 consumer instance without a request for this long is closed (it leaves its
     group) and forgotten."""
+    http_keepalive_timeout_ms: int = Field(default=75_000, ge=1_000)
+    """An HTTP connection with no request in progress for this long is closed: idle
+    keep-alive connections, and (aiohttp starts the clock when a connection opens and does
+    not restart it for partial headers) clients that open a connection and trickle or never
+    finish a request's headers. aiohttp's own default is 3,630 s; 75 s is nginx's
+    ``keepalive_timeout``. Request bodies have their own bound (408 after 30 s)."""
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""

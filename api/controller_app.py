@@ -296,7 +296,8 @@ def build_controller(
 async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly."""
     app, _svc = build_controller(config, join=join)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           keepalive_timeout=config.http_keepalive_timeout_ms / 1000)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     await site.start()
