@@ -501,7 +501,8 @@ class ReplicaManager:
                 continue
             try:
                 plog.maybe_roll(t)
-                if await asyncio.to_thread(plog.maybe_apply_retention, t):
+                if await asyncio.to_thread(plog.maybe_apply_retention, t,
+                                           rep.high_watermark):
                     log.info("broker %d: %s retention: log start now %d", self.broker_id,
                              rep.name, plog.log_start_offset)
                 if cleaner and plog.config.compact:

@@ -620,10 +620,13 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_start(self._lso)
         return deleted
 
-    def maybe_apply_retention(self, now_ms: int) -> bool:
+    def maybe_apply_retention(self, now_ms: int, high_watermark: int | None = None) -> bool:
         """Delete oldest whole segments past ``retention.ms`` or beyond ``retention.bytes``
         (``cleanup.policy`` with ``delete``), and segments below the log start offset.
-        Never the active segment. True if any segment was deleted."""
+        Never the active segment, and never a segment holding an offset at or above
+        ``high_watermark`` (Kafka's ``deletableSegments``): retention must not remove records
+        not yet committed, or the log start would pass the HW and followers could never
+        fetch them. True if any segment was deleted."""
         with self._lock:
             self._ensure_open()
             self._close_retired_locked()
@@ -631,7 +634,10 @@ class PartitionLog:
             cfg = self.config
             if cfg.delete:
                 total = self.size_bytes
-                for seg in self._segments[:-1]:
+                segs = self._segments
+                for i, seg in enumerate(segs[:-1]):
+                    if high_watermark is not None and segs[i + 1].base_offset > high_watermark:
+                        break
                     # A segment whose records carry no timestamps (-1) never expires by time.
                     expired = cfg.retention_ms >= 0 and (seg.is_empty or (
                         seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms))

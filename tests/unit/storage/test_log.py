@@ -224,6 +224,24 @@ def test_retention_by_time_deletes_old_closed_segments_never_the_active(tmp_path
     assert log.log_start_offset == log.segments[0].base_offset
 
 
+def test_retention_never_deletes_a_segment_holding_offsets_at_or_above_the_hw(tmp_path) -> None:
+    # Kafka's deletableSegments: a segment goes only once the next one's base offset is at or
+    # below the high watermark, so the log start never passes uncommitted records.
+    log = open_log(tmp_path, **{"segment.bytes": "300", "retention.ms": "1000"})
+    for i in range(12):
+        log.append(batch(3, ts=1000 * i), leader_epoch=0)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 4
+    hw = bases[2]  # the first two segments hold only committed records
+    assert log.maybe_apply_retention(now_ms=10**9, high_watermark=hw)
+    assert log.log_start_offset == hw == log.segments[0].base_offset
+    assert not log.maybe_apply_retention(now_ms=10**9, high_watermark=hw + 1)
+    assert log.log_start_offset == hw  # the segment holding hw stays while hw is inside it
+    assert not log.maybe_apply_retention(now_ms=10**9, high_watermark=0)
+    assert log.maybe_apply_retention(now_ms=10**9, high_watermark=log.log_end_offset)
+    assert len(log.segments) == 1
+
+
 def test_retention_by_bytes_keeps_the_newest_segments_within_the_limit(tmp_path) -> None:
     log = open_log(tmp_path, **{"segment.bytes": "300", "retention.bytes": "600"})
     for _ in range(20):
