@@ -27,7 +27,12 @@ JetStream fsyncs every 2 minutes by default and Redis ``everysec`` once a second
 acks=all relies on replication to 2 of 3 replicas (its own fsync is not in the ack path), as
 Kafka does.
 
-Usage: python -P scripts/bench/produce.py [--quick] [--skip-peers]
+* ``produce.rf3_acks_all.acks_require_fsync`` (with ``--fsync``): the same RF 3 acks=all
+  send_batch load against a second cluster whose brokers run with ``acks_require_fsync``
+  (every in-sync replica fsyncs before the ack), beside the default cluster in the same run,
+  runs interleaved; and ``produce.latency_p50.acks_require_fsync`` at 1,000 records/s.
+
+Usage: python -P scripts/bench/produce.py [--quick] [--skip-peers] [--fsync]
 """
 
 from __future__ import annotations
@@ -268,6 +273,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peers", action="store_true", help="Longboat and raw disk only")
+    ap.add_argument("--fsync", action="store_true",
+                    help="also measure a cluster with acks_require_fsync=true")
     ap.add_argument("--partitions", type=int, default=6,
                     help="partitions of the RF 3 topic (one request in flight per partition)")
     args = ap.parse_args()
@@ -282,12 +289,24 @@ def main() -> int:
 
     q = Quorum(root, 3)
     brokers = Brokers(root, q, 3)
+    fq = fb = None
+    flat: list[float] = []
+    if args.fsync:
+        (root / "fsync").mkdir()
+        fq = Quorum(root / "fsync", 3)
+        fb = Brokers(root / "fsync", fq, 3,
+                     extra_args=["--override", "acks_require_fsync=true"])
     try:
-        progress("starting 3 controllers and 3 brokers")
+        progress("starting 3 controllers and 3 brokers" + (" (twice)" if fb else ""))
         q.start_all()
         brokers.start_all()
+        if fq is not None and fb is not None:
+            fq.start_all()
+            fb.start_all()
+            fb.wait_ready(timeout_s=90)
         brokers.wait_ready(timeout_s=90)
         boot = [brokers.url(b) for b in brokers.ids]
+        fboot = [fb.url(b) for b in fb.ids] if fb is not None else []
         b1 = brokers.ids[0]
         for run in range(runs):
             t1, t3 = f"rf1-{run}", f"rf3-{run}"
@@ -303,6 +322,13 @@ def main() -> int:
             progress(f"run {run + 1}/{runs}: RF3 acks=all, {n} records")
             dt = asyncio.run(produce_bulk(boot, t3, n, acks="all", idempotent=True))
             add("rf3", n / dt)
+            if fq is not None:
+                asyncio.run(create_topic(fq.urls, t3, args.partitions, 3,
+                                         {"min.insync.replicas": "2"}))
+                time.sleep(2)
+                progress(f"run {run + 1}/{runs}: RF3 acks=all, acks_require_fsync, {n} records")
+                dt = asyncio.run(produce_bulk(fboot, t3, n, acks="all", idempotent=True))
+                add("rf3_fsync", n / dt)
             m = n // 5
             progress(f"run {run + 1}/{runs}: RF3 acks=all per-record send(), {m} records")
             dt = asyncio.run(produce_each(boot, t3, m))
@@ -311,9 +337,16 @@ def main() -> int:
             add("consume", asyncio.run(consume_all(boot, t3, args.partitions, n + 1000 + m + 1)))
         progress("latency at 1,000 records/s")
         lat = asyncio.run(latency(boot, f"rf3-{runs - 1}", 2000 if args.quick else 5000, 1000))
+        if fq is not None:
+            progress("latency at 1,000 records/s, acks_require_fsync")
+            flat = asyncio.run(latency(fboot, f"rf3-{runs - 1}", 2000 if args.quick else 5000,
+                                       1000))
     finally:
         brokers.stop_all()
         q.stop_all()
+        if fq is not None and fb is not None:
+            fb.stop_all()
+            fq.stop_all()
 
     if peers:
         procs: list[subprocess.Popen[bytes]] = []
@@ -366,6 +399,18 @@ def main() -> int:
     figure("produce.latency_p50", "ms", [statistics.median(lat)], params=lat_params)
     figure("produce.latency_p99", "ms", [statistics.quantiles(lat, n=100)[98]],
            params=lat_params)
+    if fq is not None:
+        figure("produce.rf3_acks_all.acks_require_fsync", "records/s", figures["rf3_fsync"],
+               baseline="produce.rf3_acks_all: the same load, default brokers (no fsync in "
+                        "the ack path), runs interleaved",
+               baseline_values=figures["rf3"], params={**rf3_params, "acks_require_fsync": True})
+        figure("produce.latency_p50.acks_require_fsync", "ms", [statistics.median(flat)],
+               baseline="produce.latency_p50, default brokers", baseline_values=[
+                   statistics.median(lat)], higher_is_better=False, params=lat_params)
+        figure("produce.latency_p99.acks_require_fsync", "ms",
+               [statistics.quantiles(flat, n=100)[98]], baseline="produce.latency_p99, default "
+               "brokers", baseline_values=[statistics.quantiles(lat, n=100)[98]],
+               higher_is_better=False, params=lat_params)
     figure("consume.rf3", "records/s", figures["consume"],
            baseline="produce.rf3_acks_all (same records)", baseline_values=figures["rf3"],
            params={"partitions": args.partitions, "fetch_max_bytes": 8 << 20})
