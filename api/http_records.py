@@ -34,6 +34,7 @@ import orjson
 from api.client.partitioner import partition_for_key
 from api.errors import HttpError, bad_request, kafka_error, partition_not_found, unprocessable
 from api.http_context import HttpContext
+from broker.group_coordinator import OFFSETS_TOPIC
 from broker.replica_manager import ReplicaError
 from storage.batch import HEADER_SIZE, decode_records, encode_batch, iter_batches
 
@@ -228,6 +229,21 @@ def parse_v2_record(obj: Any, fmt: str, default_ts: int, partition: int | None) 
 # --------------------------------------------------------------------------- producing
 
 
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Written only by the brokers themselves (the group coordinators)."""
+
+
+def writable_topic_or_404(ctx: HttpContext, topic: str) -> Any:
+    """The topic's image, refusing client appends to an internal topic as Kafka's
+    ReplicaManager does (a record there would be replayed by a group coordinator as group
+    state or offsets)."""
+    t = ctx.topic_or_404(topic)
+    if topic in INTERNAL_TOPICS:
+        raise kafka_error("INVALID_TOPIC_EXCEPTION",
+                          f"INVALID_TOPIC_EXCEPTION: Cannot append to internal topic {topic}.")
+    return t
+
+
 def max_message_bytes(ctx: HttpContext, topic: str) -> int:
     v = ctx.image.configs.topic_config(topic, "max.message.bytes")
     try:
@@ -239,7 +255,7 @@ def max_message_bytes(ctx: HttpContext, topic: str) -> int:
 async def produce_records(ctx: HttpContext, topic: str, parsed: Sequence[ParsedRecord | HttpError],
                           *, acks: int, timeout_ms: int) -> list[Outcome]:
     """Produce every good record; one outcome per input, in input order (module docstring)."""
-    t = ctx.topic_or_404(topic)
+    t = writable_topic_or_404(ctx, topic)
     count = len(t.partitions)
     limit = max_message_bytes(ctx, topic)
     out: list[Outcome | None] = [None] * len(parsed)
@@ -326,7 +342,7 @@ async def _produce_batch(ctx: HttpContext, topic: str, p: int,
 async def produce_batch_bytes(ctx: HttpContext, topic: str, partition: int | None, batch: bytes,
                               *, acks: int, timeout_ms: int) -> dict[str, Any]:
     """The binary form: one ready batch, handed on as it is."""
-    t = ctx.topic_or_404(topic)
+    t = writable_topic_or_404(ctx, topic)
     if partition is None:
         partition = ctx.next_sticky_partition(topic, len(t.partitions))
     elif partition not in t.partitions:

@@ -60,6 +60,7 @@ from api.http_records import (
     produce_batch_bytes,
     produce_records,
     render_records,
+    writable_topic_or_404,
 )
 from broker.replica_manager import ReplicaError
 from metalog.client import ControllerUnavailableError
@@ -740,7 +741,7 @@ async def produce(request: web.Request) -> web.StreamResponse:
     ctx = ctx_of(request)
     topic = request.match_info["topic"]
     t0 = time.monotonic()
-    ctx.topic_or_404(topic)
+    writable_topic_or_404(ctx, topic)
     acks = parse_acks(request)
     timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1,
                            hi=300_000)
@@ -876,7 +877,7 @@ async def produce_batch(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic = request.match_info["topic"]
     t0 = time.monotonic()
-    ctx.topic_or_404(topic)
+    writable_topic_or_404(ctx, topic)
     acks = parse_acks(request)
     timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1,
                            hi=300_000)

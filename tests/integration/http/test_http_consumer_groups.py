@@ -453,3 +453,38 @@ def test_v3_consumer_groups_describe_members_and_lags(c: HttpCluster) -> None:
     st, _, err = c.call("GET", f"{c.urls[0]}/v3/clusters/other/consumer-groups")
     assert st == 404
     v2.call("DELETE", "lagging", "m1")
+
+
+# --------------------------------------------------------------------------- internal topic
+
+
+def test_clients_cannot_append_to_the_offsets_topic(c: HttpCluster) -> None:
+    # A group's first use creates __consumer_offsets; then every produce form is refused
+    # as Kafka refuses appends to internal topics, and nothing lands in its partitions.
+    cons = Consumers(c)
+    assert cons.create("internal-g", "i1", format="json")[0] == 200
+    assert cons.call("POST", "internal-g", "i1", "/subscription",
+                     {"topics": ["internal-src"]})[0] in (200, 204)
+    deadline = time.monotonic() + 30
+    while c.call("GET", f"{c.v3()}/topics/__consumer_offsets")[0] != 200:
+        cons.records("internal-g", "i1", timeout_ms=200)
+        assert time.monotonic() < deadline, "__consumer_offsets never appeared"
+    topic = f"{c.v3()}/topics/__consumer_offsets"
+    st, _, err = c.call("POST", f"{topic}/records", {"value": {"data": 1}})
+    assert st == 400 and err["error_code"] == 40002, (st, err)
+    assert "internal topic" in err["message"]
+    st, _, err = c.call("POST", f"{topic}/records", [{"value": {"data": i}} for i in range(3)])
+    assert st == 400 and err["error_code"] == 40002, (st, err)
+    st, _, err = c.call("POST", f"{c.urls[0]}/topics/__consumer_offsets",
+                        {"records": [{"value": {"a": 1}}]},
+                        headers={"Content-Type": "application/vnd.kafka.json.v2+json"})
+    assert st == 400 and err["error_code"] == 40002, (st, err)
+    import msgpack
+
+    from storage.batch import encode_batch
+    batch = encode_batch([(None, b"x", 0, ())])
+    st, _, err = c.call("POST", f"{topic}/records",
+                        raw=msgpack.packb({"partition_id": 0, "batch": batch}),
+                        headers={"Content-Type": "application/msgpack"})
+    assert st == 400 and err["error_code"] == 40002, (st, err)
+    assert cons.call("DELETE", "internal-g", "i1")[0] == 204
