@@ -1,7 +1,8 @@
 """Command line: run a test against a cluster, or re-check a saved run.
 
     python -m jepsen_tests run --workload queue --nemesis kill,partition --time-limit 30 \\
-        --seed 7 [--cluster toy|longboat] [--nodes 3] [--out DIR (default var/jepsen/...)]
+        --seed 7 [--cluster toy|longboat] [--nodes 3] [--consumers assign|group|mixed] \\
+        [--out DIR (default var/jepsen/...)]
     python -m jepsen_tests check DIR
     python -m jepsen_tests sweep [--nemesis kill,pause,...] [--minutes 30] [--time-limit 60]
     python -m jepsen_tests summary SWEEP_DIR [SWEEP_DIR...]
@@ -20,7 +21,7 @@ from typing import Any
 
 from jepsen_tests.cluster import Cluster
 from jepsen_tests.nemesis import GROUPS, FaultInjectionUnavailable
-from jepsen_tests.runner import RunConfig, recheck, run
+from jepsen_tests.runner import CONSUMERS, RunConfig, recheck, run
 
 
 def _summary(results: dict[str, Any], out: Path) -> int:
@@ -31,6 +32,11 @@ def _summary(results: dict[str, Any], out: Path) -> int:
         print(f"  sends {st['sends']}, polls {st['polls']}; committed {st['committed']}, "
               f"read {st['values_read']}; final reads complete: "
               f"{all((results.get('final_reads_complete') or {'': False}).values())}")
+    if st.get("group"):
+        g = st["group"]
+        print(f"  group ({results.get('group_assignor') or '?'}): polls {g['polls']} "
+              f"({g['records']} records), commits {g['commits']}, rebalance events "
+              f"{g['rebalances']}, ownerships {g['ownerships']}")
     for k, n in sorted(r.get("counts", {}).items()):
         flag = " (invalidates)" if k in r.get("anomaly_types", []) else ""
         print(f"  {k}: {n}{flag}")
@@ -102,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--concurrency", type=int, default=4, help="client processes")
     r.add_argument("--tracks", type=int, default=1, help="overlapping fault tracks")
     r.add_argument("--netns", default="auto", choices=["auto", "on", "off"])
+    r.add_argument("--consumers", default="assign", choices=list(CONSUMERS),
+                   help="queue workload: workers consume by assignment, as members of one "
+                        "consumer group (subscribe, commit after each poll), or mixed (odd "
+                        "workers in the group); group modes need --cluster longboat")
     r.add_argument("--idempotence", default="on", choices=["on", "off"],
                    help="the Longboat producers' enable_idempotence")
     r.add_argument("--acks-require-fsync", action="store_true",
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                         netns=args.netns, tracks=args.tracks,
                         recovery_timeout_s=args.recovery_timeout,
                         process_specs=[t for t in args.target_specs.split(",") if t],
+                        consumers=args.consumers,
                         fault_duration_s=_span(args.fault_duration,
                                                (1.0, 3.0) if toy else (3.0, 15.0)),
                         fault_gap_s=_span(args.fault_gap, (0.5, 1.5) if toy else (2.0, 6.0)))

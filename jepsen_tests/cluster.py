@@ -50,6 +50,33 @@ class QueueClient(Protocol):
     async def close(self) -> None: ...
 
 
+OnRebalance = Callable[[str, list[str]], None]
+"""(event, keys): ``assigned``, ``revoked`` or ``lost``, and the keys it concerns. Called
+synchronously at the moment the member's assignment changes, so the caller can record it in
+the history in the order it happened relative to the member's polls."""
+
+
+class GroupMember(Protocol):
+    """A consumer-group member of the queue workload's group: it subscribes to the
+    workload's topic and consumes what the group's coordinator hands it."""
+
+    async def start(self) -> None:
+        """Start and subscribe. Raise DefiniteError if it could not start."""
+        ...
+
+    async def poll(self, max_records: int) -> dict[str, list[tuple[int, Any]]]:
+        """Records of the assigned keys: {key: [(offset, value), ...]} (maybe empty).
+        Raise DefiniteError: a failed poll returned nothing and moved no position."""
+        ...
+
+    async def commit(self, offsets: dict[str, int]) -> None:
+        """Commit the next offsets to read. DefiniteError if certainly not committed,
+        IndefiniteError if unknown."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class MetadataClient(Protocol):
     """What the metadata workload needs: topic create/delete/describe on the controller."""
 
@@ -106,6 +133,18 @@ class Cluster(ABC):
 
     def metadata_client(self, name: str, host: str, dial: Dial) -> MetadataClient:
         raise NotImplementedError(f"{type(self).__name__} has no metadata client")
+
+    supports_groups = False
+    """Whether `group_member` exists: the cluster has consumer groups."""
+
+    def group_member(self, name: str, host: str, *, group: str, assignor: str,
+                     on_rebalance: OnRebalance) -> GroupMember:
+        """A member of consumer group `group` named `name`, whose sockets bind `host`."""
+        raise NotImplementedError(f"{type(self).__name__} has no consumer groups")
+
+    async def prepare_group(self, group: str, host: str) -> None:
+        """Before the load starts: wait until `group` can be served (its coordinator up)."""
+        raise NotImplementedError(f"{type(self).__name__} has no consumer groups")
 
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Raise before anything is created if this cluster cannot run here."""

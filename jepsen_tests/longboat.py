@@ -38,8 +38,10 @@ from jepsen_tests.cluster import (
     Cluster,
     Dial,
     EnvFor,
+    GroupMember,
     MetadataClient,
     NodeSpec,
+    OnRebalance,
     QueueClient,
     Wrap,
 )
@@ -291,3 +293,17 @@ class LongboatCluster(Cluster):
         from jepsen_tests.longboat_client import LongboatMetadataClient
 
         return LongboatMetadataClient(self, name, host)
+
+    supports_groups = True
+
+    def group_member(self, name: str, host: str, *, group: str, assignor: str,
+                     on_rebalance: OnRebalance) -> GroupMember:
+        from jepsen_tests.longboat_client import LongboatGroupMember
+
+        return LongboatGroupMember(self, name, host, group=group, assignor=assignor,
+                                   on_rebalance=on_rebalance)
+
+    async def prepare_group(self, group: str, host: str) -> None:
+        from jepsen_tests.longboat_client import wait_for_group_coordinator
+
+        await wait_for_group_coordinator(self, group, host)

@@ -22,19 +22,30 @@ How outcomes map (the history's ``fail`` means "certainly did not happen"):
   answer is "nothing", at once; otherwise a poll that fails or brings nothing within the
   poll timeout raises DefiniteError: reads have no effect, and the final reads must
   not take an unavailable leader for the end of the log.
+
+`LongboatGroupMember` consumes as a member of a consumer group instead (see its docstring).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
-from jepsen_tests.cluster import DefiniteError, IndefiniteError
+from api.client import (
+    AsyncConsumer,
+    AsyncGroupConsumer,
+    AsyncProducer,
+    ClientError,
+    TopicPartition,
+)
+from api.client.coordinator import CoordinatorClient
+from api.client.transport import MetadataCache, Transport, normalize_bootstrap
+from jepsen_tests.cluster import DefiniteError, IndefiniteError, OnRebalance
 
 if TYPE_CHECKING:
     from jepsen_tests.longboat import LongboatCluster
@@ -144,6 +155,131 @@ class LongboatQueueClient:
         await asyncio.gather(*closers, return_exceptions=True)
         self._consumers.clear()
         self._producer = None
+
+
+class LongboatGroupMember:
+    """One member of the queue workload's consumer group: an ``api.client.AsyncGroupConsumer``
+    subscribed to the workload's topic, auto-commit off (the worker commits what a poll
+    returned once it has recorded it), ``auto_offset_reset="earliest"`` (the topic has no
+    retention: a partition without a committed offset starts at 0). The consumer's fetches,
+    metadata requests and coordinator calls share one transport bound to ``source_host``, so
+    partitions cut the member off as they cut the other clients.
+
+    Assignment changes go to ``on_rebalance`` from the consumer's callbacks, which run at the
+    moment the fetcher's assignment changes: ``assigned`` after the group's committed offsets
+    were fetched and seeked, before any poll can return the partition's records; ``revoked``
+    once the partition is paused, before it is dropped. A partition *lost* (the member was
+    fenced) leaves the fetcher at once but is reported later, from the member task; by then
+    the coordinator may have handed it back, with an ``assigned`` already reported, so only
+    lost partitions that are not assigned again are reported.
+
+    Outcomes:
+
+    * ``poll``: any error -> DefiniteError (a poll that raised returned nothing and moved no
+      position).
+    * ``commit``: DefiniteError only when the member is in no generation (not joined yet, or
+      fenced and rejoining): the consumer refuses such a commit before sending anything.
+      Every other failure is IndefiniteError: the coordinator client retries timeouts and
+      lost connections, and the consumer retries REBALANCE_IN_PROGRESS, so even a refusal
+      may follow an attempt that was applied and whose answer was lost.
+    """
+
+    def __init__(self, cluster: LongboatCluster, name: str, host: str, *, group: str,
+                 assignor: str, on_rebalance: OnRebalance, request_timeout_ms: int = 3_000,
+                 poll_timeout_ms: int = 200, session_timeout_ms: int = 6_000,
+                 consumer: AsyncGroupConsumer | None = None) -> None:
+        self.topic = cluster.topic
+        self.group = group
+        self.poll_timeout_ms = poll_timeout_ms
+        self._on_rebalance = on_rebalance
+        self._partition = {k: cluster.key_partition(k) for k in cluster.keys}
+        self._key = {p: k for k, p in self._partition.items()}
+        self._consumer = consumer if consumer is not None else AsyncGroupConsumer(
+            cluster.broker_urls(), group_id=group, client_id=name,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            # The brokers' smallest allowed session: a member behind a fault is dropped, and
+            # its partitions move on, within a run of a few tens of seconds.
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=session_timeout_ms // 6,
+            # Also the rebalance timeout (KIP-62): how long a join waits for a member that
+            # does not rejoin. Kafka's 300 s would outlast the run.
+            max_poll_interval_ms=20_000,
+            partition_assignment_strategy=assignor, max_wait_ms=200,
+            request_timeout_ms=request_timeout_ms, source_host=host)
+
+    def _tp(self, key: str) -> TopicPartition:
+        return TopicPartition(self.topic, self._partition[key])
+
+    def _keys(self, tps: set[TopicPartition]) -> list[str]:
+        return sorted(self._key[tp.partition] for tp in tps
+                      if tp.topic == self.topic and tp.partition in self._key)
+
+    def _report(self, event: str, tps: set[TopicPartition]) -> None:
+        keys = self._keys(tps)
+        if keys:
+            self._on_rebalance(event, keys)
+
+    def _lost(self, tps: set[TopicPartition]) -> None:
+        self._report("lost", tps - self._consumer.assignment())
+
+    async def start(self) -> None:
+        c = self._consumer
+        try:
+            await c.start()
+        except ClientError as e:
+            await self.close()
+            raise DefiniteError(f"group consumer start: {e}") from e
+        c.subscribe([self.topic], on_assigned=lambda tps: self._report("assigned", tps),
+                    on_revoked=lambda tps: self._report("revoked", tps), on_lost=self._lost)
+
+    async def poll(self, max_records: int) -> dict[str, list[tuple[int, Any]]]:
+        try:
+            recs = await self._consumer.poll(timeout_ms=self.poll_timeout_ms,
+                                             max_records=max_records)
+        except ClientError as e:
+            raise DefiniteError(str(e)) from e
+        out: dict[str, list[tuple[int, Any]]] = {}
+        for r in recs:
+            if r.value is not None and r.topic == self.topic and r.partition in self._key:
+                out.setdefault(self._key[r.partition], []).append((r.offset, int(r.value)))
+        return out
+
+    async def commit(self, offsets: dict[str, int]) -> None:
+        c = self._consumer
+        # The consumer makes this same check before its first attempt, with no await in
+        # between: a member in no generation sends nothing.
+        if c.generation < 0 or not c.member_id:
+            raise DefiniteError(f"group {self.group}: not in a generation (joining, or fenced "
+                                "and rejoining); nothing sent")
+        try:
+            await c.commit({self._tp(k): o for k, o in offsets.items()})
+        except ClientError as e:
+            raise IndefiniteError(f"{type(e).__name__}: {e}") from e
+
+    async def close(self) -> None:
+        # A member that cannot leave (its coordinator is gone) is dropped by its session
+        # timeout; nothing is committed on close (auto-commit is off).
+        with contextlib.suppress(ClientError, OSError):
+            await self._consumer.close()
+
+
+async def wait_for_group_coordinator(cluster: LongboatCluster, group: str, host: str,
+                                     timeout_s: float = 30.0) -> None:
+    """Until `group`'s coordinator answers: the first lookup creates ``__consumer_offsets``
+    and its partitions' leaders load them, which takes seconds a run's members should not
+    spend under faults."""
+    transport = Transport(request_timeout_s=5.0, source_host=host)
+    try:
+        metadata = MetadataCache(transport, normalize_bootstrap(cluster.broker_urls()))
+        coordinator = CoordinatorClient(transport, metadata, group, retry_timeout_s=timeout_s)
+        try:
+            ans = await coordinator.call("fetch_offsets", {"partitions": None})
+        except ClientError as e:
+            raise RuntimeError(f"group {group}: no coordinator within {timeout_s:g} s: {e}") from e
+        if ans.get("error") not in (None, "NONE"):
+            raise RuntimeError(f"group {group}: fetch_offsets answered {ans['error']}")
+    finally:
+        await transport.close()
 
 
 async def _mark_sent(_session: aiohttp.ClientSession, ctx: Any, _params: Any) -> None:

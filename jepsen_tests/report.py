@@ -182,6 +182,9 @@ def render(results: dict[str, Any], history: History) -> str:
         f"<h1>Run report: <span style='color:{colour}'>{verdict}</span></h1>",
         "<p>" + _esc(f"workload={cfg.get('workload')} nemeses={','.join(cfg.get('nemeses', []))} "
                      f"seed={cfg.get('seed')} time_limit={cfg.get('time_limit_s')}s "
+                     f"consumers={cfg.get('consumers', 'assign')}"
+                     + (f" ({results['group_assignor']})" if results.get("group_assignor")
+                        else "") + " "
                      f"cluster={results.get('cluster')} netns={results.get('netns')} "
                      f"ops={len(history)}") + "</p>",
     ]

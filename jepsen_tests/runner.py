@@ -13,6 +13,7 @@ Layout of a run directory::
     history.jsonl   every op, streamed as recorded
     schedule.json   the faults drawn from the seed
     logs/<node>.log node stdout/stderr across restarts
+    logs/clients.log the client library's log (retries, group rejoins, coordinator moves)
     data/<node>/    node data directories
     results.json    config, checker result, warnings
     report.html     plots and anomaly tables
@@ -22,17 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jepsen_tests import report
 from jepsen_tests.checkers import linear, queue
-from jepsen_tests.cluster import Cluster
+from jepsen_tests.cluster import Cluster, GroupMember, OnRebalance
 from jepsen_tests.history import History, Recorder
 from jepsen_tests.nemesis import (
     GROUPS,
@@ -54,9 +57,19 @@ from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
 from jepsen_tests.nemesis.proxy import ProxyNemesis, ProxyNet, proxy_mesh
 from jepsen_tests.nemesis.schedule import PROCESS_SPECS, Step, generate
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
-from jepsen_tests.workloads.queue import QueueWorker, final_reads, value_counter
+from jepsen_tests.workloads.queue import (
+    GROUP,
+    GROUP_ASSIGNORS,
+    GroupQueueWorker,
+    QueueWorker,
+    final_reads,
+    value_counter,
+)
 
 WORKLOADS = ("queue", "metadata")
+CONSUMERS = ("assign", "group", "mixed")
+"""How the queue workload's workers consume: all by assignment, all as members of one
+consumer group, or alternately (odd-numbered workers in the group)."""
 
 
 @dataclass
@@ -75,6 +88,7 @@ class RunConfig:
     fault_duration_s: tuple[float, float] = (1.0, 3.0)
     fault_gap_s: tuple[float, float] = (0.5, 1.5)
     process_specs: list[str] = field(default_factory=list)  # empty: PROCESS_SPECS
+    consumers: str = "assign"  # one of CONSUMERS
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -91,6 +105,53 @@ def expand_kinds(names: list[str]) -> list[str]:
     return out
 
 
+def check_consumers(cluster: Cluster, cfg: RunConfig) -> None:
+    if cfg.consumers not in CONSUMERS:
+        raise ValueError(f"unknown consumers {cfg.consumers!r}; known: {', '.join(CONSUMERS)}")
+    if cfg.consumers == "assign":
+        return
+    if cfg.workload != "queue":
+        raise ValueError(f"--consumers {cfg.consumers} is for the queue workload")
+    if not cluster.supports_groups:
+        raise ValueError(f"--consumers {cfg.consumers}: {type(cluster).__name__} has no "
+                         "consumer groups")
+    if cfg.consumers == "mixed" and cfg.concurrency < 2:
+        raise ValueError("--consumers mixed needs --concurrency 2 or more")
+
+
+def group_assignor(seed: int) -> str:
+    """The run's group assignor, drawn from the seed (one per run, see GROUP_ASSIGNORS)."""
+    return random.Random(f"{seed}/group").choice(GROUP_ASSIGNORS)
+
+
+def consumes_by_group(consumers: str, worker: int) -> bool:
+    return consumers == "group" or (consumers == "mixed" and worker % 2 == 1)
+
+
+CLIENT_LOGGER = "api.client"
+
+
+def _log_clients_to(path: Path) -> Callable[[], None]:
+    """The client library's log (a group member's rejoins, retries, lost coordinators) goes
+    to the run directory: on the console it would bury the run's own output. Returns the
+    undo."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger(CLIENT_LOGGER)
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+    def undo() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        handler.close()
+    return undo
+
+
 def warn(msg: str, warnings: list[str]) -> None:
     warnings.append(msg)
     print(f"\n!!! {msg} !!!\n", file=sys.stderr)
@@ -99,6 +160,7 @@ def warn(msg: str, warnings: list[str]) -> None:
 def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
     if cfg.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
+    check_consumers(cluster, cfg)
     kinds = expand_kinds(cfg.nemeses)
     cluster.preflight()
     cats = {KINDS[k] for k in kinds}
@@ -106,6 +168,7 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
     rec = Recorder(stream_to=out / "history.jsonl")
+    undo_client_log = _log_clients_to(out / "logs" / "clients.log")
     ns: NetNamespace | None = None
     proxies: ProxyNet | None = None
     nemesis: Nemesis | None = None
@@ -202,12 +265,14 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         if ns is not None:
             ns.destroy()
         rec.close()
+        undo_client_log()
 
     history = rec.history()
     result = check_history(history, cfg.workload)
     results = {
         "config": cfg.to_json(),
         "kinds": kinds,
+        "group_assignor": group_assignor(cfg.seed) if cfg.consumers != "assign" else None,
         "cluster": type(cluster).__name__,
         "netns": ns.name if ns is not None else None,
         "warnings": warnings,
@@ -240,10 +305,13 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
                  steps: list[Step], clients: list[str], client_hosts: dict[str, str],
                  dial: Any) -> dict[str, bool]:
     loop = asyncio.get_running_loop()
+    if cfg.workload == "queue" and cfg.consumers != "assign":
+        await cluster.prepare_group(GROUP, client_address(150))
     t0 = loop.time()
     deadline = t0 + cfg.time_limit_s
     values = value_counter()
     topics = topic_names()
+    assignor = group_assignor(cfg.seed)
     conns: list[Any] = []
     workers: list[Any] = []
     for i, c in enumerate(clients):
@@ -251,7 +319,12 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
         if cfg.workload == "queue":
             qc = cluster.client(c, client_hosts[c], dial)
             conns.append(qc)
-            workers.append(QueueWorker(i, len(clients), qc, cluster.keys, rec, values, rng))
+            if consumes_by_group(cfg.consumers, i):
+                workers.append(GroupQueueWorker(
+                    i, len(clients), qc, _member_factory(cluster, c, client_hosts[c], assignor),
+                    cluster.keys, rec, values, rng, group=GROUP, assignor=assignor))
+            else:
+                workers.append(QueueWorker(i, len(clients), qc, cluster.keys, rec, values, rng))
         else:
             mc = cluster.metadata_client(c, client_hosts[c], dial)
             conns.append(mc)
@@ -304,6 +377,14 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
                                  timeout_s=cfg.final_read_timeout_s)
     finally:
         await reader.close()
+
+
+def _member_factory(cluster: Cluster, client: str, host: str, assignor: str
+                    ) -> Callable[[str, OnRebalance], GroupMember]:
+    def new_member(name: str, on_rebalance: OnRebalance) -> GroupMember:
+        return cluster.group_member(f"{client}-{name}", host, group=GROUP, assignor=assignor,
+                                    on_rebalance=on_rebalance)
+    return new_member
 
 
 def _resolve(step: Step, cluster: Cluster) -> Fault:

@@ -122,6 +122,17 @@ def replicas_lost_at_once(run_dir: str | Path, prefix: str = "b") -> int:
     return most
 
 
+def _option(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in run arguments (``--flag V`` or ``--flag=V``), last one wins."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
 def label_of(r: dict[str, Any]) -> str:
     """A row's table label. lose-unsynced runs are split by how many brokers one fault hit:
     losing unsynced writes on one replica must lose nothing, while on two or three at once
@@ -132,6 +143,9 @@ def label_of(r: dict[str, Any]) -> str:
         label += f" (idempotence {extra[extra.index('--idempotence') + 1]})"
     if "--acks-require-fsync" in extra:
         label += " (acks_require_fsync)"
+    consumers = _option(extra, "--consumers")
+    if consumers not in (None, "assign"):
+        label += f" (consumers {consumers})"
     if "lose-unsynced" in label.split(","):
         n = replicas_lost_at_once(r["dir"])
         label += " (1 broker at a time)" if n <= 1 else " (2+ brokers at once)"

@@ -8,9 +8,16 @@ Op shapes (values are JSON; keys are strings):
 * ``send``      invoke ``{"key": k, "value": v}``; ok adds ``"offset": o``; the completion's
   ``node`` names the partition leader that acknowledged it, when the client knows.
 * ``poll``      invoke ``{}`` or ``{"final": true}`` for the final reads after healing; ok
-  ``{"reads": {k: [[offset, value], ...]}}``.
-* ``assign`` / ``subscribe``  ``{"keys": [...]}``: reset the process's consumer position.
-* ``commit``    ok ``{"group": g, "offsets": {k: o}}``: committed consumer-group offsets.
+  ``{"reads": {k: [[offset, value], ...]}}``. A group member's poll adds ``"group": g,
+  "member": m`` (invoke and ok).
+* ``assign`` / ``subscribe``  ``{"keys": [...]}``: reset the process's consumer position
+  (a subscribe also names ``group``, ``member`` and ``assignor``).
+* ``commit``    ``{"group": g, "offsets": {k: o}}`` (and ``member``): consumer-group offsets,
+  each the offset of the next record to read (Kafka's convention).
+* ``rebalance`` ``{"group": g, "member": m, "event": "assigned"|"revoked"|"lost",
+  "keys": [...]}``, recorded by process ``m`` at the moment member ``m``'s assignment
+  changed. A member *owns* a key from an ``assigned`` to the next ``revoked``/``lost`` (or
+  ``assigned``) of that key: one *ownership*.
 
 A send is *committed* if it is ok, or info (unknown) with its value read by some ok poll.
 
@@ -40,6 +47,23 @@ ones for subscribing processes, are reported but do not make the history invalid
 * ``committed-offset-regression``  a group's committed offset for a key observed lower than one
   an op that completed earlier (in real time) had already committed.
 
+Consumer groups (the harness's group members record ``rebalance`` ops; Jepsen allows
+poll-skip and nonmonotonic-poll with subscribe because rebalances move positions, and knowing
+each ownership lets the checker hold every ownership to the stricter rule):
+
+* ``group-poll-unassigned``  a member's poll returned records of a key it did not own.
+* ``group-poll-skip`` / ``group-nonmonotonic-poll``  within one ownership, a record's offset
+  is more than one past / at or before the previous record's (across polls and inside one;
+  offsets, not ranks: the workload's log has no compaction or transaction markers, so its
+  offsets are dense).
+* ``group-resume-past-commit``  an ownership's first record lies past every offset the group
+  could have handed the member: past the offsets of all commits (ok or info) of the key
+  invoked before the ownership began, or past 0 without any. The records between were
+  skipped by the group: lost by a consumer. Resuming *earlier* is allowed (re-delivery).
+* ``commit-past-high-watermark``  an ok commit of an offset above the high watermark any op
+  had seen for the key (1 + the highest offset read or acknowledged by ops completed
+  before the commit completed): the group would skip records that do not exist yet.
+
 Lost writes are bucketed by the fault windows active when they were acknowledged, and by the
 node that acknowledged them (``lost-on-node``, the per-replica view of split brain).
 
@@ -48,7 +72,9 @@ Pure: reads a `History`, returns a dict.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +82,7 @@ from jepsen_tests.history import (
     ASSIGN,
     COMMIT,
     POLL,
+    REBALANCE,
     SEND,
     SUBSCRIBE,
     FaultWindow,
@@ -66,7 +93,9 @@ from jepsen_tests.history import (
 INVALIDATING = (
     "lost-write", "lost-middle", "duplicate", "inconsistent-offsets", "G1a", "phantom",
     "poll-skip", "nonmonotonic-poll", "int-poll-skip", "int-nonmonotonic-poll",
-    "nonmonotonic-send", "committed-offset-regression",
+    "nonmonotonic-send", "committed-offset-regression", "group-poll-unassigned",
+    "group-poll-skip", "group-nonmonotonic-poll", "group-resume-past-commit",
+    "commit-past-high-watermark",
 )
 ALWAYS_ALLOWED = ("unseen", "lost-prefix", "lost-postfix")
 SUBSCRIBE_ALLOWED = ("poll-skip", "nonmonotonic-poll")
@@ -300,6 +329,8 @@ def check(history: History, *, retention: bool = False) -> dict[str, Any]:
                      "earlier_op": worst[4], "earlier_offset": worst[3]})
             done.append((p.complete.time_ns, g, str(k), int(off), p.complete.index))
 
+    group_stats = _check_groups(pairs, polls, send_list, add)
+
     # ---- where lost writes happened
     lost_by_fault: Counter[str] = Counter()
     lost_by_node: Counter[str] = Counter()
@@ -313,6 +344,16 @@ def check(history: History, *, retention: bool = False) -> dict[str, Any]:
     found = sorted(k for k in counts if k not in allowed_here)
     send_types = Counter(s.pair.type for s in send_list)
     poll_types = Counter(p.type for p in pairs if p.f == POLL)
+    stats: dict[str, Any] = {
+        "sends": dict(send_types),
+        "polls": dict(poll_types),
+        "final_polls": len(final_polls),
+        "keys": len(set(s.key for s in send_list) | set(read_values)),
+        "committed": len(committed),
+        "values_read": len(all_read),
+    }
+    if group_stats is not None:
+        stats["group"] = group_stats
     return {
         "valid": not found,
         "anomaly_types": found,
@@ -320,14 +361,139 @@ def check(history: History, *, retention: bool = False) -> dict[str, Any]:
         "anomalies": {k: v for k, v in sorted(anomalies.items())},
         "lost_by_fault": dict(lost_by_fault),
         "lost_by_node": dict(lost_by_node),
-        "stats": {
-            "sends": dict(send_types),
-            "polls": dict(poll_types),
-            "final_polls": len(final_polls),
-            "keys": len(set(s.key for s in send_list) | set(read_values)),
-            "committed": len(committed),
-            "values_read": len(all_read),
-        },
+        "stats": stats,
+    }
+
+
+@dataclass
+class _Ownership:
+    """One member's uninterrupted ownership of one key, from its ``assigned`` op."""
+
+    group: str
+    member: str
+    key: str
+    start_ns: int
+    assigned_op: int
+    first: tuple[int, int] | None = None  # (offset, poll op index) of the first record read
+    last: tuple[int, int] | None = None
+
+
+def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
+                  add: Callable[[str, dict[str, Any]], None]) -> dict[str, Any] | None:
+    """The consumer-group anomalies; statistics, or None for a history without groups."""
+    rebalances = [p for p in pairs if p.f == REBALANCE and p.type == "ok"]
+    group_polls = [p for p in polls if isinstance(p.invoke.value, dict)
+                   and p.invoke.value.get("member") is not None]
+    commits = [p for p in pairs if p.f == COMMIT]
+    if not rebalances and not group_polls and not commits:
+        return None
+
+    # Ownerships and the member's reads within them, in the order things happened: a poll's
+    # records belong to the ownership open when the poll completed.
+    timeline = sorted([*rebalances, *group_polls],
+                      key=lambda p: p.complete.index if p.complete is not None else -1)
+    open_: dict[tuple[str, str], _Ownership] = {}
+    ownerships: list[_Ownership] = []
+    records = 0
+    for p in timeline:
+        assert p.complete is not None
+        if p.f == REBALANCE:
+            v = p.complete.value or {}
+            member, event = str(v.get("member")), v.get("event")
+            for k in v.get("keys") or ():
+                open_.pop((member, str(k)), None)
+                if event == "assigned":
+                    new = _Ownership(str(v.get("group")), member, str(k), p.complete.time_ns,
+                                     p.complete.index)
+                    open_[(member, str(k))] = new
+                    ownerships.append(new)
+            continue
+        member = str(p.invoke.value["member"])
+        for k, recs in _reads(p).items():
+            if not recs:
+                continue
+            records += len(recs)
+            o = open_.get((member, k))
+            if o is None:
+                add("group-poll-unassigned", {"op": p.complete.index, "process": p.process,
+                                              "member": member, "key": k,
+                                              "offsets": [recs[0][0], recs[-1][0]]})
+                continue
+            for off, _ in recs:
+                prev = o.last
+                if prev is None:
+                    o.first = (off, p.complete.index)
+                elif off <= prev[0] or off > prev[0] + 1:
+                    add("group-nonmonotonic-poll" if off <= prev[0] else "group-poll-skip",
+                        {"op": p.complete.index, "previous_op": prev[1], "process": p.process,
+                         "member": member, "key": k, "offsets": [prev[0], off],
+                         "assigned_op": o.assigned_op})
+                o.last = (off, p.complete.index)
+
+    # Commits that may have taken effect (ok, or unknown), per group and key.
+    may_commit: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
+    for p in commits:
+        v = p.value if isinstance(p.value, dict) else {}
+        if p.type == "fail":
+            continue
+        for k, off in (v.get("offsets") or {}).items():
+            may_commit[(str(v.get("group")), str(k))].append(
+                (p.invoke.time_ns, int(off), (p.complete or p.invoke).index))
+
+    for o in ownerships:
+        if o.first is None:
+            continue
+        before = [c for c in may_commit.get((o.group, o.key), ()) if c[0] < o.start_ns]
+        latest = max(before, key=lambda c: c[1], default=None)
+        allowed = latest[1] if latest is not None else 0
+        if o.first[0] > allowed:
+            add("group-resume-past-commit",
+                {"group": o.group, "member": o.member, "key": o.key,
+                 "assigned_op": o.assigned_op, "op": o.first[1], "first_offset": o.first[0],
+                 "committed_offset_max": allowed,
+                 "commit_op": latest[2] if latest is not None else None,
+                 "skipped": [allowed, o.first[0] - 1]})
+
+    # The high watermark each key was seen to reach, over time.
+    seen: dict[str, list[tuple[int, int]]] = defaultdict(list)  # key -> (complete_ns, end)
+    for p in polls:
+        assert p.complete is not None
+        for k, recs in _reads(p).items():
+            if recs:
+                seen[k].append((p.complete.time_ns, max(off for off, _ in recs) + 1))
+    for s in send_list:
+        if s.offset is not None and s.pair.complete is not None:
+            seen[s.key].append((s.pair.complete.time_ns, s.offset + 1))
+    hw_times: dict[str, list[int]] = {}
+    hw_max: dict[str, list[int]] = {}
+    for k, evs in seen.items():
+        evs.sort()
+        hw_times[k] = [t for t, _ in evs]
+        running, maxes = 0, []
+        for _, end in evs:
+            running = max(running, end)
+            maxes.append(running)
+        hw_max[k] = maxes
+    for p in commits:
+        if p.type != "ok":
+            continue
+        assert p.complete is not None
+        v = p.complete.value or {}
+        for k, off in (v.get("offsets") or {}).items():
+            k = str(k)
+            i = bisect_left(hw_times.get(k, []), p.complete.time_ns)
+            hw = hw_max[k][i - 1] if i > 0 else 0
+            if int(off) > hw:
+                add("commit-past-high-watermark",
+                    {"op": p.complete.index, "process": p.process, "group": v.get("group"),
+                     "key": k, "offset": int(off), "high_watermark_seen": hw})
+
+    return {
+        "polls": len(group_polls),
+        "records": records,
+        "commits": dict(Counter(p.type for p in commits)),
+        "rebalances": len(rebalances),
+        "ownerships": len(ownerships),
     }
 
 

@@ -11,6 +11,17 @@ as a new process id (old id + number of workers) with fresh positions. After the
 `final_reads` reads every key from offset 0 to its end, as ``poll`` ops marked ``final``, so the
 checker can tell lost writes from slow readers.
 
+A `GroupQueueWorker` (``run --consumers group|mixed``) sends the same way but consumes as a
+member of the run's consumer group (`GROUP`): it subscribes to every key (``subscribe``),
+polls what the group assigned it (``poll``) and then commits, per key, the offset after the
+last record that poll returned (``commit``). Its member's assignment changes are recorded as
+``rebalance`` ops of a process named after the member (``m<worker>.<incarnation>``), at the
+moment they happen, so the checker knows which polls fall within one ownership of a key.
+Every 8-20 s (drawn from the worker's seed) the worker closes its member and starts a new
+one, which makes the group rebalance and the others resume from its commits. After a crash
+(an ``info``) the member carries on under the new process id, which subscribes again in the
+history; the checker's per-ownership checks follow the member, not the process.
+
 Values are ints, unique in the run; a shared counter hands them out.
 """
 
@@ -22,10 +33,21 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jepsen_tests.cluster import DefiniteError, IndefiniteError, QueueClient
-from jepsen_tests.history import ASSIGN, POLL, SEND, Recorder
+from jepsen_tests.cluster import (
+    DefiniteError,
+    GroupMember,
+    IndefiniteError,
+    OnRebalance,
+    QueueClient,
+)
+from jepsen_tests.history import ASSIGN, COMMIT, POLL, REBALANCE, SEND, SUBSCRIBE, Recorder
 
 POLL_MAX = 50
+GROUP = "jepsen-consumers"
+GROUP_ASSIGNORS = ("range", "cooperative-sticky")
+"""Eager and cooperative. One per run: the coordinator refuses a member whose assignor is
+not the group's (INCONSISTENT_GROUP_PROTOCOL), so a group cannot mix them."""
+MEMBER_RESTART_S = (8.0, 20.0)
 
 
 class QueueWorker:
@@ -100,6 +122,116 @@ class QueueWorker:
             else:
                 await self.assign()
             await asyncio.sleep(pause_s)
+
+
+class GroupQueueWorker(QueueWorker):
+    """Sends as `QueueWorker` does; consumes as a member of consumer group `group`."""
+
+    def __init__(self, index: int, n_workers: int, client: QueueClient,
+                 new_member: Callable[[str, OnRebalance], GroupMember], keys: Sequence[str],
+                 recorder: Recorder, values: Callable[[], int], rng: random.Random, *,
+                 group: str = GROUP, assignor: str = GROUP_ASSIGNORS[0]) -> None:
+        super().__init__(index, n_workers, client, keys, recorder, values, rng)
+        self.new_member = new_member
+        self.group = group
+        self.assignor = assignor
+        self.member: GroupMember | None = None
+        self.member_name = ""
+        self.incarnation = 0
+
+    def _subscription(self) -> dict[str, Any]:
+        return {"keys": self.keys, "group": self.group, "member": self.member_name,
+                "assignor": self.assignor}
+
+    def _crashed(self) -> None:
+        self.process += self.n_workers
+        if self.member is not None:
+            # The new process consumes through the same member: it starts subscribed.
+            v = self._subscription()
+            self.rec.invoke(self.process, SUBSCRIBE, v)
+            self.rec.ok(self.process, SUBSCRIBE, v)
+
+    def _rebalance_recorder(self, member: str) -> OnRebalance:
+        def on_rebalance(event: str, keys: list[str]) -> None:
+            v = {"group": self.group, "member": member, "event": event, "keys": keys}
+            self.rec.invoke(member, REBALANCE, v)
+            self.rec.ok(member, REBALANCE, v)
+        return on_rebalance
+
+    async def join(self) -> None:
+        self.incarnation += 1
+        self.member_name = name = f"m{self.index}.{self.incarnation}"
+        member = self.new_member(name, self._rebalance_recorder(name))
+        p = self.process
+        inv = self._subscription()
+        self.rec.invoke(p, SUBSCRIBE, inv)
+        try:
+            await member.start()
+        except DefiniteError as e:
+            self.rec.fail(p, SUBSCRIBE, inv, error=str(e))
+            await member.close()
+            return
+        self.member = member
+        self.rec.ok(p, SUBSCRIBE, inv)
+
+    async def leave(self) -> None:
+        member, self.member = self.member, None
+        if member is not None:
+            await member.close()
+
+    async def poll(self) -> None:
+        member = self.member
+        if member is None:
+            await self.join()
+            return
+        p = self.process
+        inv = {"group": self.group, "member": self.member_name}
+        self.rec.invoke(p, POLL, inv)
+        try:
+            got = await member.poll(POLL_MAX)
+        except DefiniteError as e:
+            self.rec.fail(p, POLL, inv, error=str(e))
+            return
+        self.rec.ok(p, POLL, {**inv, "reads": {k: [[o, v] for o, v in recs]
+                                               for k, recs in sorted(got.items())}})
+        # Recorded is processed: commit it. Nothing awaits between the poll's return and the
+        # commit's first attempt, so the member still owns these keys in the generation the
+        # commit is sent under (the coordinator fences a later generation's commits).
+        offsets = {k: recs[-1][0] + 1 for k, recs in sorted(got.items()) if recs}
+        if offsets:
+            await self.commit(member, offsets)
+
+    async def commit(self, member: GroupMember, offsets: dict[str, int]) -> None:
+        p = self.process
+        v = {"group": self.group, "member": self.member_name, "offsets": offsets}
+        self.rec.invoke(p, COMMIT, v)
+        try:
+            await member.commit(offsets)
+        except DefiniteError as e:
+            self.rec.fail(p, COMMIT, v, error=str(e))
+        except IndefiniteError as e:
+            self.rec.info(p, COMMIT, v, error=str(e))
+            self._crashed()
+        else:
+            self.rec.ok(p, COMMIT, v)
+
+    async def run(self, deadline: float, pause_s: float = 0.005) -> None:
+        loop = asyncio.get_running_loop()
+        restart_at = loop.time() + self.rng.uniform(*MEMBER_RESTART_S)
+        try:
+            await self.join()
+            while loop.time() < deadline:
+                if self.member is not None and loop.time() >= restart_at:
+                    await self.leave()
+                    await self.join()
+                    restart_at = loop.time() + self.rng.uniform(*MEMBER_RESTART_S)
+                elif self.rng.random() < 0.5:
+                    await self.send()
+                else:
+                    await self.poll()
+                await asyncio.sleep(pause_s)
+        finally:
+            await self.leave()
 
 
 async def final_reads(client: QueueClient, keys: Sequence[str], recorder: Recorder,

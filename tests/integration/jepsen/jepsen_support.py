@@ -8,10 +8,12 @@ red, never as a quiet skip. ``scripts/setup-jepsen.sh`` installs the tools.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +110,16 @@ def read_partition0(c: LongboatCluster, timeout_s: float = 30) -> set[int]:
                 out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
             return set(out)
     return asyncio.run(go())
+
+
+def no_leftover_nodes(out: Path) -> None:
+    """No node process of the run in `out` (their argv names its config dir) still runs."""
+    marker = str(out / "config")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        assert marker not in cmd, f"node process left running: {pid} {cmd}"

@@ -47,6 +47,26 @@ class H:
     def assign(self, p: int, keys: list[str], f: str = "assign") -> H:
         return self.op(p, f, {"keys": keys}, "ok")
 
+    # consumer-group shorthands (the shapes GroupQueueWorker records)
+    def subscribe(self, p: int, member: str, keys: list[str], group: str = "g") -> H:
+        return self.op(p, "subscribe", {"keys": keys, "group": group, "member": member,
+                                        "assignor": "range"}, "ok")
+
+    def rebalance(self, member: str, event: str, keys: list[str], group: str = "g") -> H:
+        return self.op(member, "rebalance", {"group": group, "member": member, "event": event,
+                                             "keys": keys}, "ok")
+
+    def gpoll(self, p: int, member: str, reads: dict[str, list[tuple[int, int]]],
+              group: str = "g") -> H:
+        inv = {"group": group, "member": member}
+        return self.op(p, "poll", inv, "ok",
+                       {**inv, "reads": {k: [list(r) for r in v] for k, v in reads.items()}})
+
+    def commit(self, p: int, member: str, offsets: dict[str, int], type: str = "ok",
+               group: str = "g") -> H:
+        return self.op(p, "commit", {"group": group, "member": member, "offsets": offsets},
+                       type)
+
     def nemesis(self, f: str, wid: str, kind: str, targets: list[str]) -> H:
         return self._add("nemesis", "info", f, {"id": wid, "kind": kind, "targets": targets})
 

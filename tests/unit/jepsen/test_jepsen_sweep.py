@@ -52,3 +52,11 @@ def test_lose_unsynced_runs_split_by_brokers_hit_at_once(tmp_path: Path) -> None
     table = {t["nemesis"]: t for t in summarize(rows)}
     assert table["lose-unsynced (1 broker at a time)"]["invalid"] == 0
     assert table["lose-unsynced (2+ brokers at once)"]["lost"] == 5
+
+
+def test_runs_with_group_consumers_get_their_own_rows() -> None:
+    rows = [_row("kill", 1, True, {}, ["--consumers", "group"]),
+            _row("kill", 2, True, {}, ["--consumers=mixed"]),
+            _row("kill", 3, True, {}, ["--consumers", "assign"])]
+    table = {t["nemesis"]: t["runs"] for t in summarize(rows)}
+    assert table == {"kill (consumers group)": 1, "kill (consumers mixed)": 1, "kill": 1}
