@@ -36,6 +36,7 @@ from api.errors import HttpError, bad_request, kafka_error, partition_not_found,
 from api.http_context import HttpContext
 from broker.group_coordinator import OFFSETS_TOPIC
 from broker.replica_manager import ReplicaError
+from metalog.image import TopicImage
 from storage.batch import HEADER_SIZE, decode_records, encode_batch, iter_batches
 
 BATCH_OVERHEAD_BYTES = HEADER_SIZE + 16
@@ -233,7 +234,7 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 """Written only by the brokers themselves (the group coordinators)."""
 
 
-def writable_topic_or_404(ctx: HttpContext, topic: str) -> Any:
+def writable_topic_or_404(ctx: HttpContext, topic: str) -> TopicImage:
     """The topic's image, refusing client appends to an internal topic as Kafka's
     ReplicaManager does (a record there would be replayed by a group coordinator as group
     state or offsets)."""
