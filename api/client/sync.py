@@ -19,7 +19,7 @@ import concurrent.futures
 import inspect
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from api.client.consumer import AsyncConsumer
 from api.client.group import AsyncGroupConsumer, CommitCallback, PartitionsCallback
@@ -27,6 +27,7 @@ from api.client.producer import AsyncProducer, BatchDelivery
 from api.client.types import ConsumerRecord, Header, RecordMetadata, TopicPartition
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -60,22 +61,45 @@ class _LoopThread:
             self.loop.close()
 
 
-class Producer:
+class _OnLoopThread:
+    """A client started on a loop thread of its own; closing it stops the thread too."""
+
+    _lt: _LoopThread
+    _inner: Any
+
+    def _start(self, thread_name: str, make: Callable[[], Coroutine[Any, Any, A]]) -> A:
+        self._lt = _LoopThread(thread_name)
+        try:
+            inner = self._lt.run(make())
+        except BaseException:
+            self._lt.stop()
+            raise
+        self._inner = inner
+        return inner
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._inner.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Producer(_OnLoopThread):
     """Synchronous producer; the same options as ``AsyncProducer``."""
 
     def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
-        self._lt = _LoopThread("longboat-producer")
-
         async def make() -> AsyncProducer:
             p = AsyncProducer(bootstrap, **options)
             await p.start()
             return p
 
-        try:
-            self._p = self._lt.run(make())
-        except BaseException:
-            self._lt.stop()
-            raise
+        self._p = self._start("longboat-producer", make)
 
     @property
     def producer_id(self) -> int:
@@ -102,35 +126,18 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(), timeout)
 
-    def close(self) -> None:
-        try:
-            self._lt.run(self._p.close())
-        finally:
-            self._lt.stop()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
-class Consumer:
+class Consumer(_OnLoopThread):
     """Synchronous consumer; the same options as ``AsyncConsumer``."""
 
     def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
-        self._lt = _LoopThread("longboat-consumer")
-
         async def make() -> AsyncConsumer:
             c = AsyncConsumer(bootstrap, **options)
             await c.start()
             return c
 
-        try:
-            self._c = self._lt.run(make())
-        except BaseException:
-            self._lt.stop()
-            raise
+        self._c = self._start("longboat-consumer", make)
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         parts = list(partitions)
@@ -179,17 +186,6 @@ class Consumer:
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._c.high_watermark(tp)
 
-    def close(self) -> None:
-        try:
-            self._lt.run(self._c.close())
-        finally:
-            self._lt.stop()
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
@@ -205,23 +201,17 @@ def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
     return run
 
 
-class GroupConsumer:
+class GroupConsumer(_OnLoopThread):
     """Synchronous group consumer; the same options as ``AsyncGroupConsumer``."""
 
     def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
                  **options: Any) -> None:
-        self._lt = _LoopThread("longboat-group-consumer")
-
         async def make() -> AsyncGroupConsumer:
             c = AsyncGroupConsumer(bootstrap, group_id=group_id, **options)
             await c.start()
             return c
 
-        try:
-            self._c = self._lt.run(make())
-        except BaseException:
-            self._lt.stop()
-            raise
+        self._c = self._start("longboat-group-consumer", make)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """A plain method of the async consumer, run on its loop (it touches loop state)."""
@@ -302,14 +292,3 @@ class GroupConsumer:
     def partitions_for(self, topic: str) -> list[int]:
         return self._lt.run(self._c.partitions_for(topic))
 
-    def close(self) -> None:
-        try:
-            self._lt.run(self._c.close())
-        finally:
-            self._lt.stop()
-
-    def __enter__(self) -> GroupConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

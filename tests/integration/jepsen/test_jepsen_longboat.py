@@ -14,14 +14,13 @@ holds history.jsonl, node logs and report.html; rerun with the printed seed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jepsen_support import require_netns
+from jepsen_support import no_leftover_nodes, require_netns
 
 from jepsen_tests.history import History
 
@@ -42,18 +41,6 @@ def _run(out: Path, *args: str, timeout_s: float = 150) -> tuple[int, str, dict[
     return p.returncode, p.stdout + p.stderr[-4000:], results
 
 
-def _no_leftover_nodes(out: Path) -> None:
-    marker = str(out / "config")
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        assert marker not in cmd, f"node process left running: {pid} {cmd}"
-
-
 def _check_run(out: Path, nemesis: str, seed: str, specs: set[str]) -> dict[str, Any]:
     require_netns()
     rc, log, res = _run(out, "--nemesis", nemesis, "--seed", seed)
@@ -72,7 +59,7 @@ def _check_run(out: Path, nemesis: str, seed: str, specs: set[str]) -> dict[str,
     assert specs <= {s["spec"] for s in schedule} | {s["kind"] for s in schedule}, schedule
     windows = History.load(out / "history.jsonl").fault_windows()
     assert len(windows) == len(schedule), (windows, schedule)
-    _no_leftover_nodes(out)
+    no_leftover_nodes(out)
     return res
 
 
