@@ -158,13 +158,19 @@ def warn(msg: str, warnings: list[str]) -> None:
 
 
 def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
+    out = cfg.out_dir
+    if out.is_dir() and any(out.iterdir()):
+        # Its nodes would start over the earlier run's data directories and metadata logs,
+        # and the checker would read that run's records as this one's (a sweep resumed over
+        # an interrupted run once reported 457 "duplicates" that way).
+        raise ValueError(f"run directory {out} is not empty (an earlier run's files); "
+                         "give another --out or remove it")
     if cfg.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
     check_consumers(cluster, cfg)
     kinds = expand_kinds(cfg.nemeses)
     cluster.preflight()
     cats = {KINDS[k] for k in kinds}
-    out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
     rec = Recorder(stream_to=out / "history.jsonl")

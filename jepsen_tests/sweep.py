@@ -41,6 +41,13 @@ def run_one(out: Path, nemesis: str, seed: int, time_limit_s: float,
             extra: Sequence[str] = ()) -> dict[str, Any]:
     argv = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", nemesis, "--seed",
             str(seed), "--time-limit", str(time_limit_s), "--out", str(out), *extra]
+    if out.exists():
+        # No row names this directory (rows are written when a run ends), so it is what an
+        # interrupted sweep left: keep it for the curious, out of the way of this run.
+        aside = _free_name(out.parent / f"{out.name}.interrupted")
+        out.rename(aside)
+        print(f"sweep: {out} was left by an interrupted run; moved to {aside}",
+              file=sys.stderr, flush=True)
     t0 = time.monotonic()
     with open(out.parent / f"{out.name}.console.log", "w") as console:
         try:
@@ -94,6 +101,14 @@ def sweep(root: Path, nemeses: Sequence[str], minutes: float, time_limit_s: floa
             done_s[n] += time_limit_s
             seed += 1
     return load_rows(root)
+
+
+def _free_name(path: Path) -> Path:
+    n, cand = 1, path
+    while cand.exists():
+        n += 1
+        cand = path.with_name(f"{path.name}{n}")
+    return cand
 
 
 def load_rows(root: Path) -> list[dict[str, Any]]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from jepsen_tests.sweep import format_table, load_rows, summarize
 
@@ -60,3 +63,41 @@ def test_runs_with_group_consumers_get_their_own_rows() -> None:
             _row("kill", 3, True, {}, ["--consumers", "assign"])]
     table = {t["nemesis"]: t["runs"] for t in summarize(rows)}
     assert table == {"kill (consumers group)": 1, "kill (consumers mixed)": 1, "kill": 1}
+
+
+def test_a_run_refuses_a_directory_an_earlier_run_left(tmp_path: Path) -> None:
+    # Started over an interrupted run's files, the nodes would open its data and the checker
+    # would read its records as this run's (the sweep once reported 457 "duplicates" so).
+    from jepsen_tests.runner import RunConfig, run
+
+    (tmp_path / "data").mkdir()
+    with pytest.raises(ValueError, match="not empty"):
+        run(object(), RunConfig(out_dir=tmp_path))  # type: ignore[arg-type]
+
+
+def test_the_sweep_moves_an_interrupted_runs_directory_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jepsen_tests import sweep
+
+    out = tmp_path / "kill-seed7"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "old").write_text("left by a run that never finished")
+    seen: list[bool] = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.append(out.exists())  # the run starts on an empty directory
+        out.mkdir()
+        (out / "results.json").write_text(json.dumps({"result": {"valid": True}}))
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    row = sweep.run_one(out, "kill", 7, 1.0)
+    assert seen == [False]
+    assert row["valid"] is True
+    assert (tmp_path / "kill-seed7.interrupted" / "data" / "old").read_text().startswith("left")
+    (out / "results.json").unlink()
+    out.rmdir()
+    out.mkdir()
+    (out / "x").write_text("again")
+    sweep.run_one(out, "kill", 7, 1.0)
+    assert (tmp_path / "kill-seed7.interrupted2" / "x").exists()
