@@ -132,9 +132,12 @@ def _tasks(opts: SourceOptions, cv: ClusterView, ranges: list[OffsetRange]
 
 
 def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-    if partition is None:  # Spark's stand-in when there is nothing to read
+    task = partition.task if isinstance(partition, LongboatInputPartition) else (
+        None if partition is None else partition.value)
+    if task is None:
+        # Nothing to read: when partitions() returns [], Spark 4.3 plans one
+        # InputPartition(None) all the same (plan_data_source_read.py).
         return iter(())
-    task = partition.task if isinstance(partition, LongboatInputPartition) else partition.value
     return read_range(task)
 
 

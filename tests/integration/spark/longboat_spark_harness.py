@@ -18,7 +18,10 @@ from metalog.controller import CreatePartitions, CreateTopic
 class LocalCluster:
     def __init__(self, root: Path) -> None:
         self.quorum = Quorum(root, 3)
-        self.brokers = Brokers(root, self.quorum, 3)
+        # Retention checked every 200 ms (Kafka's default is 5 minutes), so a test can watch
+        # it delete segments under a reader.
+        self.brokers = Brokers(root, self.quorum, 3, extra_args=[
+            "--override", "log_retention_check_interval_ms=200"])
 
     @property
     def bootstrap(self) -> str:
@@ -33,8 +36,12 @@ class LocalCluster:
         self.brokers.stop_all()
         self.quorum.stop_all()
 
-    def create_topic(self, name: str, partitions: int, rf: int = 3) -> None:
-        self._execute(CreateTopic(name=name, num_partitions=partitions, replication_factor=rf))
+    def create_topic(self, name: str, partitions: int, rf: int = 3,
+                     configs: dict[str, str] | None = None) -> None:
+        # The tests' records carry 2023 timestamps (fixed, so reads by timestamp are exact),
+        # which the default retention.ms (7 days) would delete at the next retention check.
+        self._execute(CreateTopic(name=name, num_partitions=partitions, replication_factor=rf,
+                                  configs={"retention.ms": "-1", **(configs or {})}))
         self._wait_leaders(name, partitions)
 
     def grow_topic(self, name: str, partitions: int) -> None:

@@ -20,8 +20,10 @@ import pytest
 from longboat_spark_harness import LocalCluster, cluster, spark_session
 
 from api.client import Producer, RecordMetadata
+from api.localcluster import wait_for
 from spark.fetch import RangeReader
 from spark.options import parse_source_options
+from spark.planning import DataLossError
 from spark.source import LongboatBatchReader
 
 pytestmark = pytest.mark.slow
@@ -230,3 +232,45 @@ def test_stream_picks_up_partitions_added_while_it_runs(
     got = sorted((r.partition, r.offset) for r in spark.read.parquet(str(out)).collect())
     assert got == sorted([*first, *second])
     assert {p for p, _ in got} == {0, 1, 2}
+
+
+def test_records_deleted_by_retention_fail_the_read_or_are_skipped(
+        spark: Any, lc: LocalCluster) -> None:
+    # Small segments and retention.bytes, so the brokers (checking every 200 ms here) delete
+    # the oldest segments: a read from offset 0 then asks for records that are gone.
+    lc.create_topic("trimmed", 1, configs={"segment.bytes": "2048",
+                                           "retention.bytes": "6144"})
+    with Producer(lc.bootstrap, linger_ms=0) as p:
+        for i in range(300):  # one small batch each, so that every segment holds several
+            p.send("trimmed", f"v{i}".encode() * 8, partition=0).result(30)
+    opts = parse_source_options({"bootstrap": lc.bootstrap, "subscribe": "trimmed"},
+                                streaming=False)
+    (part,) = LongboatBatchReader(opts).partitions()
+    probe = RangeReader(part.task)
+    wait_for("retention to delete the oldest segments", lambda: probe._list_offset(-2) > 0, 30)
+    log_start, end = probe._list_offset(-2), probe._list_offset(-1)
+    assert end == 300 and 0 < log_start < 300
+
+    # Planning sees the log start: failOnDataLoss (the default) fails the query, naming it.
+    from_zero = json.dumps({"trimmed": {"0": 0}})
+    with pytest.raises(Exception, match=r"were deleted.*failOnDataLoss"):
+        reader(spark, lc, subscribe="trimmed", startingOffsets=from_zero).collect()
+    df = reader(spark, lc, subscribe="trimmed", startingOffsets=from_zero,
+                failOnDataLoss="false")
+    offsets = sorted(r.offset for r in df.select("offset").collect())
+    assert offsets[0] >= log_start and offsets == list(range(offsets[0], 300))
+
+    # A range planned before the deletion reaches the broker, which answers 416: the task
+    # fails, or skips to the log start when loss is allowed.
+    stale = replace(part.task, start=0, end=300)
+    with pytest.raises(DataLossError, match="were deleted"):
+        list(RangeReader(stale).read())
+    lenient = replace(stale, fail_on_data_loss=False)
+    got = pa.Table.from_batches(list(RangeReader(lenient).read())).column("offset").to_pylist()
+    assert got and got[0] >= log_start and got == list(range(got[0], 300))
+
+
+def test_a_batch_read_with_nothing_to_read_gives_no_rows(spark: Any, lc: LocalCluster) -> None:
+    # No ranges: Spark still runs one task, with InputPartition(None) (it crashed read()).
+    lc.create_topic("empty", 2)
+    assert reader(spark, lc, subscribe="empty").count() == 0
