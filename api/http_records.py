@@ -26,7 +26,7 @@ import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -72,6 +72,15 @@ Outcome = Delivered | HttpError
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def iso_ms(ms: int) -> str | int:
+    """A report's timestamp: ISO-8601 in UTC to the millisecond."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds"
+                                                                 ).replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return ms  # a batch written by another client: report what it holds
 
 
 # --------------------------------------------------------------------------- parsing

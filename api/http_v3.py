@@ -33,6 +33,7 @@ import msgpack
 import orjson
 from aiohttp import web
 
+from api import http_fast_produce as fast_produce
 from api.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
 from api.http_context import (
     JSON,
@@ -53,6 +54,7 @@ from api.http_records import (
     Delivered,
     Outcome,
     ParsedRecord,
+    iso_ms,
     now_ms,
     parse_partition,
     parse_timestamp,
@@ -89,14 +91,6 @@ NDJSON = "application/x-ndjson"
 
 
 # --------------------------------------------------------------------------- shapes
-
-
-def _iso(ms: int) -> str | int:
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds"
-                                                                 ).replace("+00:00", "Z")
-    except (ValueError, OverflowError, OSError):
-        return ms  # a batch written by another client: report what it holds
 
 
 def _meta(request: web.Request, path: str, crn: str) -> dict[str, Any]:
@@ -573,7 +567,7 @@ def report_json(ctx: HttpContext, topic: str, r: ParsedRecord | None, o: Outcome
         d: dict[str, Any] = {"error_code": o.error_code, "message": o.message}
     else:
         d = {"error_code": 200, "cluster_id": ctx.cluster_id, "topic_name": topic,
-             "partition_id": o.partition, "offset": o.offset, "timestamp": _iso(o.timestamp_ms),
+             "partition_id": o.partition, "offset": o.offset, "timestamp": iso_ms(o.timestamp_ms),
              "key": None if r is None or r.key_type is None else {
                  "type": r.key_type, "size": len(r.key) if r.key is not None else 0},
              "value": None if r is None or r.value_type is None else {
@@ -604,7 +598,7 @@ def report_lines(ctx: HttpContext, topic: str, parsed: list[ParsedRecord | HttpE
         if type(o) is Delivered and type(r) is ParsedRecord:
             ts = stamps.get(o.timestamp_ms)
             if ts is None:
-                ts = stamps[o.timestamp_ms] = orjson.dumps(_iso(o.timestamp_ms))
+                ts = stamps[o.timestamp_ms] = orjson.dumps(iso_ms(o.timestamp_ms))
             out.append(b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}' % (
                 prefix, o.partition, o.offset, ts, frag(r.key_type, r.key),
                 frag(r.value_type, r.value)))
@@ -764,10 +758,31 @@ async def produce(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request)
     if not raw.strip():
         raise HttpError(422, "Request body is empty. Data is required.", 42206)
+    try:
+        return await produce_body(ctx, topic, raw, acks=acks, timeout_ms=timeout_ms)
+    finally:
+        ctx.metrics.produce_latency.labels("v3").observe(time.monotonic() - t0)
+
+
+async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
+                       timeout_ms: int, fast: bool = True) -> web.Response:
+    """A whole (non-streamed) JSON body: one record answered alone (or its error raised),
+    several as NDJSON. A body of plain records takes api.http_fast_produce, which stores
+    and answers exactly what the general path below would; ``fast=False`` (tests) skips it."""
+    if fast:
+        with gc_paused():
+            plan = fast_produce.plan_for(ctx, topic, raw, now_ms())
+        if plan is not None:
+            body, err = await fast_produce.produce_plan(ctx, topic, plan, acks=acks,
+                                                        timeout_ms=timeout_ms)
+            if plan.count > 1:
+                return web.Response(body=body, content_type=NDJSON)
+            if err is not None:
+                raise err
+            return web.Response(body=body[:-1], content_type=JSON)  # as json_response
     with gc_paused():
         parsed = _parse_all(_split_body(raw))
     outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
-    ctx.metrics.produce_latency.labels("v3").observe(time.monotonic() - t0)
     if len(parsed) == 1:
         r, o = parsed[0], outcomes[0]
         if isinstance(o, HttpError):
