@@ -74,8 +74,11 @@ def start_cluster(root: Path) -> tuple[Quorum, Brokers]:
 
     async def create() -> None:
         async with ControllerClient(q.urls, timeout_s=20) as cc:
+            # The records carry 2023 timestamps (TS0), which the default retention.ms (7
+            # days) would delete at the brokers' first retention check, 5 minutes in.
             await cc.execute(CreateTopic(name=TOPIC, num_partitions=PARTITIONS,
-                                         replication_factor=1))
+                                         replication_factor=1,
+                                         configs={"retention.ms": "-1"}))
 
     asyncio.run(create())
 
