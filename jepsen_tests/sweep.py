@@ -81,7 +81,10 @@ def sweep(root: Path, nemeses: Sequence[str], minutes: float, time_limit_s: floa
         if row["nemesis"] in done_s:
             done_s[row["nemesis"]] += row["time_limit_s"]
     started = time.monotonic()
-    seed = first_seed + len(load_rows(root))
+    rows = load_rows(root)
+    # Past every seed a row names: a row taken out by hand must not make the next run reuse
+    # the seed (and the directory) of one that is still in the table.
+    seed = max([first_seed + len(rows), *(int(r["seed"]) + 1 for r in rows)])
     while True:
         todo = [n for n in nemeses if done_s[n] < minutes * 60]
         if not todo:

@@ -101,3 +101,23 @@ def test_the_sweep_moves_an_interrupted_runs_directory_aside(
     (out / "x").write_text("again")
     sweep.run_one(out, "kill", 7, 1.0)
     assert (tmp_path / "kill-seed7.interrupted2" / "x").exists()
+
+
+def test_a_resumed_sweep_numbers_its_runs_past_every_seed_in_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jepsen_tests import sweep
+
+    # Two rows, seeds 5 and 9 (a third was taken out by hand): the next run is seed 10, not 3,
+    # whose number (and directory) may belong to a run still in the table.
+    (tmp_path / "runs.jsonl").write_text(
+        "".join(json.dumps(_row("pause", s, True, {})) + "\n" for s in (5, 9)))
+    seeds: list[int] = []
+
+    def fake_run_one(out: Path, nemesis: str, seed: int, time_limit_s: float,
+                     extra: object = ()) -> dict[str, object]:
+        seeds.append(seed)
+        return _row(nemesis, seed, True, {})
+
+    monkeypatch.setattr(sweep, "run_one", fake_run_one)
+    sweep.sweep(tmp_path, ["kill"], minutes=1.0, time_limit_s=60.0, first_seed=1)
+    assert seeds == [10]
