@@ -116,7 +116,7 @@ def test_a_resumed_sweep_numbers_its_runs_past_every_seed_in_the_table(
     def fake_run_one(out: Path, nemesis: str, seed: int, time_limit_s: float,
                      extra: object = ()) -> dict[str, object]:
         seeds.append(seed)
-        return _row(nemesis, seed, True, {})
+        return {**_row(nemesis, seed, True, {}), "wall_s": 1.0}
 
     monkeypatch.setattr(sweep, "run_one", fake_run_one)
     sweep.sweep(tmp_path, ["kill"], minutes=1.0, time_limit_s=60.0, first_seed=1)
