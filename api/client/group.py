@@ -173,6 +173,11 @@ class AsyncGroupConsumer:
         self._consumed: dict[TopicPartition, int] = {}
         """Positions when ``poll`` was last entered: what the application is done with."""
         self._last_committed: dict[TopicPartition, int] = {}
+        # When each assigned partition was (last) added, as a count: a commit retried under a
+        # later generation must not land on a partition that was revoked and added back
+        # meanwhile, since adding it seeked to the offset committed then (see _commit).
+        self._owned_since: dict[TopicPartition, int] = {}
+        self._ownership_changes = 0
         # Polls (KIP-62).
         self._in_poll = 0
         self._last_poll = time.monotonic()
@@ -423,6 +428,7 @@ class AsyncGroupConsumer:
         deadline = time.monotonic() + self.request_timeout_s
         attempt = 0
         body_offsets = [[tp.topic, tp.partition, off, ""] for tp, off in sorted(offsets.items())]
+        owned_since = {tp: self._owned_since.get(tp) for tp in offsets}
         while True:
             gen, mid = self._generation, self._member_id
             if not mid or gen < 0:
@@ -445,7 +451,14 @@ class AsyncGroupConsumer:
             # before that the group waits for *us* (a close in the middle of a join, say).
             retry = err in FENCED or (err == "REBALANCE_IN_PROGRESS" and wait_for_rebalance
                                       and self._phase == _Phase.STABLE)
+            # Retried under a later generation only for partitions owned throughout: one
+            # revoked and added back meanwhile was seeked to the offset committed when it
+            # came back, and these offsets landing after that would move the group's
+            # committed offset back once this member commits again from there (a jepsen_tests
+            # run with eager members and a coordinator kill saw 921, then 857).
             if (retry and offsets.keys() <= self._fetcher.assignment()
+                    and all(self._owned_since.get(tp) == since
+                            for tp, since in owned_since.items())
                     and time.monotonic() < deadline):
                 attempt += 1
                 await asyncio.sleep(min(self.retry_backoff_s * attempt, 0.5))
@@ -579,6 +592,9 @@ class AsyncGroupConsumer:
         if self._generation != gen or not self._wants_membership():
             return
         self._fetcher.assign(self._fetcher.assignment() | added)
+        for tp in added:
+            self._ownership_changes += 1
+            self._owned_since[tp] = self._ownership_changes
         for tp, off in committed.items():
             if off is not None:
                 self._fetcher.seek(tp, off)

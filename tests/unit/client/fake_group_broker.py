@@ -74,6 +74,9 @@ class FakeGroupBroker:
         self.hold_joins = False
         self.sync_delay_s = 0.0
         """Answer syncs this much later (the member is then joined but not yet synced)."""
+        self.commit_gate: asyncio.Event | None = None
+        """When set to an Event, commits wait for it before they are looked at (a commit in
+        flight across a coordinator failover), then are judged by the group as it is then."""
         self._held: dict[tuple[str, str], JoinResponse] = {}
         self._parked: dict[tuple[str, str], list[asyncio.Future[JoinResponse]]] = defaultdict(list)
         self._appended = asyncio.Condition()
@@ -270,6 +273,8 @@ class FakeGroupBroker:
         return {"error": str(out.response)}
 
     async def _op_commit(self, b: dict[str, Any]) -> dict[str, Any]:
+        if self.commit_gate is not None:
+            await self.commit_gate.wait()
         offsets = {TopicPartition(str(t), int(p)): OffsetAndMetadata(int(o), str(md or ""))
                    for t, p, o, md in b["offsets"]}
         out = self.state.handle_offset_commit(

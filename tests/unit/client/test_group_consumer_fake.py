@@ -484,3 +484,48 @@ def test_close_between_join_and_sync_does_not_wait_for_its_own_sync() -> None:
         await b.c.close()
 
     run(go)
+
+
+def test_a_commit_in_flight_across_a_rebalance_does_not_land_after_it() -> None:
+    # A commit sent in generation N is held (its coordinator failing over) while the member
+    # loses its partitions and gets them back in a later generation, which seeks them to the
+    # offsets committed then. The held commit, refused for its generation, must not be retried
+    # under the new one: landing after that seek, it would let the member's next commit move
+    # the group's committed offset backwards (jepsen_tests saw 921, then 857).
+    async def go(fake: FakeGroupBroker) -> None:
+        await fake.append_everywhere(T, 20)
+        c = AsyncGroupConsumer(fake.url, group_id=G, **{**FAST, "enable_auto_commit": False})
+        async with c:
+            c.subscribe([T])
+            while c.assignment() != SIX:
+                await c.poll(50)
+            tp = TopicPartition(T, 0)
+            await c.commit({tp: 5})
+            gen = c.generation
+            fake.commit_gate = asyncio.Event()
+            held = asyncio.ensure_future(c.commit({tp: 15}))
+            await asyncio.sleep(0.2)  # sent, and waiting at the gate
+            polling = True
+
+            async def poll_on() -> None:  # rebalances run from poll, as Kafka's do
+                while polling:
+                    await c.poll(50)
+
+            poller = asyncio.ensure_future(poll_on())
+            # The coordinator drops c (as after a failover that lost its session): c finds
+            # out, loses everything and joins again as a new member, getting all back.
+            old_member = c.member_id
+            fake.kick(G, old_member)
+            await until(lambda: c.member_id not in ("", old_member) and c.generation > gen
+                        and c.assignment() == SIX, "c back with everything")
+            polling = False
+            await poller
+            fake.commit_gate.set()
+            with pytest.raises(CommitFailedError):
+                await held
+            got = await c.committed({tp})
+            # tp came back seeked to 5; the held 15 landing after that would let the next
+            # commit from there move the group's offset backwards.
+            assert got[tp] == 5, got
+
+    run(go)
