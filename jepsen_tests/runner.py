@@ -274,9 +274,11 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         undo_client_log()
 
     history = rec.history()
-    result = check_history(history, cfg.workload)
+    idempotent = bool(getattr(cluster, "idempotence", True))
+    result = check_history(history, cfg.workload, idempotent=idempotent)
     results = {
         "config": cfg.to_json(),
+        "idempotent_producers": idempotent,
         "kinds": kinds,
         "group_assignor": group_assignor(cfg.seed) if cfg.consumers != "assign" else None,
         "cluster": type(cluster).__name__,
@@ -419,9 +421,10 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
     return Fault(f.kind, targets, params, f.id)
 
 
-def check_history(history: History, workload: str) -> dict[str, Any]:
+def check_history(history: History, workload: str, *, idempotent: bool = True
+                  ) -> dict[str, Any]:
     if workload == "queue":
-        return queue.check(history)
+        return queue.check(history, idempotent=idempotent)
     if workload == "metadata":
         return linear.check_metadata(history)
     raise ValueError(f"no checker for workload {workload!r}")
@@ -440,7 +443,8 @@ def recheck(run_dir: Path) -> dict[str, Any]:
         results = json.loads((run_dir / "results.json").read_text())
     except FileNotFoundError:
         results = {"config": {"workload": "queue"}}
-    results["result"] = check_history(history, results["config"].get("workload", "queue"))
+    results["result"] = check_history(history, results["config"].get("workload", "queue"),
+                                      idempotent=results.get("idempotent_producers", True))
     results["ops"] = len(history)
     write_results(run_dir, results, history)
     return results

@@ -143,9 +143,13 @@ def _reads(p: Pair) -> dict[str, list[tuple[int, Any]]]:
     return out
 
 
-def check(history: History, *, retention: bool = False) -> dict[str, Any]:
+def check(history: History, *, retention: bool = False, idempotent: bool = True
+          ) -> dict[str, Any]:
     """`retention`: the cluster may delete a log's oldest records, so a lost prefix is
-    allowed. The harness's runs configure none, so by default a lost prefix is a loss."""
+    allowed. The harness's runs configure none, so by default a lost prefix is a loss.
+    `idempotent`: the producers were idempotent; without that a retried send may be written
+    twice (at least once, as Kafka's producers without idempotence), so duplicates are
+    reported as ``allowed-duplicate`` and do not make the history invalid."""
     pairs = history.pairs()
     windows = history.fault_windows()
     anomalies: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -206,7 +210,8 @@ def check(history: History, *, retention: bool = False) -> dict[str, Any]:
                                                               in vals.items()}})
     for (k, val), offs in sorted(value_offsets.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if len(offs) > 1:
-            add("duplicate", {"key": k, "value": val, "offsets": sorted(offs)})
+            add("duplicate" if idempotent else "allowed-duplicate",
+                {"key": k, "value": val, "offsets": sorted(offs)})
 
     # ---- committed sends, G1a, phantom
     all_read = {(k, v) for k, vs in read_values.items() for v in vs}
