@@ -651,7 +651,7 @@ class JsonStream:
         try:
             self._dec.raw_decode(text)
             return True
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return False
 
     def feed(self, chunk: bytes, final: bool = False) -> list[Any]:
@@ -668,6 +668,13 @@ class JsonStream:
                 break
             try:
                 obj, end = self._dec.raw_decode(text, pos)
+            except RecursionError:
+                # Nested deeper than Python's stack allows (orjson, tried first, stops at
+                # 1,024 levels): bad input, not a server error.
+                nl = text.find("\n", pos)
+                out.append(bad_request("Malformed JSON: nested too deeply."))
+                pos = len(text) if nl < 0 else nl + 1
+                continue
             except json.JSONDecodeError as e:
                 nl = text.find("\n", pos)
                 if final:

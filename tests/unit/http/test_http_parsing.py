@@ -179,3 +179,14 @@ def test_openapi_document_matches_the_broker_routes(tmp_path: Path) -> None:
     doc = openapi_document()
     documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
     assert routed == documented
+
+
+def test_a_body_nested_too_deeply_is_bad_input_not_a_server_error() -> None:
+    # orjson refuses past 1,024 levels; the fallback parser then hit Python's recursion
+    # limit, and the RecursionError became a 500.
+    deep = b'[{"value": {"data": ' + b"[" * 5000 + b"]" * 5000 + b"}}]"
+    (err,) = _split_body(deep)
+    assert isinstance(err, HttpError) and err.status == 400 and "too deeply" in err.message
+    ok = b'{"value": {"data": 1}}'
+    got = JsonStream(1 << 20).feed(deep + b"\n" + ok, final=True)
+    assert isinstance(got[0], HttpError) and got[1:] == [{"value": {"data": 1}}]
