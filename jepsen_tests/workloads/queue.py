@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from jepsen_tests.cluster import (
     DefiniteError,
@@ -41,6 +41,8 @@ from jepsen_tests.cluster import (
     QueueClient,
 )
 from jepsen_tests.history import ASSIGN, COMMIT, POLL, REBALANCE, SEND, SUBSCRIBE, Recorder
+
+T = TypeVar("T")
 
 POLL_MAX = 50
 GROUP = "jepsen-consumers"
@@ -74,20 +76,29 @@ class QueueWorker:
         self.positions = dict.fromkeys(keys, 0)
         self.rec.ok(self.process, ASSIGN, {"keys": keys})
 
+    async def _attempt(self, f: str, inv: dict[str, Any], call: Awaitable[T]
+                       ) -> tuple[int, T | None]:
+        """Record ``f`` invoked and await ``call``: a definite error is recorded as ``fail``,
+        an indefinite one as ``info`` (and this process has crashed); then None. Otherwise
+        its result, for the caller to record ``ok`` under the process it returns."""
+        p = self.process
+        self.rec.invoke(p, f, inv)
+        try:
+            return p, await call
+        except DefiniteError as e:
+            self.rec.fail(p, f, inv, error=str(e))
+        except IndefiniteError as e:
+            self.rec.info(p, f, inv, error=str(e))
+            self._crashed()
+        return p, None
+
     async def send(self) -> None:
         key = self.rng.choice(self.keys)
         v = self.values()
         inv = {"key": key, "value": v}
-        p = self.process
-        self.rec.invoke(p, SEND, inv)
-        try:
-            off, node = await self.client.send(key, v)
-        except DefiniteError as e:
-            self.rec.fail(p, SEND, inv, error=str(e))
-        except IndefiniteError as e:
-            self.rec.info(p, SEND, inv, error=str(e))
-            self._crashed()
-        else:
+        p, got = await self._attempt(SEND, inv, self.client.send(key, v))
+        if got is not None:
+            off, node = got
             self.rec.ok(p, SEND, {**inv, "offset": off}, node=node)
 
     async def poll(self) -> None:
@@ -202,18 +213,15 @@ class GroupQueueWorker(QueueWorker):
             await self.commit(member, offsets)
 
     async def commit(self, member: GroupMember, offsets: dict[str, int]) -> None:
-        p = self.process
         v = {"group": self.group, "member": self.member_name, "offsets": offsets}
-        self.rec.invoke(p, COMMIT, v)
-        try:
-            await member.commit(offsets)
-        except DefiniteError as e:
-            self.rec.fail(p, COMMIT, v, error=str(e))
-        except IndefiniteError as e:
-            self.rec.info(p, COMMIT, v, error=str(e))
-            self._crashed()
-        else:
+        p, done = await self._attempt(COMMIT, v, self._committed(member, offsets))
+        if done:
             self.rec.ok(p, COMMIT, v)
+
+    @staticmethod
+    async def _committed(member: GroupMember, offsets: dict[str, int]) -> bool:
+        await member.commit(offsets)
+        return True
 
     async def run(self, deadline: float, pause_s: float = 0.005) -> None:
         loop = asyncio.get_running_loop()
