@@ -143,6 +143,11 @@ class AsyncProducer:
         self._buffered = 0
         self._room = asyncio.Event()
         self._pid_lock = asyncio.Lock()
+        self._order = asyncio.Lock()
+        """Held by a ``send``/``send_batch`` that waits, so later calls queue behind it."""
+        self._in_order = 0
+        """Calls holding or queued for ``_order``: while any are, no call takes the fast
+        path (the lock alone reads unlocked between a release and the next holder's turn)."""
         self._closed = False
         self._rng = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -255,9 +260,12 @@ class AsyncProducer:
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
                    headers: Sequence[Header] | None = None, partition: int | None = None,
                    timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; the returned future resolves when it is acknowledged."""
-        if self._loop is None:
-            await self.start()  # used without `async with`: connect on first use
+        """Queue one record; the returned future resolves when it is acknowledged.
+
+        Records reach their partition in the order ``send`` was called, also when calls
+        overlap (tasks, the sync ``Producer``'s loop thread): a call that has to wait (for
+        the topic's metadata, for buffer room) holds the send order, and calls made
+        meanwhile queue behind it instead of overtaking with the metadata it fetched."""
         if self._closed:
             raise ClientError("ILLEGAL_STATE", "producer is closed")
         size = (RECORD_OVERHEAD + (len(value) if value is not None else 0)
@@ -268,20 +276,42 @@ class AsyncProducer:
             raise ClientError("MESSAGE_TOO_LARGE",
                               f"record of ~{size} B exceeds batch_size/max_request_size "
                               f"({self.batch_size} B)")
-        if self._buffered + size > self.buffer_memory:
-            await self._wait_for_room(size)
-        # The common cases without an await: the partition's topic is known.
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        # The common case without an await: nothing queued ahead, room in the buffer, the
+        # partition's topic known.
+        if (not self._in_order and self._loop is not None
+                and self._buffered + size <= self.buffer_memory):
+            p = self._partition_now(topic, key, partition)
+            if p is not None:
+                return self._append(topic, p, key, value, ts, headers, size)
+        self._in_order += 1
+        try:
+            async with self._order:
+                if self._loop is None:
+                    await self.start()  # used without `async with`: connect on first use
+                if self._closed:
+                    raise ClientError("ILLEGAL_STATE", "producer is closed")
+                if self._buffered + size > self.buffer_memory:
+                    await self._wait_for_room(size)
+                p = await self._choose_partition(topic, key, partition)
+                return self._append(topic, p, key, value, ts, headers, size)
+        finally:
+            self._in_order -= 1
+
+    def _partition_now(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        """The record's partition if it is known without asking the cluster, else None."""
         parts = self.metadata.current.topics.get(topic)
-        if parts is None or (partition is not None and partition not in parts):
-            p = await self._choose_partition(topic, key, partition)
-        elif partition is not None:
-            p = partition
-        elif key is not None:
-            p = partition_for_key(key, len(parts))
-        else:
-            p = self._sticky.get(topic, -1)
-            if not 0 <= p < len(parts):
-                p = await self._choose_partition(topic, None, None)
+        if parts is None:
+            return None
+        if partition is not None:
+            return partition if partition in parts else None
+        if key is not None:
+            return partition_for_key(key, len(parts))
+        p = self._sticky.get(topic, -1)
+        return p if 0 <= p < len(parts) else None
+
+    def _append(self, topic: str, p: int, key: bytes | None, value: bytes | None, ts: int,
+                headers: Sequence[Header] | None, size: int) -> asyncio.Future[RecordMetadata]:
         q = self._queues.get((topic, p))  # type: ignore[call-overload]
         if q is None:
             q = self._queue(TopicPartition(topic, p))
@@ -292,7 +322,6 @@ class AsyncProducer:
         if b is None:
             b = q.open = _Batch(TopicPartition(topic, p), time.monotonic())
             q.wake.set()  # the sender times the linger from here
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         b.records.append((key, value, ts, tuple(headers) if headers else ()))
         assert self._loop is not None
         fut: asyncio.Future[RecordMetadata] = self._loop.create_future()
@@ -317,15 +346,40 @@ class AsyncProducer:
         future per record. With ``keys`` and no ``partition`` each record goes where its key
         hashes; otherwise all go to ``partition`` or one sticky partition. The future gives
         one ``BatchDelivery`` per stored batch."""
-        if self._loop is None:
-            await self.start()
-        if self._closed:
-            raise ClientError("ILLEGAL_STATE", "producer is closed")
         if keys is not None and len(keys) != len(values):
             raise ValueError("keys and values differ in length")
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         if None in values:
             raise ValueError("send_batch takes non-null values; send() a tombstone")
+        self._in_order += 1  # in call order with send(), as send() explains
+        try:
+            async with self._order:
+                if self._loop is None:
+                    await self.start()
+                if self._closed:
+                    raise ClientError("ILLEGAL_STATE", "producer is closed")
+                futures = await self._enqueue_batch(topic, values, keys, partition, ts)
+        finally:
+            self._in_order -= 1
+        out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
+        gathered = asyncio.gather(*futures)
+
+        def done(g: asyncio.Future[list[BatchDelivery]]) -> None:
+            if out.done():
+                return
+            if g.cancelled():
+                out.cancel()
+            elif g.exception() is not None:
+                out.set_exception(g.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(list(g.result()))
+
+        gathered.add_done_callback(done)
+        return out
+
+    async def _enqueue_batch(self, topic: str, values: Sequence[bytes],
+                             keys: Sequence[bytes | None] | None, partition: int | None,
+                             ts: int) -> list[asyncio.Future[Any]]:
         vals_by_p: dict[int, list[bytes]] = {}
         keys_by_p: dict[int, list[bytes | None]] = {}
         if keys is not None and partition is None:
@@ -367,21 +421,7 @@ class AsyncProducer:
                 futures.append(await self._enqueue_whole(q, tp, (cv, ck, ts), size))
             if partition is None and keys is None:
                 self._move_sticky(topic, p)
-        out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
-        gathered = asyncio.gather(*futures)
-
-        def done(g: asyncio.Future[list[BatchDelivery]]) -> None:
-            if out.done():
-                return
-            if g.cancelled():
-                out.cancel()
-            elif g.exception() is not None:
-                out.set_exception(g.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(list(g.result()))
-
-        gathered.add_done_callback(done)
-        return out
+        return futures
 
     async def _enqueue_whole(self, q: _PartitionQueue, tp: TopicPartition,
                              columns: tuple[list[bytes], list[bytes | None] | None, int],
