@@ -16,6 +16,7 @@ SIGTERM closes the consumer (commit, leave); SIGKILL is the test's crash.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -25,6 +26,9 @@ from api.client import AsyncGroupConsumer, CommitFailedError, TopicPartition
 
 
 async def main() -> None:
+    # The client's own account of joins, plans and retries, for the test's failure report.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     bootstrap, group, topic, strategy, out_path = sys.argv[1:6]
     session_ms = int(sys.argv[6]) if len(sys.argv) > 6 else 6000
     out = open(out_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process

@@ -139,6 +139,18 @@ class Cluster:
         self.members.append(m)
         return m
 
+    def stop_members(self) -> None:
+        for m in self.members:
+            if m.proc.poll() is None:
+                m.proc.terminate()
+        for m in self.members:
+            try:
+                m.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                m.proc.wait()
+        self.members.clear()
+
     def coordinator_of(self, group: str) -> int:
         for b in self.brokers.ids:
             if b not in self.brokers.procs:
@@ -163,10 +175,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         try:
             yield c
         finally:
-            for m in c.members:
-                if m.proc.poll() is None:
-                    m.proc.kill()
-                    m.proc.wait()
+            c.stop_members()
+
+
+@pytest.fixture(autouse=True)
+def _stop_members_after_each_test(cluster: Cluster) -> Iterator[None]:
+    # A test's members would otherwise run (and load the 2 cores) through the later tests.
+    yield
+    cluster.stop_members()
 
 
 def _wait_covering(members: list[Member], timeout_s: float, *, each: bool = True) -> float:
@@ -177,8 +193,24 @@ def _wait_covering(members: list[Member], timeout_s: float, *, each: bool = True
         union = set().union(*owned)
         return (union == set(range(PARTITIONS)) and sum(map(len, owned)) == PARTITIONS
                 and (not each or all(owned)))
-    wait_for("the group to cover every partition", covered, timeout_s)
+    wait_for("the group to cover every partition", covered, timeout_s,
+             context=lambda: _members_report(members))
     return time.monotonic()
+
+
+def _members_report(members: list[Member]) -> str:
+    """What each member owns, its last rebalance events and its log's tail: why a group did
+    not settle (CI shows only the assertion)."""
+    lines = []
+    for m in members:
+        alive = "alive" if m.proc.poll() is None else f"exited {m.proc.returncode}"
+        lines.append(f"--- {m.out.name} (pid {m.proc.pid}, {alive}) owns {sorted(m.owned())}")
+        evs = [f"{k} {ts / 1e9:.2f} {' '.join(r)}" for k, ts, r in m.events() if k in "AV"]
+        lines += ["  " + e for e in evs[-6:]]
+        err = Path(f"{m.out}.stderr")
+        tail = err.read_text(errors="replace").splitlines()[-15:] if err.exists() else []
+        lines += ["  | " + t for t in tail]
+    return "\n".join(lines)
 
 
 def _check_every_ack_processed(members: list[Member], steady: Steady) -> None:
