@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,26 @@ async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds:
     return done / took, lat
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_report(label: str, pids: dict[str, int], run: Any, records_of: Any) -> Any:
+    """Run ``run()``; print the CPU each of ``pids`` (and this process) spent per record."""
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
+    me = os.times()
+    out = run()
+    me2 = os.times()
+    used = {k: cpu_seconds(p) - before[k] for k, p in pids.items()}
+    used["client"] = me2.user + me2.system - me.user - me.system
+    n = records_of(out)
+    per = ", ".join(f"{k} {v / n * 1e6:.2f}" for k, v in used.items())
+    progress(f"{label}: CPU us per record: {per}; total {sum(used.values()) / n * 1e6:.2f}")
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
@@ -151,6 +172,9 @@ def main() -> int:
     ap.add_argument("--shapes", default="json1,json1000,binary")
     ap.add_argument("--acks", default="all", choices=["all", "1", "0"],
                     help="Diagnosis: acks=1 shows what replication costs.")
+    ap.add_argument("--cpu", action="store_true",
+                    help="Diagnosis: print each process's CPU time per record for every run "
+                         "(brokers, controllers, the bare server, this client).")
     args = ap.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
@@ -203,11 +227,20 @@ def main() -> int:
                        per_p[p][shape][0], per_p[p][shape][1]) for p in range(PARTITIONS)]
                 bb = [(bare_url, per_p[p][shape][0], per_p[p][shape][1])
                       for p in range(PARTITIONS)]
+                def run_once(targets: list[tuple[str, bytes, str]], pids: dict[str, int],
+                             label: str, n: int = per_request) -> tuple[float, float, float]:
+                    if not args.cpu:
+                        return measure(targets, n, seconds)
+                    return cpu_report(label, pids, lambda: measure(targets, n, seconds),
+                                      lambda out: out[0] * seconds)
+
+                cluster_pids = {**{f"broker{b}": p.pid for b, p in brokers.procs.items()},
+                                **{f"controller{c}": p.pid for c, p in q.procs.items()}}
                 for r in range(runs):
                     progress(f"{shape}: run {r + 1}/{runs}: longboat ...")
-                    ours.append(measure(lb, per_request, seconds))
+                    ours.append(run_once(lb, cluster_pids, shape))
                     progress(f"{shape}: run {r + 1}/{runs}: bare aiohttp ...")
-                    base.append(measure(bb, per_request, seconds))
+                    base.append(run_once(bb, {"bare": bare.pid}, f"{shape} bare"))
                 params = {"concurrency": CONCURRENCY, "records_per_request": per_request,
                           "record_bytes": 100, "acks": args.acks, "replication_factor": 3,
                           "partitions": PARTITIONS, "seconds": seconds}

@@ -39,6 +39,7 @@ class RecordingRouter:
 
     failing: frozenset[int] = frozenset()
     append_time_ms: int = -1
+    first_offset: int = 0
     logs: dict[int, list[bytes]] = field(default_factory=dict)
     next_offset: dict[int, int] = field(default_factory=dict)
 
@@ -47,7 +48,7 @@ class RecordingRouter:
         await asyncio.sleep(0)  # let the partitions interleave, as real produces do
         if p in self.failing:
             raise ReplicaError("NOT_ENOUGH_REPLICAS", f"partition {p}: 1 in sync, 2 needed")
-        base = self.next_offset.get(p, 0)
+        base = self.next_offset.get(p, self.first_offset)
         n = len(decode_records(batch))
         self.next_offset[p] = base + n
         self.logs.setdefault(p, []).append(batch)
@@ -63,6 +64,9 @@ class Setup:
     append_time_ms: int = -1
     acks: int = -1
     sticky_before: int = -1
+    first_offset: int = 0
+    """Where the partitions' logs end before the produce: report lines write offsets in
+    runs of a thousand (``lines_with_offsets``), so the bodies cross such boundaries."""
 
 
 def context(s: Setup) -> HttpContext:
@@ -72,7 +76,8 @@ def context(s: Setup) -> HttpContext:
         topics={TOPIC: SimpleNamespace(partitions=dict.fromkeys(range(s.partitions)))},
         configs=SimpleNamespace(topic_config=lambda topic, key: configs.get(key)))
     ctx = HttpContext(broker_id=1, cluster_id=CLUSTER_ID, image_fn=lambda: image,
-                      router=RecordingRouter(s.failing, s.append_time_ms),  # type: ignore[arg-type]
+                      router=RecordingRouter(s.failing, s.append_time_ms,  # type: ignore[arg-type]
+                                             s.first_offset),
                       controllers=None, metrics=BrokerMetrics())  # type: ignore[arg-type]
     if s.sticky_before >= 0:
         ctx._rr[TOPIC] = s.sticky_before
@@ -224,7 +229,17 @@ setups = st.builds(
     failing=st.frozensets(st.integers(0, 3), max_size=1),
     append_time_ms=st.sampled_from([-1, 1_700_000_000_000]),
     acks=st.sampled_from([-1, 1, 0]),
-    sticky_before=st.integers(-1, 5))
+    sticky_before=st.integers(-1, 5),
+    first_offset=st.sampled_from([0, 995, 999_996, 123_456_789_998]))
+
+
+@given(st.integers(0, 10**13), st.integers(0, 2500))
+def test_offsets_are_written_in_runs_as_decimal_as_percent_d(base: int, n: int) -> None:
+    expected = [b"%d" % o for o in range(base, base + n)]
+    assert fast_produce.offset_texts(base, n) == expected
+    head, rest = b'{"offset":', b',"x":1}\n'
+    assert fast_produce.lines_with_offsets(head, rest, base, n) == b"".join(
+        head + o + rest for o in expected)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
