@@ -121,7 +121,11 @@ class RaftNodeConfig:
     """Start with an empty configuration and learn it from the leader (a node being added)."""
     tick_ms: int = 50
     election_timeout_ticks: int = 10
-    heartbeat_interval_ticks: int = 1
+    heartbeat_interval_ticks: int = 2
+    """100 ms at 50 ms ticks: five heartbeats in the shortest election timeout (etcd sends
+    one per tenth of it). Heartbeats carry only liveness: a commit that advances is sent to
+    the followers at once. Every tick cost an idle quorum a sixth of a core between three
+    controllers (40 HTTP requests a second from the leader), against 12% at every other."""
     pre_vote: bool = True
     check_quorum: bool = True
     fsync: bool = True
