@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from itertools import chain, repeat
+from itertools import chain
 from typing import Any, NamedTuple
 
 import crc32c
@@ -213,8 +213,12 @@ class _BinHeaders(dict[int, bytes]):
 
 
 _BIN_HEADERS = _BinHeaders()
-_ROW_PREFIXES: list[bytes] = []
-"""``fixarray(5)`` + the packed offset delta ``i``, for i = 0, 1, ...: grown on demand."""
+_ROW_STARTS: list[bytes] = []
+"""For row ``i``: the previous row's end (its empty headers array, ``fixarray(0)``; none
+for row 0), then ``fixarray(5)`` and the packed offset delta ``i``. Grown on demand."""
+_KEYLESS_ROW_STARTS: list[bytes] = []
+"""``_ROW_STARTS[i]`` + timestamp delta 0 + nil key: a keyless row is this, then its value's
+``bin`` header and bytes (three pieces to join a record, not five)."""
 
 
 def _array_header(n: int) -> bytes:
@@ -249,18 +253,21 @@ def encode_values(
         raise ValueError("a batch holds at least one record")
     if keys is not None and len(keys) != n:
         raise ValueError("keys and values differ in length")
-    if len(_ROW_PREFIXES) < n:
-        _ROW_PREFIXES.extend(b"\x95" + msgpack.packb(i) for i in range(len(_ROW_PREFIXES), n))
+    if len(_ROW_STARTS) < n:
+        fresh = [(b"\x90" if i else b"") + b"\x95" + msgpack.packb(i)
+                 for i in range(len(_ROW_STARTS), n)]
+        _ROW_STARTS.extend(fresh)
+        _KEYLESS_ROW_STARTS.extend(r + b"\x00\xc0" for r in fresh)
     vhdrs = map(_BIN_HEADERS.__getitem__, map(len, values))
+    # row: fixarray(5), offset delta, timestamp delta 0, key, bin value, [] headers
+    parts: Iterator[tuple[bytes, ...]]
     if keys is None:
-        # row: fixarray(5), offset delta, timestamp delta 0, nil key, bin value, [] headers
-        parts = zip(_ROW_PREFIXES, repeat(b"\x00\xc0"), vhdrs, values, repeat(b"\x90"))
+        parts = zip(_KEYLESS_ROW_STARTS, vhdrs, values, strict=False)  # tables run longer
     else:
         khdrs = (b"\x00\xc0" if k is None else b"\x00" + _BIN_HEADERS[len(k)] for k in keys)
         kbytes = (b"" if k is None else k for k in keys)
-        parts = zip(_ROW_PREFIXES, khdrs, kbytes, vhdrs, values,
-                    repeat(b"\x90"))
-    raw = _array_header(n) + b"".join(chain.from_iterable(parts))
+        parts = zip(_ROW_STARTS, khdrs, kbytes, vhdrs, values, strict=False)
+    raw = _array_header(n) + b"".join(chain.from_iterable(parts)) + b"\x90"
     return _assemble_packed(
         raw,
         n,
