@@ -582,6 +582,14 @@ class AsyncGroupConsumer:
             raise ClientError(err, f"sync of group {self.group_id!r} refused")
         if self._generation != gen or not self._wants_membership():
             return  # fenced by a heartbeat or commit, or unsubscribed, meanwhile
+        # Partitions lost while this join was in flight (a commit or heartbeat of the
+        # previous generation was fenced) are reported before this generation's plan: the
+        # plan may hand them straight back, and an application told "lost" after "assigned"
+        # would drop partitions it owns (the real-process group test saw a member's
+        # partitions counted as nobody's after lost 3,5 followed assigned 3,5).
+        await self._deliver_lost()
+        if self._generation != gen or not self._wants_membership():
+            return
         self._phase = _Phase.STABLE  # heartbeats resume while the callbacks below run
         plan = _tps(sync.get("assignment"))
         revoked = (self._fetcher.assignment() - plan) | (_tps(sync.get("revoked"))

@@ -529,3 +529,33 @@ def test_a_commit_in_flight_across_a_rebalance_does_not_land_after_it() -> None:
             assert got[tp] == 5, got
 
     run(go)
+
+
+def test_partitions_lost_while_a_join_is_in_flight_are_reported_before_the_new_plan() -> None:
+    # A commit of the old generation, answered ILLEGAL_GENERATION while this member's join
+    # for the next one is in flight, fences it (everything lost); the join then completes
+    # and its plan hands partitions straight back. "lost" must come before "assigned", or
+    # an application tracking ownership from the callbacks counts them as nobody's.
+    async def go(fake: FakeGroupBroker) -> None:
+        a = await member(fake, "a", "cooperative-sticky", with_lost=True).start()
+        await until(lambda: a.c.assignment() == SIX, "a to own everything")
+        old_gen = a.c.generation
+        fake.hold_joins = True
+        b = await member(fake, "b", "cooperative-sticky", with_lost=True).start()
+        await until(lambda: len(fake.parked_members()) == 2, "both joins parked")
+        assert a.c.generation == old_gen  # a's join answer is held: it still thinks so
+        with pytest.raises(CommitFailedError):
+            await a.c.commit({TopicPartition(T, 0): 1})
+        fake.release_joins()
+        await until(lambda: assigned_together(a, b), "the hand-over")
+        await asyncio.sleep(0.3)  # any late callback would have run by now
+        owned: set[TopicPartition] = set()
+        for kind, tps in a.events:
+            owned = owned | tps if kind == "assigned" else owned - tps
+        kinds = [kind for kind, _ in a.events]
+        assert "lost" in kinds, a.events
+        assert owned == a.c.assignment(), a.events
+        await a.close()
+        await b.close()
+
+    run(go)
