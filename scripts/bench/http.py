@@ -99,13 +99,18 @@ def bare_server(port: int) -> None:
 # --------------------------------------------------------------------------- load
 
 
+PER_SECOND: list[int] | None = None
+"""``--per-second``: records acknowledged in each second of the current run."""
+
+
 async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float
                ) -> tuple[float, list[float]]:
     """64 workers posting round-robin over ``targets`` (url, body, content type) for
     ``seconds``; (records/s, request latencies in ms). A non-200 answer stops the run."""
     lat: list[float] = []
     done = 0
-    stop_at = time.monotonic() + seconds
+    started = time.monotonic()
+    stop_at = started + seconds
     conn = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)
                                      ) as s:
@@ -122,6 +127,9 @@ async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds:
                         raise RuntimeError(f"{url}: HTTP {r.status}: {payload[:300]!r}")
                 lat.append((time.perf_counter() - t0) * 1000)
                 done += per_request
+                if PER_SECOND is not None:
+                    PER_SECOND[min(int(time.monotonic() - started), len(PER_SECOND) - 1)] += (
+                        per_request)
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker(w) for w in range(CONCURRENCY)))
@@ -158,7 +166,12 @@ def measure(targets: list[tuple[str, bytes, str]], per_request: int, seconds: fl
             ) -> tuple[float, float, float]:
     import uvloop
 
+    global PER_SECOND
+    if PER_SECOND is not None:
+        PER_SECOND = [0] * (int(seconds) + 1)
     rate, lat = uvloop.run(load(targets, per_request, seconds))
+    if PER_SECOND is not None:
+        progress("records/s in each second: " + ", ".join(f"{n:,}" for n in PER_SECOND[:-1]))
     return rate, pct(lat, 0.5), pct(lat, 0.99)
 
 
@@ -175,7 +188,13 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="Diagnosis: print each process's CPU time per record for every run "
                          "(brokers, controllers, the bare server, this client).")
+    ap.add_argument("--per-second", action="store_true",
+                    help="Diagnosis: print the records acknowledged in each second of every "
+                         "run (a fall within a run: docs/http-api.md, first touch of memory).")
     args = ap.parse_args()
+    if args.per_second:
+        global PER_SECOND
+        PER_SECOND = []
     if args.bare_server:
         bare_server(args.bare_server)
         return 0
