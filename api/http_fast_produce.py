@@ -355,7 +355,8 @@ async def produce_plan(ctx: HttpContext, topic: str, p: Plan, *, acks: int, time
                            "topic_name": topic})[:-1]
     errors: list[HttpError] = []
 
-    async def one_partition(batches: list[tuple[int, Sequence[int]]]) -> list[bytes]:
+    async def one_partition(batches: list[tuple[int, Sequence[int]]], joined: bool
+                            ) -> list[bytes]:
         lines: list[bytes] = []
         for part, idxs in batches:
             lines += await _produce_batch(ctx, topic, p, part, idxs, prefix, errors, acks,
@@ -365,11 +366,9 @@ async def produce_plan(ctx: HttpContext, topic: str, p: Plan, *, acks: int, time
     if len(p.batches) == 1:
         # One partition: its batches' lines are the request's order, so each batch may
         # hand back its lines already joined.
-        joined = True
-        body = b"".join(await one_partition(p.batches[0]))
+        body = b"".join(await one_partition(p.batches[0], True))
     else:
-        joined = False
-        per_partition = await asyncio.gather(*(one_partition(b) for b in p.batches))
+        per_partition = await asyncio.gather(*(one_partition(b, False) for b in p.batches))
         lines = list(chain.from_iterable(per_partition))
         order = list(chain.from_iterable(idxs for bs in p.batches for _, idxs in bs))
         # The lines are in partition order; put them back in request order.

@@ -40,7 +40,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -284,17 +284,24 @@ class AsyncProducer:
             p = self._partition_now(topic, key, partition)
             if p is not None:
                 return self._append(topic, p, key, value, ts, headers, size)
+        async with self._in_call_order():
+            if self._buffered + size > self.buffer_memory:
+                await self._wait_for_room(size)
+            p = await self._choose_partition(topic, key, partition)
+            return self._append(topic, p, key, value, ts, headers, size)
+
+    @contextlib.asynccontextmanager
+    async def _in_call_order(self) -> AsyncIterator[None]:
+        """The slow path of ``send``/``send_batch``: wait for the calls made before this
+        one, start the producer if it was used without ``async with``, refuse if closed."""
         self._in_order += 1
         try:
             async with self._order:
                 if self._loop is None:
-                    await self.start()  # used without `async with`: connect on first use
+                    await self.start()  # connect on first use
                 if self._closed:
                     raise ClientError("ILLEGAL_STATE", "producer is closed")
-                if self._buffered + size > self.buffer_memory:
-                    await self._wait_for_room(size)
-                p = await self._choose_partition(topic, key, partition)
-                return self._append(topic, p, key, value, ts, headers, size)
+                yield
         finally:
             self._in_order -= 1
 
@@ -351,16 +358,8 @@ class AsyncProducer:
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         if None in values:
             raise ValueError("send_batch takes non-null values; send() a tombstone")
-        self._in_order += 1  # in call order with send(), as send() explains
-        try:
-            async with self._order:
-                if self._loop is None:
-                    await self.start()
-                if self._closed:
-                    raise ClientError("ILLEGAL_STATE", "producer is closed")
-                futures = await self._enqueue_batch(topic, values, keys, partition, ts)
-        finally:
-            self._in_order -= 1
+        async with self._in_call_order():  # in call order with send(), as send() explains
+            futures = await self._enqueue_batch(topic, values, keys, partition, ts)
         out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
         gathered = asyncio.gather(*futures)
 

@@ -99,15 +99,13 @@ def bare_server(port: int) -> None:
 # --------------------------------------------------------------------------- load
 
 
-PER_SECOND: list[int] | None = None
-"""``--per-second``: records acknowledged in each second of the current run."""
-
-
 async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float
-               ) -> tuple[float, list[float]]:
+               ) -> tuple[float, list[float], list[float]]:
     """64 workers posting round-robin over ``targets`` (url, body, content type) for
-    ``seconds``; (records/s, request latencies in ms). A non-200 answer stops the run."""
+    ``seconds``; (records/s, request latencies in ms, when each request ended in s from the
+    start). A non-200 answer stops the run."""
     lat: list[float] = []
+    ends: list[float] = []
     done = 0
     started = time.monotonic()
     stop_at = started + seconds
@@ -126,15 +124,13 @@ async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds:
                     if r.status != 200:
                         raise RuntimeError(f"{url}: HTTP {r.status}: {payload[:300]!r}")
                 lat.append((time.perf_counter() - t0) * 1000)
+                ends.append(time.monotonic() - started)
                 done += per_request
-                if PER_SECOND is not None:
-                    PER_SECOND[min(int(time.monotonic() - started), len(PER_SECOND) - 1)] += (
-                        per_request)
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker(w) for w in range(CONCURRENCY)))
         took = time.monotonic() - t0
-    return done / took, lat
+    return done / took, lat, ends
 
 
 def cpu_seconds(pid: int) -> float:
@@ -162,16 +158,17 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def measure(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float
-            ) -> tuple[float, float, float]:
+def measure(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float,
+            per_second: bool = False) -> tuple[float, float, float]:
     import uvloop
 
-    global PER_SECOND
-    if PER_SECOND is not None:
-        PER_SECOND = [0] * (int(seconds) + 1)
-    rate, lat = uvloop.run(load(targets, per_request, seconds))
-    if PER_SECOND is not None:
-        progress("records/s in each second: " + ", ".join(f"{n:,}" for n in PER_SECOND[:-1]))
+    rate, lat, ends = uvloop.run(load(targets, per_request, seconds))
+    if per_second:
+        counts = [0] * int(seconds)
+        for t in ends:
+            if t < len(counts):  # the last requests end after the run's last whole second
+                counts[int(t)] += per_request
+        progress("records/s in each second: " + ", ".join(f"{n:,}" for n in counts))
     return rate, pct(lat, 0.5), pct(lat, 0.99)
 
 
@@ -192,9 +189,6 @@ def main() -> int:
                     help="Diagnosis: print the records acknowledged in each second of every "
                          "run (a fall within a run: docs/http-api.md, first touch of memory).")
     args = ap.parse_args()
-    if args.per_second:
-        global PER_SECOND
-        PER_SECOND = []
     if args.bare_server:
         bare_server(args.bare_server)
         return 0
@@ -248,10 +242,11 @@ def main() -> int:
                       for p in range(PARTITIONS)]
                 def run_once(targets: list[tuple[str, bytes, str]], pids: dict[str, int],
                              label: str, n: int = per_request) -> tuple[float, float, float]:
+                    def go() -> tuple[float, float, float]:
+                        return measure(targets, n, seconds, args.per_second)
                     if not args.cpu:
-                        return measure(targets, n, seconds)
-                    return cpu_report(label, pids, lambda: measure(targets, n, seconds),
-                                      lambda out: out[0] * seconds)
+                        return go()
+                    return cpu_report(label, pids, go, lambda out: out[0] * seconds)
 
                 cluster_pids = {**{f"broker{b}": p.pid for b, p in brokers.procs.items()},
                                 **{f"controller{c}": p.pid for c, p in q.procs.items()}}
