@@ -719,8 +719,10 @@ class AsyncGroupConsumer:
                             self.max_poll_interval_ms)
                 self._poll_expired = True
                 self._lose_all()
-                await self._leave_quietly("poll timeout")
+                # The member task reports the loss now, not after the leave's round trip
+                # (up to LEAVE_TIMEOUT_S with the coordinator unreachable).
                 self._wake.set()
+                await self._leave_quietly("poll timeout")
                 continue
             gen, mid = self._generation, self._member_id
             try:
