@@ -53,6 +53,7 @@ from broker.router import PartitionRouter
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
+from storage.page_cache import PageCacheTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,10 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                               replica_lag_time_max_ms=config.replica_lag_time_max_ms,
                               retention_check_interval_ms=config.log_retention_check_interval_ms,
                               cleaner_backoff_ms=config.log_cleaner_backoff_ms,
-                              acks_require_fsync=config.acks_require_fsync)
+                              acks_require_fsync=config.acks_require_fsync,
+                              page_cache=(None if config.log_page_cache_keep_bytes < 0
+                                          else PageCacheTrimmer(
+                                              config.log_page_cache_keep_bytes)))
     follower.subscribe(replicas.on_metadata)
     # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.
     app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)

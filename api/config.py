@@ -111,6 +111,14 @@ class NodeConfig(BaseModel):
     watermark waits for its own fsync, and followers fsync before each fetch. A power cut of
     every replica at once then loses no acknowledged write (the fault-injection suite's
     lose-unsynced nemesis on several brokers). Off, as Kafka: durability by replication."""
+    log_page_cache_keep_bytes: int = Field(default=64 << 20, ge=-1)
+    """The newest bytes of each partition log kept in the page cache; older log is asked
+    out of it once written back (``posix_fadvise(DONTNEED)``, in a worker thread), so the
+    broker's page-cache footprint stays bounded and appends reuse pages it freed. On VMs
+    that hand freed guest memory back to the host (this project's machines) growing into
+    new pages is several times slower than reusing them (docs/storage.md, "Page cache").
+    Reads further back than this go to the disk. -1 leaves the page cache to the kernel
+    (Kafka's behaviour)."""
 
     @field_validator("roles", mode="before")
     @classmethod

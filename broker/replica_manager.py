@@ -68,6 +68,7 @@ from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
 from storage.group_commit import GroupCommitter
 from storage.log import LogTruncatedError, PartitionLog
+from storage.page_cache import PageCacheTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,8 @@ class ReplicaManager:
                  replica_lag_time_max_ms: int = 30_000,
                  retention_check_interval_ms: int = 300_000,
                  cleaner_backoff_ms: int = 15_000,
-                 acks_require_fsync: bool = False) -> None:
+                 acks_require_fsync: bool = False,
+                 page_cache: PageCacheTrimmer | None = None) -> None:
         self.broker_id = BrokerId(broker_id)
         self.data_dir = Path(data_dir)
         self.broker_epoch = broker_epoch
@@ -216,6 +218,9 @@ class ReplicaManager:
         fsynced, and followers fsync what they appended before their next fetch (whose
         offset counts towards the HW). An acknowledged write then survives a power cut of
         every replica at once; off (Kafka's default), durability is by replication."""
+        self.page_cache = page_cache
+        """Keeps each log's page-cache footprint bounded (``storage.page_cache``); None
+        leaves the page cache to the kernel, as Kafka does."""
         self.retention_check_interval_s = retention_check_interval_ms / 1000
         self.cleaner_backoff_s = max(cleaner_backoff_ms, retention_check_interval_ms) / 1000
         self.controller = ControllerClient(controller_urls, timeout_s=10)
@@ -250,6 +255,8 @@ class ReplicaManager:
             await self._stop_tasks(rep)
             self._resign(rep)
         await self.committer.close()
+        if self.page_cache is not None:
+            await self.page_cache.close()
         self._checkpoint_hws(self._dirty_hws())
         for rep in self.replicas.values():
             try:
@@ -518,6 +525,8 @@ class ReplicaManager:
             for _, h in iter_batches(data, verify=False):
                 rep.producers.on_append(h)
             self.committer.note_append(rep.log, len(data))
+            if self.page_cache is not None:
+                self.page_cache.note_append(rep.log)
         if fs.on_fetch_response(leader_hw, rep.log.log_end_offset):
             rep.producers.on_high_watermark(fs.high_watermark)
         rep.notify()
@@ -559,6 +568,8 @@ class ReplicaManager:
         else:
             base, last = rep.log.append(batch, leader_epoch=leader.leader_epoch, now_ms=t)
             rep.producers.on_append(header, base)
+            if self.page_cache is not None:
+                self.page_cache.note_append(rep.log)
             leader.on_local_append(rep.log.log_end_offset, t)
             duplicate = False
             self._after_hw_change(rep)

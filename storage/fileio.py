@@ -79,6 +79,12 @@ class FileHandle(abc.ABC):
         """The OS descriptor when ``os.sendfile`` can use it (real layer only), else None."""
         return None
 
+    def drop_cache(self, offset: int, length: int) -> None:
+        """Ask the kernel to drop ``[offset, offset + length)`` from the page cache: clean
+        pages go now, dirty ones start writing back (a later call drops them). Only a hint:
+        what is read later comes from the disk. A no-op where there is no page cache."""
+        return None
+
 
 class FileLayer(abc.ABC):
     """Files and directories, as the storage package needs them."""
@@ -197,6 +203,10 @@ class RealFileHandle(FileHandle):
 
     def fileno(self) -> int | None:
         return self._fd if self._fd >= 0 else None
+
+    def drop_cache(self, offset: int, length: int) -> None:
+        if self._fd >= 0 and length > 0:
+            os.posix_fadvise(self._fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 class RealFileLayer(FileLayer):

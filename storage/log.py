@@ -719,6 +719,72 @@ class PartitionLog:
                 self._flushed = max(self._flushed, min(target, self._leo))
             return self._flushed
 
+    # ------------------------------------------------------------------ page cache
+
+    def cache_drop_pending(self, keep_bytes: int) -> int:
+        """Bytes lying more than ``keep_bytes`` behind the log's end that were never asked
+        out of the page cache (``drop_cache_behind``). Cheap: it walks back from the active
+        segment only as far as the first segment already out of the cache, so the broker
+        may ask after every append."""
+        return sum(new for *_, new in self._cache_drops(keep_bytes))
+
+    def _cache_drops(self, keep_bytes: int) -> list[tuple[Segment, int, int, int, int]]:
+        """``(segment, from, to, asked, new)``: ``[from, to)`` to ask out of the cache; it
+        covers the part asked once before (dirty then, written back since: this second ask
+        drops it), ending at ``asked``, and ``new`` bytes behind the kept tail never asked."""
+        out = []
+        keep = keep_bytes
+        last = len(self._segments) - 1
+        for i in range(last, -1, -1):
+            seg = self._segments[i]
+            size = seg.size_bytes
+            if seg.cache_dropped >= size and i != last:
+                break  # it and every older segment are out already
+            target = max(0, size - keep)
+            keep = max(0, keep - size)
+            # A truncation may have cut below what was asked: the marks follow the file.
+            lo, asked = min(seg.cache_dropped, size), min(seg.cache_asked, size)
+            if i != last:
+                # Closed segments were fsynced when they rolled: clean, one ask drops them.
+                asked = target
+                new = target - lo
+            else:
+                new = max(0, target - asked)
+            hi = max(target, asked)
+            if hi > lo:
+                out.append((seg, lo, hi, asked, new))
+        return out
+
+    def drop_cache_behind(self, keep_bytes: int) -> int:
+        """Drop from the page cache what lies more than ``keep_bytes`` behind the log's end,
+        so that the log's page-cache footprint stays bounded; returns the bytes asked.
+
+        Why: on a VM whose guest hands freed memory back to its host (free page reporting,
+        as on this project's Firecracker machines), every page cache page the log grows
+        into is first-touch memory, several times slower to write than a page just freed;
+        keeping the footprint bounded makes appends reuse pages the log itself freed
+        (docs/storage.md, "Page cache"). Readers of older data read the disk.
+
+        Dirty pages are not dropped at once: the first ask starts their write-back and the
+        next drops them, so every range is asked twice. Safe to call from a worker thread
+        while the loop appends (as ``flush``): the lock is held to pick the ranges only.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            work = self._cache_drops(keep_bytes)
+            for seg, lo, hi, asked, _ in work:
+                seg.cache_dropped, seg.cache_asked = max(lo, asked), hi
+        n = 0
+        for seg, lo, hi, *_ in work:
+            try:
+                seg.log.drop_cache(lo, hi - lo)
+            except OSError:
+                if not (seg.retired or self._closed):
+                    raise
+            n += hi - lo
+        return n
+
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self.config = config

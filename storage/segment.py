@@ -86,6 +86,12 @@ class Segment:
         self.bytes_since_index_entry = 0
         self.retired = False
         """Replaced by the cleaner or deleted: readers holding it must retry."""
+        self.cache_dropped = 0
+        """Bytes below this were asked out of the page cache at least twice (or once, clean):
+        gone. ``PartitionLog.drop_cache_behind`` moves it and ``cache_asked``."""
+        self.cache_asked = 0
+        """Bytes below this were asked out at least once: clean pages went, dirty ones
+        started writing back and go at the next ask."""
 
     # ------------------------------------------------------------------ paths
 
@@ -343,6 +349,9 @@ class Segment:
         self.log.truncate(position)
         self.size_bytes = position
         self.next_offset = next_offset
+        # What is written here next is new to the page cache (PartitionLog.drop_cache_behind).
+        self.cache_dropped = min(self.cache_dropped, position)
+        self.cache_asked = min(self.cache_asked, position)
         self.index.truncate_from_position(position)
         self.time_index.truncate_from_offset(next_offset)
         self.max_timestamp = self.time_index.last_timestamp

@@ -51,3 +51,18 @@ def test_unknown_keys_and_bad_toml_are_clear_errors(tmp_path: Path) -> None:
         load_config(_write(tmp_path, "node_id = = 1"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_page_cache_keep_bytes_builds_a_trimmer_or_none(tmp_path: Path) -> None:
+    from api.broker_app import build_broker
+
+    base = {"node_id": 1, "roles": "broker", "controller_quorum": "9@127.0.0.1:9309",
+            "data_dir": str(tmp_path)}
+    _, srv = build_broker(load_config(None, base), autostart=False)
+    assert srv.replicas.page_cache is not None
+    assert srv.replicas.page_cache.keep_bytes == 64 << 20  # the default
+    _, srv = build_broker(load_config(None, {**base, "log_page_cache_keep_bytes": -1}),
+                          autostart=False)
+    assert srv.replicas.page_cache is None  # -1: the kernel's page cache, as Kafka
+    with pytest.raises(ConfigError, match="log_page_cache_keep_bytes"):
+        load_config(None, {**base, "log_page_cache_keep_bytes": -2})

@@ -1,0 +1,82 @@
+"""Real brokers keep each log's page-cache footprint bounded (``log_page_cache_keep_bytes``):
+after ~10 MB through an RF 3 partition with acks=all, every replica's segment file is out of
+the page cache (``mincore``) except its newest few MiB, and a consumer reading from offset 0
+(from the disk now) gets every record back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from page_residency import resident_pages
+
+from api.client import AsyncConsumer, AsyncProducer, TopicPartition
+from api.controller_client import ControllerClient
+from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.controller import CreateTopic
+
+pytestmark = pytest.mark.slow
+
+MIB = 1 << 20
+KEEP = 1 * MIB
+RECORDS = 10_000
+VALUE = 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers, Path]]:
+    root: Path = tmp_path_factory.mktemp("page-cache-cluster")
+    with running_cluster(root, controllers=1, broker_args=[
+            "--override", f"log_page_cache_keep_bytes={KEEP}"]) as (q, b):
+        yield q, b, root
+
+
+def segment_files(root: Path, topic: str) -> list[Path]:
+    return sorted(root.glob(f"broker-*/**/{topic}-0/*.log"))
+
+
+def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
+        cluster: tuple[Quorum, Brokers, Path]) -> None:
+    q, b, root = cluster
+    boot = [b.url(x) for x in b.ids]
+    topic = "cached"
+
+    async def create_and_produce() -> None:
+        async with ControllerClient(q.urls, timeout_s=20) as cc:
+            await cc.execute(CreateTopic(name=topic, num_partitions=1, replication_factor=3,
+                                         configs={"min.insync.replicas": "3"}))
+        async with AsyncProducer(boot, acks="all", linger_ms=5) as p:
+            for i in range(0, RECORDS, 100):
+                await p.send_batch(topic, [b"%06d" % j + b"." * (VALUE - 6)
+                                           for j in range(i, i + 100)])
+            await p.flush()
+    asyncio.run(create_and_produce())
+    files = wait_for("a segment file on each of the three replicas",
+                     lambda: (fs := segment_files(root, topic)) and len(fs) == 3 and fs, 30)
+
+    def dropped() -> bool:
+        for f in files:
+            size = f.stat().st_size
+            # The newest KEEP bytes stay, and up to two steps (1 MiB each) behind them
+            # may wait for their second ask (dirty when first asked).
+            if size < RECORDS * VALUE or resident_pages(str(f), 0, size - KEEP - 2 * MIB):
+                return False
+        return True
+    wait_for("every replica's log out of the page cache but for its tail", dropped, 30)
+    for f in files:
+        size = f.stat().st_size
+        assert resident_pages(str(f), size - KEEP // 2, size) > 0, f  # the tail stays
+
+    async def consume() -> list[bytes]:
+        async with AsyncConsumer(boot, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition(topic, 0)])
+            got: list[bytes] = []
+            while len(got) < RECORDS:
+                recs = await c.poll(5000)
+                assert recs
+                got += [r.value or b"" for r in recs]
+            return got
+    values = asyncio.run(consume())
+    assert [v[:6] for v in values] == [b"%06d" % j for j in range(RECORDS)]
