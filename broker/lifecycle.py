@@ -227,8 +227,10 @@ class BrokerLifecycle:
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, cut short by ``_wake`` (shutdown, or the follower catching up)."""
+        # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
         self._wake.clear()
 
     async def _heartbeat_until_shutdown(self) -> None:

@@ -689,8 +689,10 @@ class ReplicaManager:
             if left <= 0:
                 break
             ev = rep.changed
+            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), left)
+                async with asyncio.timeout(left):
+                    await ev.wait()
         return self._fetch_answer(rep, data)
 
     def _debug_fetch(self, topic: str, partition: int, fetch_offset: int,

@@ -343,8 +343,10 @@ class AsyncConsumer:
             if any((st.buffer is not None or st.error is not None) and tp not in self._paused
                    for tp, st in self._parts.items()):
                 continue
+            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._arrived.wait()
 
     def _take(self, st: _PartitionState, out: list[ConsumerRecord], room: int | None) -> None:
         buf = st.buffer

@@ -514,8 +514,10 @@ class AsyncGroupConsumer:
                 else:
                     log.warning("group %s: %s (retrying)", self.group_id, e)
                 backoff = min(self.retry_backoff_s * 2 ** min(failures, 10), RETRY_BACKOFF_S_MAX)
+                # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), backoff)
+                    async with asyncio.timeout(backoff):
+                        await self._wake.wait()
 
     async def _join_topics(self) -> frozenset[str]:
         if self._pattern is None:

@@ -246,8 +246,10 @@ class AsyncProducer:
                 raise ClientError("REQUEST_TIMED_OUT",
                                   f"buffer_memory ({self.buffer_memory} B) full for "
                                   f"{self.delivery_timeout_s:.0f} s")
+            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._room.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._room.wait()
 
     def _queue(self, tp: TopicPartition) -> _PartitionQueue:
         q = self._queues.get(tp)
@@ -464,8 +466,10 @@ class AsyncProducer:
                 if left > 0:
                     # Woken early by a seal (batch full, flush) or not at all: the timeout
                     # is the linger, measured on the same clock as ``created``.
+                    # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(q.wake.wait(), left)
+                        async with asyncio.timeout(left):
+                            await q.wake.wait()
                     continue
                 self._seal(q)
             batch = q.sealed.popleft()
