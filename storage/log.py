@@ -777,6 +777,9 @@ class PartitionLog:
                 seg.cache_dropped, seg.cache_asked = max(lo, asked), hi
         n = 0
         for seg, lo, hi, *_ in work:
+            # A segment retired meanwhile keeps its descriptor until the next maintenance
+            # closes it (``_retire``); a log closed meanwhile raises EBADF, ignored below.
+            # Either way the ask is only a hint: it can cost a re-read, never data.
             try:
                 seg.log.drop_cache(lo, hi - lo)
             except OSError:
