@@ -47,7 +47,9 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     app[ERROR_HOOK_KEY] = metrics.note_error
     metrics.add_gauges(replica_gauges(lambda: srv.follower.image, config.node_id,
                                       srv.replicas.describe,
-                                      lambda: (router.forwarded_requests, router.retries)))
+                                      lambda: (router.forwarded_requests, router.retries),
+                                      lambda: (None if srv.replicas.page_cache is None
+                                               else srv.replicas.page_cache.bytes_asked)))
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_v2_routes(app)

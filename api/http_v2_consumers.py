@@ -442,7 +442,8 @@ class ConsumerInstance:
             # close() commits (with auto-commit) and leaves the group; a coordinator out of
             # reach must not hold up a DELETE or the broker's shutdown for long.
             try:
-                await asyncio.wait_for(member.close(), CLOSE_TIMEOUT_S)
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await member.close()
             except (TimeoutError, ClientError) as e:
                 log.warning("consumer instance %s/%s: close: %s", self.group, self.name, e)
 
@@ -802,7 +803,8 @@ def add_v2_consumer_routes(app: web.Application, *, bootstrap: list[str], advert
         # on_shutdown runs before on_cleanup: the brokers (this one included) still answer
         # the members' leave requests.
         try:
-            await asyncio.wait_for(reg.close(), CLOSE_TIMEOUT_S + 5)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S + 5):
+                await reg.close()
         except TimeoutError:
             log.warning("consumer instances not all closed within %.0f s",
                         CLOSE_TIMEOUT_S + 5)

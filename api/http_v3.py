@@ -815,8 +815,8 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
     try:
         while not final:
             try:
-                chunk = await asyncio.wait_for(request.content.readany(),
-                                               ctx.stream_idle_s_max)
+                async with asyncio.timeout(ctx.stream_idle_s_max):
+                    chunk = await request.content.readany()
             except TimeoutError:
                 await resp.write(orjson.dumps({"error_code": 40801, "message":
                                  f"No data for {ctx.stream_idle_s_max:.0f} s; stream ended."})

@@ -7,7 +7,9 @@ Brokers: produce and fetch requests, records and latencies (``longboat_produce_*
 (``longboat_http_errors_total``), under-replicated and offline partitions this broker leads
 (computed from the replicas at scrape time), ISR shrinks and expands seen in the metadata
 (``longboat_isr_shrinks_total`` / ``_expands_total``: partitions led by this broker whose ISR
-got smaller or larger), forwarded requests and leader-change retries of the router.
+got smaller or larger), forwarded requests and leader-change retries of the router, and the
+bytes of log asked out of the page cache (``longboat_page_cache_asked_bytes``, with
+``log_page_cache_keep_bytes`` on).
 
 Controllers: Raft term, commit and applied index, commit lag (``last_index - commit``),
 whether this node is the leader, metadata offset, and the replication lag of each follower as
@@ -90,10 +92,12 @@ class BrokerMetrics:
 
 def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
                    describe: Callable[[], list[dict[str, Any]]],
-                   router_stats: Callable[[], tuple[int, int]]
+                   router_stats: Callable[[], tuple[int, int]],
+                   page_cache_asked: Callable[[], int | None] = lambda: None,
                    ) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
     """Gauges from the image (partitions this broker leads: under-replicated, i.e. ISR
-    smaller than the replica set) and from ``ReplicaManager.describe()``."""
+    smaller than the replica set), from ``ReplicaManager.describe()``, and the bytes of log
+    asked out of the page cache (``storage.page_cache``; absent when that is off)."""
 
     def fn() -> Iterable[tuple[str, str, float, dict[str, str]]]:
         reps = describe()
@@ -112,6 +116,11 @@ def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
                forwarded, {})
         yield ("longboat_leader_retries", "Routed requests retried through a leader change",
                retries, {})
+        asked = page_cache_asked()
+        if asked is not None:
+            yield ("longboat_page_cache_asked_bytes",
+                   "Bytes of partition logs asked out of the page cache (each range twice)",
+                   asked, {})
 
     return fn
 

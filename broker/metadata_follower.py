@@ -117,7 +117,9 @@ class MetadataFollower:
                 event = self._advanced
                 await event.wait()
 
-        await asyncio.wait_for(wait(), timeout_s)
+        # Not wait_for: on 3.11 it can swallow a cancellation that comes as the wait ends.
+        async with asyncio.timeout(timeout_s):
+            await wait()
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-follower")

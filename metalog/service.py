@@ -202,8 +202,10 @@ class ControllerService:
             self.observers[broker_id] = ObserverFetch(offset, time.monotonic())
         if offset > self.metadata_offset and max_wait_ms > 0:
             event = self._committed_event
+            # Not wait_for: on 3.11 it can swallow a cancellation that comes as the event fires.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), max_wait_ms / 1000)
+                async with asyncio.timeout(max_wait_ms / 1000):
+                    await event.wait()
         snapshot: bytes | None = None
         snapshot_offset = -1
         start = offset

@@ -677,8 +677,8 @@ class AsyncGroupConsumer:
             return
         log.info("group %s: %s leaves (%s)", self.group_id, mid, why)
         try:
-            await asyncio.wait_for(self._coordinator.call("leave", {"member_id": mid}),
-                                   LEAVE_TIMEOUT_S)
+            async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                await self._coordinator.call("leave", {"member_id": mid})
         except (ClientError, TimeoutError) as e:
             # The coordinator drops the member after its session timeout anyway.
             log.info("group %s: leave failed (%s)", self.group_id, e)

@@ -351,7 +351,9 @@ class RaftNode:
 
         self._queue_op(op)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            # Not wait_for: on 3.11 it can swallow a cancellation that comes as fut resolves.
+            async with asyncio.timeout(timeout_s):
+                return await fut
         finally:
             self._reads.pop(ctx, None)
 
@@ -372,7 +374,8 @@ class RaftNode:
             fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._leader_waiters.append(fut)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, remaining)
+                async with asyncio.timeout(remaining):
+                    await fut
 
     async def add_voter(self, node_id: int, url: str) -> int:
         """Add ``node_id`` (or promote an observer) as a voter; resolves when committed."""
@@ -467,7 +470,8 @@ class RaftNode:
             fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._leader_waiters.append(fut)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, remaining)
+                async with asyncio.timeout(remaining):
+                    await fut
         return int(self.leader_id)
 
     def status(self) -> NodeStatus:

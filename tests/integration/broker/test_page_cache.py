@@ -1,11 +1,13 @@
 """Real brokers keep each log's page-cache footprint bounded (``log_page_cache_keep_bytes``):
 after ~10 MB through an RF 3 partition with acks=all, every replica's segment file is out of
-the page cache (``mincore``) except its newest few MiB, and a consumer reading from offset 0
-(from the disk now) gets every record back."""
+the page cache (``mincore``) except its newest few MiB, each broker's ``/metrics`` counts what
+it asked out, and a consumer reading from offset 0 (from the disk now) gets every record
+back."""
 
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +70,12 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
     for f in files:
         size = f.stat().st_size
         assert resident_pages(str(f), size - KEEP // 2, size) > 0, f  # the tail stays
+    for x in b.ids:  # each broker holds a replica and says how much it asked out
+        with urllib.request.urlopen(f"{b.url(x)}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        (line,) = [ln for ln in text.splitlines()
+                   if ln.startswith("longboat_page_cache_asked_bytes ")]
+        assert float(line.split()[1]) >= RECORDS * VALUE - KEEP - 2 * MIB, line
 
     async def consume() -> list[bytes]:
         async with AsyncConsumer(boot, auto_offset_reset="earliest") as c:
