@@ -13,7 +13,8 @@ Why it matters and what it shows on this project's VMs: docs/storage.md, "Page c
 machine whose memory is all backed (bare metal), expect a ratio near or a little below 1:
 dropping then only costs the asks.
 
-``--gb`` bytes per run (default 2), ``--runs`` pairs (default 3), ``--dir`` where to write
+``--gb`` bytes per run (default 2), ``--runs`` pairs (default 3; ``--quick``: one pair of
+0.5 GB, too little to run out of freed pages, so near 1), ``--dir`` where to write
 (default a temporary directory under the system's; must be a disk filesystem: tmpfs keeps
 its pages whatever is asked).
 """
@@ -59,18 +60,21 @@ def one_run(root: Path, nbytes: int, *, bounded: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gb", type=float, default=2.0)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gb", type=float, default=None)
+    ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = ap.parse_args()
-    nbytes = int(args.gb * (1 << 30))
+    gb = args.gb if args.gb is not None else (0.5 if args.quick else 2.0)
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    nbytes = int(gb * (1 << 30))
     ours: list[float] = []
     base: list[float] = []
-    for i in range(args.runs):
+    for i in range(runs):
         for bounded in (True, False):
             mbs = one_run(args.dir, nbytes, bounded=bounded)
             (ours if bounded else base).append(mbs)
-            progress(f"run {i + 1}/{args.runs} {'bounded' if bounded else 'growing'}: "
+            progress(f"run {i + 1}/{runs} {'bounded' if bounded else 'growing'}: "
                      f"{mbs:,.0f} MB/s")
             time.sleep(2)  # let the last run's write-back settle before the next
     figure("storage.page_cache.append", "MB/s", ours,
