@@ -79,6 +79,7 @@ from metalog.client import ControllerUnavailableError
 from metalog.controller import CreateTopic, MetadataError, TopicExistsError
 from metalog.image import MetadataImage
 from metalog.records import BrokerId
+from raft.aio.waits import wait_event
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.errors import CorruptRecordError, StorageError
 from storage.log import PartitionLog
@@ -135,15 +136,6 @@ def partition_for(group: str, partitions: int) -> int:
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def wait_event(ev: asyncio.Event, timeout_s: float) -> None:
-    """Wait for ``ev`` at most ``timeout_s``. Not ``asyncio.wait_for``: on Python 3.11 it can
-    swallow a cancellation that arrives as the event fires (fixed in 3.12), and a task that
-    survives its cancellation hangs whoever awaits it (``_drop``, ``stop``)."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout_s):
-            await ev.wait()
 
 
 # ---------------------------------------------------------------- errors, config, ports

@@ -62,6 +62,7 @@ from metalog.controller import (
     StaleBrokerEpochError,
 )
 from metalog.records import BrokerEpoch, BrokerId, Endpoint
+from raft.aio.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +228,7 @@ class BrokerLifecycle:
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, cut short by ``_wake`` (shutdown, or the follower catching up)."""
-        # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
+        await wait_event(self._wake, seconds)
         self._wake.clear()
 
     async def _heartbeat_until_shutdown(self) -> None:

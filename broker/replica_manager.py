@@ -63,6 +63,7 @@ from metalog.controller import (
 )
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, TopicId
+from raft.aio.waits import wait_event
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
@@ -689,10 +690,7 @@ class ReplicaManager:
             if left <= 0:
                 break
             ev = rep.changed
-            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await ev.wait()
+            await wait_event(ev, left)
         return self._fetch_answer(rep, data)
 
     def _debug_fetch(self, topic: str, partition: int, fetch_offset: int,

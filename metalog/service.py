@@ -58,6 +58,7 @@ from metalog.controller import Command, MetadataError, NotControllerError, Quoru
 from metalog.delta import decode_snapshot, encode_snapshot
 from metalog.records import FenceBrokerRecord, decode_records, encode_records
 from raft.aio.node import NodeStoppedError, NotLeaderError, RaftNode, RaftNodeConfig
+from raft.aio.waits import wait_event
 from raft.core import ProposalDroppedError
 from raft.types import EntryKind, Role
 from storage.fileio import FileLayer
@@ -202,10 +203,7 @@ class ControllerService:
             self.observers[broker_id] = ObserverFetch(offset, time.monotonic())
         if offset > self.metadata_offset and max_wait_ms > 0:
             event = self._committed_event
-            # Not wait_for: on 3.11 it can swallow a cancellation that comes as the event fires.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max_wait_ms / 1000):
-                    await event.wait()
+            await wait_event(event, max_wait_ms / 1000)
         snapshot: bytes | None = None
         snapshot_offset = -1
         start = offset

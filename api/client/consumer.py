@@ -33,6 +33,7 @@ from api.client.transport import (
     normalize_bootstrap,
 )
 from api.client.types import CREATE_TIME, EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from raft.aio.waits import wait_event
 from storage.batch import decode_body, iter_batches
 from storage.errors import StorageError
 
@@ -343,10 +344,7 @@ class AsyncConsumer:
             if any((st.buffer is not None or st.error is not None) and tp not in self._paused
                    for tp, st in self._parts.items()):
                 continue
-            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._arrived.wait()
+            await wait_event(self._arrived, left)
 
     def _take(self, st: _PartitionState, out: list[ConsumerRecord], room: int | None) -> None:
         buf = st.buffer

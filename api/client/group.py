@@ -78,6 +78,7 @@ from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, CommitFailedError
 from api.client.types import ConsumerRecord, TopicPartition
+from raft.aio.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -514,10 +515,7 @@ class AsyncGroupConsumer:
                 else:
                     log.warning("group %s: %s (retrying)", self.group_id, e)
                 backoff = min(self.retry_backoff_s * 2 ** min(failures, 10), RETRY_BACKOFF_S_MAX)
-                # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(backoff):
-                        await self._wake.wait()
+                await wait_event(self._wake, backoff)
 
     async def _join_topics(self) -> frozenset[str]:
         if self._pattern is None:

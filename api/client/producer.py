@@ -53,6 +53,7 @@ from api.client.transport import (
     normalize_bootstrap,
 )
 from api.client.types import Header, RecordMetadata, TopicPartition
+from raft.aio.waits import wait_event
 from storage.batch import encode_batch, encode_values
 from storage.compression import Compression
 
@@ -246,10 +247,7 @@ class AsyncProducer:
                 raise ClientError("REQUEST_TIMED_OUT",
                                   f"buffer_memory ({self.buffer_memory} B) full for "
                                   f"{self.delivery_timeout_s:.0f} s")
-            # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._room.wait()
+            await wait_event(self._room, left)
 
     def _queue(self, tp: TopicPartition) -> _PartitionQueue:
         q = self._queues.get(tp)
@@ -466,10 +464,7 @@ class AsyncProducer:
                 if left > 0:
                     # Woken early by a seal (batch full, flush) or not at all: the timeout
                     # is the linger, measured on the same clock as ``created``.
-                    # Not wait_for: on 3.11 it can swallow a cancellation coming as the event fires.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(left):
-                            await q.wake.wait()
+                    await wait_event(q.wake, left)
                     continue
                 self._seal(q)
             batch = q.sealed.popleft()
