@@ -8,12 +8,15 @@
     python -m jepsen_tests summary SWEEP_DIR [SWEEP_DIR...]
 
 Exit status: 0 valid, 1 anomalies found (or the checker gave up: unknown), 2 could not run
-(fault injection unavailable, bad arguments).
+(fault injection unavailable, bad arguments). ``kill -USR1`` a run that seems stuck: it prints
+every thread's stack to stderr and goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 import time
 from pathlib import Path
@@ -94,6 +97,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     p = argparse.ArgumentParser(prog="python -m jepsen_tests", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a workload under faults, then check and report")

@@ -99,8 +99,8 @@ class LinkProxy:
             return
         try:
             local = (self.bind_upstream, 0) if self.bind_upstream else None
-            ur, uw = await asyncio.wait_for(
-                asyncio.open_connection(*self.upstream, local_addr=local), 10)
+            async with asyncio.timeout(10):  # not wait_for: it can swallow a cancel on 3.11
+                ur, uw = await asyncio.open_connection(*self.upstream, local_addr=local)
         except (OSError, TimeoutError):
             _Conn(w, w).reset()
             return

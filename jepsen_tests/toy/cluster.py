@@ -124,8 +124,11 @@ class ToyClient:
         if c is not None:
             return c
         try:
-            c = await asyncio.wait_for(asyncio.open_connection(
-                *self.addresses[node], local_addr=(self.host, 0)), self.timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            # (a Ctrl-C'd run's workers would go on to the time limit)
+            async with asyncio.timeout(self.timeout_s):
+                c = await asyncio.open_connection(*self.addresses[node],
+                                                  local_addr=(self.host, 0))
         except (OSError, TimeoutError) as e:
             # nothing was sent: the op certainly did not happen
             raise DefiniteError(f"connect {node}: {e!r}") from e
@@ -144,7 +147,8 @@ class ToyClient:
         r, w = await self._conn(node)
         try:
             w.write((json.dumps(req) + "\n").encode())
-            line = await asyncio.wait_for(r.readline(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                line = await r.readline()
             if not line:
                 raise ConnectionResetError("closed")
             resp: dict[str, Any] = json.loads(line)

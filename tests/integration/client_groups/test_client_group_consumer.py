@@ -85,7 +85,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def run(coro: Coroutine[Any, Any, None], timeout_s: float = 180) -> None:
     async def go() -> None:
-        await asyncio.wait_for(coro, timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await coro
     asyncio.run(go())
 
 

@@ -429,7 +429,8 @@ def test_parked_join_is_answered_not_coordinator_when_leadership_moves(
         assert not b_join.done()
         # A controlled shutdown moves the leadership of the offsets partition away.
         b.send_signal(info["coordinator_id"], signal.SIGTERM)
-        out = await asyncio.wait_for(b_join, TIMEOUT_S)
+        async with asyncio.timeout(TIMEOUT_S):
+            out = await b_join
         assert out["error"] == "NOT_COORDINATOR", out
         # The new coordinator has the group as it was last written: a, generation 1.
         moved = await w.find(g, exclude=info["coordinator_id"])

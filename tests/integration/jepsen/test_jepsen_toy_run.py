@@ -153,8 +153,10 @@ def test_ctrl_c_mid_run_cleans_up_processes_and_namespace(tmp_path: Path) -> Non
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # the run prints every thread's stack (faulthandler)
+            time.sleep(1)
             raise AssertionError("the run did not exit 30 s after SIGINT:\n"
-                                 + (tmp_path / "console.txt").read_text()[-3000:]) from None
+                                 + (tmp_path / "console.txt").read_text()[-6000:]) from None
     finally:
         if p.poll() is None:
             p.kill()

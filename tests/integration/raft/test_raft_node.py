@@ -15,7 +15,10 @@ from storage.fileio import LazyFileLayer
 
 
 def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 30))
+    async def limited():  # type: ignore[no-untyped-def]
+        async with asyncio.timeout(30):
+            return await coro
+    return asyncio.run(limited())
 
 
 def test_three_nodes_elect_one_leader_and_commit_proposals(tmp_path) -> None:

@@ -84,7 +84,10 @@ def test_sigkilled_leader_is_replaced_and_restarts_from_disk(tmp_path) -> None:
     for i in (1, 2, 3):
         start(i)
     try:
-        asyncio.run(asyncio.wait_for(main(), 60))
+        async def limited() -> None:
+            async with asyncio.timeout(60):
+                await main()
+        asyncio.run(limited())
     finally:
         for p in procs.values():
             if p.poll() is None:

@@ -194,7 +194,8 @@ class FakeGroupBroker:
                 return _pack({"records": data, "high_watermark": end})
             async with self._appended:
                 try:
-                    await asyncio.wait_for(self._appended.wait(), left)
+                    async with asyncio.timeout(left):
+                        await self._appended.wait()
                 except TimeoutError:
                     pass
 

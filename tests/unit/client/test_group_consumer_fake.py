@@ -47,7 +47,8 @@ def run(test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
         fake = FakeGroupBroker({T: 6} if topics is None else topics, **broker)
         await fake.start()
         try:
-            await asyncio.wait_for(test(fake), 60)
+            async with asyncio.timeout(60):
+                await test(fake)
         finally:
             await fake.stop()
     asyncio.run(go())
