@@ -147,9 +147,9 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
     add_group_routes(app, groups)
-    add_public_routes(app, srv)
     add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
                                                   replicas.controller))
+    add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:

@@ -25,15 +25,19 @@ from api.metrics import BrokerMetrics, metrics_handler, replica_gauges
 from api.openapi import openapi_document
 from broker.data_routes import ROUTER_KEY
 from broker.metadata_follower import MetadataUpdate
+from broker.produce_lanes import ProduceLanes
+from broker.producer_ids import MANAGER_KEY
 from metalog.client import ControllerClient
 from raft.aio import netbind
 
 
 def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     """``srv`` is the ``api.broker_app.BrokerServer`` (config, follower, lifecycle,
-    replicas); the internal data routes must be registered first (they own the router)."""
+    replicas); the internal data routes (they own the router) and the producer id routes
+    (they own the ids the produce lanes use) must be registered first."""
     config = srv.config
     router = app[ROUTER_KEY]
+    lanes = ProduceLanes(app[MANAGER_KEY].next_id)
     metrics = BrokerMetrics()
     urls = [v.url for v in config.voters]
     controllers = ControllerClient(urls, timeout_s=15)
@@ -42,14 +46,16 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         cluster_id=cluster_id_for(config.cluster_id,
                                   [(v.node_id, f"{v.host}:{v.port}") for v in config.voters]),
         image_fn=lambda: srv.follower.image, router=router, controllers=controllers,
-        metrics=metrics, ready_fn=lambda: bool(srv.lifecycle.ready))
+        metrics=metrics, ready_fn=lambda: bool(srv.lifecycle.ready), lanes=lanes)
     app[CONTEXT_KEY] = ctx
     app[ERROR_HOOK_KEY] = metrics.note_error
     metrics.add_gauges(replica_gauges(lambda: srv.follower.image, config.node_id,
                                       srv.replicas.describe,
                                       lambda: (router.forwarded_requests, router.retries),
                                       lambda: (None if srv.replicas.page_cache is None
-                                               else srv.replicas.page_cache.bytes_asked)))
+                                               else srv.replicas.page_cache.bytes_asked),
+                                      lambda: (lanes.created, lanes.dropped,
+                                               lanes.without_id)))
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_v2_routes(app)

@@ -1,9 +1,9 @@
 """What the public HTTP routes share: the broker's view of the cluster, and small helpers.
 
 ``HttpContext`` holds the broker's metadata follower (its ``MetadataImage``), the
-``PartitionRouter`` (produce, fetch and ListOffsets for any partition), a ``ControllerClient``
-for topic administration, the cluster id, the metrics, and the limits. Routes find it under
-``CONTEXT_KEY``.
+``PartitionRouter`` (produce, fetch and ListOffsets for any partition), the ``ProduceLanes``
+that make the batches it builds idempotent, a ``ControllerClient`` for topic administration,
+the cluster id, the metrics, and the limits. Routes find it under ``CONTEXT_KEY``.
 
 The cluster id: the broker's configured ``cluster_id`` if set, else one derived from the
 controller quorum every node of a cluster is configured with (``cluster_id_for``), so all
@@ -26,6 +26,7 @@ from aiohttp import web
 from api.errors import HttpError, bad_request, cluster_not_found, partition_not_found
 from api.errors import topic_not_found as _topic_not_found
 from api.metrics import BrokerMetrics
+from broker.produce_lanes import ProduceLanes
 from broker.router import PartitionRouter
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
@@ -34,6 +35,7 @@ JSON = "application/json"
 MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack",
                            "application/vnd.longboat.batch+msgpack"})
 MSGPACK = "application/msgpack"
+ACKS_ALL = -1
 
 BODY_READ_TIMEOUT_S = 30.0
 """A client that does not send its (non-streaming) body within this is cut off."""
@@ -58,6 +60,8 @@ class HttpContext:
     controllers: ControllerClient
     metrics: BrokerMetrics
     ready_fn: Callable[[], bool] = lambda: True
+    lanes: ProduceLanes | None = None
+    """None: the batches built here go without producer ids (at least once)."""
     record_bytes_max: int = 8 << 20
     """A streamed record larger than this (in JSON) fails, so a stream cannot grow a buffer."""
     batch_entries_max: int = 10_000
@@ -92,6 +96,30 @@ class HttpContext:
         n = self._rr.get(topic, -1) + 1
         self._rr[topic] = n
         return n % count
+
+    async def produce_built(self, topic: str, partition: int, acks: int, timeout_ms: int,
+                            records: int, build: Callable[[int, int, int], bytes]
+                            ) -> tuple[dict[str, Any], bytes]:
+        """Build one batch of ``records`` records with ``build(producer_id, producer_epoch,
+        base_sequence)`` and produce it through the router: with acks=all on a lane of its
+        own (``broker.produce_lanes``), so the router's retries cannot append it twice.
+        Returns the leader's answer and the batch; raises ``ReplicaError``."""
+        lanes = self.lanes if acks == ACKS_ALL else None
+        lane = None if lanes is None else await lanes.acquire(topic, partition)
+        if lanes is None or lane is None:
+            batch = build(-1, -1, -1)
+            return await self.router.produce(topic, partition, acks, timeout_ms, batch), batch
+        batch = build(lane.producer_id, lane.producer_epoch, lane.next_sequence)
+        ok = False
+        try:
+            ans = await self.router.produce(topic, partition, acks, timeout_ms, batch)
+            ok = True
+        finally:  # also on cancellation: the batch may have reached the leader
+            if ok:
+                lanes.release(topic, partition, lane, records)
+            else:
+                lanes.drop(lane)
+        return ans, batch
 
     async def sync_metadata(self, timeout_s: float = 3.0) -> None:
         """Wait until this broker's image has applied everything the active controller had

@@ -320,11 +320,14 @@ async def produce_records(ctx: HttpContext, topic: str, parsed: Sequence[ParsedR
 async def _produce_batch(ctx: HttpContext, topic: str, p: int,
                          parsed: Sequence[ParsedRecord | HttpError], chunk: list[int],
                          out: list[Outcome | None], acks: int, timeout_ms: int) -> None:
-    recs = [parsed[i] for i in chunk]
-    batch = encode_batch([(r.key, r.value, r.timestamp_ms, r.headers)  # type: ignore[union-attr]
-                          for r in recs])
+    recs = [(r.key, r.value, r.timestamp_ms, r.headers)  # type: ignore[union-attr]
+            for r in (parsed[i] for i in chunk)]
+
+    def build(producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        return encode_batch(recs, producer_id=producer_id, producer_epoch=producer_epoch,
+                            base_sequence=base_sequence)
     try:
-        ans = await ctx.router.produce(topic, p, acks, timeout_ms, batch)
+        ans, batch = await ctx.produce_built(topic, p, acks, timeout_ms, len(recs), build)
     except ReplicaError as e:
         err = kafka_error(e.error_code, str(e))
         for i in chunk:

@@ -94,10 +94,12 @@ def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
                    describe: Callable[[], list[dict[str, Any]]],
                    router_stats: Callable[[], tuple[int, int]],
                    page_cache_asked: Callable[[], int | None] = lambda: None,
+                   lane_stats: Callable[[], tuple[int, int, int]] | None = None,
                    ) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
     """Gauges from the image (partitions this broker leads: under-replicated, i.e. ISR
-    smaller than the replica set), from ``ReplicaManager.describe()``, and the bytes of log
-    asked out of the page cache (``storage.page_cache``; absent when that is off)."""
+    smaller than the replica set), from ``ReplicaManager.describe()``, the bytes of log
+    asked out of the page cache (``storage.page_cache``; absent when that is off), and the
+    produce lanes (``broker.produce_lanes``: created, dropped, batches without a producer id)."""
 
     def fn() -> Iterable[tuple[str, str, float, dict[str, str]]]:
         reps = describe()
@@ -121,6 +123,15 @@ def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
             yield ("longboat_page_cache_asked_bytes",
                    "Bytes of partition logs asked out of the page cache (each range twice)",
                    asked, {})
+        if lane_stats is not None:
+            created, dropped, without = lane_stats()
+            yield ("longboat_produce_lanes_created",
+                   "Producer ids taken for batches built from HTTP produce requests", created, {})
+            yield ("longboat_produce_lanes_dropped",
+                   "Produce lanes dropped after a failed batch", dropped, {})
+            yield ("longboat_produce_batches_without_producer_id",
+                   "HTTP-built acks=all batches sent without a producer id (none to be had)",
+                   without, {})
 
     return fn
 

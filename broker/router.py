@@ -15,7 +15,8 @@ fails with REQUEST_TIMED_OUT (or the last error, when that was not a leadership 
 Produce retries after a connection error can append a batch twice (the first attempt may have
 reached the leader's log before the connection broke): at-least-once, as Kafka's
 non-idempotent producer; an idempotent batch (producer id and sequence) is answered as a
-duplicate by the leader instead.
+duplicate by the leader instead. The batches the HTTP layer builds for acks=all carry one
+(``broker.produce_lanes``).
 
 Every refusal is a ``ReplicaError`` carrying Kafka's error name (``error_code``).
 """

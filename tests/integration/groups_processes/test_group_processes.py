@@ -97,7 +97,7 @@ class Steady:
         self._thread.start()
         return self
 
-    def _collect(self, pending: list) -> None:  # type: ignore[type-arg]
+    def _collect(self, pending: list) -> None:
         for f in pending:
             md = f.result(timeout=60)
             self.acked.setdefault(md.partition, set()).add(md.offset)
@@ -271,10 +271,10 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
     for m, had in zip(ms[:3], before, strict=True):
         kept = had & m.owned()
         revoked = set()
-        for kind, ts, rest in m.events():
+        for kind, at, rest in m.events():
             # Revocations while the group first formed (members joining one by one) do not
             # count: only what happens once the fourth member joins.
-            if kind == "V" and rest and ts >= joined_at:
+            if kind == "V" and rest and at >= joined_at:
                 revoked |= {int(p) for p in rest[0].split(",") if p}
         # What a member keeps is never revoked, not even for a moment (KIP-429)...
         assert not (kept & revoked), f"kept partitions {kept & revoked} were revoked"

@@ -103,4 +103,11 @@ def test_produce_rides_through_a_leader_kill(c: HttpCluster) -> None:
                  if line and not line.startswith("#"))
     assert float(lines["longboat_under_replicated_partitions"]) >= 1
     assert float(lines["longboat_isr_shrinks_total"]) >= 1
+    # The broker that forwarded the produces stamped them with producer ids (so a retry of
+    # a batch the old leader had appended was answered as a duplicate, not appended again).
+    _, _, text = c.call("GET", f"{c.urls[via]}/metrics")
+    lines = dict(line.rsplit(" ", 1) for line in text.decode().splitlines()
+                 if line and not line.startswith("#"))
+    assert float(lines["longboat_produce_lanes_created"]) >= 1
+    assert float(lines["longboat_produce_batches_without_producer_id"]) == 0
 
