@@ -27,6 +27,7 @@ from api.errors import HttpError, bad_request, cluster_not_found, partition_not_
 from api.errors import topic_not_found as _topic_not_found
 from api.metrics import BrokerMetrics
 from broker.produce_lanes import ProduceLanes
+from broker.replica_state import ACKS_ALL
 from broker.router import PartitionRouter
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
@@ -35,7 +36,6 @@ JSON = "application/json"
 MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack",
                            "application/vnd.longboat.batch+msgpack"})
 MSGPACK = "application/msgpack"
-ACKS_ALL = -1
 
 BODY_READ_TIMEOUT_S = 30.0
 """A client that does not send its (non-streaming) body within this is cut off."""
@@ -110,15 +110,12 @@ class HttpContext:
             batch = build(-1, -1, -1)
             return await self.router.produce(topic, partition, acks, timeout_ms, batch), batch
         batch = build(lane.producer_id, lane.producer_epoch, lane.next_sequence)
-        ok = False
         try:
             ans = await self.router.produce(topic, partition, acks, timeout_ms, batch)
-            ok = True
-        finally:  # also on cancellation: the batch may have reached the leader
-            if ok:
-                lanes.release(topic, partition, lane, records)
-            else:
-                lanes.drop(lane)
+        except BaseException:  # cancellation too: the batch may have reached the leader
+            lanes.drop(lane)
+            raise
+        lanes.release(topic, partition, lane, records)
         return ans, batch
 
     async def sync_metadata(self, timeout_s: float = 3.0) -> None:

@@ -385,6 +385,7 @@ async def _produce_batch(ctx: HttpContext, topic: str, p: Plan, part: int, idxs:
     whole = len(idxs) == p.count
     values = p.values if whole else list(map(p.values.__getitem__, idxs))
     keys = None if p.keys is None else p.keys if whole else list(map(p.keys.__getitem__, idxs))
+
     def build(producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         return encode_values(values, timestamp=p.timestamp_ms, keys=keys,
                              producer_id=producer_id, producer_epoch=producer_epoch,

@@ -371,11 +371,7 @@ class RaftNode:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"leadership did not move to {to} within {timeout_s} s")
-            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self._leader_waiters.append(fut)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await fut
+            await self._leader_news(remaining)
 
     async def add_voter(self, node_id: int, url: str) -> int:
         """Add ``node_id`` (or promote an observer) as a voter; resolves when committed."""
@@ -460,6 +456,14 @@ class RaftNode:
         self._apply_waiters.append((index, fut))
         await fut
 
+    async def _leader_news(self, timeout_s: float) -> None:
+        """Return when the leader this node knows changes, or after ``timeout_s``."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._leader_waiters.append(fut)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await fut
+
     async def wait_leader(self, timeout_s: float = 10.0) -> int:
         """The leader's id once one is known (to this node)."""
         deadline = time.monotonic() + timeout_s
@@ -467,11 +471,7 @@ class RaftNode:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no leader known within {timeout_s} s")
-            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self._leader_waiters.append(fut)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await fut
+            await self._leader_news(remaining)
         return int(self.leader_id)
 
     def status(self) -> NodeStatus:
