@@ -277,7 +277,8 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
             if kind == "V" and rest and at >= joined_at:
                 revoked |= {int(p) for p in rest[0].split(",") if p}
         # What a member keeps is never revoked, not even for a moment (KIP-429)...
-        assert not (kept & revoked), f"kept partitions {kept & revoked} were revoked"
+        assert not (kept & revoked), (f"kept partitions {kept & revoked} were revoked\n"
+                                      + _members_report(ms))
         # ... and it keeps consuming it: no pause longer than 1.5 s across the rebalance (the
         # producer writes to every partition every ~15 ms; an eager rebalance stops every
         # member for its whole join and sync, and the slack is for a loaded 2-core machine
@@ -287,7 +288,8 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
                         and joined_at - 2e9 <= t <= settled_at)
             gaps = [b - a for a, b in itertools.pairwise(ts)]
             assert ts and max(gaps, default=0) < 1.5e9, (
-                f"partition {p}: a {max(gaps) / 1e9:.2f} s pause in a member that kept it")
+                f"partition {p}: a {max(gaps, default=0) / 1e9:.2f} s pause in a member that "
+                f"kept it\n" + _members_report(ms))
     steady.stop()
     _drain(ms, steady)
     _check_every_ack_processed(ms, steady)

@@ -534,11 +534,13 @@ def test_a_commit_in_flight_across_a_rebalance_does_not_land_after_it() -> None:
     run(go)
 
 
-def test_partitions_lost_while_a_join_is_in_flight_are_reported_before_the_new_plan() -> None:
-    # A commit of the old generation, answered ILLEGAL_GENERATION while this member's join
-    # for the next one is in flight, fences it (everything lost); the join then completes
-    # and its plan hands partitions straight back. "lost" must come before "assigned", or
-    # an application tracking ownership from the callbacks counts them as nobody's.
+def test_a_commit_refused_for_the_generation_a_join_replaces_loses_nothing() -> None:
+    # A commit of the old generation, answered ILLEGAL_GENERATION because the group completed
+    # the join this member has in flight, is a race of two connections, not a fence: the
+    # member is still in the group, its join brings the new generation, and a cooperative
+    # member keeps what it owns across it. Fencing here reported kept partitions as lost and
+    # handed them straight back (CI's real-process cooperative test saw "kept partitions
+    # {1, 3} were revoked"; an earlier run, lost 3,5 after assigned 3,5).
     async def go(fake: FakeGroupBroker) -> None:
         a = await member(fake, "a", "cooperative-sticky", with_lost=True).start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
@@ -547,17 +549,17 @@ def test_partitions_lost_while_a_join_is_in_flight_are_reported_before_the_new_p
         b = await member(fake, "b", "cooperative-sticky", with_lost=True).start()
         await until(lambda: len(fake.parked_members()) == 2, "both joins parked")
         assert a.c.generation == old_gen  # a's join answer is held: it still thinks so
-        with pytest.raises(CommitFailedError):
+        with pytest.raises(CommitFailedError) as e:
             await a.c.commit({TopicPartition(T, 0): 1})
+        assert e.value.code == "REBALANCE_IN_PROGRESS"
+        assert a.c.assignment() == SIX  # nothing dropped: the join decides
         fake.release_joins()
         await until(lambda: assigned_together(a, b), "the hand-over")
         await asyncio.sleep(0.3)  # any late callback would have run by now
-        owned: set[TopicPartition] = set()
-        for kind, tps in a.events:
-            owned = owned | tps if kind == "assigned" else owned - tps
-        kinds = [kind for kind, _ in a.events]
-        assert "lost" in kinds, a.events
-        assert owned == a.c.assignment(), a.events
+        kept = a.c.assignment()
+        assert all(kind != "lost" for kind, _ in a.events), a.events
+        assert a.revoked() == SIX - kept, a.events  # only what moved to b
+        await a.c.commit({TopicPartition(T, next(iter(kept)).partition): 1})  # in again
         await a.close()
         await b.close()
 
