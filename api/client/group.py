@@ -446,20 +446,21 @@ class AsyncGroupConsumer:
                 self._last_committed.update(offsets)
                 return
             moved_on = (gen, mid) != (self._generation, self._member_id)
-            if err == "ILLEGAL_GENERATION" and not moved_on and self._phase == _Phase.JOINING:
-                # The group completed the join this member has in flight before the commit
-                # (sent in the old generation, on another connection) arrived. The member is
-                # still in (else UNKNOWN_MEMBER_ID) and the join's answer brings the new
-                # generation, in which a cooperative member keeps what it owns: fencing here
-                # would report partitions it keeps as lost. Kafka's consumer is never caught
-                # like this: it sends commits and joins in order on one connection and
-                # refuses commits locally while it rebalances (RebalanceInProgressException).
-                log.info("group %s: commit of generation %d crossed this member's join: "
-                         "refused, not fenced", self.group_id, gen)
-                raise CommitFailedError("REBALANCE_IN_PROGRESS",
-                                        f"group {self.group_id!r}: generation {gen} ended while "
-                                        "this member rejoined; commit again after the join")
             if err in FENCED and not moved_on:
+                if err == "ILLEGAL_GENERATION" and self._phase == _Phase.JOINING:
+                    # The group completed the join this member has in flight before this
+                    # commit (sent in the old generation, on another connection) arrived.
+                    # The member is still in (else UNKNOWN_MEMBER_ID) and the join's answer
+                    # brings the new generation, in which a cooperative member keeps what it
+                    # owns: fencing here would report partitions it keeps as lost. Kafka's
+                    # consumer is never caught like this: it sends commits and joins in order
+                    # on one connection, and refuses commits locally while it rebalances.
+                    log.info("group %s: commit of generation %d crossed this member's join: "
+                             "refused, not fenced", self.group_id, gen)
+                    raise CommitFailedError("REBALANCE_IN_PROGRESS",
+                                            f"group {self.group_id!r}: generation {gen} ended "
+                                            "while this member rejoined; commit again after "
+                                            "the join")
                 self._fence(err)
                 raise CommitFailedError(err, f"group {self.group_id!r} generation {gen}: the "
                                              "group rebalanced without this member")
