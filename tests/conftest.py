@@ -1,5 +1,11 @@
 """Test-suite wiring shared by every directory under tests/.
 
+Hypothesis runs every property test without its per-example deadline (200 ms by default) and
+without the too-slow health check: both measure the machine, not the code, and on CI's shared
+2 cores an example that takes 80 ms when quiet took 294 ms once and failed the run
+(``DeadlineExceeded``, reported as ``FlakyFailure`` when the replay was fast). A failure also
+prints the ``@reproduce_failure`` blob, since CI keeps no example database between runs.
+
 Tests run with ``--import-mode=importlib`` so two test files may share a basename in
 different directories (``tests/unit/api/test_config.py`` and
 ``tests/unit/storage/test_config.py``). Helper modules that tests import by bare name
@@ -12,6 +18,8 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from hypothesis import HealthCheck, settings
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -34,3 +42,8 @@ def _helper_dirs() -> list[Path]:
 for _d in _helper_dirs():
     if str(_d) not in sys.path:
         sys.path.append(str(_d))
+
+
+settings.register_profile(
+    "longboat", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.load_profile("longboat")
