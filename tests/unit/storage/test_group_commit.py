@@ -462,8 +462,8 @@ def test_waiting_for_company_ends_after_the_last_rounds_duration(tmp_path) -> No
 
 def test_a_round_after_an_idle_disk_starts_at_once(tmp_path) -> None:
     # Round 1 is held 1 s, so a waiter that waited for company would wait up to 1 s; the
-    # bound below leaves a loaded CI machine 0.6 s for the lone fsync itself (0.3 s and 0.25
-    # left it 0.25 s).
+    # bound below leaves a loaded CI machine 0.6 s for the lone fsync itself (a 0.3 s hold
+    # against a 0.25 s bound left 0.05 s between passing and failing).
     _, gc, executor, log = _round_of_three_held(tmp_path, 1.0)
 
     async def main() -> None:
