@@ -184,6 +184,5 @@ class ProducerMachine(RuleBasedStateMachine):
         assert len({s.batch for s in self.log}) == len(self.log)
 
 
-ProducerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50,
-                                             deadline=None)
+ProducerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50)
 test_producer_state_machine = ProducerMachine.TestCase

@@ -175,6 +175,5 @@ class LeaderMachine(RuleBasedStateMachine):
             assert last >= self.s.high_watermark
 
 
-LeaderMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50,
-                                           deadline=None)
+LeaderMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50)
 test_leader_state_machine = LeaderMachine.TestCase

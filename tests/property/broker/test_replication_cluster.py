@@ -306,5 +306,5 @@ class Cluster(RuleBasedStateMachine):
         self.last_hw = (epoch, hw)
 
 
-Cluster.TestCase.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)
+Cluster.TestCase.settings = settings(max_examples=120, stateful_step_count=50)
 test_replication_cluster = Cluster.TestCase

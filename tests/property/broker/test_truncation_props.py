@@ -55,7 +55,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(rounds, st.integers(0, 2), st.integers(0, 2))
 def test_follower_keeps_exactly_the_prefix_it_shares_with_the_leader(history, f, ldr) -> None:
     logs = build(history)
@@ -83,7 +83,7 @@ def _monotonic(deltas: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(entries, st.integers(0, 40), st.integers(-1, 40))
 def test_model_epoch_history_answers_as_the_storage_epoch_cache(es, extra, epoch) -> None:
     leo = (es[-1][1] if es else 0) + extra

@@ -21,7 +21,7 @@ from broker.groups.assignors import (
 from broker.groups.types import TopicPartition
 
 TOPICS = ["a", "b", "c"]
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=150)
 
 
 @st.composite

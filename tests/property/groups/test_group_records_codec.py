@@ -17,7 +17,7 @@ from broker.groups.records import (
 from broker.groups.types import RebalanceProtocol, TopicPartition
 from storage.errors import CorruptRecordError
 
-FAST = settings(max_examples=200, deadline=None)
+FAST = settings(max_examples=200)
 names = st.text(max_size=12)
 ints = st.integers(-(2**63), 2**63 - 1)
 partitions = st.builds(TopicPartition, names, st.integers(0, 2**31 - 1))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -337,7 +337,5 @@ class GroupMachine(RuleBasedStateMachine):
 GroupMachine.TestCase.settings = settings(
     max_examples=120,
     stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
 )
 test_group_state_machine = GroupMachine.TestCase

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from metalog.controller import (
@@ -299,7 +299,7 @@ def steps(draw: st.DrawFn, w: World) -> None:
         w.failover(draw(st.integers(0, len(w.in_flight))))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120)
 @given(st.data())
 def test_random_command_sequences_keep_the_image_consistent(data: st.DataObject) -> None:
     w = World()
@@ -315,7 +315,7 @@ def test_random_command_sequences_keep_the_image_consistent(data: st.DataObject)
     assert w.image.offset == (w.offset or -1)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.data())
 def test_every_intermediate_image_snapshots_to_itself(data: st.DataObject) -> None:
     w = World()

@@ -170,7 +170,7 @@ def assert_matches(image: MetadataImage, m: Model) -> None:
     assert image.features.levels.to_dict() == m.features
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(record_sequences(), st.lists(st.integers(1, 10), min_size=1, max_size=10))
 def test_delta_apply_matches_dict_model(
     seq_model: tuple[list[MetadataRecord], Model], cuts: list[int]
@@ -225,7 +225,6 @@ def snapshot_of(image: MetadataImage) -> list[Any]:
     return [image.offset, *image.records()]
 
 
-@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(-50, 50), st.none() | st.integers())), st.data())
 def test_pmap_behaves_like_a_dict(ops: list[tuple[int, int | None]], data: st.DataObject) -> None:
     model: dict[int, int] = {}

@@ -71,19 +71,17 @@ records = st.one_of(
 )
 
 
-@settings(deadline=None)
 @given(records)
 def test_every_record_round_trips(rec: object) -> None:
     assert decode_record(encode_record(rec)) == rec  # type: ignore[arg-type]
 
 
-@settings(deadline=None)
 @given(st.lists(records, max_size=20))
 def test_record_lists_round_trip(recs: list[object]) -> None:
     assert decode_records(encode_records(recs)) == recs  # type: ignore[arg-type]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(records, st.data())
 def test_any_corruption_decodes_or_raises_metadata_record_error(rec: object, data: st.DataObject) -> None:
     raw = bytearray(encode_record(rec))  # type: ignore[arg-type]

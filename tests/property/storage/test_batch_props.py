@@ -35,7 +35,7 @@ records = st.lists(
 codecs = st.sampled_from(list(Compression))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(records, codecs, st.integers(0, 2**62), st.integers(-1, 2**31 - 1),
        st.integers(-1, 2**62), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1))
 def test_encode_decode_round_trip(recs, codec, base, epoch, pid, pepoch, seq) -> None:
@@ -52,7 +52,7 @@ def test_encode_decode_round_trip(recs, codec, base, epoch, pid, pepoch, seq) ->
     assert [r.offset for r in out] == list(range(base, base + len(recs)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(records, codecs, st.data())
 def test_a_flipped_byte_is_corruption_unless_in_base_offset_or_leader_epoch(
         recs, codec, data) -> None:
@@ -87,7 +87,7 @@ def test_a_flipped_byte_is_corruption_unless_in_base_offset_or_leader_epoch(
         assert 8 <= i < 12 and parse_header(b).size > len(b)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.binary(min_size=HEADER_SIZE, max_size=300))
 def test_random_bytes_never_pass_as_a_batch_silently(junk) -> None:
     try:

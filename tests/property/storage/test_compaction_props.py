@@ -21,7 +21,7 @@ batches = st.lists(
     min_size=1, max_size=25)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(batches)
 def test_compaction_keeps_exactly_the_latest_record_per_key(items) -> None:
     with tempfile.TemporaryDirectory() as d:

@@ -14,7 +14,7 @@ values = st.one_of(st.binary(max_size=300), st.sampled_from([b"v" * 255, b"v" * 
                                                                b"v" * 65535, b"v" * 65536]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(vals=st.lists(values, min_size=1, max_size=40),
        keyed=st.booleans(), data=st.data(),
        ts=st.integers(min_value=0, max_value=2**62),

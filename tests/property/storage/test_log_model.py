@@ -263,6 +263,5 @@ class LogMachine(RuleBasedStateMachine):
             assert o == nxt
 
 
-LogMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40,
-                                        deadline=None)
+LogMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40)
 TestPartitionLogModel = LogMachine.TestCase

@@ -17,7 +17,7 @@ from unittest import mock
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api import http_fast_produce as fast_produce
@@ -242,7 +242,7 @@ def test_offsets_are_written_in_runs_as_decimal_as_percent_d(base: int, n: int) 
         head + o + rest for o in expected)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(setups, body())
 def test_fast_path_declines_or_matches_the_general_path(s: Setup, b: tuple[bytes, bool]
                                                         ) -> None:
@@ -250,7 +250,7 @@ def test_fast_path_declines_or_matches_the_general_path(s: Setup, b: tuple[bytes
     same_as_general_path(s, raw)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(body().filter(lambda b: b[1]), st.integers(3, 4))  # plain ids are 0-2
 def test_fast_path_takes_bodies_of_plain_records(b: tuple[bytes, bool], partitions: int
                                                  ) -> None:

@@ -80,7 +80,7 @@ def _rows(batch: pa.RecordBatch) -> list[tuple[object, ...]]:
                     d.get("headers", [None] * batch.num_rows), strict=True))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(logs(), st.integers(0, 1100), st.one_of(st.none(), st.integers(0, 1200)),
        st.booleans())
 def test_rows_equal_decode_records_between_the_cuts(log, lo, span, with_headers) -> None:
@@ -106,7 +106,7 @@ def test_rows_equal_decode_records_between_the_cuts(log, lo, span, with_headers)
     assert got.next_offset == want_next or (hi is not None and got.next_offset == hi)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(logs(), st.booleans())
 def test_ipc_stream_reads_back_as_the_same_rows(log, with_headers) -> None:
     ipc = records_to_arrow_ipc(log, topic="x", partition=0, include_headers=with_headers)
