@@ -6,7 +6,7 @@ user already knows, and map it to an HTTP status in one table. ``retriable`` say
 client may retry the same request unchanged (Kafka's ``RetriableException``).
 
 These are expected operating errors, not bugs: a broken invariant raises
-``storage.invariant.InvariantError`` instead.
+``common.invariant.InvariantError`` instead.
 
 Pure: no I/O, no clock, no global random.
 """

@@ -24,7 +24,7 @@ import aiohttp
 import msgpack
 
 from broker.replica_state import FollowerState, TruncationStep
-from raft.aio import netbind
+from common import netbind
 
 if TYPE_CHECKING:
     from broker.replica_manager import Replica, ReplicaManager

@@ -75,11 +75,11 @@ from broker.groups.types import ErrorCode, GroupState, TopicPartition
 from broker.replica_manager import ReplicaManager, error_code
 from broker.replica_state import ACKS_ALL
 from broker.router import STORAGE_CODES
+from common.waits import wait_event
 from metalog.client import ControllerUnavailableError
 from metalog.controller import CreateTopic, MetadataError, TopicExistsError
 from metalog.image import MetadataImage
 from metalog.records import BrokerId
-from raft.aio.waits import wait_event
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.errors import CorruptRecordError, StorageError
 from storage.log import PartitionLog

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.metadata_follower import MetadataFollower
+from common.waits import wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.controller import (
     BrokerHeartbeat,
@@ -62,7 +63,6 @@ from metalog.controller import (
     StaleBrokerEpochError,
 )
 from metalog.records import BrokerEpoch, BrokerId, Endpoint
-from raft.aio.waits import wait_event
 
 log = logging.getLogger(__name__)
 

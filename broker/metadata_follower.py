@@ -38,11 +38,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from common.invariant import InvariantError
 from metalog.client import ControllerClient, ControllerUnavailableError, MetadataFetchResponse
 from metalog.delta import MetadataDelta, decode_snapshot
 from metalog.image import MetadataImage
 from metalog.records import MetadataRecordError, decode_records
-from storage.invariant import InvariantError
 
 log = logging.getLogger(__name__)
 

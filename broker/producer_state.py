@@ -67,8 +67,8 @@ from broker.errors import (
     InvalidRecordError,
     OutOfOrderSequenceError,
 )
+from common.invariant import invariant
 from storage.batch import BatchHeader
-from storage.invariant import invariant
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF

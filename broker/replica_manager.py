@@ -53,6 +53,7 @@ from broker.replica_state import (
     LeaderState,
     ReplicationConfig,
 )
+from common.waits import wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.controller import (
     AlterPartition,
@@ -63,7 +64,6 @@ from metalog.controller import (
 )
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, TopicId
-from raft.aio.waits import wait_event
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig

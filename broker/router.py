@@ -34,7 +34,7 @@ import msgpack
 
 from broker.errors import BrokerError
 from broker.replica_manager import ReplicaError, ReplicaManager, error_code
-from raft.aio import netbind
+from common import netbind
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Layout of a cluster of N (default 3): controllers ``q1..qN`` (node ids 1..N) and brokers
 ``b1..bN`` (node ids 101..), each on its own loopback address (``127.0.0.2`` upwards, see
 `jepsen_tests.nemesis.net.node_address`) so nftables rules inside the run's namespace can cut
-any link; the nodes bind their outgoing connections to that address too (``raft.aio.netbind``,
+any link; the nodes bind their outgoing connections to that address too (``common.netbind``,
 set by ``longboat controller|broker start`` from the listen host). Each node has a TOML config
 and a data directory under the run directory, and runs ``python -m api <role> start --config``
 through `NodeProcess` (its own session, log appended across restarts), wrapped in ``ip netns

@@ -6,7 +6,7 @@ it retries with a short back-off until ``timeout_s``. Used by brokers, the HTTP 
 CLI.
 
 It lives in ``metalog`` (not ``api``) because brokers use it and may not import ``api``;
-``api.controller_client`` re-exports it. ``fetch_metadata`` is the observers' read of the
+``metalog.client`` re-exports it. ``fetch_metadata`` is the observers' read of the
 committed metadata log (``GET /internal/controller/v1/metadata``), answered by any
 controller, not only the active one.
 """
@@ -22,9 +22,9 @@ from typing import Any
 import aiohttp
 import msgpack
 
+from common import netbind
 from metalog import wire
 from metalog.controller import MetadataError
-from raft.aio import netbind
 
 MSGPACK = "application/x-msgpack"
 

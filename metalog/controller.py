@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
+from common.invariant import invariant
 from metalog.delta import MetadataDelta
 from metalog.image import (
     TOPIC_CONFIG_DEFAULTS,
@@ -96,7 +97,6 @@ from metalog.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from storage.invariant import invariant
 
 R = TypeVar("R")
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgpack
 
+from common.invariant import invariant
 from metalog.image import (
     DELETE,
     RETIRED_TOPIC_IDS_MAX,
@@ -72,7 +73,6 @@ from metalog.records import (
     decode_record,
     encode_record,
 )
-from storage.invariant import invariant
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+from common.invariant import invariant
 from metalog.records import (
     NO_LEADER,
     BrokerEpoch,
@@ -43,7 +44,6 @@ from metalog.records import (
     TopicId,
     TopicRecord,
 )
-from storage.invariant import invariant
 
 K = TypeVar("K")
 V = TypeVar("V")

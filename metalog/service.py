@@ -53,12 +53,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.waits import wait_event
 from metalog.client import MetadataBatch, MetadataFetchResponse
 from metalog.controller import Command, MetadataError, NotControllerError, QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
 from metalog.records import FenceBrokerRecord, decode_records, encode_records
 from raft.aio.node import NodeStoppedError, NotLeaderError, RaftNode, RaftNodeConfig
-from raft.aio.waits import wait_event
 from raft.core import ProposalDroppedError
 from raft.types import EntryKind, Role
 from storage.fileio import FileLayer

@@ -84,6 +84,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from common.invariant import invariant
 from raft.log import RaftLog
 from raft.messages import (
     AppendEntries,
@@ -118,7 +119,6 @@ from raft.types import (
     SoftState,
     Term,
 )
-from storage.invariant import invariant
 
 
 class Rng(Protocol):

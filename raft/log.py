@@ -15,9 +15,9 @@ Index layout::
 
 from __future__ import annotations
 
+from common.invariant import invariant
 from raft.storage_port import CompactedError, StoragePort, UnavailableError, limit_size
 from raft.types import Entry, LogIndex, Snapshot, Term
-from storage.invariant import invariant
 
 
 class Unstable:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from common.invariant import invariant
 from raft.types import (
     ConfState,
     Entry,
@@ -26,7 +27,6 @@ from raft.types import (
     SnapshotMetadata,
     Term,
 )
-from storage.invariant import invariant
 
 
 class CompactedError(Exception):

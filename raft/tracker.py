@@ -23,8 +23,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 
+from common.invariant import invariant
 from raft.types import LogIndex
-from storage.invariant import invariant
 
 
 class ProgressState(enum.Enum):

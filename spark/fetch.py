@@ -9,10 +9,10 @@ Two ways to fetch, chosen per task:
 * ``arrow`` (when the planner found the HTTP API's ``/v3/clusters``): ``GET
   /v3/clusters/{cid}/topics/{t}/partitions/{p}/records`` with ``Accept:
   application/vnd.apache.arrow.stream``. The broker builds the Arrow IPC stream from the batch
-  bodies (``api.arrow``); the worker only reads it (no per-record Python work here at all).
+  bodies (``api.client.arrow``); the worker only reads it (no per-record Python work here at all).
 * ``batches``: the raw batches from the brokers' data route (``POST
   /internal/broker/v1/fetch``, the one the Python client uses) converted here by
-  ``api.arrow.records_to_arrow``. The fallback when the v3 API is not served, and a way to move
+  ``api.client.arrow.records_to_arrow``. The fallback when the v3 API is not served, and a way to move
   the decoding from the brokers to Spark's workers (option ``fetchFormat``).
 
 Either way only offsets below the high watermark come back (the broker's fetch never returns
@@ -196,7 +196,7 @@ class RangeReader:
                         int(headers.get("x-longboat-high-watermark", -1)))
 
     def _fetch_batches(self, offset: int) -> _Fetched:
-        from api.arrow import records_to_arrow
+        from api.client.arrow import records_to_arrow
 
         t = self.task
         ans = self._call("fetch", {"topic": t.topic, "partition": t.partition, "replica_id": -1,

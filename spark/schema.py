@@ -1,6 +1,6 @@
 """The row schema of the ``longboat`` source: Spark's Kafka schema, column for column.
 
-``api.arrow.kafka_schema`` is the same schema in Arrow terms (what the broker sends); a unit
+``api.client.arrow.kafka_schema`` is the same schema in Arrow terms (what the broker sends); a unit
 test checks that Spark derives exactly that Arrow schema from this one.
 """
 

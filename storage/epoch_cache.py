@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 
+from common.invariant import invariant
 from storage.errors import StorageError
 from storage.fileio import FileLayer
-from storage.invariant import invariant
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

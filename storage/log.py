@@ -53,6 +53,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import NamedTuple
 
+from common.invariant import invariant
 from storage import checkpoint
 from storage.batch import (
     HEADER_SIZE,
@@ -76,7 +77,6 @@ from storage.errors import (
     StorageError,
 )
 from storage.fileio import FileHandle, FileLayer, default_file_layer
-from storage.invariant import invariant
 from storage.segment import (
     CLEANED_SUFFIX,
     RELATIVE_OFFSET_MAX,

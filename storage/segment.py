@@ -21,6 +21,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
+from common.invariant import invariant
 from storage.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -31,7 +32,6 @@ from storage.batch import (
 from storage.errors import CorruptRecordError
 from storage.fileio import Buffer, FileHandle, FileLayer
 from storage.index import IndexFormatError, OffsetIndex, TimeIndex
-from storage.invariant import invariant
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

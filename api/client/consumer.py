@@ -33,7 +33,7 @@ from api.client.transport import (
     normalize_bootstrap,
 )
 from api.client.types import CREATE_TIME, EARLIEST, LATEST, ConsumerRecord, TopicPartition
-from raft.aio.waits import wait_event
+from common.waits import wait_event
 from storage.batch import decode_body, iter_batches
 from storage.errors import StorageError
 

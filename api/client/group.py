@@ -80,7 +80,7 @@ from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, CommitFailedError
 from api.client.types import ConsumerRecord, TopicPartition
-from raft.aio.waits import wait_event
+from common.waits import wait_event
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from api.client.transport import (
     normalize_bootstrap,
 )
 from api.client.types import Header, RecordMetadata, TopicPartition
-from raft.aio.waits import wait_event
+from common.waits import wait_event
 from storage.batch import encode_batch, encode_values
 from storage.compression import Compression
 

@@ -25,7 +25,7 @@ import msgpack
 import orjson
 
 from api.client.errors import ClientError
-from raft.aio import netbind
+from common import netbind
 
 MSGPACK = "application/msgpack"
 DATA_PREFIX = "/internal/broker/v1"

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from broker.groups.types import TopicPartition
-from storage.invariant import invariant
+from common.invariant import invariant
 
 Assignment = dict[str, frozenset[TopicPartition]]
 """Member id -> the partitions it should own. Every member of the input has an entry."""

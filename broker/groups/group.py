@@ -121,7 +121,7 @@ from broker.groups.records import (
     OffsetTombstoneRecord,
 )
 from broker.groups.types import ErrorCode, GroupState, RebalanceProtocol, TopicPartition
-from storage.invariant import invariant
+from common.invariant import invariant
 
 NO_GENERATION = -1
 """Generation sent by a client outside group management (simple commits)."""

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import crc32c
 import msgpack
 
+from common.invariant import invariant
 from raft.aio.quorum_state import QuorumStateFile
 from raft.storage_port import MemoryStorage
 from raft.types import (
@@ -88,7 +89,6 @@ from storage.batch import (
 from storage.config import LogConfig
 from storage.errors import StorageError
 from storage.fileio import FileLayer, default_file_layer
-from storage.invariant import invariant
 from storage.log import PartitionLog
 
 SNAPSHOT_DIR = "snapshots"

@@ -48,6 +48,7 @@ from typing import Any
 
 from aiohttp import web
 
+from common.invariant import invariant
 from raft import core as raft_core
 from raft.aio.durable_log import DurableLog
 from raft.aio.transport import RaftTransport
@@ -68,7 +69,6 @@ from raft.types import (
     Term,
 )
 from storage.fileio import FileLayer
-from storage.invariant import invariant
 
 log = logging.getLogger(__name__)
 

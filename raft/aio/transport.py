@@ -42,7 +42,7 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
-from raft.aio import netbind
+from common import netbind
 
 log = logging.getLogger(__name__)
 

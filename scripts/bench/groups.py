@@ -42,8 +42,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parents[1]))
 
-from api.controller_client import ControllerClient  # noqa: E402
-from api.localcluster import running_cluster, wait_for  # noqa: E402
+from api.node.localcluster import running_cluster, wait_for  # noqa: E402
+from metalog.client import ControllerClient  # noqa: E402
 from metalog.controller import CreateTopic  # noqa: E402
 from scripts.bench._report import figure, progress  # noqa: E402
 

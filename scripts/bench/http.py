@@ -195,7 +195,7 @@ def main() -> int:
     runs, seconds = (1, 3.0) if args.quick else (3, 10.0)
     shapes = args.shapes.split(",")
 
-    from api.localcluster import Brokers, Quorum, free_ports
+    from api.node.localcluster import Brokers, Quorum, free_ports
 
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
         root = Path(tmp)

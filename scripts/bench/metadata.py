@@ -33,8 +33,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
 
-from api.controller_client import ControllerClient  # noqa: E402 (after the sys.path fix)
-from api.localcluster import Quorum  # noqa: E402
+from api.node.localcluster import Quorum  # noqa: E402
+from metalog.client import ControllerClient  # noqa: E402 (after the sys.path fix)
 from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker  # noqa: E402
 from metalog.records import Endpoint  # noqa: E402
 from scripts.bench._report import figure, progress  # noqa: E402

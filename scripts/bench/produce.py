@@ -53,8 +53,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
 
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition  # noqa: E402
-from api.controller_client import ControllerClient  # noqa: E402
-from api.localcluster import Brokers, Quorum, free_ports  # noqa: E402
+from api.node.localcluster import Brokers, Quorum, free_ports  # noqa: E402
+from metalog.client import ControllerClient  # noqa: E402
 from metalog.controller import CreateTopic  # noqa: E402
 from scripts.bench._report import figure, progress  # noqa: E402
 

@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from api.localcluster import free_ports  # noqa: E402  (needs ROOT on sys.path)
+from api.node.localcluster import free_ports  # noqa: E402  (needs ROOT on sys.path)
 
 PAYLOAD_BYTES = 100
 LIGHT_CONCURRENCY = 4

@@ -53,8 +53,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from api.client import Producer  # noqa: E402
-from api.controller_client import ControllerClient  # noqa: E402
-from api.localcluster import Brokers, Quorum, wait_for  # noqa: E402
+from api.node.localcluster import Brokers, Quorum, wait_for  # noqa: E402
+from metalog.client import ControllerClient  # noqa: E402
 from metalog.controller import CreateTopic  # noqa: E402
 from scripts.bench._report import figure, progress  # noqa: E402
 

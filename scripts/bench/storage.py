@@ -88,7 +88,7 @@ def make_batches(count: int) -> list[bytes]:
 
 
 def _run_loop(coro: Any) -> Any:
-    # The broker and controller processes run on uvloop (api.cli_quorum.run_loop), so the
+    # The broker and controller processes run on uvloop (api.cli.quorum.run_loop), so the
     # append path is measured on the same loop.
     try:
         import uvloop

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from api.localcluster import free_ports
+from api.node.localcluster import free_ports
 
 
 def _alive(pid: int) -> bool:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.node.localcluster import Brokers, Quorum, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic, UnregisterBroker
 
 pytestmark = pytest.mark.slow

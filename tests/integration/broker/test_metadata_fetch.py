@@ -8,9 +8,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api.config import NodeConfig
-from api.controller_app import build_controller, image_summary
-from api.localcluster import free_ports
+from api.node.config import NodeConfig
+from api.node.controller_app import build_controller, image_summary
+from api.node.localcluster import free_ports
 from broker.metadata_follower import MetadataFollower, MetadataUpdate
 from metalog.client import ControllerClient
 from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker

@@ -15,8 +15,8 @@ import pytest
 from page_residency import resident_pages
 
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

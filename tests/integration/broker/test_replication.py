@@ -22,8 +22,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic, DeleteTopic
 from storage.batch import decode_records, encode_batch, iter_batches
 

@@ -15,10 +15,10 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
-from api.broker_app import build_broker
-from api.config import NodeConfig
-from api.controller_app import build_controller
-from api.localcluster import free_ports
+from api.node.broker_app import build_broker
+from api.node.config import NodeConfig
+from api.node.controller_app import build_controller
+from api.node.localcluster import free_ports
 from broker.producer_state import ProducerStateConfig
 from broker.replica_manager import (
     PRODUCER_SNAPSHOT_NAME,

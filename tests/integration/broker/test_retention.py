@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from api.client import AsyncConsumer, AsyncProducer, ClientError, ConsumerRecord, TopicPartition
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

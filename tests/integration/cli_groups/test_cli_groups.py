@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from consumer_groups_support import Consumers, cluster_with_groups, produce, wait_group
 from http_cluster_support import HttpCluster
 
-from api.cli import main
+from api.cli.main import main
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,8 @@ from api.client import (
     TopicPartition,
 )
 from api.client.partitioner import partition_for_key
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

@@ -29,8 +29,8 @@ from group_consumer_support import Member, assigned_together, until
 from api.client import AsyncGroupConsumer, AsyncProducer, GroupConsumer, TopicPartition
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

@@ -27,9 +27,9 @@ import msgpack
 import pytest
 
 from api.client import AsyncProducer
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from broker.group_coordinator import partition_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

@@ -31,8 +31,8 @@ import msgpack
 import pytest
 
 from api.client import Producer
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, running_cluster, wait_for
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreateTopic
 
 pytestmark = pytest.mark.slow

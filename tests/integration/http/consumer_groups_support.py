@@ -16,7 +16,7 @@ from typing import Any
 
 from http_cluster_support import HttpCluster
 
-from api.localcluster import running_cluster
+from api.node.localcluster import running_cluster
 
 V2 = "application/vnd.kafka.v2+json"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from api.localcluster import Brokers, Quorum, running_cluster
+from api.node.localcluster import Brokers, Quorum, running_cluster
 
 
 class HttpCluster:

@@ -484,7 +484,7 @@ def test_metrics_and_openapi(c: HttpCluster) -> None:
 def test_cli_topics_and_cluster_status(c: HttpCluster) -> None:
     from click.testing import CliRunner
 
-    from api.cli import main
+    from api.cli.main import main
 
     run = CliRunner().invoke
     b = ",".join(["http://127.0.0.1:1", *c.urls])  # a dead first URL: the next one answers

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from api.localcluster import running_cluster
+from api.node.localcluster import running_cluster
 
 pytestmark = pytest.mark.slow
 

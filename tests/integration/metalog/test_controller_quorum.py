@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from api.controller_client import ControllerClient
-from api.localcluster import Quorum
+from api.node.localcluster import Quorum
+from metalog.client import ControllerClient
 from metalog.controller import (
     BrokerHeartbeat,
     CreateTopic,
@@ -106,7 +106,7 @@ def test_a_voter_is_added_and_removed_on_a_running_quorum(quorum: Quorum, tmp_pa
     import subprocess
     import sys
 
-    from api.localcluster import free_ports
+    from api.node.localcluster import free_ports
 
     leader = quorum.wait_active_leader()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api.localcluster import free_ports
+from api.node.localcluster import free_ports
 from raft.aio.node import RaftNode, RaftNodeConfig
 from raft.types import Entry, EntryKind, Role
 from storage.fileio import FileLayer

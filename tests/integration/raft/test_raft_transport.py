@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from api.localcluster import free_ports
+from api.node.localcluster import free_ports
 from raft.aio.quorum_state import (
     CorruptQuorumStateError,
     HardState,

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from api.controller_client import ControllerClient
-from api.localcluster import Brokers, Quorum, wait_for
+from api.node.localcluster import Brokers, Quorum, wait_for
+from metalog.client import ControllerClient
 from metalog.controller import CreatePartitions, CreateTopic
 
 

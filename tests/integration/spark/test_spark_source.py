@@ -20,7 +20,7 @@ import pytest
 from longboat_spark_harness import LocalCluster, cluster, spark_session
 
 from api.client import Producer, RecordMetadata
-from api.localcluster import wait_for
+from api.node.localcluster import wait_for
 from spark.fetch import RangeReader
 from spark.options import parse_source_options
 from spark.planning import DataLossError

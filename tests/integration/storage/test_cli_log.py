@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from api.cli import main
+from api.cli.main import main
 from storage.batch import encode_batch
 from storage.config import LogConfig
 from storage.log import PartitionLog

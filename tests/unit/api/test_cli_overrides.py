@@ -7,8 +7,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from api.cli import main
-from api.cli_quorum import with_overrides
+from api.cli.common import with_overrides
+from api.cli.main import main
 
 
 def test_overrides_fill_keys_explicit_flags_win() -> None:

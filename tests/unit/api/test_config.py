@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from api.config import ConfigError, load_config, parse_quorum
+from api.node.config import ConfigError, load_config, parse_quorum
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -54,7 +54,7 @@ def test_unknown_keys_and_bad_toml_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_page_cache_keep_bytes_builds_a_trimmer_or_none(tmp_path: Path) -> None:
-    from api.broker_app import build_broker
+    from api.node.broker_app import build_broker
 
     base = {"node_id": 1, "roles": "broker", "controller_quorum": "9@127.0.0.1:9309",
             "data_dir": str(tmp_path)}

@@ -6,7 +6,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from api.errors import error_middleware, topic_not_found
+from api.http.errors import error_middleware, topic_not_found
 
 
 def _app() -> web.Application:

@@ -20,7 +20,7 @@ from broker.producer_state import (
     ProducerStateConfig,
     in_sequence,
 )
-from storage.invariant import InvariantError
+from common.invariant import InvariantError
 
 
 class Leader:

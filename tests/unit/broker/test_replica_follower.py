@@ -12,8 +12,8 @@ import pytest
 from replication_harness import EpochHistory, fetch, make_leader, registration, run_truncation
 
 from broker.replica_state import FollowerPhase, FollowerState
+from common.invariant import InvariantError
 from metalog.records import BrokerId
-from storage.invariant import InvariantError
 
 
 def log(*runs: tuple[int, int]) -> EpochHistory:

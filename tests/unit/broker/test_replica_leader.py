@@ -19,6 +19,7 @@ from broker.errors import (
     UnknownLeaderEpochError,
 )
 from broker.replica_state import AlterOutcome, IsrChangeKind
+from common.invariant import InvariantError
 from metalog.controller import (
     AlterPartitionResult,
     IneligibleReplicaError,
@@ -30,7 +31,6 @@ from metalog.controller import (
     FencedLeaderEpochError as ControllerFencedError,
 )
 from metalog.records import BrokerId, LeaderRecoveryState
-from storage.invariant import InvariantError
 
 LAG = 30_000
 

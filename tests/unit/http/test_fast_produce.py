@@ -1,7 +1,7 @@
-"""The JSON produce fast path (api.http_fast_produce) against the general path: on any body it
+"""The JSON produce fast path (api.http.fast_produce) against the general path: on any body it
 either declines or stores the same batches in the same partitions and answers the same bytes.
 
-Both paths run as functions (``api.http_v3.produce_body``, with and without the fast path)
+Both paths run as functions (``api.http.v3.produce_body``, with and without the fast path)
 over an ``HttpContext`` whose router records the batches it is given, so no cluster is needed.
 """
 
@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import http_fast_produce as fast_produce
-from api.errors import HttpError
-from api.http_context import HttpContext
-from api.http_v3 import produce_body
-from api.metrics import BrokerMetrics
+from api.http import fast_produce
+from api.http.context import HttpContext
+from api.http.errors import HttpError
+from api.http.metrics import BrokerMetrics
+from api.http.v3 import produce_body
 from broker.replica_manager import ReplicaError
 from storage.batch import decode_records
 
@@ -88,7 +88,7 @@ def run(s: Setup, raw: bytes, *, fast: bool) -> dict[str, Any]:
     """Everything observable of one produce: the answer, the logs, the sticky rotation, the
     metrics."""
     ctx = context(s)
-    with mock.patch("api.http_v3.now_ms", lambda: NOW_MS):
+    with mock.patch("api.http.v3.now_ms", lambda: NOW_MS):
         try:
             resp = asyncio.run(produce_body(ctx, TOPIC, raw, acks=s.acks, timeout_ms=1000,
                                             fast=fast))

@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 import pytest
 
-from api.errors import HttpError
-from api.http_context import HttpContext
-from api.http_v3 import produce_body
-from api.metrics import BrokerMetrics
+from api.http.context import HttpContext
+from api.http.errors import HttpError
+from api.http.metrics import BrokerMetrics
+from api.http.v3 import produce_body
 from broker.produce_lanes import ProduceLanes
 from broker.producer_state import Duplicate, ProducerState
 from broker.replica_manager import ReplicaError

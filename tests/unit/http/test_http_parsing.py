@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.errors import HttpError, kafka_error
-from api.http_context import cluster_id_for
-from api.http_records import (
+from api.http.context import cluster_id_for
+from api.http.errors import HttpError, kafka_error
+from api.http.records import (
     TIMESTAMP_MS_MAX,
     encode_data,
     parse_timestamp,
@@ -21,7 +21,7 @@ from api.http_records import (
     parse_v3_record,
     render_records,
 )
-from api.http_v3 import JsonStream, _split_body
+from api.http.v3 import JsonStream, _split_body
 from storage.batch import encode_batch
 
 
@@ -163,9 +163,9 @@ def test_render_records_skips_below_offset_and_formats() -> None:
 
 
 def test_openapi_document_matches_the_broker_routes(tmp_path: Path) -> None:
-    from api.broker_app import build_broker
-    from api.config import NodeConfig
-    from api.openapi import openapi_document
+    from api.http.openapi import openapi_document
+    from api.node.broker_app import build_broker
+    from api.node.config import NodeConfig
 
     app, _srv = build_broker(NodeConfig(node_id=101, controller_quorum="1@127.0.0.1:1",
                                         data_dir=tmp_path), autostart=False)

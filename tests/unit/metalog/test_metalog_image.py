@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.invariant import InvariantError
 from metalog.delta import MetadataDelta, decode_snapshot, encode_snapshot
 from metalog.image import MetadataImage
 from metalog.records import (
@@ -16,7 +17,6 @@ from metalog.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
-from storage.invariant import InvariantError
 
 
 def big_image(topics: int = 200, partitions: int = 50) -> MetadataImage:

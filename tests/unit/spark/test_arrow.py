@@ -1,4 +1,4 @@
-"""api.arrow: raw batches -> Arrow rows with Spark's Kafka schema, checked against decode_records.
+"""api.client.arrow: raw batches -> Arrow rows with Spark's Kafka schema, checked against decode_records.
 
 The reference for every row is ``storage.batch.decode_records``; the logs drawn here have
 several batches, every codec, and batches that compaction thinned (``rebuild_batch``), so
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.arrow import (
+from api.client.arrow import (
     ARROW_STREAM,
     HIGH_WATERMARK_HEADER,
     NEXT_OFFSET_HEADER,

@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from api.arrow import arrow_response_headers, records_to_arrow_ipc
+from api.client.arrow import arrow_response_headers, records_to_arrow_ipc
 from spark.fetch import RangeReader, RangeTask
 from spark.planning import DataLossError
 from storage.batch import encode_batch, iter_batches, stamp

@@ -19,10 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
-from api.errors import HttpError, unprocessable, unsupported_media_type
-from api.http_context import ctx_of, json_body, json_response, media_type, parse_acks, path_int
-from api.http_records import ParsedRecord, now_ms, parse_v2_record, produce_records
-from api.http_v3 import PRODUCE_TIMEOUT_MS_DEFAULT, list_offset
+from api.http.context import ctx_of, json_body, json_response, media_type, parse_acks, path_int
+from api.http.errors import HttpError, unprocessable, unsupported_media_type
+from api.http.records import ParsedRecord, now_ms, parse_v2_record, produce_records
+from api.http.v3 import PRODUCE_TIMEOUT_MS_DEFAULT, list_offset
 from metalog.records import ConfigResourceType
 
 SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")

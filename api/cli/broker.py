@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from api.cli import main
-from api.cli_quorum import (
+from api.cli.common import (
+    main,
     node_options,
     override_option,
     run_loop,
     setup_logging,
     with_overrides,
 )
-from api.config import ConfigError, load_config
+from api.node.config import ConfigError, load_config
 
 
 @main.group("broker")
@@ -42,8 +42,8 @@ def broker_start(config_path: str | None, node_id: int | None, listen: str | Non
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"broker-{cfg.node_id}", log_level)
-    from api.broker_app import serve_broker
-    from raft.aio.netbind import set_source_host
+    from api.node.broker_app import serve_broker
+    from common.netbind import set_source_host
 
     set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
     try:

@@ -2,83 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import sys
 import time
 from typing import Any
 
 import click
 
-from api.cli import main
-from api.config import ConfigError, load_config
-
-
-def setup_logging(node: str, level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format=f"%(asctime)s {node} %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def run_loop(coro: Any) -> Any:
-    """Run ``coro`` on uvloop where available (faster small requests), else asyncio."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
-def default_controllers() -> str:
-    """Controller URLs from ``longboat dev up``'s cluster file, else the default port."""
-    from api.cli_dev import load_cluster
-
-    cluster = load_cluster()
-    if cluster and cluster.get("controllers"):
-        return ",".join(c["url"] for c in cluster["controllers"])
-    return "http://127.0.0.1:9301"
+from api.cli.common import (
+    default_controllers,
+    main,
+    node_options,
+    override_option,
+    run_loop,
+    setup_logging,
+    with_overrides,
+)
+from api.node.config import ConfigError, load_config
 
 
 @main.group("controller")
 def controller_group() -> None:
     """Run a controller: a voter of the metadata quorum."""
-
-
-def node_options(f: Any) -> Any:
-    """The options every ``<role> start`` command takes: a TOML file and its overrides."""
-    for opt in reversed([
-        click.option("--config", "config_path", type=click.Path(dir_okay=False),
-                     help="TOML file."),
-        click.option("--node-id", type=int, help="Overrides node_id."),
-        click.option("--listen", help="HOST:PORT; overrides listen."),
-        click.option("--data-dir", help="Overrides data_dir."),
-        click.option("--controller-quorum",
-                     help="ID@HOST:PORT,...; overrides controller_quorum."),
-    ]):
-        f = opt(f)
-    return f
-
-
-override_option = click.option(
-    "--override", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Set any config key (as in the TOML file), e.g. broker_session_timeout_ms=3000; "
-         "repeatable. Like Kafka's --override.")
-
-
-def with_overrides(explicit: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
-    """``explicit`` (the command's own flags; None = not given) plus ``--override`` pairs;
-    a flag given explicitly wins over an override of the same key."""
-    out = dict(explicit)
-    for o in overrides:
-        key, sep, value = o.partition("=")
-        if not sep or not key.strip():
-            raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
-        if out.get(key.strip()) is None:
-            out[key.strip()] = value.strip()
-    return out
 
 
 @controller_group.command("start")
@@ -99,8 +43,8 @@ def controller_start(config_path: str | None, node_id: int | None, listen: str |
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"controller-{cfg.node_id}", log_level)
-    from api.controller_app import serve_controller
-    from raft.aio.netbind import set_source_host
+    from api.node.controller_app import serve_controller
+    from common.netbind import set_source_host
 
     set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
     run_loop(serve_controller(cfg, join=join))
@@ -123,7 +67,7 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     """Leader, term, high watermark, and each voter's and observer's log end, lag and last
     contact (like kafka-metadata-quorum describe --status --replication); then the brokers
     following the metadata log, with their fetch offset, lag and last fetch."""
-    from api.controller_client import ControllerClient, ControllerUnavailableError
+    from metalog.client import ControllerClient, ControllerUnavailableError
 
     urls = [u.strip() for u in bootstrap.split(",") if u.strip()]
 
@@ -217,7 +161,7 @@ def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[i
 
 
 def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
-    from api.controller_client import ControllerClient
+    from metalog.client import ControllerClient
 
     urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
 

@@ -32,8 +32,8 @@ from typing import Any
 import orjson
 
 from api.client.partitioner import partition_for_key
-from api.errors import HttpError, bad_request, kafka_error, partition_not_found, unprocessable
-from api.http_context import HttpContext
+from api.http.context import HttpContext
+from api.http.errors import HttpError, bad_request, kafka_error, partition_not_found, unprocessable
 from broker.group_coordinator import OFFSETS_TOPIC
 from broker.replica_manager import ReplicaError
 from metalog.image import TopicImage
@@ -341,7 +341,7 @@ async def _produce_batch(ctx: HttpContext, topic: str, p: int,
     # acks=0 learns no offset: -1, as Kafka's producer reports it.
     known = base >= 0 and acks != 0
     was = gc.isenabled()
-    gc.disable()  # as in api.http_v3.gc_paused: no cycles, one object per record
+    gc.disable()  # as in api.http.v3.gc_paused: no cycles, one object per record
     try:
         for n, i in enumerate(chunk):
             r = parsed[i]

@@ -1,7 +1,7 @@
 """The fast path of JSON produce: a body of plain records, decoded by msgspec into structs and
 batched and reported without a Python object or call per record.
 
-Why: on a 1,000-record body the general path (``api.http_records``) spends about 2.6 us of
+Why: on a 1,000-record body the general path (``api.http.records``) spends about 2.6 us of
 CPU per record on the leader (orjson's dicts, our checks, a ``ParsedRecord`` and a
 ``Delivered`` per record, ``encode_batch``'s tuples, a report each), against a budget of about
 0.3 us beyond the binary batch form (docs/http-api.md, "Throughput"). Here msgspec decodes
@@ -50,9 +50,9 @@ import msgspec
 import orjson
 
 from api.client.partitioner import partition_for_key
-from api.errors import HttpError, kafka_error
-from api.http_context import HttpContext
-from api.http_records import (
+from api.http.context import HttpContext
+from api.http.errors import HttpError, kafka_error
+from api.http.records import (
     BATCH_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     iso_ms,
@@ -380,7 +380,7 @@ async def produce_plan(ctx: HttpContext, topic: str, p: Plan, *, acks: int, time
 async def _produce_batch(ctx: HttpContext, topic: str, p: Plan, part: int, idxs: Sequence[int],
                          prefix: bytes, errors: list[HttpError], acks: int, timeout_ms: int,
                          joined: bool) -> list[bytes]:
-    """One batch: its report lines in its order (``api.http_records._produce_batch``);
+    """One batch: its report lines in its order (``api.http.records._produce_batch``);
     ``joined``: they may come as fewer, longer pieces (the caller only joins them)."""
     whole = len(idxs) == p.count
     values = p.values if whole else list(map(p.values.__getitem__, idxs))

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the broker's public HTTP API, served at ``/openapi.json``.
 
-Built from one table (``OPERATIONS``) so that a route added to ``api.http_v3`` or
-``api.http_v2`` needs one line here; ``tests/unit/http`` checks that every public route of a
+Built from one table (``OPERATIONS``) so that a route added to ``api.http.v3`` or
+``api.http.v2`` needs one line here; ``tests/unit/http`` checks that every public route of a
 broker app is in the document and every path of the document is routed.
 """
 

@@ -7,9 +7,15 @@ from typing import Any
 
 import click
 
-from api.cli import main
-from api.cli_produce import bootstrap_option, resolve_bootstrap
-from api.cli_topics import HttpAdmin, emit_json, json_option, print_table
+from api.cli.common import (
+    HttpAdmin,
+    bootstrap_option,
+    emit_json,
+    json_option,
+    main,
+    print_table,
+    resolve_bootstrap,
+)
 
 
 @main.group("cluster")

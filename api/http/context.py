@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from api.errors import HttpError, bad_request, cluster_not_found, partition_not_found
-from api.errors import topic_not_found as _topic_not_found
-from api.metrics import BrokerMetrics
+from api.http.errors import HttpError, bad_request, cluster_not_found, partition_not_found
+from api.http.errors import topic_not_found as _topic_not_found
+from api.http.metrics import BrokerMetrics
 from broker.produce_lanes import ProduceLanes
 from broker.replica_state import ACKS_ALL
 from broker.router import PartitionRouter

@@ -9,37 +9,15 @@ the brokers first (controlled shutdown), then the controllers.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
-from api.cli import main
-
-CLUSTER_FILE_ENV = "LONGBOAT_CLUSTER_FILE"
-DEFAULT_DIR = Path("var/dev")
-
-
-def cluster_file() -> Path:
-    """Where the local cluster's description lives (``$LONGBOAT_CLUSTER_FILE`` or
-    ``./var/dev/cluster.json``)."""
-    return Path(os.environ.get(CLUSTER_FILE_ENV, DEFAULT_DIR / "cluster.json"))
-
-
-def load_cluster() -> dict[str, Any] | None:
-    p = cluster_file()
-    if not p.exists():
-        return None
-    try:
-        data: dict[str, Any] = json.loads(p.read_text())
-        return data
-    except (OSError, ValueError):
-        return None
+from api.cli.common import DEFAULT_DIR, main
 
 
 def _port_free(port: int) -> bool:
@@ -66,7 +44,7 @@ def dev_group() -> None:
 def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
            broker_port: int) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
-    from api.localcluster import Brokers, Quorum
+    from api.node.localcluster import Brokers, Quorum
 
     root = Path(data_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ Paths under ``/v3/clusters/{cluster_id}``: ``/consumer-groups`` (every group of 
 cluster), ``/consumer-groups/{group}``, ``.../consumers``, ``.../consumers/{consumer}``,
 ``.../consumers/{consumer}/assignments``, ``.../lags``, ``.../lags/{topic}/partitions/{p}``
 and ``.../lag-summary``. As in the REST Proxy, v3 groups are read-only: resets and deletes
-are ``longboat groups`` (``api.cli_groups``), which speaks the coordinator protocol.
+are ``longboat groups`` (``api.cli.groups``), which speaks the coordinator protocol.
 
 The data comes from the groups' coordinators through ``api.client.coordinator`` (``list``
 on every broker, ``describe`` and ``lag`` at the group's coordinator), over the same
@@ -13,7 +13,7 @@ coordinator describes as DEAD (never seen, or deleted) is 404/40405, the REST Pr
 "consumer group not found".
 
 ``GroupAccess`` (one per broker app, under ``GROUPS_KEY``) owns the client transport and
-metadata cache these calls go through; the v2 consumer instances (``api.http_v2_consumers``)
+metadata cache these calls go through; the v2 consumer instances (``api.http.v2_consumers``)
 use it too, for the offsets of manually assigned consumers.
 """
 
@@ -28,8 +28,8 @@ from aiohttp import web
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.errors import ClientError
 from api.client.transport import MetadataCache, Transport
-from api.errors import HttpError, kafka_error
-from api.http_context import HttpContext, base_url, ctx_of, json_response, path_int
+from api.http.context import HttpContext, base_url, ctx_of, json_response, path_int
+from api.http.errors import HttpError, kafka_error
 
 COORDINATOR_RETRY_S = 15.0
 """How long a request keeps looking for a group's coordinator (failover, the offsets topic

@@ -23,9 +23,15 @@ from typing import Any, TypeVar
 
 import click
 
-from api.cli import main
-from api.cli_produce import bootstrap_option, resolve_bootstrap
-from api.cli_topics import emit_json, json_option, print_table
+from api.cli.common import (
+    bootstrap_option,
+    emit_json,
+    json_option,
+    main,
+    print_table,
+    resolve_bootstrap,
+    run_loop,
+)
 from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.errors import ClientError
@@ -42,7 +48,6 @@ class GroupsError(click.ClickException):
 def _run(fn: Callable[[AsyncConsumer], Awaitable[T]], bootstrap: str | None) -> T:
     """``fn`` with a started client (its transport and metadata serve the coordinator
     calls too); a client error ends the command with its message."""
-    from api.cli_quorum import run_loop
 
     async def go() -> T:
         c = AsyncConsumer(resolve_bootstrap(bootstrap), request_timeout_ms=REQUEST_TIMEOUT_MS)

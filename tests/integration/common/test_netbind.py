@@ -22,8 +22,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from api.localcluster import stop_processes
-from raft.aio import netbind
+from api.node.localcluster import stop_processes
+from common import netbind
 
 PEER_HOST = "127.0.0.5"
 

@@ -8,75 +8,21 @@ API's own JSON). An HTTP error leaves with exit status 1 and the API's message.
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
 import click
 
-from api.cli import main
-from api.cli_produce import bootstrap_option, resolve_bootstrap
-
-TIMEOUT_S = 30.0
-
-
-class AdminError(click.ClickException):
-    pass
-
-
-class HttpAdmin:
-    """A blocking client of a broker's v3 API over ``urllib`` (no event loop needed)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
-        self.url = ""
-        self._cluster_id: str | None = None
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        errors = []
-        for url in ([self.url] if self.url else []) + [u for u in self.urls if u != self.url]:
-            req = urllib.request.Request(url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
-                    raw = r.read()
-                    self.url = url
-                    return r.status, json.loads(raw) if raw else None
-            except urllib.error.HTTPError as e:
-                raw = e.read()
-                try:
-                    err = json.loads(raw)
-                except ValueError:
-                    err = {"error_code": e.code, "message": raw[:200].decode(errors="replace")}
-                raise AdminError(f"{err.get('message')} (HTTP {e.code}, error_code "
-                                 f"{err.get('error_code')})") from None
-            except (urllib.error.URLError, OSError) as e:
-                errors.append(f"{url}: {getattr(e, 'reason', e)}")
-        raise AdminError("no broker answered: " + "; ".join(errors))
-
-    @property
-    def cluster_id(self) -> str:
-        if self._cluster_id is None:
-            _, body = self.request("GET", "/v3/clusters")
-            self._cluster_id = str(body["data"][0]["cluster_id"])
-        return self._cluster_id
-
-    def v3(self, path: str = "") -> str:
-        return f"/v3/clusters/{self.cluster_id}{path}"
-
-
-def print_table(rows: list[list[Any]], header: list[str]) -> None:
-    cells = [header] + [["-" if v is None else str(v) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    for r in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
-
-
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+from api.cli.common import (
+    AdminError,
+    HttpAdmin,
+    bootstrap_option,
+    emit_json,
+    json_option,
+    main,
+    print_table,
+    resolve_bootstrap,
+)
 
 
 def parse_configs(items: tuple[str, ...]) -> dict[str, str]:
@@ -87,9 +33,6 @@ def parse_configs(items: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--config")
         out[k] = v
     return out
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
 
 
 @main.group("topics")

@@ -1,9 +1,9 @@
 """The broker's public HTTP API, registered on the broker's app in one call.
 
-``add_public_routes(app, srv)`` adds the v3 routes (``api.http_v3``), the REST Proxy v2
-routes (``api.http_v2``), the v3 consumer groups (``api.http_groups``), the v2 consumer
-instances (``api.http_v2_consumers``), ``GET /metrics`` (``api.metrics``) and
-``GET /openapi.json`` (``api.openapi``), with an ``HttpContext`` built from the broker server
+``add_public_routes(app, srv)`` adds the v3 routes (``api.http.v3``), the REST Proxy v2
+routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
+instances (``api.http.v2_consumers``), ``GET /metrics`` (``api.http.metrics``) and
+``GET /openapi.json`` (``api.http.openapi``), with an ``HttpContext`` built from the broker server
 (its image, its ``PartitionRouter``, a ``ControllerClient`` for topic administration).
 Health and readiness (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
@@ -15,24 +15,24 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from api.errors import ERROR_HOOK_KEY
-from api.http_context import CONTEXT_KEY, HttpContext, cluster_id_for
-from api.http_groups import add_group_routes
-from api.http_v2 import add_v2_routes
-from api.http_v2_consumers import add_v2_consumer_routes
-from api.http_v3 import add_v3_routes
-from api.metrics import BrokerMetrics, metrics_handler, replica_gauges
-from api.openapi import openapi_document
+from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http.errors import ERROR_HOOK_KEY
+from api.http.groups import add_group_routes
+from api.http.metrics import BrokerMetrics, metrics_handler, replica_gauges
+from api.http.openapi import openapi_document
+from api.http.v2 import add_v2_routes
+from api.http.v2_consumers import add_v2_consumer_routes
+from api.http.v3 import add_v3_routes
 from broker.data_routes import ROUTER_KEY
 from broker.metadata_follower import MetadataUpdate
 from broker.produce_lanes import ProduceLanes
 from broker.producer_ids import MANAGER_KEY
+from common import netbind
 from metalog.client import ControllerClient
-from raft.aio import netbind
 
 
 def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
-    """``srv`` is the ``api.broker_app.BrokerServer`` (config, follower, lifecycle,
+    """``srv`` is the ``api.node.broker_app.BrokerServer`` (config, follower, lifecycle,
     replicas); the internal data routes (they own the router) and the producer id routes
     (they own the ids the produce lanes use) must be registered first."""
     config = srv.config

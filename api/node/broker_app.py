@@ -31,11 +31,11 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
-from api.config import NodeConfig
-from api.controller_app import image_summary
-from api.errors import error_middleware
-from api.http_api import add_public_routes
-from api.signals import wait_for_stop_signal
+from api.http.app import add_public_routes
+from api.http.errors import error_middleware
+from api.node.config import NodeConfig
+from api.node.controller_app import image_summary
+from api.node.signals import wait_for_stop_signal
 from broker.data_routes import add_data_routes
 from broker.group_coordinator import (
     CoordinatorConfig,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,36 +19,10 @@ from typing import Any
 import click
 import orjson
 
-from api.cli import main
-from api.cli_dev import cluster_file, load_cluster
-
-
-def default_bootstrap() -> str | None:
-    env = os.environ.get("LONGBOAT_BOOTSTRAP")
-    if env:
-        return env
-    cluster = load_cluster()
-    if cluster and cluster.get("brokers"):
-        return ",".join(b["url"] for b in cluster["brokers"])
-    return None
-
-
-def resolve_bootstrap(bootstrap: str | None) -> str:
-    b = bootstrap or default_bootstrap()
-    if not b:
-        raise click.UsageError(
-            f"no --bootstrap given, $LONGBOAT_BOOTSTRAP unset and no local cluster file at "
-            f"{cluster_file()} (start one with `longboat dev up` or pass --bootstrap URL)")
-    return b
-
-
-bootstrap_option = click.option(
-    "--bootstrap", "-b", metavar="URL[,URL...]",
-    help="Broker URL(s). Default: $LONGBOAT_BOOTSTRAP, else the local cluster file.")
+from api.cli.common import bootstrap_option, main, resolve_bootstrap, run_loop
 
 
 def _run(coro: Any) -> Any:
-    from api.cli_quorum import run_loop
     return run_loop(coro)
 
 

@@ -12,7 +12,7 @@ import tempfile
 
 import click
 
-from api.cli import main
+from api.cli.common import main
 
 
 @main.command("demo")

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from api.cli import main
+from api.cli.common import main
 
 
 @main.group("log")

@@ -6,7 +6,7 @@ Routes (all on the node's ``listen`` address):
 * ``POST /internal/controller/v1/command`` a ``metalog.controller`` command (msgpack, see
   ``metalog.wire``) -> ``{"ok": response}`` or ``{"error": {...}}``; a node that is not the
   active controller answers 421 Misdirected Request with the leader's id and URL, so the
-  client retries there (``api.controller_client``).
+  client retries there (``metalog.client``).
 * ``GET /internal/controller/v1/metadata?offset=N&max_wait_ms=M&broker_id=B`` (msgpack,
   ``metalog.client.MetadataFetchResponse``): committed metadata from offset N on, for
   observers (brokers); long-polls up to M ms when there is nothing new; the snapshot when N
@@ -28,7 +28,7 @@ Routes (all on the node's ``listen`` address):
   that joins empty would otherwise count towards the quorum before it holds the log.
 * ``GET /v3/health``                       200 while the process runs.
 * ``GET /metrics``                         Prometheus text: Raft term, commit lag, ...
-  (``api.metrics``).
+  (``api.http.metrics``).
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from api.config import NodeConfig
-from api.errors import error_middleware
-from api.metrics import add_controller_metrics
-from api.signals import wait_for_stop_signal
+from api.http.errors import error_middleware
+from api.http.metrics import add_controller_metrics
+from api.node.config import NodeConfig
+from api.node.signals import wait_for_stop_signal
+from common import netbind
 from metalog import wire
 from metalog.controller import (
     ControllerConfig,
@@ -56,7 +57,6 @@ from metalog.controller import (
 )
 from metalog.image import MetadataImage
 from metalog.service import ControllerService, error_to_wire
-from raft.aio import netbind
 from raft.aio.node import RaftNodeConfig
 
 log = logging.getLogger(__name__)

@@ -33,9 +33,8 @@ import msgpack
 import orjson
 from aiohttp import web
 
-from api import http_fast_produce as fast_produce
-from api.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
-from api.http_context import (
+from api.http import fast_produce
+from api.http.context import (
     JSON,
     MSGPACK,
     MSGPACK_TYPES,
@@ -50,7 +49,8 @@ from api.http_context import (
     path_int,
     read_body,
 )
-from api.http_records import (
+from api.http.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
+from api.http.records import (
     Delivered,
     Outcome,
     ParsedRecord,
@@ -755,7 +755,7 @@ async def produce(request: web.Request) -> web.StreamResponse:
     # JSON rather than refuse the commonest first try.
     if mt not in ("", JSON, "application/vnd.kafka.v3+json", "text/plain", NDJSON,
                   "application/x-www-form-urlencoded"):
-        from api.errors import unsupported_media_type
+        from api.http.errors import unsupported_media_type
         raise unsupported_media_type(mt)
     ctx.metrics.produce_requests.labels("v3").inc()
     if _is_streaming(request):
@@ -774,7 +774,7 @@ async def produce(request: web.Request) -> web.StreamResponse:
 async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
                        timeout_ms: int, fast: bool = True) -> web.Response:
     """A whole (non-streamed) JSON body: one record answered alone (or its error raised),
-    several as NDJSON. A body of plain records takes api.http_fast_produce, which stores
+    several as NDJSON. A body of plain records takes api.http.fast_produce, which stores
     and answers exactly what the general path below would; ``fast=False`` (tests) skips it."""
     if fast:
         with gc_paused():
@@ -936,7 +936,7 @@ async def read_records(request: web.Request) -> web.Response:
 
     ``offset``: a number, ``earliest`` or ``latest``. Long-polls up to ``timeout_ms`` when
     there is nothing at ``offset`` yet. ``Accept`` picks JSON (default), msgpack (whole
-    batches) or an Arrow IPC stream (``api.arrow``)."""
+    batches) or an Arrow IPC stream (``api.client.arrow``)."""
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     t0 = time.monotonic()
@@ -967,20 +967,20 @@ async def read_records(request: web.Request) -> web.Response:
     hw, lso = int(ans["high_watermark"]), int(ans["log_start_offset"])
     try:
         if ARROW_STREAM in accept:
-            from api.arrow import arrow_response_headers, records_to_arrow_ipc
+            from api.client.arrow import arrow_response_headers, records_to_arrow_ipc
 
             mo = request.query.get("max_offset")
             body = records_to_arrow_ipc(
                 data, topic=topic, partition=p,
                 include_headers=request.query.get("include_headers", "false") == "true",
                 min_offset=offset, max_offset=int(mo) if mo is not None else None)
-            from api.http_records import next_offset_of
+            from api.http.records import next_offset_of
 
             nxt = next_offset_of(data, offset)
             return web.Response(body=body, headers=arrow_response_headers(
                 next_offset=nxt, high_watermark=hw, log_start_offset=lso))
         if any(m in accept for m in MSGPACK_TYPES):
-            from api.http_records import next_offset_of
+            from api.http.records import next_offset_of
 
             return web.Response(body=msgpack.packb({
                 "records": data, "high_watermark": hw, "log_start_offset": lso,

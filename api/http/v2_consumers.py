@@ -54,11 +54,11 @@ from api.client.errors import ClientError, CommitFailedError
 from api.client.group import AsyncGroupConsumer
 from api.client.transport import call_with_retries
 from api.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
-from api.errors import HttpError, kafka_error, not_acceptable, unprocessable
-from api.http_context import ctx_of, int_param, json_body
-from api.http_groups import GROUPS_KEY, GroupAccess, coordinator_error
-from api.http_records import parse_timestamp, render_value
-from api.http_v3 import READ_TIMEOUT_MS_MAX
+from api.http.context import ctx_of, int_param, json_body
+from api.http.errors import HttpError, kafka_error, not_acceptable, unprocessable
+from api.http.groups import GROUPS_KEY, GroupAccess, coordinator_error
+from api.http.records import parse_timestamp, render_value
+from api.http.v3 import READ_TIMEOUT_MS_MAX
 
 log = logging.getLogger(__name__)
 
@@ -777,7 +777,7 @@ async def get_offsets(request: web.Request) -> web.Response:
 def add_v2_consumer_routes(app: web.Application, *, bootstrap: list[str], advertised_url: str,
                            instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT
                            ) -> ConsumerInstances:
-    """Registers the routes; ``api.http_groups.add_group_routes`` must come first (its
+    """Registers the routes; ``api.http.groups.add_group_routes`` must come first (its
     ``GroupAccess`` serves the simple consumers' offsets). Instances are closed (members
     leave their groups) when the app shuts down."""
     reg = ConsumerInstances(bootstrap=bootstrap, advertised_url=advertised_url,

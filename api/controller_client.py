@@ -1,1 +1,0 @@
-from metalog.client import MSGPACK, ControllerClient, ControllerUnavailableError  # noqa: F401
