@@ -12,22 +12,26 @@ changes. It follows docs/replication.md, "Becoming follower":
 
 Errors (the leader not there yet, not leading yet, an epoch the leader does not know yet) are
 retried after a short back-off: the metadata log will restart the task if leadership moved.
+
+The fetcher does not import ``broker.replica_manager``: it states what it needs of its host
+as ``FetcherHost`` and of a replica as ``FetchedReplica`` (``typing.Protocol``), which the
+replica manager and its ``Replica`` satisfy, so the import runs one way only (an
+import-linter contract in pyproject.toml keeps it so).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import msgpack
 
 from broker.replica_state import FollowerState, TruncationStep
 from common import netbind
-
-if TYPE_CHECKING:
-    from broker.replica_manager import Replica, ReplicaManager
+from storage.group_commit import GroupCommitter
+from storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,46 @@ MSGPACK = "application/msgpack"
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 1 << 20
 RETRY_BACKOFF_S = 0.2
+
+
+class FetchedReplica(Protocol):
+    """What the fetcher reads of a replica (``broker.replica_manager.Replica``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def log(self) -> PartitionLog: ...
+
+
+ReplicaT = TypeVar("ReplicaT", bound=FetchedReplica)
+ReplicaT_contra = TypeVar("ReplicaT_contra", bound=FetchedReplica, contravariant=True)
+
+
+class FetcherHost(Protocol[ReplicaT_contra]):
+    """What the fetcher needs of the broker that runs it (``ReplicaManager``). The methods
+    that change a replica take it as the host's own replica type (``ReplicaT_contra``): the
+    fetcher only hands back the replica it was started with."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def acks_require_fsync(self) -> bool: ...
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    fetch_session: aiohttp.ClientSession | None
+    """Shared by every fetcher of the host; the fetcher opens it when missing or closed."""
+
+    def broker_epoch(self) -> int | None: ...
+    def leader_url(self, broker_id: int) -> str | None: ...
+    def truncate(self, rep: ReplicaT_contra, offset: int, *, below_hw: bool) -> None: ...
+    def truncate_fully(self, rep: ReplicaT_contra, offset: int) -> None: ...
+    def append_as_follower(self, rep: ReplicaT_contra, fs: FollowerState, data: bytes,
+                           leader_hw: int) -> None: ...
 
 
 class FetchError(Exception):
@@ -58,7 +102,7 @@ async def call(session: aiohttp.ClientSession, url: str, route: str,
     return out
 
 
-def _session(mgr: ReplicaManager) -> aiohttp.ClientSession:
+def _session(mgr: FetcherHost[Any]) -> aiohttp.ClientSession:
     s = mgr.fetch_session
     if s is None or s.closed:
         s = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
@@ -68,8 +112,8 @@ def _session(mgr: ReplicaManager) -> aiohttp.ClientSession:
     return s
 
 
-async def _truncate(mgr: ReplicaManager, rep: Replica, fs: FollowerState, step: TruncationStep,
-                    url: str) -> None:
+async def _truncate(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerState,
+                    step: TruncationStep, url: str) -> None:
     """Apply ``step`` and every step after it until the follower may fetch."""
     while True:
         if step.truncate_to is not None:
@@ -82,7 +126,8 @@ async def _truncate(mgr: ReplicaManager, rep: Replica, fs: FollowerState, step: 
         step = fs.on_epoch_end_offset(int(ans["leader_epoch"]), int(ans["end_offset"]), rep.log)
 
 
-async def _restart_below_leader_start(mgr: ReplicaManager, rep: Replica, url: str) -> bool:
+async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
+                                      url: str) -> bool:
     """OFFSET_OUT_OF_RANGE: if our log ends below the leader's log start, restart it there.
     True if it did (fetch again at once)."""
     try:
@@ -97,7 +142,8 @@ async def _restart_below_leader_start(mgr: ReplicaManager, rep: Replica, url: st
     return False
 
 
-async def run_fetcher(mgr: ReplicaManager, rep: Replica, fs: FollowerState) -> None:
+async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
+                      fs: FollowerState) -> None:
     step: TruncationStep | None = fs.first_step
     errors = 0
     while True:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import BrokerError
+from broker.fetcher import run_fetcher
 from broker.metadata_follower import MetadataUpdate
 from broker.producer_state import Duplicate, ProducerState, ProducerStateConfig
 from broker.replica_state import (
@@ -448,8 +449,6 @@ class ReplicaManager:
         self._after_hw_change(rep)
 
     async def _become_follower(self, rep: Replica, reg: PartitionRegistration) -> None:
-        from broker.fetcher import run_fetcher  # the fetcher imports this module
-
         await self._stop_tasks(rep)
         hw = rep.high_watermark
         rep.hw_floor = hw
