@@ -2,8 +2,9 @@
 
 How a pass works (``compact_log``):
 
-1. Under the log's lock, take the closed segments (never the active one) whose largest
-   timestamp is at least ``min.compaction.lag.ms`` old: a prefix of the log.
+1. Take the log's closed segments (never the active one; ``segments_for_cleaning``, under
+   the log's lock) and keep those whose largest timestamp is at least
+   ``min.compaction.lag.ms`` old: a prefix of the log.
 2. Without the lock: decode them and build ``key -> latest offset`` over that range.
 3. One segment at a time, rewrite it into ``<base>.log.cleaned`` (plus ``.index.cleaned`` and
    ``.timeindex.cleaned``), keeping a record only if it is the latest of its key in the
@@ -12,10 +13,10 @@ How a pass works (``compact_log``):
    batch that loses none is copied byte for byte; a batch that loses all is dropped, unless
    it carries producer state (an idempotent producer's id), which is kept as an empty batch.
    The cleaned files are fsynced.
-4. Under the lock again, if that segment is still in the log (a truncation or retention
-   may have removed it meanwhile; then its rewrite is thrown away): delete its index files,
-   rename each ``.cleaned`` file over its original (``.log`` first), and swap the segment
-   object. Segments with nothing to remove are not rewritten. A crash at any point leaves
+4. Under the lock again (``replace_segments``), if that segment is still in the log (a
+   truncation or retention may have removed it meanwhile; then its rewrite is thrown away):
+   delete its index files, rename each ``.cleaned`` file over its original (``.log`` first),
+   and swap the segment object. Segments with nothing to remove are not rewritten. A crash at any point leaves
    either the old ``.log`` or the new one; index files that are missing are rebuilt on
    open, and leftover ``.cleaned`` files are deleted.
 
@@ -32,23 +33,45 @@ Rules, as Kafka's:
 * Control batches are copied as they are.
 * With ``cleanup.policy=compact,delete`` retention also deletes old segments
   (``PartitionLog.maybe_apply_retention``).
+
+The cleaner does not import ``storage.log``, which calls it (``PartitionLog.maybe_compact``):
+it states what it needs of a log as ``CleanableLog`` (``typing.Protocol``), and touches
+nothing private of it (tests/unit/storage/test_cleaner_boundary.py checks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from storage.batch import Record, decode_records, parse_header, rebuild_batch
-from storage.log import PartitionLog
+from storage.config import LogConfig
+from storage.fileio import FileLayer
 from storage.segment import CLEANED_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, Segment
 
 _cleaning = threading.Lock()
 _busy: set[int] = set()
 
 
-def compact_log(log: PartitionLog, now_ms: int) -> bool:
+class CleanableLog(Protocol):
+    """What the cleaner needs of a log (``storage.log.PartitionLog``); see its methods for
+    the locking rules."""
+
+    @property
+    def dir_path(self) -> str: ...
+    @property
+    def config(self) -> LogConfig: ...
+    @property
+    def files(self) -> FileLayer: ...
+
+    def segments_for_cleaning(self) -> list[Segment]: ...
+    def replace_segments(self, old: list[Segment], new: list[Segment],
+                         rename_into_place: Callable[[], None]) -> bool: ...
+
+
+def compact_log(log: CleanableLog, now_ms: int) -> bool:
     """One compaction pass over ``log``'s closed segments; True if segments were replaced."""
     with _cleaning:
         if id(log) in _busy:
@@ -61,13 +84,9 @@ def compact_log(log: PartitionLog, now_ms: int) -> bool:
             _busy.discard(id(log))
 
 
-def _compact(log: PartitionLog, now_ms: int) -> bool:
+def _compact(log: CleanableLog, now_ms: int) -> bool:
     cfg = log.config
-    with log._lock:
-        if log.closed:
-            return False
-        log._close_retired_locked()  # those retired by the previous maintenance pass
-        closed = list(log.segments[:-1])
+    closed = log.segments_for_cleaning()
     horizon_ms = now_ms - cfg.min_compaction_lag_ms
     segments: list[Segment] = []
     for seg in closed:
@@ -123,7 +142,7 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, list[Record]]]:
         yield raw, ([] if h.is_control else decode_records(raw, verify=False))
 
 
-def _rewrite_and_swap(log: PartitionLog, seg: Segment, out: list[bytes]) -> bool:
+def _rewrite_and_swap(log: CleanableLog, seg: Segment, out: list[bytes]) -> bool:
     """Write ``out`` as ``seg``'s cleaned replacement, fsync it, swap it in atomically."""
     files = log.files
     path = seg.log_path + CLEANED_SUFFIX
@@ -146,7 +165,7 @@ def _rewrite_and_swap(log: PartitionLog, seg: Segment, out: list[bytes]) -> bool
         files.replace(seg.index_path + CLEANED_SUFFIX, seg.index_path)
         files.replace(seg.timeindex_path + CLEANED_SUFFIX, seg.timeindex_path)
 
-    if not log._swap_segments([seg], [new], rename_into_place):
+    if not log.replace_segments([seg], [new], rename_into_place):
         _discard([new])
         return False
     files.fsync_dir(log.dir_path)

@@ -2,7 +2,8 @@
 
 Owns the segment list, the log start and end offsets, the recovery point (``flushed_offset``),
 the leader epoch cache, rolling, truncation, retention, and recovery on open. Compaction is
-in ``storage.cleaner`` and group fsync in ``storage.group_commit``; both call in here.
+in ``storage.cleaner`` and group fsync in ``storage.group_commit``; both call in here through
+public methods only (the cleaner through ``segments_for_cleaning`` and ``replace_segments``).
 
 Must not: read the clock (time comes in as ``now_ms``), decode records on the append or read
 path (one CRC check per appended batch, one ``writev`` per batch, one ``pread`` per read).
@@ -67,6 +68,7 @@ from storage.batch import (
     stamp,
     verify_batch,
 )
+from storage.cleaner import compact_log
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
@@ -660,19 +662,36 @@ class PartitionLog:
 
         May run in a worker thread: appends and reads go on meanwhile.
         """
-        from storage.cleaner import compact_log
-
         if not self.config.compact:
             return False
         return compact_log(self, now_ms)
 
-    def _swap_segments(self, old: list[Segment], new: list[Segment],
-                       rename_into_place: Callable[[], None]) -> bool:
-        """Replace ``old`` (consecutive closed segments, still in the log) by ``new``.
+    def segments_for_cleaning(self) -> list[Segment]:
+        """The closed segments (every one but the active), oldest first; none if the log is
+        closed. The cleaner's snapshot of what it may rewrite.
 
-        ``rename_into_place`` runs under the log's lock, only if ``old`` is still there (a
-        truncation or retention may have removed it meanwhile): it renames the cleaner's
-        files over the old ones. False, and nothing changed, if ``old`` is gone.
+        Locking: takes the log's lock for the snapshot only, so it may be called from a
+        worker thread; the caller then reads the segments without the lock (a closed segment
+        is never appended to, and one retired meanwhile keeps its handle open until the next
+        maintenance pass). Under the lock it first closes the handles of the segments retired
+        by the previous pass, as ``maybe_apply_retention`` does.
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            self._close_retired_locked()
+            return self._segments[:-1]
+
+    def replace_segments(self, old: list[Segment], new: list[Segment],
+                         rename_into_place: Callable[[], None]) -> bool:
+        """Replace ``old`` (consecutive closed segments, still in the log) by ``new``; the
+        cleaner's commit. False, and nothing changed, if the log is closed or ``old`` is gone
+        (a truncation or retention may have removed it since ``segments_for_cleaning``).
+
+        Locking: takes the log's lock, so it may be called from a worker thread.
+        ``rename_into_place`` runs under that lock, only when the swap goes ahead: it renames
+        the cleaner's files over the old ones, and must do nothing slower (appends and reads
+        wait for it). The old segments are retired, their handles closed at a later pass.
         """
         with self._lock:
             if self._closed:
