@@ -278,6 +278,11 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ lifecycle
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The coordinator's loop, once started (watched: ``common.essential``)."""
+        return self._task
+
     async def start(self) -> None:
         self._wake.set()  # reconcile at once: the image may already name leaderships
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-coordinator")

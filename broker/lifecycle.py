@@ -42,7 +42,6 @@ Not the place for: following the metadata log (``broker.metadata_follower``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -51,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.metadata_follower import MetadataFollower
-from common.waits import wait_event
+from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.controller import (
     BrokerHeartbeat,
@@ -120,6 +119,11 @@ class BrokerLifecycle:
 
     # ------------------------------------------------------------------ API
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The registration and heartbeat loop, once started (watched: ``common.essential``)."""
+        return self._task
+
     async def start(self) -> None:
         self._set_state(BrokerState.STARTING)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
@@ -135,9 +139,7 @@ class BrokerLifecycle:
     async def stop(self) -> None:
         """Stop at once (no controlled shutdown)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await join_task(self._task, cancel=True)
             self._task = None
         await self._client.close()
         self._set_state(BrokerState.NOT_RUNNING)

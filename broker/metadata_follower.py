@@ -33,12 +33,12 @@ Not the place for: heartbeats, registration, fencing (``broker.lifecycle``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from common.invariant import InvariantError
+from common.waits import join_task
 from metalog.client import ControllerClient, ControllerUnavailableError, MetadataFetchResponse
 from metalog.delta import MetadataDelta, decode_snapshot
 from metalog.image import MetadataImage
@@ -121,14 +121,17 @@ class MetadataFollower:
         async with asyncio.timeout(timeout_s):
             await wait()
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The follower's fetch loop, once started (the node watches it: ``common.essential``)."""
+        return self._task
+
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-follower")
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await join_task(self._task, cancel=True)
             self._task = None
         await self._client.close()
 

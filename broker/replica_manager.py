@@ -54,7 +54,8 @@ from broker.replica_state import (
     LeaderState,
     ReplicationConfig,
 )
-from common.waits import wait_event
+from common.essential import Essentials
+from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.controller import (
     AlterPartition,
@@ -230,6 +231,8 @@ class ReplicaManager:
         self.by_name: dict[tuple[str, int], Replica] = {}
         self.image: MetadataImage | None = None
         self._timer: asyncio.Task[None] | None = None
+        # Set by the broker process before start(): fail-stop for the timer and fetchers.
+        self.essentials: Essentials | None = None
         self._lock = asyncio.Lock()
         self._stopped = False
         self._deferred = False
@@ -241,15 +244,15 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._timer = asyncio.get_running_loop().create_task(self._tick(), name="replica-timer")
+        if self.essentials is not None:
+            self.essentials.watch(self._timer, "replica timer")
 
     async def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
+            await join_task(self._timer, cancel=True)
         if self._maintenance is not None:
             # Not cancelled: its worker thread would go on beside the logs being closed.
             await self._maintenance
@@ -459,6 +462,9 @@ class ReplicaManager:
                  rep.log.log_end_offset, hw)
         rep.fetcher = asyncio.get_running_loop().create_task(
             run_fetcher(self, rep, rep.follower), name=f"fetcher-{rep.name}")
+        if self.essentials is not None:
+            # Cancelled whenever the replica stops following; only an exception is a death.
+            self.essentials.watch(rep.fetcher, f"fetcher of {rep.name}", only_errors=True)
 
     def leader_url(self, broker_id: int) -> str | None:
         if self.image is None:

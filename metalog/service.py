@@ -46,14 +46,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.waits import wait_event
+from common.waits import join_task, wait_event
 from metalog.client import MetadataBatch, MetadataFetchResponse
 from metalog.controller import Command, MetadataError, NotControllerError, QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
@@ -291,6 +290,11 @@ class ControllerService:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The service's apply loop, once started (watched: ``common.essential``)."""
+        return self._task
+
     async def start(self) -> None:
         await self.node.start()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
@@ -298,9 +302,7 @@ class ControllerService:
     async def stop(self) -> None:
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await join_task(self._task, cancel=True)
         await self.node.stop()
 
     async def _run(self) -> None:

@@ -8,7 +8,7 @@ from api.cli.common import (
     main,
     node_options,
     override_option,
-    run_loop,
+    run_node,
     setup_logging,
     with_overrides,
 )
@@ -47,6 +47,6 @@ def broker_start(config_path: str | None, node_id: int | None, listen: str | Non
 
     set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
     try:
-        run_loop(serve_broker(cfg))
+        run_node(serve_broker(cfg))
     except OSError as e:  # the port is taken, or the address is not ours
         raise click.ClickException(f"cannot listen on {cfg.listen}: {e}") from None

@@ -90,6 +90,22 @@ def run_loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
+# A node whose essential task died exits with this status (BSD's EX_SOFTWARE): a supervisor
+# (systemd, `longboat dev up`, a test) tells it from a clean stop (0) and a usage error (2).
+NODE_FAILED_EXIT_STATUS = 70
+
+
+def run_node(coro: Any) -> Any:
+    """``run_loop`` for a node process: an essential task's death exits with status 70."""
+    from common.essential import NodeFailedError
+
+    try:
+        return run_loop(coro)
+    except NodeFailedError as e:
+        click.echo(f"longboat: node failed: {e}", err=True)
+        sys.exit(NODE_FAILED_EXIT_STATUS)
+
+
 def default_controllers() -> str:
     """Controller URLs from ``longboat dev up``'s cluster file, else the default port."""
     cluster = load_cluster()

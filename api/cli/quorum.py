@@ -14,6 +14,7 @@ from api.cli.common import (
     node_options,
     override_option,
     run_loop,
+    run_node,
     setup_logging,
     with_overrides,
 )
@@ -47,7 +48,7 @@ def controller_start(config_path: str | None, node_id: int | None, listen: str |
     from common.netbind import set_source_host
 
     set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
-    run_loop(serve_controller(cfg, join=join))
+    run_node(serve_controller(cfg, join=join))
 
 
 @main.group("quorum")

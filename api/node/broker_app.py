@@ -4,9 +4,11 @@
 fetched from the controllers) and a ``BrokerLifecycle`` (registration, heartbeats, fencing,
 controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` address:
 
-* ``GET /v3/health``          200 while the process runs.
-* ``GET /v3/health/ready``    200 once RUNNING, unfenced and caught up with the committed
-  metadata; else 503. Both carry the broker's state (``BrokerLifecycle.describe``).
+* ``GET /v3/health``          200 while the process runs and every essential task lives; 503
+  with ``failure`` once one has died (``common.essential``: the process is then exiting).
+* ``GET /v3/health/ready``    200 once RUNNING, unfenced, caught up with the committed
+  metadata and not failed; else 503. Both carry the broker's state
+  (``BrokerLifecycle.describe``).
 * ``GET /v3/broker/metadata`` JSON: the broker's image (``image_summary``, as the
   controllers' ``/v3/quorum/metadata``) plus its state.
 * ``POST /internal/broker/v1/{produce,fetch,offsets_for_leader_epoch,list_offsets}``
@@ -18,7 +20,10 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   (``broker.group_coordinator``, ``broker.group_routes``).
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
-moves away before the broker is fenced) and returns.
+moves away before the broker is fenced) and returns. If an essential task dies first (the
+metadata follower, the lifecycle, the replica timer, a replica fetcher on an exception, the
+group coordinator), it stops within a bound, without a controlled shutdown, and raises
+``NodeFailedError``: the process exits non-zero with the task and the reason logged.
 """
 
 from __future__ import annotations
@@ -35,7 +40,11 @@ from api.http.app import add_public_routes
 from api.http.errors import error_middleware
 from api.node.config import NodeConfig
 from api.node.controller_app import image_summary
-from api.node.signals import wait_for_stop_signal
+from api.node.signals import (
+    FAILED_CLEANUP_TIMEOUT_S,
+    cleanup_within,
+    stop_signal_or_failure,
+)
 from broker.data_routes import add_data_routes
 from broker.group_coordinator import (
     CoordinatorConfig,
@@ -50,6 +59,7 @@ from broker.metadata_follower import MetadataFollower
 from broker.producer_ids import ProducerIdManager, add_producer_id_routes
 from broker.replica_manager import ReplicaManager
 from broker.router import PartitionRouter
+from common.essential import Essentials, NodeFailedError
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
@@ -65,12 +75,26 @@ class BrokerServer:
     lifecycle: BrokerLifecycle
     replicas: ReplicaManager
     groups: GroupCoordinator
+    essentials: Essentials
 
     async def start(self) -> None:
+        self.replicas.essentials = self.essentials  # the replica timer and every fetcher
         await self.replicas.start()
         await self.groups.start()
         await self.follower.start()
         await self.lifecycle.start()
+        for task, what in ((self.groups.task, "group coordinator"),
+                           (self.follower.task, "metadata follower"),
+                           (self.lifecycle.task, "broker lifecycle")):
+            assert task is not None, what
+            self.essentials.watch(task, what)
+
+    async def stop(self) -> None:
+        self.essentials.expect_stop()
+        await self.groups.stop()  # first: its appends go through the replicas
+        await self.lifecycle.stop()
+        await self.follower.stop()
+        await self.replicas.stop()
 
 
 BROKER_KEY: web.AppKey[BrokerServer] = web.AppKey("broker", BrokerServer)
@@ -86,12 +110,19 @@ def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
 
 
 async def handle_health(request: web.Request) -> web.Response:
+    failure = request.app[BROKER_KEY].essentials.failure
+    if failure is not None:
+        return _json({"status": "failed", "failure": failure}, 503)
     return _json({"status": "ok"})
 
 
 async def handle_ready(request: web.Request) -> web.Response:
-    lc = request.app[BROKER_KEY].lifecycle
-    return _json(lc.describe(), 200 if lc.ready else 503)
+    srv = request.app[BROKER_KEY]
+    out = srv.lifecycle.describe()
+    failure = srv.essentials.failure
+    if failure is not None:
+        out["failure"] = failure
+    return _json(out, 200 if srv.lifecycle.ready and failure is None else 503)
 
 
 async def handle_metadata(request: web.Request) -> web.Response:
@@ -141,7 +172,8 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
-    srv = BrokerServer(config, follower, lifecycle, replicas, groups)
+    srv = BrokerServer(config, follower, lifecycle, replicas, groups,
+                       Essentials(f"broker {config.node_id}"))
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
@@ -155,10 +187,7 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
         if autostart:
             await srv.start()
         yield
-        await groups.stop()  # first: its appends go through the replicas
-        await lifecycle.stop()
-        await follower.stop()
-        await replicas.stop()
+        await srv.stop()
 
     app.cleanup_ctx.append(lifecycle_ctx)
     return app, srv
@@ -197,7 +226,11 @@ async def serve_broker(config: NodeConfig) -> bool:
         raise
     log.info("broker %d listening on %s", config.node_id, config.url)
     await srv.start()
-    await wait_for_stop_signal()
+    failure = await stop_signal_or_failure(srv.essentials)
+    if failure is not None:
+        # No controlled shutdown: what it needs (metadata, heartbeats) may be what died.
+        await cleanup_within(runner, FAILED_CLEANUP_TIMEOUT_S)
+        raise NodeFailedError(f"broker {config.node_id}: {failure}")
     log.info("broker %d: controlled shutdown", config.node_id)
     await srv.lifecycle.shutdown()
     outcome = srv.lifecycle.shutdown_clean

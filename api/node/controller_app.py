@@ -26,7 +26,11 @@ Routes (all on the node's ``listen`` address):
   "node_id", "url"}`` on the leader (421 elsewhere). Adding first adds the node as an
   observer, waits until it has caught up with the commit index, then promotes it: a voter
   that joins empty would otherwise count towards the quorum before it holds the log.
-* ``GET /v3/health``                       200 while the process runs.
+* ``GET /v3/health``                       200 while the process runs and its essential tasks
+  (the Raft node loop, the controller service) live; 503 with ``failure`` once one died, and
+  the process then exits non-zero (``common.essential``).
+* ``GET /v3/health/ready``                 200 when not failed, a leader is known and this
+  node has applied everything it knows committed; else 503 with ``reasons``.
 * ``GET /metrics``                         Prometheus text: Raft term, commit lag, ...
   (``api.http.metrics``).
 """
@@ -46,8 +50,13 @@ from aiohttp import web
 from api.http.errors import error_middleware
 from api.http.metrics import add_controller_metrics
 from api.node.config import NodeConfig
-from api.node.signals import wait_for_stop_signal
+from api.node.signals import (
+    FAILED_CLEANUP_TIMEOUT_S,
+    cleanup_within,
+    stop_signal_or_failure,
+)
 from common import netbind
+from common.essential import Essentials, NodeFailedError
 from metalog import wire
 from metalog.controller import (
     ControllerConfig,
@@ -64,6 +73,7 @@ log = logging.getLogger(__name__)
 MSGPACK = "application/x-msgpack"
 SERVICE_KEY: web.AppKey[ControllerService] = web.AppKey("controller_service", ControllerService)
 DATA_DIR_KEY: web.AppKey[Path] = web.AppKey("data_dir", Path)
+ESSENTIALS_KEY: web.AppKey[Essentials] = web.AppKey("essentials", Essentials)
 
 
 def image_summary(image: MetadataImage) -> dict[str, Any]:
@@ -243,7 +253,23 @@ async def handle_membership(request: web.Request) -> web.Response:
 
 
 async def handle_health(request: web.Request) -> web.Response:
+    failure = request.app[ESSENTIALS_KEY].failure
+    if failure is not None:
+        return _json({"status": "failed", "failure": failure}, 503)
     return _json({"status": "ok"})
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    """Ready: no essential task died, a leader is known, and this node has applied every
+    entry it knows committed (a restarted voter replaying its log is not ready yet)."""
+    st = request.app[SERVICE_KEY].node.status()
+    failure = request.app[ESSENTIALS_KEY].failure
+    reasons = ([f"failed: {failure}"] if failure is not None else []) + (
+        ["no known leader"] if not st.leader_id else []) + (
+        [f"applied {st.applied} < commit {st.commit}"] if st.applied < st.commit else [])
+    body = {"ready": not reasons, "reasons": reasons, "role": st.role, "term": st.term,
+            "leader_id": st.leader_id, "commit": st.commit, "applied": st.applied}
+    return _json(body, 503 if reasons else 200)
 
 
 def build_controller(
@@ -281,12 +307,18 @@ def build_controller(
     app.router.add_get("/v3/quorum/status", handle_status)
     app.router.add_get("/v3/quorum/metadata", handle_metadata)
     app.router.add_get("/v3/health", handle_health)
+    app.router.add_get("/v3/health/ready", handle_ready)
+    essentials = app[ESSENTIALS_KEY] = Essentials(f"controller {config.node_id}")
     add_controller_metrics(
         app, lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset})
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await svc.start()
+        assert svc.node.task is not None and svc.task is not None
+        essentials.watch(svc.node.task, "raft node loop")
+        essentials.watch(svc.task, "controller service")
         yield
+        essentials.expect_stop()
         await svc.stop()
 
     app.cleanup_ctx.append(lifecycle)
@@ -302,6 +334,9 @@ async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     await site.start()
     log.info("controller %d listening on %s", config.node_id, config.url)
-    await wait_for_stop_signal()
+    failure = await stop_signal_or_failure(app[ESSENTIALS_KEY])
+    if failure is not None:
+        await cleanup_within(runner, FAILED_CLEANUP_TIMEOUT_S)
+        raise NodeFailedError(f"controller {config.node_id}: {failure}")
     log.info("controller %d stopping", config.node_id)
     await runner.cleanup()

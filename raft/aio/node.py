@@ -49,6 +49,7 @@ from typing import Any
 from aiohttp import web
 
 from common.invariant import invariant
+from common.waits import join_task
 from raft import core as raft_core
 from raft.aio.durable_log import DurableLog
 from raft.aio.transport import RaftTransport
@@ -244,6 +245,11 @@ class RaftNode:
         """Put the internal Raft route on the node's own aiohttp app."""
         self.transport.add_routes(app)
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The node loop, once started (the process watches it: ``common.essential``)."""
+        return self._task
+
     async def start(self) -> None:
         """Recover from disk (or bootstrap) and start the node task."""
         cfg = self.config
@@ -296,8 +302,7 @@ class RaftNode:
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await join_task(self._task)
             self._task = None
         self._fail_all(NodeStoppedError("raft node stopped"))
         await self.transport.close()
