@@ -26,6 +26,16 @@ Usage (the node's loop; the order inside one Ready matters)::
             # 5. rd.read_states: serve each read once applied >= read_state.index
             core.advance(rd)
 
+The public API is what a node (``raft.aio.node``), the simulators and the tests drive;
+everything else is internal and its name starts with an underscore:
+
+* inputs: ``tick``, ``step``, ``propose``, ``propose_conf_change``, ``read_index``,
+  ``transfer_leadership``, ``campaign``, ``report_unreachable``, ``report_snapshot``;
+* the Ready cycle: ``has_ready``, ``ready``, ``advance``;
+* queries (read only): ``is_leader``, ``leader``, ``term``, ``vote``, ``role``, ``conf``,
+  ``conf_index``, ``applied_conf``, ``log`` (``committed``, ``applied``, ...),
+  ``progress(node)``, ``transferee``, ``promotable()``.
+
 ``step``/``tick``/``propose`` may be called between ``ready()`` and ``advance()`` (e.g. while
 the fsync runs); what they produce goes into the next Ready. ``has_ready()`` is False while
 a Ready is outstanding, and a second ``ready()`` before ``advance()`` is a bug.
@@ -38,7 +48,7 @@ the committed entries handed out again), the configuration from the last CONF_CH
 log (else the snapshot's), and term raised to the last log term if a torn write kept a
 Ready's entries but lost its hard state.
 
-Roles (``become_*`` are the only mutators of ``self.role``):
+Roles (``_become_*`` are the only mutators of ``self.role``):
 
 =============  ==========================  ==============================================
 role           data (role object)          transitions
@@ -280,7 +290,7 @@ class RaftCore:
         self._prev_hard_state = hs
         self._prev_soft_state = SoftState(NO_NODE, Role.FOLLOWER)
         self._ready_outstanding = False
-        self.become_follower(self.term, NO_NODE)
+        self._become_follower(self.term, NO_NODE)
 
     def __repr__(self) -> str:
         return (
@@ -301,10 +311,6 @@ class RaftCore:
     @property
     def is_leader(self) -> bool:
         return isinstance(self.role, LeaderRole)
-
-    @property
-    def is_observer(self) -> bool:
-        return self.id in self.conf.observers
 
     def promotable(self) -> bool:
         """May this node campaign? Not while installing a snapshot; otherwise a voter, or a
@@ -334,10 +340,10 @@ class RaftCore:
             self._prev_voters_at, self._prev_voters = self.conf_index, voters
         return self._prev_voters
 
-    def hard_state(self) -> HardState:
+    def _hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.log.committed)
 
-    def soft_state(self) -> SoftState:
+    def _soft_state(self) -> SoftState:
         return SoftState(self.leader, self.role.role)
 
     def progress(self, node: NodeId) -> Progress | None:
@@ -355,12 +361,12 @@ class RaftCore:
             self.cfg.election_timeout_ticks
         )
 
-    def become_follower(self, term: Term, leader: NodeId) -> None:
+    def _become_follower(self, term: Term, leader: NodeId) -> None:
         invariant(term >= self.term, "term going back from %d to %d", self.term, term)
         self._reset(term)
         self.role = FollowerRole(leader)
 
-    def become_pre_candidate(self) -> None:
+    def _become_pre_candidate(self) -> None:
         invariant(not self.is_leader, "leader cannot become pre-candidate")
         # Pre-vote (thesis §9.6): neither term nor vote change; election timer restarts.
         self.election_elapsed = 0
@@ -369,13 +375,13 @@ class RaftCore:
         )
         self.role = PreCandidateRole()
 
-    def become_candidate(self) -> None:
+    def _become_candidate(self) -> None:
         invariant(not self.is_leader, "leader cannot become candidate")
         self._reset(Term(self.term + 1))
         self.vote = self.id
         self.role = CandidateRole()
 
-    def become_leader(self) -> None:
+    def _become_leader(self) -> None:
         invariant(isinstance(self.role, CandidateRole), "only a candidate becomes leader")
         self._reset(self.term)
         last = self.log.last_index()
@@ -402,17 +408,17 @@ class RaftCore:
     def tick(self) -> None:
         """Advance logical time by one tick."""
         if isinstance(self.role, LeaderRole):
-            self.tick_leader(self.role)
+            self._tick_leader(self.role)
         else:
-            self.tick_election()
+            self._tick_election()
 
-    def tick_election(self) -> None:
+    def _tick_election(self) -> None:
         self.election_elapsed += 1
         if self.promotable() and self.election_elapsed >= self.randomized_election_timeout:
             self.election_elapsed = 0
             self._hup(transfer=False)
 
-    def tick_leader(self, r: LeaderRole) -> None:
+    def _tick_leader(self, r: LeaderRole) -> None:
         if self._maybe_step_down_after_removal(r):
             return
         r.ticks += 1
@@ -421,7 +427,7 @@ class RaftCore:
         if self.cfg.check_quorum and not self._quorum_heard_within_election_timeout(r):
             # Check-quorum: a leader that has not heard from a majority of voters within an
             # election timeout steps down, so an isolated leader stops serving (KAFKA-15489).
-            self.become_follower(self.term, NO_NODE)
+            self._become_follower(self.term, NO_NODE)
             return
         for n, pr in r.progress.items():
             # An InstallSnapshot unanswered for an election timeout was probably lost:
@@ -470,17 +476,17 @@ class RaftCore:
 
     def _campaign(self, *, pre_vote: bool, transfer: bool) -> None:
         if pre_vote:
-            self.become_pre_candidate()
+            self._become_pre_candidate()
             vote_term = Term(self.term + 1)
         else:
-            self.become_candidate()
+            self._become_candidate()
             vote_term = self.term
         if self._poll(self.id, granted=True) is VoteResult.WON:
             # A single-voter configuration wins at once.
             if pre_vote:
                 self._campaign(pre_vote=False, transfer=transfer)
             else:
-                self.become_leader()
+                self._become_leader()
             return
         last, last_term = self.log.last_index(), self.log.last_term()
         for v in sorted(self.conf.voters):
@@ -514,9 +520,9 @@ class RaftCore:
             elif isinstance(m, RequestVoteResponse) and m.pre_vote and m.granted:
                 pass  # its term is the one we will campaign in if we win
             elif isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
-                self.become_follower(m.term, m.src)
+                self._become_follower(m.term, m.src)
             else:
-                self.become_follower(m.term, NO_NODE)
+                self._become_follower(m.term, NO_NODE)
         elif m.term < self.term:
             if isinstance(m, AppendEntries | Heartbeat) and (
                 self.cfg.check_quorum or self.cfg.pre_vote
@@ -529,17 +535,17 @@ class RaftCore:
             return
 
         if isinstance(m, RequestVote):
-            self.handle_request_vote(m)
+            self._handle_request_vote(m)
             return
         r = self.role
         if isinstance(r, LeaderRole):
-            self.step_leader(r, m)
+            self._step_leader(r, m)
         elif isinstance(r, PreCandidateRole | CandidateRole):
-            self.step_candidate(r, m)
+            self._step_candidate(r, m)
         else:
-            self.step_follower(r, m)
+            self._step_follower(r, m)
 
-    def handle_request_vote(self, m: RequestVote) -> None:
+    def _handle_request_vote(self, m: RequestVote) -> None:
         # Raft §5.2, §5.4.1: one vote per term, only for a log at least as up to date.
         can_vote = (
             self.vote == m.src
@@ -554,57 +560,57 @@ class RaftCore:
         else:
             self._send(RequestVoteResponse(self.id, m.src, self.term, False, m.pre_vote))
 
-    def step_leader(self, r: LeaderRole, m: Message) -> None:
+    def _step_leader(self, r: LeaderRole, m: Message) -> None:
         if isinstance(m, AppendEntriesResponse | InstallSnapshotResponse):
             pr = r.progress.get(m.src)
             if pr is not None:
-                self.handle_append_response(r, pr, m)
+                self._handle_append_response(r, pr, m)
         elif isinstance(m, HeartbeatResponse):
             pr = r.progress.get(m.src)
             if pr is not None:
-                self.handle_heartbeat_response(r, pr, m)
+                self._handle_heartbeat_response(r, pr, m)
         elif isinstance(m, ReadIndex):
             self._leader_read_index(r, m.context, m.src)
         elif isinstance(m, TransferLeadership):
             self._leader_transfer(r, m.transferee)
         # Votes, TimeoutNow and other leaders' traffic (impossible in our term) are ignored.
 
-    def step_candidate(self, r: PreCandidateRole | CandidateRole, m: Message) -> None:
+    def _step_candidate(self, r: PreCandidateRole | CandidateRole, m: Message) -> None:
         if isinstance(m, AppendEntries):
-            self.become_follower(m.term, m.src)
-            self.handle_append_entries(m)
+            self._become_follower(m.term, m.src)
+            self._handle_append_entries(m)
         elif isinstance(m, Heartbeat):
-            self.become_follower(m.term, m.src)
-            self.handle_heartbeat(m)
+            self._become_follower(m.term, m.src)
+            self._handle_heartbeat(m)
         elif isinstance(m, InstallSnapshot):
-            self.become_follower(m.term, m.src)
-            self.handle_install_snapshot(m)
+            self._become_follower(m.term, m.src)
+            self._handle_install_snapshot(m)
         elif isinstance(m, RequestVoteResponse) and m.pre_vote == isinstance(r, PreCandidateRole):
             res = self._poll(m.src, granted=m.granted)
             if res is VoteResult.WON:
                 if isinstance(r, PreCandidateRole):
                     self._campaign(pre_vote=False, transfer=False)
                 else:
-                    self.become_leader()
+                    self._become_leader()
                     lr = self.role
                     assert isinstance(lr, LeaderRole)
                     self._bcast_append(lr)
             elif res is VoteResult.LOST:
-                self.become_follower(self.term, NO_NODE)
+                self._become_follower(self.term, NO_NODE)
 
-    def step_follower(self, r: FollowerRole, m: Message) -> None:
+    def _step_follower(self, r: FollowerRole, m: Message) -> None:
         if isinstance(m, AppendEntries):
             self.election_elapsed = 0
             r.leader = m.src
-            self.handle_append_entries(m)
+            self._handle_append_entries(m)
         elif isinstance(m, Heartbeat):
             self.election_elapsed = 0
             r.leader = m.src
-            self.handle_heartbeat(m)
+            self._handle_heartbeat(m)
         elif isinstance(m, InstallSnapshot):
             self.election_elapsed = 0
             r.leader = m.src
-            self.handle_install_snapshot(m)
+            self._handle_install_snapshot(m)
         elif isinstance(m, TimeoutNow):
             # Thesis §3.10: the leader asks us to campaign now, skipping pre-vote.
             self._hup(transfer=True)
@@ -616,7 +622,7 @@ class RaftCore:
             self._send(TransferLeadership(self.id, r.leader, self.term, m.transferee))
 
     # ------------------------------------------------------------------ follower side
-    def handle_append_entries(self, m: AppendEntries) -> None:
+    def _handle_append_entries(self, m: AppendEntries) -> None:
         if m.prev_log_index < self.log.committed:
             self._send(AppendEntriesResponse(self.id, m.src, self.term, self.log.committed))
             return
@@ -643,11 +649,11 @@ class RaftCore:
             )
         )
 
-    def handle_heartbeat(self, m: Heartbeat) -> None:
+    def _handle_heartbeat(self, m: Heartbeat) -> None:
         self.log.commit_to(m.commit)
         self._send(HeartbeatResponse(self.id, m.src, self.term, m.context))
 
-    def handle_install_snapshot(self, m: InstallSnapshot) -> None:
+    def _handle_install_snapshot(self, m: InstallSnapshot) -> None:
         if self._restore(m.snapshot):
             idx = self.log.last_index()
         else:
@@ -692,7 +698,7 @@ class RaftCore:
     def _committed_in_term(self) -> bool:
         return self.log.term(self.log.committed) == self.term
 
-    def handle_append_response(
+    def _handle_append_response(
         self, r: LeaderRole, pr: Progress, m: AppendEntriesResponse | InstallSnapshotResponse
     ) -> None:
         pr.recent_active = True
@@ -704,7 +710,7 @@ class RaftCore:
             if pr.maybe_decrease_to(m.index, probe):
                 if pr.state is ProgressState.REPLICATE:
                     pr.become_probe()
-                self.maybe_send_append(r, m.src, send_if_empty=True)
+                self._maybe_send_append(r, m.src, send_if_empty=True)
             return
         old_paused = pr.is_paused()
         if pr.maybe_update(m.index) or (pr.match == m.index and pr.state is ProgressState.PROBE):
@@ -718,13 +724,13 @@ class RaftCore:
             if self._maybe_commit(r):
                 self._bcast_append(r)
             elif old_paused:
-                self.maybe_send_append(r, m.src, send_if_empty=True)
-            while self.maybe_send_append(r, m.src, send_if_empty=False):
+                self._maybe_send_append(r, m.src, send_if_empty=True)
+            while self._maybe_send_append(r, m.src, send_if_empty=False):
                 pass
             if m.src == r.transferee and pr.match == self.log.last_index():
                 self._send(TimeoutNow(self.id, m.src, self.term))
 
-    def handle_heartbeat_response(self, r: LeaderRole, pr: Progress, m: HeartbeatResponse) -> None:
+    def _handle_heartbeat_response(self, r: LeaderRole, pr: Progress, m: HeartbeatResponse) -> None:
         pr.recent_active = True
         pr.last_heard_tick = r.ticks
         pr.probe_sent = False
@@ -732,7 +738,7 @@ class RaftCore:
             # The window may be full of lost appends; free one so replication resumes.
             pr.inflights.free_first_one()
         if pr.match < self.log.last_index():
-            self.maybe_send_append(r, m.src, send_if_empty=True)
+            self._maybe_send_append(r, m.src, send_if_empty=True)
         if m.context and m.src in self.conf.voters:
             st = r.reads.get(m.context)
             if st is None:
@@ -741,7 +747,7 @@ class RaftCore:
             if self.quorum.vote_result(dict.fromkeys(st.acks, True)) is VoteResult.WON:
                 self._release_reads_through(r, m.context)
 
-    def maybe_send_append(self, r: LeaderRole, to: NodeId, *, send_if_empty: bool) -> bool:
+    def _maybe_send_append(self, r: LeaderRole, to: NodeId, *, send_if_empty: bool) -> bool:
         """Send ``to`` the entries it needs next (or a snapshot); whether anything was sent."""
         pr = r.progress[to]
         if pr.is_paused():
@@ -780,7 +786,7 @@ class RaftCore:
     def _bcast_append(self, r: LeaderRole) -> None:
         for n in r.progress:
             if n != self.id:
-                self.maybe_send_append(r, n, send_if_empty=True)
+                self._maybe_send_append(r, n, send_if_empty=True)
 
     def _bcast_heartbeat(self, r: LeaderRole, context: bytes) -> None:
         for n, pr in r.progress.items():
@@ -902,13 +908,13 @@ class RaftCore:
         if r.transferee == to:
             return
         r.transferee = to
-        # The transfer must finish within an election timeout or it is aborted (tick_leader).
+        # The transfer must finish within an election timeout or it is aborted (_tick_leader).
         self.election_elapsed = 0
         pr = r.progress[to]
         if pr.match == self.log.last_index():
             self._send(TimeoutNow(self.id, to, self.term))
         else:
-            self.maybe_send_append(r, to, send_if_empty=True)
+            self._maybe_send_append(r, to, send_if_empty=True)
 
     @property
     def transferee(self) -> NodeId:
@@ -991,7 +997,7 @@ class RaftCore:
         )
         if best != NO_NODE and r.progress[best].match == self.log.last_index():
             self._send(TimeoutNow(self.id, best, self.term))
-        self.become_follower(self.term, NO_NODE)
+        self._become_follower(self.term, NO_NODE)
         return True
 
     def _send(self, m: Message) -> None:
@@ -1005,8 +1011,8 @@ class RaftCore:
         return bool(
             self.msgs
             or self.read_states
-            or self.soft_state() != self._prev_soft_state
-            or self.hard_state() != self._prev_hard_state
+            or self._soft_state() != self._prev_soft_state
+            or self._hard_state() != self._prev_hard_state
             or self.log.unstable.entries
             or self.log.has_pending_snapshot()
             or self.log.has_next_committed_entries()
@@ -1016,8 +1022,8 @@ class RaftCore:
         """Take what the node must do now. Call ``advance`` once it is done."""
         invariant(not self._ready_outstanding, "ready() called twice without advance()")
         self._ready_outstanding = True
-        ss = self.soft_state()
-        hs = self.hard_state()
+        ss = self._soft_state()
+        hs = self._hard_state()
         prev = self._prev_hard_state
         entries = tuple(self.log.unstable.entries)
         snap = self.log.unstable.snapshot

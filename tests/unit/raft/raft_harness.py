@@ -75,20 +75,26 @@ class Network:
         seed: int = 0,
         extra: Iterable[int] = (),
         logs: dict[int, list[int]] | None = None,
+        terms: dict[int, int] | None = None,
         **config: object,
     ) -> None:
         """``logs`` preloads node n's log with entries of the given terms at 1, 2, ...
-        (and its hard-state term to the last of them)."""
+        (and its hard-state term to the last of them); ``terms`` sets node n's stored
+        term higher (as if it had seen later elections)."""
         self.conf = ConfState(ids(*voters), ids(*observers))
         self.config = config
         self.rng = random.Random(seed)
         self.nodes: dict[NodeId, Node] = {}
         for n in sorted(self.conf.members()):
             st = MemoryStorage(self.conf)
-            terms = (logs or {}).get(n, [])
-            if terms:
-                st.append([Entry(LogIndex(i + 1), Term(t), data=b"") for i, t in enumerate(terms)])
-                st.set_hard_state(HardState(Term(max(terms))))
+            log_terms = (logs or {}).get(n, [])
+            if log_terms:
+                st.append(
+                    [Entry(LogIndex(i + 1), Term(t), data=b"") for i, t in enumerate(log_terms)]
+                )
+            term = max([*log_terms, (terms or {}).get(n, 0)], default=0)
+            if term:
+                st.set_hard_state(HardState(Term(term)))
             self.add_node(n, st)
         for n in extra:  # started empty, to be added by a conf change
             self.add_node(n, MemoryStorage())
@@ -198,14 +204,16 @@ def lone_core(
     voters: Iterable[int] = (1, 2, 3),
     terms: list[int] | None = None,
     term: int = 0,
+    vote: int = 0,
     seed: int = 0,
     **config: object,
 ) -> Node:
-    """One node whose messages the test reads and answers by hand."""
+    """One node whose messages the test reads and answers by hand; ``terms`` preloads
+    its log, ``term`` and ``vote`` its stored hard state."""
     st = MemoryStorage(ConfState(ids(*voters)))
     if terms:
         st.append([Entry(LogIndex(i + 1), Term(t)) for i, t in enumerate(terms)])
-    if terms or term:
-        st.set_hard_state(HardState(Term(max([term, *(terms or [])]))))
+    if terms or term or vote:
+        st.set_hard_state(HardState(Term(max([term, *(terms or [])])), NodeId(vote)))
     core = RaftCore(make_config(node_id, **config), st, random.Random(seed))
     return Node(core, st)

@@ -131,9 +131,8 @@ def test_candidate_wins_with_a_majority_of_votes_and_loses_with_a_majority_of_re
 def test_follower_grants_at_most_one_vote_per_term_first_come_first_served(
     vote: int, candidate: int, grant: bool
 ) -> None:
-    n = lone_core()
+    n = lone_core(term=1, vote=vote)
     c = n.core
-    c.term, c.vote = Term(1), NodeId(vote)
     c.step(RequestVote(NodeId(candidate), N1, Term(1), LogIndex(0), Term(0)))
     resp = [m for m in n.process_ready() if isinstance(m, RequestVoteResponse)]
     assert len(resp) == 1 and resp[0].granted is grant
@@ -286,10 +285,11 @@ FIG7_FOLLOWERS = {
 def test_leader_brings_any_follower_log_into_agreement_with_its_own(case: str) -> None:
     # A third voter with the leader's log lets the leader win; then the follower converges.
     net = Network(
-        [1, 2, 3], logs={1: FIG7_LEADER, 2: FIG7_FOLLOWERS[case], 3: FIG7_LEADER}, pre_vote=False
+        [1, 2, 3],
+        logs={1: FIG7_LEADER, 2: FIG7_FOLLOWERS[case], 3: FIG7_LEADER},
+        terms={1: 7},
+        pre_vote=False,
     )
-    c = net.core(1)
-    c.term = Term(7)
     net.elect(1)
     net.propose(1, b"x")
     net.tick_all(3)
@@ -327,9 +327,8 @@ def test_voter_grants_only_to_candidates_whose_log_is_at_least_as_up_to_date(
 def test_leader_commits_only_entries_from_current_term() -> None:
     """§5.4.2 / Figure 8: counting replicas never commits an entry of an older term."""
     # Node 1 led term 2 and wrote index 2 (term 2) on itself only.
-    net = Network([1, 2, 3], logs={1: [1, 2], 2: [1], 3: [1]}, pre_vote=False)
+    net = Network([1, 2, 3], logs={1: [1, 2], 2: [1], 3: [1]}, terms={1: 3}, pre_vote=False)
     c = net.core(1)
-    c.term = Term(3)
     # Node 1 wins term 4 but its no-op (index 3, term 4) does not reach anyone.
     net.drop(
         lambda m: isinstance(m, AppendEntries) and len(m.entries) > 0 and m.entries[-1].term == 4
