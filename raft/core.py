@@ -115,6 +115,7 @@ from raft.quorum import MajorityConfig, VoteResult
 from raft.storage_port import CompactedError, StoragePort
 from raft.tracker import Inflights, Progress, ProgressState
 from raft.types import (
+    NO_INDEX,
     NO_NODE,
     ConfChange,
     ConfState,
@@ -128,6 +129,10 @@ from raft.types import (
     Snapshot,
     SoftState,
     Term,
+    TraceEvent,
+    TraceKind,
+    TraceSink,
+    TraceValue,
 )
 
 
@@ -245,11 +250,16 @@ RoleState = FollowerRole | PreCandidateRole | CandidateRole | LeaderRole
 class RaftCore:
     """One Raft node's consensus state. See the module docstring for the contract."""
 
-    def __init__(self, config: Config, storage: StoragePort, rng: Rng) -> None:
+    def __init__(
+        self, config: Config, storage: StoragePort, rng: Rng, *, trace: TraceSink | None = None
+    ) -> None:
+        """``trace`` (optional) is called with a ``TraceEvent`` for every transition: role,
+        term, vote, leadership transfer, configuration, snapshot, log truncation."""
         config.validate()
         self.cfg = config
         self.id = config.id
         self.rng = rng
+        self._tracer = trace
         self.log = RaftLog(storage, config.max_apply_bytes)
         hs, cs = storage.initial_state()
         self.term = hs.term
@@ -278,7 +288,8 @@ class RaftCore:
             # The node wrote a Ready's entries but crashed before its hard state (same Ready,
             # written after them) reached the disk. Nothing was acknowledged in that term:
             # messages go out only after the sync. Restore "term >= last log term".
-            self.term, self.vote = last_term, NO_NODE
+            old_term, self.term, self.vote = self.term, last_term, NO_NODE
+            self._trace(TraceKind.TERM_CHANGED, prev=old_term, why="last-log-term")
         self.role: RoleState = FollowerRole()
         self._set_conf(*self._conf_from_log())
         # Ticks since the last election timeout reset (or, for a leader, the last
@@ -290,7 +301,7 @@ class RaftCore:
         self._prev_hard_state = hs
         self._prev_soft_state = SoftState(NO_NODE, Role.FOLLOWER)
         self._ready_outstanding = False
-        self._become_follower(self.term, NO_NODE)
+        self._become_follower(self.term, NO_NODE, "start")
 
     def __repr__(self) -> str:
         return (
@@ -352,19 +363,32 @@ class RaftCore:
         return r.progress.get(node) if isinstance(r, LeaderRole) else None
 
     # ------------------------------------------------------------------ role transitions
+    def _trace(self, kind: TraceKind, /, **detail: TraceValue) -> None:
+        """Report a transition to the injected tracer. Called only on transitions (never per
+        entry or per heartbeat); the event is built only if a tracer is set, and formatted
+        only by whoever prints it."""
+        if self._tracer is not None:
+            self._tracer(TraceEvent(self.id, self.term, kind, detail))
+
     def _reset(self, term: Term) -> None:
         if self.term != term:
-            self.term = term
+            old_term, self.term = self.term, term
             self.vote = NO_NODE
+            self._trace(TraceKind.TERM_CHANGED, prev=old_term)
         self.election_elapsed = 0
         self.randomized_election_timeout = self.cfg.election_timeout_ticks + self.rng.randrange(
             self.cfg.election_timeout_ticks
         )
 
-    def _become_follower(self, term: Term, leader: NodeId) -> None:
+    def _become_follower(self, term: Term, leader: NodeId, why: str, src: NodeId = NO_NODE) -> None:
+        """``why`` (and ``src``, whose message caused it) are for the trace only."""
         invariant(term >= self.term, "term going back from %d to %d", self.term, term)
         self._reset(term)
         self.role = FollowerRole(leader)
+        if src != NO_NODE:
+            self._trace(TraceKind.BECAME_FOLLOWER, leader=leader, why=why, src=src)
+        else:
+            self._trace(TraceKind.BECAME_FOLLOWER, leader=leader, why=why)
 
     def _become_pre_candidate(self) -> None:
         invariant(not self.is_leader, "leader cannot become pre-candidate")
@@ -374,12 +398,24 @@ class RaftCore:
             self.cfg.election_timeout_ticks
         )
         self.role = PreCandidateRole()
+        self._trace(
+            TraceKind.BECAME_PRE_CANDIDATE,
+            last_index=self.log.last_index(),
+            last_term=self.log.last_term(),
+        )
 
-    def _become_candidate(self) -> None:
+    def _become_candidate(self, *, transfer: bool) -> None:
+        """``transfer``: the campaign a TimeoutNow asked for (for the trace only)."""
         invariant(not self.is_leader, "leader cannot become candidate")
         self._reset(Term(self.term + 1))
         self.vote = self.id
         self.role = CandidateRole()
+        self._trace(
+            TraceKind.BECAME_CANDIDATE,
+            last_index=self.log.last_index(),
+            last_term=self.log.last_term(),
+            transfer=transfer,
+        )
 
     def _become_leader(self) -> None:
         invariant(isinstance(self.role, CandidateRole), "only a candidate becomes leader")
@@ -394,6 +430,7 @@ class RaftCore:
         me.match = last
         me.become_replicate()
         me.recent_active = True
+        self._trace(TraceKind.BECAME_LEADER, noop=noop_index)
         # Raft §8: a no-op of the new term lets the leader learn what is committed.
         self._append_entries([Entry(noop_index, self.term)])
 
@@ -427,7 +464,7 @@ class RaftCore:
         if self.cfg.check_quorum and not self._quorum_heard_within_election_timeout(r):
             # Check-quorum: a leader that has not heard from a majority of voters within an
             # election timeout steps down, so an isolated leader stops serving (KAFKA-15489).
-            self._become_follower(self.term, NO_NODE)
+            self._become_follower(self.term, NO_NODE, "check-quorum")
             return
         for n, pr in r.progress.items():
             # An InstallSnapshot unanswered for an election timeout was probably lost:
@@ -445,6 +482,7 @@ class RaftCore:
                     pr.recent_active = False
             if r.transferee != NO_NODE:
                 # Thesis §3.10: abort a transfer that did not finish in an election timeout.
+                self._trace(TraceKind.TRANSFER_ABORTED, to=r.transferee, why="timeout")
                 r.transferee = NO_NODE
         if r.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
             r.heartbeat_elapsed = 0
@@ -479,7 +517,7 @@ class RaftCore:
             self._become_pre_candidate()
             vote_term = Term(self.term + 1)
         else:
-            self._become_candidate()
+            self._become_candidate(transfer=transfer)
             vote_term = self.term
         if self._poll(self.id, granted=True) is VoteResult.WON:
             # A single-voter configuration wins at once.
@@ -498,6 +536,16 @@ class RaftCore:
         invariant(isinstance(r, PreCandidateRole | CandidateRole), "polling while %s", r)
         assert isinstance(r, PreCandidateRole | CandidateRole)
         r.votes.setdefault(node, granted)
+        if self._tracer is not None:
+            yes = sum(r.votes.values())
+            self._trace(
+                TraceKind.VOTE_RECEIVED,
+                src=node,
+                granted=granted,
+                pre_vote=isinstance(r, PreCandidateRole),
+                granted_total=yes,
+                rejected_total=len(r.votes) - yes,
+            )
         return self.quorum.vote_result(r.votes)
 
     # ------------------------------------------------------------------ messages in
@@ -514,15 +562,16 @@ class RaftCore:
                 )
                 if in_lease and not m.transfer:
                     # Thesis §4.2.3: we heard from a live leader; ignore a disruptive candidate.
+                    self._trace(TraceKind.VOTE_IGNORED, src=m.src, pre_vote=m.pre_vote, why="lease")
                     return
             if isinstance(m, RequestVote) and m.pre_vote:
                 pass  # a pre-vote never changes our term
             elif isinstance(m, RequestVoteResponse) and m.pre_vote and m.granted:
                 pass  # its term is the one we will campaign in if we win
             elif isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
-                self._become_follower(m.term, m.src)
+                self._become_follower(m.term, m.src, "higher-term", m.src)
             else:
-                self._become_follower(m.term, NO_NODE)
+                self._become_follower(m.term, NO_NODE, "higher-term", m.src)
         elif m.term < self.term:
             if isinstance(m, AppendEntries | Heartbeat) and (
                 self.cfg.check_quorum or self.cfg.pre_vote
@@ -531,7 +580,10 @@ class RaftCore:
                 # otherwise never learn our term; this answer makes it step down.
                 self._send(AppendEntriesResponse(self.id, m.src, self.term, LogIndex(0)))
             elif isinstance(m, RequestVote) and m.pre_vote:
+                self._trace(TraceKind.VOTE_REJECTED, to=m.src, pre_vote=True, why="stale-term")
                 self._send(RequestVoteResponse(self.id, m.src, self.term, False, pre_vote=True))
+            elif isinstance(m, RequestVote):
+                self._trace(TraceKind.VOTE_IGNORED, src=m.src, pre_vote=False, why="stale-term")
             return
 
         if isinstance(m, RequestVote):
@@ -552,13 +604,24 @@ class RaftCore:
             or (self.vote == NO_NODE and self.leader == NO_NODE)
             or (m.pre_vote and m.term > self.term)
         )
-        if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
+        up_to_date = self.log.is_up_to_date(m.last_log_index, m.last_log_term)
+        if can_vote and up_to_date:
             self._send(RequestVoteResponse(self.id, m.src, m.term, True, m.pre_vote))
             if not m.pre_vote:
                 self.election_elapsed = 0
                 self.vote = m.src
+            self._trace(TraceKind.VOTE_GRANTED, to=m.src, pre_vote=m.pre_vote)
         else:
             self._send(RequestVoteResponse(self.id, m.src, self.term, False, m.pre_vote))
+            if self._tracer is not None:
+                why = (
+                    "log-behind"
+                    if can_vote
+                    else f"voted-{self.vote}"
+                    if self.vote != NO_NODE
+                    else f"leader-{self.leader}"
+                )
+                self._trace(TraceKind.VOTE_REJECTED, to=m.src, pre_vote=m.pre_vote, why=why)
 
     def _step_leader(self, r: LeaderRole, m: Message) -> None:
         if isinstance(m, AppendEntriesResponse | InstallSnapshotResponse):
@@ -577,13 +640,13 @@ class RaftCore:
 
     def _step_candidate(self, r: PreCandidateRole | CandidateRole, m: Message) -> None:
         if isinstance(m, AppendEntries):
-            self._become_follower(m.term, m.src)
+            self._become_follower(m.term, m.src, "leader-of-term")
             self._handle_append_entries(m)
         elif isinstance(m, Heartbeat):
-            self._become_follower(m.term, m.src)
+            self._become_follower(m.term, m.src, "leader-of-term")
             self._handle_heartbeat(m)
         elif isinstance(m, InstallSnapshot):
-            self._become_follower(m.term, m.src)
+            self._become_follower(m.term, m.src, "leader-of-term")
             self._handle_install_snapshot(m)
         elif isinstance(m, RequestVoteResponse) and m.pre_vote == isinstance(r, PreCandidateRole):
             res = self._poll(m.src, granted=m.granted)
@@ -596,7 +659,7 @@ class RaftCore:
                     assert isinstance(lr, LeaderRole)
                     self._bcast_append(lr)
             elif res is VoteResult.LOST:
-                self._become_follower(self.term, NO_NODE)
+                self._become_follower(self.term, NO_NODE, "election-lost")
 
     def _step_follower(self, r: FollowerRole, m: Message) -> None:
         if isinstance(m, AppendEntries):
@@ -626,10 +689,14 @@ class RaftCore:
         if m.prev_log_index < self.log.committed:
             self._send(AppendEntriesResponse(self.id, m.src, self.term, self.log.committed))
             return
+        # Read only when tracing: this is the replication hot path.
+        last_before = self.log.last_index() if self._tracer is not None else NO_INDEX
         res = self.log.maybe_append(m.prev_log_index, m.prev_log_term, m.leader_commit, m.entries)
         if res is not None:
             last_new, conflict = res
             if conflict:
+                if conflict <= last_before:
+                    self._trace(TraceKind.LOG_TRUNCATED, index=conflict, last=last_before)
                 self._note_appended(m.entries[conflict - m.prev_log_index - 1 :], conflict)
             self._send(AppendEntriesResponse(self.id, m.src, self.term, last_new))
             return
@@ -668,6 +735,7 @@ class RaftCore:
             self.log.commit_to(snap.index)
             return False
         self.log.restore(snap)
+        self._trace(TraceKind.SNAPSHOT_RESTORED, index=snap.index, snap_term=snap.term)
         self._set_conf(snap.metadata.conf_state, snap.index)
         self.applied_conf = snap.metadata.conf_state
         return True
@@ -729,6 +797,7 @@ class RaftCore:
                 pass
             if m.src == r.transferee and pr.match == self.log.last_index():
                 self._send(TimeoutNow(self.id, m.src, self.term))
+                self._trace(TraceKind.TIMEOUT_NOW_SENT, to=m.src)
 
     def _handle_heartbeat_response(self, r: LeaderRole, pr: Progress, m: HeartbeatResponse) -> None:
         pr.recent_active = True
@@ -908,11 +977,13 @@ class RaftCore:
         if r.transferee == to:
             return
         r.transferee = to
+        self._trace(TraceKind.TRANSFER_STARTED, to=to)
         # The transfer must finish within an election timeout or it is aborted (_tick_leader).
         self.election_elapsed = 0
         pr = r.progress[to]
         if pr.match == self.log.last_index():
             self._send(TimeoutNow(self.id, to, self.term))
+            self._trace(TraceKind.TIMEOUT_NOW_SENT, to=to)
         else:
             self._maybe_send_append(r, to, send_if_empty=True)
 
@@ -945,6 +1016,13 @@ class RaftCore:
         self.conf = cs
         self.conf_index = index
         self.quorum = MajorityConfig(cs.voters)
+        if self._tracer is not None:
+            self._trace(
+                TraceKind.CONF_CHANGED,
+                voters=tuple(sorted(cs.voters)),
+                observers=tuple(sorted(cs.observers)),
+                index=index,
+            )
         r = self.role
         if not isinstance(r, LeaderRole):
             return
@@ -960,6 +1038,8 @@ class RaftCore:
             if n not in cs.members() and n != self.id:
                 del r.progress[n]
         if r.transferee not in cs.voters:
+            if r.transferee != NO_NODE:
+                self._trace(TraceKind.TRANSFER_ABORTED, to=r.transferee, why="not-a-voter")
             r.transferee = NO_NODE
 
     def _conf_from_log(self) -> tuple[ConfState, LogIndex]:
@@ -997,7 +1077,8 @@ class RaftCore:
         )
         if best != NO_NODE and r.progress[best].match == self.log.last_index():
             self._send(TimeoutNow(self.id, best, self.term))
-        self._become_follower(self.term, NO_NODE)
+            self._trace(TraceKind.TIMEOUT_NOW_SENT, to=best)
+        self._become_follower(self.term, NO_NODE, "removed")
         return True
 
     def _send(self, m: Message) -> None:

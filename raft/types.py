@@ -1,8 +1,9 @@
 """raft.types: the values the Raft core speaks in.
 
 Owns the distinct integer types (``NodeId``, ``Term``, ``LogIndex``), log entries, the
-persistent ``HardState``, the volatile ``SoftState``, the membership ``ConfState`` and
-``Snapshot``. All values are immutable.
+persistent ``HardState``, the volatile ``SoftState``, the membership ``ConfState``,
+``Snapshot``, and the ``TraceEvent`` the core reports each transition with. All values
+are immutable.
 
 Pure: no I/O, no clock, no global random.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NewType
 
@@ -205,3 +207,50 @@ class ReadState:
 
     index: LogIndex
     context: bytes
+
+
+class TraceKind(enum.Enum):
+    """A transition of the core; the value is how it reads in a log line."""
+
+    BECAME_FOLLOWER = "became follower"  # leader, why (start, higher-term, ...), src
+    BECAME_PRE_CANDIDATE = "became pre-candidate"  # last_index, last_term
+    BECAME_CANDIDATE = "became candidate"  # last_index, last_term, transfer
+    BECAME_LEADER = "became leader"  # noop (the index of this term's no-op)
+    TERM_CHANGED = "changed term"  # prev (the previous term)
+    VOTE_GRANTED = "granted vote"  # to, pre_vote
+    VOTE_REJECTED = "rejected vote"  # to, pre_vote, why
+    VOTE_IGNORED = "ignored vote request"  # src, pre_vote, why (lease, stale-term)
+    VOTE_RECEIVED = "received vote"  # src, granted, pre_vote, granted_total, rejected_total
+    TRANSFER_STARTED = "started leadership transfer"  # to
+    TRANSFER_ABORTED = "aborted leadership transfer"  # to, why
+    TIMEOUT_NOW_SENT = "sent TimeoutNow"  # to
+    CONF_CHANGED = "switched configuration"  # voters, observers, index
+    SNAPSHOT_RESTORED = "restored snapshot"  # index, snap_term, voters, observers
+    LOG_TRUNCATED = "truncated log"  # index (first entry replaced), last (before)
+
+
+TraceValue = int | str | bool | tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One transition of node ``node``, reported in ``term`` (the term after the change).
+
+    The core hands each to the ``trace`` callable it was built with (etcd-io/raft logs
+    the same transitions); ``str(event)`` is the log line, e.g.
+    ``2 granted vote [term=3 to=1 pre_vote=False]``.
+    """
+
+    node: NodeId
+    term: Term
+    kind: TraceKind
+    detail: Mapping[str, TraceValue] = field(default_factory=dict, hash=False)
+
+    def __str__(self) -> str:
+        parts = [f"term={self.term}"]
+        for k, v in self.detail.items():
+            parts.append(f"{k}=({' '.join(map(str, v))})" if isinstance(v, tuple) else f"{k}={v}")
+        return f"{self.node} {self.kind.value} [{' '.join(parts)}]"
+
+
+TraceSink = Callable[[TraceEvent], None]

@@ -68,10 +68,19 @@ from raft.types import (
     Snapshot,
     SnapshotMetadata,
     Term,
+    TraceEvent,
 )
 from storage.fileio import FileLayer
 
 log = logging.getLogger(__name__)
+# The core's transitions (role, term, votes, transfers, configuration), one line each as
+# etcd-raft logs them. The core does no I/O, so it hands them to this shell to log.
+core_log = logging.getLogger("raft.core")
+
+
+def _log_transition(event: TraceEvent) -> None:
+    core_log.info("%s", event)  # formatted only if INFO is enabled for raft.core
+
 
 __all__ = [
     "ConfChangeError",
@@ -277,6 +286,7 @@ class RaftNode:
             ),
             mem,
             random.Random(seed),
+            trace=_log_transition,
         )
         snap = mem.snapshot()
         self.applied = snap.index

@@ -25,6 +25,7 @@ from raft.types import (
     ReadState,
     Snapshot,
     Term,
+    TraceEvent,
 )
 
 
@@ -40,6 +41,7 @@ class Node:
     snapshots: list[Snapshot] = field(default_factory=list)
     read_states: list[ReadState] = field(default_factory=list)
     readies: list[Ready] = field(default_factory=list)
+    events: list[TraceEvent] = field(default_factory=list)  # lone_core's trace
 
     def process_ready(self) -> list[Message]:
         out: list[Message] = []
@@ -76,14 +78,20 @@ class Network:
         extra: Iterable[int] = (),
         logs: dict[int, list[int]] | None = None,
         terms: dict[int, int] | None = None,
+        core_class: type[RaftCore] = RaftCore,
         **config: object,
     ) -> None:
         """``logs`` preloads node n's log with entries of the given terms at 1, 2, ...
         (and its hard-state term to the last of them); ``terms`` sets node n's stored
-        term higher (as if it had seen later elections)."""
+        term higher (as if it had seen later elections); ``core_class`` builds every core
+        as a subclass of ``RaftCore`` (one that checks itself after each input, say)."""
         self.conf = ConfState(ids(*voters), ids(*observers))
         self.config = config
+        self.core_class = core_class
         self.rng = random.Random(seed)
+        # Every core's transitions, in order: tracing is on in every unit test, so the trace
+        # code runs on every path these tests take.
+        self.events: list[TraceEvent] = []
         self.nodes: dict[NodeId, Node] = {}
         for n in sorted(self.conf.members()):
             st = MemoryStorage(self.conf)
@@ -105,7 +113,12 @@ class Network:
         self.dropped: list[Message] = []
 
     def add_node(self, n: int, storage: MemoryStorage) -> Node:
-        core = RaftCore(make_config(n, **self.config), storage, random.Random(self.rng.random()))
+        core = self.core_class(
+            make_config(n, **self.config),
+            storage,
+            random.Random(self.rng.random()),
+            trace=self.events.append,
+        )
         node = self.nodes[NodeId(n)] = Node(core, storage)
         return node
 
@@ -215,5 +228,6 @@ def lone_core(
         st.append([Entry(LogIndex(i + 1), Term(t)) for i, t in enumerate(terms)])
     if terms or term or vote:
         st.set_hard_state(HardState(Term(max([term, *(terms or [])])), NodeId(vote)))
-    core = RaftCore(make_config(node_id, **config), st, random.Random(seed))
-    return Node(core, st)
+    events: list[TraceEvent] = []
+    core = RaftCore(make_config(node_id, **config), st, random.Random(seed), trace=events.append)
+    return Node(core, st, events=events)
