@@ -40,6 +40,7 @@ from api.http.app import add_public_routes
 from api.http.errors import error_middleware
 from api.node.config import NodeConfig
 from api.node.controller_app import image_summary
+from api.node.listener import limits_of, start_listener
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
     cleanup_within,
@@ -167,8 +168,8 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                                           else PageCacheTrimmer(
                                               config.log_page_cache_keep_bytes)))
     follower.subscribe(replicas.on_metadata)
-    # Bodies up to 64 MiB: a batch of max.message.bytes in msgpack, or a large JSON batch.
-    app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
+    app = web.Application(middlewares=[error_middleware],
+                          client_max_size=config.http_request_bytes_max)
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
@@ -215,15 +216,7 @@ async def serve_broker(config: NodeConfig) -> bool:
     """Run until SIGINT/SIGTERM, then shut down in a controlled way. Returns whether the
     controller confirmed the controlled shutdown."""
     app, srv = build_broker(config, autostart=False)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           keepalive_timeout=config.http_keepalive_timeout_ms / 1000)
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-    try:
-        await site.start()
-    except OSError:
-        await runner.cleanup()
-        raise
+    runner, _site = await start_listener(app, config.host, config.port, limits_of(config))
     log.info("broker %d listening on %s", config.node_id, config.url)
     await srv.start()
     failure = await stop_signal_or_failure(srv.essentials)

@@ -92,6 +92,16 @@ class NodeConfig(BaseModel):
     not restart it for partial headers) clients that open a connection and trickle or never
     finish a request's headers. aiohttp's own default is 3,630 s; 75 s is nginx's
     ``keepalive_timeout``. Request bodies have their own bound (408 after 30 s)."""
+    http_connections_max: int = Field(default=1024, ge=1)
+    """Connections one listener holds at most; one accepted beyond it is closed at once
+    (Kafka's ``max.connections``). Bounds what idle or slow clients can hold."""
+    http_request_bytes_max: int = Field(default=64 << 20, ge=1 << 20)
+    """The largest request body (413 above it): a batch of ``max.message.bytes`` in msgpack,
+    or a large JSON batch, fits in the default. Kafka's ``socket.request.max.bytes``."""
+    http_header_bytes_max: int = Field(default=8190, ge=1024, le=1 << 20)
+    """The request line and each header field, in bytes (431/400 above it)."""
+    http_headers_max: int = Field(default=128, ge=16, le=10_000)
+    """Header fields one request may carry."""
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""

@@ -50,6 +50,7 @@ from aiohttp import web
 from api.http.errors import error_middleware
 from api.http.metrics import add_controller_metrics
 from api.node.config import NodeConfig
+from api.node.listener import limits_of, start_listener
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
     cleanup_within,
@@ -296,7 +297,8 @@ def build_controller(
         leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms or None)
     svc = ControllerService(node_cfg, QuorumController(config.node_id, config=ctl_config),
                             snapshot_records=snapshot_records)
-    app = web.Application(middlewares=[error_middleware], client_max_size=64 << 20)
+    app = web.Application(middlewares=[error_middleware],
+                          client_max_size=config.http_request_bytes_max)
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)
@@ -328,11 +330,7 @@ def build_controller(
 async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly."""
     app, _svc = build_controller(config, join=join)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           keepalive_timeout=config.http_keepalive_timeout_ms / 1000)
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-    await site.start()
+    runner, _site = await start_listener(app, config.host, config.port, limits_of(config))
     log.info("controller %d listening on %s", config.node_id, config.url)
     failure = await stop_signal_or_failure(app[ESSENTIALS_KEY])
     if failure is not None:
