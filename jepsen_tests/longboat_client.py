@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import json
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -47,8 +47,22 @@ from api.client.coordinator import CoordinatorClient
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from jepsen_tests.cluster import DefiniteError, IndefiniteError, OnRebalance
 
-if TYPE_CHECKING:
-    from jepsen_tests.longboat import LongboatCluster
+
+class LongboatCluster(Protocol):
+    """What the clients need of ``jepsen_tests.longboat.LongboatCluster``, which creates
+    them: a protocol, so that this module does not import the module that imports it."""
+
+    topic: str
+    idempotence: bool
+    keys: list[str]
+    brokers: list[str]
+    by_id: dict[int, str]
+
+    def url(self, name: str) -> str: ...
+
+    def broker_urls(self) -> list[str]: ...
+
+    def key_partition(self, key: str) -> int: ...
 
 # Refusals that do not depend on the cluster's state: every attempt would get them, so the
 # first one did too and nothing was appended.
