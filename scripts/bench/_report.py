@@ -32,10 +32,14 @@ Size = Literal["smoke", "quick", "full"]
 def add_size_flags(ap: argparse.ArgumentParser) -> None:
     """``--quick`` and ``--smoke`` (exclusive); read them back with ``size(args)``."""
     group = ap.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true",
-                       help="small data, few runs: within about 60 s on 2 cores")
-    group.add_argument("--smoke", action="store_true",
-                       help="a few seconds of tiny data: every figure, values meaningless")
+    group.add_argument(
+        "--quick", action="store_true", help="small data, few runs: within about 60 s on 2 cores"
+    )
+    group.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a few seconds of tiny data: every figure, values meaningless",
+    )
 
 
 def size(args: argparse.Namespace) -> Size:
@@ -63,8 +67,12 @@ def figure(
     if (baseline is None) != (not baseline_values):
         raise ValueError(f"{bench}: a baseline needs both its description and its values")
     value = statistics.median(values)
-    out: dict[str, Any] = {"bench": bench, "unit": unit, "value": round(value, 3),
-                           "baseline": baseline}
+    out: dict[str, Any] = {
+        "bench": bench,
+        "unit": unit,
+        "value": round(value, 3),
+        "baseline": baseline,
+    }
     if baseline_values:
         base = statistics.median(baseline_values)
         out["baseline_value"] = round(base, 3)

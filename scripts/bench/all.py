@@ -40,8 +40,9 @@ def main() -> int:
     failed = []
     for name in BENCHMARKS:
         print(f"==> {name} {size}", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, str(HERE / name), size],
-                              stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run(
+            [sys.executable, str(HERE / name), size], stdout=subprocess.PIPE, text=True
+        )
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
         if proc.returncode != 0:
