@@ -3,8 +3,9 @@
 
 Each benchmark is a separate process so one that crashes does not hide the others; its
 standard error passes through (progress), its standard output (figures, JSON lines) is
-collected and printed. Exits 1 if any benchmark failed. ``scripts/benchmarks_md.py`` turns
-the output into docs/benchmarks.md.
+collected and printed, each figure with one key more, ``command``: the command line that
+gave it. Exits 1 if any benchmark failed or printed a line that is not a JSON object.
+``scripts/benchmarks_md.py`` turns the output into docs/benchmarks.md.
 
 Usage: python scripts/bench/all.py [--smoke] > results.jsonl
 """
@@ -12,6 +13,7 @@ Usage: python scripts/bench/all.py [--smoke] > results.jsonl
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +45,19 @@ def main() -> int:
         proc = subprocess.run(
             [sys.executable, str(HERE / name), size], stdout=subprocess.PIPE, text=True
         )
-        sys.stdout.write(proc.stdout)
-        sys.stdout.flush()
-        if proc.returncode != 0:
+        command = f"python scripts/bench/{name} {size}"
+        bad = False
+        for line in proc.stdout.splitlines():
+            try:
+                fig = json.loads(line)
+            except ValueError:
+                fig = None
+            if not isinstance(fig, dict):
+                print(f"{name}: not a figure: {line!r}", file=sys.stderr)
+                bad = True
+                continue
+            print(json.dumps({**fig, "command": command}), flush=True)
+        if proc.returncode != 0 or bad:
             failed.append(name)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -182,7 +182,7 @@ def main() -> int:
                          "(brokers, controllers, the bare server, this client).")
     ap.add_argument("--per-second", action="store_true",
                     help="Diagnosis: print the records acknowledged in each second of every "
-                         "run (a fall within a run: docs/http-api.md, first touch of memory).")
+                         "run (a fall within a run: docs/benchmarks.md, History).")
     args = ap.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)

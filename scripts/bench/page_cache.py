@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Appending to a partition log with its page-cache footprint bounded, against the same
-appends leaving the cache to grow (Kafka's way), in the same run (BENCHMARKS.md: JSON lines
-on stdout, progress on stderr).
+appends leaving the cache to grow (Kafka's way), in the same run (JSON lines on stdout,
+progress on stderr: _report.py).
 
 ``storage.page_cache.append``: MB/s of ``PartitionLog.append`` (batches of 1,000 records of
 100 bytes, no fsync, as a broker with acks=all writes), with ``drop_cache_behind(64 MiB)``

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Produce and consume throughput through the Python client, beside Redis Streams, NATS
-JetStream and the raw disk, all in one run on this machine (BENCHMARKS.md: JSON lines on
-stdout, progress on stderr).
+JetStream and the raw disk, all in one run on this machine (JSON lines on stdout, progress
+on stderr: _report.py).
 
 Figures (100-byte records):
 
