@@ -17,10 +17,7 @@ import signal
 import sys
 import time
 
-HERE_ROOT = __file__.rsplit("/scripts/bench/", 1)[0]
-sys.path.insert(0, HERE_ROOT)
-
-from api.client import AsyncGroupConsumer, TopicPartition  # noqa: E402
+from api.client import AsyncGroupConsumer, TopicPartition
 
 
 async def main() -> None:

@@ -24,7 +24,9 @@ Figures (JSON lines on stdout, progress on stderr):
   session timeout plus one second (the goal: at most that).
 
 Goal (issue 5): cooperative pause for unaffected members 0; time to stable after a kill at
-most the session timeout plus one second. ``--runs N`` repeats each scenario (default 3).
+most the session timeout plus one second. Full: 3 runs of each scenario (about 6 minutes);
+``--quick``: one; ``--smoke``: one with 3 members, 6 partitions and a 1.5 s session timeout;
+``--runs N`` sets the runs.
 """
 
 from __future__ import annotations
@@ -36,31 +38,44 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from _report import add_size_flags, figure, progress, size
+
+from api.node.localcluster import running_cluster, wait_for
+from metalog.client import ControllerClient
+from metalog.controller import CreateTopic
+
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
 
-from api.node.localcluster import running_cluster, wait_for  # noqa: E402
-from metalog.client import ControllerClient  # noqa: E402
-from metalog.controller import CreateTopic  # noqa: E402
-from scripts.bench._report import figure, progress  # noqa: E402
 
-PARTITIONS = 20
-MEMBERS = 10
-SESSION_MS = 6000
-HEARTBEAT_MS = 500
+@dataclass(frozen=True)
+class Shape:
+    """The group measured: its size, its timeouts, and the pause between steps."""
+
+    members: int
+    partitions: int
+    session_ms: int
+    heartbeat_ms: int
+    settle_s: float
+
+
+SHAPES = {
+    "full": Shape(members=10, partitions=20, session_ms=6000, heartbeat_ms=500, settle_s=2.0),
+    "quick": Shape(members=10, partitions=20, session_ms=6000, heartbeat_ms=500, settle_s=2.0),
+    "smoke": Shape(members=3, partitions=6, session_ms=1500, heartbeat_ms=300, settle_s=0.5),
+}
 
 
 class Member:
     def __init__(self, root: Path, bootstrap: str, group: str, topic: str, strategy: str,
-                 name: str) -> None:
+                 name: str, shape: Shape) -> None:
         self.out = root / f"{group}-{name}.events"
         self.out.touch()
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", str(HERE / "_group_member.py"), bootstrap, group, topic, strategy,
-             str(self.out), str(SESSION_MS), str(HEARTBEAT_MS)],
+            [sys.executable, str(HERE / "_group_member.py"), bootstrap, group, topic, strategy,
+             str(self.out), str(shape.session_ms), str(shape.heartbeat_ms)],
             stdout=subprocess.DEVNULL, stderr=open(f"{self.out}.stderr", "wb"))  # noqa: SIM115
 
     def events(self) -> list[tuple[str, int, set[int]]]:
@@ -95,16 +110,17 @@ class Member:
                 self.proc.wait()
 
 
-def stable(members: list[Member]) -> bool:
+def stable(members: list[Member], partitions: int) -> bool:
     owned = [m.owned() for m in members]
-    return (set().union(*owned) == set(range(PARTITIONS))
-            and sum(map(len, owned)) == PARTITIONS and all(owned))
+    return (set().union(*owned) == set(range(partitions))
+            and sum(map(len, owned)) == partitions and all(owned))
 
 
-def wait_stable(members: list[Member], timeout_s: float = 120) -> int:
+def wait_stable(members: list[Member], partitions: int, timeout_s: float = 120) -> int:
     """When the group became stable: the latest assignment event once it is (the events'
     own clock, not when this loop noticed)."""
-    wait_for("a stable group", lambda: stable(members), timeout_s, interval_s=0.05)
+    wait_for("a stable group", lambda: stable(members, partitions), timeout_s,
+             interval_s=0.05)
     return max(ts for m in members for k, ts, _ in m.events() if k in "AV")
 
 
@@ -128,38 +144,39 @@ def pause_ms(members: list[Member], since_ns: int) -> float:
 
 
 def scenario(root: Path, bootstrap: str, quorum_urls: list[str], strategy: str,
-             run: int) -> dict[str, float]:
+             run: int, shape: Shape) -> dict[str, float]:
     import asyncio
 
     topic = f"bench-groups-{strategy}-{run}"
 
     async def create() -> None:
         async with ControllerClient(quorum_urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=topic, num_partitions=PARTITIONS,
+            await cc.execute(CreateTopic(name=topic, num_partitions=shape.partitions,
                                          replication_factor=1))
     asyncio.run(create())
     group = f"g-{strategy}-{run}"
-    members = [Member(root, bootstrap, group, topic, strategy, f"m{i}") for i in range(MEMBERS)]
+    members = [Member(root, bootstrap, group, topic, strategy, f"m{i}", shape)
+               for i in range(shape.members)]
     try:
-        wait_stable(members)
-        time.sleep(2)
-        progress(f"  {strategy} run {run}: {MEMBERS} members stable; one joins")
-        newcomer = Member(root, bootstrap, group, topic, strategy, "new")
+        wait_stable(members, shape.partitions)
+        time.sleep(shape.settle_s)
+        progress(f"  {strategy} run {run}: {shape.members} members stable; one joins")
+        newcomer = Member(root, bootstrap, group, topic, strategy, "new", shape)
         members.append(newcomer)
         wait_for("the newcomer to subscribe", lambda: newcomer.joined_ns() is not None, 60)
         t_join = newcomer.joined_ns()
         assert t_join is not None
-        t_stable = wait_stable(members)
+        t_stable = wait_stable(members, shape.partitions)
         join_ms = (t_stable - t_join) / 1e6
         join_pause = pause_ms(members, t_join)
-        time.sleep(2)
+        time.sleep(shape.settle_s)
         progress(f"  {strategy} run {run}: join stable in {join_ms:.0f} ms, "
                  f"pause {join_pause:.0f} ms; killing one")
         victim = members.pop(0)
         t_kill = time.monotonic_ns()
         victim.proc.kill()
         victim.proc.wait()
-        t_stable = wait_stable(members)
+        t_stable = wait_stable(members, shape.partitions)
         kill_ms = (t_stable - t_kill) / 1e6
         kill_pause = pause_ms(members, t_kill)
         progress(f"  {strategy} run {run}: kill stable in {kill_ms:.0f} ms, "
@@ -173,9 +190,12 @@ def scenario(root: Path, bootstrap: str, quorum_urls: list[str], strategy: str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=3)
+    add_size_flags(ap)
+    ap.add_argument("--runs", type=int, default=None, help="runs of each scenario")
     ap.add_argument("--keep", help="a directory to keep the members' event files and logs in")
     args = ap.parse_args()
+    shape = SHAPES[size(args)]
+    runs = args.runs or (3 if size(args) == "full" else 1)
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -184,12 +204,13 @@ def main() -> None:
                 "--override", "group_min_session_timeout_ms=1000"]) as (q, b):
             bootstrap = ",".join(b.url(i) for i in b.ids)
             res: dict[str, list[dict[str, float]]] = {"sticky": [], "cooperative-sticky": []}
-            for run in range(args.runs):
+            for run in range(runs):
                 for strategy in res:
-                    res[strategy].append(scenario(root, bootstrap, q.urls, strategy, run))
+                    res[strategy].append(scenario(root, bootstrap, q.urls, strategy, run, shape))
     eager, coop = res["sticky"], res["cooperative-sticky"]
-    params = {"members": MEMBERS, "partitions": PARTITIONS, "session_timeout_ms": SESSION_MS,
-              "heartbeat_interval_ms": HEARTBEAT_MS, "cpus": os.cpu_count()}
+    params = {"members": shape.members, "partitions": shape.partitions,
+              "session_timeout_ms": shape.session_ms,
+              "heartbeat_interval_ms": shape.heartbeat_ms, "cpus": os.cpu_count()}
     for what in ("join", "kill"):
         figure(f"groups.pause_{what}.cooperative_vs_eager", "ms",
                [r[f"{what}_pause_ms"] for r in coop], baseline="eager (sticky)",
@@ -202,7 +223,7 @@ def main() -> None:
     for name, rows in (("cooperative", coop), ("eager", eager)):
         figure(f"groups.stable_after_kill.{name}.vs_session_timeout", "ms",
                [r["kill_ms"] for r in rows], baseline="session timeout + 1 s",
-               baseline_values=[SESSION_MS + 1000.0] * len(rows), higher_is_better=False,
+               baseline_values=[shape.session_ms + 1000.0] * len(rows), higher_is_better=False,
                params=params)
 
 

@@ -14,7 +14,7 @@ Figures (JSON lines on stdout, progress on stderr):
   time until a topic creation succeeds again. No natural baseline.
 
 ``--quick``: 200 topics, 10,000 partitions, 3 kills (about a minute); full: 1,000 topics,
-100,000 partitions, 5 kills.
+100,000 partitions, 5 kills; ``--smoke``: 10 topics, 500 partitions, 1 kill.
 """
 
 from __future__ import annotations
@@ -27,17 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# This folder holds storage.py and raft.py (benchmarks named after what they measure); left
-# on sys.path they would shadow the storage and raft packages.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
+from _report import add_size_flags, figure, progress, size
 
-from api.node.localcluster import Quorum  # noqa: E402
-from metalog.client import ControllerClient  # noqa: E402 (after the sys.path fix)
-from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker  # noqa: E402
-from metalog.records import Endpoint  # noqa: E402
-from scripts.bench._report import figure, progress  # noqa: E402
+from api.node.localcluster import Quorum
+from metalog.client import ControllerClient
+from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker
+from metalog.records import Endpoint
 
 
 def fsync_baseline(path: Path, n: int = 500) -> float:
@@ -117,11 +112,11 @@ def wait_caught_up(q: Quorum, node: int, leader: int, timeout_s: float) -> float
 
 
 async def run(args: argparse.Namespace, root: Path) -> None:
-    topics = 200 if args.quick else 1000
-    big_partitions = 10_000 if args.quick else 100_000
-    kills = 3 if args.quick else 5
+    topics, big_partitions, kills, fsyncs = {"smoke": (10, 500, 1, 50),
+                                             "quick": (200, 10_000, 3, 500),
+                                             "full": (1000, 100_000, 5, 500)}[size(args)]
 
-    base = [fsync_baseline(root / "fsync-baseline.bin") for _ in range(3)]
+    base = [fsync_baseline(root / "fsync-baseline.bin", fsyncs) for _ in range(3)]
     q = Quorum(root / "quorum", 3)
     q.start_all()
     try:
@@ -176,7 +171,7 @@ async def run(args: argparse.Namespace, root: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    add_size_flags(ap)
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-metadata-"))

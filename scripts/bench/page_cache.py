@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Appending to a partition log with its page-cache footprint bounded, against the same
-appends leaving the cache to grow (Kafka's way), in the same run (BENCHMARKS.md: JSON lines
-on stdout, progress on stderr).
+appends leaving the cache to grow (Kafka's way), in the same run (JSON lines on stdout,
+progress on stderr: _report.py).
 
 ``storage.page_cache.append``: MB/s of ``PartitionLog.append`` (batches of 1,000 records of
 100 bytes, no fsync, as a broker with acks=all writes), with ``drop_cache_behind(64 MiB)``
@@ -14,28 +14,24 @@ machine whose memory is all backed (bare metal), expect a ratio near or a little
 dropping then only costs the asks.
 
 ``--gb`` bytes per run (default 2), ``--runs`` pairs (default 3; ``--quick``: one pair of
-0.5 GB, too little to run out of freed pages, so near 1), ``--dir`` where to write
-(default a temporary directory under the system's; must be a disk filesystem: tmpfs keeps
-its pages whatever is asked).
+0.5 GB, too little to run out of freed pages, so near 1; ``--smoke``: one pair of 64 MiB),
+``--dir`` where to write (default a temporary directory under the system's; must be a disk
+filesystem: tmpfs keeps its pages whatever is asked).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
+from _report import add_size_flags, figure, progress, size
 
-from scripts.bench._report import figure, progress  # noqa: E402
-from storage.batch import encode_batch  # noqa: E402
-from storage.config import LogConfig  # noqa: E402
-from storage.fileio import RealFileLayer  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from storage.batch import encode_batch
+from storage.config import LogConfig
+from storage.fileio import RealFileLayer
+from storage.log import PartitionLog
 
 KEEP = 64 << 20
 STEP = KEEP // 4
@@ -60,13 +56,15 @@ def one_run(root: Path, nbytes: int, *, bounded: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    add_size_flags(ap)
     ap.add_argument("--gb", type=float, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = ap.parse_args()
-    gb = args.gb if args.gb is not None else (0.5 if args.quick else 2.0)
-    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    default_gb, default_runs, settle_s = {"smoke": (1 / 16, 1, 0.0), "quick": (0.5, 1, 2.0),
+                                          "full": (2.0, 3, 2.0)}[size(args)]
+    gb = args.gb if args.gb is not None else default_gb
+    runs = args.runs if args.runs is not None else default_runs
     nbytes = int(gb * (1 << 30))
     ours: list[float] = []
     base: list[float] = []
@@ -76,7 +74,7 @@ def main() -> None:
             (ours if bounded else base).append(mbs)
             progress(f"run {i + 1}/{runs} {'bounded' if bounded else 'growing'}: "
                      f"{mbs:,.0f} MB/s")
-            time.sleep(2)  # let the last run's write-back settle before the next
+            time.sleep(settle_s)  # let the last run's write-back settle before the next
     figure("storage.page_cache.append", "MB/s", ours,
            baseline="the same appends with the page cache left to grow (Kafka's way)",
            baseline_values=base,

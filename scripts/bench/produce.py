@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Produce and consume throughput through the Python client, beside Redis Streams, NATS
-JetStream and the raw disk, all in one run on this machine (BENCHMARKS.md: JSON lines on
-stdout, progress on stderr).
+JetStream and the raw disk, all in one run on this machine (JSON lines on stdout, progress
+on stderr: _report.py).
 
 Figures (100-byte records):
 
@@ -32,7 +32,11 @@ Kafka does.
   (every in-sync replica fsyncs before the ack), beside the default cluster in the same run,
   runs interleaved; and ``produce.latency_p50.acks_require_fsync`` at 1,000 records/s.
 
-Usage: python -P scripts/bench/produce.py [--quick] [--skip-peers] [--fsync]
+Without ``--skip-peers`` the run fails when the peers cannot be installed or started (a figure
+without its baseline would pass for one with it). ``--quick``: 300,000 records, one run;
+``--smoke``: 20,000 records; full: 2,000,000 records, three runs.
+
+Usage: python scripts/bench/produce.py [--quick | --smoke] [--skip-peers] [--fsync]
 """
 
 from __future__ import annotations
@@ -48,15 +52,12 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
+from _report import add_size_flags, figure, progress, size
 
-from api.client import AsyncConsumer, AsyncProducer, TopicPartition  # noqa: E402
-from api.node.localcluster import Brokers, Quorum, free_ports  # noqa: E402
-from metalog.client import ControllerClient  # noqa: E402
-from metalog.controller import CreateTopic  # noqa: E402
-from scripts.bench._report import figure, progress  # noqa: E402
+from api.client import AsyncConsumer, AsyncProducer, TopicPartition
+from api.node.localcluster import Brokers, Quorum, free_ports
+from metalog.client import ControllerClient
+from metalog.controller import CreateTopic
 
 RECORD = 100
 VALUE = b"x" * RECORD
@@ -271,16 +272,19 @@ async def nats_rate(ports: list[int], n: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    add_size_flags(ap)
     ap.add_argument("--skip-peers", action="store_true", help="Longboat and raw disk only")
     ap.add_argument("--fsync", action="store_true",
                     help="also measure a cluster with acks_require_fsync=true")
     ap.add_argument("--partitions", type=int, default=6,
                     help="partitions of the RF 3 topic (one request in flight per partition)")
     args = ap.parse_args()
-    n = 300_000 if args.quick else 2_000_000
-    runs = 1 if args.quick else 3
-    peers = not args.skip_peers and ensure_peers()
+    n, runs, samples = {"smoke": (20_000, 1, 200), "quick": (300_000, 1, 2000),
+                        "full": (2_000_000, 3, 5000)}[size(args)]
+    peers = not args.skip_peers
+    if peers and not ensure_peers():
+        progress("the peers (Redis, NATS) cannot be had: fix that or pass --skip-peers")
+        return 1
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-produce-"))
     figures: dict[str, list[float]] = {}
 
@@ -336,11 +340,10 @@ def main() -> int:
             progress(f"run {run + 1}/{runs}: consume RF3")
             add("consume", asyncio.run(consume_all(boot, t3, args.partitions, n + 1000 + m + 1)))
         progress("latency at 1,000 records/s")
-        lat = asyncio.run(latency(boot, f"rf3-{runs - 1}", 2000 if args.quick else 5000, 1000))
+        lat = asyncio.run(latency(boot, f"rf3-{runs - 1}", samples, 1000))
         if fq is not None:
             progress("latency at 1,000 records/s, acks_require_fsync")
-            flat = asyncio.run(latency(fboot, f"rf3-{runs - 1}", 2000 if args.quick else 5000,
-                                       1000))
+            flat = asyncio.run(latency(fboot, f"rf3-{runs - 1}", samples, 1000))
     finally:
         brokers.stop_all()
         q.stop_all()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One PySyncObj node for scripts/bench/raft.py: the baseline the Longboat raft node is
+"""One PySyncObj node for scripts/bench/raft_node.py: the baseline the Longboat raft node is
 compared with. A per-process server, not a benchmark.
 
 A replicated counter (count and bytes of every proposal) in a ``SyncObj`` with PySyncObj's

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One Longboat Raft node for scripts/bench/raft.py: a per-process server, not a benchmark.
+"""One Longboat Raft node for scripts/bench/raft_node.py: a per-process server, not a benchmark.
 
 Runs a ``raft.aio.RaftNode`` (fsync on) with a trivial state machine (a count and a byte
 total of applied entries) on its own aiohttp server, which carries both the internal Raft
@@ -10,9 +10,8 @@ route and the client endpoints shared with ``pysyncobj_server.py``:
   when this node is not the leader.
 * ``GET /status``: JSON of ``RaftNode.status()`` plus ``"leader": bool``.
 
-Usage: python -P raft_server.py ID HTTP_PORTS DATA_DIR [TICK_MS]
-(``-P``: without it scripts/bench/raft.py, the benchmark, shadows the ``raft`` package.)   (HTTP_PORTS comma-separated; node
-i listens on the i-th)
+Usage: python raft_server.py ID HTTP_PORTS DATA_DIR [TICK_MS]
+(HTTP_PORTS comma-separated; node i listens on the i-th)
 """
 
 from __future__ import annotations

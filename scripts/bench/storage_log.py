@@ -21,7 +21,7 @@ Figures (one JSON object per line on stdout; progress on stderr; medians over ru
 * ``storage.encode_batch``: microseconds to build one batch of 1,000 records. Baseline:
   ``msgpack.packb`` of the same record list (the body alone: no header, no CRC).
 
-Usage: scripts/bench/storage.py [--quick] [--dir DIR]
+Usage: python scripts/bench/storage_log.py [--quick | --smoke] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import shutil
 import statistics
@@ -39,41 +38,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-# This script is named after the package it measures: keep its own directory off the
-# import path (so ``storage`` is the package) and put the repository root on it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
+import msgpack
+from _report import add_size_flags, figure, progress, size
 
-import msgpack  # noqa: E402
-
-from storage.batch import Header, encode_batch  # noqa: E402
-from storage.config import LogConfig  # noqa: E402
-from storage.fileio import Buffer, FileHandle, RealFileLayer  # noqa: E402
-from storage.group_commit import GroupCommitter  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from storage.batch import Header, encode_batch
+from storage.config import LogConfig
+from storage.fileio import Buffer, FileHandle, RealFileLayer
+from storage.group_commit import GroupCommitter
+from storage.log import PartitionLog
 
 RECORD_BYTES = 100
 BATCH_RECORDS = 1000
 PRODUCERS = 8
 IN_FLIGHT = 5
 READ_CHUNK_BYTES = 1 << 20
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def emit(bench: str, unit: str, value: float, baseline: str | None, baseline_value: float | None,
-         runs: int, params: dict[str, object], *, latency: bool = False) -> None:
-    fig: dict[str, object] = {"bench": bench, "unit": unit, "value": round(value, 3),
-                              "baseline": baseline}
-    if baseline is not None and baseline_value is not None:
-        fig["baseline_value"] = round(baseline_value, 3)
-        fig["ratio"] = round(baseline_value / value if latency else value / baseline_value, 3)
-    fig["params"] = params
-    fig["runs"] = runs
-    print(json.dumps(fig), flush=True)
 
 
 def make_batches(count: int) -> list[bytes]:
@@ -251,12 +229,11 @@ def baseline_read_run(path: str) -> tuple[float, int]:
         os.close(fd)
 
 
-def encode_figures(runs: int) -> None:
+def encode_figures(runs: int, reps: int) -> None:
     recs: list[tuple[bytes | None, bytes | None, int, list[Header]]] = [
         (None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)]
     body: list[list[object]] = [[i, i, None, b"x" * RECORD_BYTES, []]
                                 for i in range(BATCH_RECORDS)]
-    reps = 200
     enc, base = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -267,18 +244,19 @@ def encode_figures(runs: int) -> None:
         for _ in range(reps):
             msgpack.packb(body, use_bin_type=True)
         base.append((time.perf_counter() - t0) / reps * 1e6)
-    emit("storage.encode_batch", "us", statistics.median(enc),
-         "msgpack.packb of the same 1,000 records (body only)", statistics.median(base), runs,
-         {"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS}, latency=True)
+    figure("storage.encode_batch", "us", enc,
+           baseline="msgpack.packb of the same 1,000 records (body only)", baseline_values=base,
+           higher_is_better=False,
+           params={"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS})
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small data, few runs (< 60 s)")
+    add_size_flags(ap)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
-    runs = 3 if args.quick else 5
-    total_mb = 48 if args.quick else 256
+    runs, total_mb, encode_reps = {"smoke": (1, 2, 5), "quick": (3, 48, 200),
+                                   "full": (5, 256, 200)}[size(args)]
     batch_bytes = len(make_batches(1)[0])
     count = max(PRODUCERS, total_mb * (1 << 20) // batch_bytes)
     progress(f"storage bench: {count} batches of {BATCH_RECORDS} x {RECORD_BYTES} B "
@@ -330,22 +308,23 @@ def main() -> int:
                   "fsyncs_per_run": statistics.median(fsync_counts),
                   "baseline_fsyncs_per_run": statistics.median(base_fsync_counts),
                   "group_commit_rounds_per_run": statistics.median(round_counts)}
-        emit("storage.append", "MB/s", statistics.median(app),
-             "os.write loop, same bytes, same fsync cadence", statistics.median(app_base),
-             runs, params)
-        emit("storage.append_fewest_fsyncs", "MB/s", statistics.median(app),
-             "os.write loop, same bytes, one fsync per 40 batches (the fewest 8 x 5 "
-             "in-flight acks allow)", statistics.median(app_fewest), runs,
-             {**params, "baseline_fsyncs_per_run": fewest_fsyncs})
+        figure("storage.append", "MB/s", app,
+               baseline="os.write loop, same bytes, same fsync cadence",
+               baseline_values=app_base, params=params)
+        figure("storage.append_fewest_fsyncs", "MB/s", app,
+               baseline="os.write loop, same bytes, one fsync per 40 batches (the fewest 8 x 5 "
+                        "in-flight acks allow)",
+               baseline_values=app_fewest,
+               params={**params, "baseline_fsyncs_per_run": fewest_fsyncs})
         per_mb = BATCH_RECORDS * count / (nbytes / 1e6)
-        emit("storage.append_records", "records/s", statistics.median(app) * per_mb,
-             "os.write loop, same bytes, same fsync cadence",
-             statistics.median(app_base) * per_mb, runs, params)
-        emit("storage.read", "MB/s", statistics.median(rd),
-             "sequential os.pread of the same file, 1 MiB chunks, page cache",
-             statistics.median(rd_base), runs,
-             {"max_bytes": READ_CHUNK_BYTES, "mb_per_run": round(nbytes / 1e6)})
-        encode_figures(runs)
+        figure("storage.append_records", "records/s", [a * per_mb for a in app],
+               baseline="os.write loop, same bytes, same fsync cadence",
+               baseline_values=[b * per_mb for b in app_base], params=params)
+        figure("storage.read", "MB/s", rd,
+               baseline="sequential os.pread of the same file, 1 MiB chunks, page cache",
+               baseline_values=rd_base,
+               params={"max_bytes": READ_CHUNK_BYTES, "mb_per_run": round(nbytes / 1e6)})
+        encode_figures(runs, encode_reps)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

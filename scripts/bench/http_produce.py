@@ -16,7 +16,7 @@ HTTP stack on this machine. For each shape: ``http.produce.<shape>`` (records/s)
 ``http.produce.<shape>.p50`` / ``.p99`` (ms, per request).
 
 ``--quick``: one 3-second run per shape and server (about 40 s with the cluster start);
-full: three 10-second runs.
+``--smoke``: one half-second run each; full: three 10-second runs.
 """
 
 from __future__ import annotations
@@ -31,15 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
-
-import aiohttp  # noqa: E402
-import msgpack  # noqa: E402
-import orjson  # noqa: E402
-
-from scripts.bench._report import figure, progress  # noqa: E402
+import aiohttp
+import msgpack
+import orjson
+from _report import add_size_flags, figure, progress, size
 
 CONCURRENCY = 64
 PARTITIONS = 3
@@ -177,7 +172,7 @@ def measure(targets: list[tuple[str, bytes, str]], per_request: int, seconds: fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    add_size_flags(ap)
     ap.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default="json1,json1000,binary")
     ap.add_argument("--acks", default="all", choices=["all", "1", "0"],
@@ -187,12 +182,12 @@ def main() -> int:
                          "(brokers, controllers, the bare server, this client).")
     ap.add_argument("--per-second", action="store_true",
                     help="Diagnosis: print the records acknowledged in each second of every "
-                         "run (a fall within a run: docs/http-api.md, first touch of memory).")
+                         "run (a fall within a run: docs/benchmarks.md, History).")
     args = ap.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
         return 0
-    runs, seconds = (1, 3.0) if args.quick else (3, 10.0)
+    runs, seconds = {"smoke": (1, 0.5), "quick": (1, 3.0), "full": (3, 10.0)}[size(args)]
     shapes = args.shapes.split(",")
 
     from api.node.localcluster import Brokers, Quorum, free_ports
@@ -202,8 +197,8 @@ def main() -> int:
         q = Quorum(root, 3)
         brokers = Brokers(root, q, 3)
         (bare_port,) = free_ports(1)
-        bare = subprocess.Popen([sys.executable, "-P", __file__, "--bare-server",
-                                 str(bare_port)], stdout=subprocess.DEVNULL)
+        bare = subprocess.Popen([sys.executable, __file__, "--bare-server", str(bare_port)],
+                                stdout=subprocess.DEVNULL)
         try:
             progress("starting 3 controllers, 3 brokers and the bare server ...")
             q.start_all()

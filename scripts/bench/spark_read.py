@@ -26,7 +26,8 @@ Figures (JSON lines on stdout, progress on stderr), rows/s:
   default (Arrow built on the brokers).
 
 Goal (issue 6): at least the JSON-lines rate, and at least 0.3 of the Parquet rate.
-``--quick``: 200,000 records, one run; full: 10,000,000 records, three runs.
+``--quick``: 200,000 records, one run; ``--smoke``: 10,000 records, one run; full: 10,000,000
+records, three runs.
 """
 
 from __future__ import annotations
@@ -44,19 +45,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-# This file is named spark.py: left on sys.path, its folder would shadow the spark package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))  # the root: scripts.bench._report imports from it
+import pyarrow as pa
+import pyarrow.parquet as pq
+from _report import add_size_flags, figure, progress, size
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from api.client import Producer  # noqa: E402
-from api.node.localcluster import Brokers, Quorum, wait_for  # noqa: E402
-from metalog.client import ControllerClient  # noqa: E402
-from metalog.controller import CreateTopic  # noqa: E402
-from scripts.bench._report import figure, progress  # noqa: E402
+from api.client import Producer
+from api.node.localcluster import Brokers, Quorum, wait_for
+from metalog.client import ControllerClient
+from metalog.controller import CreateTopic
 
 TOPIC = "bench-spark"
 PARTITIONS = 4
@@ -142,7 +138,8 @@ def session() -> Any:
     import spark as longboat_spark
 
     s = (SparkSession.builder.master("local[2]").appName("longboat-bench")
-         .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
          .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
     longboat_spark.register(s)
@@ -157,12 +154,14 @@ def timed(fn: Callable[[], object]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    add_size_flags(ap)
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     args = ap.parse_args()
-    n = args.records or (200_000 if args.quick else 10_000_000)
-    runs = args.runs or (1 if args.quick else 3)
+    default_n, default_runs = {"smoke": (10_000, 1), "quick": (200_000, 1),
+                               "full": (10_000_000, 3)}[size(args)]
+    n = args.records or default_n
+    runs = args.runs or default_runs
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-spark-"))
     q = b = None
     spark = None

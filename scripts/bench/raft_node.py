@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: the Longboat Raft node (raft.aio.RaftNode) against PySyncObj, 3 nodes each.
 
-Figures (JSON lines, see shared BENCHMARKS.md), all on 127.0.0.1, real processes:
+Figures (JSON lines on stdout, see _report.py), all on 127.0.0.1, real processes:
 
 * ``raft.propose_throughput``: committed 100-byte proposals per second, one Raft entry each,
   under a concurrent client; baseline PySyncObj under the same client.
@@ -19,7 +19,7 @@ fsync on (every Ready's entries and hard state are fsynced before its messages g
 PySyncObj never fsyncs (in-memory journal by default, mmap without fsync otherwise), which
 the ``baseline`` string says.
 
-Usage: scripts/bench/raft.py [--quick] [--only longboat|pysyncobj]
+Usage: python scripts/bench/raft_node.py [--quick | --smoke] [--only longboat|pysyncobj]
 Progress goes to standard error; standard output holds only the figures.
 """
 
@@ -28,33 +28,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgpack
+from _report import add_size_flags, figure, progress, size
+
+from api.node.localcluster import free_ports
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT))
-
-from api.node.localcluster import free_ports  # noqa: E402  (needs ROOT on sys.path)
-
+ROOT = HERE.parents[1]
 PAYLOAD_BYTES = 100
 LIGHT_CONCURRENCY = 4
-
-
-def progress(*args: object) -> None:
-    print("[raft bench]", *args, file=sys.stderr, flush=True)
 
 
 def ensure_pysyncobj() -> None:
@@ -86,6 +80,7 @@ class Cluster:
 
     def start(self, node: int) -> None:
         logf = open(self.workdir / f"{self.name}-{node}.log", "ab")  # noqa: SIM115
+        # The servers import this checkout's packages, whatever else is installed.
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.procs[node] = subprocess.Popen(
             self.argv_by_node[node], stdout=logf, stderr=subprocess.STDOUT, env=env,
@@ -134,9 +129,7 @@ def longboat_cluster(workdir: Path) -> Cluster:
     http_ports = free_ports(3)
     argv = {
         i: [
-            # -P: do not put scripts/bench first on sys.path, where this file (raft.py)
-            # would shadow the raft package.
-            sys.executable, "-P", str(HERE / "raft_server.py"), str(i),
+            sys.executable, str(HERE / "raft_server.py"), str(i),
             ",".join(map(str, http_ports)), str(workdir / f"node-{i}"),
         ]
         for i in (1, 2, 3)
@@ -296,43 +289,27 @@ def throughput_runs(
     return results
 
 
-def figure(
-    bench: str, unit: str, value: float, baseline: str | None, baseline_value: float | None,
-    *, higher_is_better: bool, params: dict[str, Any], runs: int,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"bench": bench, "unit": unit, "value": round(value, 2),
-                           "baseline": baseline}
-    if baseline is not None and baseline_value is not None:
-        out["baseline_value"] = round(baseline_value, 2)
-        if value > 0 and baseline_value > 0:
-            ratio = value / baseline_value if higher_is_better else baseline_value / value
-            out["ratio"] = round(ratio, 2)
-    out["params"] = params
-    out["runs"] = runs
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="finish within 60 s")
+    add_size_flags(ap)
     ap.add_argument("--only", choices=["longboat", "pysyncobj"])
-    ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--per-request", type=int, default=256)
+    ap.add_argument("--concurrency", type=int, default=None, help="default 64 (smoke: 8)")
+    ap.add_argument("--per-request", type=int, default=None, help="default 256 (smoke: 16)")
     ap.add_argument("--workdir", help="keep data and server logs here (default: a temp dir)")
     args = ap.parse_args()
-    runs = 1 if args.quick else 3
-    duration_s = 4.0 if args.quick else 10.0
-    kills = 5 if args.quick else 7
-    params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES, "concurrency": args.concurrency,
-              "proposals_per_request": args.per_request, "duration_s": duration_s}
-
+    runs, duration_s, light_s, kills, concurrency, per_request = {
+        "smoke": (1, 0.5, 0.5, 1, 8, 16),
+        "quick": (1, 4.0, 2.0, 5, 64, 256),
+        "full": (3, 10.0, 5.0, 7, 64, 256),
+    }[size(args)]
+    concurrency = args.concurrency or concurrency
+    per_request = args.per_request or per_request
+    params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES, "concurrency": concurrency,
+              "proposals_per_request": per_request, "duration_s": duration_s}
     light_params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES,
-                    "concurrency": LIGHT_CONCURRENCY, "proposals_per_request": 1}
-    base_res: list[LoadResult] = []
-    lb_res: list[LoadResult] = []
-    base_light: list[LoadResult] = []
-    lb_light: list[LoadResult] = []
-    light_s = 2.0 if args.quick else 5.0
+                    "concurrency": LIGHT_CONCURRENCY, "proposals_per_request": 1,
+                    "duration_s": light_s}
+    results: dict[tuple[str, str], list[LoadResult]] = {}
     failovers: list[float] = []
     with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
         workdir = Path(args.workdir or tmp)
@@ -345,62 +322,62 @@ def main() -> int:
             clusters.append(longboat_cluster(workdir))
         try:
             for cl in clusters:
-                progress(f"starting 3 {cl.name} nodes" + (" (fsync on)" if cl.name == "longboat" else ""))
+                fsync = " (fsync on)" if cl.name == "longboat" else ""
+                progress(f"starting 3 {cl.name} nodes{fsync}")
                 cl.start_all()
             # Runs alternate between the systems, so that a change in the machine's
             # background load hits both alike (the idle cluster only sends heartbeats).
             for _ in range(runs):
                 for cl in clusters:
-                    res = throughput_runs(cl, 1, duration_s, args.concurrency, args.per_request)
-                    (lb_res if cl.name == "longboat" else base_res).extend(res)
+                    res = throughput_runs(cl, 1, duration_s, concurrency, per_request)
+                    results.setdefault((cl.name, "load"), []).extend(res)
             # Light load: the latency of a commit itself rather than of a queue.
             for cl in clusters:
                 res = throughput_runs(cl, 1, light_s, LIGHT_CONCURRENCY, 1)
-                (lb_light if cl.name == "longboat" else base_light).extend(res)
+                results.setdefault((cl.name, "light"), []).extend(res)
             for cl in clusters:
                 if cl.name == "longboat":
                     failovers = asyncio.run(measure_failover(cl, kills))
         finally:
             for cl in clusters:
                 cl.stop_all()
-
-    baseline = ("PySyncObj 0.3.17, 3 nodes, default config, same client; it never fsyncs "
-                "(in-memory journal; mmap without fsync when a journal file is set)")
-
-    def med(rs: list[LoadResult], f: Any) -> float | None:
-        return statistics.median(f(r) for r in rs) if rs else None
-
-    rows = [
-        ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True, lb_res, base_res,
-         params),
-        ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False, lb_res, base_res,
-         params),
-        ("raft.commit_latency_p99", "ms", lambda r: r.pct(0.99), False, lb_res, base_res,
-         params),
-        ("raft.commit_latency_light_p50", "ms", lambda r: r.pct(0.50), False, lb_light,
-         base_light, light_params),
-        ("raft.commit_latency_light_p99", "ms", lambda r: r.pct(0.99), False, lb_light,
-         base_light, light_params),
-    ]
-    for bench, unit, f, hib, lb, base, prm in rows:
-        v, b = med(lb, f), med(base, f)
-        if v is None:  # --only pysyncobj: report the baseline as the value
-            v, b, name = b, None, None
-        else:
-            name = baseline if b is not None else None
-        if v is None:
-            continue
-        p = dict(prm, system="longboat" if lb else "pysyncobj")
-        print(json.dumps(figure(bench, unit, v, name, b, higher_is_better=hib,
-                                params=p, runs=len(lb or base))), flush=True)
-    if failovers:
-        print(json.dumps(figure(
-            "raft.failover", "ms", statistics.median(failovers), None, None,
-            higher_is_better=False,
-            params={"nodes": 3, "kills": kills, "max_ms": round(max(failovers), 1),
-                    "min_ms": round(min(failovers), 1)},
-            runs=kills)), flush=True)
+    report(results, failovers, params, light_params, kills)
     return 0
+
+
+def report(results: dict[tuple[str, str], list[LoadResult]], failovers: list[float],
+           params: dict[str, Any], light_params: dict[str, Any], kills: int) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pysyncobj_version = version("pysyncobj")
+    except PackageNotFoundError:
+        pysyncobj_version = "?"
+    baseline = (f"PySyncObj {pysyncobj_version}, 3 nodes, default config, same client; it "
+                "never fsyncs (in-memory journal; mmap without fsync when a journal file is "
+                "set)")
+    rows: list[tuple[str, str, Callable[[LoadResult], float], bool, str]] = [
+        ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True, "load"),
+        ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False, "load"),
+        ("raft.commit_latency_p99", "ms", lambda r: r.pct(0.99), False, "load"),
+        ("raft.commit_latency_light_p50", "ms", lambda r: r.pct(0.50), False, "light"),
+        ("raft.commit_latency_light_p99", "ms", lambda r: r.pct(0.99), False, "light"),
+    ]
+    for bench, unit, of, higher_is_better, load in rows:
+        ours = [of(r) for r in results.get(("longboat", load), [])]
+        theirs = [of(r) for r in results.get(("pysyncobj", load), [])]
+        prm = dict(params if load == "load" else light_params)
+        if ours:
+            figure(bench, unit, ours, baseline=baseline if theirs else None,
+                   baseline_values=theirs or None, higher_is_better=higher_is_better,
+                   params=dict(prm, system="longboat"))
+        else:  # --only pysyncobj: the baseline's own figures, as values
+            figure(bench, unit, theirs, higher_is_better=higher_is_better,
+                   params=dict(prm, system="pysyncobj"))
+    if failovers:
+        figure("raft.failover", "ms", failovers, higher_is_better=False,
+               params={"nodes": 3, "kills": kills, "max_ms": round(max(failovers), 1),
+                       "min_ms": round(min(failovers), 1)})
 
 
 if __name__ == "__main__":
