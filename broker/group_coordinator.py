@@ -77,7 +77,8 @@ from broker.replica_state import ACKS_ALL
 from broker.router import STORAGE_CODES
 from common.waits import wait_event
 from metalog.client import ControllerUnavailableError
-from metalog.controller import CreateTopic, MetadataError, TopicExistsError
+from metalog.commands import CreateTopic
+from metalog.errors import MetadataError, TopicExistsError
 from metalog.image import MetadataImage
 from metalog.records import BrokerId
 from storage.batch import decode_records, encode_batch, iter_batches

@@ -52,16 +52,15 @@ from dataclasses import dataclass
 from broker.metadata_follower import MetadataFollower
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
-from metalog.controller import (
-    BrokerHeartbeat,
-    BrokerHeartbeatResponse,
+from metalog.commands import BrokerHeartbeat, RegisterBroker
+from metalog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     MetadataError,
-    RegisterBroker,
     StaleBrokerEpochError,
 )
 from metalog.records import BrokerEpoch, BrokerId, Endpoint
+from metalog.responses import BrokerHeartbeatResponse
 
 log = logging.getLogger(__name__)
 

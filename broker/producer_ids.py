@@ -26,8 +26,10 @@ from aiohttp import web
 
 from broker.fetcher import MSGPACK
 from metalog.client import ControllerClient, ControllerUnavailableError
-from metalog.controller import AllocateProducerIds, MetadataError, ProducerIdsBlock
+from metalog.commands import AllocateProducerIds
+from metalog.errors import MetadataError
 from metalog.records import BrokerEpoch, BrokerId
+from metalog.responses import ProducerIdsBlock
 
 log = logging.getLogger(__name__)
 

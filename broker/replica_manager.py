@@ -57,15 +57,11 @@ from broker.replica_state import (
 from common.essential import Essentials
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
-from metalog.controller import (
-    AlterPartition,
-    AlterPartitionResponse,
-    AlterPartitionResult,
-    MetadataError,
-    PartitionStateChange,
-)
+from metalog.commands import AlterPartition, PartitionStateChange
+from metalog.errors import MetadataError
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, TopicId
+from metalog.responses import AlterPartitionResponse, AlterPartitionResult
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig

@@ -61,9 +61,10 @@ from broker.errors import (
     UnknownLeaderEpochError,
 )
 from common.invariant import invariant
-from metalog.controller import AlterPartitionResult, IsrMember, PartitionStateChange
+from metalog.commands import IsrMember, PartitionStateChange
 from metalog.image import PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, LeaderRecoveryState, TopicId
+from metalog.responses import AlterPartitionResult
 
 UNKNOWN_OFFSET = -1
 """LEO of a follower the leader has not heard from in this epoch (Kafka's UnknownOffset)."""

@@ -24,7 +24,7 @@ import msgpack
 
 from common import netbind
 from metalog import wire
-from metalog.controller import MetadataError
+from metalog.errors import MetadataError
 
 MSGPACK = "application/x-msgpack"
 

@@ -48,7 +48,10 @@ without heartbeat for 9 s is fenced by ``poll``. Fencing removes the broker from
 (keeping at least one member) and elects new leaders from the ISR; with no live ISR member
 the leader is -1 unless the topic has ``unclean.leader.election.enable=true``.
 
-Errors are ``MetadataError`` subclasses with Kafka's error code names in ``code``.
+The commands live in ``metalog.commands``, their responses in ``metalog.responses`` and the
+refusals (``MetadataError`` subclasses, Kafka's error names in ``code``) in ``metalog.errors``:
+brokers and the API import those, not this module, which only the controller's owner (the
+service, the simulator, tests) needs.
 """
 
 from __future__ import annotations
@@ -59,12 +62,52 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 from common.invariant import invariant
+from metalog.commands import (
+    AllocateProducerIds,
+    AlterConfigs,
+    AlterPartition,
+    BrokerHeartbeat,
+    Command,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    ElectionType,
+    ElectLeaders,
+    LookupTopic,
+    PartitionStateChange,
+    RegisterBroker,
+    UnregisterBroker,
+)
 from metalog.delta import MetadataDelta
+from metalog.errors import (
+    BrokerIdNotRegisteredError,
+    BrokerRegistrationPendingError,
+    DuplicateBrokerRegistrationError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    InvalidUpdateVersionError,
+    MetadataError,
+    NotControllerError,
+    NotLeaderOrFollowerError,
+    PreferredLeaderNotAvailableError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
+    TopicExistsError,
+    TopicIdRetiredError,
+    UnknownTopicOrPartitionError,
+)
 from metalog.image import (
     TOPIC_CONFIG_DEFAULTS,
     BrokerRegistration,
@@ -82,12 +125,10 @@ from metalog.records import (
     ConfigResourceType,
     Endpoint,
     FenceBrokerRecord,
-    LeaderEpoch,
     LeaderRecoveryState,
     MetadataRecord,
     NoOpRecord,
     PartitionChangeRecord,
-    PartitionEpoch,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
@@ -97,361 +138,23 @@ from metalog.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from metalog.responses import (
+    AlterConfigsResponse,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+    CreatePartitionsResponse,
+    CreateTopicResponse,
+    DeleteTopicResponse,
+    ElectLeadersResponse,
+    ElectLeadersResult,
+    LookupTopicResponse,
+    ProducerIdsBlock,
+    UnregisterBrokerResponse,
+)
 
 R = TypeVar("R")
-
-# --------------------------------------------------------------------------- errors
-
-
-class MetadataError(Exception):
-    """An expected refusal of a controller command; ``code`` is Kafka's error name."""
-
-    code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
-    after_uncertain_attempt: bool = False
-    """Set by ``metalog.client.ControllerClient``: an earlier attempt of the same command
-    may have been applied, so this refusal may be that attempt's own trace."""
-
-
-class NotControllerError(MetadataError):
-    """This node is not the active controller (or a newer controller epoch exists)."""
-
-    code = "NOT_CONTROLLER"
-
-
-class StaleControllerEpochError(MetadataError):
-    """The request names an older controller epoch than the current one."""
-
-    code = "STALE_CONTROLLER_EPOCH"
-
-
-class InvalidRequestError(MetadataError):
-    code = "INVALID_REQUEST"
-
-
-class InvalidTopicError(MetadataError):
-    code = "INVALID_TOPIC_EXCEPTION"
-
-
-class TopicExistsError(MetadataError):
-    code = "TOPIC_ALREADY_EXISTS"
-
-
-class UnknownTopicOrPartitionError(MetadataError):
-    code = "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-class TopicIdRetiredError(MetadataError):
-    """A create names the id of a topic deleted since. Ids are chosen per request (the HTTP
-    API's ``random_topic_id``), so this is the retry of a create whose earlier attempt took
-    effect: the create happened, and the topic was deleted after it. Not a ``TOPIC_ALREADY_
-    EXISTS``: the caller answers "created" (finding 4 of docs/fault-injection.md)."""
-
-    code = "TOPIC_ID_RETIRED"
-
-
-class InvalidPartitionsError(MetadataError):
-    code = "INVALID_PARTITIONS"
-
-
-class InvalidReplicationFactorError(MetadataError):
-    code = "INVALID_REPLICATION_FACTOR"
-
-
-class InvalidReplicaAssignmentError(MetadataError):
-    code = "INVALID_REPLICA_ASSIGNMENT"
-
-
-class InvalidConfigurationError(MetadataError):
-    code = "INVALID_CONFIG"
-
-
-class BrokerIdNotRegisteredError(MetadataError):
-    code = "BROKER_ID_NOT_REGISTERED"
-
-
-class StaleBrokerEpochError(MetadataError):
-    code = "STALE_BROKER_EPOCH"
-
-
-class DuplicateBrokerRegistrationError(MetadataError):
-    """Another incarnation of this broker id holds a live session."""
-
-    code = "DUPLICATE_BROKER_REGISTRATION"
-
-
-class BrokerRegistrationPendingError(MetadataError):
-    """The broker's registration is proposed but not committed, so its epoch is not known
-    yet; retry once it commits. (Longboat's own code: Kafka's controller knows the offset it
-    writes at, ours learns it at commit.)"""
-
-    code = "BROKER_REGISTRATION_PENDING"
-
-
-class FencedLeaderEpochError(MetadataError):
-    """AlterPartition from a leader of an older leader epoch."""
-
-    code = "FENCED_LEADER_EPOCH"
-
-
-class NotLeaderOrFollowerError(MetadataError):
-    """AlterPartition from a broker that is not the partition's leader."""
-
-    code = "NOT_LEADER_OR_FOLLOWER"
-
-
-class InvalidUpdateVersionError(MetadataError):
-    """AlterPartition based on an older partition epoch (a change it has not seen)."""
-
-    code = "INVALID_UPDATE_VERSION"
-
-
-class IneligibleReplicaError(MetadataError):
-    """A proposed ISR member is fenced, shutting down, unknown, or of a stale broker epoch."""
-
-    code = "INELIGIBLE_REPLICA"
-
-
-class ElectionNotNeededError(MetadataError):
-    code = "ELECTION_NOT_NEEDED"
-
-
-class PreferredLeaderNotAvailableError(MetadataError):
-    code = "PREFERRED_LEADER_NOT_AVAILABLE"
-
-
-class EligibleLeadersNotAvailableError(MetadataError):
-    code = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
-
-
-# --------------------------------------------------------------------------- commands
-# Every command may carry the controller epoch its sender believes in; a mismatch is refused.
-
-
-@dataclass(frozen=True, kw_only=True)
-class Command:
-    controller_epoch: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CreateTopic(Command):
-    """Kafka's CreateTopics for one topic. ``assignments`` (partition -> replicas) excludes
-    ``num_partitions``/``replication_factor``; None for those means the cluster default."""
-
-    name: str
-    num_partitions: int | None = None
-    replication_factor: int | None = None
-    assignments: Mapping[int, tuple[BrokerId, ...]] | None = None
-    configs: Mapping[str, str] = field(default_factory=dict)
-    validate_only: bool = False
-    topic_id: TopicId | None = None
-    """Chosen by the caller to make the create idempotent: a retry whose first attempt took
-    effect (its answer lost to a failover) finds the topic with this id and is answered as
-    the first attempt would have been, not with TOPIC_ALREADY_EXISTS."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeleteTopic(Command):
-    """By name, or by id when ``topic_id`` is given."""
-
-    name: str | None = None
-    topic_id: TopicId | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class LookupTopic(Command):
-    """The id of the topic named ``name`` in the active controller's latest image (pending
-    changes included): a read with no records, so a caller can delete *that* incarnation by
-    id, and a retried delete never removes a topic of the same name created meanwhile."""
-
-    name: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class CreatePartitions(Command):
-    """Grow ``name`` to ``total_count`` partitions; ``assignments`` lists the new ones'
-    replicas, in order."""
-
-    name: str
-    total_count: int
-    assignments: tuple[tuple[BrokerId, ...], ...] | None = None
-    validate_only: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlterConfigs(Command):
-    """Kafka's IncrementalAlterConfigs for one resource: ``ops`` maps a key to a new value,
-    or to None to delete it (back to the default)."""
-
-    resource_type: ConfigResourceType
-    resource_name: str
-    ops: Mapping[str, str | None]
-    validate_only: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class RegisterBroker(Command):
-    broker_id: BrokerId
-    incarnation_id: str
-    endpoints: tuple[Endpoint, ...] = ()
-    rack: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class BrokerHeartbeat(Command):
-    broker_id: BrokerId
-    broker_epoch: BrokerEpoch
-    current_metadata_offset: int
-    want_fence: bool = False
-    want_shutdown: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class UnregisterBroker(Command):
-    broker_id: BrokerId
-
-
-_UNCHECKED_EPOCH = BrokerEpoch(-1)
-
-
-@dataclass(frozen=True, slots=True)
-class IsrMember:
-    """A proposed ISR member and the broker epoch the leader knows it by (-1: unchecked)."""
-
-    broker_id: BrokerId
-    broker_epoch: BrokerEpoch = _UNCHECKED_EPOCH
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStateChange:
-    """One partition of an AlterPartition request: the leader's view and its proposal."""
-
-    topic_id: TopicId
-    partition: int
-    leader_epoch: LeaderEpoch
-    partition_epoch: PartitionEpoch
-    new_isr: tuple[IsrMember, ...]
-    leader_recovery_state: int = LeaderRecoveryState.RECOVERED
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlterPartition(Command):
-    """ISR changes proposed by a partition leader (KIP-497, KIP-903)."""
-
-    broker_id: BrokerId
-    broker_epoch: BrokerEpoch
-    partitions: tuple[PartitionStateChange, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class AllocateProducerIds(Command):
-    broker_id: BrokerId
-    broker_epoch: BrokerEpoch
-
-
-class ElectionType(Enum):
-    PREFERRED = 0
-    UNCLEAN = 1
-
-
-@dataclass(frozen=True, kw_only=True)
-class ElectLeaders(Command):
-    """Kafka's ElectLeaders: ``partitions`` as (topic name, partition), or None for all."""
-
-    election: ElectionType = ElectionType.PREFERRED
-    partitions: tuple[tuple[str, int], ...] | None = None
-
-
-# --------------------------------------------------------------------------- responses
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopicResponse:
-    name: str
-    topic_id: TopicId
-    num_partitions: int
-    replication_factor: int
-    assignments: tuple[tuple[BrokerId, ...], ...]
-    configs: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class LookupTopicResponse:
-    name: str
-    topic_id: TopicId
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopicResponse:
-    name: str
-    topic_id: TopicId
-
-
-@dataclass(frozen=True, slots=True)
-class CreatePartitionsResponse:
-    name: str
-    total_count: int
-    new_assignments: tuple[tuple[BrokerId, ...], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AlterConfigsResponse:
-    resource_type: ConfigResourceType
-    resource_name: str
-    changed: Mapping[str, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerRegistrationResponse:
-    broker_id: BrokerId
-    broker_epoch: BrokerEpoch
-    """-1 in ``ControllerResult.response``; ``response_at(base_offset)`` fills it in."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerHeartbeatResponse:
-    is_caught_up: bool
-    is_fenced: bool
-    should_shutdown: bool
-
-
-@dataclass(frozen=True, slots=True)
-class UnregisterBrokerResponse:
-    broker_id: BrokerId
-
-
-@dataclass(frozen=True, slots=True)
-class AlterPartitionResult:
-    """The partition's registration after the change, or ``error``."""
-
-    topic_id: TopicId
-    partition: int
-    error: MetadataError | None = None
-    registration: PartitionRegistration | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AlterPartitionResponse:
-    results: tuple[AlterPartitionResult, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerIdsBlock:
-    broker_id: BrokerId
-    first_producer_id: int
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class ElectLeadersResult:
-    topic: str
-    partition: int
-    error: MetadataError | None = None
-    leader: BrokerId = NO_LEADER
-
-
-@dataclass(frozen=True, slots=True)
-class ElectLeadersResponse:
-    results: tuple[ElectLeadersResult, ...]
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,10 @@ from typing import Any
 
 from common.waits import join_task, wait_event
 from metalog.client import MetadataBatch, MetadataFetchResponse
-from metalog.controller import Command, MetadataError, NotControllerError, QuorumController
+from metalog.commands import Command
+from metalog.controller import QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.errors import MetadataError, NotControllerError
 from metalog.records import FenceBrokerRecord, decode_records, encode_records
 from raft.aio.node import NodeStoppedError, NotLeaderError, RaftNode, RaftNodeConfig
 from raft.core import ProposalDroppedError

@@ -1,7 +1,7 @@
 """Controller commands and responses as msgpack, for the internal controller route.
 
-A small tagged codec over the frozen dataclasses of ``metalog.controller`` (and the
-registrations they carry): a dataclass or NamedTuple becomes ``{"@": "ClassName", field:
+A small tagged codec over the frozen dataclasses of ``metalog.commands`` and
+``metalog.responses`` (and the registrations and records they carry): a dataclass or NamedTuple becomes ``{"@": "ClassName", field:
 value, ...}``, an enum ``{"@e": "EnumName", "v": value}``, a ``MetadataError``
 ``{"@err": "ClassName", "message": ...}``; sequences travel as lists and come back as
 tuples (the dataclasses are frozen and hashed). Only classes registered here decode, so a
@@ -19,9 +19,11 @@ from typing import Any
 
 import msgpack
 
-from metalog import controller as _ctl
+from metalog import commands as _cmd
+from metalog import errors as _err
 from metalog import image as _img
 from metalog import records as _rec
+from metalog import responses as _rsp
 
 
 class WireError(ValueError):
@@ -32,17 +34,16 @@ def _registry() -> tuple[dict[str, type], dict[str, type[enum.Enum]], dict[str, 
     classes: dict[str, type] = {}
     enums: dict[str, type[enum.Enum]] = {}
     errors: dict[str, type] = {}
-    for mod in (_ctl, _img, _rec):
+    for mod in (_cmd, _rsp, _err, _img, _rec):
         for name, obj in vars(mod).items():
             if not isinstance(obj, type) or obj.__module__ != mod.__name__:
                 continue
             if issubclass(obj, enum.Enum):
                 enums[name] = obj
-            elif issubclass(obj, _ctl.MetadataError):
+            elif issubclass(obj, _err.MetadataError):
                 errors[name] = obj
             elif dataclasses.is_dataclass(obj) or (issubclass(obj, tuple) and hasattr(obj, "_fields")):
                 classes[name] = obj
-    errors["MetadataError"] = _ctl.MetadataError
     return classes, enums, errors
 
 
@@ -56,7 +57,7 @@ def to_wire(obj: Any) -> Any:
         return {"@e": type(obj).__name__, "v": obj.value}
     if isinstance(obj, int | float):
         return obj
-    if isinstance(obj, _ctl.MetadataError):
+    if isinstance(obj, _err.MetadataError):
         return {"@err": type(obj).__name__, "message": str(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {"@": type(obj).__name__}
@@ -89,7 +90,7 @@ def from_wire(obj: Any) -> Any:
             raise WireError(f"unknown enum {obj['@e']!r}")
         return cls_e(obj["v"])
     if "@err" in obj:
-        cls_err = _ERRORS.get(obj["@err"], _ctl.MetadataError)
+        cls_err = _ERRORS.get(obj["@err"], _err.MetadataError)
         return cls_err(obj.get("message", ""))
     name = obj.get("@")
     cls = _CLASSES.get(name) if isinstance(name, str) else None

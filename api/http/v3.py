@@ -66,12 +66,8 @@ from api.http.records import (
 )
 from broker.replica_manager import ReplicaError
 from metalog.client import ControllerUnavailableError
-from metalog.controller import (
-    AlterConfigs,
-    CreatePartitions,
-    CreateTopic,
-    DeleteTopic,
-    LookupTopic,
+from metalog.commands import AlterConfigs, CreatePartitions, CreateTopic, DeleteTopic, LookupTopic
+from metalog.errors import (
     MetadataError,
     TopicExistsError,
     TopicIdRetiredError,

@@ -59,12 +59,8 @@ from api.node.signals import (
 from common import netbind
 from common.essential import Essentials, NodeFailedError
 from metalog import wire
-from metalog.controller import (
-    ControllerConfig,
-    MetadataError,
-    NotControllerError,
-    QuorumController,
-)
+from metalog.controller import ControllerConfig, QuorumController
+from metalog.errors import MetadataError, NotControllerError
 from metalog.image import MetadataImage
 from metalog.service import ControllerService, error_to_wire
 from raft.aio.node import RaftNodeConfig

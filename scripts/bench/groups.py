@@ -45,7 +45,7 @@ from _report import add_size_flags, figure, progress, size
 
 from api.node.localcluster import running_cluster, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 HERE = Path(__file__).resolve().parent
 

@@ -31,7 +31,7 @@ from _report import add_size_flags, figure, progress, size
 
 from api.node.localcluster import Quorum
 from metalog.client import ControllerClient
-from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker
+from metalog.commands import BrokerHeartbeat, CreateTopic, RegisterBroker
 from metalog.records import Endpoint
 
 

@@ -57,7 +57,7 @@ from _report import add_size_flags, figure, progress, size
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition
 from api.node.localcluster import Brokers, Quorum, free_ports
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 RECORD = 100
 VALUE = b"x" * RECORD

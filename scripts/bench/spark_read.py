@@ -52,7 +52,7 @@ from _report import add_size_flags, figure, progress, size
 from api.client import Producer
 from api.node.localcluster import Brokers, Quorum, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 TOPIC = "bench-spark"
 PARTITIONS = 4

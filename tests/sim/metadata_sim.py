@@ -83,31 +83,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from metalog.controller import (
+from metalog.commands import (
     AlterConfigs,
     AlterPartition,
-    AlterPartitionResponse,
     BrokerHeartbeat,
-    BrokerHeartbeatResponse,
-    BrokerIdNotRegisteredError,
-    BrokerRegistrationResponse,
     Command,
-    ControllerConfig,
     CreateTopic,
-    CreateTopicResponse,
     DeleteTopic,
     ElectionType,
     ElectLeaders,
     IsrMember,
+    PartitionStateChange,
+    RegisterBroker,
+)
+from metalog.controller import ControllerConfig, QuorumController
+from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.errors import (
+    BrokerIdNotRegisteredError,
     MetadataError,
     NotControllerError,
-    PartitionStateChange,
-    QuorumController,
-    RegisterBroker,
     StaleBrokerEpochError,
     TopicExistsError,
 )
-from metalog.delta import decode_snapshot, encode_snapshot
 from metalog.image import MetadataImage
 from metalog.records import (
     NO_LEADER,
@@ -119,6 +116,12 @@ from metalog.records import (
     TopicId,
     decode_records,
     encode_records,
+)
+from metalog.responses import (
+    AlterPartitionResponse,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+    CreateTopicResponse,
 )
 from metalog.service import activation_index, stale_controller
 from raft.core import NotLeaderError, ProposalDroppedError, Ready

@@ -22,7 +22,7 @@ import pytest
 
 from api.node.localcluster import Brokers, Quorum, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic, UnregisterBroker
+from metalog.commands import CreateTopic, UnregisterBroker
 
 pytestmark = pytest.mark.slow
 

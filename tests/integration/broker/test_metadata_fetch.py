@@ -13,7 +13,7 @@ from api.node.controller_app import build_controller, image_summary
 from api.node.localcluster import free_ports
 from broker.metadata_follower import MetadataFollower, MetadataUpdate
 from metalog.client import ControllerClient
-from metalog.controller import BrokerHeartbeat, CreateTopic, RegisterBroker
+from metalog.commands import BrokerHeartbeat, CreateTopic, RegisterBroker
 from metalog.records import Endpoint
 from metalog.service import ControllerService
 

@@ -24,7 +24,7 @@ import pytest
 
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic, DeleteTopic
+from metalog.commands import CreateTopic, DeleteTopic
 from storage.batch import decode_records, encode_batch, iter_batches
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from broker.replica_manager import (
     load_producer_state,
 )
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 from metalog.records import BrokerId
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import PartitionLog

@@ -20,7 +20,7 @@ import pytest
 from api.client import AsyncConsumer, AsyncProducer, ClientError, ConsumerRecord, TopicPartition
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from api.client import (
 from api.client.partitioner import partition_for_key
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from api.client import AsyncProducer
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
 from broker.group_coordinator import partition_for
 from metalog.client import ControllerClient
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 
 pytestmark = pytest.mark.slow
 

@@ -11,12 +11,8 @@ import pytest
 
 from api.node.localcluster import Quorum
 from metalog.client import ControllerClient
-from metalog.controller import (
-    BrokerHeartbeat,
-    CreateTopic,
-    RegisterBroker,
-    TopicExistsError,
-)
+from metalog.commands import BrokerHeartbeat, CreateTopic, RegisterBroker
+from metalog.errors import TopicExistsError
 from metalog.records import Endpoint
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from api.node.localcluster import Brokers, Quorum, wait_for
 from metalog.client import ControllerClient
-from metalog.controller import CreatePartitions, CreateTopic
+from metalog.commands import CreatePartitions, CreateTopic
 
 
 class LocalCluster:

@@ -21,14 +21,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from replication_harness import TOPIC, make_leader
 
 from broker.replica_state import AlterOutcome
-from metalog.controller import (
-    AlterPartitionResult,
-    IneligibleReplicaError,
-    InvalidUpdateVersionError,
-    NotControllerError,
-)
+from metalog.errors import IneligibleReplicaError, InvalidUpdateVersionError, NotControllerError
 from metalog.image import PartitionRegistration
 from metalog.records import BrokerId, PartitionEpoch
+from metalog.responses import AlterPartitionResult
 
 FOLLOWERS = (2, 3, 4)
 LAG = 1_000

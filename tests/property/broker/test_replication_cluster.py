@@ -31,14 +31,11 @@ from broker.replica_state import (
     ReplicationConfig,
     TruncationStep,
 )
-from metalog.controller import (
-    AlterPartitionResult,
-    IneligibleReplicaError,
-    InvalidUpdateVersionError,
-    PartitionStateChange,
-)
+from metalog.commands import PartitionStateChange
+from metalog.errors import IneligibleReplicaError, InvalidUpdateVersionError
 from metalog.image import PartitionRegistration
 from metalog.records import NO_LEADER, BrokerId, LeaderEpoch, PartitionEpoch
+from metalog.responses import AlterPartitionResult
 
 R = (1, 2, 3)
 LAG = 1_000

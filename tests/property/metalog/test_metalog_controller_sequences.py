@@ -12,25 +12,24 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from metalog.controller import (
+from metalog.commands import (
     AllocateProducerIds,
     AlterConfigs,
     AlterPartition,
     BrokerHeartbeat,
-    ControllerConfig,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
     ElectionType,
     ElectLeaders,
     IsrMember,
-    MetadataError,
     PartitionStateChange,
-    QuorumController,
     RegisterBroker,
     UnregisterBroker,
 )
+from metalog.controller import ControllerConfig, QuorumController
 from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.errors import MetadataError
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import (
     NO_LEADER,

@@ -37,7 +37,7 @@ from broker.groups.group import (
 )
 from broker.groups.records import OffsetCommitRecord, encode_record
 from broker.groups.types import ErrorCode, GroupState, TopicPartition
-from metalog.controller import CreateTopic
+from metalog.commands import CreateTopic
 from metalog.delta import MetadataDelta
 from metalog.image import MetadataImage
 from metalog.records import Endpoint, PartitionRecord, RegisterBrokerRecord, TopicRecord

@@ -20,17 +20,11 @@ from broker.errors import (
 )
 from broker.replica_state import AlterOutcome, IsrChangeKind
 from common.invariant import InvariantError
-from metalog.controller import (
-    AlterPartitionResult,
-    IneligibleReplicaError,
-    InvalidUpdateVersionError,
-    IsrMember,
-    NotControllerError,
-)
-from metalog.controller import (
-    FencedLeaderEpochError as ControllerFencedError,
-)
+from metalog.commands import IsrMember
+from metalog.errors import FencedLeaderEpochError as ControllerFencedError
+from metalog.errors import IneligibleReplicaError, InvalidUpdateVersionError, NotControllerError
 from metalog.records import BrokerId, LeaderRecoveryState
+from metalog.responses import AlterPartitionResult
 
 LAG = 30_000
 

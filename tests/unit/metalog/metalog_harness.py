@@ -6,15 +6,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from metalog.controller import (
-    BrokerHeartbeat,
-    Command,
-    ControllerConfig,
-    ControllerResult,
-    CreateTopic,
-    QuorumController,
-    RegisterBroker,
-)
+from metalog.commands import BrokerHeartbeat, Command, CreateTopic, RegisterBroker
+from metalog.controller import ControllerConfig, ControllerResult, QuorumController
 from metalog.image import MetadataImage, PartitionRegistration
 from metalog.records import BrokerEpoch, BrokerId, Endpoint, MetadataRecord, TopicId
 

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from metalog.controller import (
+from metalog.commands import (
     AllocateProducerIds,
     AlterConfigs,
     AlterPartition,
     BrokerHeartbeat,
-    BrokerIdNotRegisteredError,
-    ControllerConfig,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
-    DuplicateBrokerRegistrationError,
-    ElectionNotNeededError,
     ElectionType,
     ElectLeaders,
+    IsrMember,
+    PartitionStateChange,
+    RegisterBroker,
+    UnregisterBroker,
+)
+from metalog.controller import ControllerConfig, QuorumController
+from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidConfigurationError,
@@ -27,21 +34,15 @@ from metalog.controller import (
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
-    IsrMember,
     NotControllerError,
     NotLeaderOrFollowerError,
-    PartitionStateChange,
     PreferredLeaderNotAvailableError,
-    QuorumController,
-    RegisterBroker,
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicExistsError,
     TopicIdRetiredError,
     UnknownTopicOrPartitionError,
-    UnregisterBroker,
 )
-from metalog.delta import decode_snapshot, encode_snapshot
 from metalog.image import RETIRED_TOPIC_IDS_MAX, MetadataImage, PMap
 from metalog.records import (
     NO_LEADER,

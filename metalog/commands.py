@@ -1,0 +1,161 @@
+"""The commands callers send the quorum controller (Kafka's controller requests).
+
+Frozen dataclasses: brokers (registration, heartbeats, AlterPartition, producer ids) and the
+HTTP API (topics, configs, elections) build them, ``metalog.wire`` carries them to the active
+controller, and ``QuorumController.handle`` turns each into records and a response
+(``metalog.responses``). Every command may carry the controller epoch its sender believes in;
+a mismatch is refused.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from metalog.records import (
+    BrokerEpoch,
+    BrokerId,
+    ConfigResourceType,
+    Endpoint,
+    LeaderEpoch,
+    LeaderRecoveryState,
+    PartitionEpoch,
+    TopicId,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    controller_epoch: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTopic(Command):
+    """Kafka's CreateTopics for one topic. ``assignments`` (partition -> replicas) excludes
+    ``num_partitions``/``replication_factor``; None for those means the cluster default."""
+
+    name: str
+    num_partitions: int | None = None
+    replication_factor: int | None = None
+    assignments: Mapping[int, tuple[BrokerId, ...]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+    validate_only: bool = False
+    topic_id: TopicId | None = None
+    """Chosen by the caller to make the create idempotent: a retry whose first attempt took
+    effect (its answer lost to a failover) finds the topic with this id and is answered as
+    the first attempt would have been, not with TOPIC_ALREADY_EXISTS."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteTopic(Command):
+    """By name, or by id when ``topic_id`` is given."""
+
+    name: str | None = None
+    topic_id: TopicId | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookupTopic(Command):
+    """The id of the topic named ``name`` in the active controller's latest image (pending
+    changes included): a read with no records, so a caller can delete *that* incarnation by
+    id, and a retried delete never removes a topic of the same name created meanwhile."""
+
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatePartitions(Command):
+    """Grow ``name`` to ``total_count`` partitions; ``assignments`` lists the new ones'
+    replicas, in order."""
+
+    name: str
+    total_count: int
+    assignments: tuple[tuple[BrokerId, ...], ...] | None = None
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterConfigs(Command):
+    """Kafka's IncrementalAlterConfigs for one resource: ``ops`` maps a key to a new value,
+    or to None to delete it (back to the default)."""
+
+    resource_type: ConfigResourceType
+    resource_name: str
+    ops: Mapping[str, str | None]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisterBroker(Command):
+    broker_id: BrokerId
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...] = ()
+    rack: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerHeartbeat(Command):
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnregisterBroker(Command):
+    broker_id: BrokerId
+
+
+_UNCHECKED_EPOCH = BrokerEpoch(-1)
+
+
+@dataclass(frozen=True, slots=True)
+class IsrMember:
+    """A proposed ISR member and the broker epoch the leader knows it by (-1: unchecked)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch = _UNCHECKED_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateChange:
+    """One partition of an AlterPartition request: the leader's view and its proposal."""
+
+    topic_id: TopicId
+    partition: int
+    leader_epoch: LeaderEpoch
+    partition_epoch: PartitionEpoch
+    new_isr: tuple[IsrMember, ...]
+    leader_recovery_state: int = LeaderRecoveryState.RECOVERED
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterPartition(Command):
+    """ISR changes proposed by a partition leader (KIP-497, KIP-903)."""
+
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    partitions: tuple[PartitionStateChange, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocateProducerIds(Command):
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+
+
+class ElectionType(Enum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElectLeaders(Command):
+    """Kafka's ElectLeaders: ``partitions`` as (topic name, partition), or None for all."""
+
+    election: ElectionType = ElectionType.PREFERRED
+    partitions: tuple[tuple[str, int], ...] | None = None

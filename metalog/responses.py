@@ -1,0 +1,107 @@
+"""What the quorum controller answers each command with, once its records commit.
+
+Frozen dataclasses, one per command (``metalog.commands``), carried back to the caller by
+``metalog.wire``. A response may hold a per-item ``MetadataError`` (AlterPartition and
+ElectLeaders answer each partition on its own).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from metalog.errors import MetadataError
+from metalog.image import PartitionRegistration
+from metalog.records import NO_LEADER, BrokerEpoch, BrokerId, ConfigResourceType, TopicId
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResponse:
+    name: str
+    topic_id: TopicId
+    num_partitions: int
+    replication_factor: int
+    assignments: tuple[tuple[BrokerId, ...], ...]
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LookupTopicResponse:
+    name: str
+    topic_id: TopicId
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResponse:
+    name: str
+    topic_id: TopicId
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    name: str
+    total_count: int
+    new_assignments: tuple[tuple[BrokerId, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResponse:
+    resource_type: ConfigResourceType
+    resource_name: str
+    changed: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationResponse:
+    broker_id: BrokerId
+    broker_epoch: BrokerEpoch
+    """-1 in ``ControllerResult.response``; ``response_at(base_offset)`` fills it in."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponse:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerResponse:
+    broker_id: BrokerId
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    """The partition's registration after the change, or ``error``."""
+
+    topic_id: TopicId
+    partition: int
+    error: MetadataError | None = None
+    registration: PartitionRegistration | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    results: tuple[AlterPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsBlock:
+    broker_id: BrokerId
+    first_producer_id: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResult:
+    topic: str
+    partition: int
+    error: MetadataError | None = None
+    leader: BrokerId = NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResponse:
+    results: tuple[ElectLeadersResult, ...]
