@@ -9,10 +9,18 @@ fields are the record's fields *for that version*, in declaration order. Type id
 Kafka's ``metadata/src/main/resources/common/metadata/*.json`` so that a reader of Kafka's
 schemas finds the same numbers.
 
-Evolution: a record class lists, per version, the fields that version carries
-(``FIELDS_BY_VERSION``). A new version appends fields (with defaults) and keeps the old ones.
-A reader decodes every version it knows, filling absent fields with their defaults, and refuses
-a type or version it does not know (``UnknownRecordTypeError``,
+Each field is declared once, as a dataclass field: its annotation says how it is checked and
+its place where it sits in the array. The codec of every record is derived from those
+declarations at import (``_build_codec``) and checks both ways alike: the encoder refuses
+(``InvalidMetadataRecordError``) any record whose bytes the decoder would refuse
+(``CorruptMetadataRecordError``) or read back different, so a record no node can replay is
+never proposed.
+
+Evolution: a field that a newer version adds is declared with ``since(version, default=...)``;
+``version`` defaults to the newest version. Fields are never removed, retyped or reordered:
+that would change the bytes of records already in logs and snapshots (the tests pin them). A
+reader decodes every version it knows, filling absent fields with their defaults, and refuses a
+type or version it does not know (``UnknownRecordTypeError``,
 ``UnsupportedRecordVersionError``): replaying a record you cannot read would silently fork the
 metadata state. Encoding a record at an old version that cannot carry one of its fields is
 refused too (``RecordVersionError``) rather than dropping data.
@@ -22,10 +30,23 @@ Pure: no I/O, no clock, no global random.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple, NewType
+from types import UnionType
+from typing import (
+    Any,
+    ClassVar,
+    NamedTuple,
+    NewType,
+    TypeGuard,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import msgpack
 
@@ -114,68 +135,139 @@ class RecordVersionError(MetadataRecordError):
     """Encoding a record at a version that cannot carry one of its set fields."""
 
 
+class InvalidMetadataRecordError(MetadataRecordError):
+    """Encoding a record with a field the decoder would refuse or read back different (a
+    mistyped value, an int beyond msgpack's 64 bits, a str that is not UTF-8). Refused before
+    it can be proposed: a committed record that no node can decode would stop every node's
+    replay at it."""
+
+
 # --------------------------------------------------------------------------- field kinds
-# A kind checks a decoded value and returns it in its Python shape. Checks are strict:
-# msgpack keeps bools apart from ints, and a bool where an int belongs is corruption.
+# A field's wire kind follows from its annotation (``_kind_of``): int, str, bool, a tuple of
+# ints, a tuple of endpoints, or one of them or None (``NewType``s count as what they wrap).
+# A kind is one check that serves both directions, so the encoder refuses exactly what the
+# decoder refuses:
+# * decoding, it gets what msgpack produced and returns the field's Python value;
+# * encoding, it gets the record's value and must accept it only if decoding its bytes gives
+#   an equal value back. So it takes int, str and tuple subclasses (an ``IntEnum`` is packed
+#   as its int), but never a bool for an int (msgpack keeps them apart) nor a list for a tuple
+#   (it would come back a tuple, unequal: the controller matches its pending records against
+#   the committed ones by equality).
+# What a kind leaves to msgpack is its range: an int outside [-2**63, 2**64 - 1] or a str that
+# is not UTF-8 (a lone surrogate) cannot be packed, and the encoder refuses those too.
+
+
+def _is_int(v: object) -> TypeGuard[int]:
+    return type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
 
 
 def _int(v: object) -> int:
-    if type(v) is not int:
-        raise CorruptMetadataRecordError(f"expected int, got {v!r}")
-    return v
+    if type(v) is int or _is_int(v):
+        return v
+    raise CorruptMetadataRecordError(f"expected int, got {v!r}")
 
 
 def _str(v: object) -> str:
-    if type(v) is not str:
-        raise CorruptMetadataRecordError(f"expected str, got {v!r}")
-    return v
+    if isinstance(v, str):
+        return v
+    raise CorruptMetadataRecordError(f"expected str, got {v!r}")
 
 
 def _bool(v: object) -> bool:
-    if type(v) is not bool:
-        raise CorruptMetadataRecordError(f"expected bool, got {v!r}")
-    return v
+    if type(v) is bool:
+        return v
+    raise CorruptMetadataRecordError(f"expected bool, got {v!r}")
+
+
+_ONLY_INT = frozenset({int})
 
 
 def _ints(v: object) -> tuple[int, ...]:
-    if type(v) is not tuple or any(type(x) is not int for x in v):
-        raise CorruptMetadataRecordError(f"expected array of int, got {v!r}")
-    return v
-
-
-def _opt(kind: Callable[[object], Any]) -> Callable[[object], Any]:
-    def check(v: object) -> Any:
-        return None if v is None else kind(v)
-
-    return check
+    if isinstance(v, tuple) and (_ONLY_INT.issuperset(map(type, v)) or all(map(_is_int, v))):
+        return v
+    raise CorruptMetadataRecordError(f"expected array of int, got {v!r}")
 
 
 def _endpoints(v: object) -> tuple[Endpoint, ...]:
-    if type(v) is not tuple:
+    if not isinstance(v, tuple):
         raise CorruptMetadataRecordError(f"expected array of endpoints, got {v!r}")
     out = []
     for e in v:
-        if type(e) is not tuple or len(e) != 3:
+        if not isinstance(e, tuple) or len(e) != 3:
             raise CorruptMetadataRecordError(f"expected [name, host, port], got {e!r}")
         out.append(Endpoint(_str(e[0]), _str(e[1]), _int(e[2])))
     return tuple(out)
 
 
-INT = _int
-STR = _str
-BOOL = _bool
-INTS = _ints
-OPT_INT = _opt(_int)
-OPT_STR = _opt(_str)
-OPT_BOOL = _opt(_bool)
-OPT_INTS = _opt(_ints)
-ENDPOINTS = _endpoints
+def _opt(check: Callable[[object], Any]) -> Callable[[object], Any]:
+    def check_opt(v: object) -> Any:
+        return None if v is None else check(v)
+
+    return check_opt
+
+
+class _Kind(NamedTuple):
+    check: Callable[[object], Any]
+    """Refuses (``CorruptMetadataRecordError``) or returns the value in its Python shape."""
+    plain: frozenset[type]
+    """Exact types ``check`` accepts on sight: the encoder's fast path (``_Codec.plain``)."""
+    deep: bool
+    """Whether ``check`` must also look inside a value of a plain type (a tuple's items)."""
+
+
+_NONE = type(None)
+_SCALAR_KINDS = {
+    # An IntEnum of this module is an int on the wire (and the controller builds records
+    # with them), so the fast path takes it as it takes an int.
+    int: _Kind(_int, frozenset({int, LeaderRecoveryState, ConfigResourceType}), False),
+    str: _Kind(_str, frozenset({str}), False),
+    bool: _Kind(_bool, frozenset({bool}), False),
+}
+_TUPLE_KINDS = {
+    int: _Kind(_ints, frozenset({tuple}), True),
+    Endpoint: _Kind(_endpoints, frozenset({tuple}), True),
+}
+
+
+def _kind_of(annotation: Any) -> _Kind:
+    """The wire kind of a field annotated ``annotation``; TypeError if it has none."""
+    args = get_args(annotation)
+    origin = get_origin(annotation)
+    if origin in (Union, UnionType) and len(args) == 2 and _NONE in args:
+        (inner,) = (a for a in args if a is not _NONE)
+        k = _kind_of(inner)
+        return _Kind(_opt(k.check), k.plain | {_NONE}, k.deep)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        kind = _TUPLE_KINDS.get(_unwrap(args[0]))
+    else:
+        kind = _SCALAR_KINDS.get(_unwrap(annotation))
+    if kind is None:
+        raise TypeError(f"metadata record fields cannot be {annotation!r} (no wire kind)")
+    return kind
+
+
+def _unwrap(annotation: Any) -> Any:
+    while isinstance(annotation, NewType):
+        annotation = annotation.__supertype__
+    return annotation
+
+
+_SINCE = "longboat.metadata.since"
+
+
+def since(version: int, *, default: Any) -> Any:
+    """Declares a field that a record carries from ``version`` on, as
+    ``eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)``.
+    Older versions do not carry it; they decode with ``default``, and a record holding
+    anything else cannot be encoded at them (``RecordVersionError``)."""
+    return field(default=default, metadata={_SINCE: version})
 
 
 # --------------------------------------------------------------------------- records
 # Every record: frozen, slotted, keyword-only; ``version`` last, defaulting to the newest.
-# ``TYPE_ID`` is stable forever; ``FIELDS_BY_VERSION[v]`` lists the fields version v carries;
-# ``KINDS`` says how each field is checked on decode.
+# ``TYPE_ID`` is stable forever. Each field is declared once, here: its annotation gives its
+# wire kind, its place its position on the wire, and ``since(v, default=...)`` marks a field
+# that versions before ``v`` do not carry. The codec is derived from these at import.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,14 +275,6 @@ class RegisterBrokerRecord:
     """A broker (re-)registered. Its epoch is the offset of this record (KIP-631)."""
 
     TYPE_ID: ClassVar[int] = 0
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("broker_id", "incarnation_id", "broker_epoch", "endpoints", "rack", "fenced",
-         "in_controlled_shutdown"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "broker_id": INT, "incarnation_id": STR, "broker_epoch": INT, "endpoints": ENDPOINTS,
-        "rack": OPT_STR, "fenced": BOOL, "in_controlled_shutdown": BOOL,
-    }
 
     broker_id: BrokerId
     incarnation_id: str
@@ -207,8 +291,6 @@ class UnregisterBrokerRecord:
     """A broker's registration is removed (admin action)."""
 
     TYPE_ID: ClassVar[int] = 1
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("broker_id", "broker_epoch"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"broker_id": INT, "broker_epoch": INT}
 
     broker_id: BrokerId
     broker_epoch: BrokerEpoch
@@ -220,8 +302,6 @@ class TopicRecord:
     """A topic is created (its partitions follow as ``PartitionRecord``s)."""
 
     TYPE_ID: ClassVar[int] = 2
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("name", "topic_id"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"name": STR, "topic_id": STR}
 
     name: str
     topic_id: TopicId
@@ -236,17 +316,6 @@ class PartitionRecord:
     """
 
     TYPE_ID: ClassVar[int] = 3
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("topic_id", "partition", "replicas", "isr", "leader", "leader_epoch",
-         "partition_epoch", "leader_recovery_state"),
-        ("topic_id", "partition", "replicas", "isr", "leader", "leader_epoch",
-         "partition_epoch", "leader_recovery_state", "eligible_leader_replicas"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "topic_id": STR, "partition": INT, "replicas": INTS, "isr": INTS, "leader": INT,
-        "leader_epoch": INT, "partition_epoch": INT, "leader_recovery_state": INT,
-        "eligible_leader_replicas": OPT_INTS,
-    }
 
     topic_id: TopicId
     partition: int
@@ -256,7 +325,7 @@ class PartitionRecord:
     leader_epoch: LeaderEpoch = LeaderEpoch(0)
     partition_epoch: PartitionEpoch = PartitionEpoch(0)
     leader_recovery_state: int = LeaderRecoveryState.RECOVERED
-    eligible_leader_replicas: tuple[BrokerId, ...] | None = None
+    eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
     version: int = 1
 
 
@@ -265,12 +334,6 @@ class ConfigRecord:
     """Sets (``value`` a string) or deletes (``value`` None) one config key of a resource."""
 
     TYPE_ID: ClassVar[int] = 4
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("resource_type", "resource_name", "name", "value"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "resource_type": INT, "resource_name": STR, "name": STR, "value": OPT_STR,
-    }
 
     resource_type: int
     resource_name: str
@@ -289,16 +352,6 @@ class PartitionChangeRecord:
     """
 
     TYPE_ID: ClassVar[int] = 5
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("topic_id", "partition", "isr", "leader", "replicas", "leader_recovery_state"),
-        ("topic_id", "partition", "isr", "leader", "replicas", "leader_recovery_state",
-         "eligible_leader_replicas"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "topic_id": STR, "partition": INT, "isr": OPT_INTS, "leader": INT,
-        "replicas": OPT_INTS, "leader_recovery_state": OPT_INT,
-        "eligible_leader_replicas": OPT_INTS,
-    }
 
     topic_id: TopicId
     partition: int
@@ -306,7 +359,7 @@ class PartitionChangeRecord:
     leader: BrokerId = NO_LEADER_CHANGE
     replicas: tuple[BrokerId, ...] | None = None
     leader_recovery_state: int | None = None
-    eligible_leader_replicas: tuple[BrokerId, ...] | None = None
+    eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
     version: int = 1
 
 
@@ -315,8 +368,6 @@ class FenceBrokerRecord:
     """The broker may no longer lead or be in an ISR (session expired, or it asked)."""
 
     TYPE_ID: ClassVar[int] = 7
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("broker_id", "broker_epoch"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"broker_id": INT, "broker_epoch": INT}
 
     broker_id: BrokerId
     broker_epoch: BrokerEpoch
@@ -328,8 +379,6 @@ class UnfenceBrokerRecord:
     """The broker caught up with the metadata log and may serve again."""
 
     TYPE_ID: ClassVar[int] = 8
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("broker_id", "broker_epoch"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"broker_id": INT, "broker_epoch": INT}
 
     broker_id: BrokerId
     broker_epoch: BrokerEpoch
@@ -341,8 +390,6 @@ class RemoveTopicRecord:
     """The topic, its partitions and its configs are gone."""
 
     TYPE_ID: ClassVar[int] = 9
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("topic_id",),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"topic_id": STR}
 
     topic_id: TopicId
     version: int = 0
@@ -353,8 +400,6 @@ class FeatureLevelRecord:
     """Finalized level of a feature (``metadata.version`` and friends); level 0 removes it."""
 
     TYPE_ID: ClassVar[int] = 12
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("name", "feature_level"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"name": STR, "feature_level": INT}
 
     name: str
     feature_level: int
@@ -366,12 +411,6 @@ class ProducerIdsRecord:
     """A block of producer ids was handed out; ``next_producer_id`` is the first free one."""
 
     TYPE_ID: ClassVar[int] = 15
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("broker_id", "broker_epoch", "next_producer_id"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "broker_id": INT, "broker_epoch": INT, "next_producer_id": INT,
-    }
 
     broker_id: BrokerId
     broker_epoch: BrokerEpoch
@@ -384,13 +423,6 @@ class BrokerRegistrationChangeRecord:
     """Changes flags of a registration: ``fenced``, ``in_controlled_shutdown`` (None: keep)."""
 
     TYPE_ID: ClassVar[int] = 17
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("broker_id", "broker_epoch", "fenced", "in_controlled_shutdown"),
-    )
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {
-        "broker_id": INT, "broker_epoch": INT, "fenced": OPT_BOOL,
-        "in_controlled_shutdown": OPT_BOOL,
-    }
 
     broker_id: BrokerId
     broker_epoch: BrokerEpoch
@@ -408,8 +440,6 @@ class RetiredTopicRecord:
     docs/fault-injection.md); a snapshot must carry that memory across."""
 
     TYPE_ID: ClassVar[int] = 21
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = (("topic_id", "deleted_at"),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {"topic_id": STR, "deleted_at": INT}
 
     topic_id: TopicId
     deleted_at: int
@@ -422,8 +452,6 @@ class NoOpRecord:
     offset advances and brokers can tell they are caught up (KAFKA-13955)."""
 
     TYPE_ID: ClassVar[int] = 20
-    FIELDS_BY_VERSION: ClassVar[tuple[tuple[str, ...], ...]] = ((),)
-    KINDS: ClassVar[dict[str, Callable[[object], Any]]] = {}
 
     version: int = 0
 
@@ -455,52 +483,142 @@ RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
 
 
 class _Codec(NamedTuple):
+    """One record class's codec; every tuple below is indexed by version."""
+
     cls: type[MetadataRecord]
-    # Per version: (field names, their checks).
-    versions: tuple[tuple[tuple[str, ...], tuple[Callable[[object], Any], ...]], ...]
-    defaults: dict[str, Any]
+    type_id: int
+    names: tuple[tuple[str, ...], ...]
+    """The fields each version carries, in wire (declaration) order."""
+    checks: tuple[tuple[Callable[[object], Any], ...], ...]
+    """Their kinds' checks."""
+    get: tuple[Callable[[Any], tuple[Any, ...]], ...]
+    """A record's values of those fields, as a tuple."""
+    plain: tuple[frozenset[tuple[type, ...]], ...]
+    """Every tuple of exact value types whose values the checks accept on sight, but for the
+    ``deep`` ones: the encoder's fast path (one set lookup instead of a call per field)."""
+    deep: tuple[tuple[int, ...], ...]
+    """Positions of the fields whose check must look inside the value (tuples)."""
+    absent: tuple[tuple[tuple[str, Any], ...], ...]
+    """The fields each version does not carry, with the default they decode to."""
+
+
+def _build_codec(cls: type[MetadataRecord]) -> _Codec:
+    """The codec of one record class, from its dataclass fields and their annotations."""
+    hints = get_type_hints(cls)
+    declared = [f for f in fields(cls) if f.name != "version"]
+    newest = next(f.default for f in fields(cls) if f.name == "version")
+    if type(newest) is not int or newest < 0:
+        raise TypeError(f"{cls.__name__}: 'version' must default to the newest version")
+    since_of = {f.name: f.metadata.get(_SINCE, 0) for f in declared}
+    for f in declared:
+        if not 0 <= since_of[f.name] <= newest:
+            raise TypeError(f"{cls.__name__}.{f.name}: since({since_of[f.name]}) is not a "
+                            f"version 0..{newest}")
+        if since_of[f.name] > 0 and f.default is MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: a field added in a later version "
+                            "needs a default for the versions before it")
+    kind_of = {f.name: _kind_of(hints[f.name]) for f in declared}
+    names, checks, get, plain, deep, absent = [], [], [], [], [], []
+    for v in range(newest + 1):
+        carried = tuple(f.name for f in declared if since_of[f.name] <= v)
+        kinds = [kind_of[n] for n in carried]
+        names.append(carried)
+        checks.append(tuple(k.check for k in kinds))
+        get.append(_getter(carried))
+        plain.append(frozenset(itertools.product(*(k.plain for k in kinds))))
+        deep.append(tuple(i for i, k in enumerate(kinds) if k.deep))
+        absent.append(tuple((f.name, f.default) for f in declared if since_of[f.name] > v))
+    return _Codec(cls, cls.TYPE_ID, tuple(names), tuple(checks), tuple(get), tuple(plain),
+                  tuple(deep), tuple(absent))
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    if len(names) == 1:
+        one = operator.attrgetter(names[0])
+        return lambda record: (one(record),)
+    if not names:
+        return lambda record: ()
+    return operator.attrgetter(*names)
 
 
 def _build_codecs() -> dict[int, _Codec]:
     codecs: dict[int, _Codec] = {}
     for cls in RECORD_TYPES:
         if cls.TYPE_ID in codecs:
-            raise AssertionError(f"duplicate metadata record type id {cls.TYPE_ID}")
-        declared = {f.name: f for f in fields(cls)}
-        defaults = {n: f.default for n, f in declared.items() if n != "version"}
-        versions = []
-        for names in cls.FIELDS_BY_VERSION:
-            for n in names:
-                if n not in declared or n not in cls.KINDS:
-                    raise AssertionError(f"{cls.__name__}: field {n} is not declared")
-            versions.append((names, tuple(cls.KINDS[n] for n in names)))
-        codecs[cls.TYPE_ID] = _Codec(cls, tuple(versions), defaults)
+            raise TypeError(f"duplicate metadata record type id {cls.TYPE_ID}")
+        codecs[cls.TYPE_ID] = _build_codec(cls)
     return codecs
 
 
 _CODECS = _build_codecs()
-_PACKER_OPTS: dict[str, Any] = {"use_bin_type": True}
+"""Type id -> codec, for decoding; built once, at import."""
+_ENCODERS: dict[type, _Codec] = {c.cls: c for c in _CODECS.values()}
+"""Record class -> codec, for encoding."""
+
+
+def wire_fields(record_type: type[MetadataRecord], version: int) -> tuple[str, ...]:
+    """The fields ``version`` of ``record_type`` carries, in the order they are on the wire."""
+    return _ENCODERS[record_type].names[version]
 
 
 def encode_record(record: MetadataRecord) -> bytes:
-    """The msgpack bytes of one record, at ``record.version``."""
-    cls = type(record)
-    codec = _CODECS.get(cls.TYPE_ID)
-    if codec is None or codec.cls is not cls:
-        raise UnknownRecordTypeError(cls.__name__)
+    """The msgpack bytes of one record, at ``record.version``.
+
+    Refuses, with ``InvalidMetadataRecordError`` naming the field, a record that decoding its
+    bytes would refuse or give back different (an ``int`` incarnation id, a list for a tuple,
+    an int beyond 64 bits): such a record must never be committed, since every node would
+    then fail to replay it.
+    """
+    codec = _ENCODERS.get(type(record))
+    if codec is None:
+        raise UnknownRecordTypeError(type(record).__name__)
     version = record.version
-    if not 0 <= version < len(codec.versions):
-        raise UnsupportedRecordVersionError(cls.__name__, version, len(codec.versions) - 1)
-    names = codec.versions[version][0]
-    out: list[Any] = [cls.TYPE_ID, version]
-    out.extend(getattr(record, n) for n in names)
-    if version != len(codec.versions) - 1:
-        for n, default in codec.defaults.items():
-            if n not in names and getattr(record, n) != default:
-                raise RecordVersionError(
-                    f"{cls.__name__} v{version} cannot carry {n}={getattr(record, n)!r}"
-                )
-    return msgpack.packb(out, **_PACKER_OPTS)
+    if not (type(version) is int or _is_int(version)) or not 0 <= version < len(codec.names):
+        raise UnsupportedRecordVersionError(codec.cls.__name__, version, len(codec.names) - 1)
+    values = codec.get[version](record)
+    try:
+        _checked(codec, version, values)
+    except CorruptMetadataRecordError:
+        raise _invalid(codec, version, values) from None
+    for n, default in codec.absent[version]:
+        if getattr(record, n) != default:
+            raise RecordVersionError(
+                f"{codec.cls.__name__} v{version} cannot carry {n}={getattr(record, n)!r}"
+            )
+    try:
+        packed: bytes = msgpack.packb([codec.type_id, version, *values], use_bin_type=True)
+    except (OverflowError, ValueError):  # beyond msgpack's ints, or not UTF-8
+        raise _invalid(codec, version, values) from None
+    return packed
+
+
+def _checked(codec: _Codec, version: int, values: tuple[Any, ...]) -> Sequence[Any]:
+    """``values`` of the fields of ``version``, checked by their kinds and in their Python
+    shape; ``CorruptMetadataRecordError`` if one does not fit. The decoder keeps the result,
+    the encoder only asks: one check for both, so the encoder refuses what the decoder would.
+    """
+    checks = codec.checks[version]
+    if tuple(map(type, values)) in codec.plain[version]:
+        deep = codec.deep[version]
+        if not deep:
+            return values
+        out = list(values)
+        for i in deep:
+            if out[i] is not None:
+                out[i] = checks[i](out[i])
+        return out
+    return [check(v) for check, v in zip(checks, values, strict=True)]
+
+
+def _invalid(codec: _Codec, version: int, values: tuple[Any, ...]) -> InvalidMetadataRecordError:
+    """The error naming the first field in ``values`` that cannot be encoded (slow path)."""
+    for n, check, value in zip(codec.names[version], codec.checks[version], values, strict=True):
+        try:
+            check(value)
+            msgpack.packb(value, use_bin_type=True)
+        except (CorruptMetadataRecordError, OverflowError, ValueError) as e:
+            return InvalidMetadataRecordError(f"{codec.cls.__name__}.{n}: {e}")
+    return InvalidMetadataRecordError(f"{codec.cls.__name__}: cannot be encoded")
 
 
 def decode_record(data: bytes) -> MetadataRecord:
@@ -519,17 +637,15 @@ def _from_items(items: object) -> MetadataRecord:
     codec = _CODECS.get(type_id) if type(type_id) is int else None
     if codec is None:
         raise UnknownRecordTypeError(type_id)
-    if type(version) is not int or not 0 <= version < len(codec.versions):
-        raise UnsupportedRecordVersionError(
-            codec.cls.__name__, version, len(codec.versions) - 1
-        )
-    names, kinds = codec.versions[version]
+    if type(version) is not int or not 0 <= version < len(codec.names):
+        raise UnsupportedRecordVersionError(codec.cls.__name__, version, len(codec.names) - 1)
+    names = codec.names[version]
     if len(items) != 2 + len(names):
         raise CorruptMetadataRecordError(
             f"{codec.cls.__name__} v{version} has {len(names)} fields, got {len(items) - 2}"
         )
-    kwargs = {n: k(v) for n, k, v in zip(names, kinds, items[2:], strict=True)}
-    return codec.cls(version=version, **kwargs)
+    values = _checked(codec, version, items[2:])
+    return codec.cls(version=version, **dict(zip(names, values, strict=True)))
 
 
 def encode_records(records: list[MetadataRecord] | tuple[MetadataRecord, ...]) -> bytes:
