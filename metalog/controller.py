@@ -10,7 +10,7 @@ topic ``a``. It never mutates an image: the records do that, once committed, thr
 Pure: no I/O, no clock (time comes in as ``now_ms``), no global random (topic ids come from an
 injected factory, defaulting to a hash; placement draws come from the topic name).
 
-Driving it (the asyncio shell that owns Raft, written elsewhere)::
+Driving it (``metalog.driver.ControllerDriver`` does this for a Raft node)::
 
     ctl = QuorumController(node_id)
     # On every node, for every committed metadata entry, in log order:
@@ -37,8 +37,9 @@ Driving it (the asyncio shell that owns Raft, written elsewhere)::
     if records: raft.propose(records)
 
 Records returned by ``handle``/``poll`` are already counted as pending: the shell must propose
-them, in order, or call ``become_standby()`` (which forgets them). If a committed record is not
-the next pending one (a proposal was lost), the controller forgets its pending records.
+them, in order, or call ``become_standby()`` (which forgets them), or ``withdraw(records)``
+them if they cannot be encoded. If a committed record is not the next pending one (a proposal
+was lost), the controller forgets its pending records.
 
 Broker lifecycle (KIP-631): ``RegisterBroker`` -> registered and fenced, epoch = offset of its
 ``RegisterBrokerRecord`` -> heartbeats every 2 s; the first one with ``current_metadata_offset
@@ -61,7 +62,7 @@ import hashlib
 import re
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -439,6 +440,21 @@ class QuorumController:
         self._pending.clear()
         self._pending_image = None
         self._sessions.clear()
+
+    def withdraw(self, records: Sequence[MetadataRecord]) -> None:
+        """Forget ``records``, the last ones ``handle`` or ``poll`` returned, which the shell
+        will not propose (they cannot be encoded): commands are checked against the latest
+        image, and it must not hold records that will never commit."""
+        n = len(records)
+        if n == 0:
+            return
+        invariant(
+            n <= len(self._pending) and list(self._pending)[-n:] == list(records),
+            "withdrawn records are the last pending ones",
+        )
+        for _ in range(n):
+            self._pending.pop()
+        self._pending_image = None
 
     def _check_active(self, controller_epoch: int | None) -> None:
         if self._epoch is None:

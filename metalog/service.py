@@ -1,31 +1,16 @@
 """``ControllerService``: the quorum controller running on a Raft node (the asyncio glue).
 
-Owns the binding between ``raft.aio.RaftNode`` and ``metalog.controller.QuorumController``;
-owns no state of its own that matters for correctness: everything is rebuilt by replaying
-the committed log (or a snapshot plus the log after it).
+Owns the asyncio side of the binding between ``raft.aio.RaftNode`` and
+``metalog.controller.QuorumController``: it moves entries, proposals, read-index barriers and
+snapshots between the node and ``metalog.driver.ControllerDriver``, which makes every decision
+(how records map onto Raft entries and metadata offsets, when the controller activates and
+stands by, what a command proposes and answers; see its docstring). It owns no state of its
+own that matters for correctness: everything is rebuilt by replaying the committed log (or a
+snapshot plus the log after it).
 
-How records map onto Raft (the metadata log):
-
-* One command's records travel as ONE Raft entry (``encode_records``), so they commit
-  atomically, as a KRaft record batch does: a topic's ``TopicRecord`` and its
-  ``PartitionRecord``\\ s are never half committed.
-* Every record has a metadata *offset*: records are numbered densely in log order across
-  entries (``offset = previous record's offset + 1``), so the numbering is a function of the
-  committed log alone and survives snapshots (a snapshot carries the offset of its last
-  record). Entries without records (the leader's no-op, membership changes) take no offset.
-  A broker's epoch is the offset of its ``RegisterBrokerRecord`` (KIP-631). This differs from
-  KRaft, where the metadata offset is the Raft offset, because our Raft entries are batches.
-* On every node (voters and observers alike) ``on_commit`` replays each committed record
-  into the controller's image: the image is built only from committed records.
-
-Activation (KIP-595): a node that becomes Raft leader of term T serves commands only once
-it has applied everything committed before T. The service waits for a read-index barrier
-(which needs T's no-op committed) and for that index, and every entry already in its log,
-to be applied (``activation_index``), and then calls ``become_active(T)``. Losing leadership
-(seen on the next poll, or as ``NotLeaderError`` from a proposal), or leading a term other
-than the controller's epoch (``stale_controller``), calls ``become_standby()``, which drops
-pending records; callers waiting on them get ``NotControllerError`` naming the new leader
-when known.
+When the node loses leadership (seen on the next poll, or as ``NotLeaderError`` from a
+proposal) the controller stands by, dropping pending records; callers waiting on them get
+``NotControllerError`` naming the new leader when known.
 
 Snapshots: every ``snapshot_records`` records the image is written as a Raft snapshot
 (``<index>-<term>.checkpoint``), which also moves the Raft log start forward.
@@ -45,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import logging
 import time
 from collections.abc import Callable
@@ -56,12 +40,13 @@ from common.waits import join_task, wait_event
 from metalog.client import MetadataBatch, MetadataFetchResponse
 from metalog.commands import Command
 from metalog.controller import QuorumController
-from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.delta import encode_snapshot
+from metalog.driver import ControllerDriver
 from metalog.errors import MetadataError, NotControllerError
-from metalog.records import FenceBrokerRecord, decode_records, encode_records
+from metalog.records import FenceBrokerRecord
 from raft.aio.node import NodeStoppedError, NotLeaderError, RaftNode, RaftNodeConfig
 from raft.core import ProposalDroppedError
-from raft.types import EntryKind, Role
+from raft.types import Role
 from storage.fileio import FileLayer
 
 log = logging.getLogger(__name__)
@@ -69,28 +54,6 @@ log = logging.getLogger(__name__)
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
-
-
-def activation_index(read_index: int, last_index: int) -> int:
-    """What a leader must have applied before its controller serves commands.
-
-    The read-index barrier covers everything committed before the term. The leader's whole
-    log must be covered too: after a ``ProposalDroppedError`` (a leadership transfer) the
-    service stands by and re-activates *in the same term*, and the entries its earlier
-    activation proposed are still in the log, uncommitted, while ``become_standby`` forgot
-    them. Activating before they are applied decides on an image without them (found by the
-    metadata simulation: an ``UnfenceBrokerRecord`` of an older broker epoch committed after
-    the broker's re-registration, an ``InvariantError`` on every node that replays it).
-    """
-    return max(read_index, last_index)
-
-
-def stale_controller(is_leader: bool, term: int, controller_epoch: int | None) -> bool:
-    """True when an active controller must stand by: its node no longer leads, or leads a
-    newer term than the controller's epoch (leadership lost and regained between two polls;
-    the image may miss what the leaders in between committed). The controller epoch is the
-    Raft term."""
-    return controller_epoch is not None and (not is_leader or controller_epoch != term)
 
 
 @dataclass(frozen=True)
@@ -132,13 +95,8 @@ class ControllerService:
         self._clock_ms = clock_ms
         self._poll_interval_s = poll_interval_ms / 1000
         self._snapshot_records = snapshot_records
-        self.next_offset = 0
-        """Metadata offset the next committed record will get."""
-        self._records_since_snapshot = 0
-        self._bases: collections.OrderedDict[int, int] = collections.OrderedDict()
-        """Raft index -> metadata offset of its first record, for recent entries."""
+        self.driver = ControllerDriver(controller)
         self._task: asyncio.Task[None] | None = None
-        self._activating: int | None = None
         self._stopping = False
         # Observers' fetch window. Invariant: batches are contiguous and ascending, the first
         # starts right after the snapshot (or at 0 without one); ``_batch_bases`` mirrors them.
@@ -153,29 +111,16 @@ class ControllerService:
     # ------------------------------------------------------------------ log side
 
     def on_commit(self, entries: list[Any]) -> None:
-        ctl = self.controller
         for e in entries:
-            if e.kind is not EntryKind.NORMAL or not e.data:
-                continue
-            records = decode_records(e.data)
-            base = self.next_offset
-            for i, r in enumerate(records):
-                ctl.replay(r, base + i, int(e.term))
-            self.next_offset = base + len(records)
-            self._records_since_snapshot += len(records)
-            self._bases[int(e.index)] = base
-            if len(self._bases) > 4096:
-                self._bases.popitem(last=False)
-            if records:
-                self._batches.append(MetadataBatch(base, int(e.term), len(records), e.data))
-                self._batch_bases.append(base)
+            applied = self.driver.apply_entry(e)
+            if applied is not None and applied.records:
+                self._batches.append(MetadataBatch(
+                    applied.base_offset, applied.term, len(applied.records), applied.data))
+                self._batch_bases.append(applied.base_offset)
                 self._wake_fetchers()
 
     def on_snapshot(self, snap: Any) -> None:
-        image = decode_snapshot(snap.data)
-        self.controller.restore(image)
-        self.next_offset = image.offset + 1
-        self._records_since_snapshot = 0
+        image = self.driver.restore(int(snap.index), snap.data)
         self._set_snapshot(image.offset, snap.data)
         self._wake_fetchers()
 
@@ -246,7 +191,7 @@ class ControllerService:
     @property
     def metadata_offset(self) -> int:
         """Offset of the last committed record applied here (-1: none)."""
-        return self.next_offset - 1
+        return self.driver.metadata_offset
 
     # ------------------------------------------------------------------ commands
 
@@ -255,28 +200,22 @@ class ControllerService:
 
         Raises ``MetadataError`` (``NotControllerError`` when this node is not active).
         """
-        ctl = self.controller
         core = self.node.core
-        if (not ctl.is_active or core is None or stale_controller(
-                self.node.role is Role.LEADER, int(core.term), ctl.controller_epoch)):
+        if core is None or not self.driver.serving(self.node.role is Role.LEADER, int(core.term)):
             raise self._not_controller()
-        result = ctl.handle(command, self._clock_ms())
-        if not result.records:
-            return result.response
-        proposal = self.node.propose(encode_records(list(result.records)))
+        proposal = self.driver.handle(command, self._clock_ms())
+        if proposal.data is None:
+            return proposal.result.response
         try:
-            index = await proposal
+            index = await self.node.propose(proposal.data)
         except (NotLeaderError, ProposalDroppedError, NodeStoppedError) as e:
-            ctl.become_standby()
+            self.driver.on_proposal_failed()
             err = self._not_controller(f"leadership lost while committing: {e}")
             # The proposal may still commit under the next leader (Raft keeps an old term's
             # entry that reached a majority): the caller must not take this for "not done".
             err.after_uncertain_attempt = True
             raise err from None
-        base = self._bases.get(index)
-        if base is None:  # cannot happen: on_commit runs before proposals resolve
-            raise MetadataError(f"committed entry {index} carried no records")
-        return result.response_at(base)
+        return self.driver.response(proposal, index)
 
     def _not_controller(self, detail: str = "") -> NotControllerError:
         leader = self.node.leader_id
@@ -318,29 +257,24 @@ class ControllerService:
             await asyncio.sleep(self._poll_interval_s)
 
     async def _tick(self) -> None:
-        node, ctl = self.node, self.controller
+        node, driver = self.node, self.driver
         core = node.core
         term = int(core.term) if core is not None else 0
-        if stale_controller(node.role is Role.LEADER, term, ctl.controller_epoch):
+        tick = driver.tick(self._clock_ms(), is_leader=node.role is Role.LEADER, term=term)
+        if tick.stood_by_from is not None:
             log.info("controller %d: no longer leader of epoch %s; standing by", node.id,
-                     ctl.controller_epoch)
-            ctl.become_standby()
-        if (node.role is Role.LEADER and ctl.controller_epoch != term
-                and self._activating != term):
-            self._activating = term
-            asyncio.get_running_loop().create_task(self._activate(term))
-        if ctl.is_active:
-            records, _deadline = ctl.poll(self._clock_ms())
-            for r in records:
-                if isinstance(r, FenceBrokerRecord):
-                    log.info("controller %d: broker %d missed its session timeout; fencing it",
-                             node.id, r.broker_id)
-            if records:
-                proposal = self.node.propose(encode_records(list(records)))
-                asyncio.get_running_loop().create_task(self._await_internal(proposal))
-        if self._records_since_snapshot >= self._snapshot_records and node.applied > 0:
-            self._records_since_snapshot = 0
-            image = ctl.image
+                     tick.stood_by_from)
+        if tick.activate_term is not None:
+            asyncio.get_running_loop().create_task(self._activate(tick.activate_term))
+        for r in tick.records:
+            if isinstance(r, FenceBrokerRecord):
+                log.info("controller %d: broker %d missed its session timeout; fencing it",
+                         node.id, r.broker_id)
+        if tick.data is not None:
+            proposal = node.propose(tick.data)
+            asyncio.get_running_loop().create_task(self._await_internal(proposal))
+        if node.applied > 0 and driver.snapshot_due(self._snapshot_records):
+            image = self.controller.image
             data = encode_snapshot(image)
             try:
                 await node.take_snapshot(data)
@@ -353,26 +287,26 @@ class ControllerService:
         try:
             await proposal
         except (NotLeaderError, ProposalDroppedError, NodeStoppedError):
-            self.controller.become_standby()
+            self.driver.on_proposal_failed()
 
     async def _activate(self, term: int) -> None:
-        node = self.node
+        node, driver = self.node, self.driver
         try:
             index = await node.read_index(timeout_s=5.0)
             core = node.core
             if core is not None:
-                index = activation_index(index, int(core.log.last_index()))
+                index = driver.on_read_index(term, index, int(core.log.last_index()))
             await node.wait_applied(index)
         except Exception as e:
             log.info("controller %d: activation for term %d failed: %s", node.id, term, e)
-            self._activating = None
+            driver.abandon_activation(term)
             return
         core = node.core
-        if node.role is Role.LEADER and core is not None and int(core.term) == term:
-            self.controller.become_active(term, self._clock_ms())
+        if core is not None and driver.maybe_activate(
+                self._clock_ms(), is_leader=node.role is Role.LEADER, term=int(core.term)):
             log.info("controller %d: active in epoch %d at offset %d", node.id, term,
                      self.metadata_offset)
-        self._activating = None
+        driver.abandon_activation(term)
 
 
 def error_to_wire(e: MetadataError) -> dict[str, Any]:

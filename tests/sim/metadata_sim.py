@@ -13,20 +13,20 @@ Model
   restarts from durable state, clock skew, leadership transfers, snapshots), subclassed here.
   Its Raft checks (election safety, log matching, leader completeness, state machine safety,
   votes, commit monotonicity) keep running. Membership changes are off: 3 or 5 voters.
-* Every node is a controller node modelled on ``metalog/service.py`` (the production glue):
-  one command's records are one Raft entry (``encode_records``); committed entries are
-  replayed in log order with dense metadata offsets (entries without records take none);
-  ``poll`` runs on every node tick (a tick is 100 ms, the service's poll interval); a leader
-  of term T activates (``become_active(T)``) only after a read-index barrier returned and it
-  applied up to ``activation_index`` (that index, and its whole log), if it still leads T; a
-  controller that ``stale_controller`` says is stale (not leading, or leading a newer term
-  than its epoch) stands by and refuses commands; losing leadership calls ``become_standby``
-  (at once if proposals were in flight, else on the next tick); a command sent to a node whose
-  controller is not active is refused with ``NotControllerError`` naming the Raft leader.
+* Every node runs the glue that ships: ``metalog.driver.ControllerDriver``, the sans-IO core
+  of ``metalog/service.py``, decides how committed entries are replayed (one command's
+  records are one Raft entry, dense metadata offsets, entries without records take none),
+  when the controller activates (after a read-index barrier and applying up to
+  ``activation_index``, if the node still leads that term) and stands by (``stale_controller``,
+  or a failed proposal), what a command proposes and what it answers. The simulator plays
+  the part of the service's asyncio shell and of ``RaftNode``: it calls the driver's ``tick``
+  every node tick (100 ms, the service's poll interval), issues the read-index barrier (5 s
+  timeout), fails in-flight proposals when leadership is lost, and refuses a command sent to
+  a node that is not serving with ``NotControllerError`` naming the Raft leader.
   Snapshots hold ``encode_snapshot(image)``; a restarted or lagging node restores the image
-  with ``decode_snapshot``. (The Raft snapshot bytes carry the simulator's chain hash, which
-  its checker needs; the image bytes sit in a side table keyed by snapshot index, checked
-  equal for every node that snapshots at that index.)
+  through the driver. (The Raft snapshot bytes carry the simulator's chain hash, which its
+  checker needs; the image bytes sit in a side table keyed by snapshot index, checked equal
+  for every node that snapshots at that index.)
 * Time: 1 unit = 10 ms, a tick = 10 units = 100 ms (election timeout 1 s). Brokers heartbeat
   every 2 s of sim time; the controller's session timeout is 9 s (KRaft's defaults).
 * 4-6 brokers register, heartbeat (reporting the metadata offset of the controller node they
@@ -97,7 +97,8 @@ from metalog.commands import (
     RegisterBroker,
 )
 from metalog.controller import ControllerConfig, QuorumController
-from metalog.delta import decode_snapshot, encode_snapshot
+from metalog.delta import encode_snapshot
+from metalog.driver import ControllerDriver
 from metalog.errors import (
     BrokerIdNotRegisteredError,
     MetadataError,
@@ -114,8 +115,6 @@ from metalog.records import (
     Endpoint,
     RegisterBrokerRecord,
     TopicId,
-    decode_records,
-    encode_records,
 )
 from metalog.responses import (
     AlterPartitionResponse,
@@ -123,10 +122,9 @@ from metalog.responses import (
     BrokerRegistrationResponse,
     CreateTopicResponse,
 )
-from metalog.service import activation_index, stale_controller
 from raft.core import NotLeaderError, ProposalDroppedError, Ready
 from raft.storage_port import MemoryStorage
-from raft.types import ConfState, EntryKind, LogIndex, NodeId
+from raft.types import ConfState, LogIndex, NodeId
 from tests.sim.raft_sim import (
     TICK_UNITS,
     Checker,
@@ -160,26 +158,24 @@ def repro_line(seed: int, steps: int, faults: frozenset[str] | None = None) -> s
 
 # ------------------------------------------------------------------------------ actors
 @dataclass
-class Proposal:
+class InFlight:
+    """A proposal awaiting its entry's commit, as ``RaftNode`` tracks one: it resolves when
+    the entry at its index commits in the term it was proposed in, and fails otherwise."""
+
     term: int
-    on_commit: Callable[[int], None]
+    on_commit: Callable[[int], None]  # given the entry's Raft index
     on_fail: Callable[[], None]
 
 
 @dataclass
 class MetaNode(SimNode):
-    """A controller node: the Raft node of ``raft_sim`` plus the service's controller state."""
+    """A controller node: the Raft node of ``raft_sim`` running the service's glue
+    (``metalog.driver.ControllerDriver``); this class holds what the asyncio shell would."""
 
-    ctl: QuorumController | None = None
-    next_offset: int = 0  # metadata offset of the next committed record
-    bases: dict[int, int] = field(default_factory=dict)  # Raft index -> first record offset
-    ctl_index: int = 0  # Raft index the controller's image stands for
-    records_since_snapshot: int = 0
-    proposals: dict[int, Proposal] = field(default_factory=dict)
-    activating_term: int | None = None
+    driver: ControllerDriver | None = None  # None while the node is down
+    proposals: dict[int, InFlight] = field(default_factory=dict)
     activation_ctx: bytes = b""
     activation_started_ms: int = 0
-    activation_index: int | None = None
     active_since_ms: int | None = None
     refreshed_ms: dict[BrokerId, int] = field(default_factory=dict)  # session refresh times
     # Per-incarnation history for the monotonicity checks.
@@ -189,6 +185,22 @@ class MetaNode(SimNode):
     checked_parts: tuple[Any, Any] | None = None
     digest_key: tuple[Any, ...] | None = None
     digest_body: bytes = b""
+
+    @property
+    def ctl(self) -> QuorumController | None:
+        return None if self.driver is None else self.driver.controller
+
+    @property
+    def ctl_index(self) -> int:
+        """Raft index the controller's image stands for."""
+        assert self.driver is not None
+        return self.driver.applied_index
+
+    @property
+    def next_offset(self) -> int:
+        """Metadata offset of the next committed record."""
+        assert self.driver is not None
+        return self.driver.next_offset
 
 
 @dataclass
@@ -295,21 +307,15 @@ class MetadataSimulation(Simulation):
         if not isinstance(node, MetaNode):
             return
         assert node.view is not None
-        node.ctl = QuorumController(node.id, self.ctl_config)
-        node.next_offset = 0
-        node.bases = {}
+        node.driver = ControllerDriver(QuorumController(node.id, self.ctl_config))
         node.proposals = {}
-        node.activating_term = None
-        node.activation_index = None
         node.active_since_ms = None
         node.refreshed_ms = {}
         node.seen_partitions = {}
         node.seen_broker_epochs = {}
         node.deleted_topics = set()
         node.checked_parts = None
-        node.records_since_snapshot = 0
         snap = node.view.snapshot()
-        node.ctl_index = snap.index
         if not snap.is_empty():
             self._restore(node, snap.index)
 
@@ -317,52 +323,45 @@ class MetadataSimulation(Simulation):
         data = self.snap_images.get(index)
         if data is None:
             self._fail(f"n{node.id}: no metadata image was saved for the snapshot at {index}")
-        assert data is not None and node.ctl is not None
-        image = decode_snapshot(data)
-        node.ctl.restore(image)
-        node.next_offset = image.offset + 1
-        node.ctl_index = index
+        assert data is not None and node.driver is not None
+        node.driver.restore(index, data)
         self._on_image(node)
 
     def _crash(self, node: SimNode) -> None:
         super()._crash(node)
         if isinstance(node, MetaNode):
-            node.ctl = None
+            node.driver = None
             node.proposals = {}  # callers never hear back: they time out
 
     # ------------------------------------------------------------------ the Ready loop
     def _finish_ready(self, node: SimNode, rd: Ready) -> None:
+        """What ``RaftNode`` does after persisting and sending, for the service's callbacks
+        (``on_snapshot``, ``on_commit``), then the service's activation on read states."""
         super()._finish_ready(node, rd)  # sync, send, Raft checks, advance
-        if not isinstance(node, MetaNode) or node.ctl is None:
+        if not isinstance(node, MetaNode) or node.driver is None:
             return
-        c, ctl = node.core, node.ctl
+        c, driver = node.core, node.driver
         assert c is not None
         if not c.is_leader and node.proposals:
             # RaftNode fails in-flight proposals when leadership is lost; the service's
-            # callers then call become_standby().
+            # callers then stand by.
             props, node.proposals = node.proposals, {}
-            ctl.become_standby()
+            driver.on_proposal_failed()
             node.active_since_ms = None
             for p in props.values():
                 p.on_fail()
         if rd.snapshot is not None:
             self._restore(node, rd.snapshot.index)
         for e in rd.committed_entries:
-            if e.kind is EntryKind.NORMAL and e.data:
-                records = decode_records(e.data)
-                base = node.next_offset
-                for i, r in enumerate(records):
-                    ctl.replay(r, base + i, int(e.term))
+            applied = driver.apply_entry(e)
+            if applied is not None:
+                for i, r in enumerate(applied.records):
                     if isinstance(r, RegisterBrokerRecord):
-                        self._check_registration(node, r, base + i)
-                node.next_offset = base + len(records)
-                node.records_since_snapshot += len(records)
-                node.bases[e.index] = base
-            node.ctl_index = e.index
+                        self._check_registration(node, r, applied.base_offset + i)
             prop = node.proposals.pop(e.index, None)
             if prop is not None:
                 if prop.term == e.term:
-                    prop.on_commit(node.bases[e.index])
+                    prop.on_commit(e.index)
                 else:
                     prop.on_fail()
             if self.digest_every_entry:
@@ -370,20 +369,18 @@ class MetadataSimulation(Simulation):
         if rd.committed_entries and not self.digest_every_entry:
             self._on_image(node)
         for rs in rd.read_states:
-            if rs.context == node.activation_ctx and node.activating_term is not None:
-                node.activation_index = activation_index(rs.index, c.log.last_index())
+            term = driver.activating_term
+            if rs.context == node.activation_ctx and term is not None:
+                driver.on_read_index(term, rs.index, c.log.last_index())
         self._maybe_activate(node)
 
     def _maybe_activate(self, node: MetaNode) -> None:
-        c, ctl = node.core, node.ctl
-        if c is None or ctl is None or node.activation_index is None:
+        """The end of the service's ``_activate``, once the barrier's index is applied."""
+        c, driver = node.core, node.driver
+        if c is None or driver is None:
             return
-        if node.ctl_index < node.activation_index:
-            return
-        term = node.activating_term
-        node.activating_term = None
-        node.activation_index = None
-        if not c.is_leader or c.term != term:
+        term = driver.activating_term
+        if not driver.maybe_activate(self.now_ms, is_leader=c.is_leader, term=c.term):
             return
         # Rule 5: everything before this term's first entry is applied.
         nxt = LogIndex(node.ctl_index + 1)
@@ -392,42 +389,39 @@ class MetadataSimulation(Simulation):
                 f"activation: n{node.id} becomes active in term {term} at applied index "
                 f"{node.ctl_index}, but entry {nxt} is of term {c.log.term(nxt)}"
             )
-        ctl.become_active(term, self.now_ms)
         node.active_since_ms = self.now_ms
         self._log(f"n{node.id} ACTIVE controller epoch {term} at offset {node.next_offset - 1}")
         self._count("activations")
 
     def _controller_tick(self, node: MetaNode) -> None:
         """The service's ``_tick`` (its poll interval is one tick here)."""
-        c, ctl = node.core, node.ctl
-        assert c is not None and ctl is not None
+        c, driver = node.core, node.driver
+        assert c is not None and driver is not None
         now = self.now_ms
-        if stale_controller(c.is_leader, c.term, ctl.controller_epoch):
-            ctl.become_standby()
+        tick = driver.tick(now, is_leader=c.is_leader, term=c.term)
+        if tick.stood_by_from is not None:
             node.active_since_ms = None
             self._log(f"n{node.id} standby")
-        if c.is_leader and ctl.controller_epoch != c.term and node.activating_term != c.term:
-            node.activating_term = c.term
+        if tick.activate_term is not None:
             node.activation_started_ms = now
-            node.activation_index = None
             node.activation_ctx = b"activate/%d/%d/%d" % (node.id, node.incarnation, c.term)
             c.read_index(node.activation_ctx)
-        if (node.activating_term is not None and node.activation_index is None
+        term = driver.activating_term
+        if (term is not None and driver.activation_index is None
                 and now - node.activation_started_ms > ACTIVATION_TIMEOUT_MS):
-            node.activating_term = None  # read_index timed out; retried on the next tick
-        if ctl.is_active:
-            records, _deadline = ctl.poll(now)
-            if records:
-                self._propose_records(node, records, lambda base: None, lambda: None)
-        if node.records_since_snapshot >= SNAPSHOT_RECORDS:
-            node.records_since_snapshot = 0
+            driver.abandon_activation(term)  # read_index timed out; retried on the next tick
+        if tick.data is not None:
+            self._propose_entry(node, tick.data, lambda index: None, lambda: None)
+        if driver.snapshot_due(SNAPSHOT_RECORDS):
             self._snapshot(node)
         self._drive(node)
 
-    def _propose_records(self, node: MetaNode, records: tuple[Any, ...],
-                 on_commit: Callable[[int], None], on_fail: Callable[[], None]) -> None:
-        c, ctl = node.core, node.ctl
-        assert c is not None and ctl is not None
+    def _propose_entry(self, node: MetaNode, data: bytes, on_commit: Callable[[int], None],
+                       on_fail: Callable[[], None]) -> None:
+        """``RaftNode.propose`` and the service's handling of its failure."""
+        c, driver = node.core, node.driver
+        assert c is not None and driver is not None
+        ctl = driver.controller
         if c.is_leader and ctl.controller_epoch != c.term:
             # The controller epoch is the Raft term (DESIGN.md): records decided by the
             # controller of an older term may rest on an image that misses what other
@@ -438,13 +432,13 @@ class MetadataSimulation(Simulation):
                 f"{node.ctl_index}, commit {c.log.committed})"
             )
         try:
-            idx = c.propose(encode_records(list(records)))
+            idx = c.propose(data)
         except (NotLeaderError, ProposalDroppedError):
-            ctl.become_standby()
+            driver.on_proposal_failed()
             node.active_since_ms = None
             on_fail()
             return
-        node.proposals[idx] = Proposal(c.term, on_commit, on_fail)
+        node.proposals[idx] = InFlight(c.term, on_commit, on_fail)
         self._drive(node)
 
     def _snapshot(self, node: SimNode) -> None:
@@ -477,36 +471,36 @@ class MetadataSimulation(Simulation):
 
     def _handle_request(self, node: MetaNode, req: Request) -> None:
         """The service's ``execute``."""
-        c, ctl = node.core, node.ctl
-        assert c is not None and ctl is not None
+        c, driver = node.core, node.driver
+        assert c is not None and driver is not None
 
         def reply(resp: Any) -> None:
             self._net("resp", req, resp, node.id)
 
-        if not ctl.is_active or stale_controller(c.is_leader, c.term, ctl.controller_epoch):
+        if not driver.serving(c.is_leader, c.term):
             err = NotControllerError(f"node {node.id} is not the active controller")
             err.leader_id = int(c.leader)  # type: ignore[attr-defined]
             reply(err)
             return
         try:
-            result = ctl.handle(req.cmd, self.now_ms)
+            proposal = driver.handle(req.cmd, self.now_ms)
         except MetadataError as e:
             reply(e)
             return
         if isinstance(req.cmd, RegisterBroker | BrokerHeartbeat):
             node.refreshed_ms[req.cmd.broker_id] = self.now_ms
-        if not result.records:
-            reply(result.response)
+        if proposal.data is None:
+            reply(proposal.result.response)
             return
 
-        def committed(base: int) -> None:
-            resp = result.response_at(base)
+        def committed(index: int) -> None:
+            resp = driver.response(proposal, index)
             if isinstance(resp, BrokerRegistrationResponse):
                 self._check_registration_response(node, req, resp)
             reply(resp)
 
-        self._propose_records(node, result.records, committed,
-                      lambda: reply(NotControllerError("leadership lost while committing")))
+        self._propose_entry(node, proposal.data, committed,
+                            lambda: reply(NotControllerError("leadership lost while committing")))
 
     # ------------------------------------------------------------------ brokers
     def _broker_up(self, b: SimBroker) -> None:
@@ -1024,8 +1018,7 @@ class MetadataSimulation(Simulation):
 
     def _caught_up(self, name: str, dead: SimBroker | None) -> bool:
         metas = self._metas()
-        idx = {n.ctl_index for n in metas}
-        if any(n.ctl is None for n in metas) or len(idx) != 1:
+        if any(n.ctl is None for n in metas) or len({n.ctl_index for n in metas}) != 1:
             return False
         for n in metas:
             assert n.ctl is not None

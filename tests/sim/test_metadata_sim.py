@@ -12,10 +12,11 @@ import os
 
 import pytest
 
+from metalog import driver
 from metalog.controller import QuorumController
+from metalog.driver import activation_index, stale_controller
 from metalog.image import PartitionRegistration
 from metalog.records import MetadataRecord, PartitionChangeRecord
-from metalog.service import activation_index, stale_controller
 from tests.sim.metadata_sim import DEFAULT_STEPS, run_seed
 from tests.sim.raft_sim import SimulationFailure
 
@@ -74,6 +75,28 @@ def test_simulation_catches_a_controller_that_never_fences_expired_sessions(
     monkeypatch.setattr(QuorumController, "poll", poll_forgetting_sessions)
     msg = _first_failure(range(10))
     assert msg is not None and "still unfenced" in msg, msg
+
+
+# ------------------------------------------------------------------ the glue it runs is the shipping one
+def test_the_reactivation_bug_put_back_into_the_shipping_glue_fails_the_simulation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The simulator drives ``metalog.driver`` (what ``metalog.service`` runs), not a copy:
+    the bug of seed 3228 (an activation barrier covering only the read index), put back into
+    the driver, fails it again."""
+    monkeypatch.setattr(driver, "activation_index", lambda read_index, last_index: read_index)
+    with pytest.raises(SimulationFailure, match="InvariantError"):
+        run_seed(3228, 4000)
+
+
+def test_the_stale_epoch_bug_put_back_into_the_shipping_glue_fails_the_simulation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 73's bug: a controller still active in epoch T while its node leads T+2."""
+    monkeypatch.setattr(driver, "stale_controller",
+                        lambda is_leader, term, epoch: epoch is not None and not is_leader)
+    with pytest.raises(SimulationFailure, match="proposes records decided by its controller"):
+        run_seed(73, 4000, faults=frozenset({"clock_skew", "transfer_storm"}))
 
 
 # ------------------------------------------------------------------ regressions found here
