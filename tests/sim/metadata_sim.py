@@ -554,7 +554,10 @@ class MetadataSimulation(Simulation):
         if me is None or me.broker_epoch != b.epoch:
             return
         changes = []
-        for t, p, reg in view.topics.partitions():
+        # In a fixed order: the image iterates in hash order, which differs between processes
+        # (PYTHONHASHSEED), and each partition draws from the seed's generator.
+        in_order = sorted(view.topics.partitions(), key=lambda tpr: (tpr[0].topic_id, tpr[1]))
+        for t, p, reg in in_order:
             if reg.leader != b.id or self.rng.random() < 0.5:
                 continue
             isr = list(reg.isr)
