@@ -5,10 +5,10 @@ with the leader's URL, and the client retries there; while there is no leader (a
 it retries with a short back-off until ``timeout_s``. Used by brokers, the HTTP API and the
 CLI.
 
-It lives in ``metalog`` (not ``api``) because brokers use it and may not import ``api``;
-``metalog.client`` re-exports it. ``fetch_metadata`` is the observers' read of the
-committed metadata log (``GET /internal/controller/v1/metadata``), answered by any
-controller, not only the active one.
+It lives in ``metalog`` (not ``api``) because brokers use it and may not import ``api``.
+``fetch_metadata`` is the observers' read of the committed metadata log
+(``GET /internal/controller/v1/metadata``), answered by any controller, not only the active
+one.
 """
 
 from __future__ import annotations
