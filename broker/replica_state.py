@@ -769,7 +769,7 @@ class TruncationStep:
     at the (possibly truncated) log end."""
     below_high_watermark: bool = False
     """The truncation removes offsets below the follower's HW: committed data is lost, which
-    a clean election never causes (REFERENCE §2.6 #3). Log it loudly."""
+    a clean election never causes (KIP-101: never truncate below the HW). Log it loudly."""
 
 
 class FollowerState:

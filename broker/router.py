@@ -1,6 +1,6 @@
 """``PartitionRouter``: produce, consumer fetch and ListOffsets for any partition, from any broker.
 
-Any broker accepts any request (docs: DESIGN.md, "Interfaces"). The router answers locally when
+Any broker accepts any request (docs/http-api.md). The router answers locally when
 the metadata image names this broker leader of the partition (``ReplicaManager``), and otherwise
 POSTs the same msgpack body to the leader's internal route (``/internal/broker/v1/<route>``) on
 one keep-alive session, marked ``forwarded: true`` so the leader answers it locally or refuses

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the fault-injection suite (jepsen_tests) needs on a fresh Debian machine:
-# nftables (partitions), iptables (the REFERENCE §4.3 alternative), faketime (clock jumps).
+# nftables (partitions), iptables (the alternative to nft rules), faketime (clock jumps).
 # `ip`, `unshare` and `tc` come with the base system. Idempotent: does nothing when all are
 # there. Needs root for apt-get; without root it says what is missing and fails.
 set -euo pipefail

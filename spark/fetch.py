@@ -236,7 +236,7 @@ def _json_error(body: bytes) -> dict[str, Any] | None:
 
 
 def _kafka_code(status: int, err: dict[str, Any] | None) -> tuple[str, str]:
-    """The Kafka error name behind an HTTP API error (REST Proxy codes, REFERENCE.md §1.1)."""
+    """The Kafka error name behind an HTTP API error (kafka-rest's Errors.java codes)."""
     message = str((err or {}).get("message") or f"HTTP {status}")
     code = int((err or {}).get("error_code") or status)
     for name in _RETRIABLE | {"OFFSET_OUT_OF_RANGE"}:

@@ -1,7 +1,8 @@
 """The options of the ``longboat`` data source, parsed and checked, named as Spark's Kafka source.
 
 Kafka's option names carry over so that a job written for ``format("kafka")`` ports by
-changing the format name (REFERENCE.md §3.1): ``kafka.bootstrap.servers`` is accepted beside
+changing the format name (Spark's structured-streaming-kafka-integration guide):
+``kafka.bootstrap.servers`` is accepted beside
 our ``bootstrap``, and host:port entries become ``http://host:port``. Names are
 case-insensitive, as Spark's are. Offsets JSON is Kafka's: ``{"topic": {"0": 23, "1": -1}}``
 with -2 for earliest and -1 for latest; partition keys are strings because JSON keys are

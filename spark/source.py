@@ -3,7 +3,8 @@
 Spark's Kafka source, ported to Python's Data Source API (PySpark >= 4.2): the same options
 (``spark.options``), the same rows (``spark.schema``), end-exclusive offsets per partition as
 the streaming checkpoint (``{"topic": {"0": 42}}``), and the same rules where Kafka has them
-(REFERENCE.md §3.1). Where each piece runs (REFERENCE.md §3.2) decides its shape:
+(Spark's ``KafkaSourceProvider``). Where each piece runs (``pyspark.sql.datasource``'s
+contract) decides its shape:
 
 * ``LongboatDataSource.schema/reader/streamReader/writer`` run in short-lived planner
   processes; options are parsed there, so a bad option fails ``load()``/``save()`` at once.

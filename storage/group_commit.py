@@ -21,7 +21,7 @@ when nothing is:
   never waits for company.
 
 Under load each round covers everything appended during the one before, which is what makes
-durable acknowledgements cheap (BENCHMARKS.md: a 1 KiB fsync costs ~0.2 ms; thousands of acks
+durable acknowledgements cheap (a 1 KiB fsync costs ~0.2 ms on these machines; thousands of acks
 share it). An earlier version ran each round from a loop task and let the released appenders
 run before starting the next: every in-flight append then waited on the same fsync and the
 loop sat idle during it, so appending and fsyncing took turns (docs/storage.md, "Durability").

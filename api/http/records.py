@@ -102,7 +102,7 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
     if field is None:
         return None, None
     if type(field) is dict:
-        # The common shapes first: this runs once per record (BENCHMARKS.md).
+        # The common shapes first: this runs once per record.
         kind = field.get("type", "JSON")
         data = field.get("data")
         if kind == "STRING" and type(data) is str:

@@ -22,8 +22,8 @@ the first subscribe or assign, and closed (leaving the group) by unsubscribe, ``
 expiry after ``consumer_instance_timeout_ms`` (Kafka REST's ``consumer.instance.timeout.ms``)
 without a request.
 
-What the REST Proxy's users complained about, and what is done here instead (REFERENCE.md
-§1.5): requests on one instance are serialized by its lock, so concurrent polls cannot
+What the REST Proxy's users complained about (the issues cited), and what is done here
+instead: requests on one instance are serialized by its lock, so concurrent polls cannot
 interleave (redpanda PR #31423); ``records`` waits up to ``timeout`` for data, through a
 rebalance, instead of answering ``[]`` at once (kafka-rest#725); records carry ``timestamp``
 and ``headers`` (kafka-rest#1133); a manually assigned instance resumes from the group's

@@ -1,6 +1,6 @@
 """Partition assignors: who in a group reads which partition.
 
-The group coordinator runs these (DESIGN.md: "Assignment is computed by the coordinator"), so
+The group coordinator runs these (not a leader member, as in Kafka's classic protocol), so
 the input is what the coordinator knows of each member (``MemberSubscription``: subscribed
 topics, the partitions the member currently owns and the generation in which it got them) and
 the partition count of every topic. The output maps every member id to the partitions it

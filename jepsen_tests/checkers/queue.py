@@ -1,7 +1,7 @@
 """The queue checker: Kafka-style anomalies in a send/poll history.
 
-Follows Jepsen's `jepsen.tests.kafka` (REFERENCE §4.1). Keys name partitions and every sent
-value is unique in a run, so a value identifies its send.
+Follows Jepsen's `jepsen.tests.kafka` (jepsen/src/jepsen/tests/kafka.clj). Keys name partitions
+and every sent value is unique in a run, so a value identifies its send.
 
 Op shapes (values are JSON; keys are strings):
 

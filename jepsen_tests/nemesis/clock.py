@@ -5,7 +5,7 @@ offset file (`ClockNemesis.env_for`): ``FAKETIME_TIMESTAMP_FILE`` names the file
 ``FAKETIME_NO_CACHE=1`` makes every clock read consult it, so writing ``+30s`` into the file
 moves that process's clock 30 s forward at once, and ``+0`` puts it back.
 
-libfaketime shifts CLOCK_MONOTONIC too (REFERENCE §4.3: with
+libfaketime shifts CLOCK_MONOTONIC too (as observed on these machines: with
 ``FAKETIME_DONT_FAKE_MONOTONIC=1`` Python's ``time.sleep`` breaks). So a forward jump makes
 pending timers fire early, and the jump back at the end of the window makes timers armed
 during it wait that much longer: keep `delta_s` to seconds, not hours.

@@ -1,6 +1,6 @@
 """Network partitions: a network namespace per run, nftables rules between loopback addresses.
 
-Platform (REFERENCE §4.3): netns and nftables are built in; netem is not (delays go through
+Platform (Debian 12 VMs): netns and nftables are built in; netem is not (delays go through
 `proxy.py`). A run creates one named namespace, ``ip netns add lbjt-<pid>-<n>``, brings its
 ``lo`` up, and runs every node and every client inside it. Node i binds its own address
 ``127.0.0.(i+1)`` (all of 127/8 is local on ``lo``, so no address needs adding; 127.0.0.1 is

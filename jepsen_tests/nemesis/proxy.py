@@ -1,6 +1,6 @@
 """A userspace TCP proxy per directed link: delay, blackhole, reset.
 
-netem is absent on these machines (REFERENCE §4.3), so delays are made here; the same proxies
+netem is absent from these machines' kernels, so delays are made here; the same proxies
 are the fallback for partitions where namespaces are unavailable (no root). A *link* is a
 directed pair (src, dst): src connects to the link's listen address instead of dst's, and the
 proxy forwards to dst. The link's mode applies to both directions of the connections src opens:

@@ -423,7 +423,7 @@ class MetadataSimulation(Simulation):
         assert c is not None and driver is not None
         ctl = driver.controller
         if c.is_leader and ctl.controller_epoch != c.term:
-            # The controller epoch is the Raft term (DESIGN.md): records decided by the
+            # The controller epoch is the Raft term (as KRaft's): records decided by the
             # controller of an older term may rest on an image that misses what other
             # leaders committed since.
             self._fail(

@@ -634,7 +634,7 @@ class Simulation:
                 )
 
     def _check_leader_heard_from_quorum(self, node: SimNode) -> None:
-        """REFERENCE property 6: a leader cut off from a majority of voters steps down within
+        """Check-quorum (KAFKA-15489): a leader cut off from a majority of voters steps down within
         an election timeout (of its own ticks) of last hearing from them."""
         c = node.core
         if c is None or not c.is_leader:

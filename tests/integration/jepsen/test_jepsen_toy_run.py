@@ -2,7 +2,7 @@
 
 The toy's planted bug (``ack-before-sync``: acknowledge, fsync later) must be found when the
 lose-unsynced nemesis kills nodes, and must *not* show under a plain kill (the page cache
-survives SIGKILL, REFERENCE §4.3). The correct toy passes under kills, pauses and partitions.
+survives SIGKILL). The correct toy passes under kills, pauses and partitions.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The longboat data source in a real local[2] Spark session against a real 3+3 cluster.
 
-One cluster and one SparkSession for the module (cold starts dominate: REFERENCE.md §3.3).
+One cluster and one SparkSession for the module (cold starts dominate: a session takes 10-20 s).
 What is produced is produced with the Python client and remembered with its delivery
 reports, so every read is compared with the offsets the cluster acknowledged.
 """

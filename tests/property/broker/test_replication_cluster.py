@@ -7,7 +7,7 @@ The controller commits an AlterPartition in one step and the answer (with the me
 the brokers in a later one, so a crash can fall in between and the controller elect a replica
 the leader does not know is in the ISR yet. Leader changes reach the brokers at once. Logs
 survive crashes (the storage tests cover lost unflushed data). Properties after every step
-(REFERENCE §2.6 #3, #5):
+(KIP-101 logs match, KIP-966 acknowledged data never lost):
 
 * every acknowledged write is in the current leader's log at the offset it was given;
 * every follower agrees with the leader below its own HW;

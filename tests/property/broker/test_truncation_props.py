@@ -4,7 +4,7 @@ A history: rounds of "some replica becomes leader of a new epoch, appends some r
 replicas copy a prefix of its log" (a replica's log is always a prefix of some leader's log at
 some time, which is all pull replication can produce; elections here may be unclean, since
 truncation must keep logs consistent even then). Then one replica becomes follower of another
-and runs the OffsetsForLeaderEpoch rounds. Properties (REFERENCE §2.6 #3, logs match):
+and runs the OffsetsForLeaderEpoch rounds. Properties (KIP-101, logs match):
 
 * afterwards the follower's log is a prefix of the leader's, offset by offset;
 * it kept exactly the longest common prefix: nothing both logs agree on is cut.
