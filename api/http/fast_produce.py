@@ -4,7 +4,7 @@ batched and reported without a Python object or call per record.
 Why: on a 1,000-record body the general path (``api.http.records``) spends about 2.6 us of
 CPU per record on the leader (orjson's dicts, our checks, a ``ParsedRecord`` and a
 ``Delivered`` per record, ``encode_batch``'s tuples, a report each), against a budget of about
-0.3 us beyond the binary batch form (docs/http-api.md, "Throughput"). Here msgspec decodes
+0.3 us beyond the binary batch form (docs/benchmarks.md, History). Here msgspec decodes
 the body into ``gc=False`` structs in C, keeping each key's and value's ``data`` as
 ``msgspec.Raw`` (its JSON text, not parsed); the stored bytes of a whole column of data are
 made by a few C-level calls (one split, one orjson call, ``map``); batches are joined by
