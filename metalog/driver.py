@@ -65,6 +65,13 @@ from metalog.records import MetadataRecord, MetadataRecordError, decode_records,
 from raft.types import Entry, EntryKind
 
 
+class MetadataApplyError(Exception):
+    """A committed entry that this node cannot decode or replay: a bug or corruption, never a
+    client's mistake (the encoder refuses what the decoder would). It names the Raft entry, the
+    metadata offset and the record, and ends the node's Raft loop, so the process stops loudly
+    (``common.essential``) rather than serve an image that skipped a committed record."""
+
+
 def activation_index(read_index: int, last_index: int) -> int:
     """What a leader must have applied before its controller serves commands.
 
@@ -157,11 +164,25 @@ class ControllerDriver:
         self.applied_index = int(entry.index)
         if entry.kind is not EntryKind.NORMAL or not entry.data:
             return None
-        records = decode_records(entry.data)
         base = self.next_offset
         term = int(entry.term)
+        try:
+            records = decode_records(entry.data)
+        except Exception as e:
+            raise MetadataApplyError(
+                f"committed Raft entry {int(entry.index)} (term {term}, metadata offset {base}) "
+                f"does not decode: {type(e).__name__}: {e}; its first bytes: "
+                f"{entry.data[:64].hex()}"
+            ) from e
         for i, r in enumerate(records):
-            self.controller.replay(r, base + i, term)
+            try:
+                self.controller.replay(r, base + i, term)
+            except Exception as e:
+                raise MetadataApplyError(
+                    f"committed record at metadata offset {base + i} (Raft entry "
+                    f"{int(entry.index)}, term {term}) does not apply: {r!r}: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
         self.next_offset = base + len(records)
         self.records_since_snapshot += len(records)
         self._bases[int(entry.index)] = base

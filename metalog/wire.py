@@ -7,6 +7,14 @@ value, ...}``, an enum ``{"@e": "EnumName", "v": value}``, a ``MetadataError``
 tuples (the dataclasses are frozen and hashed). Only classes registered here decode, so a
 peer can never make us build an arbitrary object (never pickle network input).
 
+Every decoded dataclass and NamedTuple is checked against its field annotations before it is
+built (``_check``: ints are ints and not bools, ``tuple[X, ...]`` holds only X, ``X | None``,
+mappings, enums, nested classes; ``NewType`` ids by their base type), and ``loads_command``
+takes only a ``metalog.commands.Command``: a body with a field of the wrong type is a
+``WireError`` (the route's 400) before the controller sees it. A command the controller
+trusted to be well typed could otherwise fail inside ``handle`` (a 500) or turn into a record
+every voter then fails to replay (issue 17).
+
 Pure: no I/O.
 """
 
@@ -14,6 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,10 +108,60 @@ def from_wire(obj: Any) -> Any:
     if cls is None:
         raise WireError(f"unknown type {name!r}")
     kwargs = {k: from_wire(v) for k, v in obj.items() if k != "@"}
+    hints = _hints(cls)
+    for k, v in kwargs.items():
+        hint = hints.get(k)
+        if hint is not None and not _check(v, hint):
+            raise WireError(f"{name}.{k}: expected {_describe(hint)}, got {type(v).__name__} {v!r:.80}")
     try:
         return cls(**kwargs)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise WireError(f"bad fields for {name}: {e}") from None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check(v: Any, hint: Any) -> bool:
+    """Whether ``v`` (as ``from_wire`` built it) is a value of the annotation ``hint``."""
+    if hint is Any:
+        return True
+    supertype = getattr(hint, "__supertype__", None)
+    if supertype is not None:  # a NewType id: BrokerId, TopicId, ...
+        return _check(v, supertype)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_check(v, a) for a in args)
+    if hint is type(None):
+        return v is None
+    if hint is int:  # an IntEnum member is an int; a bool is not
+        return isinstance(v, int) and type(v) is not bool
+    if hint is float:
+        return type(v) in (int, float)
+    if origin is tuple:
+        if type(v) is not tuple:
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_check(x, args[0]) for x in v)
+        return len(args) == len(v) and all(_check(x, a) for x, a in zip(v, args, strict=True))
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        if not isinstance(v, dict):
+            return False
+        if not args:
+            return True
+        return all(_check(k, args[0]) and _check(x, args[1]) for k, x in v.items())
+    if origin is typing.Literal:
+        return v in args
+    if isinstance(hint, type):
+        return isinstance(v, hint) and not (hint is not bool and type(v) is bool)
+    return True  # an annotation this codec does not know how to check: the class checks it
+
+
+def _describe(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def _hashable(v: Any) -> Any:
@@ -112,9 +173,24 @@ def dumps(obj: Any) -> bytes:
     return packed
 
 
+def loads_command(data: bytes) -> _cmd.Command:
+    """A controller command from a request body; ``WireError`` for anything else."""
+    command = loads(data)
+    if not isinstance(command, _cmd.Command):
+        raise WireError(f"not a controller command: {type(command).__name__}")
+    return command
+
+
 def loads(data: bytes) -> Any:
     try:
         raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:
         raise WireError(f"body is not msgpack: {e}") from None
-    return from_wire(raw)
+    try:
+        return from_wire(raw)
+    except WireError:
+        raise
+    except (TypeError, ValueError, KeyError, RecursionError) as e:
+        # A malformed tag (an "@m" that is not pairs, an enum value out of range, an
+        # unhashable key, nesting past the stack): the body is bad, not the server.
+        raise WireError(f"malformed body: {type(e).__name__}: {e}") from None

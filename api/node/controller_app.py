@@ -101,7 +101,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 async def handle_command(request: web.Request) -> web.Response:
     svc = request.app[SERVICE_KEY]
     try:
-        command = wire.loads(await request.read())
+        command = wire.loads_command(await request.read())
     except wire.WireError as e:
         return web.Response(status=400, body=wire.dumps({"bad": str(e)}), content_type=MSGPACK)
     try:

@@ -68,7 +68,8 @@ def test_a_controller_whose_raft_loop_dies_turns_unhealthy_and_its_process_exits
     seen = asyncio.run(_poison_a_running_controller(tmp_path, port))
     assert seen["health_before"] == (200, {"status": "ok"})
     assert seen["proposal"] == "NodeStoppedError", seen
-    assert seen["failure"].startswith("raft node loop: UnknownRecordTypeError"), seen
+    assert seen["failure"].startswith("raft node loop: MetadataApplyError: committed Raft entry"), seen
+    assert "does not decode: UnknownRecordTypeError" in seen["failure"], seen
     status, body = seen["health_after"]
     assert status == 503 and body["status"] == "failed", seen
     assert body["failure"] == seen["failure"]
@@ -84,5 +85,6 @@ def test_a_controller_whose_raft_loop_dies_turns_unhealthy_and_its_process_exits
          "--controller-quorum", f"1@127.0.0.1:{port}"],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 70, proc.stderr[-3000:]
-    assert "essential task raft node loop died: UnknownRecordTypeError" in proc.stderr
+    assert "essential task raft node loop died: MetadataApplyError: committed Raft entry" in proc.stderr
+    assert "does not decode: UnknownRecordTypeError" in proc.stderr
     assert "longboat: node failed: controller 1: raft node loop" in proc.stderr
