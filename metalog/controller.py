@@ -192,6 +192,9 @@ class ControllerConfig:
     leader_imbalance_check_interval_ms: int | None = 300_000
     """``leader.imbalance.check.interval.seconds``: preferred-leader rebalance (None: off)."""
     max_partitions_per_topic: int = 100_000
+    max_partitions: int = 200_000
+    """Partitions in the whole cluster: every partition costs each broker and controller
+    memory and metadata, so a client's create is refused past it (issue 17's bounds)."""
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -614,6 +617,11 @@ class QuorumController:
                 raise InvalidReplicaAssignmentError(
                     "partitions in the assignment must be 0..n-1 with no gaps"
                 )
+            if n > self.config.max_partitions_per_topic:
+                raise InvalidPartitionsError(
+                    f"number of partitions must be 1..{self.config.max_partitions_per_topic}, "
+                    f"got {n}"
+                )
             assignments = [tuple(cmd.assignments[p]) for p in range(n)]
             for p, replicas in enumerate(assignments):
                 self._check_assignment(batch, p, replicas)
@@ -638,6 +646,7 @@ class QuorumController:
                     f"replication factor must be larger than 0, got {rf}"
                 )
             assignments = self._place(batch, name, n, rf, 0)
+        self._check_partition_budget(batch, n)
         configs = dict(cmd.configs)
         if cmd.validate_only:
             return CreateTopicResponse(name, TopicId(""), n, rf, tuple(assignments), configs), None
@@ -649,6 +658,14 @@ class QuorumController:
         for p, replicas in enumerate(assignments):
             batch.add(self._new_partition(batch, tid, p, replicas))
         return CreateTopicResponse(name, tid, n, rf, tuple(assignments), configs), None
+
+    def _check_partition_budget(self, batch: _Batch, adding: int) -> None:
+        total = sum(len(t.partitions) for t in batch.image.topics.by_id.values())
+        if total + adding > self.config.max_partitions:
+            raise InvalidPartitionsError(
+                f"the cluster has {total} partitions and allows at most "
+                f"{self.config.max_partitions} (max_partitions): cannot add {adding}"
+            )
 
     @staticmethod
     def _created_before(batch: _Batch, name: str, tid: TopicId,
@@ -705,6 +722,7 @@ class QuorumController:
         first = topic.partitions.get(0)
         rf = len(first.replicas) if first is not None else self.config.default_replication_factor
         added = cmd.total_count - current
+        self._check_partition_budget(batch, added)
         if cmd.assignments is not None:
             if len(cmd.assignments) != added:
                 raise InvalidReplicaAssignmentError(

@@ -52,8 +52,11 @@ from storage.fileio import FileLayer
 log = logging.getLogger(__name__)
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
+def monotonic_ms() -> int:
+    """The controller's clock: broker sessions, NoOp and rebalance deadlines are intervals,
+    and none reaches a record, so a step of the wall clock (NTP, an operator) must move none
+    of them: a step forward on the active controller would have fenced every broker at once."""
+    return int(time.monotonic() * 1000)
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class ControllerService:
         controller: QuorumController,
         *,
         file_layer: FileLayer | None = None,
-        clock_ms: Callable[[], int] = wall_ms,
+        clock_ms: Callable[[], int] = monotonic_ms,
         poll_interval_ms: int = 100,
         snapshot_records: int = 20_000,
     ) -> None:

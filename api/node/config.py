@@ -67,6 +67,12 @@ class NodeConfig(BaseModel):
     """How often a broker heartbeats (brokers read it from their own config)."""
     leader_imbalance_check_interval_ms: int = Field(default=300_000, ge=0)
     """How often leadership moves back to preferred replicas; 0 turns it off."""
+    max_partitions_per_topic: int = Field(default=100_000, ge=1)
+    """A topic create or partition increase beyond this is refused (INVALID_PARTITIONS)."""
+    max_partitions: int = Field(default=200_000, ge=1)
+    """Partitions in the whole cluster, all topics together (internal ones too); a create
+    or increase past it is refused. Every partition costs memory on each controller and
+    broker, so a client must not be able to create without bound."""
     default_num_partitions: int = Field(default=1, ge=1)
     default_replication_factor: int = Field(default=1, ge=1)
     # Consumer groups (Kafka's broker configs of the same names, dots as underscores).

@@ -290,7 +290,9 @@ def build_controller(
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         default_num_partitions=config.default_num_partitions,
         default_replication_factor=config.default_replication_factor,
-        leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms or None)
+        leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms or None,
+        max_partitions_per_topic=config.max_partitions_per_topic,
+        max_partitions=config.max_partitions)
     svc = ControllerService(node_cfg, QuorumController(config.node_id, config=ctl_config),
                             snapshot_records=snapshot_records)
     app = web.Application(middlewares=[error_middleware],

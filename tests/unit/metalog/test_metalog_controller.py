@@ -873,3 +873,20 @@ def test_records_that_went_through_the_codec_still_match_the_pending_ones() -> N
         h.offset += 1
         h.ctl.replay(decode_record(encode_record(rec)), h.offset)
         assert h.ctl.pending_records == len(records) - i - 1
+
+
+def test_partition_counts_are_bounded_per_topic_and_across_the_cluster() -> None:
+    h = Harness(ControllerConfig(noop_interval_ms=None, max_partitions_per_topic=8,
+                                 max_partitions=10))
+    h.add_brokers(1)
+    with pytest.raises(InvalidPartitionsError, match="1..8"):
+        h.run(CreateTopic(name="wide", assignments={p: (1,) for p in range(9)}))  # type: ignore[misc]
+    h.run(CreateTopic(name="a", num_partitions=6))
+    h.commit()
+    with pytest.raises(InvalidPartitionsError, match="has 6 partitions and allows at most 10"):
+        h.run(CreateTopic(name="b", num_partitions=5))
+    h.run(CreateTopic(name="b", num_partitions=4))  # exactly at the bound
+    h.commit()
+    with pytest.raises(InvalidPartitionsError, match="cannot add 1"):
+        h.run(CreatePartitions(name="a", total_count=7))
+    assert sum(len(t.partitions) for t in h.ctl.image.topics.by_id.values()) == 10
