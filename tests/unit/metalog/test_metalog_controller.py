@@ -879,7 +879,7 @@ def test_partition_counts_are_bounded_per_topic_and_across_the_cluster() -> None
     h = Harness(ControllerConfig(noop_interval_ms=None, max_partitions_per_topic=8,
                                  max_partitions=10))
     h.add_brokers(1)
-    with pytest.raises(InvalidPartitionsError, match="1..8"):
+    with pytest.raises(InvalidPartitionsError, match=r"1\.\.8"):
         h.run(CreateTopic(name="wide", assignments={p: (1,) for p in range(9)}))  # type: ignore[misc]
     h.run(CreateTopic(name="a", num_partitions=6))
     h.commit()
