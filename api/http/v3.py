@@ -13,17 +13,18 @@ so a client that created a topic can produce to it at once. Admin reads (topics,
 partitions) first wait for this broker's image to catch up with what the active controller
 had applied (``HttpContext.sync_metadata``), so they see an admin write another broker
 answered; the data path reads the image as it is.
+
+The produce routes here are HTTP only: parameters, the body's framing (whole, a chunked
+stream, msgpack), the status and the answer's shape. Each hands the body to one function of
+``api.http.produce``, which runs the produce (its docstring draws the flow).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import logging
 import secrets
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +32,6 @@ import msgpack
 import orjson
 from aiohttp import web
 
-from api.http import fast_produce
 from api.http.context import (
     JSON,
     MSGPACK,
@@ -48,21 +48,22 @@ from api.http.context import (
     read_body,
 )
 from api.http.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
+from api.http.produce import (
+    PRODUCE_TIMEOUT_MS_DEFAULT,
+    produce_batch_bytes,
+    produce_json,
+    produce_stream_chunk,
+    produce_values,
+    writable_topic_or_404,
+)
 from api.http.records import (
     Delivered,
     JsonStream,
     ParsedRecord,
-    now_ms,
-    parse_all,
     parse_msgpack_record,
     parse_partition,
-    produce_batch_bytes,
-    produce_records,
     render_records,
     report_json,
-    report_lines,
-    split_body,
-    writable_topic_or_404,
 )
 from broker.replica_manager import ReplicaError
 from metalog.client import ControllerUnavailableError
@@ -81,7 +82,6 @@ log = logging.getLogger(__name__)
 ADMIN_WAIT_S = 15.0
 READ_TIMEOUT_MS_MAX = 30_000
 READ_BYTES_MAX = 16 << 20
-PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 NDJSON = "application/x-ndjson"
 
@@ -557,21 +557,6 @@ async def get_offsets(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- produce
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Parsing a request allocates a few objects per record and no cycles; the collector's
-    passes over them (and over the broker's long-lived image) cost more than the parsing
-    (py-spy on the benchmark), so it waits until the synchronous section is done. Never
-    held across an ``await``."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _is_streaming(request: web.Request) -> bool:
     return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
 
@@ -611,32 +596,15 @@ async def produce(request: web.Request) -> web.StreamResponse:
 
 async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
                        timeout_ms: int, fast: bool = True) -> web.Response:
-    """A whole (non-streamed) JSON body: one record answered alone (or its error raised),
-    several as NDJSON. A body of plain records takes api.http.fast_produce, which stores
-    and answers exactly what the general path below would; ``fast=False`` (tests) skips it."""
-    if fast:
-        with gc_paused():
-            plan = fast_produce.plan_for(ctx, topic, raw, now_ms())
-        if plan is not None:
-            body, err = await fast_produce.produce_plan(ctx, topic, plan, acks=acks,
-                                                        timeout_ms=timeout_ms)
-            if plan.count > 1:
-                return web.Response(body=body, content_type=NDJSON)
-            if err is not None:
-                raise err
-            return web.Response(body=body[:-1], content_type=JSON)  # as json_response
-    with gc_paused():
-        parsed = parse_all(split_body(raw), now_ms())
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
-    if len(parsed) == 1:
-        r, o = parsed[0], outcomes[0]
-        if isinstance(o, HttpError):
-            raise o
-        return json_response(report_json(ctx.cluster_id, topic, r if isinstance(r, ParsedRecord)
-                                          else None, o))
-    with gc_paused():
-        body = report_lines(ctx.cluster_id, topic, parsed, outcomes)
-    return web.Response(body=body, content_type=NDJSON)
+    """A whole (non-streamed) JSON body (``api.http.produce.produce_json``): one record
+    answered alone (or its error raised), several as NDJSON. ``fast=False`` (tests) skips
+    the fast path."""
+    reports = await produce_json(ctx, topic, raw, acks=acks, timeout_ms=timeout_ms, fast=fast)
+    if reports.count != 1:
+        return web.Response(body=reports.lines, content_type=NDJSON)
+    if reports.error is not None:
+        raise reports.error
+    return web.Response(body=reports.lines[:-1], content_type=JSON)  # as json_response
 
 
 async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, acks: int,
@@ -664,14 +632,8 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
             objs = stream.feed(chunk, final=final)
             if not objs:
                 continue
-            with gc_paused():
-                parsed = parse_all(objs, now_ms())
-            try:
-                outcomes = await produce_records(ctx, topic, parsed, acks=acks,
-                                                 timeout_ms=timeout_ms)
-            except HttpError as e:  # the topic went away mid-stream: the status is sent
-                outcomes = [e] * len(parsed)
-            await resp.write(report_lines(ctx.cluster_id, topic, parsed, outcomes))
+            await resp.write(await produce_stream_chunk(ctx, topic, objs, acks=acks,
+                                                         timeout_ms=timeout_ms))
         await resp.write_eof()
     except ConnectionResetError as e:  # aiohttp's ClientConnectionResetError is one
         # The client went away: what was produced stays produced; nobody is left to tell.
@@ -703,9 +665,9 @@ async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, ac
     recs = body.get("records")
     if not isinstance(recs, list) or not recs:
         raise unprocessable("The msgpack body needs 'batch' (bytes) or 'records' (a list).")
-    parsed = parse_all(recs, now_ms(),
-                       lambda obj, ts: parse_msgpack_record(obj, ts, partition))
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+    _, outcomes = await produce_values(
+        ctx, topic, recs, acks=acks, timeout_ms=timeout_ms,
+        parse=lambda obj, ts: parse_msgpack_record(obj, ts, partition))
     reports: list[dict[str, Any]] = []
     for o in outcomes:
         if isinstance(o, Delivered):
@@ -739,8 +701,8 @@ async def produce_batch(request: web.Request) -> web.Response:
         ids.append(str(eid) if eid is not None else str(i))
     if len(set(ids)) != len(ids):
         raise unprocessable("Entry ids must be distinct.", 42208)
-    parsed = parse_all(entries, now_ms())
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+    parsed, outcomes = await produce_values(ctx, topic, entries, acks=acks,
+                                            timeout_ms=timeout_ms)
     successes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     for eid, r, o in zip(ids, parsed, outcomes, strict=True):
