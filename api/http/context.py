@@ -5,7 +5,7 @@
 that make the batches ``api.http.produce`` builds idempotent, a ``ControllerClient`` for topic
 administration, the cluster id, the metrics, and the limits. Routes find it under
 ``CONTEXT_KEY``. It is a container with small lookups (a topic or 404, the next sticky
-partition, waits on the image): the routes and ``api.http.produce`` use its collaborators,
+partition, a partition's offset for a time, waits on the image): the routes and ``api.http.produce`` use its collaborators,
 and it calls nothing in them.
 
 The cluster id: the broker's configured ``cluster_id`` if set, else one derived from the
@@ -26,10 +26,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from api.http.errors import HttpError, bad_request, cluster_not_found, partition_not_found
+from api.http.errors import (
+    HttpError,
+    bad_request,
+    cluster_not_found,
+    kafka_error,
+    partition_not_found,
+)
 from api.http.errors import topic_not_found as _topic_not_found
 from api.http.metrics import BrokerMetrics
 from broker.produce_lanes import ProduceLanes
+from broker.replica_manager import ReplicaError
 from broker.router import PartitionRouter
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
@@ -98,6 +105,15 @@ class HttpContext:
         n = self._rr.get(topic, -1) + 1
         self._rr[topic] = n
         return n % count
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        """The partition's offset for ``timestamp`` (-2 earliest, -1 latest), from its
+        leader."""
+        try:
+            ans = await self.router.list_offsets(topic, partition, timestamp)
+        except ReplicaError as e:
+            raise kafka_error(e.error_code, str(e)) from None
+        return int(ans["offset"])
 
     async def sync_metadata(self, timeout_s: float = 3.0) -> None:
         """Wait until this broker's image has applied everything the active controller had

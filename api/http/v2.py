@@ -24,7 +24,6 @@ from api.http.context import ctx_of, json_body, json_response, media_type, parse
 from api.http.errors import HttpError, unprocessable, unsupported_media_type
 from api.http.produce import PRODUCE_TIMEOUT_MS_DEFAULT, produce_values
 from api.http.records import parse_v2_record
-from api.http.v3 import list_offset
 from metalog.records import ConfigResourceType
 
 SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
@@ -84,8 +83,8 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     ctx.partition_or_404(topic, p)
-    return json_response({"beginning_offset": await list_offset(ctx, topic, p, -2),
-                          "end_offset": await list_offset(ctx, topic, p, -1)})
+    return json_response({"beginning_offset": await ctx.list_offset(topic, p, -2),
+                          "end_offset": await ctx.list_offset(topic, p, -1)})
 
 
 async def list_brokers(request: web.Request) -> web.Response:

@@ -511,14 +511,6 @@ async def get_partition(request: web.Request) -> web.Response:
     return json_response(partition_json(request, ctx, topic, p, ctx.partition_or_404(topic, p)))
 
 
-async def list_offset(ctx: HttpContext, topic: str, p: int, ts: int) -> int:
-    try:
-        ans = await ctx.router.list_offsets(topic, p, ts)
-    except ReplicaError as e:
-        raise kafka_error(e.error_code, str(e)) from None
-    return int(ans["offset"])
-
-
 def _timestamp_param(v: str) -> int:
     try:
         return int(v)
@@ -542,15 +534,15 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx.partition_or_404(topic, p)
     out: dict[str, Any] = {"cluster_id": ctx.cluster_id, "topic_name": topic,
                            "partition_id": p,
-                           "earliest_offset": await list_offset(ctx, topic, p, -2),
-                           "latest_offset": await list_offset(ctx, topic, p, -1)}
+                           "earliest_offset": await ctx.list_offset(topic, p, -2),
+                           "latest_offset": await ctx.list_offset(topic, p, -1)}
     ts = request.query.get("timestamp")
     if ts is not None:
         t = _timestamp_param(ts)
         if t < 0:
             raise bad_request("'timestamp' must be >= 0.")
         out["timestamp"] = t
-        out["offset"] = await list_offset(ctx, topic, p, t)
+        out["offset"] = await ctx.list_offset(topic, p, t)
     return json_response(out)
 
 
@@ -729,9 +721,9 @@ async def read_records(request: web.Request) -> web.Response:
     ctx.metrics.fetch_requests.inc()
     ov = request.query.get("offset", "earliest")
     if ov == "earliest":
-        offset = await list_offset(ctx, topic, p, -2)
+        offset = await ctx.list_offset(topic, p, -2)
     elif ov == "latest":
-        offset = await list_offset(ctx, topic, p, -1)
+        offset = await ctx.list_offset(topic, p, -1)
     else:
         offset = int_param(request, "offset", lo=0)
     max_bytes = int_param(request, "max_bytes", 1 << 20, lo=1, hi=READ_BYTES_MAX)
