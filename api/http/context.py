@@ -1,9 +1,12 @@
-"""What the public HTTP routes share: the broker's view of the cluster, and small helpers.
+"""What the public HTTP routes share: the broker's collaborators, small lookups, request helpers.
 
 ``HttpContext`` holds the broker's metadata follower (its ``MetadataImage``), the
 ``PartitionRouter`` (produce, fetch and ListOffsets for any partition), the ``ProduceLanes``
-that make the batches it builds idempotent, a ``ControllerClient`` for topic administration,
-the cluster id, the metrics, and the limits. Routes find it under ``CONTEXT_KEY``.
+that make the batches ``api.http.produce`` builds idempotent, a ``ControllerClient`` for topic
+administration, the cluster id, the metrics, and the limits. Routes find it under
+``CONTEXT_KEY``. It is a container with small lookups (a topic or 404, the next sticky
+partition, a partition's offset for a time, waits on the image): the routes and ``api.http.produce`` use its collaborators,
+and it calls nothing in them.
 
 The cluster id: the broker's configured ``cluster_id`` if set, else one derived from the
 controller quorum every node of a cluster is configured with (``cluster_id_for``), so all
@@ -23,11 +26,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from api.http.errors import HttpError, bad_request, cluster_not_found, partition_not_found
+from api.http.errors import (
+    HttpError,
+    bad_request,
+    cluster_not_found,
+    kafka_error,
+    partition_not_found,
+)
 from api.http.errors import topic_not_found as _topic_not_found
 from api.http.metrics import BrokerMetrics
 from broker.produce_lanes import ProduceLanes
-from broker.replica_state import ACKS_ALL
+from broker.replica_manager import ReplicaError
 from broker.router import PartitionRouter
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
@@ -97,26 +106,14 @@ class HttpContext:
         self._rr[topic] = n
         return n % count
 
-    async def produce_built(self, topic: str, partition: int, acks: int, timeout_ms: int,
-                            records: int, build: Callable[[int, int, int], bytes]
-                            ) -> tuple[dict[str, Any], bytes]:
-        """Build one batch of ``records`` records with ``build(producer_id, producer_epoch,
-        base_sequence)`` and produce it through the router: with acks=all on a lane of its
-        own (``broker.produce_lanes``), so the router's retries cannot append it twice.
-        Returns the leader's answer and the batch; raises ``ReplicaError``."""
-        lanes = self.lanes if acks == ACKS_ALL else None
-        lane = None if lanes is None else await lanes.acquire(topic, partition)
-        if lanes is None or lane is None:
-            batch = build(-1, -1, -1)
-            return await self.router.produce(topic, partition, acks, timeout_ms, batch), batch
-        batch = build(lane.producer_id, lane.producer_epoch, lane.next_sequence)
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        """The partition's offset for ``timestamp`` (-2 earliest, -1 latest), from its
+        leader."""
         try:
-            ans = await self.router.produce(topic, partition, acks, timeout_ms, batch)
-        except BaseException:  # cancellation too: the batch may have reached the leader
-            lanes.drop(lane)
-            raise
-        lanes.release(topic, partition, lane, records)
-        return ans, batch
+            ans = await self.router.list_offsets(topic, partition, timestamp)
+        except ReplicaError as e:
+            raise kafka_error(e.error_code, str(e)) from None
+        return int(ans["offset"])
 
     async def sync_metadata(self, timeout_s: float = 3.0) -> None:
         """Wait until this broker's image has applied everything the active controller had

@@ -1,15 +1,21 @@
-"""The fast path of JSON produce: a body of plain records, decoded by msgspec into structs and
-batched and reported without a Python object or call per record.
+"""The fast path of JSON produce, pure: a body of plain records decoded by msgspec into
+structs, and planned, batched and reported without a Python object or call per record.
 
-Why: on a 1,000-record body the general path (``api.http.records``) spends about 2.6 us of
-CPU per record on the leader (orjson's dicts, our checks, a ``ParsedRecord`` and a
-``Delivered`` per record, ``encode_batch``'s tuples, a report each), against a budget of about
-0.3 us beyond the binary batch form (docs/benchmarks.md, History). Here msgspec decodes
-the body into ``gc=False`` structs in C, keeping each key's and value's ``data`` as
-``msgspec.Raw`` (its JSON text, not parsed); the stored bytes of a whole column of data are
-made by a few C-level calls (one split, one orjson call, ``map``); batches are joined by
-``storage.batch.encode_values``; reports are one ``%``-format per record over cached
-fragments.
+Who calls it: ``api.http.produce`` asks ``plan`` for a plan of the body; if it gets one, it
+sends each planned batch (``Plan.encode`` builds it on its lane) and has its report lines
+written here (``batch_lines``, ``failed_lines``, ``in_request_order``). Nothing here does
+I/O, reads the clock or knows the ``HttpContext``: the partition count, the size limit, the
+timestamp and the sticky partition come in as arguments.
+
+Why: on a 1,000-record body the general path (``api.http.produce.produce_records`` over
+``api.http.records``) spends about 2.6 us of CPU per record on the leader (orjson's dicts,
+our checks, a ``ParsedRecord`` and a ``Delivered`` per record, ``encode_batch``'s tuples, a
+report each), against a budget of about 0.3 us beyond the binary batch form
+(docs/benchmarks.md, History). Here msgspec decodes the body into ``gc=False`` structs in
+C, keeping each key's and value's ``data`` as ``msgspec.Raw`` (its JSON text, not parsed);
+the stored bytes of a whole column of data are made by a few C-level calls (one split, one
+orjson call, ``map``); batches are joined by ``storage.batch.encode_values``; reports are
+one ``%``-format per record over cached fragments.
 
 A record is *plain* when it has no fields but ``partition_id``, ``key`` and ``value``
 (``headers`` and ``timestamp`` absent or null), its ``value`` and any ``key`` are
@@ -35,7 +41,6 @@ What keeps the two in step, beyond the plain-record rules:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from bisect import bisect_left, bisect_right
@@ -50,16 +55,8 @@ import msgspec
 import orjson
 
 from api.client.partitioner import partition_for_key
-from api.http.context import HttpContext
-from api.http.errors import HttpError, kafka_error
-from api.http.records import (
-    BATCH_OVERHEAD_BYTES,
-    RECORD_OVERHEAD_BYTES,
-    iso_ms,
-    max_message_bytes,
-    writable_topic_or_404,
-)
-from broker.replica_manager import ReplicaError
+from api.http.errors import HttpError
+from api.http.records import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, iso_ms
 from storage.batch import encode_values
 
 Kind = Literal["STRING", "BINARY", "JSON"]
@@ -114,6 +111,17 @@ class Plan:
     @property
     def count(self) -> int:
         return len(self.values)
+
+    def encode(self, idxs: Sequence[int], producer_id: int, producer_epoch: int,
+               base_sequence: int) -> bytes:
+        """The batch of the records ``idxs`` (one of ``batches``), stamped for its lane."""
+        whole = len(idxs) == self.count
+        values = self.values if whole else list(map(self.values.__getitem__, idxs))
+        keys = (None if self.keys is None else self.keys if whole
+                else list(map(self.keys.__getitem__, idxs)))
+        return encode_values(values, timestamp=self.timestamp_ms, keys=keys,
+                             producer_id=producer_id, producer_epoch=producer_epoch,
+                             base_sequence=base_sequence)
 
 
 # --------------------------------------------------------------------------- planning
@@ -336,84 +344,39 @@ def _batches(parts: int | list[int], sizes: list[int], limit: int
     return out
 
 
-# --------------------------------------------------------------------------- producing
+# --------------------------------------------------------------------------- reports
 
 
-def plan_for(ctx: HttpContext, topic: str, raw: bytes, timestamp_ms: int) -> Plan | None:
-    count = len(writable_topic_or_404(ctx, topic).partitions)
-    return plan(raw, partitions=count, limit=max_message_bytes(ctx, topic),
-                timestamp_ms=timestamp_ms,
-                next_sticky=lambda: ctx.next_sticky_partition(topic, count))
-
-
-async def produce_plan(ctx: HttpContext, topic: str, p: Plan, *, acks: int, timeout_ms: int
-                       ) -> tuple[bytes, HttpError | None]:
-    """Produce a plan's batches (each partition's in order, partitions concurrently, as
-    ``produce_records``): the NDJSON reports in request order, byte for byte
-    ``report_lines``, and the first error (a one-record request answers with it)."""
-    prefix = orjson.dumps({"error_code": 200, "cluster_id": ctx.cluster_id,
-                           "topic_name": topic})[:-1]
-    errors: list[HttpError] = []
-
-    async def one_partition(batches: list[tuple[int, Sequence[int]]], joined: bool
-                            ) -> list[bytes]:
-        lines: list[bytes] = []
-        for part, idxs in batches:
-            lines += await _produce_batch(ctx, topic, p, part, idxs, prefix, errors, acks,
-                                          timeout_ms, joined)
-        return lines
-
-    if len(p.batches) == 1:
-        # One partition: its batches' lines are the request's order, so each batch may
-        # hand back its lines already joined.
-        body = b"".join(await one_partition(p.batches[0], True))
-    else:
-        per_partition = await asyncio.gather(*(one_partition(b, False) for b in p.batches))
-        lines = list(chain.from_iterable(per_partition))
-        order = list(chain.from_iterable(idxs for bs in p.batches for _, idxs in bs))
-        # The lines are in partition order; put them back in request order.
-        body = b"".join(map(lines.__getitem__, sorted(range(len(order)),
-                                                      key=order.__getitem__)))
-    return body, (errors[0] if errors else None)
-
-
-async def _produce_batch(ctx: HttpContext, topic: str, p: Plan, part: int, idxs: Sequence[int],
-                         prefix: bytes, errors: list[HttpError], acks: int, timeout_ms: int,
-                         joined: bool) -> list[bytes]:
-    """One batch: its report lines in its order (``api.http.records._produce_batch``);
-    ``joined``: they may come as fewer, longer pieces (the caller only joins them)."""
-    whole = len(idxs) == p.count
-    values = p.values if whole else list(map(p.values.__getitem__, idxs))
-    keys = None if p.keys is None else p.keys if whole else list(map(p.keys.__getitem__, idxs))
-
-    def build(producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        return encode_values(values, timestamp=p.timestamp_ms, keys=keys,
-                             producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=base_sequence)
-    try:
-        ans, batch = await ctx.produce_built(topic, part, acks, timeout_ms, len(idxs), build)
-    except ReplicaError as e:
-        err = kafka_error(e.error_code, str(e))
-        errors.append(err)
-        ctx.metrics.produce_record_errors.inc(len(idxs))
-        line = orjson.dumps({"error_code": err.error_code, "message": err.message}) + b"\n"
-        return [line] * len(idxs)
-    ctx.metrics.bytes_in.inc(len(batch))
-    ctx.metrics.produce_records.inc(len(idxs))
-    base = int(ans.get("base_offset", -1))
-    append_time = int(ans.get("log_append_time", -1))
-    ts = append_time if append_time >= 0 else p.timestamp_ms
-    head = prefix + b',"partition_id":%d,"offset":' % part
+def batch_lines(p: Plan, idxs: Sequence[int], prefix: bytes, partition: int, base_offset: int,
+                append_time_ms: int, *, joined: bool) -> list[bytes]:
+    """The report lines of a delivered batch of ``p`` (its records ``idxs``), in its order,
+    byte for byte as ``records.report_lines`` writes them. ``prefix``:
+    ``records.report_prefix``; ``base_offset``: -1 when not known (acks=0);
+    ``append_time_ms``: -1 when the records keep their timestamp; ``joined``: the lines may
+    come as fewer, longer pieces (the caller only joins them)."""
+    ts = append_time_ms if append_time_ms >= 0 else p.timestamp_ms
+    head = prefix + b'%d,"offset":' % partition
     middle = b',"timestamp":' + orjson.dumps(iso_ms(ts)) + b',"key":'
-    # acks=0 learns no offset: -1, as Kafka's producer reports it.
-    known = base >= 0 and acks != 0
-    if joined and known and p.tail is not None:
-        return [lines_with_offsets(head, middle + p.tail, base, len(idxs))]
-    offsets = offset_texts(base, len(idxs)) if known else repeat(b"-1")
-    tails = p.tails if whole else map(p.tails.__getitem__, idxs)
+    if joined and base_offset >= 0 and p.tail is not None:
+        return [lines_with_offsets(head, middle + p.tail, base_offset, len(idxs))]
+    offsets = offset_texts(base_offset, len(idxs)) if base_offset >= 0 else repeat(b"-1")
+    tails = p.tails if len(idxs) == p.count else map(p.tails.__getitem__, idxs)
     # The fixed parts as arguments, not in the format: % copies its format byte by byte.
     return list(map(b"%s%s%s%s".__mod__, zip(repeat(head), offsets, repeat(middle), tails,
                                              strict=False)))
+
+
+def failed_lines(err: HttpError, n: int) -> list[bytes]:
+    """The report lines of a refused batch of ``n`` records: each fails with its error."""
+    return [orjson.dumps({"error_code": err.error_code, "message": err.message}) + b"\n"] * n
+
+
+def in_request_order(p: Plan, per_partition: Sequence[list[bytes]]) -> bytes:
+    """The body of the report lines of every batch, given per partition in ``p.batches``
+    order (one line per piece, not joined), in request order."""
+    lines = list(chain.from_iterable(per_partition))
+    order = list(chain.from_iterable(idxs for bs in p.batches for _, idxs in bs))
+    return b"".join(map(lines.__getitem__, sorted(range(len(order)), key=order.__getitem__)))
 
 
 _DECIMAL = [b"%d" % i for i in range(1000)]

@@ -1,43 +1,35 @@
-"""Records over HTTP: parse produce bodies, produce them per partition, render reads.
+"""Records over HTTP, pure: parse produce bodies into records, render delivery reports and reads.
 
-Produce (v3 and v2 alike) runs in three steps, so that a bad record fails alone:
+Owns the formats, not the order of a produce (that is ``api.http.produce``, which calls
+this module): what a v3 record ``{"partition_id", "key",
+"value", "headers", "timestamp"}``, a v2 record and a msgpack record hold
+(``parse_v3_record``, ``parse_v2_record``, ``parse_msgpack_record``); how a whole body or a
+chunked stream splits into records (``split_body``, ``JsonStream``); how each record is
+parsed on its own, so that a bad one fails alone (``parse_all``: a ``ParsedRecord`` or an
+``HttpError`` per record, in request order); the delivery reports (``report_json``, and
+``report_lines`` as NDJSON from cached fragments; ``api.http.fast_produce`` writes the same
+bytes); and reads (JSON records of fetched batches; the msgpack and Arrow forms hand the
+batches on whole).
 
-1. parse each record into a ``ParsedRecord`` or an ``HttpError`` (bad type, bad base64,
-   unknown partition, larger than the topic's ``max.message.bytes``);
-2. group the good ones by partition (a key picks the partition as Kafka's default partitioner
-   does, ``api.client.partitioner``; keyless records of one request share one partition,
-   rotating between requests), in request order, cut into batches that fit
-   ``max.message.bytes``, and produce the batches of different partitions concurrently
-   through the ``PartitionRouter`` (forwarded to each leader; the batches of one partition in
-   order, one after the other);
-3. answer one report per record, in request order: its partition and offset, or its error
-   (a refused batch fails each of its records with the batch's error).
-
-Reads decode the fetched batches only to render JSON; the msgpack and Arrow forms hand the
-batches on whole.
+Pure: no I/O, no clock (a record without a timestamp takes the ``default_ts`` it is given),
+no ``HttpContext``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import gc
-import time
-from collections.abc import Sequence
+import codecs
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from api.client.partitioner import partition_for_key
-from api.http.context import HttpContext
-from api.http.errors import HttpError, bad_request, kafka_error, partition_not_found, unprocessable
-from broker.group_coordinator import OFFSETS_TOPIC
-from broker.replica_manager import ReplicaError
-from metalog.image import TopicImage
-from storage.batch import HEADER_SIZE, decode_records, encode_batch, iter_batches
+from api.http.errors import HttpError, bad_request, unprocessable
+from storage.batch import HEADER_SIZE, decode_records, iter_batches
 
 BATCH_OVERHEAD_BYTES = HEADER_SIZE + 16
 RECORD_OVERHEAD_BYTES = 24
@@ -68,10 +60,6 @@ class Delivered:
 
 
 Outcome = Delivered | HttpError
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def iso_ms(ms: int) -> str | int:
@@ -236,139 +224,195 @@ def parse_v2_record(obj: Any, fmt: str, default_ts: int, partition: int | None) 
                    t if value is not None else None)
 
 
-# --------------------------------------------------------------------------- producing
-
-
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
-"""Written only by the brokers themselves (the group coordinators)."""
-
-
-def writable_topic_or_404(ctx: HttpContext, topic: str) -> TopicImage:
-    """The topic's image, refusing client appends to an internal topic as Kafka's
-    ReplicaManager does (a record there would be replayed by a group coordinator as group
-    state or offsets)."""
-    t = ctx.topic_or_404(topic)
-    if topic in INTERNAL_TOPICS:
-        raise kafka_error("INVALID_TOPIC_EXCEPTION",
-                          f"INVALID_TOPIC_EXCEPTION: Cannot append to internal topic {topic}.")
-    return t
-
-
-def max_message_bytes(ctx: HttpContext, topic: str) -> int:
-    v = ctx.image.configs.topic_config(topic, "max.message.bytes")
+def parse_msgpack_record(obj: Any, default_ts: int, partition: int | None) -> ParsedRecord:
+    """A msgpack record ``[key, value, timestamp_ms, [[name, value], ...]]``: bytes or nil
+    key and value (both reported as BINARY)."""
     try:
-        return int(v) if v is not None else 1048588
-    except ValueError:
-        return 1048588
+        k, v, t, hs = obj
+        if not (k is None or isinstance(k, bytes)) or not (v is None or isinstance(v, bytes)):
+            raise TypeError("key and value must be bytes or nil")
+        headers = tuple((str(n), None if hv is None else bytes(hv)) for n, hv in hs or ())
+        ts = parse_timestamp(t)
+    except HttpError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise unprocessable(f"Bad record: {e}") from None
+    return _record(partition, k, v, headers, default_ts if ts is None else ts, "BINARY",
+                   "BINARY")
 
 
-async def produce_records(ctx: HttpContext, topic: str, parsed: Sequence[ParsedRecord | HttpError],
-                          *, acks: int, timeout_ms: int) -> list[Outcome]:
-    """Produce every good record; one outcome per input, in input order (module docstring)."""
-    t = writable_topic_or_404(ctx, topic)
-    count = len(t.partitions)
-    limit = max_message_bytes(ctx, topic)
-    out: list[Outcome | None] = [None] * len(parsed)
-    by_partition: dict[int, list[int]] = {}
-    sticky: int | None = None
-    for i, r in enumerate(parsed):
-        if isinstance(r, HttpError):
-            out[i] = r
+RecordParser = Callable[[Any, int], ParsedRecord]
+"""Parses one record of a body, given the request's timestamp for records without one."""
+
+
+def parse_all(objs: Sequence[Any | HttpError], default_ts: int,
+              parse: RecordParser = parse_v3_record) -> list[ParsedRecord | HttpError]:
+    """Each value parsed on its own: a bad one (or one the body splitter already failed)
+    becomes its ``HttpError`` and the others go on (module docstring, step 1)."""
+    out: list[ParsedRecord | HttpError] = []
+    for obj in objs:
+        if isinstance(obj, HttpError):
+            out.append(obj)
             continue
-        p = r.partition
-        if p is None:
-            if r.key is not None:
-                p = partition_for_key(r.key, count)
+        try:
+            out.append(parse(obj, default_ts))
+        except HttpError as e:
+            out.append(e)
+        except (TypeError, ValueError) as e:  # orjson: an integer beyond 64 bits
+            out.append(unprocessable(f"Record not serializable: {e}", 42203))
+    return out
+
+
+class JsonStream:
+    """Splits a stream of concatenated JSON values (newline-delimited or not) into values.
+
+    A top-level array counts as its elements. A value that does not parse fails alone: at
+    the end of the stream the rest of its line is skipped; before the end, a line that does
+    not parse followed by a line that starts a JSON object that does is taken as a bad
+    record, and anything else waits for more bytes (up to ``max_bytes``).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
+        self._text = ""
+        self._dec = json.JSONDecoder()
+
+    @staticmethod
+    def _skip_ws(text: str, pos: int) -> int:
+        n = len(text)
+        while pos < n and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    def _parses(self, text: str) -> bool:
+        try:
+            self._dec.raw_decode(text)
+            return True
+        except (json.JSONDecodeError, RecursionError):
+            return False
+
+    def feed(self, chunk: bytes, final: bool = False) -> list[Any]:
+        try:
+            self._text += self._utf8.decode(chunk, final)
+        except UnicodeDecodeError as e:
+            self._utf8.reset()
+            self._text = ""
+            return [bad_request(f"Malformed JSON: not UTF-8 ({e.reason}).")]
+        text, out, pos = self._text, [], 0
+        while True:
+            pos = self._skip_ws(text, pos)
+            if pos >= len(text):
+                break
+            try:
+                obj, end = self._dec.raw_decode(text, pos)
+            except RecursionError:
+                # Nested deeper than Python's stack allows (orjson, tried first, stops at
+                # 1,024 levels): bad input, not a server error.
+                nl = text.find("\n", pos)
+                out.append(bad_request("Malformed JSON: nested too deeply."))
+                pos = len(text) if nl < 0 else nl + 1
+                continue
+            except json.JSONDecodeError as e:
+                nl = text.find("\n", pos)
+                if final:
+                    out.append(bad_request(f"Malformed JSON: {e.msg} at character {e.pos}."))
+                    pos = len(text) if nl < 0 else nl + 1
+                    continue
+                if nl >= 0 and not self._parses(text[pos:nl]):
+                    nxt = self._skip_ws(text, nl + 1)
+                    if nxt < len(text) and text[nxt] == "{" and self._parses(text[nxt:]):
+                        out.append(bad_request(f"Malformed JSON: {e.msg}."))
+                        pos = nl + 1
+                        continue
+                if len(text) - pos > self.max_bytes:
+                    out.append(HttpError(413, f"A record is larger than {self.max_bytes} "
+                                              "bytes of JSON.", 413))
+                    pos = len(text) if nl < 0 else nl + 1
+                    continue
+                break
+            if isinstance(obj, list):
+                out.extend(obj)
             else:
-                if sticky is None:
-                    sticky = ctx.next_sticky_partition(topic, count)
-                p = sticky
-        elif p >= count:
-            out[i] = partition_not_found(topic, p)
-            continue
-        if r.size + BATCH_OVERHEAD_BYTES > limit:
-            out[i] = HttpError(413, f"MESSAGE_TOO_LARGE: the record is {r.size} bytes, more "
-                                    f"than the topic's max.message.bytes ({limit}).", 413)
-            continue
-        r.partition = p
-        by_partition.setdefault(p, []).append(i)
-
-    async def one_partition(p: int, idxs: list[int]) -> None:
-        start = 0
-        while start < len(idxs):
-            end, size = start, BATCH_OVERHEAD_BYTES
-            while end < len(idxs):
-                rec = parsed[idxs[end]]
-                assert isinstance(rec, ParsedRecord)
-                if end > start and size + rec.size > limit:
-                    break
-                size += rec.size
-                end += 1
-            chunk = idxs[start:end]
-            await _produce_batch(ctx, topic, p, parsed, chunk, out, acks, timeout_ms)
-            start = end
-
-    if by_partition:
-        await asyncio.gather(*(one_partition(p, idxs) for p, idxs in by_partition.items()))
-    result: list[Outcome] = []
-    for o in out:
-        assert o is not None
-        result.append(o)
-    return result
+                out.append(obj)
+            pos = end
+        self._text = text[pos:]
+        return out
 
 
-async def _produce_batch(ctx: HttpContext, topic: str, p: int,
-                         parsed: Sequence[ParsedRecord | HttpError], chunk: list[int],
-                         out: list[Outcome | None], acks: int, timeout_ms: int) -> None:
-    recs = [(r.key, r.value, r.timestamp_ms, r.headers)  # type: ignore[union-attr]
-            for r in (parsed[i] for i in chunk)]
-
-    def build(producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        return encode_batch(recs, producer_id=producer_id, producer_epoch=producer_epoch,
-                            base_sequence=base_sequence)
+def split_body(raw: bytes) -> list[Any]:
+    """The records of a whole body: one object, an array, or concatenated values."""
     try:
-        ans, batch = await ctx.produce_built(topic, p, acks, timeout_ms, len(recs), build)
-    except ReplicaError as e:
-        err = kafka_error(e.error_code, str(e))
-        for i in chunk:
-            out[i] = err
-        ctx.metrics.produce_record_errors.inc(len(chunk))
-        return
-    ctx.metrics.bytes_in.inc(len(batch))
-    ctx.metrics.produce_records.inc(len(chunk))
-    base = int(ans.get("base_offset", -1))
-    append_time = int(ans.get("log_append_time", -1))
-    # acks=0 learns no offset: -1, as Kafka's producer reports it.
-    known = base >= 0 and acks != 0
-    was = gc.isenabled()
-    gc.disable()  # as in api.http.v3.gc_paused: no cycles, one object per record
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return obj if isinstance(obj, list) else [obj]
+    lines = raw.split(b"\n")
     try:
-        for n, i in enumerate(chunk):
-            r = parsed[i]
-            out[i] = Delivered(p, base + n if known else -1,
-                               append_time if append_time >= 0 else r.timestamp_ms)  # type: ignore[union-attr]
-    finally:
-        if was:
-            gc.enable()
+        return [orjson.loads(line) for line in lines if line.strip()]
+    except orjson.JSONDecodeError:
+        pass
+    stream = JsonStream(max_bytes=len(raw) + 1)
+    return stream.feed(raw, final=True)
 
 
-async def produce_batch_bytes(ctx: HttpContext, topic: str, partition: int | None, batch: bytes,
-                              *, acks: int, timeout_ms: int) -> dict[str, Any]:
-    """The binary form: one ready batch, handed on as it is."""
-    t = writable_topic_or_404(ctx, topic)
-    if partition is None:
-        partition = ctx.next_sticky_partition(topic, len(t.partitions))
-    elif partition not in t.partitions:
-        raise partition_not_found(topic, partition)
-    try:
-        ans = await ctx.router.produce(topic, partition, acks, timeout_ms, batch)
-    except ReplicaError as e:
-        raise kafka_error(e.error_code, str(e)) from None
-    ctx.metrics.bytes_in.inc(len(batch))
-    return {"partition_id": partition, "base_offset": int(ans["base_offset"]),
-            "last_offset": int(ans["last_offset"]),
-            "log_append_time": int(ans.get("log_append_time", -1)),
-            "duplicate": bool(ans.get("duplicate", False))}
+# --------------------------------------------------------------------------- reports
+
+
+def report_prefix(cluster_id: str, topic: str) -> bytes:
+    """What every successful report line of a request starts with, up to its partition."""
+    return orjson.dumps({"error_code": 200, "cluster_id": cluster_id,
+                         "topic_name": topic})[:-1] + b',"partition_id":'
+
+
+def report_json(cluster_id: str, topic: str, r: ParsedRecord | None, o: Outcome
+                ) -> dict[str, Any]:
+    """One record's delivery report: where it went, or its error."""
+    if isinstance(o, HttpError):
+        d: dict[str, Any] = {"error_code": o.error_code, "message": o.message}
+    else:
+        d = {"error_code": 200, "cluster_id": cluster_id, "topic_name": topic,
+             "partition_id": o.partition, "offset": o.offset, "timestamp": iso_ms(o.timestamp_ms),
+             "key": None if r is None or r.key_type is None else {
+                 "type": r.key_type, "size": len(r.key) if r.key is not None else 0},
+             "value": None if r is None or r.value_type is None else {
+                 "type": r.value_type, "size": len(r.value) if r.value is not None else 0}}
+    return d
+
+
+def report_lines(cluster_id: str, topic: str, parsed: list[ParsedRecord | HttpError],
+                 outcomes: list[Outcome]) -> bytes:
+    """The reports as NDJSON, byte for byte ``orjson.dumps(report_json(...))`` per line, built
+    from cached fragments: per record this is the hot path of a 1,000-record request."""
+    prefix = orjson.dumps({"error_code": 200, "cluster_id": cluster_id,
+                           "topic_name": topic})[:-1] + b',"partition_id":'
+    stamps: dict[int, bytes] = {}
+    frags: dict[tuple[str | None, int], bytes] = {}
+
+    def frag(kind: str | None, data: bytes | None) -> bytes:
+        if kind is None:
+            return b"null"
+        k = (kind, 0 if data is None else len(data))
+        f = frags.get(k)
+        if f is None:
+            f = frags[k] = orjson.dumps({"type": kind, "size": k[1]})
+        return f
+
+    out = []
+    for r, o in zip(parsed, outcomes, strict=True):
+        if type(o) is Delivered and type(r) is ParsedRecord:
+            ts = stamps.get(o.timestamp_ms)
+            if ts is None:
+                ts = stamps[o.timestamp_ms] = orjson.dumps(iso_ms(o.timestamp_ms))
+            out.append(b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}' % (
+                prefix, o.partition, o.offset, ts, frag(r.key_type, r.key),
+                frag(r.value_type, r.value)))
+        else:
+            out.append(orjson.dumps(report_json(
+                cluster_id, topic, r if isinstance(r, ParsedRecord) else None, o)))
+    out.append(b"")
+    return b"\n".join(out)
 
 
 # --------------------------------------------------------------------------- reading

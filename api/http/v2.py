@@ -9,7 +9,8 @@
 "error_code", "error"}]}`` with per-record errors in ``offsets[i]``. The embedded formats that
 need a schema registry (avro, jsonschema, protobuf) are refused: 422 with 42201 (key schema
 missing) or 42202 (value schema missing) as the REST Proxy answers a record without its
-schema; Longboat has no registry to give one.
+schema; Longboat has no registry to give one. The records are produced as v3's are, by
+``api.http.produce``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from aiohttp import web
 
 from api.http.context import ctx_of, json_body, json_response, media_type, parse_acks, path_int
 from api.http.errors import HttpError, unprocessable, unsupported_media_type
-from api.http.records import ParsedRecord, now_ms, parse_v2_record, produce_records
-from api.http.v3 import PRODUCE_TIMEOUT_MS_DEFAULT, list_offset
+from api.http.produce import PRODUCE_TIMEOUT_MS_DEFAULT, produce_values
+from api.http.records import parse_v2_record
 from metalog.records import ConfigResourceType
 
 SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
@@ -82,8 +83,8 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     ctx.partition_or_404(topic, p)
-    return json_response({"beginning_offset": await list_offset(ctx, topic, p, -2),
-                          "end_offset": await list_offset(ctx, topic, p, -1)})
+    return json_response({"beginning_offset": await ctx.list_offset(topic, p, -2),
+                          "end_offset": await ctx.list_offset(topic, p, -1)})
 
 
 async def list_brokers(request: web.Request) -> web.Response:
@@ -116,17 +117,9 @@ async def produce(request: web.Request) -> web.Response:
         raise unprocessable(f"The {fmt} format needs a schema registry, which Longboat does "
                             "not have; use application/vnd.kafka.json.v2+json or "
                             "application/vnd.kafka.binary.v2+json.", 42207)
-    ts = now_ms()
-    parsed: list[ParsedRecord | HttpError] = []
-    for r in recs:
-        try:
-            parsed.append(parse_v2_record(r, fmt, ts, partition))
-        except HttpError as e:
-            parsed.append(e)
-        except (TypeError, ValueError) as e:
-            parsed.append(unprocessable(f"Record not serializable: {e}", 42203))
-    outcomes = await produce_records(ctx, topic, parsed, acks=parse_acks(request),
-                                     timeout_ms=PRODUCE_TIMEOUT_MS_DEFAULT)
+    _, outcomes = await produce_values(
+        ctx, topic, recs, acks=parse_acks(request), timeout_ms=PRODUCE_TIMEOUT_MS_DEFAULT,
+        parse=lambda obj, ts: parse_v2_record(obj, fmt, ts, partition))
     offsets = []
     for o in outcomes:
         if isinstance(o, HttpError):

@@ -13,19 +13,18 @@ so a client that created a topic can produce to it at once. Admin reads (topics,
 partitions) first wait for this broker's image to catch up with what the active controller
 had applied (``HttpContext.sync_metadata``), so they see an admin write another broker
 answered; the data path reads the image as it is.
+
+The produce routes here are HTTP only: parameters, the body's framing (whole, a chunked
+stream, msgpack), the status and the answer's shape. Each hands the body to one function of
+``api.http.produce``, which runs the produce (its docstring draws the flow).
 """
 
 from __future__ import annotations
 
 import base64
-import codecs
-import contextlib
-import gc
-import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +32,6 @@ import msgpack
 import orjson
 from aiohttp import web
 
-from api.http import fast_produce
 from api.http.context import (
     JSON,
     MSGPACK,
@@ -50,19 +48,22 @@ from api.http.context import (
     read_body,
 )
 from api.http.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
+from api.http.produce import (
+    PRODUCE_TIMEOUT_MS_DEFAULT,
+    produce_batch_bytes,
+    produce_json,
+    produce_stream_chunk,
+    produce_values,
+    writable_topic_or_404,
+)
 from api.http.records import (
     Delivered,
-    Outcome,
+    JsonStream,
     ParsedRecord,
-    iso_ms,
-    now_ms,
+    parse_msgpack_record,
     parse_partition,
-    parse_timestamp,
-    parse_v3_record,
-    produce_batch_bytes,
-    produce_records,
     render_records,
-    writable_topic_or_404,
+    report_json,
 )
 from broker.replica_manager import ReplicaError
 from metalog.client import ControllerUnavailableError
@@ -81,7 +82,6 @@ log = logging.getLogger(__name__)
 ADMIN_WAIT_S = 15.0
 READ_TIMEOUT_MS_MAX = 30_000
 READ_BYTES_MAX = 16 << 20
-PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 NDJSON = "application/x-ndjson"
 
@@ -511,14 +511,6 @@ async def get_partition(request: web.Request) -> web.Response:
     return json_response(partition_json(request, ctx, topic, p, ctx.partition_or_404(topic, p)))
 
 
-async def list_offset(ctx: HttpContext, topic: str, p: int, ts: int) -> int:
-    try:
-        ans = await ctx.router.list_offsets(topic, p, ts)
-    except ReplicaError as e:
-        raise kafka_error(e.error_code, str(e)) from None
-    return int(ans["offset"])
-
-
 def _timestamp_param(v: str) -> int:
     try:
         return int(v)
@@ -542,192 +534,19 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx.partition_or_404(topic, p)
     out: dict[str, Any] = {"cluster_id": ctx.cluster_id, "topic_name": topic,
                            "partition_id": p,
-                           "earliest_offset": await list_offset(ctx, topic, p, -2),
-                           "latest_offset": await list_offset(ctx, topic, p, -1)}
+                           "earliest_offset": await ctx.list_offset(topic, p, -2),
+                           "latest_offset": await ctx.list_offset(topic, p, -1)}
     ts = request.query.get("timestamp")
     if ts is not None:
         t = _timestamp_param(ts)
         if t < 0:
             raise bad_request("'timestamp' must be >= 0.")
         out["timestamp"] = t
-        out["offset"] = await list_offset(ctx, topic, p, t)
+        out["offset"] = await ctx.list_offset(topic, p, t)
     return json_response(out)
 
 
 # --------------------------------------------------------------------------- produce
-
-
-def report_json(ctx: HttpContext, topic: str, r: ParsedRecord | None, o: Outcome
-                ) -> dict[str, Any]:
-    if isinstance(o, HttpError):
-        d: dict[str, Any] = {"error_code": o.error_code, "message": o.message}
-    else:
-        d = {"error_code": 200, "cluster_id": ctx.cluster_id, "topic_name": topic,
-             "partition_id": o.partition, "offset": o.offset, "timestamp": iso_ms(o.timestamp_ms),
-             "key": None if r is None or r.key_type is None else {
-                 "type": r.key_type, "size": len(r.key) if r.key is not None else 0},
-             "value": None if r is None or r.value_type is None else {
-                 "type": r.value_type, "size": len(r.value) if r.value is not None else 0}}
-    return d
-
-
-def report_lines(ctx: HttpContext, topic: str, parsed: list[ParsedRecord | HttpError],
-                 outcomes: list[Outcome]) -> bytes:
-    """The reports as NDJSON, byte for byte ``orjson.dumps(report_json(...))`` per line, built
-    from cached fragments: per record this is the hot path of a 1,000-record request."""
-    prefix = orjson.dumps({"error_code": 200, "cluster_id": ctx.cluster_id,
-                           "topic_name": topic})[:-1] + b',"partition_id":'
-    stamps: dict[int, bytes] = {}
-    frags: dict[tuple[str | None, int], bytes] = {}
-
-    def frag(kind: str | None, data: bytes | None) -> bytes:
-        if kind is None:
-            return b"null"
-        k = (kind, 0 if data is None else len(data))
-        f = frags.get(k)
-        if f is None:
-            f = frags[k] = orjson.dumps({"type": kind, "size": k[1]})
-        return f
-
-    out = []
-    for r, o in zip(parsed, outcomes, strict=True):
-        if type(o) is Delivered and type(r) is ParsedRecord:
-            ts = stamps.get(o.timestamp_ms)
-            if ts is None:
-                ts = stamps[o.timestamp_ms] = orjson.dumps(iso_ms(o.timestamp_ms))
-            out.append(b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}' % (
-                prefix, o.partition, o.offset, ts, frag(r.key_type, r.key),
-                frag(r.value_type, r.value)))
-        else:
-            out.append(orjson.dumps(report_json(
-                ctx, topic, r if isinstance(r, ParsedRecord) else None, o)))
-    out.append(b"")
-    return b"\n".join(out)
-
-
-def _parse_all(objs: list[Any | HttpError]) -> list[ParsedRecord | HttpError]:
-    ts = now_ms()
-    out: list[ParsedRecord | HttpError] = []
-    for obj in objs:
-        if isinstance(obj, HttpError):
-            out.append(obj)
-            continue
-        try:
-            out.append(parse_v3_record(obj, ts))
-        except HttpError as e:
-            out.append(e)
-        except (TypeError, ValueError) as e:  # orjson: an integer beyond 64 bits
-            out.append(unprocessable(f"Record not serializable: {e}", 42203))
-    return out
-
-
-class JsonStream:
-    """Splits a stream of concatenated JSON values (newline-delimited or not) into values.
-
-    A top-level array counts as its elements. A value that does not parse fails alone: at
-    the end of the stream the rest of its line is skipped; before the end, a line that does
-    not parse followed by a line that starts a JSON object that does is taken as a bad
-    record, and anything else waits for more bytes (up to ``max_bytes``).
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("strict")
-        self._text = ""
-        self._dec = json.JSONDecoder()
-
-    @staticmethod
-    def _skip_ws(text: str, pos: int) -> int:
-        n = len(text)
-        while pos < n and text[pos] in " \t\r\n":
-            pos += 1
-        return pos
-
-    def _parses(self, text: str) -> bool:
-        try:
-            self._dec.raw_decode(text)
-            return True
-        except (json.JSONDecodeError, RecursionError):
-            return False
-
-    def feed(self, chunk: bytes, final: bool = False) -> list[Any]:
-        try:
-            self._text += self._utf8.decode(chunk, final)
-        except UnicodeDecodeError as e:
-            self._utf8.reset()
-            self._text = ""
-            return [bad_request(f"Malformed JSON: not UTF-8 ({e.reason}).")]
-        text, out, pos = self._text, [], 0
-        while True:
-            pos = self._skip_ws(text, pos)
-            if pos >= len(text):
-                break
-            try:
-                obj, end = self._dec.raw_decode(text, pos)
-            except RecursionError:
-                # Nested deeper than Python's stack allows (orjson, tried first, stops at
-                # 1,024 levels): bad input, not a server error.
-                nl = text.find("\n", pos)
-                out.append(bad_request("Malformed JSON: nested too deeply."))
-                pos = len(text) if nl < 0 else nl + 1
-                continue
-            except json.JSONDecodeError as e:
-                nl = text.find("\n", pos)
-                if final:
-                    out.append(bad_request(f"Malformed JSON: {e.msg} at character {e.pos}."))
-                    pos = len(text) if nl < 0 else nl + 1
-                    continue
-                if nl >= 0 and not self._parses(text[pos:nl]):
-                    nxt = self._skip_ws(text, nl + 1)
-                    if nxt < len(text) and text[nxt] == "{" and self._parses(text[nxt:]):
-                        out.append(bad_request(f"Malformed JSON: {e.msg}."))
-                        pos = nl + 1
-                        continue
-                if len(text) - pos > self.max_bytes:
-                    out.append(HttpError(413, f"A record is larger than {self.max_bytes} "
-                                              "bytes of JSON.", 413))
-                    pos = len(text) if nl < 0 else nl + 1
-                    continue
-                break
-            if isinstance(obj, list):
-                out.extend(obj)
-            else:
-                out.append(obj)
-            pos = end
-        self._text = text[pos:]
-        return out
-
-
-def _split_body(raw: bytes) -> list[Any]:
-    """The records of a whole body: one object, an array, or concatenated values."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    else:
-        return obj if isinstance(obj, list) else [obj]
-    lines = raw.split(b"\n")
-    try:
-        return [orjson.loads(line) for line in lines if line.strip()]
-    except orjson.JSONDecodeError:
-        pass
-    stream = JsonStream(max_bytes=len(raw) + 1)
-    return stream.feed(raw, final=True)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Parsing a request allocates a few objects per record and no cycles; the collector's
-    passes over them (and over the broker's long-lived image) cost more than the parsing
-    (py-spy on the benchmark), so it waits until the synchronous section is done. Never
-    held across an ``await``."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _is_streaming(request: web.Request) -> bool:
@@ -769,32 +588,15 @@ async def produce(request: web.Request) -> web.StreamResponse:
 
 async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
                        timeout_ms: int, fast: bool = True) -> web.Response:
-    """A whole (non-streamed) JSON body: one record answered alone (or its error raised),
-    several as NDJSON. A body of plain records takes api.http.fast_produce, which stores
-    and answers exactly what the general path below would; ``fast=False`` (tests) skips it."""
-    if fast:
-        with gc_paused():
-            plan = fast_produce.plan_for(ctx, topic, raw, now_ms())
-        if plan is not None:
-            body, err = await fast_produce.produce_plan(ctx, topic, plan, acks=acks,
-                                                        timeout_ms=timeout_ms)
-            if plan.count > 1:
-                return web.Response(body=body, content_type=NDJSON)
-            if err is not None:
-                raise err
-            return web.Response(body=body[:-1], content_type=JSON)  # as json_response
-    with gc_paused():
-        parsed = _parse_all(_split_body(raw))
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
-    if len(parsed) == 1:
-        r, o = parsed[0], outcomes[0]
-        if isinstance(o, HttpError):
-            raise o
-        return json_response(report_json(ctx, topic, r if isinstance(r, ParsedRecord)
-                                          else None, o))
-    with gc_paused():
-        body = report_lines(ctx, topic, parsed, outcomes)
-    return web.Response(body=body, content_type=NDJSON)
+    """A whole (non-streamed) JSON body (``api.http.produce.produce_json``): one record
+    answered alone (or its error raised), several as NDJSON. ``fast=False`` (tests) skips
+    the fast path."""
+    reports = await produce_json(ctx, topic, raw, acks=acks, timeout_ms=timeout_ms, fast=fast)
+    if reports.count != 1:
+        return web.Response(body=reports.lines, content_type=NDJSON)
+    if reports.error is not None:
+        raise reports.error
+    return web.Response(body=reports.lines[:-1], content_type=JSON)  # as json_response
 
 
 async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, acks: int,
@@ -822,14 +624,8 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
             objs = stream.feed(chunk, final=final)
             if not objs:
                 continue
-            with gc_paused():
-                parsed = _parse_all(objs)
-            try:
-                outcomes = await produce_records(ctx, topic, parsed, acks=acks,
-                                                 timeout_ms=timeout_ms)
-            except HttpError as e:  # the topic went away mid-stream: the status is sent
-                outcomes = [e] * len(parsed)
-            await resp.write(report_lines(ctx, topic, parsed, outcomes))
+            await resp.write(await produce_stream_chunk(ctx, topic, objs, acks=acks,
+                                                         timeout_ms=timeout_ms))
         await resp.write_eof()
     except ConnectionResetError as e:  # aiohttp's ClientConnectionResetError is one
         # The client went away: what was produced stays produced; nobody is left to tell.
@@ -861,24 +657,9 @@ async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, ac
     recs = body.get("records")
     if not isinstance(recs, list) or not recs:
         raise unprocessable("The msgpack body needs 'batch' (bytes) or 'records' (a list).")
-    ts = now_ms()
-    parsed: list[ParsedRecord | HttpError] = []
-    for r in recs:
-        try:
-            k, v, t, hs = r
-            if not (k is None or isinstance(k, bytes)) or not (v is None or isinstance(v, bytes)):
-                raise TypeError("key and value must be bytes or nil")
-            headers = tuple((str(n), None if hv is None else bytes(hv)) for n, hv in hs or ())
-            tt = parse_timestamp(t)
-            parsed.append(ParsedRecord(partition, k, v, headers, ts if tt is None else tt,
-                                       "BINARY", "BINARY",
-                                       24 + len(k or b"") + len(v or b"") + sum(
-                                           len(n) + len(hv or b"") + 8 for n, hv in headers)))
-        except HttpError as e:
-            parsed.append(e)
-        except (TypeError, ValueError) as e:
-            parsed.append(unprocessable(f"Bad record: {e}"))
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+    _, outcomes = await produce_values(
+        ctx, topic, recs, acks=acks, timeout_ms=timeout_ms,
+        parse=lambda obj, ts: parse_msgpack_record(obj, ts, partition))
     reports: list[dict[str, Any]] = []
     for o in outcomes:
         if isinstance(o, Delivered):
@@ -912,12 +693,12 @@ async def produce_batch(request: web.Request) -> web.Response:
         ids.append(str(eid) if eid is not None else str(i))
     if len(set(ids)) != len(ids):
         raise unprocessable("Entry ids must be distinct.", 42208)
-    parsed = _parse_all(entries)
-    outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+    parsed, outcomes = await produce_values(ctx, topic, entries, acks=acks,
+                                            timeout_ms=timeout_ms)
     successes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     for eid, r, o in zip(ids, parsed, outcomes, strict=True):
-        rep = report_json(ctx, topic, r if isinstance(r, ParsedRecord) else None, o)
+        rep = report_json(ctx.cluster_id, topic, r if isinstance(r, ParsedRecord) else None, o)
         rep["id"] = eid
         (failures if isinstance(o, HttpError) else successes).append(rep)
     ctx.metrics.produce_latency.labels("batch").observe(time.monotonic() - t0)
@@ -940,9 +721,9 @@ async def read_records(request: web.Request) -> web.Response:
     ctx.metrics.fetch_requests.inc()
     ov = request.query.get("offset", "earliest")
     if ov == "earliest":
-        offset = await list_offset(ctx, topic, p, -2)
+        offset = await ctx.list_offset(topic, p, -2)
     elif ov == "latest":
-        offset = await list_offset(ctx, topic, p, -1)
+        offset = await ctx.list_offset(topic, p, -1)
     else:
         offset = int_param(request, "offset", lo=0)
     max_bytes = int_param(request, "max_bytes", 1 << 20, lo=1, hi=READ_BYTES_MAX)

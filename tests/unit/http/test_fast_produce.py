@@ -88,7 +88,7 @@ def run(s: Setup, raw: bytes, *, fast: bool) -> dict[str, Any]:
     """Everything observable of one produce: the answer, the logs, the sticky rotation, the
     metrics."""
     ctx = context(s)
-    with mock.patch("api.http.v3.now_ms", lambda: NOW_MS):
+    with mock.patch("api.http.produce.now_ms", lambda: NOW_MS):
         try:
             resp = asyncio.run(produce_body(ctx, TOPIC, raw, acks=s.acks, timeout_ms=1000,
                                             fast=fast))

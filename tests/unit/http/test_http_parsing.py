@@ -15,13 +15,14 @@ from api.http.context import cluster_id_for
 from api.http.errors import HttpError, kafka_error
 from api.http.records import (
     TIMESTAMP_MS_MAX,
+    JsonStream,
     encode_data,
     parse_timestamp,
     parse_v2_record,
     parse_v3_record,
     render_records,
+    split_body,
 )
-from api.http.v3 import JsonStream, _split_body
 from storage.batch import encode_batch
 
 
@@ -132,7 +133,7 @@ def test_json_stream_any_chunking_gives_the_same_values(values: list[dict[str, o
         out += s.feed(data[i:i + cut])
     out += s.feed(b"", final=True)
     assert out == values
-    assert _split_body(data) == values
+    assert split_body(data) == values
 
 
 def test_kafka_errors_map_to_statuses() -> None:
@@ -185,7 +186,7 @@ def test_a_body_nested_too_deeply_is_bad_input_not_a_server_error() -> None:
     # orjson refuses past 1,024 levels; the fallback parser then hit Python's recursion
     # limit, and the RecursionError became a 500.
     deep = b'[{"value": {"data": ' + b"[" * 5000 + b"]" * 5000 + b"}}]"
-    (err,) = _split_body(deep)
+    (err,) = split_body(deep)
     assert isinstance(err, HttpError) and err.status == 400 and "too deeply" in err.message
     ok = b'{"value": {"data": 1}}'
     got = JsonStream(1 << 20).feed(deep + b"\n" + ok, final=True)
