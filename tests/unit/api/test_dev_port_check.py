@@ -1,0 +1,28 @@
+"""``longboat dev up``'s free-port check ignores TIME_WAIT, as the nodes' own bind does."""
+
+from __future__ import annotations
+
+import socket
+
+from api.cli.dev import _port_free
+
+
+def test_a_port_left_in_time_wait_by_a_closed_connection_counts_as_free() -> None:
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: its end of the connection enters TIME_WAIT
+    client.close()
+    server.close()
+    assert _port_free(port)
+
+
+def test_a_port_someone_listens_on_is_not_free() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert not _port_free(server.getsockname()[1])
