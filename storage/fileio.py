@@ -22,6 +22,12 @@ Two implementations:
   fsync the directory wherever the real layer needs it; the lazy layer counts those calls
   (``dir_fsyncs``) so tests can assert they happen.
 
+  It also injects disk faults, each armed by a test: ``fail_fsync`` (an error from the Nth
+  fsync, with Linux's semantics since "fsyncgate": the bytes that fsync should have written
+  are lost, yet the next fsync succeeds), ``fail_write`` (an error from the Nth write,
+  optionally after part of it was written), ``set_free_bytes`` (ENOSPC once the disk is
+  full, after a short write) and ``flip_bit`` (bit rot in a file's content).
+
 Files are append-only: ``write``/``writev`` always write at the end. Small files that
 must change (checkpoints) are replaced whole with ``write_file_atomic``: write a temporary
 file, fsync it, rename it over the old one, fsync the directory.
@@ -243,7 +249,7 @@ class _LazyFile:
     ``durable_len <= disk_len``; ``durable_len < disk_len`` only after an unsynced truncate.
     """
 
-    __slots__ = ("disk_len", "durable_len", "fd", "handles", "path", "tail")
+    __slots__ = ("disk_len", "durable_len", "fd", "handles", "lost", "path", "tail")
 
     def __init__(self, path: str, fd: int):
         self.path = path
@@ -252,6 +258,10 @@ class _LazyFile:
         self.disk_len = os.fstat(fd).st_size
         self.durable_len = self.disk_len
         self.tail = bytearray()
+        self.lost: list[tuple[int, int]] = []
+        """File ranges ``[start, end)`` of the tail whose fsync failed: they never reach
+        the disk (zeros are written back in their place), as when Linux marks the pages
+        of a failed write-back clean. Reads see them until then."""
 
     @property
     def dirty(self) -> bool:
@@ -266,10 +276,26 @@ class _LazyFile:
         if self.durable_len < self.disk_len:
             os.ftruncate(self.fd, self.durable_len)
         if n:
-            os.pwrite(self.fd, bytes(self.tail[:n]), self.durable_len)
+            chunk = bytearray(self.tail[:n])
+            start = self.durable_len
+            for lo, hi in self.lost:
+                a, b = max(lo, start), min(hi, start + n)
+                if a < b:
+                    chunk[a - start:b - start] = bytes(b - a)
+            os.pwrite(self.fd, chunk, start)
         self.durable_len += n
         del self.tail[:n]
         self.disk_len = self.durable_len
+        self.lost = [(lo, hi) for lo, hi in self.lost if hi > self.durable_len]
+
+    def cut(self, size: int) -> None:
+        """Truncate the content (as reads see it) to ``size``."""
+        if size >= self.durable_len:
+            del self.tail[size - self.durable_len :]
+        else:
+            self.durable_len = size
+            self.tail.clear()
+        self.lost = [(lo, min(hi, size)) for lo, hi in self.lost if lo < size]
 
 
 class LazyFileHandle(FileHandle):
@@ -289,16 +315,17 @@ class LazyFileHandle(FileHandle):
         return self._f
 
     def write(self, data: Buffer) -> int:
-        with self._layer._lock:
-            f = self._file()
-            pos = f.size
-            f.tail += data
-            return pos
+        return self.writev([data])
 
     def writev(self, parts: Sequence[Buffer]) -> int:
         with self._layer._lock:
             f = self._file()
             pos = f.size
+            total = sum(len(p) for p in parts)
+            allowed, error = self._layer._before_write(f.path, total)
+            if error:
+                f.tail += b"".join(bytes(p) for p in parts)[:allowed]
+                raise OSError(error, os.strerror(error), self.path)
             for p in parts:
                 f.tail += p
             return pos
@@ -319,6 +346,14 @@ class LazyFileHandle(FileHandle):
     def fsync(self) -> None:
         with self._layer._lock:
             f = self._file()
+            error = self._layer._fsync_fault(f.path)
+            if error is not None:
+                # Linux since 4.13 ("fsyncgate"): the failed write-back's pages are marked
+                # clean, their data never reaches the disk, and only this call hears of
+                # it. The next fsync succeeds without them.
+                if f.tail:
+                    f.lost.append((f.durable_len, f.size))
+                raise OSError(error, os.strerror(error), self.path)
             f.write_back(len(f.tail))
             if self._layer.sync_to_disk:
                 os.fsync(f.fd)
@@ -327,11 +362,9 @@ class LazyFileHandle(FileHandle):
     def truncate(self, size: int) -> None:
         with self._layer._lock:
             f = self._file()
-            if size >= f.durable_len:
-                del f.tail[size - f.durable_len :]
-            else:
-                f.durable_len = size
-                f.tail.clear()
+            if size < f.size:
+                self._layer._freed(f.size - size)
+            f.cut(size)
 
     def size(self) -> int:
         with self._layer._lock:
@@ -367,6 +400,81 @@ class LazyFileLayer(FileLayer):
         self._files: dict[str, _LazyFile] = {}
         self.fsyncs = 0
         self.dir_fsyncs = 0
+        self._fsync_faults: list[_Fault] = []
+        self._write_faults: list[_Fault] = []
+        self._free_bytes: int | None = None
+
+    # ------------------------------------------------------------------ fault injection
+
+    def fail_fsync(self, nth: int = 1, *, error: int = errno.EIO, match: str = "") -> None:
+        """Make the ``nth`` fsync from now (of a file whose path contains ``match``) fail
+        with ``error``. The bytes it should have made durable are lost (zeros on disk once
+        a later fsync or a crash writes the file back), but reads see them until then and
+        the next fsync succeeds: what Linux does, and why a caller must never take a
+        later fsync's success for the earlier data ("fsyncgate")."""
+        with self._lock:
+            self._fsync_faults.append(_Fault(nth, error, match))
+
+    def fail_write(self, nth: int = 1, *, error: int = errno.EIO, match: str = "",
+                   partial_bytes: int = 0) -> None:
+        """Make the ``nth`` write from now (to a path containing ``match``) fail with
+        ``error`` after appending ``partial_bytes`` of it (a short write, then the error)."""
+        with self._lock:
+            self._write_faults.append(_Fault(nth, error, match, partial_bytes))
+
+    def set_free_bytes(self, free_bytes: int | None) -> None:
+        """The disk has ``free_bytes`` left (None: unlimited). A write that does not fit
+        appends what does (a short write) and fails with ENOSPC; truncating and unlinking
+        give space back."""
+        with self._lock:
+            self._free_bytes = free_bytes
+
+    @property
+    def free_bytes(self) -> int | None:
+        with self._lock:
+            return self._free_bytes
+
+    def flip_bit(self, path: str, position: int, bit: int = 0) -> None:
+        """Flip one bit of the byte at ``position`` of ``path`` as reads see it: on disk
+        if that byte is durable (bit rot, or a misdirected write), else in the unsynced
+        tail."""
+        path = os.path.abspath(path)
+        mask = 1 << bit
+        with self._lock:
+            f = self._files.get(path)
+            if f is not None and position >= f.durable_len:
+                f.tail[position - f.durable_len] ^= mask
+                return
+            fd = f.fd if f is not None else os.open(path, os.O_RDWR)
+            try:
+                byte = os.pread(fd, 1, position)
+                if len(byte) != 1:
+                    raise ValueError(f"{path} has no byte {position}")
+                os.pwrite(fd, bytes([byte[0] ^ mask]), position)
+            finally:
+                if f is None:
+                    os.close(fd)
+
+    def _fsync_fault(self, path: str) -> int | None:
+        fault = _take_fault(self._fsync_faults, path)
+        return None if fault is None else fault.error
+
+    def _before_write(self, path: str, size: int) -> tuple[int, int]:
+        """How many of ``size`` bytes a write to ``path`` appends, and the error it then
+        fails with (0: none, every byte appended)."""
+        allowed, error = size, 0
+        fault = _take_fault(self._write_faults, path)
+        if fault is not None:
+            allowed, error = min(size, fault.partial_bytes), fault.error
+        if self._free_bytes is not None and self._free_bytes < allowed:
+            allowed, error = self._free_bytes, errno.ENOSPC
+        if self._free_bytes is not None:
+            self._free_bytes -= allowed
+        return allowed, error
+
+    def _freed(self, n: int) -> None:
+        if self._free_bytes is not None:
+            self._free_bytes += n
 
     def open(self, path: str, *, create: bool = True) -> FileHandle:
         path = os.path.abspath(path)
@@ -404,9 +512,20 @@ class LazyFileLayer(FileLayer):
         if f is not None and f.handles == 0:
             self._close_fd(f)
 
+    def _size_of(self, path: str) -> int:
+        f = self._files.get(path)
+        if f is not None:
+            return f.size
+        try:
+            return os.path.getsize(path)
+        except OSError:
+            return 0
+
     def replace(self, src: str, dst: str) -> None:
         src, dst = os.path.abspath(src), os.path.abspath(dst)
         with self._lock:
+            if self._free_bytes is not None and src != dst:
+                self._freed(self._size_of(dst))
             os.replace(src, dst)
             self._detach(dst)
             f = self._files.pop(src, None)
@@ -417,6 +536,8 @@ class LazyFileLayer(FileLayer):
     def unlink(self, path: str) -> None:
         path = os.path.abspath(path)
         with self._lock:
+            if self._free_bytes is not None:
+                self._freed(self._size_of(path))
             os.unlink(path)
             self._detach(path)
 
@@ -453,6 +574,33 @@ class LazyFileLayer(FileLayer):
                         os.pwrite(f.fd, bytes(written - keep), f.durable_len)
                 self._close_fd(f)
             self._files.clear()
+
+
+class _Fault:
+    """One armed fault: fires at the ``countdown``-th matching call."""
+
+    __slots__ = ("countdown", "error", "match", "partial_bytes")
+
+    def __init__(self, nth: int, error: int, match: str, partial_bytes: int = 0) -> None:
+        if nth < 1:
+            raise ValueError(f"nth must be at least 1, not {nth}")
+        self.countdown = nth
+        self.error = error
+        self.match = match
+        self.partial_bytes = partial_bytes
+
+
+def _take_fault(faults: list[_Fault], path: str) -> _Fault | None:
+    """Count one call on ``path`` against every armed fault; the first that fires."""
+    fired = None
+    for fault in list(faults):
+        if fault.match in path:
+            fault.countdown -= 1
+            if fault.countdown == 0:
+                faults.remove(fault)
+                if fired is None:
+                    fired = fault
+    return fired
 
 
 _process_layers: dict[bool, FileLayer] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 
@@ -107,3 +108,80 @@ def test_default_file_layer_follows_the_environment(monkeypatch) -> None:
     assert isinstance(default_file_layer(), RealFileLayer)
     monkeypatch.setenv(LAZYFS_ENV, "1")
     assert isinstance(default_file_layer(), LazyFileLayer)
+
+
+# --------------------------------------------------------------------------- fault injection
+
+
+def test_a_failed_fsync_loses_its_bytes_though_the_next_fsync_succeeds(tmp_path) -> None:
+    """Linux's behaviour since 4.13, the reason for "fsyncgate": the error is reported once,
+    the failed pages are marked clean, and a later fsync succeeds without them."""
+    fl = LazyFileLayer()
+    p = tmp_path / "a"
+    f = fl.open(str(p))
+    f.write(b"one-")
+    f.fsync()
+    f.write(b"two-")
+    fl.fail_fsync(1)
+    with pytest.raises(OSError) as ei:
+        f.fsync()
+    assert ei.value.errno == errno.EIO
+    assert f.pread(100, 0) == b"one-two-"  # still in the page cache
+    f.write(b"three")
+    f.fsync()  # succeeds: the error was reported once
+    assert p.read_bytes() == b"one-" + bytes(4) + b"three"
+    assert f.pread(100, 0) == b"one-" + bytes(4) + b"three"
+
+
+def test_fail_fsync_counts_only_matching_paths(tmp_path) -> None:
+    fl = LazyFileLayer()
+    a, b = fl.open(str(tmp_path / "x.log")), fl.open(str(tmp_path / "x.index"))
+    fl.fail_fsync(2, match=".log")
+    b.fsync()
+    a.fsync()
+    b.fsync()
+    with pytest.raises(OSError):
+        a.fsync()
+    a.fsync()
+
+
+def test_a_failed_write_may_append_part_of_its_bytes_first(tmp_path) -> None:
+    fl = LazyFileLayer()
+    f = fl.open(str(tmp_path / "a"))
+    f.write(b"ok")
+    fl.fail_write(1, partial_bytes=3)
+    with pytest.raises(OSError) as ei:
+        f.writev([b"abcd", b"efgh"])
+    assert ei.value.errno == errno.EIO
+    assert f.pread(100, 0) == b"okabc" and f.size() == 5
+    assert f.writev([b"!"]) == 5
+
+
+def test_a_full_disk_makes_a_short_write_then_enospc_and_frees_space_on_truncate(tmp_path) -> None:
+    fl = LazyFileLayer()
+    f = fl.open(str(tmp_path / "a"))
+    fl.set_free_bytes(6)
+    f.write(b"1234")
+    with pytest.raises(OSError) as ei:
+        f.write(b"5678")
+    assert ei.value.errno == errno.ENOSPC
+    assert f.pread(100, 0) == b"123456" and fl.free_bytes == 0
+    f.truncate(4)  # roll the short write back: its two bytes are free again
+    assert fl.free_bytes == 2
+    f.write(b"56")
+    fl.unlink(str(tmp_path / "a"))
+    assert fl.free_bytes == 6
+    fl.set_free_bytes(None)
+
+
+def test_flip_bit_reaches_the_disk_or_the_unsynced_tail(tmp_path) -> None:
+    fl = LazyFileLayer()
+    p = tmp_path / "a"
+    f = fl.open(str(p))
+    f.write(b"\x00\x00")
+    f.fsync()
+    f.write(b"\x00")
+    fl.flip_bit(str(p), 0, bit=1)  # durable: on disk
+    fl.flip_bit(str(p), 2, bit=7)  # unsynced: in the tail
+    assert p.read_bytes() == b"\x02\x00"
+    assert f.pread(3, 0) == b"\x02\x00\x80"
