@@ -7,12 +7,14 @@ the answer, so its log agrees with the leader's up to that point before it fetch
 
 Invariant: epochs and start offsets both strictly increase along ``entries``.
 
-File format (Kafka's, text, one item per line)::
+File format (Kafka's, text, one item per line, plus a checksum line as in
+``storage.checkpoint``; version 0 files, without it, are still read)::
 
-    0                  version
+    1                  version
     2                  number of entries
     0 0                epoch start_offset
     3 1200
+    0e5c77d1           CRC-32C of the lines above
 
 It is replaced atomically (temporary file, fsync, rename, directory fsync) on every change:
 changes happen once per epoch, and on truncation.
@@ -20,16 +22,18 @@ changes happen once per epoch, and on truncation.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from common.invariant import invariant
-from storage.errors import StorageError
+from storage.checkpoint import seal, unseal
+from storage.errors import CorruptCheckpointError
 from storage.fileio import FileLayer
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
-_VERSION = 0
+_VERSION = 1
 
 
 class LeaderEpochCache:
@@ -41,10 +45,11 @@ class LeaderEpochCache:
 
     @classmethod
     def load(cls, dir_path: str, files: FileLayer) -> LeaderEpochCache:
+        """The cache as checkpointed; ``CorruptCheckpointError`` if the file is damaged."""
         path = os.path.join(dir_path, CHECKPOINT_NAME)
         entries: list[tuple[int, int]] = []
         if files.exists(path):
-            entries = parse_checkpoint(files.read_file(path).decode("ascii", "replace"), path)
+            entries = parse_checkpoint(files.read_file(path), path)
         return cls(dir_path, files, entries)
 
     @property
@@ -74,17 +79,14 @@ class LeaderEpochCache:
             # monotonic and ignore it, as Kafka logs and ignores it.
             return False
         kept = [(e, o) for e, o in self._entries if e < epoch and o < start_offset]
-        self._entries = [*kept, (epoch, start_offset)]
-        self._check()
-        self._persist()
+        self._replace([*kept, (epoch, start_offset)])
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after ``end_offset`` (the log was truncated)."""
         kept = [(e, o) for e, o in self._entries if o < end_offset]
         if kept != self._entries:
-            self._entries = kept
-            self._persist()
+            self._replace(kept)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: the epoch covering it starts there."""
@@ -94,13 +96,22 @@ class LeaderEpochCache:
         last = before[-1]
         kept = [(self._entries[last][0], start_offset), *self._entries[last + 1 :]]
         if kept != self._entries:
-            self._entries = kept
-            self._persist()
+            self._replace(kept)
 
     def clear(self) -> None:
         if self._entries:
-            self._entries = []
+            self._replace([])
+
+    def _replace(self, entries: list[tuple[int, int]]) -> None:
+        """Persist ``entries``, then adopt them: if the write fails (a full disk), the
+        cache in memory still matches the file."""
+        old, self._entries = self._entries, entries
+        try:
+            self._check()
             self._persist()
+        except BaseException:
+            self._entries = old
+            raise
 
     def epoch_for_offset(self, offset: int) -> int:
         """The epoch whose leader appended ``offset``, per the cache (-1 if unknown)."""
@@ -135,21 +146,26 @@ class LeaderEpochCache:
     def _persist(self) -> None:
         lines = [str(_VERSION), str(len(self._entries))]
         lines += [f"{e} {o}" for e, o in self._entries]
-        self._files.write_file_atomic(self._path, ("\n".join(lines) + "\n").encode("ascii"))
+        self._files.write_file_atomic(self._path, seal(lines))
 
 
-def parse_checkpoint(text: str, path: str) -> list[tuple[int, int]]:
+def parse_checkpoint(data: bytes, path: str) -> list[tuple[int, int]]:
+    """Entries of a ``leader-epoch-checkpoint`` file; ``CorruptCheckpointError`` if it
+    fails its checksum, does not parse, or its entries do not strictly increase."""
+    lines = unseal(data, path)
     try:
-        lines = text.splitlines()
-        version, count = int(lines[0]), int(lines[1])
-        if version != _VERSION:
-            raise ValueError(f"unknown version {version}")
+        count = int(lines[1])
         entries = []
-        for line in lines[2 : 2 + count]:
+        for line in lines[2:]:
             e, o = line.split()
             entries.append((int(e), int(o)))
         if len(entries) != count:
             raise ValueError(f"expected {count} entries, found {len(entries)}")
-        return entries
     except (ValueError, IndexError) as err:
-        raise StorageError(f"malformed {path}: {err}") from None
+        raise CorruptCheckpointError(path, str(err)) from None
+    for (e0, o0), (e1, o1) in itertools.pairwise(entries):
+        if not (e0 < e1 and o0 < o1):
+            raise CorruptCheckpointError(path, f"entries do not increase: {entries[:8]}")
+    if entries and (entries[0][0] < 0 or entries[0][1] < 0):
+        raise CorruptCheckpointError(path, f"negative epoch or offset: {entries[0]}")
+    return entries

@@ -48,6 +48,17 @@ Buffer = bytes | bytearray | memoryview
 LAZYFS_ENV = "LONGBOAT_LAZYFS"
 
 
+class FsyncError(OSError):
+    """An fsync (of a file or a directory) failed. Distinct from other ``OSError``s because
+    the bytes it should have made durable may be gone although the next fsync succeeds
+    (storage.logdir): whatever its errno, ENOSPC included, the caller must stop trusting
+    the directory."""
+
+
+def _fsync_error(e: OSError, path: str) -> FsyncError:
+    return FsyncError(e.errno, e.strerror or str(e), path)
+
+
 class FileHandle(abc.ABC):
     """An open, append-only file."""
 
@@ -66,7 +77,8 @@ class FileHandle(abc.ABC):
         """Up to ``size`` bytes at ``offset`` (fewer only at the end of the file)."""
 
     @abc.abstractmethod
-    def fsync(self) -> None: ...
+    def fsync(self) -> None:
+        """Make every byte written so far durable; ``FsyncError`` if it failed."""
 
     @abc.abstractmethod
     def truncate(self, size: int) -> None: ...
@@ -189,7 +201,10 @@ class RealFileHandle(FileHandle):
         return os.pread(self._fd, size, offset)
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise _fsync_error(e, self.path) from e
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
@@ -234,6 +249,8 @@ class RealFileLayer(FileLayer):
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             os.fsync(fd)
+        except OSError as e:
+            raise _fsync_error(e, path) from e
         finally:
             os.close(fd)
 
@@ -353,7 +370,7 @@ class LazyFileHandle(FileHandle):
                 # it. The next fsync succeeds without them.
                 if f.tail:
                     f.lost.append((f.durable_len, f.size))
-                raise OSError(error, os.strerror(error), self.path)
+                raise FsyncError(error, os.strerror(error), self.path)
             f.write_back(len(f.tail))
             if self._layer.sync_to_disk:
                 os.fsync(f.fd)

@@ -31,9 +31,13 @@ follower appends only feed the flush policy (``note_append``).
 
 A waiter whose offsets were flushed succeeds, whatever happened to the log since. Otherwise:
 one whose offsets are truncated away fails with ``LogTruncatedError``; a flush that fails
-(an I/O error) fails its log's waiters with that error and the log is left to its owner
-(Kafka stops the log dir; so should the broker); waiters on a log closed without a flush
-(``abandon``) fail with ``StorageError``.
+(an I/O error) takes the log's directory offline (``storage.logdir``) and fails the log's
+waiters with ``LogDirOfflineError``; so does every later round on a log of that directory
+(``PartitionLog.flush`` refuses without an fsync: fsyncgate), and a waiter asked for on
+one is refused at once. No waiter on a range that was not durable when its directory
+failed is ever resolved as durable, and none is left waiting. Logs of other directories
+go on as before. Waiters on a log closed without a flush (``abandon``) fail with
+``StorageError``.
 
 Threads: every method is called on the event loop, except ``_flush_job`` and what it calls
 (``_run_rounds``, ``_wait_for_company_locked``), which run in a worker thread.
@@ -109,7 +113,8 @@ class GroupCommitter:
         """Return once every record of ``log`` below ``offset`` is fsynced.
 
         Pass ``last_offset + 1`` of an append. Raises ``LogTruncatedError`` if those
-        offsets are truncated first, or the flush's ``OSError``.
+        offsets are truncated first, or ``LogDirOfflineError`` if the log's directory
+        failed before they were flushed.
         """
         await self.durable_future(log, offset)
 
@@ -127,6 +132,8 @@ class GroupCommitter:
             raise LogTruncatedError(
                 f"{log.dir_path}: offsets below {offset} are beyond the log end "
                 f"{log.log_end_offset}")
+        # Never durable now: the directory failed before they were flushed.
+        log.log_dir.check_or_raise()
         if self._closing:
             raise RuntimeError("group committer is closed")
         self._watch(log)

@@ -30,16 +30,32 @@ Recovery (``open``), byte rules in docs/storage-format.md:
    Otherwise segments that may hold offsets at or above the recovery point are scanned
    batch by batch with CRCs checked, and their indexes rebuilt; earlier segments load their
    index files (rebuilt if missing or inconsistent).
-3. In the last segment, an incomplete batch at the end, or a bad batch after which no valid
-   batch exists anywhere in the file, is a torn write: the file is cut there. This is the
-   only damage repaired silently; it can only hold data that was never fsynced.
-4. Any other bad batch (a CRC mismatch or impossible header followed by a valid batch, or
-   anywhere in a non-last segment, which was fsynced when the log rolled past it) is
-   corruption: ``open`` raises ``CorruptRecordError`` with the file and byte position, and
+3. In the last segment, an incomplete batch at the end, or a bad batch after which no
+   valid batch exists anywhere in the file, is a torn write if it lies at or above the
+   recovery point: the file is cut there. This is the only damage repaired without being
+   asked (it is reported in ``recovery``); it can only hold data that was never fsynced.
+4. Any other bad batch (below the recovery point, so fsynced, even at the very end; or
+   followed by a valid batch; or anywhere in a non-last segment, which was fsynced when
+   the log rolled past it) is corruption: ``open`` raises
+   ``CorruptSegmentError`` with the file, the byte position and the first offset lost, and
    the log is not opened, so the bad batch is never served. ``allow_truncate_corrupt=True``
-   instead cuts the log at the bad batch (dropping every later segment), for an operator who
-   would rather lose the tail than the partition (a follower can refetch it).
+   instead cuts the log at the bad batch (dropping every later segment) and says so in
+   ``recovery.corruption``: for a replica that will fetch the range again from its leader.
 5. The leader epoch cache is rebuilt from the scanned batches and trimmed to the log.
+6. A checkpoint file that fails its checksum is reported in ``recovery`` and replaced by
+   the safe choice: no recovery point (scan the active segment, torn-tail rule above), the
+   first segment's base as log start (deleted records may show again; none is lost), a
+   leader epoch cache rebuilt from every batch header.
+
+Disk errors (storage.logdir): an I/O error on write, read, truncation or any fsync takes
+the log's ``LogDirectory`` offline; from then on every log of that directory refuses
+appends, reads, flushes and truncations with ``LogDirOfflineError`` and ``flushed_offset``
+never moves again (after a failed fsync a later one may succeed without the lost pages).
+ENOSPC or EDQUOT on a write cuts the partial batch off again and refuses the append with
+``OutOfSpaceError``; the directory stays online and appends work once space is freed.
+A read never returns a batch that fails its CRC: the first bad batch ends the read (an
+error if it is the first), and the log raises ``CorruptSegmentError`` and tells the
+directory's corruption listeners, unless the index was what was wrong (then it is rebuilt).
 
 Rolling fsyncs the segment being closed and writes its index files, so every segment but
 the last is durable and ``flushed_offset`` is at least the active segment's base offset.
@@ -48,10 +64,12 @@ the last is durable and ``flushed_offset`` is at least the active segment's base
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from common.invariant import invariant
@@ -61,6 +79,7 @@ from storage.batch import (
     LEADER_EPOCH_OFFSET,
     MAGIC_MSGPACK,
     MAGIC_OFFSET,
+    BatchHeader,
     compute_crc,
     decode_records,
     iter_batches,
@@ -72,19 +91,27 @@ from storage.cleaner import compact_log
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
+    CorruptCheckpointError,
     CorruptRecordError,
+    CorruptSegmentError,
     InvalidRecordError,
+    KafkaStorageError,
+    LogDirOfflineError,
     OffsetOutOfRangeError,
+    OutOfSpaceError,
     RecordTooLargeError,
     StorageError,
 )
-from storage.fileio import FileHandle, FileLayer, default_file_layer
+from storage.fileio import Buffer, FileHandle, FileLayer, FsyncError, default_file_layer
+from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
 from storage.segment import (
     CLEANED_SUFFIX,
     RELATIVE_OFFSET_MAX,
     Segment,
     parse_segment_name,
 )
+
+logger = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
 """``offset_for_timestamp(EARLIEST_TIMESTAMP)`` is the log start offset (Kafka's -2)."""
@@ -119,27 +146,81 @@ class LogTruncatedError(StorageError):
     """Offsets a caller was waiting on were truncated away before they became durable."""
 
 
+@dataclass
+class RecoveryReport:
+    """What ``PartitionLog.open`` found and did. Nothing here was served; the caller logs
+    ``problems()`` and, for a cut below the recovery point (``corruption``), treats the
+    replica as having lost fsynced data (fetch it again; do not lead on it)."""
+
+    clean: bool = False
+    """A valid clean-shutdown marker: index files loaded, nothing scanned."""
+    recovery_point: int | None = None
+    """As read from its checkpoint (None: missing or corrupt)."""
+    torn_tail: tuple[str, int, int] | None = None
+    """``(segment path, byte position, bytes cut)``: a torn write above the recovery point."""
+    corruption: CorruptSegmentError | None = None
+    """Corruption cut off because ``allow_truncate_corrupt``: offsets from
+    ``corruption.offset`` up to ``lost_end_offset`` were dropped."""
+    lost_end_offset: int | None = None
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    """Segments whose index files were missing or failed their checks (rebuilt)."""
+    checkpoint_errors: list[CorruptCheckpointError] = field(default_factory=list)
+    epoch_cache_rebuilt: bool = False
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.torn_tail is not None:
+            path, pos, n = self.torn_tail
+            out.append(f"cut a torn write of {n} bytes at byte {pos} of {path} (above the "
+                       f"recovery point {self.recovery_point}: never fsynced)")
+        if self.corruption is not None:
+            out.append(f"cut corrupt data: {self.corruption}; offsets "
+                       f"{self.corruption.offset}..{self.lost_end_offset} must be fetched "
+                       "again")
+        out += [f"rebuilt the indexes of {p}" for p in self.indexes_rebuilt]
+        out += [f"{e}: ignored" for e in self.checkpoint_errors]
+        if self.epoch_cache_rebuilt:
+            out.append("rebuilt the leader epoch cache from the batch headers")
+        return out
+
+
 class PartitionLog:
     """Invariants: ``log_start_offset <= log_end_offset``; ``flushed_offset <= log_end_offset``;
     segments are sorted by base offset, each base at or above the previous segment's next
-    offset; the last segment (active) is the only one appended to."""
+    offset; the last segment (active) is the only one appended to; ``flushed_offset`` does
+    not move once ``log_dir`` has failed."""
 
     def __init__(self, dir_path: str, config: LogConfig, files: FileLayer,
                  segments: list[Segment], epochs: LeaderEpochCache, log_start_offset: int,
-                 log_end_offset: int, flushed_offset: int):
+                 log_end_offset: int, flushed_offset: int, *,
+                 log_dir: LogDirectory | None = None,
+                 recovery: RecoveryReport | None = None):
         self.dir_path = dir_path
         self.config = config
         self.files = files
+        self.log_dir = log_dir or LogDirectory(os.path.dirname(os.path.abspath(dir_path)))
+        """Shared by every log on the same disk (the broker passes one per data directory);
+        a log opened without one gets its own, so its failure is its alone."""
+        self.recovery = recovery or RecoveryReport()
         self._segments = segments
         self.leader_epoch_cache = epochs
         self._lso = log_start_offset
         self._leo = log_end_offset
         self._flushed = flushed_offset
+        self._rp_checkpointed = flushed_offset
         self._lock = threading.RLock()
+        self._fsync_lock = threading.Lock()
+        """Held around every fsync of a segment and around closing the handles: one fsync
+        at a time per log, so the fsync that gets a file's error (Linux reports it to one
+        caller) has failed the directory before any other fsync of it can succeed and be
+        taken for durability. Taken after ``_lock`` when both are held."""
         self._truncations = 0
         self._retired: list[Segment] = []
         self._closed = False
         self._truncate_listeners: list[Callable[[PartitionLog, int], None]] = []
+        self.corruption: CorruptSegmentError | None = None
+        """The lowest corrupt batch reads found (never served); None if none."""
+        self._corrupt_segments: dict[str, CorruptSegmentError] = {}
         self._check()
 
     # ------------------------------------------------------------------ state
@@ -203,16 +284,83 @@ class PartitionLog:
         return (f"PartitionLog({self.dir_path!r}, start={self._lso}, end={self._leo}, "
                 f"flushed={self._flushed}, segments={len(self._segments)})")
 
+    # ------------------------------------------------------------------ disk errors
+
+    def _fail_dir(self, e: BaseException, operation: str, path: str) -> LogDirOfflineError:
+        """Take the directory offline for ``e`` (an I/O error); the error to raise."""
+        if isinstance(e, LogDirOfflineError):
+            return e
+        if isinstance(e, OSError):
+            self.log_dir.fail(e, operation=operation, path=path)
+        else:
+            self.log_dir.fail(OSError(None, str(e)), operation=operation, path=path)
+        return self.log_dir.offline_error()
+
+    def _io_error(self, e: OSError, operation: str, path: str | None = None) -> KafkaStorageError:
+        """``OutOfSpaceError`` for ENOSPC/EDQUOT from anything but an fsync (the caller has
+        undone what it wrote); anything else fails the directory."""
+        if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
+            return OutOfSpaceError(f"{operation} in {self.dir_path}: no space left on the "
+                                   f"device ({e.strerror}); refused, nothing written",
+                                   dir_path=self.log_dir.path)
+        return self._fail_dir(e, operation, path or getattr(e, "filename", None) or self.dir_path)
+
+    @contextlib.contextmanager
+    def _destructive(self, operation: str) -> Iterator[None]:
+        """A change that cannot be undone halfway (segments already cut or deleted): any
+        error inside takes the directory offline, as the log in memory no longer matches
+        the disk."""
+        try:
+            yield
+        except OSError as e:
+            raise self._fail_dir(e, operation, getattr(e, "filename", None) or self.dir_path
+                                 ) from e
+
+    def _writable_or_raise(self) -> None:
+        self._ensure_open()
+        self.log_dir.check_or_raise()
+
+    def _fsync(self, seg: Segment) -> None:
+        """fsync ``seg`` (``_fsync_lock`` held, the directory online); a failure takes the
+        directory offline and raises ``LogDirOfflineError``."""
+        self.log_dir.check_or_raise()
+        try:
+            seg.flush()
+        except OSError as e:
+            raise self._fail_dir(e, "fsync", seg.log_path) from e
+
     # ------------------------------------------------------------------ open / recover
 
     @classmethod
     def open(cls, dir_path: str, config: LogConfig | None = None,
              file_layer: FileLayer | None = None, now_ms: int = 0, *,
-             allow_truncate_corrupt: bool = False) -> PartitionLog:
-        """Open (creating if needed) and recover the log in ``dir_path``; see the module doc."""
+             allow_truncate_corrupt: bool = False,
+             log_dir: LogDirectory | None = None) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``dir_path``; see the module doc.
+
+        ``log_dir``: the directory's health, shared by the logs on one disk. Opening in an
+        offline directory raises ``LogDirOfflineError``; an I/O error while opening takes
+        it offline (ENOSPC raises ``OutOfSpaceError``). What recovery found is in the
+        returned log's ``recovery`` (and logged).
+        """
         del now_ms  # roll clocks start from batch timestamps; kept for the caller's symmetry
         config = config or LogConfig()
         files = file_layer or default_file_layer()
+        log_dir = log_dir or LogDirectory(os.path.dirname(os.path.abspath(dir_path)))
+        log_dir.check_or_raise()
+        try:
+            return cls._open(dir_path, config, files, allow_truncate_corrupt, log_dir)
+        except OSError as e:
+            if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
+                raise OutOfSpaceError(f"opening {dir_path}: no space left on the device",
+                                      dir_path=log_dir.path) from e
+            log_dir.fail(e, operation="open", path=getattr(e, "filename", None) or dir_path)
+            raise log_dir.offline_error() from e
+
+    @classmethod
+    def _open(cls, dir_path: str, config: LogConfig, files: FileLayer,
+              allow_truncate_corrupt: bool, log_dir: LogDirectory) -> PartitionLog:
+        report = RecoveryReport()
         files.mkdir(dir_path)
         names = sorted(files.listdir(dir_path))
         for name in names:
@@ -220,9 +368,17 @@ class PartitionLog:
                 files.unlink(os.path.join(dir_path, name))
         bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
         clean = checkpoint.read_clean_shutdown(files, dir_path)
-        recovery_point = checkpoint.read_offset(files, dir_path, checkpoint.RECOVERY_POINT_NAME)
-        lso_saved = checkpoint.read_offset(files, dir_path, checkpoint.LOG_START_OFFSET_NAME)
-        epochs = LeaderEpochCache.load(dir_path, files)
+        recovery_point = _read_checkpoint(files, dir_path, checkpoint.RECOVERY_POINT_NAME,
+                                          report)
+        lso_saved = _read_checkpoint(files, dir_path, checkpoint.LOG_START_OFFSET_NAME, report)
+        report.recovery_point = recovery_point
+        try:
+            epochs = LeaderEpochCache.load(dir_path, files)
+        except CorruptCheckpointError as e:
+            # Rebuilt below from every batch header; a clean marker is no help for it.
+            report.checkpoint_errors.append(e)
+            report.epoch_cache_rebuilt = True
+            epochs = LeaderEpochCache(dir_path, files, [])
 
         segments: list[Segment] = []
         if not bases:
@@ -236,9 +392,12 @@ class PartitionLog:
             if clean is not None and (clean["active_base_offset"] != active.base_offset
                                       or clean["active_segment_bytes"] != active.size_bytes):
                 clean = None
+        report.clean = clean is not None
         try:
-            cls._recover(segments, config, epochs, clean, recovery_point or 0,
-                         allow_truncate_corrupt)
+            cls._recover(segments, config, epochs, clean, recovery_point,
+                         allow_truncate_corrupt, report)
+            if report.epoch_cache_rebuilt:
+                _rebuild_epochs(segments, epochs)
         except BaseException:
             for s in segments:
                 s.close()
@@ -247,10 +406,12 @@ class PartitionLog:
         leo = segments[-1].next_offset
         if clean is not None:
             leo = max(leo, clean["log_end_offset"])
-        elif recovery_point is not None and recovery_point > leo:
+        elif (recovery_point is not None and recovery_point > leo
+              and report.corruption is None):
             # Every offset below the recovery point was durable; a log end below it means
             # the log ended in a gap (a truncation into offsets compaction had removed).
-            # Never hand those offsets out again.
+            # Never hand those offsets out again. (Not after cutting corruption: those
+            # offsets are gone and must be fetched again.)
             leo = recovery_point
         lso = max(segments[0].base_offset, lso_saved or 0)
         if lso > leo:
@@ -266,26 +427,34 @@ class PartitionLog:
         epochs.truncate_from_end(leo)
         if clean is None:
             segments[-1].flush()  # what recovery found is now durable: the recovery point
-        log = cls(dir_path, config, files, segments, epochs, lso, leo, leo)
+        log = cls(dir_path, config, files, segments, epochs, lso, leo, leo, log_dir=log_dir,
+                  recovery=report)
         checkpoint.write_offset(files, dir_path, checkpoint.RECOVERY_POINT_NAME, leo)
         checkpoint.remove_clean_shutdown(files, dir_path)
         files.fsync_dir(dir_path)
+        for problem in report.problems():
+            logger.warning("%s: %s", dir_path, problem)
         return log
 
     @staticmethod
     def _recover(segments: list[Segment], config: LogConfig, epochs: LeaderEpochCache,
-                 clean: dict[str, int] | None, recovery_point: int,
-                 allow_truncate_corrupt: bool) -> None:
+                 clean: dict[str, int] | None, recovery_point: int | None,
+                 allow_truncate_corrupt: bool, report: RecoveryReport) -> None:
         interval = config.index_interval_bytes
+        # Every segment but the last was fsynced when the log rolled past it, so the
+        # recovery point is never below the last one's base: the bound to use without one.
+        rp = recovery_point if recovery_point is not None else segments[-1].base_offset
         i = 0
         while i < len(segments):
             seg = segments[i]
             last = i == len(segments) - 1
             next_base = segments[i + 1].base_offset if not last else None
-            may_be_unflushed = last or (next_base is not None and next_base > recovery_point)
+            may_be_unflushed = last or (next_base is not None and next_base > rp)
             loaded = False
             if clean is not None or not may_be_unflushed:
                 loaded = seg.load_indexes(clean["log_end_offset"] if clean and last else None)
+                if not loaded:
+                    report.indexes_rebuilt.append(seg.log_path)
             if not loaded:
                 file_bytes = seg.log.size()
                 headers, error = seg.recover(interval, verify=True)
@@ -301,20 +470,52 @@ class PartitionLog:
                         error = CorruptRecordError(
                             f"incomplete batch: {file_bytes - where} bytes at the end",
                             path=seg.log_path, position=where)
-                    torn = last and not _valid_batch_after(seg, where)
+                    # Fsynced data (below the recovery point) is never a torn write, nor
+                    # is damage with valid data after it.
+                    torn = (last and (recovery_point is None or seg.next_offset >= rp)
+                            and not _valid_batch_after(seg, where))
+                    corrupt = CorruptSegmentError(
+                        _below_recovery_point(error.reason, recovery_point, last,
+                                              seg.next_offset),
+                        path=seg.log_path, position=where, offset=seg.next_offset)
                     if not torn and not allow_truncate_corrupt:
-                        raise error
-                    # A torn tail (never fsynced), or corruption the operator chose to cut.
+                        raise corrupt
+                    if torn:
+                        report.torn_tail = (seg.log_path, where, file_bytes - where)
+                    else:
+                        # The operator's (or a refetching follower's) choice: cut it.
+                        report.corruption = corrupt
+                        report.lost_end_offset = max(
+                            [s.next_offset for s in segments[i + 1:]] + [seg.next_offset])
                     seg.truncate_to_position(where, seg.next_offset)
                     seg.flush()
                     for later in segments[i + 1:]:
                         later.delete()
                     del segments[i + 1:]
             if next_base is not None and i + 1 < len(segments) and seg.next_offset > next_base:
-                raise CorruptRecordError(
+                raise CorruptSegmentError(
                     f"segment ends at offset {seg.next_offset}, past the next segment's base "
-                    f"{next_base}", path=seg.log_path, position=seg.size_bytes)
+                    f"{next_base}", path=seg.log_path, position=seg.size_bytes,
+                    offset=next_base)
             i += 1
+
+    def checkpoint_recovery_point(self) -> bool:
+        """Write ``flushed_offset`` to the recovery point checkpoint if it moved since it
+        was last written; True if it wrote. The broker calls this periodically (Kafka's
+        ``log.flush.offset.checkpoint.interval.ms``): recovery treats damage below the
+        checkpointed point as corruption and above it as a torn write, so the closer it is
+        to what was really fsynced, the less fsynced data a bit flip can pass off as torn."""
+        with self._lock:
+            if self._closed or not self.log_dir.online or self._flushed <= self._rp_checkpointed:
+                return False
+            offset = self._flushed
+            try:
+                checkpoint.write_offset(self.files, self.dir_path,
+                                        checkpoint.RECOVERY_POINT_NAME, offset)
+            except OSError as e:
+                raise self._io_error(e, "checkpoint") from e
+            self._rp_checkpointed = offset
+            return True
 
     # ------------------------------------------------------------------ append
 
@@ -326,6 +527,10 @@ class PartitionLog:
         with one ``writev`` (the 16 patched header bytes, then the rest of the caller's
         buffer, uncopied). Returns ``(base_offset, last_offset)``. ``now_ms`` enables the
         ``segment.ms`` roll check. Not durable until ``flush()``.
+
+        All or nothing: ``OutOfSpaceError`` (the disk is full: whatever part of the batch
+        reached the file is cut off again) or ``LogDirOfflineError`` (an I/O error; the
+        directory is offline) leave the log as it was.
         """
         h = verify_batch(batch)
         if h.size > self.config.max_message_bytes:
@@ -333,21 +538,37 @@ class PartitionLog:
                 f"batch of {h.size} bytes exceeds max.message.bytes="
                 f"{self.config.max_message_bytes}")
         with self._lock:
-            self._ensure_open()
+            self._writable_or_raise()
             base = self._leo
             h = h._replace(base_offset=base, leader_epoch=leader_epoch)
-            self._maybe_roll_locked(h.size, h.last_offset, now_ms)
             head = bytearray(memoryview(batch)[:_STAMP_PREFIX_BYTES])
             stamp(head, base, leader_epoch)
-            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
-                # Before the data: a crash may leave the cache ahead of the log (trimmed on
-                # open), never behind it.
-                self.leader_epoch_cache.assign(leader_epoch, base)
-            self.active_segment.append(
-                [head, memoryview(batch)[_STAMP_PREFIX_BYTES:]], h,
-                self.config.index_interval_bytes)
+            try:
+                self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+                if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
+                    # Before the data: a crash may leave the cache ahead of the log (trimmed
+                    # on open), never behind it.
+                    self.leader_epoch_cache.assign(leader_epoch, base)
+                self._write_batch_locked([head, memoryview(batch)[_STAMP_PREFIX_BYTES:]], h)
+            except OSError as e:
+                raise self._io_error(e, "append") from e
             self._leo = h.next_offset
             return base, h.last_offset
+
+    def _write_batch_locked(self, parts: list[Buffer], h: BatchHeader) -> None:
+        """Write one batch to the active segment; if the write fails, cut off whatever
+        part of it reached the file (a short write before ENOSPC), so that nothing
+        half-written stays behind the segment's end, then re-raise. A failed cut takes the
+        directory offline."""
+        seg = self.active_segment
+        try:
+            seg.append(parts, h, self.config.index_interval_bytes)
+        except OSError as e:
+            try:
+                seg.log.truncate(seg.size_bytes)
+            except OSError as cut:
+                raise self._fail_dir(cut, "truncate", seg.log_path) from e
+            raise
 
     def append_as_follower(self, batches: bytes, *,
                            now_ms: int | None = None) -> tuple[int, int]:
@@ -357,6 +578,8 @@ class PartitionLog:
         the first at or above the log end. Gaps between batches are allowed: a compacted
         leader's log has them (whole batches removed), and the follower must mirror it.
         Returns ``(first_offset, last_offset)``; ``(log_end, log_end - 1)`` for no batches.
+        All or nothing, as ``append``: batches written before one that hits a full disk are
+        truncated away again before ``OutOfSpaceError`` is raised.
         """
         headers = []
         try:
@@ -369,7 +592,7 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"{len(batches) - end} bytes after the last whole batch at {end}")
         with self._lock:
-            self._ensure_open()
+            self._writable_or_raise()
             if not headers:
                 return self._leo, self._leo - 1
             expected = self._leo
@@ -380,13 +603,23 @@ class PartitionLog:
                 # No max.message.bytes check: a follower takes what its leader accepted.
                 expected = h.next_offset
             mv = memoryview(batches)
-            for pos, h in headers:
-                self._maybe_roll_locked(h.size, h.last_offset, now_ms)
-                if h.leader_epoch >= 0 and h.leader_epoch != self.leader_epoch_cache.latest_epoch:
-                    self.leader_epoch_cache.assign(h.leader_epoch, h.base_offset)
-                self.active_segment.append([mv[pos:pos + h.size]], h,
-                                           self.config.index_interval_bytes)
-                self._leo = h.next_offset
+            start_leo = self._leo
+            try:
+                for pos, h in headers:
+                    self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+                    if (h.leader_epoch >= 0
+                            and h.leader_epoch != self.leader_epoch_cache.latest_epoch):
+                        self.leader_epoch_cache.assign(h.leader_epoch, h.base_offset)
+                    self._write_batch_locked([mv[pos:pos + h.size]], h)
+                    self._leo = h.next_offset
+            except OSError as e:
+                error = self._io_error(e, "append")
+                if self._leo > start_leo and isinstance(error, OutOfSpaceError):
+                    # Rare (a full disk in the middle of one fetch response): undo the
+                    # batches already written, so the caller sees nothing appended.
+                    with self._destructive("truncate"):
+                        self._truncate_to_locked(start_leo)
+                raise error from e
             return headers[0][1].base_offset, headers[-1][1].last_offset
 
     def _ensure_open(self) -> None:
@@ -398,7 +631,11 @@ class PartitionLog:
     def maybe_roll(self, now_ms: int) -> bool:
         """Roll the active segment if it is older than ``segment.ms``; True if it rolled."""
         with self._lock:
-            return self._maybe_roll_locked(0, self._leo, now_ms)
+            self._writable_or_raise()
+            try:
+                return self._maybe_roll_locked(0, self._leo, now_ms)
+            except OSError as e:
+                raise self._io_error(e, "roll") from e
 
     def _maybe_roll_locked(self, size_bytes: int, last_offset: int, now_ms: int | None) -> bool:
         seg = self.active_segment
@@ -416,24 +653,36 @@ class PartitionLog:
     def roll(self) -> None:
         """Start a new segment at the log end now (tests and tools)."""
         with self._lock:
+            self._writable_or_raise()
             if not self.active_segment.is_empty:
-                self._roll_locked()
+                try:
+                    self._roll_locked()
+                except OSError as e:
+                    raise self._io_error(e, "roll") from e
 
     def _roll_locked(self) -> None:
+        """Each step leaves the log consistent if the next one fails (a full disk): the old
+        segment synced, then its index files (rebuildable), then the new segment and the
+        directory entry, then the recovery point (a stale one is only lower)."""
         old = self.active_segment
         # The segment being closed is made durable now, so every non-active segment is
         # whole on disk and recovery only ever scans from the active segment.
-        old.flush()
+        with self._fsync_lock:
+            self._fsync(old)
         old.write_indexes()
-        self._segments.append(Segment.create(self.dir_path, self._leo, self.files))
+        new = Segment.create(self.dir_path, self._leo, self.files)
+        self._segments.append(new)
+        self.files.fsync_dir(self.dir_path)  # the new segment's name
         # Every segment before the new one is now on disk (each was synced when it rolled).
         self._flushed = self._leo
         checkpoint.write_offset(self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME,
-                                self._flushed)  # also fsyncs the directory: the new segment
+                                self._flushed)
+        self._rp_checkpointed = self._flushed
 
     # ------------------------------------------------------------------ read
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             verify: bool = True) -> ReadResult:
         """Raw whole batches from the one holding ``offset``, about ``max_bytes`` of them.
 
         The first batch is returned even when it is larger than ``max_bytes``, so a reader
@@ -441,7 +690,15 @@ class PartitionLog:
         returned when it is given. Raises ``OffsetOutOfRangeError`` outside
         ``[log_start_offset, log_end_offset]``; at the log end the data is empty.
         Reads stay within one segment, as Kafka's do.
+
+        Never serves a corrupt batch (``verify``, the default: one CRC pass over the bytes
+        returned, about a third of the cost of a read from the page cache): the read ends
+        before the first batch that fails its checks; if that is the first one, the segment
+        is checked whole, and either its index was wrong (rebuilt, and the read retried)
+        or ``CorruptSegmentError`` is raised (also kept in ``corruption`` and reported to
+        the directory's corruption listeners). An I/O error takes the directory offline.
         """
+        self.log_dir.check_or_raise()
         for attempt in range(3):
             with self._lock:
                 lso, leo, segs = self._lso, self._leo, list(self._segments)
@@ -454,14 +711,51 @@ class PartitionLog:
                     loc = seg.locate(offset)
                     if loc is not None:
                         pos, size, _ = loc
-                        data = seg.read_from(pos, size, max_bytes, max_offset)
+                        data = seg.read_from(pos, size, max_bytes, max_offset, verify=verify)
                         return ReadResult(data, lso, leo)
+                    if verify and seg.base_offset <= offset < seg.next_offset:
+                        # Some batch here holds the offset, yet the walk from the index
+                        # missed it: a bad length field, or a bad index entry.
+                        raise CorruptRecordError(f"no batch found for offset {offset}",
+                                                 path=seg.log_path,
+                                                 position=seg.index.lookup(offset))
                 return ReadResult(b"", lso, leo)
-            except (OSError, ValueError):
+            except CorruptRecordError as e:
+                if seg is None or seg.retired:
+                    if attempt == 2:
+                        raise
+                    continue
+                self._check_bad_read(seg, e)  # raises unless the index was at fault
+            except (OSError, ValueError) as e:
                 # A segment deleted or replaced by the cleaner under us: read again.
-                if seg is None or not seg.retired or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+                if seg is not None and seg.retired and attempt < 2:
+                    continue
+                if isinstance(e, OSError) and not self._closed:
+                    raise self._fail_dir(e, "read", seg.log_path if seg else self.dir_path
+                                         ) from e
+                raise
+        raise CorruptRecordError(f"reading offset {offset} of {self.dir_path} failed three "
+                                 "times in a row")
+
+    def _check_bad_read(self, seg: Segment, error: CorruptRecordError) -> None:
+        """A read found a bad batch in ``seg``: return if the segment checks out whole (its
+        index was wrong and is rebuilt: read again), else raise ``CorruptSegmentError``."""
+        with self._lock:
+            if seg.retired or self._closed:
+                return
+            known = self._corrupt_segments.get(seg.log_path)
+            if known is not None:
+                raise known
+            corrupt = seg.reindex(self.config.index_interval_bytes)
+            if corrupt is None:
+                logger.warning("%s: a read found %s; the segment checks out whole, so its "
+                               "index was wrong: rebuilt", self.dir_path, error)
+                return
+            self._corrupt_segments[seg.log_path] = corrupt
+            if self.corruption is None or corrupt.offset < self.corruption.offset:
+                self.corruption = corrupt
+        self.log_dir.report_corruption(corrupt)
+        raise corrupt
 
     def read_range(self, offset: int, max_bytes: int) -> FileRange | None:
         """Where ``read(offset, max_bytes)`` would read from, without reading it (for
@@ -515,59 +809,79 @@ class PartitionLog:
         and the log end becomes its base offset (a follower then refetches it). Below the log
         start this is ``truncate_fully_and_start_at(offset)``, as in Kafka. The cut is
         fsynced before returning, so truncated data never comes back after a crash.
+        ``OutOfSpaceError`` if the recovery point cannot be lowered first (nothing cut);
+        any I/O error after that takes the directory offline.
         """
         with self._lock:
-            self._ensure_open()
-            if offset >= self._leo:
-                return
-            if offset < self._lso or offset <= self._segments[0].base_offset:
-                self._truncate_fully_locked(offset)
-                return
-            doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
-            seg = self._segments[-1 - len(doomed)]
-            new_leo = offset
-            loc = seg.locate(offset)
-            if loc is not None:
-                # A batch straddling the log start goes whole too; the log is then empty
-                # from the log start on.
-                new_leo = max(min(offset, loc[2]), self._lso)
-            # Lower the recovery point before cutting: a crash in between must not leave a
-            # recovery point above the data (open would take it as the log end).
-            self._lower_recovery_point_locked(new_leo)
+            self._writable_or_raise()
+            self._truncate_to_locked(offset)
+
+    def _truncate_to_locked(self, offset: int) -> None:
+        if offset >= self._leo:
+            return
+        if offset < self._lso or offset <= self._segments[0].base_offset:
+            self._truncate_fully_locked(offset)
+            return
+        doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
+        seg = self._segments[-1 - len(doomed)]
+        new_leo = offset
+        loc = seg.locate(offset)
+        if loc is not None:
+            pos = loc[0]
+            end_before = _end_offset_before(seg, pos)
+            # A batch straddling the log start goes whole too; the log is then empty from
+            # the log start on. (``end_before``: never below the batches kept, even when
+            # the header found at ``pos`` is garbage, as when cutting off corruption.)
+            new_leo = max(min(offset, loc[2]), self._lso, end_before)
+        # Lower the recovery point before cutting: a crash in between must not leave a
+        # recovery point above the data (open would take it as the log end).
+        self._lower_recovery_point_locked(new_leo)
+        with self._destructive("truncate"):
             for s in doomed:
                 self._segments.remove(s)
                 self._retire(s, delete=True)
             if loc is not None:
-                pos = loc[0]
-                seg.truncate_to_position(pos, _end_offset_before(seg, pos))
-            seg.flush()
+                seg.truncate_to_position(pos, end_before)
+            with self._fsync_lock:
+                self._fsync(seg)
             if doomed:
                 self.files.fsync_dir(self.dir_path)
             self._after_truncate_locked(new_leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete everything; the log restarts empty at ``offset`` (start and end)."""
+        """Delete everything; the log restarts empty at ``offset`` (start and end).
+        Errors as ``truncate_to``."""
         with self._lock:
-            self._ensure_open()
+            self._writable_or_raise()
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
         self._lower_recovery_point_locked(offset)
+        try:
+            checkpoint.write_offset(self.files, self.dir_path,
+                                    checkpoint.LOG_START_OFFSET_NAME, offset)
+        except OSError as e:
+            raise self._io_error(e, "truncate") from e
         self._lso = offset
-        checkpoint.write_offset(self.files, self.dir_path, checkpoint.LOG_START_OFFSET_NAME,
-                                offset)
-        for s in self._segments:
-            self._retire(s, delete=True)
-        self._segments = [Segment.create(self.dir_path, offset, self.files)]
-        self.files.fsync_dir(self.dir_path)
-        self.leader_epoch_cache.clear()
-        self._after_truncate_locked(offset)
+        with self._destructive("truncate"):
+            for s in self._segments:
+                self._retire(s, delete=True)
+            self._segments = [Segment.create(self.dir_path, offset, self.files)]
+            self.files.fsync_dir(self.dir_path)
+            self.leader_epoch_cache.clear()
+            self._after_truncate_locked(offset)
 
     def _lower_recovery_point_locked(self, offset: int) -> None:
+        """Checkpoint a recovery point of ``offset`` if the current one is above it. Nothing
+        has changed yet when this fails: ENOSPC is ``OutOfSpaceError``."""
         if offset < self._flushed:
-            self._flushed = offset
-            checkpoint.write_offset(self.files, self.dir_path,
-                                    checkpoint.RECOVERY_POINT_NAME, offset)
+            try:
+                checkpoint.write_offset(self.files, self.dir_path,
+                                        checkpoint.RECOVERY_POINT_NAME, offset)
+            except OSError as e:
+                raise self._io_error(e, "truncate") from e
+            self._flushed = min(self._flushed, offset)
+            self._rp_checkpointed = offset
 
     def _after_truncate_locked(self, new_leo: int) -> None:
         self._leo = new_leo
@@ -601,15 +915,19 @@ class PartitionLog:
         but is no longer served.
         """
         with self._lock:
-            self._ensure_open()
+            self._writable_or_raise()
             if offset > self._leo:
                 raise OffsetOutOfRangeError(offset, self._lso, self._leo)
             if offset <= self._lso:
                 return self._lso
+            try:
+                checkpoint.write_offset(self.files, self.dir_path,
+                                        checkpoint.LOG_START_OFFSET_NAME, offset)
+            except OSError as e:
+                raise self._io_error(e, "delete records") from e
             self._lso = offset
-            checkpoint.write_offset(self.files, self.dir_path,
-                                    checkpoint.LOG_START_OFFSET_NAME, offset)
-            self._delete_segments_below_start_locked()
+            with self._destructive("delete records"):
+                self._delete_segments_below_start_locked()
             return self._lso
 
     def _delete_segments_below_start_locked(self) -> bool:
@@ -630,7 +948,7 @@ class PartitionLog:
         not yet committed, or the log start would pass the HW and followers could never
         fetch them. True if any segment was deleted."""
         with self._lock:
-            self._ensure_open()
+            self._writable_or_raise()
             self._close_retired_locked()
             doomed = 0
             cfg = self.config
@@ -648,12 +966,13 @@ class PartitionLog:
                         break
                     total -= seg.size_bytes
                     doomed += 1
-            for _ in range(doomed):
-                self._retire(self._segments.pop(0), delete=True)
-            if doomed:
-                self._lso = max(self._lso, self._segments[0].base_offset)
-                self.files.fsync_dir(self.dir_path)
-            return self._delete_segments_below_start_locked() or doomed > 0
+            with self._destructive("retention"):
+                for _ in range(doomed):
+                    self._retire(self._segments.pop(0), delete=True)
+                if doomed:
+                    self._lso = max(self._lso, self._segments[0].base_offset)
+                    self.files.fsync_dir(self.dir_path)
+                return self._delete_segments_below_start_locked() or doomed > 0
 
     # ------------------------------------------------------------------ compaction
 
@@ -717,26 +1036,95 @@ class PartitionLog:
 
         Safe to call from a worker thread while the loop appends: what is appended after
         the snapshot is left for the next flush.
+
+        fsyncgate: a failed fsync takes the directory offline and raises
+        ``LogDirOfflineError``; so does any flush after that, of this log or any other in
+        the directory, without trying: after a failed fsync the kernel may have dropped the
+        pages it could not write, and a later fsync would succeed without them. So
+        ``flushed_offset`` never covers data that was not durable when the directory
+        failed, and no waiter on it is ever told it is.
         """
         with self._lock:
             if self._closed:
                 return self._flushed
+            self.log_dir.check_or_raise()
             target, gen = self._leo, self._truncations
             if target <= self._flushed:
                 return self._flushed
             dirty = [s for s in self._segments if s.next_offset > self._flushed]
             if not dirty:
                 dirty = [self.active_segment]
-        for seg in dirty:
-            try:
-                seg.flush()
-            except OSError:
-                if not seg.retired:
-                    raise
+        with self._fsync_lock:
+            if self._closed:
+                return self._flushed
+            for seg in dirty:
+                if seg.retired:
+                    continue  # deleted or replaced since: nothing of it to make durable
+                self._fsync(seg)
         with self._lock:
+            # Publish only if the directory is still online: a failure meanwhile (another
+            # log's fsync) means this disk lost data, and the caller must not count on it.
+            self.log_dir.check_or_raise()
             if gen == self._truncations:
                 self._flushed = max(self._flushed, min(target, self._leo))
             return self._flushed
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+
+    def close(self) -> None:
+        """Flush, write every index file and the checkpoints, then the clean-shutdown marker.
+
+        In an offline directory: close the files and write nothing (no marker, so the next
+        open runs recovery from the recovery point). If the flush fails here, the directory
+        goes offline, the files are closed and the error raised.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self.log_dir.online:
+                    self.flush()
+                    self._write_clean_state_locked()
+            except (OSError, LogDirOfflineError) as e:
+                self._close_files_locked()
+                if isinstance(e, OSError):
+                    raise self._io_error(e, "close") from e
+                raise
+            self._close_files_locked()
+
+    def _write_clean_state_locked(self) -> None:
+        active = self.active_segment
+        active.write_indexes()
+        checkpoint.write_offset(self.files, self.dir_path,
+                                checkpoint.RECOVERY_POINT_NAME, self._leo)
+        if self._lso > self._segments[0].base_offset:
+            checkpoint.write_offset(self.files, self.dir_path,
+                                    checkpoint.LOG_START_OFFSET_NAME, self._lso)
+        checkpoint.write_clean_shutdown(
+            self.files, self.dir_path, log_end_offset=self._leo,
+            active_base_offset=active.base_offset, active_segment_bytes=active.size_bytes)
+
+    def _close_files_locked(self) -> None:
+        with self._fsync_lock:
+            self._closed = True
+            for s in self._segments:
+                with contextlib.suppress(OSError):
+                    s.close()
+            for s in self._retired:
+                with contextlib.suppress(OSError):
+                    s.close()
+            self._retired.clear()
+
+    def abandon(self) -> None:
+        """Close file handles with no flush and no marker (tests simulating a crash)."""
+        with self._lock:
+            self._close_files_locked()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ------------------------------------------------------------------ page cache
 
@@ -807,43 +1195,6 @@ class PartitionLog:
             n += hi - lo
         return n
 
-    def update_config(self, config: LogConfig) -> None:
-        with self._lock:
-            self.config = config
-
-    def close(self) -> None:
-        """Flush, write every index file and the checkpoints, then the clean-shutdown marker."""
-        with self._lock:
-            if self._closed:
-                return
-            self.flush()
-            active = self.active_segment
-            active.write_indexes()
-            checkpoint.write_offset(self.files, self.dir_path,
-                                    checkpoint.RECOVERY_POINT_NAME, self._leo)
-            if self._lso > self._segments[0].base_offset:
-                checkpoint.write_offset(self.files, self.dir_path,
-                                        checkpoint.LOG_START_OFFSET_NAME, self._lso)
-            checkpoint.write_clean_shutdown(
-                self.files, self.dir_path, log_end_offset=self._leo,
-                active_base_offset=active.base_offset, active_segment_bytes=active.size_bytes)
-            self._closed = True
-            for s in self._segments:
-                s.close()
-            self._close_retired_locked()
-
-    def abandon(self) -> None:
-        """Close file handles with no flush and no marker (tests simulating a crash)."""
-        with self._lock:
-            self._closed = True
-            for s in [*self._segments, *self._retired]:
-                with contextlib.suppress(OSError):
-                    s.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
 
 def _base_offset(seg: Segment) -> int:
     return seg.base_offset
@@ -881,3 +1232,34 @@ def _valid_batch_after(seg: Segment, position: int) -> bool:
                 return True
         i = data.find(magic, i + 1)
     return False
+
+
+def _read_checkpoint(files: FileLayer, dir_path: str, name: str,
+                     report: RecoveryReport) -> int | None:
+    """A checkpointed offset, or None when missing or damaged (reported)."""
+    try:
+        return checkpoint.read_offset(files, dir_path, name)
+    except CorruptCheckpointError as e:
+        report.checkpoint_errors.append(e)
+        return None
+
+
+def _below_recovery_point(reason: str, recovery_point: int | None, last: bool,
+                          offset: int) -> str:
+    """The reason a bad batch is corruption rather than a torn write."""
+    if not last:
+        return f"{reason}; in a closed segment (fsynced when the log rolled past it)"
+    if recovery_point is not None and offset < recovery_point:
+        return (f"{reason}; below the recovery point {recovery_point} (fsynced), so not a "
+                "torn write")
+    return f"{reason}; valid batches follow it, so not a torn write"
+
+
+def _rebuild_epochs(segments: list[Segment], epochs: LeaderEpochCache) -> None:
+    """The leader epoch cache from every batch header (its checkpoint was damaged): each
+    epoch starts at the first batch that carries it. Reads every segment (headers only)."""
+    epochs.clear()
+    for seg in segments:
+        for _, h in seg.scan(0, verify=False, end=seg.size_bytes):
+            if h.leader_epoch > epochs.latest_epoch:
+                epochs.assign(h.leader_epoch, h.base_offset)

@@ -23,13 +23,16 @@ from collections.abc import Iterator, Sequence
 
 from common.invariant import invariant
 from storage.batch import (
+    CRC_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_MSGPACK,
+    MAGIC_OFFSET,
     BatchHeader,
     compute_crc,
     parse_header,
 )
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, CorruptSegmentError
 from storage.fileio import Buffer, FileHandle, FileLayer
 from storage.index import IndexFormatError, OffsetIndex, TimeIndex
 
@@ -49,6 +52,7 @@ _PAGE_BYTES = 4096
 _PREFIX = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
+_CRC = struct.Struct(">I")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35
 
@@ -175,21 +179,25 @@ class Segment:
                 return False
         if len(index) and self.next_offset <= index.offsets[-1]:
             return False
+        if len(tindex) and not (self.base_offset <= tindex.offsets[0]
+                                and tindex.offsets[-1] < self.next_offset):
+            return False
         self.bytes_since_index_entry = self.size_bytes - last_pos
         if self.size_bytes:
             h = parse_header(self.log.pread(HEADER_SIZE, 0))
             self.first_batch_max_timestamp = h.max_timestamp
         return True
 
-    def recover(self, index_interval_bytes: int, *, verify: bool = True) -> tuple[
-        list[BatchHeader], CorruptRecordError | None
-    ]:
-        """Scan the whole ``.log`` (CRCs checked when ``verify``) and rebuild the indexes.
+    def recover(self, index_interval_bytes: int, *, verify: bool = True,
+                end: int | None = None) -> tuple[list[BatchHeader], CorruptRecordError | None]:
+        """Scan the whole ``.log`` (or up to ``end``; CRCs checked when ``verify``) and
+        rebuild the indexes.
 
         Returns the headers of the whole, valid batches found and, when the scan stopped
-        at a batch that is not (a bad CRC or an impossible header), that error located in
-        this file. An incomplete batch at the end stops the scan with no error. The segment
-        then describes only the valid prefix (``size_bytes`` ends there); the caller
+        at a batch that is not (a bad CRC, an impossible header, or a base offset that does
+        not follow the previous batch: base offsets are outside the CRC), that error located
+        in this file. An incomplete batch at the end stops the scan with no error. The
+        segment then describes only the valid prefix (``size_bytes`` ends there); the caller
         decides whether to cut the file (a torn tail) or refuse it (corruption).
         """
         self.index = OffsetIndex(self.base_offset)
@@ -203,12 +211,38 @@ class Segment:
         headers: list[BatchHeader] = []
         error: CorruptRecordError | None = None
         try:
-            for pos, h in self.scan(0, verify=verify):
+            for pos, h in self.scan(0, verify=verify, end=end):
+                if h.base_offset < self.next_offset:
+                    raise CorruptRecordError(
+                        f"base offset {h.base_offset} does not follow offset "
+                        f"{self.next_offset - 1}", path=self.log.path, position=pos)
                 self._note_batch(pos, h, index_interval_bytes)
                 headers.append(h)
         except CorruptRecordError as e:
             error = e
         return headers, error
+
+    def reindex(self, index_interval_bytes: int) -> CorruptSegmentError | None:
+        """Check every batch up to ``size_bytes`` (CRC and offsets) and rebuild the indexes
+        from them. After a read found a bad batch, this tells a misleading index (rebuilt;
+        None) from a corrupt file (the first bad batch, with the offset the good data before
+        it ends at). Changes nothing but the in-memory indexes, and those only when the
+        whole segment checked out."""
+        shadow = Segment(self.dir_path, self.base_offset, self.files, self.log)
+        _, error = shadow.recover(index_interval_bytes, verify=True, end=self.size_bytes)
+        if error is None and (shadow.size_bytes, shadow.next_offset) != (
+                self.size_bytes, self.next_offset):
+            error = CorruptRecordError(
+                f"batches end at byte {shadow.size_bytes} (offset {shadow.next_offset}), "
+                f"not {self.size_bytes} (offset {self.next_offset})")
+        if error is not None:
+            return CorruptSegmentError(error.reason, path=self.log.path,
+                                       position=shadow.size_bytes, offset=shadow.next_offset)
+        self.index, self.time_index = shadow.index, shadow.time_index
+        self.max_timestamp = shadow.max_timestamp
+        self.offset_of_max_timestamp = shadow.offset_of_max_timestamp
+        self.bytes_since_index_entry = shadow.bytes_since_index_entry
+        return None
 
     # ------------------------------------------------------------------ scanning
 
@@ -277,7 +311,7 @@ class Segment:
         return None
 
     def read_from(self, position: int, first_size: int, max_bytes: int,
-                  max_offset: int | None) -> bytes:
+                  max_offset: int | None, *, verify: bool = True) -> bytes:
         """Whole batches from ``position``: the first always (unless it reaches
         ``max_offset``), more while within ``max_bytes`` and wholly below ``max_offset``.
 
@@ -285,21 +319,57 @@ class Segment:
         end, index entries, the first batch's end), so there is one ``pread`` of exactly
         the bytes returned and no copy after it. With a sparse index up to
         ``index.interval.bytes`` of ``max_bytes`` may go unused: the price of not walking.
+
+        ``verify``: every batch returned has a valid CRC, magic and length, and offsets
+        inside this segment and increasing (base offset and epoch sit outside the CRC). The
+        read ends before the first batch that fails; ``CorruptRecordError`` (located) if
+        that is the first one, which may also mean the index pointed into a batch.
         """
         end = self.read_end(position, first_size, max_bytes)
         buf = self.log.pread(end - position, position)
-        if max_offset is None:
+        if max_offset is None and not verify:
             return buf
-        # Cut before the first batch reaching ``max_offset``: one header look per batch.
+        # One look per batch: cut before the first batch reaching ``max_offset`` (and, when
+        # verifying, before the first bad one).
         n = len(buf)
         cut = 0
+        prev_end = self.base_offset
+        mv = memoryview(buf)
         while n - cut >= HEADER_SIZE:
             base, length = _PREFIX.unpack_from(buf, cut)
             (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, cut + _LAST_OFFSET_DELTA_AT)
-            if base + delta >= max_offset:
+            if max_offset is not None and base + delta >= max_offset:
                 break
+            if verify:
+                problem = self._batch_problem(mv, cut, base, length, delta, prev_end)
+                if problem is not None:
+                    if cut == 0:
+                        raise CorruptRecordError(problem, path=self.log.path, position=position)
+                    break
+                prev_end = base + delta + 1
             cut += length + LOG_OVERHEAD
+        if verify and cut == 0 and 0 < n < HEADER_SIZE:
+            # Not even one whole header where a batch was expected.
+            raise CorruptRecordError(f"{n} bytes where a batch should start",
+                                     path=self.log.path, position=position)
         return buf if cut >= n else buf[:cut]
+
+    def _batch_problem(self, mv: memoryview, at: int, base: int, length: int, delta: int,
+                       prev_end: int) -> str | None:
+        """Why the batch at ``at`` of a read buffer must not be served, or None."""
+        size = length + LOG_OVERHEAD
+        if not HEADER_SIZE <= size <= len(mv) - at:
+            return f"batch_length {length} does not fit the {len(mv) - at} bytes read"
+        if mv[at + MAGIC_OFFSET] != MAGIC_MSGPACK:
+            return f"unknown magic {mv[at + MAGIC_OFFSET]:#x}"
+        if base < prev_end or delta < 0 or base + delta >= self.next_offset:
+            return (f"offsets {base}..{base + delta} are not after {prev_end - 1} and "
+                    f"inside the segment (next offset {self.next_offset})")
+        (stored,) = _CRC.unpack_from(mv, at + CRC_OFFSET)
+        actual = compute_crc(mv[at:at + size])
+        if actual != stored:
+            return f"crc mismatch: stored {stored:#010x}, computed {actual:#010x}"
+        return None
 
     def read_end(self, position: int, first_size: int, max_bytes: int) -> int:
         """The end of a read from the batch at ``position``: a batch boundary already known
