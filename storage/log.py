@@ -160,8 +160,10 @@ class RecoveryReport:
     """``(segment path, byte position, bytes cut)``: a torn write above the recovery point."""
     corruption: CorruptSegmentError | None = None
     """Corruption cut off because ``allow_truncate_corrupt``: offsets from
-    ``corruption.offset`` up to ``lost_end_offset`` were dropped."""
+    ``corruption.offset`` on were dropped, up to at least ``lost_end_offset``."""
     lost_end_offset: int | None = None
+    """A lower bound of the log end before the cut (the recovery point, or the base of the
+    last segment deleted): the range to fetch again reaches at least this far."""
     indexes_rebuilt: list[str] = field(default_factory=list)
     """Segments whose index files were missing or failed their checks (rebuilt)."""
     checkpoint_errors: list[CorruptCheckpointError] = field(default_factory=list)
@@ -486,7 +488,7 @@ class PartitionLog:
                         # The operator's (or a refetching follower's) choice: cut it.
                         report.corruption = corrupt
                         report.lost_end_offset = max(
-                            [s.next_offset for s in segments[i + 1:]] + [seg.next_offset])
+                            [rp, seg.next_offset] + [s.base_offset for s in segments[i + 1:]])
                     seg.truncate_to_position(where, seg.next_offset)
                     seg.flush()
                     for later in segments[i + 1:]:
