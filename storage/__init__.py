@@ -20,6 +20,7 @@ fileio                 no     ``FileLayer``: real, and lazy (loses unsynced byte
 segment                no     one ``.log`` with its indexes
 epoch_cache            no     the leader epoch cache (KIP-101) and its checkpoint file
 checkpoint             no     recovery point, log start, clean-shutdown marker files
+logdir                 no     ``LogDirectory``: a data directory online or failed (EIO)
 log                    no     ``PartitionLog``: segments, offsets, recovery, retention
 cleaner                no     compaction
 group_commit           no     ``GroupCommitter``: asyncio group fsync across logs

@@ -45,6 +45,25 @@ Durability order inside ``persist`` (one call per Ready, in a worker thread): sn
 log truncation/append, one ``flush()`` (fsync) of the log, then the quorum-state file when
 term or vote changed. The node sends the Ready's messages only after ``persist`` returns.
 
+Snapshots kept, and what a corrupt one does. The newest two snapshot files are kept, and
+the log keeps every entry after the *older* of them (``save_snapshot`` moves the log start
+to the previous snapshot's index, not the new one's), so that the older one plus the log
+still make the whole state. On ``open`` a snapshot file that fails its checks (magic,
+length, CRC, payload, or a payload whose index or term disagrees with its name) is passed
+over for the previous one if the log continues that one up to at least the corrupt one's
+index; the corrupt file is then renamed ``<name>.corrupt`` (kept for the operator, never
+read again) and a warning logged. Otherwise ``open`` raises ``CorruptSnapshotError`` naming
+the file and why the log cannot stand in for it: a voter that lost what it acknowledged
+must not vote or append again (Raft's durability assumption), so it refuses to start. It
+never discards its log to get going. (A snapshot installed from the leader replaces the
+log, so there a corrupt newest snapshot means refusing to start: rejoin the node as a new
+member, or restore the file.)
+
+Disk errors: the log lives in its own ``storage.logdir.LogDirectory`` (``log_dir``); an I/O
+error in ``persist`` or ``save_snapshot`` takes it offline, and every later call refuses
+(``LogDirOfflineError``), so the node task ends and the process stops (common.essential):
+a failed fsync must never be followed by a message that depends on it.
+
 Threads: ``persist``, ``save_snapshot`` and ``open`` block (file I/O and fsync) and run in a
 worker thread; ``mirror_*`` and the port methods run on the node's task. The node never
 runs two of the blocking calls at once.
@@ -52,10 +71,12 @@ runs two of the blocking calls at once.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -90,11 +111,15 @@ from storage.config import LogConfig
 from storage.errors import StorageError
 from storage.fileio import FileLayer, default_file_layer
 from storage.log import PartitionLog
+from storage.logdir import LogDirectory
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_DIR = "snapshots"
 LOG_DIR = "log"
 TRUNCATION_INTENT = "truncation-intent"
 SNAPSHOT_SUFFIX = ".checkpoint"
+CORRUPT_SUFFIX = ".corrupt"
 SNAPSHOT_MAGIC = b"LBSN"
 SNAPSHOT_VERSION = 1
 _SNAP_HEAD = struct.Struct(">4sBII")
@@ -236,6 +261,7 @@ class DurableLog:
         self.log_config = log_config or LogConfig(segment_bytes=64 << 20)
         self.quorum_state = QuorumStateFile(self.data_dir, fsync=fsync, file_layer=self.files)
         self.snapshot_dir = os.path.join(self.data_dir, SNAPSHOT_DIR)
+        self.log_dir = LogDirectory(self.data_dir)
         self.memory = MemoryStorage()
         self.plog: PartitionLog | None = None
         self.stats = PersistStats()
@@ -254,8 +280,9 @@ class DurableLog:
         self.files.mkdir(self.data_dir)
         self.files.mkdir(self.snapshot_dir)
         hs = self.quorum_state.load()
-        snap = self._load_latest_snapshot()
-        plog = PartitionLog.open(os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files)
+        snap, corrupt = self._load_latest_snapshot()
+        plog = PartitionLog.open(os.path.join(self.data_dir, LOG_DIR), self.log_config,
+                                 self.files, log_dir=self.log_dir)
         self.plog = plog
         self._redo_truncation_intent(plog)
         entries: list[Entry] = []
@@ -267,6 +294,8 @@ class DurableLog:
             chunk = decode_entries(res.data)
             entries.extend(e for e in chunk if e.index > offset)  # skip below the log start
             offset = chunk[-1].index if chunk else plog.log_end_offset
+        if corrupt:
+            self._fall_back_or_raise(snap, corrupt, plog, entries, hs)
         fresh = snap is None and not entries and hs.term == 0
         if fresh and bootstrap.members():
             # The initial configuration is durable from the start, as an empty snapshot at
@@ -282,14 +311,11 @@ class DurableLog:
             # The log continues the snapshot only if it starts right after it or holds the
             # snapshot's own last entry; otherwise it is an older history (a crash between
             # writing the snapshot file and resetting the log): drop it.
-            if entries:
-                at_snap = next((e for e in entries if e.index == snap.index), None)
-                continues = entries[0].index == snap.index + 1 or (
-                    at_snap is not None and at_snap.term == snap.term
-                )
-                if not continues:
-                    plog.truncate_fully_and_start_at(snap.index)
-                    entries = []
+            if entries and not _continues(entries, snap):
+                # (Only with the newest snapshot valid: a fallback past a corrupt one was
+                # checked to continue, above.)
+                plog.truncate_fully_and_start_at(snap.index)
+                entries = []
             entries = [e for e in entries if e.index > snap.index]
         if entries:
             invariant(
@@ -325,6 +351,29 @@ class DurableLog:
         plog = self.plog
         invariant(plog is not None, "persist on a closed log")
         assert plog is not None
+        with self._failing_dir("persist"):
+            self._persist(plog, hard_state, entries, snapshot, must_sync)
+
+    @contextlib.contextmanager
+    def _failing_dir(self, operation: str) -> Iterator[None]:
+        """Refuse if the directory failed; an I/O error inside takes it offline."""
+        self.log_dir.check_or_raise()
+        try:
+            yield
+        except OSError as e:
+            self.log_dir.fail(e, operation=operation,
+                              path=getattr(e, "filename", None) or self.data_dir)
+            raise self.log_dir.offline_error() from e
+
+    def _persist(
+        self,
+        plog: PartitionLog,
+        hard_state: HardState | None,
+        entries: Sequence[Entry],
+        snapshot: Snapshot | None,
+        must_sync: bool,
+    ) -> None:
+        intent = False
         if snapshot is not None:
             self._write_snapshot_file(snapshot)
             plog.truncate_fully_and_start_at(snapshot.index)
@@ -338,7 +387,6 @@ class DurableLog:
                 first,
                 plog.log_end_offset + 1,
             )
-            intent = False
             if offset < plog.log_end_offset:
                 base = self._batch_base_at(plog, offset)
                 if base < offset:
@@ -461,24 +509,65 @@ class DurableLog:
         for _, n in named[:-2]:
             self.files.unlink(os.path.join(self.snapshot_dir, n))
 
-    def _load_latest_snapshot(self) -> Snapshot | None:
-        named = sorted(
-            (
-                (p, n)
-                for n in self.files.listdir(self.snapshot_dir)
-                if (p := parse_snapshot_file_name(n)) is not None
-            ),
-            reverse=True,
+    def _snapshot_files(self) -> list[tuple[tuple[int, int], str]]:
+        """``((index, term), name)`` of every snapshot file, oldest first."""
+        return sorted(
+            (p, n)
+            for n in self.files.listdir(self.snapshot_dir)
+            if (p := parse_snapshot_file_name(n)) is not None
         )
-        for (index, term), n in named:
+
+    def _load_latest_snapshot(self) -> tuple[Snapshot | None, list[tuple[str, int, str]]]:
+        """The newest snapshot that passes its checks, and ``(path, index, why)`` of each
+        newer one that did not."""
+        corrupt: list[tuple[str, int, str]] = []
+        for (index, term), n in reversed(self._snapshot_files()):
             path = os.path.join(self.snapshot_dir, n)
             try:
                 snap = decode_snapshot(self.files.read_file(path), path=path)
-            except CorruptSnapshotError:
-                continue  # fall back to the previous one; the log still covers it
+            except CorruptSnapshotError as e:
+                corrupt.append((path, index, str(e)))
+                continue
             if snap.index == index and snap.term == term:
-                return snap
-        return None
+                return snap, corrupt
+            corrupt.append((path, index, f"{path}: holds index {snap.index} and term "
+                                         f"{snap.term}, not what its name says"))
+        return None, corrupt
+
+    def _fall_back_or_raise(self, snap: Snapshot | None,
+                            corrupt: list[tuple[str, int, str]], plog: PartitionLog,
+                            entries: list[Entry], hs: HardState) -> None:
+        """Newer snapshots than ``snap`` are corrupt: go on from ``snap`` only if the log
+        continues it past every corrupt one's index, and move those aside; else raise
+        ``CorruptSnapshotError``. With no valid snapshot at all, only a node that has never
+        held an entry or a term may go on (it bootstraps afresh): every other one needs a
+        snapshot for its configuration. Never cuts the log."""
+        floor = snap.index if snap is not None else 0
+        needed = max(index for _, index, _ in corrupt)
+        last = entries[-1].index if entries else floor
+        if snap is None:
+            continues = not entries and hs.term == 0 and plog.log_start_offset == 0
+            needed = 0
+        else:
+            continues = plog.log_start_offset <= floor and (
+                not entries or _continues(entries, snap))
+        if not continues or last < needed:
+            reasons = "; ".join(why for _, _, why in corrupt)
+            have = (f"the log holds entries {entries[0].index}..{last}" if entries
+                    else f"the log is empty from entry {plog.log_start_offset + 1}")
+            prev = f"snapshot at index {floor}" if snap is not None else "no older snapshot"
+            raise CorruptSnapshotError(
+                f"{reasons}. Refusing to start: the fallback is {prev} and {have}, which "
+                f"does not reach index {needed}, so this node would lose state it may have "
+                "acknowledged. Restore the snapshot file, or remove this node's data "
+                "directory and add it back as a new member (docs/storage.md, "
+                "\"Error handling\").")
+        for path, _, why in corrupt:
+            self.files.rename(path, path + CORRUPT_SUFFIX)
+            log.warning("%s; set aside as %s, starting from the %s and the log", why,
+                        path + CORRUPT_SUFFIX,
+                        f"snapshot at index {floor}" if snap is not None else "log alone")
+        self.files.fsync_dir(self.snapshot_dir)
 
     def save_snapshot(self, snap: Snapshot) -> None:
         """The application's own snapshot at ``snap.index``: write it, move the log start.
@@ -487,9 +576,14 @@ class DurableLog:
         """
         plog = self.plog
         assert plog is not None
-        self._write_snapshot_file(snap)
-        # Entry snap.index + 1 is at offset snap.index: everything below is covered.
-        plog.delete_records_before(min(snap.index, plog.log_end_offset))
+        with self._failing_dir("snapshot"):
+            self._write_snapshot_file(snap)
+            # Keep the log from the previous snapshot on (entry ``i + 1`` is at offset
+            # ``i``): if this snapshot file is found corrupt on open, the previous one and
+            # the log still make the whole state.
+            kept = [index for (index, _), _ in self._snapshot_files() if index < snap.index]
+            if kept:
+                plog.delete_records_before(min(kept[-1], plog.log_end_offset))
 
     # ------------------------------------------------------------------ mirror (node task)
 
@@ -509,3 +603,11 @@ class DurableLog:
 
     def log_end_offset(self) -> int:
         return self.plog.log_end_offset if self.plog is not None else 0
+
+
+def _continues(entries: Sequence[Entry], snap: Snapshot) -> bool:
+    """Whether the log ``entries`` continue ``snap``: they start right after it, or hold
+    its last entry in its term."""
+    at_snap = next((e for e in entries if e.index == snap.index), None)
+    return entries[0].index == snap.index + 1 or (
+        at_snap is not None and at_snap.term == snap.term)

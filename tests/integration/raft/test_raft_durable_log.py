@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from raft.aio.durable_log import DurableLog, decode_snapshot, encode_snapshot
+from raft.aio.durable_log import (
+    CorruptSnapshotError,
+    DurableLog,
+    decode_snapshot,
+    encode_snapshot,
+)
 from raft.aio.quorum_state import CorruptQuorumStateError
 from raft.types import (
     ConfState,
@@ -62,18 +69,93 @@ def test_conflicting_suffix_inside_a_batch_is_replaced_and_the_prefix_kept(tmp_p
     assert reopen(tmp_path).memory.entries(LogIndex(1), LogIndex(13), None) == want
 
 
-def test_snapshot_moves_log_start_and_restart_resumes_after_it(tmp_path) -> None:
+def snapshot_at(d: DurableLog, index: int, data: bytes) -> Snapshot:
+    snap = Snapshot(SnapshotMetadata(LogIndex(index), Term(1), CS), data)
+    d.save_snapshot(snap)
+    d.memory.create_snapshot(LogIndex(index), CS, data)
+    d.memory.compact(LogIndex(index))
+    return snap
+
+
+def test_snapshot_moves_log_start_to_the_previous_one_and_restart_resumes_after_it(
+        tmp_path) -> None:
     d = reopen(tmp_path)
     persist(d, ents(1, 20, 1))
-    snap = Snapshot(SnapshotMetadata(LogIndex(15), Term(1), CS), b"state@15")
-    d.save_snapshot(snap)
-    d.memory.create_snapshot(LogIndex(15), CS, b"state@15")
-    d.memory.compact(LogIndex(15))
+    snap = snapshot_at(d, 15, b"state@15")
+    # The previous snapshot is the bootstrap one at 0: the log keeps every entry after it.
+    assert d.log_start_offset() == 0
+    persist(d, ents(21, 30, 1))
+    snap = snapshot_at(d, 25, b"state@25")
     assert d.log_start_offset() == 15
+    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [
+        "00000000000000000015-0000000001.checkpoint",
+        "00000000000000000025-0000000001.checkpoint"]
     d.close()
     d2 = reopen(tmp_path)
     assert d2.memory.snapshot() == snap
-    assert d2.memory.entries(LogIndex(16), LogIndex(21), None) == ents(16, 20, 1)
+    assert d2.memory.entries(LogIndex(26), LogIndex(31), None) == ents(26, 30, 1)
+
+
+def corrupt_newest_snapshot(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    newest = max((tmp_path / "snapshots").iterdir())
+    raw = bytearray(newest.read_bytes())
+    raw[-3] ^= 0x20
+    newest.write_bytes(bytes(raw))
+    return str(newest)
+
+
+def test_a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_keeps_the_log(
+        tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 20, 1), HardState(Term(1), NodeId(1), LogIndex(20)))
+    snapshot_at(d, 10, b"state@10")
+    persist(d, ents(21, 30, 1))
+    snapshot_at(d, 25, b"state@25")
+    d.close()
+    path = corrupt_newest_snapshot(tmp_path)
+    d2 = reopen(tmp_path)
+    assert d2.memory.snapshot().metadata.index == 10 and d2.memory.snapshot().data == b"state@10"
+    assert d2.memory.entries(LogIndex(11), LogIndex(31), None) == ents(11, 30, 1)
+    assert not os.path.exists(path) and os.path.exists(path + ".corrupt")
+    # The next snapshot keeps the good one, never the corrupt one.
+    persist(d2, ents(31, 35, 1))
+    snapshot_at(d2, 33, b"state@33")
+    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [
+        "00000000000000000010-0000000001.checkpoint",
+        "00000000000000000025-0000000001.checkpoint.corrupt",
+        "00000000000000000033-0000000001.checkpoint"]
+
+
+def test_a_corrupt_installed_snapshot_refuses_to_start_and_discards_nothing(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 20, 1), HardState(Term(1), NodeId(1), LogIndex(20)))
+    snapshot_at(d, 10, b"state@10")
+    # The leader installs a newer snapshot: the log is replaced by it.
+    installed = Snapshot(SnapshotMetadata(LogIndex(40), Term(3), CS), b"leader@40")
+    d.persist(None, [], installed, True)
+    d.mirror_ready(None, [], installed)
+    persist(d, ents(41, 45, 3))
+    d.close()
+    path = corrupt_newest_snapshot(tmp_path)
+    def segments() -> list[tuple[str, bytes]]:
+        return sorted((p.name, p.read_bytes()) for p in (tmp_path / "log").glob("*.log"))
+
+    before = segments()
+    with pytest.raises(CorruptSnapshotError) as ei:
+        reopen(tmp_path)
+    msg = str(ei.value)
+    assert path in msg and "Refusing to start" in msg and "does not reach index 40" in msg
+    assert segments() == before
+    assert os.path.exists(path)  # left for the operator to restore
+
+
+def test_a_node_whose_only_snapshot_is_corrupt_refuses_to_start(tmp_path) -> None:
+    d = reopen(tmp_path)  # writes the bootstrap snapshot at index 0
+    persist(d, ents(1, 5, 1), HardState(Term(1), NodeId(1), LogIndex(5)))
+    d.close()
+    corrupt_newest_snapshot(tmp_path)
+    with pytest.raises(CorruptSnapshotError, match="Refusing to start"):
+        reopen(tmp_path)
 
 
 def test_installed_snapshot_replaces_the_log_even_after_a_crash_before_the_reset(tmp_path) -> None:

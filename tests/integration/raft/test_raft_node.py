@@ -174,7 +174,9 @@ def test_snapshot_moves_log_start_and_restart_and_new_node_recover_from_it(tmp_p
             assert st.snapshot_index == snap.index and st.first_index == snap.index + 1
             files = list((tmp_path / f"node-{lead.id}" / "snapshots").iterdir())
             assert f"{snap.index:020d}-{snap.term:010d}.checkpoint" in [f.name for f in files]
-            assert lead.durable.log_start_offset() == snap.index
+            # The log is kept from the previous snapshot (the bootstrap one, at 0) on, so
+            # that one still backs the state if the new file is found corrupt on open.
+            assert lead.durable.log_start_offset() == 0
             await lead.propose(b"after-snap")
             # a node joining now is below the leader's first index: it gets the snapshot
             restored: list[bytes] = []
