@@ -27,10 +27,11 @@ Mapping of entries to batches:
   losing them in a crash between the cut and the flush would break Raft's durability
   assumption (with 5 voters a committed entry could then be lost). A redo journal closes
   that window: before the cut, the kept entries are written to ``truncation-intent``
-  (atomically, fsynced); after the flush the intent is removed durably, before ``persist``
-  returns and so before any message that depends on it is sent. ``open`` finding an intent
-  redoes the repair (cut to the batch base, append the kept entries, flush): a leftover
-  intent always belongs to the last, unacknowledged ``persist``.
+  (atomically, fsynced, with a CRC-32C: a damaged one makes ``open`` refuse to start);
+  after the flush the intent is removed durably, before ``persist`` returns and so before
+  any message that depends on it is sent. ``open`` finding an intent redoes the repair (cut
+  to the batch base, append the kept entries, flush): a leftover intent always belongs to
+  the last, unacknowledged ``persist``.
 
 Snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)::
 
@@ -129,7 +130,8 @@ COMMIT_SAVE_INTERVAL_S = 1.0
 
 
 class CorruptSnapshotError(StorageError):
-    """A snapshot checkpoint file failed its magic, length or CRC."""
+    """A snapshot checkpoint file failed its magic, length or CRC, or the node cannot start
+    without it (and the truncation journal, likewise)."""
 
 
 def encode_snapshot(snap: Snapshot) -> bytes:
@@ -452,8 +454,32 @@ class DurableLog:
 
     def _write_truncation_intent(self, base: int, kept: Sequence[Entry]) -> None:
         batches = b"".join(encode_entries(kept, int(time.time() * 1000))) if kept else b""
-        payload = msgpack.packb([1, base, batches], use_bin_type=True)
+        # Version 2 adds a CRC-32C of [base, batches]: a flipped bit in ``base`` would make
+        # the redo cut the log at the wrong entry (the batches carry their own CRCs).
+        body = msgpack.packb([base, batches], use_bin_type=True)
+        payload = msgpack.packb([2, base, batches, crc32c.crc32c(body)], use_bin_type=True)
         self.files.write_file_atomic(self._intent_path(), payload)
+
+    def _read_truncation_intent(self, path: str) -> tuple[int, bytes]:
+        """``(base, batches)`` of the intent at ``path``; ``CorruptTruncationIntentError``
+        if it fails its checks (the node must not guess where to cut)."""
+        try:
+            fields = msgpack.unpackb(self.files.read_file(path), raw=False)
+            version, base, batches = fields[:3]
+            if version == 2:
+                body = msgpack.packb([base, batches], use_bin_type=True)
+                if len(fields) != 4 or fields[3] != crc32c.crc32c(body):
+                    raise ValueError("checksum mismatch")
+            elif version != 1 or len(fields) != 3:
+                raise ValueError(f"unknown version {version}")
+            if type(base) is not int or base < 0 or not isinstance(batches, bytes):
+                raise ValueError("bad fields")
+            return base, batches
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            raise CorruptSnapshotError(
+                f"{path}: the journal of an interrupted truncation is damaged ({e}); refusing "
+                "to start rather than guess which entries to keep. Restore it, or remove this "
+                "node's data directory and add it back as a new member") from e
 
     def _clear_truncation_intent(self) -> None:
         self.files.unlink(self._intent_path())
@@ -463,8 +489,7 @@ class DurableLog:
         path = self._intent_path()
         if not self.files.exists(path):
             return
-        version, base, batches = msgpack.unpackb(self.files.read_file(path), raw=False)
-        invariant(version == 1, "unknown truncation-intent version %s", version)
+        base, batches = self._read_truncation_intent(path)
         if plog.log_end_offset > base:
             plog.truncate_to(base)
         invariant(

@@ -259,3 +259,17 @@ def test_the_truncation_intent_is_gone_once_persist_returns(tmp_path) -> None:
     d.close()
     want = [*ents(1, 7, 1), *ents(8, 12, 2, b"new"), *ents(13, 14, 2)]
     assert reopen(tmp_path).memory.entries(LogIndex(1), LogIndex(15), None) == want
+
+
+def test_a_damaged_truncation_journal_refuses_to_start(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 10, 1))
+    d._write_truncation_intent(4, ents(5, 7, 1))  # as if a mid-batch cut was interrupted
+    d.plog.abandon()  # type: ignore[union-attr]
+    intent = tmp_path / "truncation-intent"
+    raw = bytearray(intent.read_bytes())
+    raw[2] ^= 0x01  # the base offset: 4 -> 5
+    intent.write_bytes(bytes(raw))
+    with pytest.raises(CorruptSnapshotError, match="truncation is damaged"):
+        reopen(tmp_path)
+    assert intent.exists()
