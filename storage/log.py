@@ -618,9 +618,12 @@ class PartitionLog:
                 error = self._io_error(e, "append")
                 if self._leo > start_leo and isinstance(error, OutOfSpaceError):
                     # Rare (a full disk in the middle of one fetch response): undo the
-                    # batches already written, so the caller sees nothing appended.
-                    with self._destructive("truncate"):
+                    # batches already written, so the caller sees nothing appended. If
+                    # even that fails, the log no longer matches what the caller is told.
+                    try:
                         self._truncate_to_locked(start_leo)
+                    except (OSError, KafkaStorageError) as undo:
+                        raise self._fail_dir(undo, "truncate", self.dir_path) from e
                 raise error from e
             return headers[0][1].base_offset, headers[-1][1].last_offset
 

@@ -280,3 +280,27 @@ def test_closing_a_log_on_a_failed_flush_closes_its_files_and_raises(tmp_path) -
         log.close()
     assert log.closed and log.active_segment.log.closed
     assert not os.path.exists(tmp_path / "clean-shutdown")
+
+
+def test_a_follower_append_undone_across_a_roll_lowers_the_recovery_point(tmp_path) -> None:
+    files = LazyFileLayer()
+    log = lazy_log(tmp_path, files, **{"segment.bytes": "300"})
+    for _ in range(2):
+        log.append(batch(2), leader_epoch=0)
+    fetched = bytearray()
+    for base in (4, 6, 8):
+        b = bytearray(batch(2))
+        stamp(b, base, 0)
+        fetched += b
+    # The second fetched batch rolls the log (fsyncing the first: the recovery point moves
+    # past the start of this append); the third finds the disk full.
+    files.fail_write(3, match=os.sep + "000", error=errno.ENOSPC)
+    with pytest.raises(OutOfSpaceError):
+        log.append_as_follower(bytes(fetched))
+    assert log.log_end_offset == 4 and len(log.segments) == 1 and log.log_dir.online
+    assert log.flushed_offset <= 4
+    log.abandon()
+    files.crash()
+    reopened = lazy_log(tmp_path, LazyFileLayer(), **{"segment.bytes": "300"})
+    assert reopened.log_end_offset <= 4  # never the undone offsets, never a gap over them
+    assert offsets(reopened) == list(range(reopened.log_end_offset))
