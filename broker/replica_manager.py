@@ -65,14 +65,20 @@ from metalog.responses import AlterPartitionResponse, AlterPartitionResult
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
+from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.group_commit import GroupCommitter
 from storage.log import LogTruncatedError, PartitionLog
+from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
 from storage.page_cache import PageCacheTrimmer
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.1
 HW_CHECKPOINT_INTERVAL_S = 1.0
+RECOVERY_POINT_CHECKPOINT_INTERVAL_S = 60.0
+"""Kafka's ``log.flush.offset.checkpoint.interval.ms``: how often each log's recovery point
+(what it has fsynced) is written, so recovery tells damage in fsynced data (corruption)
+from a torn tail as closely as this (``PartitionLog.checkpoint_recovery_point``)."""
 PRODUCER_EXPIRATION_CHECK_INTERVAL_S = 600.0
 """Kafka's ``producer.id.expiration.check.interval.ms`` (10 minutes)."""
 HW_CHECKPOINT_NAME = "high-watermark-checkpoint"
@@ -235,6 +241,9 @@ class ReplicaManager:
         self._maintenance: asyncio.Task[None] | None = None
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
         self._flush_tasks: set[asyncio.Task[None]] = set()
+        self.log_dir = LogDirectory(str(self.data_dir))
+        """The health of the data directory, shared by every log in it: an I/O error in one
+        takes them all offline (``storage.logdir``); the broker process stops on it."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -344,10 +353,25 @@ class ReplicaManager:
               reg: PartitionRegistration, image: MetadataImage) -> Replica:
         configs = image.configs.topic_configs(topic)
         path = self.data_dir / f"{topic}-{partition}"
-        plog = PartitionLog.open(str(path), log_config_for(configs))
+        # A follower may cut a log at a corrupt batch below its recovery point and fetch the
+        # rest again from the leader; a leader (or a lone replica) has no one to fetch from,
+        # so its open refuses with the segment named (CorruptSegmentError), never serving it.
+        refetch = reg.leader != self.broker_id and reg.leader >= 0
+        plog = PartitionLog.open(str(path), log_config_for(configs), log_dir=self.log_dir,
+                                 allow_truncate_corrupt=refetch)
+        if plog.recovery.corruption is not None:
+            log.error("broker %d: %s-%d was cut at a corrupt batch below its recovery point "
+                      "(%s); it fetches the rest again from leader %d", self.broker_id, topic,
+                      partition, plog.recovery.corruption, reg.leader)
         producers = load_producer_state(plog, ProducerStateConfig.from_kafka(configs))
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
-        saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
+        try:
+            saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
+        except CorruptCheckpointError as e:
+            # The safe choice: no high watermark known; the leader's fetch answers bring it.
+            log.warning("broker %d: %s: %s; starting from HW 0", self.broker_id,
+                        f"{topic}-{partition}", e)
+            saved = None
         if saved is not None:
             rep.hw_floor = rep.hw_checkpointed = min(saved, plog.log_end_offset)
         self.replicas[(topic_id, partition)] = rep
@@ -767,8 +791,25 @@ class ReplicaManager:
             try:
                 checkpoint.write_offset(rep.log.files, rep.log.dir_path, HW_CHECKPOINT_NAME, hw)
                 rep.hw_checkpointed = hw
-            except OSError as e:  # deleted under us, or a failing disk: the next round retries
-                log.warning("broker %d: HW checkpoint of %s: %s", self.broker_id, rep.name, e)
+            except FileNotFoundError as e:  # the log was deleted under us: nothing to keep
+                log.info("broker %d: HW checkpoint of %s: %s", self.broker_id, rep.name, e)
+            except OSError as e:
+                if e.errno in NO_SPACE_ERRNOS:  # full: the next round retries
+                    log.warning("broker %d: HW checkpoint of %s: %s", self.broker_id,
+                                rep.name, e)
+                else:  # an I/O error on the data directory takes it offline, as in Kafka
+                    self.log_dir.fail(e, operation="HW checkpoint", path=rep.log.dir_path)
+
+    def _checkpoint_recovery_points(self, reps: list[Replica]) -> None:
+        """Write each log's recovery point (may run in a thread). A failing disk takes the
+        directory offline inside the log (``KafkaStorageError``), which fail-stop handles."""
+        for rep in reps:
+            if rep.log.closed:
+                continue
+            try:
+                rep.log.checkpoint_recovery_point()
+            except KafkaStorageError as e:
+                log.warning("broker %d: recovery point of %s: %s", self.broker_id, rep.name, e)
 
     def _dirty_hws(self) -> list[tuple[Replica, int]]:
         return [(r, r.high_watermark) for r in self.replicas.values()
@@ -776,6 +817,7 @@ class ReplicaManager:
 
     async def _tick(self) -> None:
         last_checkpoint = last_expiry = last_retention = last_cleaner = time.monotonic()
+        last_rp_checkpoint = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
             mono = time.monotonic()
@@ -800,6 +842,10 @@ class ReplicaManager:
                 dirty = self._dirty_hws()
                 if dirty:
                     await asyncio.to_thread(self._checkpoint_hws, dirty)
+            if time.monotonic() - last_rp_checkpoint >= RECOVERY_POINT_CHECKPOINT_INTERVAL_S:
+                last_rp_checkpoint = time.monotonic()
+                await asyncio.to_thread(self._checkpoint_recovery_points,
+                                        list(self.replicas.values()))
             t = now_ms()
             for rep in list(self.replicas.values()):
                 leader = rep.leader

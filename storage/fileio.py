@@ -46,6 +46,9 @@ from collections.abc import Sequence
 Buffer = bytes | bytearray | memoryview
 
 LAZYFS_ENV = "LONGBOAT_LAZYFS"
+LAZYFS_CONTROL_ENV = "LONGBOAT_LAZYFS_CONTROL"
+"""A file through which a fault-injection harness arms the lazy layer of a running process
+(``LazyFileLayer.watch_control_file``); only read with ``LONGBOAT_LAZYFS=1``."""
 
 
 class FsyncError(OSError):
@@ -472,6 +475,52 @@ class LazyFileLayer(FileLayer):
                 if f is None:
                     os.close(fd)
 
+    def apply_command(self, line: str) -> None:
+        """Arm a fault from one line of text, as a harness writes them to the control file:
+        ``fail-fsync [N] [ERRNO-NAME] [MATCH]``, ``fail-write [N] [ERRNO-NAME] [MATCH]``,
+        ``free-bytes N|none``. ``ValueError`` for anything else."""
+        words = line.split()
+        if not words:
+            return
+        op, args = words[0], words[1:]
+        if op in ("fail-fsync", "fail-write"):
+            nth = int(args[0]) if args else 1
+            code = getattr(errno, args[1]) if len(args) > 1 else errno.EIO
+            match = args[2] if len(args) > 2 else ""
+            (self.fail_fsync if op == "fail-fsync" else self.fail_write)(
+                nth, error=code, match=match)
+        elif op == "free-bytes" and len(args) == 1:
+            self.set_free_bytes(None if args[0] == "none" else int(args[0]))
+        else:
+            raise ValueError(f"unknown lazy-layer command {line!r}")
+
+    def watch_control_file(self, path: str, interval_s: float = 0.05) -> None:
+        """Poll ``path`` from a daemon thread; each time it appears, apply its lines
+        (``apply_command``) and remove it, so every command is applied once. For a
+        fault-injection harness that must arm faults inside a running node process: it
+        writes the file atomically (a temporary file renamed over ``path``) and knows the
+        faults are armed once the file is gone."""
+
+        def poll() -> None:
+            while True:
+                try:
+                    with open(path) as f:
+                        text = f.read()
+                except OSError:  # not there (the usual case), or unreadable: nothing to do
+                    text = ""
+                for line in text.splitlines():
+                    try:
+                        self.apply_command(line)
+                    except (ValueError, AttributeError, IndexError) as e:
+                        # A harness's typo must not end the node: say so and go on.
+                        os.write(2, f"lazy layer: ignored {line!r}: {e}\n".encode())
+                if text:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)  # after applying: the harness waits for this
+                threading.Event().wait(interval_s)
+
+        threading.Thread(target=poll, name="lazyfs-control", daemon=True).start()
+
     def _fsync_fault(self, path: str) -> int | None:
         fault = _take_fault(self._fsync_faults, path)
         return None if fault is None else fault.error
@@ -636,4 +685,8 @@ def default_file_layer() -> FileLayer:
         if layer is None:
             layer = LazyFileLayer() if lazy else RealFileLayer()
             _process_layers[lazy] = layer
+            control = os.environ.get(LAZYFS_CONTROL_ENV, "")
+            if lazy and control:
+                assert isinstance(layer, LazyFileLayer)
+                layer.watch_control_file(control)
         return layer

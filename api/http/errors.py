@@ -83,7 +83,7 @@ KAFKA_ERRORS: dict[str, tuple[int, int]] = {
     "REQUEST_TIMED_OUT": (408, 40801),
     "OUT_OF_ORDER_SEQUENCE_NUMBER": (409, 409),
     "INVALID_PRODUCER_EPOCH": (409, 409),
-    "KAFKA_STORAGE_ERROR": (500, 50002),
+    "KAFKA_STORAGE_ERROR": (507, 50701),  # HTTP 507 Insufficient Storage: a disk error
     # controller (topic administration)
     "TOPIC_ALREADY_EXISTS": (400, 40002),
     "INVALID_TOPIC_EXCEPTION": (400, 40002),

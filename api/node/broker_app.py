@@ -23,11 +23,14 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
 moves away before the broker is fenced) and returns. If an essential task dies first (the
 metadata follower, the lifecycle, the replica timer, a replica fetcher on an exception, the
 group coordinator), it stops within a bound, without a controlled shutdown, and raises
-``NodeFailedError``: the process exits non-zero with the task and the reason logged.
+``NodeFailedError``: the process exits non-zero with the task and the reason logged. So it
+does when its data directory fails (an I/O error on write or fsync, ``storage.logdir``),
+after a controlled shutdown of at most 5 s that moves its leaderships away.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -64,9 +67,12 @@ from common.essential import Essentials, NodeFailedError
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
+from storage.logdir import LogDirFailure
 from storage.page_cache import PageCacheTrimmer
 
 log = logging.getLogger(__name__)
+
+LOG_DIR_FAILED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -80,6 +86,14 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
+        loop = asyncio.get_running_loop()
+        # The data directory failing (an EIO on write or fsync) takes every log offline:
+        # with one directory per broker, the broker can serve nothing, and stops, as Kafka's
+        # does when its last log directory fails. Listeners run on the thread that failed.
+        def on_log_dir_failure(failure: LogDirFailure) -> None:
+            loop.call_soon_threadsafe(self.essentials.fail, "log directory", failure.describe())
+
+        self.replicas.log_dir.add_failure_listener(on_log_dir_failure)
         await self.replicas.start()
         await self.groups.start()
         await self.follower.start()
@@ -221,10 +235,22 @@ async def serve_broker(config: NodeConfig) -> bool:
     await srv.start()
     failure = await stop_signal_or_failure(srv.essentials)
     if failure is not None:
-        # No controlled shutdown: what it needs (metadata, heartbeats) may be what died.
+        if srv.replicas.log_dir.failure is not None:
+            # Only the disk failed: heartbeats work, so a controlled shutdown moves this
+            # broker's leaderships at once instead of after its session times out.
+            srv.essentials.expect_stop()
+            try:
+                async with asyncio.timeout(LOG_DIR_FAILED_SHUTDOWN_TIMEOUT_S):
+                    await srv.lifecycle.shutdown()
+            except TimeoutError:
+                log.error("broker %d: controlled shutdown after the disk failure timed out",
+                          config.node_id)
+        # Otherwise no controlled shutdown: what it needs (metadata, heartbeats) may be
+        # what died.
         await cleanup_within(runner, FAILED_CLEANUP_TIMEOUT_S)
         raise NodeFailedError(f"broker {config.node_id}: {failure}")
     log.info("broker %d: controlled shutdown", config.node_id)
+    srv.essentials.expect_stop()  # the lifecycle task ends as part of it
     await srv.lifecycle.shutdown()
     outcome = srv.lifecycle.shutdown_clean
     log.info("broker %d stopping (controlled shutdown %s)", config.node_id,

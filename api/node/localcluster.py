@@ -160,6 +160,8 @@ class Brokers:
                               strict=True))
         self.extra_args = extra_args or []
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.env: dict[int, dict[str, str]] = {}
+        """Extra environment of a broker's process, by id (e.g. ``LONGBOAT_LAZYFS``)."""
 
     def url(self, b: int) -> str:
         return f"http://127.0.0.1:{self.ports[b]}"
@@ -173,7 +175,7 @@ class Brokers:
              "--listen", f"127.0.0.1:{self.ports[b]}", "--data-dir", str(d / "data"),
              "--controller-quorum", self.quorum.quorum, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(b, {})},
         )
 
     def start_all(self) -> None:
