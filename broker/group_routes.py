@@ -1,6 +1,7 @@
 """The consumer-group coordinator's internal routes (msgpack bodies), served by ``GroupCoordinator``.
 
-``POST /internal/broker/v1/group/<op>``, body and answer msgpack maps, always HTTP 200.
+``POST /internal/broker/v1/group/<op>``, body and answer msgpack maps, HTTP 200 unless the
+body is malformed.
 docs/consumer-groups.md ("The coordinator on a broker: wire protocol") is the contract; this
 module only translates between it and ``broker.group_coordinator``:
 
@@ -9,8 +10,10 @@ module only translates between it and ``broker.group_coordinator``:
 * every other answer carries ``"error"``: ``"NONE"`` or the group-level ``ErrorCode``;
 * topic-partitions are ``[topic, partition]`` pairs, sorted.
 
-A malformed body is ``INVALID_REQUEST``; an unexpected exception is logged and answered
-``UNKNOWN_SERVER_ERROR``.
+A malformed body (``broker.request_fields``: a field missing, of the wrong type or out of
+range; a topic name Kafka would refuse; offset metadata over 4096 characters) is answered
+HTTP 400 ``INVALID_REQUEST`` before the coordinator sees it; an unexpected exception is
+logged and answered ``UNKNOWN_SERVER_ERROR``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,20 @@ from broker.groups.group import (
     SyncRequest,
 )
 from broker.groups.types import RebalanceProtocol, TopicPartition
+from broker.request_fields import (
+    INT32_MAX,
+    INT64_MAX,
+    REQUIRED,
+    InvalidRequestError,
+    body_or_raise,
+    int_field,
+    int_value,
+    list_field,
+    partition_value,
+    str_field,
+    str_value,
+    topic_value,
+)
 from broker.router import INTERNAL_PREFIX, MSGPACK
 
 log = logging.getLogger(__name__)
@@ -44,8 +61,9 @@ GROUPS_KEY: web.AppKey[GroupCoordinator] = web.AppKey("group_coordinator", Group
 Body = dict[str, Any]
 
 
-def _pack(data: Body) -> web.Response:
-    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK)
+def _pack(data: Body, status: int = 200) -> web.Response:
+    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK,
+                        status=status)
 
 
 def _handler(fn: Callable[[GroupCoordinator, Body], Awaitable[Body]]
@@ -53,19 +71,17 @@ def _handler(fn: Callable[[GroupCoordinator, Body], Awaitable[Body]]
     async def handle(request: web.Request) -> web.Response:
         coordinator = request.app[GROUPS_KEY]
         try:
-            body = msgpack.unpackb(await request.read(), raw=False)
-            if not isinstance(body, dict):
-                raise ValueError("body must be a msgpack map")
-            out = await fn(coordinator, body)
+            out = await fn(coordinator, body_or_raise(await request.read()))
             out.setdefault("error", "NONE")
             return _pack(out)
+        except InvalidRequestError as e:
+            # Every field is read before the coordinator is called: nothing was done.
+            return _pack({"error": e.code, "message": f"{request.path}: {e}"}, 400)
         except CoordinatorError as e:
             err: Body = {"error": e.code, "message": str(e)}
             if e.code == NOT_COORDINATOR:
                 err["coordinator_id"] = e.coordinator_id
             return _pack(err)
-        except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
-            return _pack({"error": "INVALID_REQUEST", "message": repr(e)})
         except Exception as e:
             log.exception("group %s failed", request.path)
             return _pack({"error": "UNKNOWN_SERVER_ERROR", "message": repr(e)})
@@ -75,30 +91,40 @@ def _handler(fn: Callable[[GroupCoordinator, Body], Awaitable[Body]]
 
 # ---------------------------------------------------------------- field codecs
 
-
-def _str(b: Body, key: str, default: str | None = None) -> str:
-    v = b.get(key, default)
-    if not isinstance(v, str):
-        raise TypeError(f"{key!r} must be a string")
-    return v
+OFFSET_METADATA_CHARS_MAX = 4096
+"""Kafka's ``offset.metadata.max.bytes``: the metadata string committed with an offset."""
 
 
-def _int(b: Body, key: str, default: int | None = None) -> int:
-    v = b.get(key, default)
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise TypeError(f"{key!r} must be an integer")
-    return v
+def _group(b: Body) -> str:
+    return str_field(b, "group")
 
 
-def _tp(x: Any) -> TopicPartition:
-    t, p = x
-    if not isinstance(t, str) or not isinstance(p, int) or isinstance(p, bool):
-        raise TypeError(f"bad topic-partition {x!r}: expected [topic, partition]")
-    return TopicPartition(t, p)
+def _tp(x: Any, where: str) -> TopicPartition:
+    if type(x) is not list or len(x) != 2:
+        raise InvalidRequestError(f"{where!r} must be [topic, partition], got {x!r:.60}")
+    return TopicPartition(topic_value(f"{where}[0]", x[0]), partition_value(f"{where}[1]", x[1]))
 
 
-def _tps_in(x: Any) -> frozenset[TopicPartition]:
-    return frozenset(_tp(e) for e in x)
+def _tps_in(x: list[Any], key: str) -> frozenset[TopicPartition]:
+    return frozenset(_tp(e, f"{key}[{i}]") for i, e in enumerate(x))
+
+
+def _offset_entries(b: Body, with_metadata: bool) -> list[tuple[TopicPartition, int, str]]:
+    """``offsets``: ``[[topic, partition, offset, metadata?], ...]`` (commit) or
+    ``[[topic, partition, offset], ...]`` (reset)."""
+    out = []
+    shape = "[topic, partition, offset, metadata?]" if with_metadata else \
+        "[topic, partition, offset]"
+    for i, e in enumerate(list_field(b, "offsets", default=[])):
+        where = f"offsets[{i}]"
+        if type(e) is not list or not (len(e) == 3 or (with_metadata and len(e) == 4)):
+            raise InvalidRequestError(f"{where!r} must be {shape}, got {e!r:.60}")
+        tp = _tp(e[:2], where)
+        offset = int_value(f"{where}[2]", e[2], 0, INT64_MAX)
+        metadata = "" if len(e) == 3 or e[3] is None else str_value(
+            f"{where}[3]", e[3], OFFSET_METADATA_CHARS_MAX)
+        out.append((tp, offset, metadata))
+    return out
 
 
 def _tps_out(tps: Iterable[TopicPartition]) -> list[list[Any]]:
@@ -115,71 +141,76 @@ def _join_out(r: JoinResponse) -> Body:
 
 
 async def _find_coordinator(c: GroupCoordinator, b: Body) -> Body:
-    info = await c.find_coordinator(_str(b, "group"))
+    info = await c.find_coordinator(_group(b))
     return {"coordinator_id": info.coordinator_id, "url": info.url, "partition": info.partition}
 
 
+_PROTOCOLS = {p.value: p for p in RebalanceProtocol}
+
+
 async def _join(c: GroupCoordinator, b: Body) -> Body:
-    topics = b.get("topics") or []
-    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-        raise TypeError("'topics' must be a list of strings")
-    owned = b.get("owned")
+    topics = list_field(b, "topics", default=[])
+    owned = list_field(b, "owned", default=None)
     defaults = JoinRequest("", "", frozenset())
+    protocol = str_field(b, "protocol", default=defaults.protocol.value)
+    if protocol not in _PROTOCOLS:
+        raise InvalidRequestError(f"'protocol' must be one of {sorted(_PROTOCOLS)}, got "
+                                  f"{protocol!r:.60}")
     req = JoinRequest(
-        group=_str(b, "group"),
-        member_id=_str(b, "member_id", UNKNOWN_MEMBER_ID),
-        topics=frozenset(topics),
-        protocol=RebalanceProtocol(_str(b, "protocol", defaults.protocol.value)),
-        assignor=_str(b, "assignor", defaults.assignor),
-        client_id=_str(b, "client_id", ""),
-        session_timeout_ms=_int(b, "session_timeout_ms", defaults.session_timeout_ms),
-        rebalance_timeout_ms=_int(b, "rebalance_timeout_ms", defaults.rebalance_timeout_ms),
-        owned=None if owned is None else _tps_in(owned),
+        group=_group(b),
+        member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
+        topics=frozenset(topic_value(f"topics[{i}]", t) for i, t in enumerate(topics)),
+        protocol=_PROTOCOLS[protocol],
+        assignor=str_field(b, "assignor", default=defaults.assignor),
+        client_id=str_field(b, "client_id", default=""),
+        session_timeout_ms=int_field(b, "session_timeout_ms", 0, INT32_MAX,
+                                     default=defaults.session_timeout_ms),
+        rebalance_timeout_ms=int_field(b, "rebalance_timeout_ms", 0, INT32_MAX,
+                                       default=defaults.rebalance_timeout_ms),
+        owned=None if owned is None else _tps_in(owned, "owned"),
     )
     return _join_out(await c.join(req))
 
 
+def _generation(b: Body, default: int = REQUIRED) -> int:
+    return int_field(b, "generation", NO_GENERATION, INT32_MAX, default=default)
+
+
 async def _sync(c: GroupCoordinator, b: Body) -> Body:
-    r = await c.sync(SyncRequest(_str(b, "group"), _str(b, "member_id"), _int(b, "generation")))
+    r = await c.sync(SyncRequest(_group(b), str_field(b, "member_id"), _generation(b)))
     return {"error": r.error.value, "assignment": _tps_out(r.assignment),
             "revoked": _tps_out(r.revoked), "rejoin": r.rejoin}
 
 
 async def _heartbeat(c: GroupCoordinator, b: Body) -> Body:
-    e = await c.heartbeat(HeartbeatRequest(_str(b, "group"), _str(b, "member_id"),
-                                           _int(b, "generation")))
+    e = await c.heartbeat(HeartbeatRequest(_group(b), str_field(b, "member_id"),
+                                           _generation(b)))
     return {"error": e.value}
 
 
 async def _leave(c: GroupCoordinator, b: Body) -> Body:
-    e = await c.leave(LeaveRequest(_str(b, "group"), _str(b, "member_id")))
+    e = await c.leave(LeaveRequest(_group(b), str_field(b, "member_id")))
     return {"error": e.value}
 
 
 async def _commit(c: GroupCoordinator, b: Body) -> Body:
-    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-    for entry in b.get("offsets") or []:
-        t, p, offset, *rest = entry
-        metadata = rest[0] if rest and rest[0] is not None else ""
-        if not isinstance(offset, int) or isinstance(offset, bool) or not isinstance(metadata,
-                                                                                     str):
-            raise TypeError(f"bad offset entry {entry!r}: expected [t, p, offset, metadata]")
-        offsets[_tp((t, p))] = OffsetAndMetadata(offset, metadata)
+    offsets = {tp: OffsetAndMetadata(offset, metadata)
+               for tp, offset, metadata in _offset_entries(b, with_metadata=True)}
     e = await c.commit(OffsetCommitRequest(
-        _str(b, "group"), offsets, member_id=_str(b, "member_id", UNKNOWN_MEMBER_ID),
-        generation=_int(b, "generation", NO_GENERATION)))
+        _group(b), offsets, member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
+        generation=_generation(b, NO_GENERATION)))
     return {"error": e.value}
 
 
 async def _fetch_offsets(c: GroupCoordinator, b: Body) -> Body:
-    raw = b.get("partitions")
-    got = await c.fetch_offsets(_str(b, "group"), None if raw is None else _tps_in(raw))
+    raw = list_field(b, "partitions", default=None)
+    got = await c.fetch_offsets(_group(b), None if raw is None else _tps_in(raw, "partitions"))
     return {"offsets": [[tp.topic, tp.partition, o.offset, o.metadata, o.commit_ts_ms]
                         for tp, o in sorted(got.items())]}
 
 
 async def _describe(c: GroupCoordinator, b: Body) -> Body:
-    d = await c.describe(_str(b, "group"))
+    d = await c.describe(_group(b))
     return {
         "group": d.group, "state": d.state.value, "generation": d.generation,
         "protocol": None if d.protocol is None else d.protocol.value,
@@ -191,7 +222,7 @@ async def _describe(c: GroupCoordinator, b: Body) -> Body:
 
 
 async def _lag(c: GroupCoordinator, b: Body) -> Body:
-    lags = await c.lag(_str(b, "group"))
+    lags = await c.lag(_group(b))
     return {"partitions": [[tp.topic, tp.partition, x.current_offset, x.log_end_offset, x.lag,
                             x.member_id] for tp, x in sorted(lags.items())]}
 
@@ -202,18 +233,13 @@ async def _list(c: GroupCoordinator, b: Body) -> Body:
 
 
 async def _reset_offsets(c: GroupCoordinator, b: Body) -> Body:
-    offsets: dict[TopicPartition, int] = {}
-    for entry in b.get("offsets") or []:
-        t, p, offset = entry
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise TypeError(f"bad offset entry {entry!r}: expected [t, p, offset]")
-        offsets[_tp((t, p))] = offset
-    e = await c.reset_offsets(_str(b, "group"), offsets)
+    offsets = {tp: offset for tp, offset, _ in _offset_entries(b, with_metadata=False)}
+    e = await c.reset_offsets(_group(b), offsets)
     return {"error": e.value}
 
 
 async def _delete(c: GroupCoordinator, b: Body) -> Body:
-    return {"error": (await c.delete_group(_str(b, "group"))).value}
+    return {"error": (await c.delete_group(_group(b))).value}
 
 
 OPS: dict[str, Callable[[GroupCoordinator, Body], Awaitable[Body]]] = {

@@ -9,7 +9,8 @@ left, so a busy broker rarely waits on the controller.
 ``POST /internal/broker/v1/init_producer_id`` (msgpack ``{}``) ->
 ``{"producer_id": int, "producer_epoch": 0}``; a controller that cannot be reached or a
 broker that is not registered yet gives ``{"error": "COORDINATOR_NOT_AVAILABLE", ...}``,
-which clients retry.
+which clients retry. A body that is not a msgpack map is answered HTTP 400
+``INVALID_REQUEST`` and spends no id.
 
 A producer id is new for every session, so the epoch is always 0: Longboat has no
 transactional ids yet, and with them (KIP-360) a known producer would bump its epoch.
@@ -25,6 +26,7 @@ import msgpack
 from aiohttp import web
 
 from broker.fetcher import MSGPACK
+from broker.request_fields import InvalidRequestError, body_or_raise
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.commands import AllocateProducerIds
 from metalog.errors import MetadataError
@@ -116,11 +118,18 @@ class ProducerIdManager:
 MANAGER_KEY: web.AppKey[ProducerIdManager] = web.AppKey("producer_ids", ProducerIdManager)
 
 
-def _pack(data: dict[str, object]) -> web.Response:
-    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK)
+def _pack(data: dict[str, object], status: int = 200) -> web.Response:
+    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK,
+                        status=status)
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
+    try:
+        # No field is read yet (no transactional ids), but the body must still be a map: a
+        # client that sends something else is broken, and hears so before an id is spent.
+        body_or_raise(await request.read())
+    except InvalidRequestError as e:
+        return _pack({"error": e.code, "message": f"{request.path}: {e}", "leader_id": -1}, 400)
     try:
         pid = await request.app[MANAGER_KEY].next_id()
     except ProducerIdUnavailableError as e:

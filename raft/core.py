@@ -34,7 +34,8 @@ everything else is internal and its name starts with an underscore:
 * the Ready cycle: ``has_ready``, ``ready``, ``advance``;
 * queries (read only): ``is_leader``, ``leader``, ``term``, ``vote``, ``role``, ``conf``,
   ``conf_index``, ``applied_conf``, ``log`` (``committed``, ``applied``, ...),
-  ``progress(node)``, ``transferee``, ``promotable()``.
+  ``progress(node)``, ``transferee``, ``promotable()``, ``check_message(m)`` (would
+  ``step(m)`` refuse it: a message that contradicts this node's log).
 
 ``step``/``tick``/``propose`` may be called between ``ready()`` and ``advance()`` (e.g. while
 the fsync runs); what they produce goes into the next Ready. ``has_ready()`` is False while
@@ -156,6 +157,11 @@ class ProposalDroppedError(Exception):
 
 class ConfChangeError(Exception):
     """A membership change was refused (one is pending, or the change is not allowed)."""
+
+
+class InvalidMessageError(ValueError):
+    """A well-formed message that cannot be true of this node's log (``check_message``);
+    ``step`` raises it before changing anything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,10 +555,44 @@ class RaftCore:
         return self.quorum.vote_result(r.votes)
 
     # ------------------------------------------------------------------ messages in
+    def check_message(self, m: Message) -> None:
+        """Raise ``InvalidMessageError`` if ``step(m)`` would act on something no correct
+        peer can send to this node as it is now; read only. ``m`` is well formed already
+        (``raft.messages.message_from_wire`` checked types and ranges).
+
+        Two messages would break an invariant of the log (etcd panics on both, taking them
+        for a corrupted log; from the network they are refused instead):
+
+        * a Heartbeat of our term or newer that commits beyond our last index: a leader
+          commits on a follower only what that follower acknowledged holding;
+        * a successful AppendEntriesResponse or an InstallSnapshotResponse to this leader, in
+          its term, that matches beyond its last index: a follower only acknowledges what the
+          leader sent, and a leader never shortens its log within its term.
+        """
+        if isinstance(m, Heartbeat):
+            if m.term >= self.term and m.commit > (last := self.log.last_index()):
+                raise InvalidMessageError(
+                    f"Heartbeat from {m.src} commits {m.commit}, beyond the last index {last}"
+                    f" of node {self.id}"
+                )
+        elif (
+            isinstance(m, AppendEntriesResponse | InstallSnapshotResponse)
+            and m.term == self.term
+            and isinstance(self.role, LeaderRole)
+            and not (isinstance(m, AppendEntriesResponse) and m.reject)
+            and m.index > (last := self.log.last_index())
+        ):
+            raise InvalidMessageError(
+                f"{type(m).__name__} from {m.src} matches {m.index}, beyond the last index"
+                f" {last} of leader {self.id}"
+            )
+
     def step(self, m: Message) -> None:
-        """Handle one message from another node."""
+        """Handle one message from another node; ``InvalidMessageError`` (nothing changed)
+        for one that ``check_message`` refuses."""
         if m.dst != self.id:
             return
+        self.check_message(m)
         if m.term > self.term:
             if isinstance(m, RequestVote):
                 in_lease = (

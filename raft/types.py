@@ -34,6 +34,14 @@ NO_NODE = NodeId(0)
 NO_TERM = Term(0)
 NO_INDEX = LogIndex(0)
 
+# The largest values a node accepts from the wire (``raft.messages``): beyond them a value
+# cannot be stored. Node ids are Kafka's int32 ``node.id``; a term is stored as the leader
+# epoch of a batch header (int32, docs/storage-format.md); an index as a batch's int64 base
+# offset, with room left for the offset deltas of the batch.
+NODE_ID_MAX = 2**31 - 1
+TERM_MAX = Term(2**31 - 1)
+INDEX_MAX = LogIndex(2**62)
+
 
 class EntryKind(enum.IntEnum):
     """What an entry's ``data`` means. The leader's no-op is ``NORMAL`` with empty data."""
@@ -58,13 +66,6 @@ class Entry:
 
     def to_wire(self) -> list[object]:
         return [self.index, self.term, int(self.kind), self.data]
-
-    @staticmethod
-    def from_wire(w: list[object]) -> Entry:
-        index, term, kind, data = w
-        assert isinstance(index, int) and isinstance(term, int) and isinstance(kind, int)
-        assert isinstance(data, bytes)
-        return Entry(LogIndex(index), Term(term), EntryKind(kind), data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +125,26 @@ class ConfState:
 
     @staticmethod
     def from_bytes(b: bytes) -> ConfState:
+        """Inverse of ``to_bytes``; ``ValueError`` unless ``b`` is exactly such an encoding
+        (sizes that match, ids in [1, NODE_ID_MAX], none twice)."""
+        if len(b) < 4:
+            raise ValueError(f"configuration of {len(b)} bytes: shorter than its header")
         nv, no = struct.unpack_from(">HH", b)
+        if len(b) != 4 + 8 * (nv + no):
+            raise ValueError(
+                f"configuration of {len(b)} bytes does not hold {nv} voters and {no} observers"
+            )
         ids = struct.unpack_from(f">{nv + no}Q", b, 4)
-        return ConfState(
-            frozenset(NodeId(i) for i in ids[:nv]), frozenset(NodeId(i) for i in ids[nv:])
-        )
+        if not all(0 < i <= NODE_ID_MAX for i in ids):
+            raise ValueError(f"configuration names a node id out of [1, {NODE_ID_MAX}]")
+        voters = frozenset(NodeId(i) for i in ids[:nv])
+        observers = frozenset(NodeId(i) for i in ids[nv:])
+        if len(voters) + len(observers) != nv + no:
+            raise ValueError("configuration names a node twice")
+        return ConfState(voters, observers)
 
     def to_wire(self) -> list[object]:
         return [sorted(self.voters), sorted(self.observers)]
-
-    @staticmethod
-    def from_wire(w: list[object]) -> ConfState:
-        vs, os_ = w
-        assert isinstance(vs, list) and isinstance(os_, list)
-        return ConfState(frozenset(NodeId(i) for i in vs), frozenset(NodeId(i) for i in os_))
 
 
 class ConfChangeKind(enum.IntEnum):
@@ -190,15 +197,6 @@ class Snapshot:
     def to_wire(self) -> list[object]:
         m = self.metadata
         return [m.index, m.term, m.conf_state.to_wire(), self.data]
-
-    @staticmethod
-    def from_wire(w: list[object]) -> Snapshot:
-        index, term, cs, data = w
-        assert isinstance(index, int) and isinstance(term, int)
-        assert isinstance(cs, list) and isinstance(data, bytes)
-        return Snapshot(
-            SnapshotMetadata(LogIndex(index), Term(term), ConfState.from_wire(cs)), data
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,14 +95,20 @@ class Transport:
                                            headers={"Content-Type": MSGPACK},
                                            timeout=timeout) as resp:
                 payload = await resp.read()
-                if resp.status != 200:
-                    raise ClientError("UNKNOWN_SERVER_ERROR",
-                                      f"{url} answered HTTP {resp.status}: {payload[:200]!r}")
+                status = resp.status
         except TimeoutError as e:
             raise ClientError("REQUEST_TIMED_OUT", f"{route} to {url}") from e
         except (aiohttp.ClientError, OSError) as e:
             raise ClientError("NETWORK_EXCEPTION", f"{route} to {url}: {e}") from e
-        answer = msgpack.unpackb(payload, raw=False)
+        try:
+            answer = msgpack.unpackb(payload, raw=False)
+        except Exception:  # not msgpack: a proxy's page, a server error
+            answer = None
+        # A body the broker refuses is answered 400 with the usual error map (INVALID_REQUEST).
+        if status != 200 and not (status == 400 and isinstance(answer, dict)
+                                  and answer.get("error")):
+            raise ClientError("UNKNOWN_SERVER_ERROR",
+                              f"{url} answered HTTP {status}: {payload[:200]!r}")
         if not isinstance(answer, dict):
             raise ClientError("UNKNOWN_SERVER_ERROR", f"{url}: answer is not a map")
         return answer

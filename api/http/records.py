@@ -231,7 +231,10 @@ def parse_msgpack_record(obj: Any, default_ts: int, partition: int | None) -> Pa
         k, v, t, hs = obj
         if not (k is None or isinstance(k, bytes)) or not (v is None or isinstance(v, bytes)):
             raise TypeError("key and value must be bytes or nil")
-        headers = tuple((str(n), None if hv is None else bytes(hv)) for n, hv in hs or ())
+        headers = tuple((n, hv) for n, hv in hs or ())
+        if not all(type(n) is str and (hv is None or type(hv) is bytes) for n, hv in headers):
+            # bytes(hv) would have made 10**9 zero bytes of an int (or OverflowError, a 500).
+            raise TypeError("headers must be [[name (str), value (bytes or nil)], ...]")
         ts = parse_timestamp(t)
     except HttpError:
         raise

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from raft.types import NODE_ID_MAX
+
 Role = Literal["broker", "controller"]
 
 _HOSTPORT = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
@@ -21,6 +23,9 @@ _HOSTPORT = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\
 
 class ConfigError(ValueError):
     """A node configuration that cannot run, with a message for the operator."""
+
+
+_NUMBERS = (int, float, int | None, float | None)
 
 
 class QuorumVoter(BaseModel):
@@ -35,13 +40,22 @@ class QuorumVoter(BaseModel):
 
 
 def parse_quorum(spec: str) -> list[QuorumVoter]:
-    """``"1@127.0.0.1:9301,2@127.0.0.1:9302"`` -> voters, as Kafka's ``controller.quorum.voters``."""
+    """``"1@127.0.0.1:9301,2@127.0.0.1:9302"`` -> voters, as Kafka's ``controller.quorum.voters``.
+
+    A voter's id is in [1, NODE_ID_MAX] (0 is Raft's "nobody") and its port in [1, 65535].
+    """
     voters: list[QuorumVoter] = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         node, sep, addr = part.partition("@")
         m = _HOSTPORT.match(addr)
         if not sep or not node.isdigit() or not m:
             raise ConfigError(f"bad controller_quorum entry {part!r}: expected ID@HOST:PORT")
+        if not 0 < int(node) <= NODE_ID_MAX:
+            raise ConfigError(f"bad controller_quorum entry {part!r}: a voter's id must be in "
+                              f"[1, {NODE_ID_MAX}]")
+        if not 0 < int(m["port"]) < 65536:
+            raise ConfigError(f"bad controller_quorum entry {part!r}: the port must be in "
+                              "[1, 65535]")
         voters.append(QuorumVoter(node_id=int(node), host=m["host"], port=int(m["port"])))
     ids = [v.node_id for v in voters]
     if len(set(ids)) != len(ids):
@@ -52,7 +66,8 @@ def parse_quorum(spec: str) -> list[QuorumVoter]:
 class NodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    node_id: int = Field(ge=0)
+    node_id: int = Field(ge=0, le=NODE_ID_MAX)
+    """Kafka's ``node.id``: an int32 (brokers may use 0; controllers, Raft voters, from 1)."""
     roles: tuple[Role, ...] = ("broker",)
     listen: str = "127.0.0.1:8082"
     controller_quorum: str = ""
@@ -151,6 +166,26 @@ class NodeConfig(BaseModel):
             raise ValueError(f"listen must be HOST:PORT, got {v!r}")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, data: Any) -> Any:
+        # Lax mode would read ``node_id = true`` as node 1: a TOML bool is never a number.
+        if isinstance(data, dict):
+            for key, v in data.items():
+                f = cls.model_fields.get(key) if isinstance(key, str) else None
+                if f is not None and isinstance(v, bool) and f.annotation in _NUMBERS:
+                    raise ValueError(f"{key} must be a number, got {str(v).lower()}")
+        return data
+
+    @model_validator(mode="after")
+    def _check_group_session_timeouts(self) -> NodeConfig:
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(
+                f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
+                f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): no "
+                "session timeout could be accepted")
+        return self
+
     @model_validator(mode="after")
     def _check_roles(self) -> NodeConfig:
         if not self.roles:
@@ -190,8 +225,10 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
                 data = tomllib.load(f)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        except OSError as e:  # a directory, no permission, ...
+            raise ConfigError(f"config file {path} cannot be read: {e}") from None
     for k, v in (overrides or {}).items():
         if v is not None:
             data[k] = v

@@ -10,6 +10,10 @@ Wire format of ``POST /internal/raft/v1/messages`` (``application/x-msgpack``)::
 
     {"from": <node id>, "msgs": [<wire dict>, ...]}        -> 204 No Content
 
+A body that is not such a map (``from`` an int in [1, NODE_ID_MAX], ``msgs`` a list of at
+most ``post_messages_max``), or whose messages ``on_messages`` refuses, is answered 400 with
+the reason as text; a body over ``body_bytes_max`` 413.
+
 Rules:
 
 * ``send(to, msg)`` never blocks and never raises: it appends to the peer's queue and wakes
@@ -43,6 +47,7 @@ import msgpack
 from aiohttp import web
 
 from common import netbind
+from raft.types import NODE_ID_MAX
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +55,10 @@ ROUTE = "/internal/raft/v1/messages"
 CONTENT_TYPE = "application/x-msgpack"
 
 WireMessage = dict[str, Any]
-OnMessages = Callable[[int, list[WireMessage]], None]
-"""Called on the event loop with ``(from_node_id, messages)`` for each inbound POST."""
+OnMessages = Callable[[int, list[Any]], None]
+"""Called on the event loop with ``(from_node_id, messages)`` for each inbound POST; the
+messages are as the sender packed them, unchecked. Raises ``ValueError`` to refuse the POST
+(answered 400 with its text) having queued none of them."""
 
 
 class _Peer:
@@ -82,6 +89,7 @@ class RaftTransport:
         batch_messages_max: int = 1024,
         post_bytes_target: int = 8 << 20,
         body_bytes_max: int = 256 << 20,
+        post_messages_max: int = 16_384,
         request_timeout_ms: int = 2000,
         backoff_ms_min: int = 20,
         backoff_ms_max: int = 1000,
@@ -94,6 +102,7 @@ class RaftTransport:
         self._batch_max = batch_messages_max
         self._post_bytes = post_bytes_target
         self._body_max = body_bytes_max
+        self._post_messages_max = post_messages_max
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_ms / 1000)
         self._backoff_min_s = backoff_ms_min / 1000
         self._backoff_max_s = backoff_ms_max / 1000
@@ -127,16 +136,30 @@ class RaftTransport:
                 return web.Response(status=413, text=f"raft body over {self._body_max} bytes")
         body = b"".join(chunks)
         try:
-            payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
-            sender = int(payload["from"])
-            msgs = payload["msgs"]
-            if not isinstance(msgs, list):
-                raise TypeError("msgs is not a list")
-        except Exception as e:  # a malformed body is the sender's bug, not ours
-            return web.Response(status=400, text=f"bad raft message body: {e}")
-        if msgs:
+            sender, msgs = self._envelope(body)
             self._on_messages(sender, msgs)
+        except ValueError as e:
+            # Refused as a whole, nothing queued: the sender's bug or not a node at all.
+            log.warning("raft node %s: refused a POST: %s", self.node_id, e)
+            return web.Response(status=400, text=f"bad raft message body: {e}")
         return web.Response(status=204)
+
+    def _envelope(self, body: bytes) -> tuple[int, list[WireMessage]]:
+        """``(from, msgs)`` of a POST body, or ``ValueError`` saying what is wrong."""
+        try:
+            payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except Exception as e:  # msgpack raises several types (ExtraData, FormatError, ...)
+            raise ValueError(f"not msgpack ({type(e).__name__}: {e})") from None
+        if type(payload) is not dict:
+            raise ValueError(f"expected a map {{from, msgs}}, got {type(payload).__name__}")
+        sender, msgs = payload.get("from"), payload.get("msgs")
+        if type(sender) is not int or not 0 < sender <= NODE_ID_MAX:
+            raise ValueError(f"'from' must be a node id in [1, {NODE_ID_MAX}], got {sender!r:.40}")
+        if type(msgs) is not list:
+            raise ValueError(f"'msgs' must be a list, got {type(msgs).__name__}")
+        if len(msgs) > self._post_messages_max:
+            raise ValueError(f"{len(msgs)} messages in one POST, over {self._post_messages_max}")
+        return sender, msgs
 
     # ------------------------------------------------------------------ sending
 

@@ -22,11 +22,13 @@ Model
 * Application: a state machine that hashes the applied entries into a chain; snapshots
   carry (index, hash); nodes snapshot and compact their logs during the run.
 
-Checked after every event (the ``Checker``): at most one leader per term; log matching (an
-(index, term) pair fixes the entry and its predecessor's term); leader completeness (a new
-leader holds every entry applied anywhere); state machine safety (every node applies the same
-entry at an index, and installs snapshots equal to the chain); a node never grants two
-votes in one term, across restarts too; per-node commit is monotonic within an incarnation
+Checked after every event (the ``Checker``): every message sent decodes from its wire form
+to itself (the boundary of ``raft.messages``, which refuses anything else) and is never
+refused by the core it reaches (``RaftCore.check_message``); at most one leader per term; log
+matching (an (index, term) pair fixes the entry and its predecessor's term); leader
+completeness (a new leader holds every entry applied anywhere); state machine safety (every
+node applies the same entry at an index, and installs snapshots equal to the chain); a node
+never grants two votes in one term, across restarts too; per-node commit is monotonic within an incarnation
 and a restart never comes back below the last *synced* commit; read-index results are never
 older than a write completed before the read began. Then a liveness phase heals everything
 and requires a leader and a committed proposal within a tick bound.
@@ -45,12 +47,20 @@ from typing import Any
 from raft.core import (
     ConfChangeError,
     Config,
+    InvalidMessageError,
     NotLeaderError,
     ProposalDroppedError,
     RaftCore,
     Ready,
 )
-from raft.messages import InstallSnapshot, Message, RequestVoteResponse, TimeoutNow
+from raft.messages import (
+    InstallSnapshot,
+    MalformedMessageError,
+    Message,
+    RequestVoteResponse,
+    TimeoutNow,
+    message_from_wire,
+)
 from raft.storage_port import MemoryStorage
 from raft.types import (
     ConfChange,
@@ -277,6 +287,13 @@ class Checker:
         node.sm_index, node.sm_hash = idx, h
 
     def on_send(self, m: Message) -> None:
+        # What a core emits must pass the boundary a real node puts before step.
+        try:
+            back = message_from_wire(m.to_wire())
+        except MalformedMessageError as e:
+            self.fail(f"node {m.src} sent a message the wire refuses: {e}")
+        if back != m:
+            self.fail(f"node {m.src} sent {m!r}, which decodes as {back!r}")
         if isinstance(m, RequestVoteResponse) and m.granted and not m.pre_vote:
             got = self.vote_in_term.setdefault((m.src, m.term), m.dst)
             if got != m.dst:
@@ -444,7 +461,10 @@ class Simulation:
         if node is None or node.core is None or (m.src, m.dst) in self.cut:
             return
         node.heard_tick[m.src] = node.ticks
-        node.core.step(m)
+        try:
+            node.core.step(m)
+        except InvalidMessageError as e:
+            self._fail(f"an honest message was refused: {e}")
         self._count("delivered")
         if isinstance(m, InstallSnapshot | TimeoutNow):
             self._count(type(m).__name__)

@@ -1,56 +1,25 @@
-"""Property tests of the Raft core's building blocks: the wire codec, MemoryStorage and the
-unstable log against list models, and majority arithmetic against brute force."""
+"""Property tests of the Raft core's building blocks: the configuration codec, MemoryStorage
+and the unstable log against list models, and majority arithmetic against brute force. The
+message codec has its own file (test_raft_wire_properties.py)."""
 
 from __future__ import annotations
 
 from itertools import combinations
 
-import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raft.log import RaftLog
-from raft.messages import AppendEntries, InstallSnapshot, RequestVote, message_from_wire
 from raft.quorum import MajorityConfig, VoteResult
 from raft.storage_port import MemoryStorage
-from raft.types import (
-    ConfState,
-    Entry,
-    EntryKind,
-    LogIndex,
-    NodeId,
-    Snapshot,
-    SnapshotMetadata,
-    Term,
-)
+from raft.types import NODE_ID_MAX, ConfState, Entry, LogIndex, NodeId, Term
 
-ids = st.integers(1, 2**63 - 1).map(NodeId)
-terms = st.integers(0, 2**63 - 1).map(Term)
-indexes = st.integers(0, 2**63 - 1).map(LogIndex)
+ids = st.integers(1, NODE_ID_MAX).map(NodeId)
 conf_states = st.builds(
     lambda v, o: ConfState(frozenset(v), frozenset(o - v)),
     st.sets(ids, max_size=5),
     st.sets(ids, max_size=3),
 )
-entries = st.builds(Entry, indexes, terms, st.sampled_from(EntryKind), st.binary(max_size=64))
-
-
-@given(ids, ids, terms, indexes, terms, st.lists(entries, max_size=5), indexes)
-def test_append_entries_round_trips_through_msgpack(s, d, t, pi, pt, ents, c) -> None:
-    m = AppendEntries(s, d, t, pi, pt, tuple(ents), c)
-    assert message_from_wire(msgpack.unpackb(msgpack.packb(m.to_wire()), raw=False)) == m
-
-
-@given(ids, ids, terms, indexes, terms, conf_states, st.binary(max_size=256))
-def test_install_snapshot_round_trips_through_msgpack(s, d, t, i, st_, cs, data) -> None:
-    m = InstallSnapshot(s, d, t, Snapshot(SnapshotMetadata(i, st_, cs), data))
-    assert message_from_wire(msgpack.unpackb(msgpack.packb(m.to_wire()), raw=False)) == m
-
-
-@given(ids, ids, terms, indexes, terms, st.booleans(), st.booleans())
-def test_request_vote_round_trips(s, d, t, i, lt, pre, tr) -> None:
-    m = RequestVote(s, d, t, i, lt, pre, tr)
-    assert RequestVote.from_wire(m.to_wire()) == m
 
 
 @given(conf_states)

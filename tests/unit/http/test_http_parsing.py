@@ -17,6 +17,7 @@ from api.http.records import (
     TIMESTAMP_MS_MAX,
     JsonStream,
     encode_data,
+    parse_msgpack_record,
     parse_timestamp,
     parse_v2_record,
     parse_v3_record,
@@ -83,6 +84,28 @@ def test_bad_timestamps_are_refused(ts: object) -> None:
 def test_parse_v3_record_errors(rec: object) -> None:
     with pytest.raises(HttpError):
         parse_v3_record(rec, 0)
+
+
+def test_parse_msgpack_record_fields() -> None:
+    r = parse_msgpack_record([b"k", None, 5, [["h", b"v"], ["n", None]]], 0, 2)
+    assert (r.key, r.value, r.timestamp_ms, r.headers, r.partition) == (
+        b"k", None, 5, (("h", b"v"), ("n", None)), 2)
+
+
+@pytest.mark.parametrize("rec", [
+    [b"k", b"v", None, [["h", 10**9]]],  # bytes(10**9): a gigabyte of zeros
+    [b"k", b"v", None, [["h", 2**63]]],  # bytes(2**63): OverflowError, once a 500
+    [b"k", b"v", None, [[7, b"v"]]],  # str(7) once made a header name of anything
+    [b"k", b"v", None, [["h", "text"]]],
+    [b"k", b"v", None, [["h"]]],
+    [b"k", b"v", None, 5],
+    ["k", b"v", None, []],
+    [b"k", b"v"],
+])
+def test_parse_msgpack_record_errors(rec: object) -> None:
+    with pytest.raises(HttpError) as e:
+        parse_msgpack_record(rec, 0, None)
+    assert e.value.status == 422
 
 
 def test_parse_v2_record_formats() -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 from raft_harness import Network, ids, lone_core
 
-from raft.core import ConfChangeError, NotLeaderError, ProposalDroppedError
+from raft.core import ConfChangeError, InvalidMessageError, NotLeaderError, ProposalDroppedError
 from raft.messages import (
     AppendEntries,
     AppendEntriesResponse,
     Heartbeat,
     HeartbeatResponse,
     InstallSnapshot,
+    InstallSnapshotResponse,
     RequestVote,
     TimeoutNow,
 )
@@ -499,3 +500,52 @@ def test_heartbeat_carries_commit_no_higher_than_the_followers_match() -> None:
     beats = [m for m in net.delivered if isinstance(m, Heartbeat) and m.dst == N3]
     assert beats and beats[-1].commit < c.log.committed
     assert before  # the run produced traffic
+
+
+# ---------------------------------------------------------------------------- refused input
+def _state(c: object) -> tuple[object, ...]:
+    return (c.term, c.vote, c.role, c.log.committed, c.log.last_index(), c.conf)  # type: ignore[attr-defined]
+
+
+def test_a_heartbeat_committing_beyond_the_followers_log_is_refused_and_changes_nothing() -> None:
+    # The leader commits on a follower only what it acknowledged holding; a heartbeat that
+    # says otherwise tripped commit_to's invariant and ended the node task (issue 17).
+    net = Network([1, 2, 3])
+    c1 = net.elect(1)
+    net.propose(1, b"x")
+    f = net.core(2)
+    before = _state(f)
+    bad = Heartbeat(N1, N2, c1.term, LogIndex(f.log.last_index() + 1))
+    with pytest.raises(InvalidMessageError, match="beyond the last index"):
+        f.check_message(bad)
+    with pytest.raises(InvalidMessageError, match="commits 3, beyond the last index 2 of node 2"):
+        f.step(bad)
+    assert _state(f) == before and not f.has_ready()
+    # From a newer term too (it would first have made the node follow that term).
+    with pytest.raises(InvalidMessageError):
+        f.step(Heartbeat(N3, N2, Term(c1.term + 5), LogIndex(f.log.last_index() + 1)))
+    assert _state(f) == before
+    # A stale leader's heartbeat only gets our term back: its commit is not used.
+    f.step(Heartbeat(N3, N2, Term(0), LogIndex(10**6)))
+    f.step(Heartbeat(N1, N2, c1.term, LogIndex(f.log.last_index())))  # honest: fine
+
+
+def test_a_response_matching_beyond_the_leaders_log_is_refused_and_changes_nothing() -> None:
+    # Accepted, it set match past the log's end and the next append found no term to send:
+    # "entries compacted but no snapshot to send" ended the node task.
+    net = Network([1, 2, 3])
+    c1 = net.elect(1)
+    net.propose(1, b"x")
+    last = c1.log.last_index()
+    before = _state(c1)
+    for bad in (
+        AppendEntriesResponse(N2, N1, c1.term, LogIndex(last + 1)),
+        InstallSnapshotResponse(N2, N1, c1.term, LogIndex(last + 7)),
+    ):
+        with pytest.raises(InvalidMessageError, match=f"beyond the last index {last}"):
+            c1.step(bad)
+    assert _state(c1) == before and c1.progress(N2).match == last  # type: ignore[union-attr]
+    # A rejection names the index refused, which may be anything: not checked.
+    c1.step(AppendEntriesResponse(N2, N1, c1.term, LogIndex(last + 9), reject=True))
+    # Not the leader's term: ignored or followed, never applied to progress.
+    net.core(3).step(AppendEntriesResponse(N2, N3, c1.term, LogIndex(last + 1)))

@@ -13,6 +13,7 @@ from raft.messages import (
     HeartbeatResponse,
     InstallSnapshot,
     InstallSnapshotResponse,
+    MalformedMessageError,
     Message,
     ReadIndex,
     ReadIndexResponse,
@@ -83,18 +84,83 @@ def test_every_message_class_is_covered() -> None:
     assert {type(m) for m in ALL} == set(Message.__args__)  # type: ignore[attr-defined]
 
 
+def _ae(**change: object) -> dict[str, object]:
+    w = AppendEntries(A, B, T, LogIndex(4), Term(6), ENTRIES, LogIndex(3)).to_wire()
+    w.update(change)
+    return w
+
+
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "says"),
     [
-        {},
-        {"type": "Nope"},
-        {"type": "TimeoutNow", "src": 1},
-        {"type": "TimeoutNow", "src": 1, "dst": 2, "term": 3, "x": 1},
+        ({}, "type must be one of"),
+        ([1, 2], "a message must be a map"),
+        ({"type": "Nope"}, "type must be one of"),
+        ({"type": "TimeoutNow", "src": 1}, "TimeoutNow without dst"),
+        ({"type": "TimeoutNow", "src": 1, "dst": 2, "term": 3, "x": 1}, "has no field 'x'"),
+        ({"type": "TimeoutNow", "src": 1, "dst": 1, "term": 3}, "dst must be another node"),
+        # The shapes that ended a node's task (issue 17).
+        (_ae(term="7"), "term must be a term in [0, 2147483647], got '7'"),
+        (_ae(entries=[{"index": 5}]), "entries[0] must be [index, term, kind, data]"),
+        (_ae(entries="x"), "entries must be a list"),
+        # Types and ranges of every kind of field.
+        (_ae(src=0), "src must be a node id in [1, 2147483647], got 0"),
+        (_ae(src=True), "src must be a node id"),
+        (_ae(dst=2**31), "dst must be a node id"),
+        (_ae(term=-1), "term must be a term"),
+        (_ae(term=2**31), "term must be a term"),
+        (_ae(term=7.0), "term must be a term"),
+        (_ae(leader_commit=2**63), "leader_commit must be an index in [0, 4611686018427387904]"),
+        (_ae(prev_log_term=8), "prev_log_term must be at most the message term 7"),
+        (_ae(entries=[[6, 6, 0, b""]]), "entries[0].index must be 5"),
+        (_ae(entries=[[5, 6, 0, b""], [7, 7, 0, b""]]), "entries[1].index must be 6"),
+        (_ae(entries=[[5, 7, 0, b""], [6, 6, 0, b""]]), "entries[1].term must be in [7, 7]"),
+        (_ae(entries=[[5, 5, 0, b""]]), "entries[0].term must be in [6, 7]"),
+        (_ae(entries=[[5, 8, 0, b""]]), "entries[0].term must be in [6, 7]"),
+        (_ae(entries=[[5, 7, 2, b""]]), "entries[0].kind must be one of [0, 1]"),
+        (_ae(entries=[[5, 7, True, b""]]), "entries[0].kind must be one of [0, 1]"),
+        (_ae(entries=[[5, 7, 0, "text"]]), "entries[0].data must be bytes"),
+        (_ae(entries=[[5, 7, 1, b"\x00\x01"]]), "entries[0].data must be a configuration"),
+        (_ae(entries=[[5, 7, 1, ConfState(frozenset(), frozenset({A})).to_bytes()]]),
+         "a configuration with at least one voter"),
+        ({**HeartbeatResponse(B, A, T).to_wire(), "context": b"x" * 1025},
+         "context must be bytes (at most 1024)"),
+        ({**ReadIndex(B, A, T, b"r").to_wire(), "context": b""}, "context must be non-empty"),
+        ({**RequestVote(A, B, T, LogIndex(1), T).to_wire(), "pre_vote": 1},
+         "pre_vote must be a bool"),
+        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [0, 3, [[1], []], b""]},
+         "snapshot.index must be at least 1"),
+        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[], [1]], b""]},
+         "snapshot.conf_state must be a configuration with at least one voter"),
+        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[1], [1]], b""]},
+         "snapshot.conf_state must be a configuration naming each node once"),
+        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 8, [[1], []], b""]},
+         "snapshot.term must be at most the message term 7"),
+        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": {"index": 40}},
+         "snapshot must be [index, term, [voters, observers], data]"),
     ],
 )
-def test_malformed_wire_dicts_raise_value_error(bad: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_malformed_wire_dicts_are_refused_naming_the_field(bad: object, says: str) -> None:
+    with pytest.raises(MalformedMessageError) as ei:
         message_from_wire(bad)
+    assert says in str(ei.value)
+    assert isinstance(ei.value, ValueError)
+
+
+def test_a_missing_field_with_a_default_takes_it() -> None:
+    w = AppendEntriesResponse(B, A, T, LogIndex(7)).to_wire()
+    for k in ("reject", "reject_hint", "log_term"):
+        del w[k]
+    assert message_from_wire(w) == AppendEntriesResponse(B, A, T, LogIndex(7))
+
+
+def test_a_configuration_of_the_wrong_length_or_ids_is_refused() -> None:
+    good = CS.to_bytes()
+    for bad in (b"", good[:3], good[:-1], good + b"\x00",
+                ConfState(frozenset({NodeId(2**31)})).to_bytes(),
+                b"\x00\x02\x00\x00" + b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x01"):
+        with pytest.raises(ValueError):
+            ConfState.from_bytes(bad)
 
 
 def test_conf_state_bytes_round_trip() -> None:
