@@ -97,6 +97,7 @@ NODE_FAILED_EXIT_STATUS = 70
 
 def run_node(coro: Any) -> Any:
     """``run_loop`` for a node process: an essential task's death exits with status 70."""
+    from api.node.config import ConfigError
     from common.essential import NodeFailedError
 
     try:
@@ -104,6 +105,8 @@ def run_node(coro: Any) -> Any:
     except NodeFailedError as e:
         click.echo(f"longboat: node failed: {e}", err=True)
         sys.exit(NODE_FAILED_EXIT_STATUS)
+    except ConfigError as e:  # a damaged file in the data directory, found at start
+        raise click.ClickException(f"cannot start: {e}") from None
 
 
 def default_controllers() -> str:

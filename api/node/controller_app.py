@@ -42,6 +42,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -49,7 +50,7 @@ from aiohttp import web
 
 from api.http.errors import error_middleware
 from api.http.metrics import add_controller_metrics
-from api.node.config import NodeConfig
+from api.node.config import ConfigError, NodeConfig
 from api.node.listener import limits_of, start_listener
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
@@ -152,11 +153,59 @@ async def handle_metadata(request: web.Request) -> web.Response:
 PEERS_FILE = "controller-peers.json"
 
 
+NODE_ID_MAX = 2**31 - 1
+MEMBERSHIP_TIMEOUT_S_MAX = 300.0
+
+
+class PeerBodyError(ValueError):
+    """A peers or membership body (or peers file) with a missing or ill-typed field."""
+
+
+def _node_id(v: Any) -> int:
+    if type(v) is not int or not 1 <= v <= NODE_ID_MAX:
+        raise PeerBodyError(f"node_id must be an integer in 1..{NODE_ID_MAX}, got {v!r:.40}")
+    return v
+
+
+def _peer_url(v: Any) -> str:
+    """``http://HOST:PORT`` (or https), nothing else: it becomes where Raft traffic goes."""
+    if type(v) is not str or len(v) > 512:
+        raise PeerBodyError(f"url must be a string of at most 512 characters, got {v!r:.40}")
+    try:
+        u = urlsplit(v.rstrip("/"))
+        port = u.port
+    except ValueError as e:
+        raise PeerBodyError(f"url {v!r:.80}: {e}") from None
+    if u.scheme not in ("http", "https") or not u.hostname or port is None or (
+            u.path or u.query or u.fragment or u.username or u.password):
+        raise PeerBodyError(f"url must be http(s)://HOST:PORT, got {v!r:.80}")
+    return f"{u.scheme}://{u.netloc}"
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as e:
+        raise PeerBodyError(f"body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise PeerBodyError("body must be a JSON object")
+    return body
+
+
 def load_peers(data_dir: Path) -> dict[int, str]:
+    """The peer addresses this node learned (``handle_peers``). A damaged file refuses the
+    start with its name, rather than dialling addresses nobody checked."""
     p = data_dir / PEERS_FILE
     if not p.exists():
         return {}
-    return {int(k): str(v) for k, v in orjson.loads(p.read_bytes()).items()}
+    try:
+        raw = orjson.loads(p.read_bytes())
+        if not isinstance(raw, dict):
+            raise PeerBodyError("not a JSON object")
+        return {_node_id(int(k)): _peer_url(v) for k, v in raw.items()}
+    except (orjson.JSONDecodeError, PeerBodyError, ValueError) as e:
+        raise ConfigError(f"{p} is damaged ({e}); restore it or remove it and let the "
+                          "leader teach this node its peers again") from None
 
 
 def save_peers(data_dir: Path, peers: dict[int, str]) -> None:
@@ -167,11 +216,11 @@ def save_peers(data_dir: Path, peers: dict[int, str]) -> None:
 
 
 async def handle_peers(request: web.Request) -> web.Response:
-    body = await request.json()
     try:
-        node_id, url = int(body["node_id"]), str(body["url"]).rstrip("/")
-    except (KeyError, TypeError, ValueError):
-        return _json({"error_code": 400, "message": "need node_id and url"}, 400)
+        body = await _json_object(request)
+        node_id, url = _node_id(body.get("node_id")), _peer_url(body.get("url"))
+    except PeerBodyError as e:
+        return _json({"error_code": 400, "message": str(e)}, 400)
     await _learn_peer(request.app, node_id, url)
     return _json({"node_id": node_id, "url": url})
 
@@ -212,22 +261,27 @@ async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
 async def handle_membership(request: web.Request) -> web.Response:
     svc = request.app[SERVICE_KEY]
     node = svc.node
-    body = await request.json()
-    op = body.get("op")
     try:
-        node_id = int(body["node_id"])
-    except (KeyError, TypeError, ValueError):
-        return _json({"error_code": 400, "message": "need node_id"}, 400)
+        body = await _json_object(request)
+        op = body.get("op")
+        if op not in ("add-voter", "remove-voter"):
+            raise PeerBodyError(f"op must be add-voter or remove-voter, got {op!r:.40}")
+        node_id = _node_id(body.get("node_id"))
+        url = _peer_url(body.get("url")) if op == "add-voter" else ""
+        timeout_s = body.get("timeout_s", 30)
+        if type(timeout_s) not in (int, float) or not 0 < timeout_s <= MEMBERSHIP_TIMEOUT_S_MAX:
+            raise PeerBodyError(f"timeout_s must be in (0, {MEMBERSHIP_TIMEOUT_S_MAX:.0f}]")
+    except PeerBodyError as e:
+        return _json({"error_code": 400, "message": str(e)}, 400)
     if node.role.value != "leader":
         leader = int(node.leader_id)
         return _json({"error_code": 421, "message": "not the leader", "leader_id": leader,
                       "leader_url": node.addresses.get(leader)}, 421)
     try:
         if op == "add-voter":
-            url = str(body["url"]).rstrip("/")
             await _teach_members(request.app, node_id, url)
             await node.add_observer(node_id, url)
-            deadline = asyncio.get_running_loop().time() + float(body.get("timeout_s", 30))
+            deadline = asyncio.get_running_loop().time() + float(timeout_s)
             while True:  # promote only once it holds the log (KIP-853's catch-up rule)
                 st = node.status()
                 match = {f.node_id: f.match for f in st.followers}.get(node_id, 0)
@@ -239,10 +293,8 @@ async def handle_membership(request: web.Request) -> web.Response:
                                   f"commit {st.commit}); it stays an observer"}, 504)
                 await asyncio.sleep(0.05)
             index = await node.add_voter(node_id, url)
-        elif op == "remove-voter":
-            index = await node.remove_voter(node_id)
         else:
-            return _json({"error_code": 400, "message": f"unknown op {op!r}"}, 400)
+            index = await node.remove_voter(node_id)
     except Exception as e:  # ConfChangeError (one change at a time), NotLeaderError
         return _json({"error_code": 409, "message": f"{type(e).__name__}: {e}"}, 409)
     st = node.status()
