@@ -97,6 +97,12 @@ def _handler(fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str,
 ACKS = (-1, 0, 1)
 
 
+FETCH_RESPONSE_BYTES_MAX = 57_671_680
+"""Kafka's ``fetch.max.bytes`` default (55 MiB): the most one fetch answer carries."""
+FETCH_WAIT_MS_MAX = 60_000
+"""The longest a fetch long-polls; clients poll again (Kafka's consumers wait 500 ms)."""
+
+
 async def _produce(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     acks = choice_field(b, "acks", ACKS, default=-1)
@@ -112,8 +118,11 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     fetch_offset = int_field(b, "fetch_offset", 0, INT64_MAX)
     leader_epoch = int_field(b, "leader_epoch", -1, INT32_MAX, default=-1)
     last_fetched_epoch = int_field(b, "last_fetched_epoch", -1, INT32_MAX, default=-1)
-    max_bytes = int_field(b, "max_bytes", 0, INT32_MAX, default=1 << 20)
-    max_wait_ms = int_field(b, "max_wait_ms", 0, INT32_MAX, default=0)
+    # Clamped, not refused (Kafka clamps to fetch.max.bytes too): a client may ask for
+    # more than a broker will build in memory or hold a request open for.
+    max_bytes = min(int_field(b, "max_bytes", 0, INT32_MAX, default=1 << 20),
+                    FETCH_RESPONSE_BYTES_MAX)
+    max_wait_ms = min(int_field(b, "max_wait_ms", 0, INT32_MAX, default=0), FETCH_WAIT_MS_MAX)
     min_bytes = int_field(b, "min_bytes", 0, INT32_MAX, default=1)
     high_watermark = int_field(b, "high_watermark", -1, INT64_MAX, default=-1)
     broker_epoch = int_field(b, "broker_epoch", -1, INT64_MAX, default=-1)

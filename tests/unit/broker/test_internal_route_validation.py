@@ -238,3 +238,15 @@ def test_a_body_must_be_a_msgpack_map() -> None:
                 msgpack.packb([{"a": 1}])):
         with pytest.raises(InvalidRequestError):
             body_or_raise(raw)
+
+
+def test_a_fetch_asking_for_more_than_a_broker_gives_is_clamped_not_refused() -> None:
+    from broker.data_routes import FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX
+
+    body = {"topic": "t", "partition": 0, "fetch_offset": 0, "max_bytes": 2**31 - 1,
+            "max_wait_ms": 2**31 - 1}
+    answers, stub = _post_all([("fetch", body)])
+    assert answers[0][0] == 200
+    (_, _args, kw), = [c for c in stub.calls if c[0] == "fetch"]
+    assert kw["max_bytes"] == FETCH_RESPONSE_BYTES_MAX
+    assert kw["max_wait_ms"] == FETCH_WAIT_MS_MAX
