@@ -18,7 +18,22 @@ _DATA = {"type": "object", "properties": {
     "type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]},
     "data": {}}}
 
+SV = "/subjects/{subject}/versions"
+
 SCHEMAS: dict[str, Any] = {
+    "RegistrySchema": {"type": "object", "required": ["schema"], "properties": {
+        "schema": {"type": "string"},
+        "schemaType": {"type": "string", "enum": ["AVRO", "JSON"]},
+        "references": {"type": "array", "items": {
+            "type": "object", "required": ["name", "subject", "version"], "properties": {
+                "name": {"type": "string"}, "subject": {"type": "string"},
+                "version": {"type": "integer"}}}},
+        "id": {"type": "integer"}, "version": {"type": "integer"}}},
+    "RegistryConfig": {"type": "object", "properties": {"compatibility": {
+        "type": "string", "enum": ["NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD",
+                                   "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]}}},
+    "RegistryMode": {"type": "object", "properties": {"mode": {
+        "type": "string", "enum": ["READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT"]}}},
     "Error": {"type": "object", "required": ["error_code", "message"], "properties": {
         "error_code": {"type": "integer"}, "message": {"type": ["string", "null"]}}},
     "ProduceRecord": {"type": "object", "properties": {
@@ -155,6 +170,47 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", "/v3/health", "Liveness.", [], None, "200"),
     ("get", "/v3/health/ready", "Readiness: registered, unfenced, caught up with metadata.",
      [], None, "200"),
+    # The Schema Registry (Confluent's v1 API, api.http.schemas; docs/schemas.md).
+    ("get", "/subjects", "Registry: subjects.", ["subjectPrefix", "deleted"], None, "200"),
+    ("get", SV, "Registry: a subject's versions.", ["deleted"], None, "200"),
+    ("post", SV, "Registry: register a schema; answers its id.", ["normalize"],
+     "RegistrySchema", "200"),
+    ("get", SV + "/{version}", "Registry: one version (a number, latest or -1).", ["deleted"],
+     None, "200"),
+    ("delete", SV + "/{version}", "Registry: soft-delete a version (permanent=true: remove).",
+     ["permanent"], None, "200"),
+    ("get", SV + "/{version}/schema", "Registry: a version's schema text.", ["deleted"], None,
+     "200"),
+    ("get", SV + "/{version}/referencedby", "Registry: ids of schemas referencing it.", [],
+     None, "200"),
+    ("post", "/subjects/{subject}", "Registry: the version holding a schema.",
+     ["normalize", "deleted"], "RegistrySchema", "200"),
+    ("delete", "/subjects/{subject}", "Registry: soft-delete a subject (permanent=true: "
+     "remove).", ["permanent"], None, "200"),
+    ("get", "/schemas", "Registry: schemas of live versions.",
+     ["subjectPrefix", "deleted", "latestOnly"], None, "200"),
+    ("get", "/schemas/types", "Registry: the schema types offered.", [], None, "200"),
+    ("get", "/schemas/ids/{id}", "Registry: a schema by id.", [], None, "200"),
+    ("get", "/schemas/ids/{id}/schema", "Registry: a schema's text by id.", [], None, "200"),
+    ("get", "/schemas/ids/{id}/versions", "Registry: subject-versions holding an id.",
+     ["deleted"], None, "200"),
+    ("get", "/schemas/ids/{id}/subjects", "Registry: subjects holding an id.", ["deleted"],
+     None, "200"),
+    ("post", "/compatibility" + SV + "/{version}", "Registry: is a schema compatible with "
+     "one version.", ["verbose", "normalize"], "RegistrySchema", "200"),
+    ("post", "/compatibility" + SV, "Registry: is a schema compatible with the versions its "
+     "level names.", ["verbose", "normalize"], "RegistrySchema", "200"),
+    *[(m, path, f"Registry: {what}.", q, body, "200")
+      for path in ("/config", "/config/{subject}")
+      for m, what, q, body in (("get", "compatibility level", ["defaultToGlobal"], None),
+                               ("put", "set the compatibility level", [], "RegistryConfig"),
+                               ("delete", "remove the compatibility level", [], None))],
+    ("get", "/mode", "Registry: mode.", [], None, "200"),
+    ("put", "/mode", "Registry: set the mode.", ["force"], "RegistryMode", "200"),
+    ("get", "/mode/{subject}", "Registry: a subject's mode.", ["defaultToGlobal"], None, "200"),
+    ("put", "/mode/{subject}", "Registry: set a subject's mode.", ["force"], "RegistryMode",
+     "200"),
+    ("delete", "/mode/{subject}", "Registry: remove a subject's mode.", [], None, "200"),
 ]
 
 _INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset", "timeout"}

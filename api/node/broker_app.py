@@ -18,6 +18,9 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   (``broker.producer_ids``).
 * ``POST /internal/broker/v1/group/<op>`` (msgpack): the consumer-group coordinator
   (``broker.group_coordinator``, ``broker.group_routes``).
+* The Schema Registry (``broker.schemas``): its public API at ``/subjects``, ``/schemas``,
+  ``/compatibility``, ``/config``, ``/mode`` (``api.http.schemas``) and the writes forwarded
+  to its single writer at ``POST /internal/broker/v1/schemas/write``.
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns. If an essential task dies first (the
@@ -41,6 +44,7 @@ from aiohttp import web
 
 from api.http.app import add_public_routes
 from api.http.errors import error_middleware
+from api.http.schemas import add_schema_registry_routes
 from api.node.config import NodeConfig
 from api.node.controller_app import image_summary
 from api.node.listener import limits_of, start_listener
@@ -63,6 +67,8 @@ from broker.metadata_follower import MetadataFollower
 from broker.producer_ids import ProducerIdManager, add_producer_id_routes
 from broker.replica_manager import ReplicaManager
 from broker.router import PartitionRouter
+from broker.schemas.registry import ReplicaSchemasLog, SchemaRegistry
+from broker.schemas.routes import add_registry_routes
 from common.essential import Essentials, NodeFailedError
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
@@ -83,6 +89,7 @@ class BrokerServer:
     replicas: ReplicaManager
     groups: GroupCoordinator
     essentials: Essentials
+    schemas: SchemaRegistry | None = None
 
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
@@ -96,6 +103,10 @@ class BrokerServer:
         self.replicas.log_dir.add_failure_listener(on_log_dir_failure)
         await self.replicas.start()
         await self.groups.start()
+        if self.schemas is not None:
+            await self.schemas.start()
+            assert self.schemas.task is not None
+            self.essentials.watch(self.schemas.task, "schema registry")
         await self.follower.start()
         await self.lifecycle.start()
         for task, what in ((self.groups.task, "group coordinator"),
@@ -107,6 +118,8 @@ class BrokerServer:
     async def stop(self) -> None:
         self.essentials.expect_stop()
         await self.groups.stop()  # first: its appends go through the replicas
+        if self.schemas is not None:
+            await self.schemas.stop()
         await self.lifecycle.stop()
         await self.follower.stop()
         await self.replicas.stop()
@@ -187,13 +200,20 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
+    schemas = SchemaRegistry(
+        broker_id=config.node_id, leader_url=replicas.leader_url,
+        schemas_log=ReplicaSchemasLog(replicas, router, lambda: follower.image,
+                                      replicas.controller.execute))
+    follower.subscribe(schemas.on_metadata)
     srv = BrokerServer(config, follower, lifecycle, replicas, groups,
-                       Essentials(f"broker {config.node_id}"))
+                       Essentials(f"broker {config.node_id}"), schemas)
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
     app.router.add_get("/v3/broker/metadata", handle_metadata)
     add_group_routes(app, groups)
+    add_registry_routes(app, schemas)
+    add_schema_registry_routes(app)
     add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
                                                   replicas.controller))
     add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
