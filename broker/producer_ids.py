@@ -12,6 +12,10 @@ broker that is not registered yet gives ``{"error": "COORDINATOR_NOT_AVAILABLE",
 which clients retry. A body that is not a msgpack map is answered HTTP 400
 ``INVALID_REQUEST`` and spends no id.
 
+New ids are rate-limited per broker (``producer_ids_per_second_max``, a token bucket with a
+second's burst; KIP-936): past it the answer is ``THROTTLING_QUOTA_EXCEEDED`` with
+``throttle_time_ms``, which the client library retries after.
+
 A producer id is new for every session, so the epoch is always 0: Longboat has no
 transactional ids yet, and with them (KIP-360) a known producer would bump its epoch.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import msgpack
@@ -42,12 +47,47 @@ class ProducerIdUnavailableError(Exception):
     pass
 
 
+class ProducerIdThrottledError(Exception):
+    """More new producer ids asked for than ``producer_ids_per_second_max`` allows (KIP-936):
+    answered ``THROTTLING_QUOTA_EXCEEDED`` with how long to wait."""
+
+    def __init__(self, throttle_time_ms: int) -> None:
+        super().__init__(f"new producer ids are throttled for {throttle_time_ms} ms "
+                         "(producer_ids_per_second_max)")
+        self.throttle_time_ms = throttle_time_ms
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved. Pure: the caller passes the time."""
+
+    def __init__(self, rate: float, burst: float, now_s: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.at_s = burst, now_s
+
+    def take(self, now_s: float) -> float:
+        """Take one token: 0.0 if there was one, else the seconds until there will be."""
+        self.tokens = min(self.burst, self.tokens + (now_s - self.at_s) * self.rate)
+        self.at_s = now_s
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+
 class ProducerIdManager:
     def __init__(self, broker_id: int, broker_epoch: Callable[[], int | None],
-                 controller: ControllerClient) -> None:
+                 controller: ControllerClient, *, ids_per_second_max: float = 1_000.0,
+                 clock_s: Callable[[], float] = time.monotonic) -> None:
         self.broker_id = BrokerId(broker_id)
         self.broker_epoch = broker_epoch
         self.controller = controller
+        # Each producer id a client makes costs every partition it writes to a producer
+        # state entry, kept until producer.id.expiration.ms: a client that asks for ids in
+        # a loop would grow the brokers' memory without bound (KIP-936). The bucket bounds
+        # how fast ids are handed out (a second's worth may come at once).
+        self._clock_s = clock_s
+        self._bucket = TokenBucket(ids_per_second_max, ids_per_second_max, clock_s())
+        self.throttled = 0
         self._next = 0
         self._end = 0  # exclusive end of the current block
         self._size = 0
@@ -80,6 +120,10 @@ class ProducerIdManager:
             self._size = block.size
 
     async def next_id(self) -> int:
+        wait_s = self._bucket.take(self._clock_s())
+        if wait_s > 0:
+            self.throttled += 1
+            raise ProducerIdThrottledError(max(1, int(wait_s * 1000)))
         while self._next >= self._end:
             if self._queued is not None:
                 block, self._queued = self._queued, None
@@ -134,6 +178,9 @@ async def _init_producer_id(request: web.Request) -> web.Response:
         pid = await request.app[MANAGER_KEY].next_id()
     except ProducerIdUnavailableError as e:
         return _pack({"error": "COORDINATOR_NOT_AVAILABLE", "message": str(e), "leader_id": -1})
+    except ProducerIdThrottledError as e:
+        return _pack({"error": "THROTTLING_QUOTA_EXCEEDED", "message": str(e), "leader_id": -1,
+                      "throttle_time_ms": e.throttle_time_ms})
     return _pack({"producer_id": pid, "producer_epoch": 0})
 
 

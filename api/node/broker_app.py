@@ -214,8 +214,9 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     add_group_routes(app, groups)
     add_registry_routes(app, schemas)
     add_schema_registry_routes(app)
-    add_producer_id_routes(app, ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch,
-                                                  replicas.controller))
+    add_producer_id_routes(app, ProducerIdManager(
+        config.node_id, lambda: lifecycle.broker_epoch, replicas.controller,
+        ids_per_second_max=config.producer_ids_per_second_max))
     add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:

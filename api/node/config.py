@@ -90,6 +90,11 @@ class NodeConfig(BaseModel):
     broker, so a client must not be able to create without bound."""
     default_num_partitions: int = Field(default=1, ge=1)
     default_replication_factor: int = Field(default=1, ge=1)
+    producer_ids_per_second_max: float = Field(default=1_000.0, gt=0)
+    """New producer ids one broker hands out per second (a second's worth at once), KIP-936:
+    each id costs a producer-state entry in every partition it writes to until it expires,
+    so a client asking for ids in a loop must not grow the brokers' memory without bound.
+    Past it, ``init_producer_id`` answers ``THROTTLING_QUOTA_EXCEEDED``."""
     # Consumer groups (Kafka's broker configs of the same names, dots as underscores).
     offsets_topic_num_partitions: int = Field(default=10, ge=1)
     """Partitions of ``__consumer_offsets`` when it is created (Kafka: 50). Only read at
