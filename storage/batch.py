@@ -1,17 +1,19 @@
 """The record batch: Longboat's unit of produce, append, replication, fetch and indexing.
 
 Layout (big-endian; byte-by-byte in docs/storage-format.md). The fixed 61-byte header is
-Kafka's record batch v2 header; the magic byte names the body encoding, and ours is a
-msgpack body (``MAGIC_MSGPACK``), so Kafka's own varint encoding (magic 2) can be added
-later beside it::
+Kafka's record batch v2 header; the magic byte names the body encoding: ours is a msgpack
+body (``MAGIC_MSGPACK``), and a Kafka client's batch (``MAGIC_KAFKA``, 2) keeps Kafka's
+varint records (``storage.kafka_records``), stored as it arrived. Both live side by side in
+one log; ``decode_body`` gives the same rows for both::
 
     off  size  field
       0     8  base_offset         set by the leader at append; outside the CRC
       8     4  batch_length        bytes after this field
      12     4  leader_epoch        set by the leader at append; outside the CRC
-     16     1  magic               MAGIC_MSGPACK
+     16     1  magic               MAGIC_MSGPACK or MAGIC_KAFKA
      17     4  crc                 CRC-32C of bytes [21, end)
-     21     2  attributes          bits 0-2 codec, bit 4 transactional, bit 5 control
+     21     2  attributes          bits 0-2 codec, bit 3 LogAppendTime (Kafka's),
+                                   bit 4 transactional, bit 5 control
      23     4  last_offset_delta
      27     8  first_timestamp     ms
      35     8  max_timestamp       ms
@@ -20,6 +22,8 @@ later beside it::
      53     4  base_sequence       -1 if none
      57     4  record_count
      61     *  body                msgpack array of records, compressed as one block
+                                   (magic 2: Kafka's varint records, compressed as Kafka's
+                                   clients compress them)
 
     record = [offset_delta, timestamp_delta, key, value, headers]
     headers = [[name: str, value: bytes | nil], ...]
@@ -43,9 +47,12 @@ import msgpack
 
 from storage.compression import CODEC_MASK, Compression, compress, decompress
 from storage.errors import CorruptRecordError
+from storage.kafka_records import MAGIC_KAFKA, decode_rows, encode_rows
 
 MAGIC_MSGPACK = 0x4C
 """'L'. Distinct from Kafka's magics 0-2 so a Kafka batch is never mistaken for ours."""
+MAGICS = (MAGIC_MSGPACK, MAGIC_KAFKA)
+"""The body encodings a log may hold, side by side."""
 
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -61,6 +68,7 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 
+ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
@@ -136,8 +144,10 @@ def encode_batch(
     base_sequence: int = -1,
     transactional: bool = False,
     control: bool = False,
+    magic: int = MAGIC_MSGPACK,
 ) -> bytes:
-    """Build a batch from ``(key, value, timestamp_ms, headers)`` tuples, offsets 0..n-1."""
+    """Build a batch from ``(key, value, timestamp_ms, headers)`` tuples, offsets 0..n-1;
+    ``magic=MAGIC_KAFKA`` for Kafka's record encoding."""
     if not records:
         raise ValueError("a batch holds at least one record")
     # The one per-record pass there must be (per-record Python work is the cost: a loop
@@ -162,6 +172,7 @@ def encode_batch(
         base_sequence=base_sequence,
         transactional=transactional,
         control=control,
+        magic=magic,
     )
 
 
@@ -171,7 +182,8 @@ def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
     Keeps base offset, last offset delta, leader epoch, producer id/epoch/sequence and codec,
     so offsets and idempotent-producer state survive compaction (as in Kafka, where a
     compacted batch keeps its last offset delta even when its last record is gone).
-    ``records`` may be empty: the batch is kept for its producer state.
+    ``records`` may be empty: the batch is kept for its producer state. The body keeps the
+    batch's encoding (a Kafka client's batch stays one).
     """
     base = header.base_offset
     if records:
@@ -196,6 +208,34 @@ def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
         base_sequence=header.base_sequence,
         transactional=header.is_transactional,
         control=header.is_control,
+        magic=header.magic,
+    )
+
+
+def as_kafka_batch(batch: bytes | bytearray | memoryview) -> bytes:
+    """``batch`` as a Kafka client can read it: a Kafka batch as it is; a msgpack batch
+    re-encoded as magic 2 with the same header fields (offsets, epoch, producer state,
+    timestamps, codec, flags), so a Kafka consumer sees the same records at the same offsets.
+    The CRC is not checked here (the log checked it on append)."""
+    h = parse_header(batch)
+    if h.magic == MAGIC_KAFKA:
+        return bytes(batch)
+    _, rows = decode_body(batch, verify=False)
+    return _assemble_packed(
+        encode_rows(rows),
+        h.record_count,
+        base_offset=h.base_offset,
+        leader_epoch=h.leader_epoch,
+        compression=h.compression,
+        last_offset_delta=h.last_offset_delta,
+        first_timestamp=h.first_timestamp,
+        max_timestamp=h.max_timestamp,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        transactional=h.is_transactional,
+        control=h.is_control,
+        magic=MAGIC_KAFKA,
     )
 
 
@@ -300,9 +340,12 @@ def _assemble(
     base_sequence: int,
     transactional: bool,
     control: bool,
+    magic: int = MAGIC_MSGPACK,
 ) -> bytes:
+    raw = (encode_rows(body_records) if magic == MAGIC_KAFKA
+           else msgpack.packb(body_records, use_bin_type=True))
     return _assemble_packed(
-        msgpack.packb(body_records, use_bin_type=True),
+        raw,
         len(body_records),
         base_offset=base_offset,
         leader_epoch=leader_epoch,
@@ -315,6 +358,7 @@ def _assemble(
         base_sequence=base_sequence,
         transactional=transactional,
         control=control,
+        magic=magic,
     )
 
 
@@ -333,8 +377,9 @@ def _assemble_packed(
     base_sequence: int,
     transactional: bool,
     control: bool,
+    magic: int = MAGIC_MSGPACK,
 ) -> bytes:
-    body = compress(compression, raw_body)
+    body = compress(compression, raw_body, kafka=magic == MAGIC_KAFKA)
     attributes = int(compression) & CODEC_MASK
     if transactional:
         attributes |= ATTR_TRANSACTIONAL
@@ -347,7 +392,7 @@ def _assemble_packed(
         base_offset,
         HEADER_SIZE + len(body) - LOG_OVERHEAD,
         leader_epoch,
-        MAGIC_MSGPACK,
+        magic,
         0,
         attributes,
         last_offset_delta,
@@ -372,7 +417,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"need {HEADER_SIZE} header bytes, have {len(buf) - pos}")
     h = BatchHeader._make(HEADER.unpack_from(buf, pos))
-    if h.magic != MAGIC_MSGPACK:
+    if h.magic != MAGIC_MSGPACK and h.magic != MAGIC_KAFKA:
         raise CorruptRecordError(f"unknown magic {h.magic:#x}")
     if not (HEADER_SIZE - LOG_OVERHEAD <= h.batch_length <= MAX_BATCH_BYTES):
         raise CorruptRecordError(f"impossible batch_length {h.batch_length}")
@@ -444,8 +489,18 @@ def decode_body(
 ) -> tuple[BatchHeader, list[list[Any]]]:
     """The header and the raw record rows ``[offset_delta, timestamp_delta, key, value,
     headers]`` of one whole batch: for readers that build their own record objects without
-    an intermediate ``Record`` per record (the client's consumer, the Arrow converter)."""
+    an intermediate ``Record`` per record (the client's consumer, the Arrow converter).
+    Both encodings give the same rows; a Kafka batch's headers are ``[name, value]`` lists
+    as msgpack's are, and with LogAppendTime every record has the batch's max timestamp."""
     h = verify_batch(batch) if verify else parse_header(batch)
+    if h.magic == MAGIC_KAFKA:
+        raw = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size], kafka=True)
+        rows = decode_rows(raw, h.record_count)
+        if h.attributes & ATTR_LOG_APPEND_TIME:
+            td = h.max_timestamp - h.first_timestamp
+            for row in rows:
+                row[1] = td
+        return h, rows
     raw = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
     try:
         body = msgpack.unpackb(raw, use_list=True, raw=False)

@@ -77,8 +77,8 @@ from storage import checkpoint
 from storage.batch import (
     HEADER_SIZE,
     LEADER_EPOCH_OFFSET,
-    MAGIC_MSGPACK,
     MAGIC_OFFSET,
+    MAGICS,
     BatchHeader,
     compute_crc,
     decode_records,
@@ -1223,19 +1223,20 @@ def _valid_batch_after(seg: Segment, position: int) -> bool:
     be, so it also finds the next batch when the damaged batch's length field is wrong.
     """
     data = seg.log.pread(seg.log.size() - position, position)
-    magic = bytes([MAGIC_MSGPACK])
-    i = data.find(magic, 1 + MAGIC_OFFSET)
-    while i >= 0:
-        q = i - MAGIC_OFFSET
-        if len(data) - q >= HEADER_SIZE:
-            try:
-                h = parse_header(data, q)
-            except CorruptRecordError:
-                h = None
-            if (h is not None and q + h.size <= len(data)
-                    and compute_crc(memoryview(data)[q:q + h.size]) == h.crc):
-                return True
-        i = data.find(magic, i + 1)
+    for m in MAGICS:  # a log holds both encodings (a Kafka client's batches are magic 2)
+        magic = bytes([m])
+        i = data.find(magic, 1 + MAGIC_OFFSET)
+        while i >= 0:
+            q = i - MAGIC_OFFSET
+            if len(data) - q >= HEADER_SIZE:
+                try:
+                    h = parse_header(data, q)
+                except CorruptRecordError:
+                    h = None
+                if (h is not None and q + h.size <= len(data)
+                        and compute_crc(memoryview(data)[q:q + h.size]) == h.crc):
+                    return True
+            i = data.find(magic, i + 1)
     return False
 
 

@@ -50,7 +50,7 @@ import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.batch import HEADER_SIZE, iter_batches
+from storage.batch import HEADER_SIZE, MAGIC_KAFKA, decode_body, iter_batches
 from storage.compression import decompress
 from storage.errors import CorruptRecordError
 
@@ -150,7 +150,11 @@ def _records_to_arrow(
         next_offset = max(next_offset, h.next_offset)
         if h.is_control or h.record_count == 0 or h.next_offset <= min_offset:
             continue
-        cols = _columns(mv[pos + HEADER_SIZE : pos + h.size], h.compression, h.record_count)
+        if h.magic == MAGIC_KAFKA:  # a Kafka client's batch: varint records, decoded in Python
+            cols = _kafka_columns(mv[pos : pos + h.size])
+        else:
+            cols = _columns(mv[pos + HEADER_SIZE : pos + h.size], h.compression,
+                            h.record_count)
         od, td, k, v, hs = cols
         lo, hi = 0, len(od)
         # Offset deltas increase within a batch (compaction keeps the survivors' deltas),
@@ -219,6 +223,14 @@ def arrow_response_headers(*, next_offset: int, high_watermark: int,
         HIGH_WATERMARK_HEADER: str(high_watermark),
         LOG_START_OFFSET_HEADER: str(log_start_offset),
     }
+
+
+def _kafka_columns(batch: memoryview) -> tuple[Sequence[Any], ...]:
+    """``_columns`` for a Kafka batch (magic 2): the same five columns from its rows."""
+    _, rows = decode_body(batch, verify=False)
+    if not rows:
+        return ((), (), (), (), ())
+    return tuple(zip(*rows, strict=True))
 
 
 def _columns(body: memoryview, codec: int, record_count: int) -> tuple[Sequence[Any], ...]:

@@ -27,6 +27,7 @@ from api.client.arrow import (
 from storage.batch import (
     HEADER,
     HEADER_SIZE,
+    MAGIC_KAFKA,
     MAGIC_MSGPACK,
     Record,
     _assemble,
@@ -42,7 +43,9 @@ from storage.errors import CorruptRecordError
 
 keys = st.one_of(st.none(), st.binary(max_size=12))
 values = st.one_of(st.none(), st.binary(max_size=64))
-headers = st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=6))),
+# No lone surrogates: a Kafka batch's header names are UTF-8 on the wire.
+headers = st.lists(st.tuples(st.text(st.characters(exclude_categories=("Cs",)), max_size=6),
+                             st.one_of(st.none(), st.binary(max_size=6))),
                    max_size=3)
 records = st.lists(st.tuples(keys, values, st.integers(0, 2**42), headers),
                    min_size=1, max_size=12)
@@ -50,13 +53,15 @@ records = st.lists(st.tuples(keys, values, st.integers(0, 2**42), headers),
 
 @st.composite
 def logs(draw: st.DrawFn) -> bytes:
-    """Whole batches back to back with increasing offsets, some thinned by compaction."""
+    """Whole batches back to back with increasing offsets, some thinned by compaction, some
+    in Kafka's record encoding (magic 2, as a Kafka client's produce stores them)."""
     out = bytearray()
     offset = draw(st.integers(0, 1000))
     for _ in range(draw(st.integers(0, 5))):
         recs = draw(records)
         codec = draw(st.sampled_from(list(Compression)))
-        b = bytearray(encode_batch(recs, compression=codec))
+        magic = draw(st.sampled_from([MAGIC_MSGPACK, MAGIC_KAFKA]))
+        b = bytearray(encode_batch(recs, compression=codec, magic=magic))
         stamp(b, offset, 0)
         if draw(st.booleans()):
             kept = [r for r in decode_records(b) if draw(st.booleans())]

@@ -65,6 +65,6 @@ def test_iter_batches_stops_at_a_torn_tail_and_locates_corruption() -> None:
 
 def test_unknown_magic_is_corrupt() -> None:
     b = bytearray(encode_batch([(b"a", b"b", 1, [])]))
-    b[16] = 2
+    b[16] = 1  # Kafka's message set v1: not read (2, Kafka's batch v2, is)
     with pytest.raises(CorruptRecordError, match="magic"):
         parse_header(b)
