@@ -45,8 +45,10 @@ def dev_group() -> None:
               type=click.Path(file_okay=False))
 @click.option("--controller-port", default=9301, show_default=True)
 @click.option("--broker-port", default=8082, show_default=True)
+@click.option("--kafka-port", default=9092, show_default=True,
+              help="First broker's Kafka protocol port (the next brokers count up); 0: none.")
 def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
-           broker_port: int) -> None:
+           broker_port: int, kafka_port: int) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
     from api.node.localcluster import Brokers, Quorum
 
@@ -54,7 +56,8 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
     root.mkdir(parents=True, exist_ok=True)
     c_ports = [controller_port + i for i in range(controllers)]
     b_ports = [broker_port + i for i in range(brokers)]
-    busy = [p for p in c_ports + b_ports if not _port_free(p)]
+    k_ports = [kafka_port + i for i in range(brokers)] if kafka_port else []
+    busy = [p for p in c_ports + b_ports + k_ports if not _port_free(p)]
     if busy:
         raise click.ClickException(
             f"port(s) {busy} on 127.0.0.1 are in use (another `longboat dev up`?); "
@@ -74,7 +77,8 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
     # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
     same_id = ["--override", f"cluster_id={cluster_id}"]
     quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
-    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports, extra_args=same_id)
+    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports, extra_args=same_id,
+                 kafka_ports=k_ports or None)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -93,12 +97,22 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
         desc = {
             "cluster_id": cluster_id,
             "data_dir": str(root),
-            "brokers": [{"id": b, "url": bs.url(b), "pid": bs.procs[b].pid} for b in bs.ids],
+            "brokers": [{"id": b, "url": bs.url(b), "pid": bs.procs[b].pid,
+                         **({"kafka": f"127.0.0.1:{bs.kafka_ports[b]}"}
+                            if b in bs.kafka_ports else {})} for b in bs.ids],
             "controllers": [{"id": i, "url": quorum.url(i), "pid": quorum.procs[i].pid}
                             for i in range(1, controllers + 1)],
         }
         meta_path.write_text(json.dumps(desc, indent=2) + "\n")
         b1, c1 = bs.url(bs.ids[0]), quorum.url(1)
+        kafka_lines = ""
+        if k_ports:
+            kb = f"127.0.0.1:{k_ports[0]}"
+            kafka_lines = f"""
+  # Kafka clients: bootstrap.servers={kb} (docs/kafka-protocol.md)
+  kcat -b {kb} -L
+  echo 'carol:a paddle' | kcat -b {kb} -P -t demo -K:
+  kcat -b {kb} -C -t demo -o beginning -e -f '%k: %s\\n'"""
         click.echo(f"""
 Longboat is up: {controllers} controller(s) (active: node {leader}), {brokers} broker(s).
 Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
@@ -117,6 +131,7 @@ Try:
   echo 'bob:an oar' | longboat produce demo --key-separator :
   longboat consume demo --from-beginning --max-messages 2 --print-key
   longboat cluster status; longboat topics describe demo; longboat quorum status
+{kafka_lines}
 
 Ctrl-C stops the cluster.""")
         while not stopping:

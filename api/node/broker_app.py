@@ -22,6 +22,10 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   ``/compatibility``, ``/config``, ``/mode`` (``api.http.schemas``) and the writes forwarded
   to its single writer at ``POST /internal/broker/v1/schemas/write``.
 
+With ``kafka_listen`` set, the broker also serves Kafka's binary protocol there
+(``api.kafka``) over the same replica manager, coordinator, producer ids and image, and
+registers it as its ``kafka`` endpoint. ``serve_broker`` binds it before registering.
+
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns. If an essential task dies first (the
 metadata follower, the lifecycle, the replica timer, a replica fetcher on an exception, the
@@ -45,6 +49,8 @@ from aiohttp import web
 from api.http.app import add_public_routes
 from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
+from api.kafka.handlers import KAFKA_LISTENER, KafkaContext
+from api.kafka.server import KafkaListener
 from api.node.config import NodeConfig
 from api.node.controller_app import image_summary
 from api.node.listener import limits_of, start_listener
@@ -90,6 +96,8 @@ class BrokerServer:
     groups: GroupCoordinator
     essentials: Essentials
     schemas: SchemaRegistry | None = None
+    kafka: KafkaListener | None = None
+    """The Kafka protocol listener (``kafka_listen``); bound by ``serve_broker``."""
 
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
@@ -117,6 +125,8 @@ class BrokerServer:
 
     async def stop(self) -> None:
         self.essentials.expect_stop()
+        if self.kafka is not None:
+            await self.kafka.close()
         await self.groups.stop()  # first: its appends go through the replicas
         if self.schemas is not None:
             await self.schemas.stop()
@@ -134,7 +144,10 @@ def _json(data: object, status: int = 200) -> web.Response:
 
 def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
     u = urlsplit(config.url)
-    return (Endpoint("http", u.hostname or config.host, u.port or config.port),)
+    eps = [Endpoint("http", u.hostname or config.host, u.port or config.port)]
+    if config.kafka_address is not None:
+        eps.append(Endpoint(KAFKA_LISTENER, *config.kafka_address))
+    return tuple(eps)
 
 
 async def handle_health(request: web.Request) -> web.Response:
@@ -214,10 +227,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     add_group_routes(app, groups)
     add_registry_routes(app, schemas)
     add_schema_registry_routes(app)
-    add_producer_id_routes(app, ProducerIdManager(
-        config.node_id, lambda: lifecycle.broker_epoch, replicas.controller,
-        ids_per_second_max=config.producer_ids_per_second_max))
-    add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
+    pids = ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch, replicas.controller,
+                             ids_per_second_max=config.producer_ids_per_second_max)
+    add_producer_id_routes(app, pids)
+    http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
+    if config.kafka_address is not None:
+        srv.kafka = KafkaListener(
+            KafkaContext(broker_id=config.node_id, cluster_id=http.cluster_id,
+                         image_fn=lambda: follower.image, replicas=replicas, groups=groups,
+                         next_producer_id=pids.next_id, execute=http.controllers.execute),
+            request_bytes_max=config.kafka_request_bytes_max,
+            connections_max=config.http_connections_max)
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:
@@ -253,6 +273,13 @@ async def serve_broker(config: NodeConfig) -> bool:
     app, srv = build_broker(config, autostart=False)
     runner, _site = await start_listener(app, config.host, config.port, limits_of(config))
     log.info("broker %d listening on %s", config.node_id, config.url)
+    if srv.kafka is not None and config.kafka_address is not None:
+        try:
+            await srv.kafka.start(*config.kafka_address)
+        except OSError:
+            await runner.cleanup()
+            raise
+        log.info("broker %d: Kafka listener on %s", config.node_id, config.kafka_listen)
     await srv.start()
     failure = await stop_signal_or_failure(srv.essentials)
     if failure is not None:

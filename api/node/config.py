@@ -75,6 +75,12 @@ class NodeConfig(BaseModel):
     rack: str | None = None
     cluster_id: str | None = None
     advertised_url: str | None = None
+    kafka_listen: str | None = None
+    """HOST:PORT of the broker's Kafka protocol listener (docs/kafka-protocol.md); off when
+    unset. Registered as the broker's ``kafka`` endpoint, so Metadata answers name it."""
+    kafka_request_bytes_max: int = Field(default=100 << 20, ge=1 << 20)
+    """The largest Kafka request frame; a larger size prefix closes the connection (Kafka's
+    ``socket.request.max.bytes``)."""
     # Controller (Kafka's configs of the same names, dots as underscores).
     broker_session_timeout_ms: int = Field(default=9_000, ge=100)
     """A broker without a heartbeat for this long is fenced and loses its leaderships."""
@@ -163,9 +169,11 @@ class NodeConfig(BaseModel):
             return tuple(r.strip() for r in v.split(",") if r.strip())
         return v
 
-    @field_validator("listen")
+    @field_validator("listen", "kafka_listen")
     @classmethod
-    def _check_listen(cls, v: str) -> str:
+    def _check_listen(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         m = _HOSTPORT.match(v)
         if not m or not 0 < int(m["port"]) < 65536:
             raise ValueError(f"listen must be HOST:PORT, got {v!r}")
@@ -211,6 +219,13 @@ class NodeConfig(BaseModel):
     @property
     def port(self) -> int:
         return int(self.listen.rsplit(":", 1)[1])
+
+    @property
+    def kafka_address(self) -> tuple[str, int] | None:
+        if self.kafka_listen is None:
+            return None
+        host, port = self.kafka_listen.rsplit(":", 1)
+        return host.strip("[]"), int(port)
 
     @property
     def url(self) -> str:

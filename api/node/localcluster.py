@@ -152,13 +152,17 @@ class Brokers:
     """
 
     def __init__(self, root: Path, quorum: Quorum, n: int = 3, first_id: int = 101,
-                 extra_args: list[str] | None = None, ports: list[int] | None = None) -> None:
+                 extra_args: list[str] | None = None, ports: list[int] | None = None,
+                 kafka_ports: list[int] | None = None) -> None:
         self.root = root
         self.quorum = quorum
         self.ids = list(range(first_id, first_id + n))
         self.ports = dict(zip(self.ids, ports if ports is not None else free_ports(n),
                               strict=True))
         self.extra_args = extra_args or []
+        self.kafka_ports = (dict(zip(self.ids, kafka_ports, strict=True))
+                            if kafka_ports is not None else {})
+        """Each broker's Kafka listener port (``kafka_listen``); none when not given."""
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.env: dict[int, dict[str, str]] = {}
         """Extra environment of a broker's process, by id (e.g. ``LONGBOAT_LAZYFS``)."""
@@ -173,7 +177,10 @@ class Brokers:
         self.procs[b] = subprocess.Popen(
             [sys.executable, "-m", "api", "broker", "start", "--node-id", str(b),
              "--listen", f"127.0.0.1:{self.ports[b]}", "--data-dir", str(d / "data"),
-             "--controller-quorum", self.quorum.quorum, *self.extra_args],
+             "--controller-quorum", self.quorum.quorum,
+             *(["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"]
+               if b in self.kafka_ports else []),
+             *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(b, {})},
         )

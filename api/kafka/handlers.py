@@ -1,0 +1,645 @@
+"""The Kafka API handlers: one request in, one response out, over the broker's own parts.
+
+A second front door, not a second broker: produce and fetch go to this broker's
+``ReplicaManager`` (a Kafka client talks to each partition's leader itself, so a partition
+this broker does not lead is answered NOT_LEADER_OR_FOLLOWER and the client refreshes its
+metadata, as with Kafka), groups to the ``GroupCoordinator``, producer ids to the
+``ProducerIdManager``, topics to the controller, and Metadata is read from the broker's
+``MetadataImage``. Each handler serves its API's whole advertised version range through
+``protocol.build`` (fields a version lacks are dropped).
+
+Groups: Longboat's coordinator computes assignments itself (docs/consumer-groups.md), so a
+Kafka group is joined with the subscription decoded from the member's consumer-protocol
+metadata (its topics, owned partitions, and the first assignor it offers that the coordinator
+has), the leader is handed every member's metadata as Kafka does, and SyncGroup answers each
+member with the coordinator's plan, encoded as a ``ConsumerProtocolAssignment``; the plan the
+leader sends is not used. Only ``protocol_type`` "consumer" is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import io
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment,
+)
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    TopicPartition as AssignedPartitions,
+)
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+from api.kafka.protocol import build, error_code, response_module
+from broker.errors import BrokerError
+from broker.group_coordinator import OFFSETS_TOPIC, CoordinatorError, GroupCoordinator
+from broker.groups.group import (
+    HeartbeatRequest,
+    JoinRequest,
+    LeaveRequest,
+    OffsetAndMetadata,
+    OffsetCommitRequest,
+    SyncRequest,
+)
+from broker.groups.types import RebalanceProtocol, TopicPartition
+from broker.replica_manager import ReplicaManager
+from broker.router import as_replica_error
+from metalog.image import MetadataImage
+from storage.batch import MAGIC_KAFKA, as_kafka_batch, iter_batches
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+ZERO_MS = datetime.timedelta(0)
+KAFKA_LISTENER = "kafka"
+"""The endpoint name a broker registers its Kafka listener under."""
+COORDINATOR_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """Longboat's topic id (22 characters of URL-safe base64 of 16 bytes) as Kafka's UUID."""
+    try:
+        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+        return uuid.UUID(bytes=raw[:16].ljust(16, b"\0"))
+    except (ValueError, TypeError):
+        return uuid.UUID(int=0)
+
+
+@dataclass
+class KafkaContext:
+    """What the handlers use; the broker process builds it (``api.node.broker_app``)."""
+
+    broker_id: int
+    cluster_id: str
+    image_fn: Callable[[], MetadataImage]
+    replicas: ReplicaManager
+    groups: GroupCoordinator
+    next_producer_id: Callable[[], Awaitable[int]]
+    execute: Callable[[Any], Awaitable[Any]]
+    """Runs a controller command (``ControllerClient.execute``)."""
+    fetch_wait_ms_max: int = 30_000
+    group_metadata: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
+    """(group, member) -> (protocol name, metadata) of members that joined here, for the
+    group leader's JoinGroup answer. Only the coordinator hears joins, so it is complete
+    there; a new coordinator learns it again as members rejoin."""
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.image_fn()
+
+
+def _code(e: BaseException) -> ErrorCode:
+    if isinstance(e, CoordinatorError):
+        return error_code(e.code)
+    if isinstance(e, BrokerError | StorageError):
+        return error_code(as_replica_error(e).error_code)
+    raise e
+
+
+# ------------------------------------------------------------------------ Metadata
+
+
+def _kafka_endpoint(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
+    from metalog.records import BrokerId
+
+    br = image.brokers.get(BrokerId(broker_id))
+    if br is None:
+        return None
+    for ep in br.endpoints:
+        if ep.name == KAFKA_LISTENER:
+            return ep.host, ep.port
+    return None
+
+
+async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(3, version)
+    image = ctx.image
+    brokers = []
+    for br in image.brokers.brokers.values():
+        ep = _kafka_endpoint(image, int(br.broker_id))
+        if ep is not None and not br.fenced:
+            brokers.append(build(mod, "MetadataResponseBroker", node_id=int(br.broker_id),
+                                 host=ep[0], port=ep[1], rack=br.rack))
+    requested: list[str] | None
+    if req.topics is None or (version == 0 and not req.topics):
+        requested = None  # every topic (v0: an empty list means all)
+    else:
+        requested = [t.name for t in req.topics if t.name is not None]
+    names = sorted(image.topics.by_name.keys()) if requested is None else requested
+    topics = []
+    for name in names:
+        t = image.topics.get(name)
+        if t is None:
+            topics.append(build(mod, "MetadataResponseTopic",
+                                error_code=ErrorCode.unknown_topic_or_partition, name=name,
+                                topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
+                                topic_authorized_operations=-2147483648))
+            continue
+        parts = []
+        for p in sorted(t.partitions.keys()):
+            reg = t.partitions[p]
+            live = [int(b) for b in reg.replicas if _usable(image, int(b))]
+            offline = tuple(int(b) for b in reg.replicas if int(b) not in live)
+            parts.append(build(
+                mod, "MetadataResponsePartition",
+                error_code=(ErrorCode.none if int(reg.leader) >= 0
+                            else ErrorCode.leader_not_available),
+                partition_index=p, leader_id=int(reg.leader),
+                leader_epoch=int(reg.leader_epoch),
+                replica_nodes=tuple(int(b) for b in reg.replicas),
+                isr_nodes=tuple(int(b) for b in reg.isr), offline_replicas=offline))
+        topics.append(build(mod, "MetadataResponseTopic", error_code=ErrorCode.none,
+                            name=name, topic_id=topic_uuid(str(t.topic_id)),
+                            is_internal=name == OFFSETS_TOPIC, partitions=tuple(parts),
+                            topic_authorized_operations=-2147483648))
+    return build(mod, "MetadataResponse", throttle_time=ZERO_MS, brokers=tuple(brokers),
+                 cluster_id=ctx.cluster_id, controller_id=ctx.broker_id,
+                 topics=tuple(topics), cluster_authorized_operations=-2147483648)
+
+
+def _usable(image: MetadataImage, broker_id: int) -> bool:
+    from metalog.records import BrokerId
+
+    return image.brokers.is_usable(BrokerId(broker_id))
+
+
+# ------------------------------------------------------------------------ Produce
+
+
+async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | None:
+    """None for acks=0: Kafka sends no response then."""
+    mod = response_module(0, version)
+    acks = int(req.acks)
+    timeout_ms = max(int(req.timeout.total_seconds() * 1000), 1)
+    transactional = req.transactional_id is not None
+
+    async def one(topic: str, p: Any) -> Any:
+        err, base = ErrorCode.none, -1
+        msg: str | None = None
+        if transactional:
+            err, msg = ErrorCode.transactional_id_authorization_failed, (
+                "transactions are not supported yet")
+        elif p.records is None or len(p.records) == 0:
+            err = ErrorCode.invalid_record
+        else:
+            try:
+                ans = await ctx.replicas.produce(topic, int(p.index), acks, timeout_ms,
+                                                 bytes(p.records))
+                base = int(ans["base_offset"])
+            except (BrokerError, StorageError) as e:
+                err, msg = _code(e), str(e)
+        return build(mod, "PartitionProduceResponse", index=p.index, error_code=err,
+                     base_offset=base, log_append_time=None, log_start_offset=-1,
+                     record_errors=(), error_message=msg)
+
+    async def topic_resp(t: Any) -> Any:
+        parts = await asyncio.gather(*(one(t.name, p) for p in t.partition_data))
+        return build(mod, "TopicProduceResponse", name=t.name, partition_responses=tuple(parts))
+
+    topics = await asyncio.gather(*(topic_resp(t) for t in req.topic_data))
+    if acks == 0:
+        return None
+    return build(mod, "ProduceResponse", responses=tuple(topics), throttle_time=ZERO_MS)
+
+
+# ------------------------------------------------------------------------ Fetch
+
+
+def kafka_records(data: bytes) -> bytes:
+    """Fetched log bytes as a Kafka client reads them: Kafka batches as stored, Longboat's
+    msgpack batches re-encoded as magic 2 (``as_kafka_batch``)."""
+    if not data:
+        return b""
+    mv = memoryview(data)
+    spans = list(iter_batches(mv, verify=False))
+    if all(h.magic == MAGIC_KAFKA for _, h in spans):
+        return data  # a partial tail batch included, as Kafka sends it
+    return b"".join(as_kafka_batch(mv[pos:pos + h.size]) for pos, h in spans)
+
+
+async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(1, version)
+    max_wait_ms = min(max(int(req.max_wait.total_seconds() * 1000), 0), ctx.fetch_wait_ms_max)
+    min_bytes = max(int(req.min_bytes), 0)
+    total_max = int(getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
+    wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
+    deadline = time.monotonic() + max_wait_ms / 1000
+
+    async def read_all(wait_ms: int) -> list[tuple[str, Any, ErrorCode, dict[str, Any]]]:
+        out: list[tuple[str, Any, ErrorCode, dict[str, Any]]] = []
+        left = total_max
+        for topic, p in wanted:
+            if left <= 0 and any(len(a.get("records") or b"") for *_, a in out):
+                out.append((topic, p, ErrorCode.none, _no_data(ctx, topic, int(p.partition))))
+                continue
+            try:
+                ans = await ctx.replicas.fetch(
+                    topic=topic, partition=int(p.partition), replica_id=-1,
+                    fetch_offset=int(p.fetch_offset),
+                    leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                    last_fetched_epoch=-1,
+                    max_bytes=max(min(int(p.partition_max_bytes), max(left, 1)), 1),
+                    max_wait_ms=wait_ms, min_bytes=1, high_watermark=-1, broker_epoch=-1)
+                left -= len(ans.get("records") or b"")
+                out.append((topic, p, ErrorCode.none, ans))
+            except (BrokerError, StorageError) as e:
+                out.append((topic, p, _code(e), {}))
+        return out
+
+    results = await read_all(0)
+    got = sum(len(a.get("records") or b"") for *_, a in results)
+    if got < max(min_bytes, 1) and max_wait_ms > 0 and wanted and all(
+            e == ErrorCode.none for _, _, e, _ in results):
+        await _wait_any(ctx, wanted, deadline)
+        results = await read_all(0)
+    topics: dict[str, list[Any]] = {}
+    for topic, p, err, ans in results:
+        hw = int(ans.get("high_watermark", -1)) if ans else -1
+        topics.setdefault(topic, []).append(build(
+            mod, "PartitionData", partition_index=p.partition, error_code=err,
+            high_watermark=hw, last_stable_offset=hw,
+            log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
+            aborted_transactions=(), preferred_read_replica=-1,
+            records=kafka_records(bytes(ans.get("records") or b"")) if ans else b""))
+    return build(mod, "FetchResponse", throttle_time=ZERO_MS, error_code=ErrorCode.none,
+                 session_id=0, responses=tuple(
+                     build(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps))
+                     for t, ps in topics.items()))
+
+
+def _no_data(ctx: KafkaContext, topic: str, partition: int) -> dict[str, Any]:
+    rep = ctx.replicas.by_name.get((topic, partition))
+    hw = rep.high_watermark if rep is not None else -1
+    start = rep.log.log_start_offset if rep is not None else -1
+    return {"records": b"", "high_watermark": hw, "log_start_offset": start}
+
+
+async def _wait_any(ctx: KafkaContext, wanted: list[tuple[str, Any]], deadline: float) -> None:
+    """Until any wanted partition has data to give, or the deadline (the long poll)."""
+    left_ms = int((deadline - time.monotonic()) * 1000)
+    if left_ms <= 0:
+        return
+    tasks = [asyncio.ensure_future(ctx.replicas.fetch(
+        topic=topic, partition=int(p.partition), replica_id=-1,
+        fetch_offset=int(p.fetch_offset), leader_epoch=-1, last_fetched_epoch=-1,
+        max_bytes=1, max_wait_ms=left_ms, min_bytes=1, high_watermark=-1, broker_epoch=-1))
+        for topic, p in wanted]
+    try:
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=max(
+                deadline - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return
+            for t in done:
+                if t.exception() is not None or (t.result().get("records") or b""):
+                    return
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ------------------------------------------------------------------------ ListOffsets
+
+
+async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(2, version)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            err, off, epoch = ErrorCode.none, -1, -1
+            ts = int(p.timestamp)
+            try:
+                if ts < -2:
+                    raise _Unsupported
+                off = int(ctx.replicas.list_offsets(t.name, int(p.partition_index),
+                                                    ts)["offset"])
+                rep = ctx.replicas.by_name.get((t.name, int(p.partition_index)))
+                epoch = rep.registration.leader_epoch if rep is not None else -1
+            except _Unsupported:
+                err = ErrorCode.unsupported_version
+            except (BrokerError, StorageError) as e:
+                err = _code(e)
+            parts.append(build(mod, "ListOffsetsPartitionResponse",
+                               partition_index=p.partition_index, error_code=err,
+                               timestamp=-1, offset=off, leader_epoch=int(epoch),
+                               old_style_offsets=(off,) if off >= 0 else ()))
+        topics.append(build(mod, "ListOffsetsTopicResponse", name=t.name,
+                            partitions=tuple(parts)))
+    return build(mod, "ListOffsetsResponse", throttle_time=ZERO_MS, topics=tuple(topics))
+
+
+class _Unsupported(Exception):
+    """A ListOffsets spec this listener does not serve yet (-3 max timestamp and beyond)."""
+
+
+# ------------------------------------------------------------------------ producer ids
+
+
+async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(22, version)
+    if req.transactional_id is not None:
+        return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
+                     error_code=ErrorCode.transactional_id_authorization_failed,
+                     producer_id=-1, producer_epoch=-1)
+    try:
+        pid = await ctx.next_producer_id()
+    except Exception as e:  # the controller did not hand out a block
+        log.warning("InitProducerId: %s", e)
+        return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
+                     error_code=ErrorCode.coordinator_not_available, producer_id=-1,
+                     producer_epoch=-1)
+    return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
+                 error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
+
+
+# ------------------------------------------------------------------------ groups
+
+
+async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(10, version)
+    keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+    key_type = int(getattr(req, "key_type", 0))
+    answers = []
+    for key in keys:
+        node, host, port, err, msg = -1, "", -1, ErrorCode.none, None
+        if key_type != 0:
+            err, msg = ErrorCode.coordinator_not_available, "only group coordinators exist"
+        else:
+            try:
+                info = await ctx.groups.find_coordinator(key)
+                ep = _kafka_endpoint(ctx.image, info.coordinator_id)
+                if ep is None:
+                    err = ErrorCode.coordinator_not_available
+                    msg = f"broker {info.coordinator_id} has no Kafka listener"
+                else:
+                    node, (host, port) = info.coordinator_id, ep
+            except CoordinatorError as ce:
+                err, msg = _code(ce), str(ce)
+        answers.append((key, node, host, port, err, msg))
+    if version >= 4:
+        return build(mod, "FindCoordinatorResponse", throttle_time=ZERO_MS, coordinators=tuple(
+            build(mod, "Coordinator", key=k, node_id=n, host=h, port=p, error_code=e,
+                  error_message=m) for k, n, h, p, e, m in answers))
+    _k, n, h, p, first_err, m = answers[0]
+    return build(mod, "FindCoordinatorResponse", throttle_time=ZERO_MS, error_code=first_err,
+                 error_message=m, node_id=n, host=h, port=p)
+
+
+def _subscription(metadata: bytes) -> tuple[frozenset[str], frozenset[TopicPartition] | None]:
+    """Topics and owned partitions of a ``ConsumerProtocolSubscription`` (any version)."""
+    import importlib
+
+    if len(metadata) < 2:
+        return frozenset(), None
+    v = min(int.from_bytes(metadata[:2], "big", signed=True), 3)
+    mod = importlib.import_module(f"kio.schema.consumer_protocol_subscription.v{max(v, 0)}.data")
+    sub, _ = entity_reader(mod.ConsumerProtocolSubscription)(metadata, 2)
+    owned = None
+    if getattr(sub, "owned_partitions", None) is not None and v >= 1:
+        owned = frozenset(TopicPartition(tp.topic, int(p)) for tp in sub.owned_partitions
+                          for p in tp.partitions)
+    return frozenset(sub.topics), owned
+
+
+def _assignment(parts: frozenset[TopicPartition]) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(parts):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    body = ConsumerProtocolAssignment(
+        assigned_partitions=tuple(AssignedPartitions(topic=TopicName(t),
+                                                     partitions=tuple(i32(p) for p in ps))
+                                  for t, ps in by_topic.items()),
+        user_data=None)
+    buf = io.BytesIO()
+    buf.write(b"\0\0")  # version 0
+    entity_writer(ConsumerProtocolAssignment)(buf, body)
+    return buf.getvalue()
+
+
+async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(11, version)
+
+    def answer(err: ErrorCode, **kw: Any) -> Any:
+        base: dict[str, Any] = dict(throttle_time=ZERO_MS, error_code=err, generation_id=-1,
+                                    protocol_type="consumer", protocol_name=None, leader="",
+                                    member_id=req.member_id, members=())
+        base.update(kw)
+        if version < 7 and base["protocol_name"] is None:
+            base["protocol_name"] = ""
+        return build(mod, "JoinGroupResponse", **base)
+
+    if req.protocol_type != "consumer":
+        return answer(ErrorCode.inconsistent_group_protocol)
+    offered = [(p.name, bytes(p.metadata)) for p in req.protocols]
+    chosen = next(((n, m) for n, m in offered if n in COORDINATOR_ASSIGNORS), None)
+    if chosen is None:
+        return answer(ErrorCode.inconsistent_group_protocol)
+    try:
+        topics, owned = _subscription(chosen[1])
+    except Exception:
+        return answer(ErrorCode.inconsistent_group_protocol)
+    jr = JoinRequest(
+        group=req.group_id, member_id=req.member_id, topics=topics,
+        protocol=(RebalanceProtocol.COOPERATIVE if chosen[0] == "cooperative-sticky"
+                  else RebalanceProtocol.EAGER),
+        assignor=chosen[0], client_id="",
+        session_timeout_ms=int(req.session_timeout.total_seconds() * 1000),
+        rebalance_timeout_ms=int(getattr(req, "rebalance_timeout", req.session_timeout)
+                                 .total_seconds() * 1000),
+        owned=owned if chosen[0] == "cooperative-sticky" else None)
+    try:
+        resp = await ctx.groups.join(jr)
+    except CoordinatorError as e:
+        return answer(_code(e))
+    err = error_code(str(resp.error))
+    if err != ErrorCode.none:
+        return answer(err, member_id=resp.member_id or req.member_id)
+    ctx.group_metadata[(req.group_id, resp.member_id)] = chosen
+    name = resp.assignor or chosen[0]
+    members = ()
+    if resp.leader == resp.member_id:
+        members = tuple(build(mod, "JoinGroupResponseMember", member_id=m,
+                              group_instance_id=None,
+                              metadata=ctx.group_metadata.get((req.group_id, m),
+                                                              (name, b"\0\0\0\0\0\0"))[1])
+                        for m in resp.members)
+    return answer(ErrorCode.none, generation_id=resp.generation, protocol_name=name,
+                  leader=resp.leader or "", member_id=resp.member_id, members=members)
+
+
+async def handle_sync_group(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(14, version)
+    try:
+        resp = await ctx.groups.sync(SyncRequest(req.group_id, req.member_id,
+                                                 int(req.generation_id)))
+        err = error_code(str(resp.error))
+        assignment = _assignment(resp.assignment) if err == ErrorCode.none else b""
+    except CoordinatorError as e:
+        err, assignment = _code(e), b""
+    return build(mod, "SyncGroupResponse", throttle_time=ZERO_MS, error_code=err,
+                 protocol_type="consumer", protocol_name=getattr(req, "protocol_name", None),
+                 assignment=assignment)
+
+
+async def handle_heartbeat(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(12, version)
+    try:
+        err = error_code(str(await ctx.groups.heartbeat(
+            HeartbeatRequest(req.group_id, req.member_id, int(req.generation_id)))))
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(mod, "HeartbeatResponse", throttle_time=ZERO_MS, error_code=err)
+
+
+async def handle_leave_group(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(13, version)
+    ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
+    results = []
+    top = ErrorCode.none
+    for mid in ids:
+        try:
+            err = error_code(str(await ctx.groups.leave(LeaveRequest(req.group_id, mid))))
+        except CoordinatorError as e:
+            err = top = _code(e)
+        ctx.group_metadata.pop((req.group_id, mid), None)
+        results.append(build(mod, "MemberResponse", member_id=mid, group_instance_id=None,
+                             error_code=err))
+        if version < 3:
+            top = err
+    return build(mod, "LeaveGroupResponse", throttle_time=ZERO_MS, error_code=top,
+                 members=tuple(results))
+
+
+async def handle_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(8, version)
+    offsets = {TopicPartition(t.name, int(p.partition_index)):
+               OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
+               for t in req.topics for p in t.partitions}
+    generation = int(getattr(req, "generation_id_or_member_epoch",
+                             getattr(req, "generation_id", -1)))
+    try:
+        err = error_code(str(await ctx.groups.commit(OffsetCommitRequest(
+            req.group_id, offsets, member_id=req.member_id, generation=generation))))
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(mod, "OffsetCommitResponse", throttle_time=ZERO_MS, topics=tuple(
+        build(mod, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            build(mod, "OffsetCommitResponsePartition", partition_index=p.partition_index,
+                  error_code=err) for p in t.partitions))
+        for t in req.topics))
+
+
+async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(9, version)
+    wanted = None if req.topics is None else [
+        TopicPartition(t.name, int(p)) for t in req.topics for p in t.partition_indexes]
+    top = ErrorCode.none
+    committed: dict[TopicPartition, Any] = {}
+    try:
+        committed = dict(await ctx.groups.fetch_offsets(req.group_id, wanted))
+    except CoordinatorError as e:
+        top = _code(e)
+    tps = wanted if wanted is not None else sorted(committed)
+    by_topic: dict[str, list[Any]] = {}
+    for tp in tps:
+        c = committed.get(tp)
+        by_topic.setdefault(tp.topic, []).append(build(
+            mod, "OffsetFetchResponsePartition", partition_index=tp.partition,
+            committed_offset=-1 if c is None else c.offset, committed_leader_epoch=-1,
+            metadata="" if c is None else c.metadata,
+            error_code=top if version < 2 else ErrorCode.none))
+    return build(mod, "OffsetFetchResponse", throttle_time=ZERO_MS, error_code=top,
+                 topics=tuple(build(mod, "OffsetFetchResponseTopic", name=t,
+                                    partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+# ------------------------------------------------------------------------ topics
+
+
+async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any:
+    from metalog.commands import CreateTopic
+    from metalog.errors import MetadataError
+    from metalog.records import BrokerId
+
+    mod = response_module(19, version)
+    results = []
+    for t in req.topics:
+        err, msg = ErrorCode.none, None
+        assignments = ({int(a.partition_index): tuple(BrokerId(int(b)) for b in a.broker_ids)
+                        for a in t.assignments} or None)
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        n, rf = int(t.num_partitions), int(t.replication_factor)
+        try:
+            await ctx.execute(CreateTopic(
+                name=t.name, num_partitions=n if n > 0 else 1,
+                replication_factor=rf if rf > 0 else 1, assignments=assignments,
+                configs=configs, validate_only=bool(req.validate_only),
+                topic_id=None if req.validate_only else _random_topic_id()))
+        except MetadataError as e:
+            err, msg = error_code(str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))), str(e)
+        except Exception as e:  # no controller answered
+            err, msg = ErrorCode.request_timed_out, str(e)
+        results.append(build(mod, "CreatableTopicResult", name=t.name, error_code=err,
+                             error_message=msg, topic_config_error_code=0,
+                             num_partitions=n, replication_factor=rf, configs=None,
+                             topic_id=uuid.UUID(int=0)))
+    return build(mod, "CreateTopicsResponse", throttle_time=ZERO_MS, topics=tuple(results))
+
+
+def _random_topic_id() -> Any:
+    from metalog.records import TopicId
+
+    return TopicId(base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
+
+
+async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any:
+    from metalog.commands import DeleteTopic
+    from metalog.errors import MetadataError
+
+    mod = response_module(20, version)
+    results = []
+    for name in req.topic_names:
+        err = ErrorCode.none
+        t = ctx.image.topics.get(name)
+        if t is None:
+            err = ErrorCode.unknown_topic_or_partition
+        else:
+            try:
+                await ctx.execute(DeleteTopic(topic_id=t.topic_id))
+            except MetadataError as e:
+                err = error_code(str(getattr(e, "code", "UNKNOWN_SERVER_ERROR")))
+            except Exception:
+                err = ErrorCode.request_timed_out
+        results.append(build(mod, "DeletableTopicResult", name=name, error_code=err))
+    return build(mod, "DeleteTopicsResponse", throttle_time=ZERO_MS, responses=tuple(results))
+
+
+HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
+    0: handle_produce,
+    1: handle_fetch,
+    2: handle_list_offsets,
+    3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
+    10: handle_find_coordinator,
+    11: handle_join_group,
+    12: handle_heartbeat,
+    13: handle_leave_group,
+    14: handle_sync_group,
+    19: handle_create_topics,
+    20: handle_delete_topics,
+    22: handle_init_producer_id,
+}
