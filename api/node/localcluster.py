@@ -250,11 +250,14 @@ class Brokers:
 def running_cluster(root: Path, controllers: int = 3, brokers: int = 3, *,
                     controller_args: list[str] | None = None,
                     broker_args: list[str] | None = None,
-                    ready_timeout_s: float = 60.0) -> Iterator[tuple[Quorum, Brokers]]:
+                    ready_timeout_s: float = 60.0,
+                    kafka: bool = False) -> Iterator[tuple[Quorum, Brokers]]:
     """Controllers and brokers as processes under ``root``, every broker ready; all stopped
-    on exit (brokers first, so their controlled shutdowns reach a controller)."""
+    on exit (brokers first, so their controlled shutdowns reach a controller). ``kafka``:
+    each broker also serves Kafka's protocol on a free port (``Brokers.kafka_ports``)."""
     q = Quorum(root, controllers, extra_args=controller_args)
-    b = Brokers(root, q, brokers, extra_args=broker_args)
+    b = Brokers(root, q, brokers, extra_args=broker_args,
+                kafka_ports=free_ports(brokers) if kafka else None)
     q.start_all()
     b.start_all()
     try:
