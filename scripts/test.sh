@@ -14,6 +14,8 @@ echo "==> import-linter (layers and pure cores)" >&2
 lint-imports
 echo "==> system tools for the fault-injection tests (nftables, iptables, faketime)" >&2
 ./scripts/setup-jepsen.sh
+echo "==> system tools for the Kafka protocol tests (kcat)" >&2
+./scripts/setup-kafka-clients.sh
 echo "==> pytest" >&2
 # CI has 2 cores; the suite is sized to finish well under 20 minutes there.
 python -m pytest -q "$@"

@@ -115,3 +115,19 @@ def test_an_unreadable_or_undecodable_file_is_a_config_error(tmp_path: Path) -> 
     p.write_bytes(b"node_id = 1\n\xff\xfe = 2\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(p)
+
+
+def test_kafka_listen_is_off_by_default_and_registers_a_kafka_endpoint() -> None:
+    from api.node.broker_app import broker_endpoints
+
+    base = {"node_id": 101, "controller_quorum": "1@127.0.0.1:9301", "data_dir": "/tmp/x",
+            "listen": "127.0.0.1:8082"}
+    off = load_config(None, base)
+    assert off.kafka_address is None
+    assert [e.name for e in broker_endpoints(off)] == ["http"]
+    on = load_config(None, {**base, "kafka_listen": "127.0.0.1:9092"})
+    assert on.kafka_address == ("127.0.0.1", 9092)
+    assert [tuple(e) for e in broker_endpoints(on)] == [
+        ("http", "127.0.0.1", 8082), ("kafka", "127.0.0.1", 9092)]
+    with pytest.raises(ConfigError, match="kafka_listen"):
+        load_config(None, {**base, "kafka_listen": "nowhere"})
