@@ -48,12 +48,12 @@ def _free_run(n: int) -> int:
 
 def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     # dev up takes consecutive ports from each base: search for two free runs.
-    c_port, b_port = _free_run(3), _free_run(2)
+    c_port, b_port, k_port = _free_run(3), _free_run(2), _free_run(2)
     data = tmp_path / "dev"
     proc = subprocess.Popen(
         [sys.executable, "-m", "api", "dev", "up", "--controllers", "3", "--brokers", "2",
          "--data-dir", str(data), "--controller-port", str(c_port), "--broker-port",
-         str(b_port)],
+         str(b_port), "--kafka-port", str(k_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     cluster_file = data / "cluster.json"
@@ -67,6 +67,13 @@ def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp
         assert [b["url"] for b in desc["brokers"]] == [
             f"http://127.0.0.1:{b_port}", f"http://127.0.0.1:{b_port + 1}"]
         assert len(desc["controllers"]) == 3 and desc["cluster_id"]
+        # Each broker serves Kafka's protocol too, and Metadata names both listeners.
+        assert [b["kafka"] for b in desc["brokers"]] == [
+            f"127.0.0.1:{k_port}", f"127.0.0.1:{k_port + 1}"]
+        from confluent_kafka.admin import AdminClient
+
+        md = AdminClient({"bootstrap.servers": f"127.0.0.1:{k_port}"}).list_topics(timeout=10)
+        assert sorted(b.port for b in md.brokers.values()) == [k_port, k_port + 1]
         for b in desc["brokers"]:
             with urllib.request.urlopen(b["url"] + "/v3/health/ready", timeout=5) as r:
                 assert json.loads(r.read())["ready"] is True
