@@ -515,9 +515,10 @@ async def handle_leave_group(ctx: KafkaContext, version: int, req: Any) -> Any:
         except CoordinatorError as e:
             err = top = _code(e)
         ctx.group_metadata.pop((req.group_id, mid), None)
-        results.append(build(mod, "MemberResponse", member_id=mid, group_instance_id=None,
-                             error_code=err))
-        if version < 3:
+        if version >= 3:  # v3+ (KIP-345) answers per member
+            results.append(build(mod, "MemberResponse", member_id=mid,
+                                 group_instance_id=None, error_code=err))
+        else:
             top = err
     return build(mod, "LeaveGroupResponse", throttle_time=ZERO_MS, error_code=top,
                  members=tuple(results))
