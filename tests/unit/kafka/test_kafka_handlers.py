@@ -183,3 +183,94 @@ def test_offset_fetch_every_version(version: int) -> None:
         h.build(mod, "OffsetFetchRequestTopic", name="t", partition_indexes=(0,)),))
     out = round_trip(9, version, asyncio.run(h.handle_offset_fetch(ctx(), version, req)))
     assert out.topics[0].partitions[0].committed_offset == -1
+
+
+class FakeReplicas:
+    """produce/fetch/list_offsets as ReplicaManager answers them, for partition 0 only."""
+
+    by_name: dict[Any, Any] = {}
+
+    def __init__(self) -> None:
+        from storage.batch import MAGIC_KAFKA, encode_batch
+
+        self.batch = encode_batch([(b"k", b"v", 5, [])], magic=MAGIC_KAFKA)
+
+    async def produce(self, topic: str, partition: int, acks: int, timeout_ms: int,
+                      batch: bytes) -> dict[str, Any]:
+        from broker.replica_manager import ReplicaError
+
+        if partition != 0:
+            raise ReplicaError("NOT_LEADER_OR_FOLLOWER")
+        return {"base_offset": 41}
+
+    async def fetch(self, **kw: Any) -> dict[str, Any]:
+        return {"records": self.batch, "high_watermark": 1, "log_start_offset": 0}
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+        return {"offset": 9}
+
+
+def data_ctx() -> h.KafkaContext:
+    c = ctx()
+    c.replicas = FakeReplicas()  # type: ignore[assignment]
+    return c
+
+
+@pytest.mark.parametrize("version", range(3, SUPPORTED[0][1] + 1))
+def test_produce_every_served_version(version: int) -> None:
+    from kio.static.primitive import Records
+
+    mod = __import__(f"kio.schema.produce.v{version}.request", fromlist=["x"])
+    req = request(0, version, transactional_id=None, acks=-1,
+                  timeout=datetime.timedelta(seconds=5), topic_data=(mod.TopicProduceData(
+                      name="t", partition_data=tuple(mod.PartitionProduceData(
+                          index=i, records=Records(b"x")) for i in (0, 1))),))
+    out = round_trip(0, version, asyncio.run(h.handle_produce(data_ctx(), version, req)))
+    [p0, p1] = out.responses[0].partition_responses
+    assert (p0.error_code, p0.base_offset) == (ErrorCode.none, 41)
+    assert p1.error_code == ErrorCode.not_leader_or_follower
+    acks0 = request(0, version, transactional_id=None, acks=0,
+                    timeout=datetime.timedelta(seconds=5), topic_data=req.topic_data)
+    assert asyncio.run(h.handle_produce(data_ctx(), version, acks0)) is None
+
+
+@pytest.mark.parametrize("version", versions(1))
+def test_fetch_every_version(version: int) -> None:
+    mod = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["x"])
+    part = h.build(mod, "FetchPartition", partition=0, current_leader_epoch=-1,
+                   fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                   partition_max_bytes=1 << 20)
+    req = request(1, version, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
+                  max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
+                  topics=(h.build(mod, "FetchTopic", topic="t", partitions=(part,)),),
+                  forgotten_topics_data=(), rack_id="")
+    c = data_ctx()
+    out = round_trip(1, version, asyncio.run(h.handle_fetch(c, version, req)))
+    p = out.responses[0].partitions[0]
+    assert (p.error_code, p.high_watermark, bytes(p.records)) == (
+        ErrorCode.none, 1, c.replicas.batch)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("version", versions(2))
+def test_list_offsets_every_version(version: int) -> None:
+    mod = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["x"])
+    req = request(2, version, replica_id=-1, isolation_level=0, topics=(h.build(
+        mod, "ListOffsetsTopic", name="t", partitions=(h.build(
+            mod, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
+            timestamp=-1, max_num_offsets=1),)),))
+    out = round_trip(2, version, asyncio.run(h.handle_list_offsets(data_ctx(), version, req)))
+    p = out.topics[0].partitions[0]
+    assert (p.error_code, p.offset) == (ErrorCode.none, 9)
+
+
+@pytest.mark.parametrize("version", versions(3))
+def test_metadata_every_version_names_an_unknown_topic(version: int) -> None:
+    mod = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["x"])
+    req = request(3, version, topics=(h.build(mod, "MetadataRequestTopic", name="nope",
+                                              topic_id=None),),
+                  allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                  include_topic_authorized_operations=False)
+    out = round_trip(3, version, asyncio.run(h.handle_metadata(data_ctx(), version, req)))
+    assert [(t.name, t.error_code) for t in out.topics] == [
+        ("nope", ErrorCode.unknown_topic_or_partition)]
+    assert out.brokers == ()
