@@ -28,6 +28,7 @@ from storage.batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_KAFKA,
     MAGIC_MSGPACK,
     BatchHeader,
     compute_crc,
@@ -347,7 +348,9 @@ class Segment:
                 break
             end_at = cut + length + LOG_OVERHEAD
             if verify:
-                if not (magic == MAGIC_MSGPACK and cut + HEADER_SIZE <= end_at <= n
+                # Either encoding: a Kafka client's batches (magic 2) sit beside ours.
+                if not (magic in (MAGIC_MSGPACK, MAGIC_KAFKA)
+                        and cut + HEADER_SIZE <= end_at <= n
                         and prev_end <= base and delta >= 0 and base + delta < next_offset
                         and crc(mv[cut + ATTRIBUTES_OFFSET:end_at]) == stored):
                     if cut == 0:
@@ -369,7 +372,7 @@ class Segment:
         size = length + LOG_OVERHEAD
         if not HEADER_SIZE <= size <= len(mv) - at:
             return f"batch_length {length} does not fit the {len(mv) - at} bytes read"
-        if magic != MAGIC_MSGPACK:
+        if magic != MAGIC_MSGPACK and magic != MAGIC_KAFKA:
             return f"unknown magic {magic:#x}"
         if base < prev_end or delta < 0 or base + delta >= self.next_offset:
             return (f"offsets {base}..{base + delta} are not after {prev_end - 1} and "
