@@ -518,3 +518,18 @@ def test_long_poll_fetch_waits_for_data(cluster: Cluster) -> None:
     c.close()
     assert m is not None and m.value() == b"late"
     assert time.monotonic() - t0 < 6  # answered when the record came, not at a timeout
+
+
+def test_admin_create_existing_and_delete_topics(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    cluster.create_topic("gone", partitions=2)
+    again = admin.create_topics([NewTopic("gone", 2, 3)], operation_timeout=10)["gone"]
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        again.result(timeout=20)
+    assert ei.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    admin.delete_topics(["gone"], operation_timeout=10)["gone"].result(timeout=20)
+    wait_for("gone is gone", lambda: "gone" not in admin.list_topics(timeout=5).topics, 20)
+    missing = admin.delete_topics(["never-was"], operation_timeout=10)["never-was"]
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        missing.result(timeout=20)
+    assert ei.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
