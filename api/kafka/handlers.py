@@ -319,7 +319,7 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            err, off, epoch = ErrorCode.none, -1, -1
+            err, off, epoch, found_ts = ErrorCode.none, -1, -1, -1
             ts = int(p.timestamp)
             try:
                 if ts < -2:
@@ -328,17 +328,32 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
                                                     ts)["offset"])
                 rep = ctx.replicas.by_name.get((t.name, int(p.partition_index)))
                 epoch = rep.registration.leader_epoch if rep is not None else -1
+                if ts >= 0 and off >= 0 and rep is not None:
+                    found_ts = _timestamp_at(rep.log, off)
             except _Unsupported:
                 err = ErrorCode.unsupported_version
             except (BrokerError, StorageError) as e:
                 err = _code(e)
             parts.append(build(mod, "ListOffsetsPartitionResponse",
                                partition_index=p.partition_index, error_code=err,
-                               timestamp=-1, offset=off, leader_epoch=int(epoch),
+                               timestamp=found_ts, offset=off, leader_epoch=int(epoch),
                                old_style_offsets=(off,) if off >= 0 else ()))
         topics.append(build(mod, "ListOffsetsTopicResponse", name=t.name,
                             partitions=tuple(parts)))
     return build(mod, "ListOffsetsResponse", throttle_time=ZERO_MS, topics=tuple(topics))
+
+
+def _timestamp_at(log: Any, offset: int) -> int:
+    """The timestamp of the record at ``offset`` (Kafka answers a by-time lookup with the
+    found record's timestamp); -1 if it is not there to read."""
+    from storage.batch import decode_records
+
+    data = log.read(offset, 1).data
+    for pos, bh in iter_batches(data, verify=False):
+        for r in decode_records(memoryview(data)[pos:pos + bh.size], verify=False):
+            if r.offset >= offset:
+                return r.timestamp
+    return -1
 
 
 class _Unsupported(Exception):

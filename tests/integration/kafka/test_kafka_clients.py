@@ -265,6 +265,14 @@ def test_list_offsets_earliest_latest_and_by_time(cluster: Cluster) -> None:
         assert c.get_watermark_offsets(TopicPartition("lo", 0), timeout=10) == (0, 10)
         found = c.offsets_for_times([TopicPartition("lo", 0, base + 3500)], timeout=10)
         assert found[0].offset == 4
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KPTopicPartition
+
+        kc = KafkaConsumer(bootstrap_servers=cluster.bootstrap)
+        tp = KPTopicPartition("lo", 0)
+        hit = kc.offsets_for_times({tp: base + 3500})[tp]
+        kc.close()
+        assert (hit.offset, hit.timestamp) == (4, base + 4000)  # the found record's time
         past = c.offsets_for_times([TopicPartition("lo", 0, base + 99_000)], timeout=10)
         assert past[0].offset in (-1, 10)  # none at or after it: Kafka answers -1 (end)
     finally:
