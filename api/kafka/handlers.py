@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import importlib
 import io
 import logging
 import time
@@ -54,8 +55,11 @@ from broker.groups.group import (
 from broker.groups.types import RebalanceProtocol, TopicPartition
 from broker.replica_manager import ReplicaManager
 from broker.router import as_replica_error
+from metalog.commands import CreateTopic, DeleteTopic
+from metalog.errors import MetadataError
 from metalog.image import MetadataImage
-from storage.batch import MAGIC_KAFKA, as_kafka_batch, iter_batches
+from metalog.records import BrokerId, TopicId
+from storage.batch import MAGIC_KAFKA, as_kafka_batch, decode_records, iter_batches
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -110,8 +114,6 @@ def _code(e: BaseException) -> ErrorCode:
 
 
 def _kafka_endpoint(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
-    from metalog.records import BrokerId
-
     br = image.brokers.get(BrokerId(broker_id))
     if br is None:
         return None
@@ -168,8 +170,6 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 
 def _usable(image: MetadataImage, broker_id: int) -> bool:
-    from metalog.records import BrokerId
-
     return image.brokers.is_usable(BrokerId(broker_id))
 
 
@@ -346,8 +346,6 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
 def _timestamp_at(log: Any, offset: int) -> int:
     """The timestamp of the record at ``offset`` (Kafka answers a by-time lookup with the
     found record's timestamp); -1 if it is not there to read."""
-    from storage.batch import decode_records
-
     data = log.read(offset, 1).data
     for pos, bh in iter_batches(data, verify=False):
         for r in decode_records(memoryview(data)[pos:pos + bh.size], verify=False):
@@ -415,8 +413,6 @@ async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> 
 
 def _subscription(metadata: bytes) -> tuple[frozenset[str], frozenset[TopicPartition] | None]:
     """Topics and owned partitions of a ``ConsumerProtocolSubscription`` (any version)."""
-    import importlib
-
     if len(metadata) < 2:
         return frozenset(), None
     v = min(int.from_bytes(metadata[:2], "big", signed=True), 3)
@@ -586,10 +582,6 @@ async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 
 async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any:
-    from metalog.commands import CreateTopic
-    from metalog.errors import MetadataError
-    from metalog.records import BrokerId
-
     mod = response_module(19, version)
     results = []
     for t in req.topics:
@@ -616,14 +608,10 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
 
 
 def _random_topic_id() -> Any:
-    from metalog.records import TopicId
-
     return TopicId(base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
 
 
 async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any:
-    from metalog.commands import DeleteTopic
-    from metalog.errors import MetadataError
 
     mod = response_module(20, version)
     results = []
