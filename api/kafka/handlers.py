@@ -53,6 +53,7 @@ from broker.groups.group import (
     SyncRequest,
 )
 from broker.groups.types import RebalanceProtocol, TopicPartition
+from broker.producer_ids import ProducerIdThrottledError
 from broker.replica_manager import ReplicaManager
 from broker.router import as_replica_error
 from metalog.commands import CreateTopic, DeleteTopic
@@ -369,6 +370,11 @@ async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> 
                      producer_id=-1, producer_epoch=-1)
     try:
         pid = await ctx.next_producer_id()
+    except ProducerIdThrottledError as e:  # KIP-936: new ids are rate-limited per broker
+        return build(mod, "InitProducerIdResponse",
+                     throttle_time=datetime.timedelta(milliseconds=e.throttle_time_ms),
+                     error_code=ErrorCode.throttling_quota_exceeded, producer_id=-1,
+                     producer_epoch=-1)
     except Exception as e:  # the controller did not hand out a block
         log.warning("InitProducerId: %s", e)
         return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,

@@ -274,3 +274,18 @@ def test_metadata_every_version_names_an_unknown_topic(version: int) -> None:
     assert [(t.name, t.error_code) for t in out.topics] == [
         ("nope", ErrorCode.unknown_topic_or_partition)]
     assert out.brokers == ()
+
+
+def test_init_producer_id_throttled_is_throttling_quota_exceeded() -> None:
+    from broker.producer_ids import ProducerIdThrottledError
+
+    async def throttled() -> int:
+        raise ProducerIdThrottledError(250)
+
+    c = ctx()
+    c.next_producer_id = throttled
+    req = request(22, 4, transactional_id=None, transaction_timeout=datetime.timedelta(0),
+                  producer_id=-1, producer_epoch=-1)
+    out = round_trip(22, 4, asyncio.run(h.handle_init_producer_id(c, 4, req)))
+    assert out.error_code == ErrorCode.throttling_quota_exceeded
+    assert out.throttle_time == datetime.timedelta(milliseconds=250)
