@@ -670,24 +670,13 @@ class MetadataSimulation(Simulation):
         elif r < 0.095 and ("partition" in f or "asymmetric_partition" in f):
             self._partition(sorted(self.nodes))
         elif r < 0.115 and ("crash" in f or "kill_leader" in f):
-            up = [n for n in self.nodes.values() if n.up]
-            down = [n for n in self.nodes.values() if not n.up]
-            leader = self._leader()
-            if down and (self.rng.random() < 0.6 or not up):
-                self._restart(self.rng.choice(down))
-            elif "kill_leader" in f and leader is not None and self.rng.random() < 0.7:
-                self._crash(leader)
-            elif up:
-                self._crash(self.rng.choice(up))
+            self._crash_or_restart()
         elif r < 0.135 and "snapshot" in f:
             self._snapshot(self.nodes[self.rng.choice(sorted(self.nodes))])
         elif r < 0.145 and "transfer" in f:
-            leader = self._leader()
-            if leader is not None and leader.core is not None:
-                to = self.rng.choice(sorted(leader.core.conf.voters))
-                leader.core.transfer_leadership(to)
-                self._log(f"transfer n{leader.id} -> n{to}")
-                self._drive(leader)
+            moved = self._transfer()
+            if moved is not None:
+                leader, to = moved
                 if to != leader.id and self.rng.random() < 0.5:
                     # Hand it straight back once the transferee leads: the old leader may then
                     # lead again before its controller noticed it had lost leadership.

@@ -479,30 +479,42 @@ class Simulation:
         elif r < 0.55 and ("partition" in f or "asymmetric_partition" in f):
             self._partition(ids)
         elif r < 0.62 and ("crash" in f or "kill_leader" in f):
-            up = [n for n in self.nodes.values() if n.up]
-            down = [n for n in self.nodes.values() if not n.up]
-            leader = self._leader()
-            if down and (self.rng.random() < 0.6 or not up):
-                self._restart(self.rng.choice(down))
-            elif "kill_leader" in f and leader is not None and self.rng.random() < 0.7:
-                self._crash(leader)  # Jepsen's favourite: kill the leader mid-replication
-            elif up:
-                self._crash(self.rng.choice(up))
+            self._crash_or_restart()
         elif r < 0.70 and "membership" in f:
             self._change_membership(ids)
         elif r < 0.78 and "snapshot" in f:
             self._snapshot(self.nodes[self.rng.choice(ids)])
         elif r < 0.83 and "transfer" in f:
-            leader = self._leader()
-            if leader is not None and leader.core is not None:
-                to = self.rng.choice(sorted(leader.core.conf.voters))
-                leader.core.transfer_leadership(to)
-                self._log(f"transfer n{leader.id} -> n{to}")
-                self._drive(leader)
+            self._transfer()
         elif r < 0.93 and "read_index" in f:
             self._read()
         else:
             self._propose()
+
+    def _crash_or_restart(self) -> None:
+        """One crash step: restart a down node (more often than not), else crash the leader
+        (with ``kill_leader``) or any node that is up."""
+        up = [n for n in self.nodes.values() if n.up]
+        down = [n for n in self.nodes.values() if not n.up]
+        leader = self._leader()
+        if down and (self.rng.random() < 0.6 or not up):
+            self._restart(self.rng.choice(down))
+        elif "kill_leader" in self.faults and leader is not None and self.rng.random() < 0.7:
+            self._crash(leader)  # Jepsen's favourite: kill the leader mid-replication
+        elif up:
+            self._crash(self.rng.choice(up))
+
+    def _transfer(self) -> tuple[SimNode, NodeId] | None:
+        """Ask the leader to hand leadership to a voter drawn at random (itself included);
+        the leader and the transferee, or None without a leader."""
+        leader = self._leader()
+        if leader is None or leader.core is None:
+            return None
+        to = self.rng.choice(sorted(leader.core.conf.voters))
+        leader.core.transfer_leadership(to)
+        self._log(f"transfer n{leader.id} -> n{to}")
+        self._drive(leader)
+        return leader, to
 
     def _partition(self, ids: list[NodeId]) -> None:
         if self.cut and self.rng.random() < 0.5:
