@@ -18,38 +18,31 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.sim import metadata_sim, raft_sim
-from tests.sim.raft_sim import DEFAULT_STEPS, SimulationFailure
+from tests.sim.raft_sim import add_seed_arguments, run_seeds
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sim.py", description=__doc__.split("\n\n")[0])
     p.add_argument("target", choices=["raft", "metadata"])
-    p.add_argument("--seed", type=int, required=True, help="first seed")
-    p.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="events in the fault phase")
+    add_seed_arguments(p)
     p.add_argument("--faults", default=None,
                    help="metadata only: comma-separated fault kinds instead of the seed's draw")
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
     faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)
-    failures = 0
+
+    def run_one(seed: int) -> dict[str, Any]:
+        if a.target == "raft":
+            return raft_sim.run_seed(seed, a.steps, verbose=a.verbose)
+        return metadata_sim.run_seed(seed, a.steps, verbose=a.verbose, faults=faults)
+
     t0 = time.perf_counter()
-    for seed in range(a.seed, a.seed + a.seeds):
-        try:
-            if a.target == "raft":
-                out = raft_sim.run_seed(seed, a.steps, verbose=a.verbose)
-            else:
-                out = metadata_sim.run_seed(seed, a.steps, verbose=a.verbose, faults=faults)
-        except SimulationFailure as e:
-            failures += 1
-            print(f"FAIL {e}", file=sys.stderr)
-            continue
-        if a.seeds == 1 or a.verbose:
-            print(json.dumps(out))
+    failures = run_seeds(run_one, a.seed, a.seeds, verbose=a.verbose)
     if a.seeds > 1:
         dt = time.perf_counter() - t0
         print(json.dumps({"seeds": a.seeds, "failures": failures, "seconds": round(dt, 2)}))

@@ -134,7 +134,9 @@ from tests.sim.raft_sim import (
     Simulation,
     SimulationFailure,
     _Event,
+    add_seed_arguments,
     run_guarded,
+    run_seeds,
 )
 
 MS_PER_UNIT = 10
@@ -1058,25 +1060,15 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.sim.metadata_sim",
                                 description="Deterministic simulation of the metadata quorum.")
-    p.add_argument("--seed", type=int, required=True, help="first seed")
-    p.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="events in the fault phase")
+    add_seed_arguments(p, steps_default=DEFAULT_STEPS)
     p.add_argument("--faults", default=None,
                    help="comma-separated fault kinds instead of the seed's draw (raft_sim's "
                         "FAULT_KINDS, plus transfer_storm: leadership handed back and forth)")
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
     faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)
-    failures = 0
-    for seed in range(a.seed, a.seed + a.seeds):
-        try:
-            out = run_seed(seed, a.steps, verbose=a.verbose, faults=faults)
-        except SimulationFailure as e:
-            failures += 1
-            print(f"FAIL {e}", file=sys.stderr)
-            continue
-        if a.seeds == 1 or a.verbose:
-            print(json.dumps(out))
+    failures = run_seeds(lambda seed: run_seed(seed, a.steps, verbose=a.verbose, faults=faults),
+                         a.seed, a.seeds, verbose=a.verbose)
     if a.seeds > 1:
         print(json.dumps({"seeds": a.seeds, "failures": failures}))
     return 1 if failures else 0

@@ -36,10 +36,13 @@ and requires a leader and a committed proposal within a tick bound.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import heapq
+import json
 import random
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -832,3 +835,27 @@ def run_guarded(sim: Any, seed: int, when: Callable[[], str]) -> dict[str, Any]:
         raise SimulationFailure(
             f"seed {seed} {when()}: {type(e).__name__}: {e}\n{tb}", sim.repro()
         ) from e
+
+
+def add_seed_arguments(p: argparse.ArgumentParser, steps_default: int = DEFAULT_STEPS) -> None:
+    """The options of every simulator command line: which seeds, and how long each runs."""
+    p.add_argument("--seed", type=int, required=True, help="first seed")
+    p.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
+    p.add_argument("--steps", type=int, default=steps_default, help="events in the fault phase")
+
+
+def run_seeds(run_one: Callable[[int], dict[str, Any]], first: int, count: int, *,
+              verbose: bool) -> int:
+    """Run seeds ``first`` to ``first + count - 1``: a seed's summary as one JSON line when it
+    is the only seed or ``verbose``, a failure as a ``FAIL`` line on stderr; how many failed."""
+    failures = 0
+    for seed in range(first, first + count):
+        try:
+            out = run_one(seed)
+        except SimulationFailure as e:
+            failures += 1
+            print(f"FAIL {e}", file=sys.stderr)
+            continue
+        if count == 1 or verbose:
+            print(json.dumps(out))
+    return failures
