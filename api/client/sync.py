@@ -19,7 +19,7 @@ import concurrent.futures
 import inspect
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from api.client.consumer import AsyncConsumer
 from api.client.group import AsyncGroupConsumer, CommitCallback, PartitionsCallback
@@ -27,7 +27,14 @@ from api.client.producer import AsyncProducer, BatchDelivery
 from api.client.types import ConsumerRecord, Header, RecordMetadata, TopicPartition
 
 T = TypeVar("T")
-A = TypeVar("A")
+
+
+class _AsyncClient(Protocol):
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+A = TypeVar("A", bound=_AsyncClient)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -65,12 +72,18 @@ class _OnLoopThread:
     """A client started on a loop thread of its own; closing it stops the thread too."""
 
     _lt: _LoopThread
-    _inner: Any
+    _inner: _AsyncClient
 
-    def _start(self, thread_name: str, make: Callable[[], Coroutine[Any, Any, A]]) -> A:
+    def _start(self, thread_name: str, make: Callable[[], A]) -> A:
+        """``make()`` (an async client) built and started on a new loop thread."""
+        async def started() -> A:
+            inner = make()
+            await inner.start()
+            return inner
+
         self._lt = _LoopThread(thread_name)
         try:
-            inner = self._lt.run(make())
+            inner = self._lt.run(started())
         except BaseException:
             self._lt.stop()
             raise
@@ -94,12 +107,7 @@ class Producer(_OnLoopThread):
     """Synchronous producer; the same options as ``AsyncProducer``."""
 
     def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
-        async def make() -> AsyncProducer:
-            p = AsyncProducer(bootstrap, **options)
-            await p.start()
-            return p
-
-        self._p = self._start("longboat-producer", make)
+        self._p = self._start("longboat-producer", lambda: AsyncProducer(bootstrap, **options))
 
     @property
     def producer_id(self) -> int:
@@ -132,12 +140,7 @@ class Consumer(_OnLoopThread):
     """Synchronous consumer; the same options as ``AsyncConsumer``."""
 
     def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
-        async def make() -> AsyncConsumer:
-            c = AsyncConsumer(bootstrap, **options)
-            await c.start()
-            return c
-
-        self._c = self._start("longboat-consumer", make)
+        self._c = self._start("longboat-consumer", lambda: AsyncConsumer(bootstrap, **options))
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         parts = list(partitions)
@@ -206,12 +209,8 @@ class GroupConsumer(_OnLoopThread):
 
     def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
                  **options: Any) -> None:
-        async def make() -> AsyncGroupConsumer:
-            c = AsyncGroupConsumer(bootstrap, group_id=group_id, **options)
-            await c.start()
-            return c
-
-        self._c = self._start("longboat-group-consumer", make)
+        self._c = self._start("longboat-group-consumer",
+                              lambda: AsyncGroupConsumer(bootstrap, group_id=group_id, **options))
 
     def _call(self, fn: Callable[[], T]) -> T:
         """A plain method of the async consumer, run on its loop (it touches loop state)."""
