@@ -213,4 +213,13 @@ def emit_json(data: Any) -> None:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="JSON output for scripts.")
 
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+
+
+def confirm_unless_yes(yes: bool, question: str) -> None:
+    """Ask ``question`` before a destructive step unless ``--yes`` was given or nobody is at a
+    terminal to answer (a script); answering no aborts the command."""
+    if not yes and sys.stdin.isatty():
+        click.confirm(question, abort=True)
+
 

@@ -16,7 +16,6 @@ joined meanwhile. ``reset-offsets`` without ``--execute`` only prints the plan.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -25,12 +24,14 @@ import click
 
 from api.cli.common import (
     bootstrap_option,
+    confirm_unless_yes,
     emit_json,
     json_option,
     main,
     print_table,
     resolve_bootstrap,
     run_loop,
+    yes_option,
 )
 from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient, list_groups
@@ -277,13 +278,12 @@ def groups_reset_offsets(group: str, topics: tuple[str, ...], partitions: tuple[
 
 @groups_group.command("delete")
 @click.argument("group")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @bootstrap_option
 @json_option
 def groups_delete(group: str, yes: bool, bootstrap: str | None, as_json: bool) -> None:
     """Delete GROUP and its committed offsets. The group must have no members."""
-    if not yes and sys.stdin.isatty():
-        click.confirm(f"Delete consumer group {group} and its committed offsets?", abort=True)
+    confirm_unless_yes(yes, f"Delete consumer group {group} and its committed offsets?")
 
     async def go(c: AsyncConsumer) -> None:
         coord = _coordinator(c, group)

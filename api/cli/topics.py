@@ -8,7 +8,6 @@ API's own JSON). An HTTP error leaves with exit status 1 and the API's message.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -17,11 +16,13 @@ from api.cli.common import (
     AdminError,
     HttpAdmin,
     bootstrap_option,
+    confirm_unless_yes,
     emit_json,
     json_option,
     main,
     print_table,
     resolve_bootstrap,
+    yes_option,
 )
 
 
@@ -128,13 +129,12 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
 
 @topics_group.command("delete")
 @click.argument("topic")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @bootstrap_option
 @json_option
 def topics_delete(topic: str, yes: bool, bootstrap: str | None, as_json: bool) -> None:
     """Delete TOPIC and its data."""
-    if not yes and sys.stdin.isatty():
-        click.confirm(f"Delete topic {topic} and all its records?", abort=True)
+    confirm_unless_yes(yes, f"Delete topic {topic} and all its records?")
     admin = HttpAdmin(resolve_bootstrap(bootstrap))
     admin.request("DELETE", admin.v3(f"/topics/{topic}"))
     if as_json:
