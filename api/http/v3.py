@@ -553,14 +553,21 @@ def _is_streaming(request: web.Request) -> bool:
     return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
 
 
-async def produce(request: web.Request) -> web.StreamResponse:
+def _produce_target(request: web.Request) -> tuple[HttpContext, str, int, int]:
+    """What every produce route reads first: the context, a topic that takes writes (404
+    otherwise), ``acks`` and ``timeout_ms``."""
     ctx = ctx_of(request)
     topic = request.match_info["topic"]
-    t0 = time.monotonic()
     writable_topic_or_404(ctx, topic)
     acks = parse_acks(request)
     timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1,
                            hi=300_000)
+    return ctx, topic, acks, timeout_ms
+
+
+async def produce(request: web.Request) -> web.StreamResponse:
+    t0 = time.monotonic()
+    ctx, topic, acks, timeout_ms = _produce_target(request)
     mt = media_type(request)
     if mt in MSGPACK_TYPES:
         resp = await _produce_binary(request, ctx, topic, acks, timeout_ms)
@@ -673,13 +680,8 @@ async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, ac
 async def produce_batch(request: web.Request) -> web.Response:
     """``POST .../records:batch`` ``{"entries": [{"id", ...record}]}`` -> 207 with
     ``successes`` and ``failures`` (by id)."""
-    ctx = ctx_of(request)
-    topic = request.match_info["topic"]
     t0 = time.monotonic()
-    writable_topic_or_404(ctx, topic)
-    acks = parse_acks(request)
-    timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1,
-                           hi=300_000)
+    ctx, topic, acks, timeout_ms = _produce_target(request)
     ctx.metrics.produce_requests.labels("batch").inc()
     body = await json_body(request)
     entries = body.get("entries") if isinstance(body, dict) else None
