@@ -68,6 +68,35 @@ def stop_processes(procs: dict[int, subprocess.Popen[bytes]], timeout_s: float =
             p.wait()
 
 
+def _spawn_node(role: str, node_id: int, port: int, node_dir: Path, quorum: str,
+                extra_args: list[str], env: dict[str, str] | None = None
+                ) -> subprocess.Popen[bytes]:
+    """``python -m api <role> start`` for one node, in a session of its own, its data under
+    ``node_dir/data``, its output appended to ``node_dir/<role>.log`` and ``env`` added to
+    its environment."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    log = open(node_dir / f"{role}.log", "ab")  # noqa: SIM115 (owned by the process)
+    return subprocess.Popen(
+        [sys.executable, "-m", "api", role, "start", "--node-id", str(node_id),
+         "--listen", f"127.0.0.1:{port}", "--data-dir", str(node_dir / "data"),
+         "--controller-quorum", quorum, *extra_args],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return json.loads(r.read())
+
+
+def _tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a node's log ("" before it exists)."""
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
 class Quorum:
     """N controller processes; ``start(i)``, ``kill(i)``, ``status(i)``, ``metadata(i)``."""
 
@@ -90,16 +119,8 @@ class Quorum:
         return [self.url(i) for i in range(1, self.n + 1)]
 
     def start(self, i: int) -> None:
-        d = self.root / f"controller-{i}"
-        d.mkdir(parents=True, exist_ok=True)
-        log = open(d / "controller.log", "ab")  # noqa: SIM115 (owned by the process)
-        self.procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "api", "controller", "start", "--node-id", str(i),
-             "--listen", f"127.0.0.1:{self.ports[i - 1]}", "--data-dir", str(d / "data"),
-             "--controller-quorum", self.quorum, *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self.procs[i] = _spawn_node("controller", i, self.ports[i - 1],
+                                    self.root / f"controller-{i}", self.quorum, self.extra_args)
 
     def start_all(self) -> None:
         for i in range(1, self.n + 1):
@@ -114,8 +135,7 @@ class Quorum:
         stop_processes(self.procs)
 
     def get(self, i: int, path: str) -> Any:
-        with urllib.request.urlopen(self.url(i) + path, timeout=2) as r:
-            return json.loads(r.read())
+        return _get_json(self.url(i) + path)
 
     def status(self, i: int) -> Any:
         return self.get(i, "/v3/quorum/status")
@@ -139,8 +159,7 @@ class Quorum:
         raise TimeoutError(f"no active controller within {timeout_s} s")
 
     def log_tail(self, i: int, lines: int = 30) -> str:
-        p = self.root / f"controller-{i}" / "controller.log"
-        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
+        return _tail(self.root / f"controller-{i}" / "controller.log", lines)
 
 
 class Brokers:
@@ -171,19 +190,11 @@ class Brokers:
         return f"http://127.0.0.1:{self.ports[b]}"
 
     def start(self, b: int) -> None:
-        d = self.root / f"broker-{b}"
-        d.mkdir(parents=True, exist_ok=True)
-        log = open(d / "broker.log", "ab")  # noqa: SIM115 (owned by the process)
-        self.procs[b] = subprocess.Popen(
-            [sys.executable, "-m", "api", "broker", "start", "--node-id", str(b),
-             "--listen", f"127.0.0.1:{self.ports[b]}", "--data-dir", str(d / "data"),
-             "--controller-quorum", self.quorum.quorum,
-             *(["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"]
-               if b in self.kafka_ports else []),
-             *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(b, {})},
-        )
+        kafka = (["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"]
+                 if b in self.kafka_ports else [])
+        self.procs[b] = _spawn_node("broker", b, self.ports[b], self.root / f"broker-{b}",
+                                    self.quorum.quorum, [*kafka, *self.extra_args],
+                                    self.env.get(b, {}))
 
     def start_all(self) -> None:
         for b in self.ids:
@@ -207,8 +218,7 @@ class Brokers:
         stop_processes(self.procs)
 
     def get(self, b: int, path: str) -> Any:
-        with urllib.request.urlopen(self.url(b) + path, timeout=2) as r:
-            return json.loads(r.read())
+        return _get_json(self.url(b) + path)
 
     def ready(self, b: int) -> tuple[int, Any]:
         """(HTTP status, body) of ``/v3/health/ready``."""
@@ -242,8 +252,7 @@ class Brokers:
             time.sleep(0.1)
 
     def log_tail(self, b: int, lines: int = 30) -> str:
-        p = self.root / f"broker-{b}" / "broker.log"
-        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
+        return _tail(self.root / f"broker-{b}" / "broker.log", lines)
 
 
 @contextmanager
