@@ -68,6 +68,7 @@ from spark.options import (
 )
 from spark.planning import (
     OffsetRange,
+    TopicPartitions,
     batch_ranges,
     cap,
     check_start,
@@ -132,6 +133,17 @@ def _tasks(opts: SourceOptions, cv: ClusterView, ranges: list[OffsetRange]
     )) for r in ranges]
 
 
+def _starting_offsets(o: SourceOptions, cv: ClusterView, tps: TopicPartitions,
+                      earliest: Offsets, latest: Offsets) -> Offsets:
+    """Where reading starts in each partition of ``tps`` (``startingOffsets`` or a starting
+    timestamp); a timestamp with no record at or after it is an error unless
+    ``startingOffsetsByTimestampStrategy=latest``."""
+    return resolve(o.starting, tps, earliest, latest,
+                   cv.offsets_for_times(timestamps_needed(o.starting, tps)),
+                   which="starting",
+                   no_match_is_error=o.starting_by_timestamp_strategy == "error")
+
+
 def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
     task = partition.task if isinstance(partition, LongboatInputPartition) else (
         None if partition is None else partition.value)
@@ -154,10 +166,7 @@ class LongboatBatchReader(DataSourceReader):
                 return []
             earliest = cv.earliest(tps)
             latest = cv.latest(tps)
-            start = resolve(o.starting, tps, earliest, latest,
-                            cv.offsets_for_times(timestamps_needed(o.starting, tps)),
-                            which="starting",
-                            no_match_is_error=o.starting_by_timestamp_strategy == "error")
+            start = _starting_offsets(o, cv, tps, earliest, latest)
             end = resolve(o.ending, tps, earliest, latest,
                           cv.offsets_for_times(timestamps_needed(o.ending, tps)),
                           which="ending", no_match_is_error=False)
@@ -191,10 +200,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return {}
             earliest = cv.earliest(tps)
             latest = cv.latest(tps)
-            start = resolve(o.starting, tps, earliest, latest,
-                            cv.offsets_for_times(timestamps_needed(o.starting, tps)),
-                            which="starting",
-                            no_match_is_error=o.starting_by_timestamp_strategy == "error")
+            start = _starting_offsets(o, cv, tps, earliest, latest)
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
