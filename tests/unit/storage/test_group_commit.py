@@ -127,6 +127,20 @@ class RecordingFileLayer(FileLayer):
         self.inner.fsync_dir(path)
 
 
+def _ask(gc: GroupCommitter, log: PartitionLog) -> asyncio.Future[None]:
+    """Append one batch and ask for it to be made durable: that append's waiter."""
+    _, last = log.append(batch(), leader_epoch=0)
+    return gc.durable_future(log, last + 1)
+
+
+async def _until_flushed(log: PartitionLog, offset: int) -> None:
+    """Wait (up to 0.5 s) for ``log`` to be flushed to ``offset`` with nobody asking."""
+    for _ in range(100):
+        if log.flushed_offset == offset:
+            return
+        await asyncio.sleep(0.005)
+
+
 def test_one_flush_round_covers_every_waiter_across_logs(tmp_path) -> None:
     files = LazyFileLayer()
     logs = [open_log(tmp_path / f"p{i}", files) for i in range(3)]
@@ -136,9 +150,7 @@ def test_one_flush_round_covers_every_waiter_across_logs(tmp_path) -> None:
         gc = GroupCommitter(executor=executor)
         waits = []
         for log in logs:
-            for _ in range(10):
-                _, last = log.append(batch(), leader_epoch=0)
-                waits.append(gc.durable_future(log, last + 1))
+            waits += [_ask(gc, log) for _ in range(10)]
         fsyncs = files.fsyncs
         executor.open()
         await asyncio.gather(*waits)
@@ -217,10 +229,7 @@ def test_flush_policy_flushes_without_waiters(tmp_path) -> None:
         for _ in range(3):
             log.append(batch(), leader_epoch=0)
             gc.note_append(log, len(batch()))
-        for _ in range(100):
-            if log.flushed_offset == 3:
-                break
-            await asyncio.sleep(0.005)
+        await _until_flushed(log, 3)
         assert log.flushed_offset == 3
         await gc.close()
 
@@ -236,10 +245,7 @@ def test_flush_ms_timer_fires(tmp_path) -> None:
         gc.note_append(log, len(batch()))
         await asyncio.sleep(0.005)
         assert log.flushed_offset == 0
-        for _ in range(100):
-            if log.flushed_offset == 1:
-                break
-            await asyncio.sleep(0.005)
+        await _until_flushed(log, 1)
         assert log.flushed_offset == 1
         await gc.close()
 
@@ -330,11 +336,9 @@ def test_the_next_round_starts_while_the_loop_is_busy(tmp_path) -> None:
 
     async def main() -> None:
         gc = GroupCommitter()
-        _, last = log.append(batch(), leader_epoch=0)
-        first = gc.durable_future(log, last + 1)
+        first = _ask(gc, log)
         assert files.fsync_started[1].wait(5)
-        _, last = log.append(batch(), leader_epoch=0)  # during round 1: for round 2
-        second = gc.durable_future(log, last + 1)
+        second = _ask(gc, log)  # during round 1: for round 2
         files.fsync_gate[1].set()
         # The loop is blocked here (no await): round 2 must start anyway, from the
         # flush job's own thread, rather than when the loop next comes round.
@@ -357,8 +361,7 @@ def test_close_waits_for_the_round_in_flight(tmp_path) -> None:
 
     async def main() -> None:
         gc = GroupCommitter()
-        _, last = log.append(batch(), leader_epoch=0)
-        fut = gc.durable_future(log, last + 1)
+        fut = _ask(gc, log)
         await gc.close()
         assert fut.done() and fut.exception() is None
         assert log.flushed_offset == 1
@@ -375,8 +378,7 @@ def test_waiters_on_a_log_closed_without_flushing_fail(tmp_path) -> None:
     async def main() -> None:
         executor = GatedExecutor()
         gc = GroupCommitter(executor=executor)
-        _, last = log.append(batch(), leader_epoch=0)
-        fut = gc.durable_future(log, last + 1)
+        fut = _ask(gc, log)
         log.abandon()  # a crash test's "close": no flush; the offsets will never be durable
         executor.open()
         with pytest.raises(StorageError, match="closed"):
@@ -407,21 +409,16 @@ def test_a_round_right_after_another_waits_for_company(tmp_path, wait_for_compan
                                                     wait_for_company=wait_for_company)
 
     async def main() -> None:
-        first = []
-        for _ in range(3):
-            _, last = log.append(batch(), leader_epoch=0)
-            first.append(gc.durable_future(log, last + 1))
+        first = [_ask(gc, log) for _ in range(3)]
         executor.open()
         assert files.fsync_started[1].wait(5)
-        _, last = log.append(batch(), leader_epoch=0)  # asks while round 1 runs: 1 of 3
-        second = [gc.durable_future(log, last + 1)]
+        second = [_ask(gc, log)]  # asks while round 1 runs: 1 of 3
         await asyncio.gather(*first)
         # Round 1 covered three asks and took 0.3 s: round 2 waits (up to 0.3 s) for
         # two more asks rather than fsyncing one batch now.
         for _ in range(2):
             await asyncio.sleep(0.02)
-            _, last = log.append(batch(), leader_epoch=0)
-            second.append(gc.durable_future(log, last + 1))
+            second.append(_ask(gc, log))
         await asyncio.gather(*second)
         fsyncs = sum(kind == "fsync_start" for kind, _, _ in files.events)
         assert fsyncs == gc.flushes
@@ -440,14 +437,10 @@ def test_waiting_for_company_ends_after_the_last_rounds_duration(tmp_path) -> No
     files, gc, executor, log = _round_of_three_held(tmp_path, 0.2)
 
     async def main() -> None:
-        first = []
-        for _ in range(3):
-            _, last = log.append(batch(), leader_epoch=0)
-            first.append(gc.durable_future(log, last + 1))
+        first = [_ask(gc, log) for _ in range(3)]
         executor.open()
         assert files.fsync_started[1].wait(5)
-        _, last = log.append(batch(), leader_epoch=0)
-        lone = gc.durable_future(log, last + 1)
+        lone = _ask(gc, log)
         await asyncio.gather(*first)
         t0 = time.monotonic()
         async with asyncio.timeout(5):
@@ -467,10 +460,7 @@ def test_a_round_after_an_idle_disk_starts_at_once(tmp_path) -> None:
     _, gc, executor, log = _round_of_three_held(tmp_path, 1.0)
 
     async def main() -> None:
-        first = []
-        for _ in range(3):
-            _, last = log.append(batch(), leader_epoch=0)
-            first.append(gc.durable_future(log, last + 1))
+        first = [_ask(gc, log) for _ in range(3)]
         executor.open()
         await asyncio.gather(*first)  # nothing else asked: the job ended with the round
         _, last = log.append(batch(), leader_epoch=0)
@@ -489,8 +479,7 @@ def test_waiters_on_a_log_closed_cleanly_succeed(tmp_path) -> None:
     async def main() -> None:
         executor = GatedExecutor()
         gc = GroupCommitter(executor=executor)
-        _, last = log.append(batch(), leader_epoch=0)
-        fut = gc.durable_future(log, last + 1)
+        fut = _ask(gc, log)
         log.close()  # flushes everything: the waiter's offsets are durable
         executor.open()
         await fut
