@@ -269,12 +269,19 @@ def test_clean_reopen_loads_indexes_without_scanning(tmp_path, monkeypatch) -> N
     assert offsets(log) == list(range(60))
 
 
-def test_recovery_cuts_a_torn_tail_of_the_active_segment(tmp_path) -> None:
+def _crashed(tmp_path, batches: int) -> str:
+    """A log of ``batches`` batches of two records, left without a clean shutdown: the path
+    of its active segment, for the test to damage before recovery."""
     log = open_log(tmp_path)
-    for _ in range(5):
+    for _ in range(batches):
         log.append(batch(2), leader_epoch=0)
     path = log.active_segment.log_path
     log.abandon()
+    return path
+
+
+def test_recovery_cuts_a_torn_tail_of_the_active_segment(tmp_path) -> None:
+    path = _crashed(tmp_path, 5)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 7)
     log = open_log(tmp_path)
@@ -284,11 +291,7 @@ def test_recovery_cuts_a_torn_tail_of_the_active_segment(tmp_path) -> None:
 
 
 def test_recovery_cuts_a_zero_filled_tail(tmp_path) -> None:
-    log = open_log(tmp_path)
-    for _ in range(3):
-        log.append(batch(2), leader_epoch=0)
-    path = log.active_segment.log_path
-    log.abandon()
+    path = _crashed(tmp_path, 3)
     with open(path, "ab") as f:
         f.write(bytes(500))
     log = open_log(tmp_path)
@@ -296,11 +299,7 @@ def test_recovery_cuts_a_zero_filled_tail(tmp_path) -> None:
 
 
 def test_mid_log_corruption_is_reported_with_file_and_position(tmp_path) -> None:
-    log = open_log(tmp_path)
-    for _ in range(5):
-        log.append(batch(2), leader_epoch=0)
-    path = log.active_segment.log_path
-    log.abandon()
+    path = _crashed(tmp_path, 5)
     size = len(batch(2))
     with open(path, "r+b") as f:
         f.seek(2 * size + 70)
@@ -316,11 +315,7 @@ def test_mid_log_corruption_is_reported_with_file_and_position(tmp_path) -> None
 
 
 def test_corrupt_length_field_followed_by_valid_data_is_corruption(tmp_path) -> None:
-    log = open_log(tmp_path)
-    for _ in range(4):
-        log.append(batch(2), leader_epoch=0)
-    path = log.active_segment.log_path
-    log.abandon()
+    path = _crashed(tmp_path, 4)
     size = len(batch(2))
     with open(path, "r+b") as f:
         f.seek(size + 8)
