@@ -136,8 +136,35 @@ class Producer(_OnLoopThread):
 
 
 
-class Consumer(_OnLoopThread):
+class _Reader(_OnLoopThread):
+    """What the two sync consumers read alike: their async clients share these methods."""
+
+    _c: AsyncConsumer | AsyncGroupConsumer
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
+             ) -> list[ConsumerRecord]:
+        return self._lt.run(self._c.poll(timeout_ms, max_records))
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._lt.run(self._c.position(tp))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._c.seek_to_end(*tps))
+
+    def topics(self) -> list[str]:
+        return self._lt.run(self._c.topics())
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._lt.run(self._c.partitions_for(topic))
+
+
+class Consumer(_Reader):
     """Synchronous consumer; the same options as ``AsyncConsumer``."""
+
+    _c: AsyncConsumer
 
     def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
         self._c = self._start("longboat-consumer", lambda: AsyncConsumer(bootstrap, **options))
@@ -157,15 +184,6 @@ class Consumer(_OnLoopThread):
             self._c.seek(tp, offset)
         self._lt.run(go())
 
-    def position(self, tp: TopicPartition) -> int:
-        return self._lt.run(self._c.position(tp))
-
-    def seek_to_beginning(self, *tps: TopicPartition) -> None:
-        self._lt.run(self._c.seek_to_beginning(*tps))
-
-    def seek_to_end(self, *tps: TopicPartition) -> None:
-        self._lt.run(self._c.seek_to_end(*tps))
-
     def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._lt.run(self._c.beginning_offsets(list(tps)))
 
@@ -175,16 +193,6 @@ class Consumer(_OnLoopThread):
     def offsets_for_times(self, times: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, int | None]:
         return self._lt.run(self._c.offsets_for_times(dict(times)))
-
-    def partitions_for(self, topic: str) -> list[int]:
-        return self._lt.run(self._c.partitions_for(topic))
-
-    def topics(self) -> list[str]:
-        return self._lt.run(self._c.topics())
-
-    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
-             ) -> list[ConsumerRecord]:
-        return self._lt.run(self._c.poll(timeout_ms, max_records))
 
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._c.high_watermark(tp)
@@ -204,8 +212,10 @@ def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
     return run
 
 
-class GroupConsumer(_OnLoopThread):
+class GroupConsumer(_Reader):
     """Synchronous group consumer; the same options as ``AsyncGroupConsumer``."""
+
+    _c: AsyncGroupConsumer
 
     def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
                  **options: Any) -> None:
@@ -245,10 +255,6 @@ class GroupConsumer(_OnLoopThread):
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._c.assignment)
 
-    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
-             ) -> list[ConsumerRecord]:
-        return self._lt.run(self._c.poll(timeout_ms, max_records))
-
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         self._lt.run(self._c.commit(None if offsets is None else dict(offsets)))
 
@@ -267,15 +273,6 @@ class GroupConsumer(_OnLoopThread):
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._call(lambda: self._c.seek(tp, offset))
 
-    def position(self, tp: TopicPartition) -> int:
-        return self._lt.run(self._c.position(tp))
-
-    def seek_to_beginning(self, *tps: TopicPartition) -> None:
-        self._lt.run(self._c.seek_to_beginning(*tps))
-
-    def seek_to_end(self, *tps: TopicPartition) -> None:
-        self._lt.run(self._c.seek_to_end(*tps))
-
     def pause(self, *tps: TopicPartition) -> None:
         self._call(lambda: self._c.pause(*tps))
 
@@ -284,10 +281,3 @@ class GroupConsumer(_OnLoopThread):
 
     def paused(self) -> set[TopicPartition]:
         return self._call(self._c.paused)
-
-    def topics(self) -> list[str]:
-        return self._lt.run(self._c.topics())
-
-    def partitions_for(self, topic: str) -> list[int]:
-        return self._lt.run(self._c.partitions_for(topic))
-
