@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from client_cluster import ClientCluster
 
 from api.client import (
     AsyncConsumer,
@@ -25,30 +26,12 @@ from api.client import (
     TopicPartition,
 )
 from api.client.partitioner import partition_for_key
-from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
-from metalog.client import ControllerClient
-from metalog.commands import CreateTopic
+from api.node.localcluster import running_cluster, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-class Cluster:
-    def __init__(self, quorum: Quorum, brokers: Brokers) -> None:
-        self.quorum = quorum
-        self.brokers = brokers
-
-    @property
-    def bootstrap(self) -> list[str]:
-        return [self.brokers.url(b) for b in self.brokers.ids]
-
-    def create_topic(self, name: str, partitions: int, rf: int = 3,
-                     configs: dict[str, str] | None = None) -> None:
-        async def go() -> None:
-            async with ControllerClient(self.quorum.urls, timeout_s=20) as cc:
-                await cc.execute(CreateTopic(name=name, num_partitions=partitions,
-                                             replication_factor=rf, configs=configs or {}))
-        asyncio.run(go())
-
+class Cluster(ClientCluster):
     def leader_of(self, topic: str, partition: int) -> int | None:
         for b in self.brokers.ids:
             if b not in self.brokers.procs:

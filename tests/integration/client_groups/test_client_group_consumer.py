@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client_cluster import ClientCluster
 from group_consumer_support import Member, assigned_together, until
 
 from api.client import AsyncGroupConsumer, AsyncProducer, GroupConsumer, TopicPartition
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
-from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
-from metalog.client import ControllerClient
-from metalog.commands import CreateTopic
+from api.node.localcluster import Brokers, running_cluster, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,25 +41,14 @@ OPTS: dict[str, Any] = dict(
     auto_offset_reset="earliest")
 
 
-class Cluster:
-    def __init__(self, quorum: Quorum, brokers: Brokers) -> None:
-        self.quorum = quorum
-        self.brokers = brokers
-
-    @property
-    def bootstrap(self) -> list[str]:
-        return [self.brokers.url(b) for b in self.brokers.ids]
-
-    def create_topic(self, name: str, partitions: int, rf: int = 2) -> set[TopicPartition]:
-        async def go() -> None:
-            async with ControllerClient(self.quorum.urls, timeout_s=20) as cc:
-                await cc.execute(CreateTopic(name=name, num_partitions=partitions,
-                                             replication_factor=rf))
-        asyncio.run(go())
+class Cluster(ClientCluster):
+    def create_topic(self, name: str, partitions: int, rf: int = 2,
+                     configs: dict[str, str] | None = None) -> set[TopicPartition]:
+        tps = super().create_topic(name, partitions, rf, configs)
         for b in self.brokers.ids:  # every coordinator must know the topic to assign it
             wait_for(f"broker {b} to see {name} with leaders",
                      lambda b=b: self._has_leaders(b, name, partitions), 30)
-        return {TopicPartition(name, p) for p in range(partitions)}
+        return tps
 
     def _has_leaders(self, b: int, name: str, partitions: int) -> bool:
         for t in self.brokers.metadata(b)["topics"]:
