@@ -51,12 +51,7 @@ def active(c: HttpCluster) -> Iterator[Consumers]:
     produce(c, "cli-t", [{"partition_id": i % 3, "value": {"type": "JSON", "data": i}}
                          for i in range(30)])
     v2 = Consumers(c)
-    assert v2.create("cli", "m", format="json", **{"auto.offset.reset": "earliest",
-                                                   "auto.commit.enable": False})[0] == 200
-    assert v2.call("POST", "cli", "m", "/subscription", {"topics": ["cli-t"]})[0] == 204
-    v2.poll_until("cli", "m", 30)
-    assert v2.call("POST", "cli", "m", "/offsets", {"offsets": [
-        {"topic": "cli-t", "partition": p, "offset": 1} for p in range(3)]})[0] == 200
+    v2.committed_member("cli", "m", "cli-t", 30, {p: 1 for p in range(3)})
     yield v2
 
 

@@ -70,6 +70,18 @@ class Consumers:
             out += recs
         return out
 
+    def committed_member(self, group: str, name: str, topic: str, n: int,
+                         offsets: dict[int, int]) -> None:
+        """Member ``name`` of ``group`` (JSON, from the earliest offset, no auto-commit) on
+        ``topic``, once it has read ``n`` records and committed ``offsets`` (partition ->
+        offset) by hand."""
+        assert self.create(group, name, format="json", **{"auto.offset.reset": "earliest",
+                                                          "auto.commit.enable": False})[0] == 200
+        assert self.call("POST", group, name, "/subscription", {"topics": [topic]})[0] == 204
+        self.poll_until(group, name, n)
+        assert self.call("POST", group, name, "/offsets", {"offsets": [
+            {"topic": topic, "partition": p, "offset": o} for p, o in offsets.items()]})[0] == 200
+
     def assignment(self, group: str, name: str) -> set[tuple[str, int]]:
         st, body = self.call("GET", group, name, "/assignments")
         assert st == 200, body

@@ -394,13 +394,7 @@ def test_v3_consumer_groups_describe_members_and_lags(c: HttpCluster) -> None:
     c.create_topic("v3-lag", partitions=3, rf=3)
     produce(c, "v3-lag", _records(30))
     v2 = Consumers(c)
-    assert v2.create("lagging", "m1", format="json", **{"auto.offset.reset": "earliest",
-                                                         "auto.commit.enable": False})[0] == 200
-    assert v2.call("POST", "lagging", "m1", "/subscription", {"topics": ["v3-lag"]})[0] == 204
-    v2.poll_until("lagging", "m1", 30)
-    assert v2.call("POST", "lagging", "m1", "/offsets", {"offsets": [
-        {"topic": "v3-lag", "partition": 0, "offset": 4},
-        {"topic": "v3-lag", "partition": 1, "offset": 9}]})[0] == 200
+    v2.committed_member("lagging", "m1", "v3-lag", 30, {0: 4, 1: 9})
 
     st, lst = c.call("GET", f"{c.v3(1)}/consumer-groups")[::2]
     assert st == 200 and lst["kind"] == "KafkaConsumerGroupList"
