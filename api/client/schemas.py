@@ -354,6 +354,21 @@ class AvroSerializer(_Serializer):
         return frame(sid, buf.getvalue())
 
 
+def _compiled(cache: dict[int, Any], registry: SchemaRegistryClient, sid: int,
+              schema_type: str,
+              compile_schema: Callable[[SchemaRegistryClient, str, Iterable[SchemaReference]],
+                                       Any]) -> Any:
+    """Schema ``sid`` compiled by ``compile_schema`` (fetched and compiled once, then taken
+    from ``cache``); a schema of another type than ``schema_type`` cannot decode the payload."""
+    compiled = cache.get(sid)
+    if compiled is None:
+        got = registry.get_schema(sid)
+        if got.schema_type != schema_type:
+            raise SerializationError(f"schema {sid} is {got.schema_type}, not {schema_type}")
+        compiled = cache[sid] = compile_schema(registry, got.schema, got.references)
+    return compiled
+
+
 class AvroDeserializer:
     """Confluent-framed Avro -> a value, read with the writer's schema (fetched by id and
     cached), resolved to ``reader_schema`` if one is given."""
@@ -367,13 +382,7 @@ class AvroDeserializer:
 
     def __call__(self, data: bytes) -> Any:
         sid, payload = unframe(data)
-        writer = self._writers.get(sid)
-        if writer is None:
-            got = self.registry.get_schema(sid)
-            if got.schema_type != AVRO:
-                raise SerializationError(f"schema {sid} is {got.schema_type}, not AVRO")
-            writer = _parse_avro(self.registry, got.schema, got.references)
-            self._writers[sid] = writer
+        writer = _compiled(self._writers, self.registry, sid, AVRO, _parse_avro)
         try:
             return fastavro.schemaless_reader(io.BytesIO(payload), writer, self._reader)
         except Exception as e:  # fastavro: truncated data, resolution failures
@@ -446,13 +455,7 @@ class JSONDeserializer:
         if self.validate:
             v = self._fixed
             if v is None:
-                v = self._validators.get(sid)
-                if v is None:
-                    got = self.registry.get_schema(sid)
-                    if got.schema_type != JSON:
-                        raise SerializationError(f"schema {sid} is {got.schema_type}, not JSON")
-                    v = _json_validator(self.registry, got.schema, got.references)
-                    self._validators[sid] = v
+                v = _compiled(self._validators, self.registry, sid, JSON, _json_validator)
             err = jsonschema.exceptions.best_match(v.iter_errors(value))
             if err is not None:
                 raise SerializationError(f"value does not fit schema {sid}: {err.message}")
