@@ -25,6 +25,8 @@ from typing import Any, Final
 
 import msgpack
 
+from common.text import show
+
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 STRING_CHARS_MAX = 32_767
@@ -47,13 +49,8 @@ class _Required:
 REQUIRED: Any = _Required()
 
 
-def _show(v: object) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
 def _bad(key: str, want: str, v: object) -> InvalidRequestError:
-    return InvalidRequestError(f"{key!r} must be {want}, got {_show(v)}")
+    return InvalidRequestError(f"{key!r} must be {want}, got {show(v)}")
 
 
 def body_or_raise(raw: bytes) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.text import show
 from raft.types import (
     INDEX_MAX,
     NO_INDEX,
@@ -249,13 +250,8 @@ the read is confirmed and echoes it in a heartbeat to every follower, so it stay
 _MISSING: Any = object()
 
 
-def _show(v: object) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
 def _bad(field: str, want: str, v: object) -> MalformedMessageError:
-    return MalformedMessageError(f"{field} must be {want}, got {_show(v)}")
+    return MalformedMessageError(f"{field} must be {want}, got {show(v)}")
 
 
 def _node_id(field: str, v: Any) -> NodeId:
@@ -414,7 +410,7 @@ def message_from_wire(d: Any) -> Message:
             raise MalformedMessageError(f"{t} without {name}")
         kw[name] = check(name, v)
     if len(d) > 1 + len(fields) or any(k != "type" and k not in kw for k in d):
-        extra = sorted(_show(k) for k in d if k != "type" and k not in kw)
+        extra = sorted(show(k) for k in d if k != "type" and k not in kw)
         raise MalformedMessageError(f"{t} has no field {', '.join(extra)}")
     if kw["src"] == kw["dst"]:
         raise _bad("dst", "another node than src", kw["dst"])
