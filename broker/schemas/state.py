@@ -502,16 +502,27 @@ class RegistryState:
 
     def get_config(self, subject: str | None, default_to_global: bool = False
                    ) -> dict[str, Any]:
-        if subject is None:
-            return {"compatibilityLevel": self.level(None)}
-        level = self.configs.get(subject)
-        if level is None:
-            if not default_to_global:
-                raise RegistryError(SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-                                    f"Subject '{subject}' does not have subject-level "
-                                    f"compatibility configured")
-            level = self.level(None)
+        level = self._subject_or_global(self.configs, self.level(None), subject,
+                                        default_to_global, SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+                                        "compatibility")
         return {"compatibilityLevel": level}
+
+    @staticmethod
+    def _subject_or_global(per_subject: dict[str | None, str], global_value: str,
+                           subject: str | None, default_to_global: bool, code: int,
+                           what: str) -> str:
+        """A subject's own setting; the global one for no subject, or for a subject without
+        one when ``default_to_global`` (``?defaultToGlobal=true``), else the registry's
+        'not configured' error."""
+        if subject is None:
+            return global_value
+        value = per_subject.get(subject)
+        if value is not None:
+            return value
+        if not default_to_global:
+            raise RegistryError(code, f"Subject '{subject}' does not have subject-level "
+                                      f"{what} configured")
+        return global_value
 
     def decide_set_config(self, subject: str | None, level: Any) -> Decision[dict[str, Any]]:
         if subject is not None:
@@ -534,15 +545,8 @@ class RegistryState:
 
     def get_mode(self, subject: str | None, default_to_global: bool = False
                  ) -> dict[str, Any]:
-        if subject is None:
-            return {"mode": self.mode(None)}
-        mode = self.modes.get(subject)
-        if mode is None:
-            if not default_to_global:
-                raise RegistryError(SUBJECT_MODE_NOT_CONFIGURED,
-                                    f"Subject '{subject}' does not have subject-level mode "
-                                    f"configured")
-            mode = self.mode(None)
+        mode = self._subject_or_global(self.modes, self.mode(None), subject, default_to_global,
+                                       SUBJECT_MODE_NOT_CONFIGURED, "mode")
         return {"mode": mode}
 
     def decide_set_mode(self, subject: str | None, mode: Any, force: bool = False
