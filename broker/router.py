@@ -79,21 +79,15 @@ class PartitionRouter:
     def __init__(self, mgr: ReplicaManager, *, request_timeout_s_max: float = 120.0) -> None:
         self.mgr = mgr
         self.request_timeout_s_max = request_timeout_s_max
-        self._session: aiohttp.ClientSession | None = None
+        self._session = netbind.LazySession(limit=256, connect_timeout_s=CONNECT_TIMEOUT_S)
         self.forwarded_requests = 0
         self.retries = 0
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.close()
 
     def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=netbind.connector(limit=256),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
-        return self._session
+        return self._session.get()
 
     # ------------------------------------------------------------------ image
 

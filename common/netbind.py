@@ -63,3 +63,26 @@ def connector(host: str | None = None, **kwargs: Any) -> aiohttp.TCPConnector | 
     if addr is not None:
         kwargs["local_addr"] = addr
     return aiohttp.TCPConnector(**kwargs) if kwargs else None
+
+
+class LazySession:
+    """An ``aiohttp.ClientSession`` made on first use (on the running loop, from the bound
+    source address) and made again if it was closed: what a node component that forwards
+    requests to other nodes holds (the router, the schema registry)."""
+
+    def __init__(self, *, limit: int, connect_timeout_s: float) -> None:
+        self._limit = limit
+        self._connect_timeout_s = connect_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=connector(limit=self._limit),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

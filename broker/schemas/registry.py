@@ -205,7 +205,7 @@ class SchemaRegistry:
         self._image_changed = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._session = netbind.LazySession(limit=32, connect_timeout_s=CONNECT_TIMEOUT_S)
         self._creating: asyncio.Task[None] | None = None
         self.skipped_records = 0
 
@@ -223,9 +223,7 @@ class SchemaRegistry:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.close()
 
     async def on_metadata(self, update: object) -> None:
         """A ``MetadataFollower`` listener: the tail looks at the topic again."""
@@ -381,11 +379,7 @@ class SchemaRegistry:
             return decision.response, after
 
     def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=netbind.connector(limit=32),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
-        return self._session
+        return self._session.get()
 
     async def _forward(self, leader: int, op: str, args: Args, deadline: float
                        ) -> tuple[Any, int]:
