@@ -501,6 +501,14 @@ class PartitionLog:
                     offset=next_base)
             i += 1
 
+    def _write_checkpoint_or_raise(self, name: str, offset: int, operation: str) -> None:
+        """Write checkpoint ``name``; an I/O error takes the directory offline (ENOSPC is
+        refused, the directory stays online), as every other write of the log does."""
+        try:
+            checkpoint.write_offset(self.files, self.dir_path, name, offset)
+        except OSError as e:
+            raise self._io_error(e, operation) from e
+
     def checkpoint_recovery_point(self) -> bool:
         """Write ``flushed_offset`` to the recovery point checkpoint if it moved since it
         was last written; True if it wrote. The broker calls this periodically (Kafka's
@@ -511,11 +519,7 @@ class PartitionLog:
             if self._closed or not self.log_dir.online or self._flushed <= self._rp_checkpointed:
                 return False
             offset = self._flushed
-            try:
-                checkpoint.write_offset(self.files, self.dir_path,
-                                        checkpoint.RECOVERY_POINT_NAME, offset)
-            except OSError as e:
-                raise self._io_error(e, "checkpoint") from e
+            self._write_checkpoint_or_raise(checkpoint.RECOVERY_POINT_NAME, offset, "checkpoint")
             self._rp_checkpointed = offset
             return True
 
@@ -862,11 +866,7 @@ class PartitionLog:
 
     def _truncate_fully_locked(self, offset: int) -> None:
         self._lower_recovery_point_locked(offset)
-        try:
-            checkpoint.write_offset(self.files, self.dir_path,
-                                    checkpoint.LOG_START_OFFSET_NAME, offset)
-        except OSError as e:
-            raise self._io_error(e, "truncate") from e
+        self._write_checkpoint_or_raise(checkpoint.LOG_START_OFFSET_NAME, offset, "truncate")
         self._lso = offset
         with self._destructive("truncate"):
             for s in self._segments:
@@ -880,11 +880,7 @@ class PartitionLog:
         """Checkpoint a recovery point of ``offset`` if the current one is above it. Nothing
         has changed yet when this fails: ENOSPC is ``OutOfSpaceError``."""
         if offset < self._flushed:
-            try:
-                checkpoint.write_offset(self.files, self.dir_path,
-                                        checkpoint.RECOVERY_POINT_NAME, offset)
-            except OSError as e:
-                raise self._io_error(e, "truncate") from e
+            self._write_checkpoint_or_raise(checkpoint.RECOVERY_POINT_NAME, offset, "truncate")
             self._flushed = min(self._flushed, offset)
             self._rp_checkpointed = offset
 
@@ -925,11 +921,7 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(offset, self._lso, self._leo)
             if offset <= self._lso:
                 return self._lso
-            try:
-                checkpoint.write_offset(self.files, self.dir_path,
-                                        checkpoint.LOG_START_OFFSET_NAME, offset)
-            except OSError as e:
-                raise self._io_error(e, "delete records") from e
+            self._write_checkpoint_or_raise(checkpoint.LOG_START_OFFSET_NAME, offset, "delete records")
             self._lso = offset
             with self._destructive("delete records"):
                 self._delete_segments_below_start_locked()
