@@ -171,6 +171,47 @@ class FileLayer(abc.ABC):
 # --------------------------------------------------------------------------- real
 
 
+class ForwardingFileHandle(FileHandle):
+    """A handle that passes every call to ``inner``: the base of a wrapper that counts or
+    records some calls (a benchmark's fsync counter, a test's ordering recorder) and
+    overrides only those."""
+
+    def __init__(self, inner: FileHandle) -> None:
+        self._inner = inner
+        self.path = inner.path
+
+    def write(self, data: Buffer) -> int:
+        return self._inner.write(data)
+
+    def writev(self, parts: Sequence[Buffer]) -> int:
+        return self._inner.writev(parts)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return self._inner.pread(size, offset)
+
+    def fsync(self) -> None:
+        self._inner.fsync()
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def fileno(self) -> int | None:
+        return self._inner.fileno()
+
+    def drop_cache(self, offset: int, length: int) -> None:
+        self._inner.drop_cache(offset, length)
+
+
 class RealFileHandle(FileHandle):
     __slots__ = ("_fd", "_size", "path")
 

@@ -35,7 +35,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -43,7 +42,7 @@ from _report import add_size_flags, figure, progress, size
 
 from storage.batch import Header, encode_batch
 from storage.config import LogConfig
-from storage.fileio import Buffer, FileHandle, RealFileLayer
+from storage.fileio import FileHandle, ForwardingFileHandle, RealFileLayer
 from storage.group_commit import GroupCommitter
 from storage.log import PartitionLog
 
@@ -75,42 +74,16 @@ def _run_loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-class _CountingHandle(FileHandle):
+class _CountingHandle(ForwardingFileHandle):
     """A real file that counts its fsyncs (one Python call more per append: ~0.1 µs)."""
 
     def __init__(self, layer: CountingFileLayer, inner: FileHandle):
+        super().__init__(inner)
         self._layer = layer
-        self._inner = inner
-        self.path = inner.path
-
-    def write(self, data: Buffer) -> int:
-        return self._inner.write(data)
-
-    def writev(self, parts: Sequence[Buffer]) -> int:
-        return self._inner.writev(parts)
-
-    def pread(self, size: int, offset: int) -> bytes:
-        return self._inner.pread(size, offset)
 
     def fsync(self) -> None:
         self._inner.fsync()
         self._layer.fsyncs += 1
-
-    def truncate(self, size: int) -> None:
-        self._inner.truncate(size)
-
-    def size(self) -> int:
-        return self._inner.size()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._inner.closed
-
-    def fileno(self) -> int | None:
-        return self._inner.fileno()
 
 
 class CountingFileLayer(RealFileLayer):

@@ -16,7 +16,7 @@ import pytest
 from storage_harness import batch, open_log
 
 from storage.errors import StorageError
-from storage.fileio import Buffer, FileHandle, FileLayer, LazyFileLayer
+from storage.fileio import Buffer, FileHandle, FileLayer, ForwardingFileHandle, LazyFileLayer
 from storage.flush_policy import FlushPolicy
 from storage.group_commit import GroupCommitter
 from storage.log import LogTruncatedError, PartitionLog
@@ -40,11 +40,10 @@ class GatedExecutor(ThreadPoolExecutor):
         return super().submit(gated)
 
 
-class RecordingHandle(FileHandle):
+class RecordingHandle(ForwardingFileHandle):
     def __init__(self, layer: RecordingFileLayer, inner: FileHandle) -> None:
+        super().__init__(inner)
         self._layer = layer
-        self._inner = inner
-        self.path = inner.path
 
     def write(self, data: Buffer) -> int:
         pos = self._inner.write(data)
@@ -56,28 +55,12 @@ class RecordingHandle(FileHandle):
         self._layer.record("write", self.path, pos + sum(len(p) for p in parts))
         return pos
 
-    def pread(self, size: int, offset: int) -> bytes:
-        return self._inner.pread(size, offset)
-
     def fsync(self) -> None:
         size = self._inner.size()
         n = self._layer.record("fsync_start", self.path, size)
         self._layer.before_fsync(n)
         self._inner.fsync()
         self._layer.record("fsync_end", self.path, size)
-
-    def truncate(self, size: int) -> None:
-        self._inner.truncate(size)
-
-    def size(self) -> int:
-        return self._inner.size()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._inner.closed
 
 
 class RecordingFileLayer(FileLayer):
