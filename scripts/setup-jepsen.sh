@@ -13,25 +13,5 @@ if ! command -v faketime >/dev/null 2>&1 || ! ls /usr/lib/*/faketime/libfaketime
     missing+=(faketime)
 fi
 
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-
-if [ "$(id -u)" -ne 0 ]; then
-    echo "setup-jepsen: missing ${missing[*]}; install them as root:" >&2
-    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
-    exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "setup-jepsen: missing ${missing[*]} and no apt-get to install them" >&2
-    exit 1
-fi
-
-echo "==> installing ${missing[*]} for jepsen_tests" >&2
-export DEBIAN_FRONTEND=noninteractive
-LOG="${TMPDIR:-/tmp}/setup-jepsen.log"
-if ! { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; } >"$LOG" 2>&1; then
-    tail -30 "$LOG" >&2
-    echo "setup-jepsen: apt-get failed; full log in $LOG" >&2
-    exit 1
-fi
+source "$(dirname "$0")/_apt.sh"
+apt_install setup-jepsen jepsen_tests "${missing[@]}"
