@@ -173,12 +173,16 @@ class RecoveryReport:
         out = []
         if self.torn_tail is not None:
             path, pos, n = self.torn_tail
-            out.append(f"cut a torn write of {n} bytes at byte {pos} of {path} (above the "
-                       f"recovery point {self.recovery_point}: never fsynced)")
+            out.append(
+                f"cut a torn write of {n} bytes at byte {pos} of {path} (above the "
+                f"recovery point {self.recovery_point}: never fsynced)"
+            )
         if self.corruption is not None:
-            out.append(f"cut corrupt data: {self.corruption}; offsets "
-                       f"{self.corruption.offset}..{self.lost_end_offset} must be fetched "
-                       "again")
+            out.append(
+                f"cut corrupt data: {self.corruption}; offsets "
+                f"{self.corruption.offset}..{self.lost_end_offset} must be fetched "
+                "again"
+            )
         out += [f"rebuilt the indexes of {p}" for p in self.indexes_rebuilt]
         out += [f"{e}: ignored" for e in self.checkpoint_errors]
         if self.epoch_cache_rebuilt:
@@ -192,11 +196,20 @@ class PartitionLog:
     offset; the last segment (active) is the only one appended to; ``flushed_offset`` does
     not move once ``log_dir`` has failed."""
 
-    def __init__(self, dir_path: str, config: LogConfig, files: FileLayer,
-                 segments: list[Segment], epochs: LeaderEpochCache, log_start_offset: int,
-                 log_end_offset: int, flushed_offset: int, *,
-                 log_dir: LogDirectory | None = None,
-                 recovery: RecoveryReport | None = None):
+    def __init__(
+        self,
+        dir_path: str,
+        config: LogConfig,
+        files: FileLayer,
+        segments: list[Segment],
+        epochs: LeaderEpochCache,
+        log_start_offset: int,
+        log_end_offset: int,
+        flushed_offset: int,
+        *,
+        log_dir: LogDirectory | None = None,
+        recovery: RecoveryReport | None = None,
+    ):
         self.dir_path = dir_path
         self.config = config
         self.files = files
@@ -272,19 +285,26 @@ class PartitionLog:
     def _check(self) -> None:
         invariant(self._segments, "a log has at least one segment")
         invariant(self._lso <= self._leo, "log start %s above log end %s", self._lso, self._leo)
-        invariant(self._flushed <= self._leo, "flushed %s above log end %s",
-                  self._flushed, self._leo)
+        invariant(
+            self._flushed <= self._leo, "flushed %s above log end %s", self._flushed, self._leo
+        )
         prev = None
         for s in self._segments:
             if prev is not None:
                 invariant(s.base_offset >= prev.next_offset, "segments overlap: %s, %s", prev, s)
             prev = s
-        invariant(self._leo >= self.active_segment.next_offset, "log end %s below %s",
-                  self._leo, self.active_segment)
+        invariant(
+            self._leo >= self.active_segment.next_offset,
+            "log end %s below %s",
+            self._leo,
+            self.active_segment,
+        )
 
     def __repr__(self) -> str:
-        return (f"PartitionLog({self.dir_path!r}, start={self._lso}, end={self._leo}, "
-                f"flushed={self._flushed}, segments={len(self._segments)})")
+        return (
+            f"PartitionLog({self.dir_path!r}, start={self._lso}, end={self._leo}, "
+            f"flushed={self._flushed}, segments={len(self._segments)})"
+        )
 
     # ------------------------------------------------------------------ disk errors
 
@@ -302,9 +322,11 @@ class PartitionLog:
         """``OutOfSpaceError`` for ENOSPC/EDQUOT from anything but an fsync (the caller has
         undone what it wrote); anything else fails the directory."""
         if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
-            return OutOfSpaceError(f"{operation} in {self.dir_path}: no space left on the "
-                                   f"device ({e.strerror}); refused, nothing written",
-                                   dir_path=self.log_dir.path)
+            return OutOfSpaceError(
+                f"{operation} in {self.dir_path}: no space left on the "
+                f"device ({e.strerror}); refused, nothing written",
+                dir_path=self.log_dir.path,
+            )
         return self._fail_dir(e, operation, path or getattr(e, "filename", None) or self.dir_path)
 
     @contextlib.contextmanager
@@ -315,8 +337,7 @@ class PartitionLog:
         try:
             yield
         except OSError as e:
-            raise self._fail_dir(e, operation, getattr(e, "filename", None) or self.dir_path
-                                 ) from e
+            raise self._fail_dir(e, operation, getattr(e, "filename", None) or self.dir_path) from e
 
     def _writable_or_raise(self) -> None:
         self._ensure_open()
@@ -334,10 +355,16 @@ class PartitionLog:
     # ------------------------------------------------------------------ open / recover
 
     @classmethod
-    def open(cls, dir_path: str, config: LogConfig | None = None,
-             file_layer: FileLayer | None = None, now_ms: int = 0, *,
-             allow_truncate_corrupt: bool = False,
-             log_dir: LogDirectory | None = None) -> PartitionLog:
+    def open(
+        cls,
+        dir_path: str,
+        config: LogConfig | None = None,
+        file_layer: FileLayer | None = None,
+        now_ms: int = 0,
+        *,
+        allow_truncate_corrupt: bool = False,
+        log_dir: LogDirectory | None = None,
+    ) -> PartitionLog:
         """Open (creating if needed) and recover the log in ``dir_path``; see the module doc.
 
         ``log_dir``: the directory's health, shared by the logs on one disk. Opening in an
@@ -354,14 +381,21 @@ class PartitionLog:
             return cls._open(dir_path, config, files, allow_truncate_corrupt, log_dir)
         except OSError as e:
             if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
-                raise OutOfSpaceError(f"opening {dir_path}: no space left on the device",
-                                      dir_path=log_dir.path) from e
+                raise OutOfSpaceError(
+                    f"opening {dir_path}: no space left on the device", dir_path=log_dir.path
+                ) from e
             log_dir.fail(e, operation="open", path=getattr(e, "filename", None) or dir_path)
             raise log_dir.offline_error() from e
 
     @classmethod
-    def _open(cls, dir_path: str, config: LogConfig, files: FileLayer,
-              allow_truncate_corrupt: bool, log_dir: LogDirectory) -> PartitionLog:
+    def _open(
+        cls,
+        dir_path: str,
+        config: LogConfig,
+        files: FileLayer,
+        allow_truncate_corrupt: bool,
+        log_dir: LogDirectory,
+    ) -> PartitionLog:
         report = RecoveryReport()
         files.mkdir(dir_path)
         names = sorted(files.listdir(dir_path))
@@ -370,8 +404,7 @@ class PartitionLog:
                 files.unlink(os.path.join(dir_path, name))
         bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
         clean = checkpoint.read_clean_shutdown(files, dir_path)
-        recovery_point = _read_checkpoint(files, dir_path, checkpoint.RECOVERY_POINT_NAME,
-                                          report)
+        recovery_point = _read_checkpoint(files, dir_path, checkpoint.RECOVERY_POINT_NAME, report)
         lso_saved = _read_checkpoint(files, dir_path, checkpoint.LOG_START_OFFSET_NAME, report)
         report.recovery_point = recovery_point
         try:
@@ -391,13 +424,23 @@ class PartitionLog:
             for b in bases:
                 segments.append(Segment.open_existing(dir_path, b, files))
             active = segments[-1]
-            if clean is not None and (clean["active_base_offset"] != active.base_offset
-                                      or clean["active_segment_bytes"] != active.size_bytes):
+            if clean is not None and (
+                clean["active_base_offset"] != active.base_offset
+                or clean["active_segment_bytes"] != active.size_bytes
+            ):
                 clean = None
         report.clean = clean is not None
         try:
-            cls._recover(segments, config, epochs, clean, recovery_point,
-                         allow_truncate_corrupt, report)
+            cls._recover(
+                segments,
+                config,
+                epochs,
+                clean,
+                recovery_point,
+                lso_saved,
+                allow_truncate_corrupt,
+                report,
+            )
             if report.epoch_cache_rebuilt:
                 _rebuild_epochs(segments, epochs)
         except BaseException:
@@ -408,8 +451,7 @@ class PartitionLog:
         leo = segments[-1].next_offset
         if clean is not None:
             leo = max(leo, clean["log_end_offset"])
-        elif (recovery_point is not None and recovery_point > leo
-              and report.corruption is None):
+        elif recovery_point is not None and recovery_point > leo and report.corruption is None:
             # Every offset below the recovery point was durable; a log end below it means
             # the log ended in a gap (a truncation into offsets compaction had removed).
             # Never hand those offsets out again. (Not after cutting corruption: those
@@ -429,8 +471,18 @@ class PartitionLog:
         epochs.truncate_from_end(leo)
         if clean is None:
             segments[-1].flush()  # what recovery found is now durable: the recovery point
-        log = cls(dir_path, config, files, segments, epochs, lso, leo, leo, log_dir=log_dir,
-                  recovery=report)
+        log = cls(
+            dir_path,
+            config,
+            files,
+            segments,
+            epochs,
+            lso,
+            leo,
+            leo,
+            log_dir=log_dir,
+            recovery=report,
+        )
         checkpoint.write_offset(files, dir_path, checkpoint.RECOVERY_POINT_NAME, leo)
         checkpoint.remove_clean_shutdown(files, dir_path)
         files.fsync_dir(dir_path)
@@ -439,9 +491,16 @@ class PartitionLog:
         return log
 
     @staticmethod
-    def _recover(segments: list[Segment], config: LogConfig, epochs: LeaderEpochCache,
-                 clean: dict[str, int] | None, recovery_point: int | None,
-                 allow_truncate_corrupt: bool, report: RecoveryReport) -> None:
+    def _recover(
+        segments: list[Segment],
+        config: LogConfig,
+        epochs: LeaderEpochCache,
+        clean: dict[str, int] | None,
+        recovery_point: int | None,
+        log_start: int | None,
+        allow_truncate_corrupt: bool,
+        report: RecoveryReport,
+    ) -> None:
         interval = config.index_interval_bytes
         # Every segment but the last was fsynced when the log rolled past it, so the
         # recovery point is never below the last one's base: the bound to use without one.
@@ -471,15 +530,26 @@ class PartitionLog:
                     if error is None:
                         error = CorruptRecordError(
                             f"incomplete batch: {file_bytes - where} bytes at the end",
-                            path=seg.log_path, position=where)
+                            path=seg.log_path,
+                            position=where,
+                        )
                     # Fsynced data (below the recovery point) is never a torn write, nor
                     # is damage with valid data after it.
-                    torn = (last and (recovery_point is None or seg.next_offset >= rp)
-                            and not _valid_batch_after(seg, where))
+                    # Offsets below the durable log start were deleted: a batch there is
+                    # no fsynced data (a truncation past them may not have reached the disk
+                    # before the crash, and a torn append then lands on the old bytes).
+                    at = max(seg.next_offset, log_start or 0)
+                    torn = (
+                        last
+                        and (recovery_point is None or at >= rp)
+                        and not _valid_batch_after(seg, where)
+                    )
                     corrupt = CorruptSegmentError(
-                        _below_recovery_point(error.reason, recovery_point, last,
-                                              seg.next_offset),
-                        path=seg.log_path, position=where, offset=seg.next_offset)
+                        _below_recovery_point(error.reason, recovery_point, last, seg.next_offset),
+                        path=seg.log_path,
+                        position=where,
+                        offset=seg.next_offset,
+                    )
                     if not torn and not allow_truncate_corrupt:
                         raise corrupt
                     if torn:
@@ -488,17 +558,21 @@ class PartitionLog:
                         # The operator's (or a refetching follower's) choice: cut it.
                         report.corruption = corrupt
                         report.lost_end_offset = max(
-                            [rp, seg.next_offset] + [s.base_offset for s in segments[i + 1:]])
+                            [rp, seg.next_offset] + [s.base_offset for s in segments[i + 1 :]]
+                        )
                     seg.truncate_to_position(where, seg.next_offset)
                     seg.flush()
-                    for later in segments[i + 1:]:
+                    for later in segments[i + 1 :]:
                         later.delete()
-                    del segments[i + 1:]
+                    del segments[i + 1 :]
             if next_base is not None and i + 1 < len(segments) and seg.next_offset > next_base:
                 raise CorruptSegmentError(
                     f"segment ends at offset {seg.next_offset}, past the next segment's base "
-                    f"{next_base}", path=seg.log_path, position=seg.size_bytes,
-                    offset=next_base)
+                    f"{next_base}",
+                    path=seg.log_path,
+                    position=seg.size_bytes,
+                    offset=next_base,
+                )
             i += 1
 
     def _write_checkpoint_or_raise(self, name: str, offset: int, operation: str) -> None:
@@ -525,8 +599,9 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, batch: bytes, *, leader_epoch: int,
-               now_ms: int | None = None) -> tuple[int, int]:
+    def append(
+        self, batch: bytes, *, leader_epoch: int, now_ms: int | None = None
+    ) -> tuple[int, int]:
         """Append one batch as leader: assign offsets from the log end, stamp the epoch.
 
         Checks the batch's CRC (once: the only full pass over its bytes) and size, writes it
@@ -541,8 +616,8 @@ class PartitionLog:
         h = verify_batch(batch)
         if h.size > self.config.max_message_bytes:
             raise RecordTooLargeError(
-                f"batch of {h.size} bytes exceeds max.message.bytes="
-                f"{self.config.max_message_bytes}")
+                f"batch of {h.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
         with self._lock:
             self._writable_or_raise()
             base = self._leo
@@ -576,8 +651,7 @@ class PartitionLog:
                 raise self._fail_dir(cut, "truncate", seg.log_path) from e
             raise
 
-    def append_as_follower(self, batches: bytes, *,
-                           now_ms: int | None = None) -> tuple[int, int]:
+    def append_as_follower(self, batches: bytes, *, now_ms: int | None = None) -> tuple[int, int]:
         """Append batches fetched from the leader, offsets and epochs as they are.
 
         Every batch's CRC is checked; the batches must be whole and strictly increasing,
@@ -596,7 +670,8 @@ class PartitionLog:
         end = headers[-1][0] + headers[-1][1].size if headers else 0
         if end != len(batches):
             raise InvalidRecordError(
-                f"{len(batches) - end} bytes after the last whole batch at {end}")
+                f"{len(batches) - end} bytes after the last whole batch at {end}"
+            )
         with self._lock:
             self._writable_or_raise()
             if not headers:
@@ -605,7 +680,8 @@ class PartitionLog:
             for _, h in headers:
                 if h.base_offset < expected:
                     raise InvalidRecordError(
-                        f"batch at offset {h.base_offset} does not follow offset {expected - 1}")
+                        f"batch at offset {h.base_offset} does not follow offset {expected - 1}"
+                    )
                 # No max.message.bytes check: a follower takes what its leader accepted.
                 expected = h.next_offset
             mv = memoryview(batches)
@@ -613,10 +689,12 @@ class PartitionLog:
             try:
                 for pos, h in headers:
                     self._maybe_roll_locked(h.size, h.last_offset, now_ms)
-                    if (h.leader_epoch >= 0
-                            and h.leader_epoch != self.leader_epoch_cache.latest_epoch):
+                    if (
+                        h.leader_epoch >= 0
+                        and h.leader_epoch != self.leader_epoch_cache.latest_epoch
+                    ):
                         self.leader_epoch_cache.assign(h.leader_epoch, h.base_offset)
-                    self._write_batch_locked([mv[pos:pos + h.size]], h)
+                    self._write_batch_locked([mv[pos : pos + h.size]], h)
                     self._leo = h.next_offset
             except OSError as e:
                 error = self._io_error(e, "append")
@@ -651,8 +729,11 @@ class PartitionLog:
         if seg.is_empty:
             return False
         full = seg.size_bytes + size_bytes > self.config.segment_bytes
-        aged = (now_ms is not None and seg.first_batch_max_timestamp is not None
-                and now_ms - seg.first_batch_max_timestamp >= self.config.segment_ms)
+        aged = (
+            now_ms is not None
+            and seg.first_batch_max_timestamp is not None
+            and now_ms - seg.first_batch_max_timestamp >= self.config.segment_ms
+        )
         overflow = last_offset - seg.base_offset > RELATIVE_OFFSET_MAX
         if not (full or aged or overflow):
             return False
@@ -684,14 +765,16 @@ class PartitionLog:
         self.files.fsync_dir(self.dir_path)  # the new segment's name
         # Every segment before the new one is now on disk (each was synced when it rolled).
         self._flushed = self._leo
-        checkpoint.write_offset(self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME,
-                                self._flushed)
+        checkpoint.write_offset(
+            self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME, self._flushed
+        )
         self._rp_checkpointed = self._flushed
 
     # ------------------------------------------------------------------ read
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             verify: bool = True) -> ReadResult:
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, verify: bool = True
+    ) -> ReadResult:
         """Raw whole batches from the one holding ``offset``, about ``max_bytes`` of them.
 
         The first batch is returned even when it is larger than ``max_bytes``, so a reader
@@ -725,9 +808,11 @@ class PartitionLog:
                     if verify and seg.base_offset <= offset < seg.next_offset:
                         # Some batch here holds the offset, yet the walk from the index
                         # missed it: a bad length field, or a bad index entry.
-                        raise CorruptRecordError(f"no batch found for offset {offset}",
-                                                 path=seg.log_path,
-                                                 position=seg.index.lookup(offset))
+                        raise CorruptRecordError(
+                            f"no batch found for offset {offset}",
+                            path=seg.log_path,
+                            position=seg.index.lookup(offset),
+                        )
                 return ReadResult(b"", lso, leo)
             except CorruptRecordError as e:
                 if seg is None or seg.retired:
@@ -740,11 +825,11 @@ class PartitionLog:
                 if seg is not None and seg.retired and attempt < 2:
                     continue
                 if isinstance(e, OSError) and not self._closed:
-                    raise self._fail_dir(e, "read", seg.log_path if seg else self.dir_path
-                                         ) from e
+                    raise self._fail_dir(e, "read", seg.log_path if seg else self.dir_path) from e
                 raise
-        raise CorruptRecordError(f"reading offset {offset} of {self.dir_path} failed three "
-                                 "times in a row")
+        raise CorruptRecordError(
+            f"reading offset {offset} of {self.dir_path} failed three times in a row"
+        )
 
     def _check_bad_read(self, seg: Segment, error: CorruptRecordError) -> None:
         """A read found a bad batch in ``seg``: return if the segment checks out whole (its
@@ -757,8 +842,12 @@ class PartitionLog:
                 raise known
             corrupt = seg.reindex(self.config.index_interval_bytes)
             if corrupt is None:
-                logger.warning("%s: a read found %s; the segment checks out whole, so its "
-                               "index was wrong: rebuilt", self.dir_path, error)
+                logger.warning(
+                    "%s: a read found %s; the segment checks out whole, so its "
+                    "index was wrong: rebuilt",
+                    self.dir_path,
+                    error,
+                )
                 return
             self._corrupt_segments[seg.log_path] = corrupt
             if self.corruption is None or corrupt.offset < self.corruption.offset:
@@ -921,7 +1010,9 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(offset, self._lso, self._leo)
             if offset <= self._lso:
                 return self._lso
-            self._write_checkpoint_or_raise(checkpoint.LOG_START_OFFSET_NAME, offset, "delete records")
+            self._write_checkpoint_or_raise(
+                checkpoint.LOG_START_OFFSET_NAME, offset, "delete records"
+            )
             self._lso = offset
             with self._destructive("delete records"):
                 self._delete_segments_below_start_locked()
@@ -956,9 +1047,15 @@ class PartitionLog:
                     if high_watermark is not None and segs[i + 1].base_offset > high_watermark:
                         break
                     # A segment whose records carry no timestamps (-1) never expires by time.
-                    expired = cfg.retention_ms >= 0 and (seg.is_empty or (
-                        seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms))
-                    oversize = cfg.retention_bytes >= 0 and total - seg.size_bytes >= cfg.retention_bytes
+                    expired = cfg.retention_ms >= 0 and (
+                        seg.is_empty
+                        or (
+                            seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
+                        )
+                    )
+                    oversize = (
+                        cfg.retention_bytes >= 0 and total - seg.size_bytes >= cfg.retention_bytes
+                    )
                     if not (expired or oversize):
                         break
                     total -= seg.size_bytes
@@ -998,8 +1095,9 @@ class PartitionLog:
             self._close_retired_locked()
             return self._segments[:-1]
 
-    def replace_segments(self, old: list[Segment], new: list[Segment],
-                         rename_into_place: Callable[[], None]) -> bool:
+    def replace_segments(
+        self, old: list[Segment], new: list[Segment], rename_into_place: Callable[[], None]
+    ) -> bool:
         """Replace ``old`` (consecutive closed segments, still in the log) by ``new``; the
         cleaner's commit. False, and nothing changed, if the log is closed or ``old`` is gone
         (a truncation or retention may have removed it since ``segments_for_cleaning``).
@@ -1017,10 +1115,10 @@ class PartitionLog:
                 i = ids.index(id(old[0]))
             except ValueError:
                 return False
-            if ids[i:i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
+            if ids[i : i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
                 return False
             rename_into_place()
-            self._segments[i:i + len(old)] = new
+            self._segments[i : i + len(old)] = new
             for s in old:
                 self._retire(s, delete=False)
             self._check()
@@ -1094,14 +1192,20 @@ class PartitionLog:
     def _write_clean_state_locked(self) -> None:
         active = self.active_segment
         active.write_indexes()
-        checkpoint.write_offset(self.files, self.dir_path,
-                                checkpoint.RECOVERY_POINT_NAME, self._leo)
+        checkpoint.write_offset(
+            self.files, self.dir_path, checkpoint.RECOVERY_POINT_NAME, self._leo
+        )
         if self._lso > self._segments[0].base_offset:
-            checkpoint.write_offset(self.files, self.dir_path,
-                                    checkpoint.LOG_START_OFFSET_NAME, self._lso)
+            checkpoint.write_offset(
+                self.files, self.dir_path, checkpoint.LOG_START_OFFSET_NAME, self._lso
+            )
         checkpoint.write_clean_shutdown(
-            self.files, self.dir_path, log_end_offset=self._leo,
-            active_base_offset=active.base_offset, active_segment_bytes=active.size_bytes)
+            self.files,
+            self.dir_path,
+            log_end_offset=self._leo,
+            active_base_offset=active.base_offset,
+            active_segment_bytes=active.size_bytes,
+        )
 
     def _close_files_locked(self) -> None:
         with self._fsync_lock:
@@ -1225,15 +1329,19 @@ def _valid_batch_after(seg: Segment, position: int) -> bool:
                     h = parse_header(data, q)
                 except CorruptRecordError:
                     h = None
-                if (h is not None and q + h.size <= len(data)
-                        and compute_crc(memoryview(data)[q:q + h.size]) == h.crc):
+                if (
+                    h is not None
+                    and q + h.size <= len(data)
+                    and compute_crc(memoryview(data)[q : q + h.size]) == h.crc
+                ):
                     return True
             i = data.find(magic, i + 1)
     return False
 
 
-def _read_checkpoint(files: FileLayer, dir_path: str, name: str,
-                     report: RecoveryReport) -> int | None:
+def _read_checkpoint(
+    files: FileLayer, dir_path: str, name: str, report: RecoveryReport
+) -> int | None:
     """A checkpointed offset, or None when missing or damaged (reported)."""
     try:
         return checkpoint.read_offset(files, dir_path, name)
@@ -1242,14 +1350,12 @@ def _read_checkpoint(files: FileLayer, dir_path: str, name: str,
         return None
 
 
-def _below_recovery_point(reason: str, recovery_point: int | None, last: bool,
-                          offset: int) -> str:
+def _below_recovery_point(reason: str, recovery_point: int | None, last: bool, offset: int) -> str:
     """The reason a bad batch is corruption rather than a torn write."""
     if not last:
         return f"{reason}; in a closed segment (fsynced when the log rolled past it)"
     if recovery_point is not None and offset < recovery_point:
-        return (f"{reason}; below the recovery point {recovery_point} (fsynced), so not a "
-                "torn write")
+        return f"{reason}; below the recovery point {recovery_point} (fsynced), so not a torn write"
     return f"{reason}; valid batches follow it, so not a torn write"
 
 
