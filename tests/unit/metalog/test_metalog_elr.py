@@ -38,8 +38,7 @@ def cluster(*ids: int, **config: object) -> Harness:
 def three_replicas(**config: object) -> Harness:
     """Brokers 1, 2, 3; topic ``t``: one partition on (1, 2, 3), min.insync.replicas 2."""
     h = cluster(1, 2, 3, **config)
-    h.run(CreateTopic(name="t", assignments={0: (1, 2, 3)},
-                      configs={"min.insync.replicas": "2"}))
+    h.run(CreateTopic(name="t", assignments={0: (1, 2, 3)}, configs={"min.insync.replicas": "2"}))
     return h
 
 
@@ -60,14 +59,29 @@ def restart(h: Harness, broker: int, *, clean: bool = False, incarnation: str = 
     h.heartbeat(broker)
 
 
-def report(h: Harness, broker: int, last_epoch: int, leo: int, *, name: str = "t",
-           partition_epoch: int | None = None) -> None:
+def report(
+    h: Harness,
+    broker: int,
+    last_epoch: int,
+    leo: int,
+    *,
+    name: str = "t",
+    partition_epoch: int | None = None,
+) -> None:
     reg = h.part(name)
     pe = reg.partition_epoch if partition_epoch is None else partition_epoch
-    h.heartbeat(broker, replica_logs=(ReplicaLogInfo(
-        topic_id=h.image.topics.by_name[name], partition=0,
-        partition_epoch=PartitionEpoch(pe), last_leader_epoch=LeaderEpoch(last_epoch),
-        log_end_offset=leo),))
+    h.heartbeat(
+        broker,
+        replica_logs=(
+            ReplicaLogInfo(
+                topic_id=h.image.topics.by_name[name],
+                partition=0,
+                partition_epoch=PartitionEpoch(pe),
+                last_leader_epoch=LeaderEpoch(last_epoch),
+                log_end_offset=leo,
+            ),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- ELR
@@ -337,8 +351,9 @@ def test_an_unknown_strategy_is_refused() -> None:
 
 
 def test_old_partition_records_replay_with_empty_elr() -> None:
-    rec = PartitionRecord(topic_id=TopicId("t"), partition=0, replicas=(B(1),), isr=(B(1),),
-                          leader=B(1), version=0)
+    rec = PartitionRecord(
+        topic_id=TopicId("t"), partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1), version=0
+    )
     reg = PartitionRegistration.from_record(rec)
     assert reg.elr == () and reg.last_known_elr == ()
 
