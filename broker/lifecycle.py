@@ -110,6 +110,7 @@ class BrokerLifecycle:
         self.previous_broker_epoch = previous_broker_epoch
         """The epoch the clean-shutdown marker named at start (None: there was none)."""
         self._replica_logs = replica_logs
+        self._reported: set[tuple[str, int, int]] = set()  # logged once per partition epoch
         self._client = ControllerClient(controller_urls, timeout_s=config.request_timeout_s)
         self.incarnation_id = uuid.uuid4().hex
         self.state = BrokerState.NOT_RUNNING
@@ -267,10 +268,18 @@ class BrokerLifecycle:
     async def _heartbeat(self, *, want_shutdown: bool) -> BrokerHeartbeatResponse | None:
         epoch = self.broker_epoch
         assert epoch is not None
+        reports = self._replica_logs() if self._replica_logs is not None else ()
+        for r in reports:
+            key = (r.topic_id, r.partition, r.partition_epoch)
+            if key not in self._reported:
+                log.info("broker %d: %s-%d awaits an unclean recovery; reporting its log end "
+                         "(leader epoch %d, offset %d)", self.config.broker_id, r.topic_id,
+                         r.partition, r.last_leader_epoch, r.log_end_offset)
+        self._reported = {(r.topic_id, r.partition, r.partition_epoch) for r in reports}
         cmd = BrokerHeartbeat(
             broker_id=BrokerId(self.config.broker_id), broker_epoch=epoch,
             current_metadata_offset=self.follower.offset, want_shutdown=want_shutdown,
-            replica_logs=self._replica_logs() if self._replica_logs is not None else (),
+            replica_logs=reports,
         )
         try:
             resp: BrokerHeartbeatResponse = await self._client.execute(cmd)

@@ -411,6 +411,10 @@ class QuorumController:
         broker reported it (active only, memory only: reports are resent every heartbeat)."""
         self._recovery_since_ms: dict[tuple[TopicId, int], int] = {}
         """When this controller first heard a report for a partition awaiting recovery."""
+        self._recovery_waits: dict[tuple[TopicId, int], tuple[BrokerId, ...]] = {}
+        """The replicas each recovery last waited for (to note only changes)."""
+        self._notes: deque[str] = deque(maxlen=1_000)
+        """What unclean recoveries decided, for the shell to log (``drain_notes``)."""
 
     # ---------------------------------------------------------------- state
 
@@ -433,6 +437,13 @@ class QuorumController:
                 d.replay(r, None)
             self._pending_image = d.apply()
         return self._pending_image
+
+    def drain_notes(self) -> list[str]:
+        """Lines worth an operator's attention since the last call (which replicas an unclean
+        recovery waits for, whom it elected and why); the shell logs them."""
+        out = list(self._notes)
+        self._notes.clear()
+        return out
 
     @property
     def pending_records(self) -> int:
@@ -481,6 +492,7 @@ class QuorumController:
         self._sessions = {b: now_ms for b in self.image.brokers.brokers}
         self._log_reports.clear()
         self._recovery_since_ms.clear()
+        self._recovery_waits.clear()
         if self.config.noop_interval_ms is not None:
             self._next_noop_ms = now_ms + self.config.noop_interval_ms
         if self.config.leader_imbalance_check_interval_ms is not None:
@@ -494,6 +506,7 @@ class QuorumController:
         self._sessions.clear()
         self._log_reports.clear()
         self._recovery_since_ms.clear()
+        self._recovery_waits.clear()
 
     def withdraw(self, records: Sequence[MetadataRecord]) -> None:
         """Forget ``records``, the last ones ``handle`` or ``poll`` returned, which the shell
@@ -1041,6 +1054,7 @@ class QuorumController:
         if reg is None or not self._awaits_recovery(reg):
             self._log_reports.pop(key, None)
             self._recovery_since_ms.pop(key, None)
+            self._recovery_waits.pop(key, None)
             return
         strategy = self.config.unclean_recovery_strategy
         if not reports or strategy == "manual" or not self.config.eligible_leader_replicas_enabled:
@@ -1057,10 +1071,22 @@ class QuorumController:
             awaited += [b for b in (reg.last_known_elr or reg.replicas)
                         if batch.delta.broker(b) is not None]
         since = self._recovery_since_ms.setdefault(key, now_ms)
-        if (any(b not in current for b in awaited)
-                and now_ms < since + self.config.unclean_recovery_timeout_ms):
+        missing = tuple(sorted({b for b in awaited if b not in current}))
+        heard = ", ".join(f"{b}: epoch {r.last_leader_epoch} end {r.log_end_offset}"
+                          for b, r in sorted(current.items()))
+        if missing and now_ms < since + self.config.unclean_recovery_timeout_ms:
+            if self._recovery_waits.get(key) != missing:
+                self._recovery_waits[key] = missing
+                self._notes.append(
+                    f"unclean recovery of {key[0]}-{key[1]} waits for log ends from "
+                    f"{list(missing)} (have {heard}; last known ELR "
+                    f"{list(reg.last_known_elr)}, {strategy})")
             return
         winner = max(current, key=lambda b: (current[b].length, -reg.replicas.index(b)))
+        self._notes.append(
+            f"unclean recovery of {key[0]}-{key[1]}: broker {winner} leads, the longest log "
+            f"of {heard}" + (f" (timed out waiting for {list(missing)})" if missing else ""))
+        self._recovery_waits.pop(key, None)
         batch.add(PartitionChangeRecord(
             topic_id=key[0], partition=key[1], isr=(winner,), leader=winner,
             leader_recovery_state=(None if reg.leader_recovery_state

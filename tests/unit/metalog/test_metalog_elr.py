@@ -245,11 +245,16 @@ def test_balanced_recovery_waits_for_every_last_known_elr_member() -> None:
     report(h, 3, 0, 120)  # not a last known ELR member: its report alone elects nobody
     report(h, 1, 0, 100)
     assert h.part("t").leader == NO_LEADER
+    notes = h.ctl.drain_notes()
+    assert any("waits for log ends from [2]" in n for n in notes), notes
     report(h, 2, 0, 80)
     reg = h.part("t")
     assert reg.leader == 3 and reg.isr == (3,)  # the longest log of all who reported
     assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
     assert reg.elr == () and reg.last_known_elr == ()
+    (note,) = h.ctl.drain_notes()
+    assert "broker 3 leads, the longest log of 1: epoch 0 end 100, 2: epoch 0 end 80, " \
+        "3: epoch 0 end 120" in note
 
 
 def test_recovery_also_waits_for_every_live_replica() -> None:
