@@ -279,7 +279,9 @@ class ReplicaManager:
         if self.page_cache is not None:
             await self.page_cache.close()
         self._checkpoint_hws(self._dirty_hws())
-        clean = True
+        # An offline log directory (an I/O error, storage.logdir) may have lost written
+        # bytes: never a clean shutdown, whatever the closes below say.
+        clean = self.log_dir.online
         for rep in self.replicas.values():
             try:
                 save_producer_state(rep.log, rep.producers)
@@ -291,7 +293,7 @@ class ReplicaManager:
             except Exception as e:
                 clean = False
                 log.warning("broker %d: closing %s: %r", self.broker_id, rep.name, e)
-        self.closed_cleanly = clean
+        self.closed_cleanly = clean and self.log_dir.online
         self.replicas.clear()
         self.by_name.clear()
         await self.controller.close()
