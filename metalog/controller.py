@@ -46,8 +46,11 @@ Broker lifecycle (KIP-631): ``RegisterBroker`` -> registered and fenced, epoch =
 >= epoch`` unfences it -> ``want_shutdown`` moves its leaderships away, marks it in controlled
 shutdown, and once it leads nothing fences it and answers ``should_shutdown`` -> a session
 without heartbeat for 9 s is fenced by ``poll``. Fencing removes the broker from every ISR
-(keeping at least one member) and elects new leaders from the ISR; with no live ISR member
-the leader is -1 unless the topic has ``unclean.leader.election.enable=true``.
+(into the ELR where the ISR is below ``min.insync.replicas``, KIP-966) and elects new leaders
+from the ISR, or with an empty ISR from the ELR; with neither the leader is -1 unless the
+topic has ``unclean.leader.election.enable=true``, and a partition whose replicas that held
+its records all shut down uncleanly waits for an unclean recovery by longest log
+(``partition_change``, ``QuorumController._maybe_recover``; docs/metadata.md).
 
 The commands live in ``metalog.commands``, their responses in ``metalog.responses`` and the
 refusals (``MetadataError`` subclasses, Kafka's error names in ``code``) in ``metalog.errors``:
