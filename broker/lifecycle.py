@@ -7,8 +7,10 @@ Kafka's ``BrokerLifecycleManager``. States (``BrokerState``, Kafka's ``BrokerSta
         --heartbeat: should_shutdown (or the timeout)--> SHUTTING_DOWN --> NOT_RUNNING
     STARTING --shutdown()--> SHUTTING_DOWN
 
-* STARTING: ``RegisterBroker`` with a fresh incarnation id (one per process) and the
-  broker's endpoints, retried until the active controller answers. The answer's broker epoch
+* STARTING: ``RegisterBroker`` with a fresh incarnation id (one per process), the
+  broker's endpoints and ``previous_broker_epoch`` (KIP-966: the epoch the clean-shutdown
+  marker names, ``broker.clean_shutdown``; -1 after an unclean shutdown, which takes the
+  broker out of every ISR and ELR), retried until the active controller answers. The answer's broker epoch
   is the offset of the ``RegisterBrokerRecord``. ``DUPLICATE_BROKER_REGISTRATION`` (an older
   incarnation of this id still holds a session, e.g. after a SIGKILL) is retried until that
   session expires.
@@ -16,6 +18,9 @@ Kafka's ``BrokerLifecycleManager``. States (``BrokerState``, Kafka's ``BrokerSta
   follower's offset; the controller unfences the broker once that offset reaches the broker
   epoch (it has replayed its own registration). A heartbeat also goes out at once when the
   follower reaches the epoch, so catching up does not wait for the next tick.
+* Every heartbeat carries ``replica_logs``: where the logs of this broker's replicas of
+  partitions awaiting an unclean recovery end (no leader, no ISR, no ELR), so the
+  controller can elect the longest (KIP-966).
 * RUNNING: unfenced; heartbeats go on. If the controller fences the broker anyway (its
   session expired: the process was paused, or the network cut), the state stays RUNNING,
   ``fenced`` turns true, heartbeats go on, and the controller unfences it on the next one
@@ -46,13 +51,13 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.metadata_follower import MetadataFollower
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
-from metalog.commands import BrokerHeartbeat, RegisterBroker
+from metalog.commands import BrokerHeartbeat, RegisterBroker, ReplicaLogInfo
 from metalog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
@@ -98,9 +103,14 @@ class BrokerLifecycle:
     """See the module docstring. ``start()``, then ``shutdown()`` (controlled) or ``stop()``."""
 
     def __init__(self, config: LifecycleConfig, controller_urls: Sequence[str],
-                 follower: MetadataFollower) -> None:
+                 follower: MetadataFollower, *, previous_broker_epoch: int | None = None,
+                 replica_logs: Callable[[], tuple[ReplicaLogInfo, ...]] | None = None) -> None:
         self.config = config
         self.follower = follower
+        self.previous_broker_epoch = previous_broker_epoch
+        """The epoch the clean-shutdown marker named at start (None: there was none)."""
+        self._replica_logs = replica_logs
+        self._reported: set[tuple[str, int, int]] = set()  # logged once per partition epoch
         self._client = ControllerClient(controller_urls, timeout_s=config.request_timeout_s)
         self.incarnation_id = uuid.uuid4().hex
         self.state = BrokerState.NOT_RUNNING
@@ -202,8 +212,13 @@ class BrokerLifecycle:
 
     async def _register(self) -> bool:
         cfg = self.config
+        # Registering again in the same process: our logs lost nothing, and the epoch we held
+        # says so (the controller also knows us by the incarnation id).
+        previous = self.broker_epoch if self.broker_epoch is not None else (
+            self.previous_broker_epoch)
         cmd = RegisterBroker(broker_id=BrokerId(cfg.broker_id), incarnation_id=self.incarnation_id,
-                             endpoints=cfg.endpoints, rack=cfg.rack)
+                             endpoints=cfg.endpoints, rack=cfg.rack,
+                             previous_broker_epoch=BrokerEpoch(-1 if previous is None else previous))
         attempt = 0
         while not self._shutdown_requested.is_set():
             attempt += 1
@@ -253,9 +268,18 @@ class BrokerLifecycle:
     async def _heartbeat(self, *, want_shutdown: bool) -> BrokerHeartbeatResponse | None:
         epoch = self.broker_epoch
         assert epoch is not None
+        reports = self._replica_logs() if self._replica_logs is not None else ()
+        for r in reports:
+            key = (r.topic_id, r.partition, r.partition_epoch)
+            if key not in self._reported:
+                log.info("broker %d: %s-%d awaits an unclean recovery; reporting its log end "
+                         "(leader epoch %d, offset %d)", self.config.broker_id, r.topic_id,
+                         r.partition, r.last_leader_epoch, r.log_end_offset)
+        self._reported = {(r.topic_id, r.partition, r.partition_epoch) for r in reports}
         cmd = BrokerHeartbeat(
             broker_id=BrokerId(self.config.broker_id), broker_epoch=epoch,
             current_metadata_offset=self.follower.offset, want_shutdown=want_shutdown,
+            replica_logs=reports,
         )
         try:
             resp: BrokerHeartbeatResponse = await self._client.execute(cmd)

@@ -57,10 +57,18 @@ from broker.replica_state import (
 from common.essential import Essentials
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
-from metalog.commands import AlterPartition, PartitionStateChange
+from metalog.commands import AlterPartition, PartitionStateChange, ReplicaLogInfo
 from metalog.errors import MetadataError
 from metalog.image import MetadataImage, PartitionRegistration
-from metalog.records import BrokerEpoch, BrokerId, TopicId
+from metalog.records import (
+    NO_LEADER,
+    BrokerEpoch,
+    BrokerId,
+    LeaderEpoch,
+    LeaderRecoveryState,
+    PartitionEpoch,
+    TopicId,
+)
 from metalog.responses import AlterPartitionResponse, AlterPartitionResult
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
@@ -244,6 +252,9 @@ class ReplicaManager:
         self.log_dir = LogDirectory(str(self.data_dir))
         """The health of the data directory, shared by every log in it: an I/O error in one
         takes them all offline (``storage.logdir``); the broker process stops on it."""
+        self.closed_cleanly: bool | None = None
+        """After ``stop``: whether every log was flushed and closed without an error (the
+        broker's clean-shutdown marker may then be written, ``broker.clean_shutdown``)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -268,14 +279,21 @@ class ReplicaManager:
         if self.page_cache is not None:
             await self.page_cache.close()
         self._checkpoint_hws(self._dirty_hws())
+        # An offline log directory (an I/O error, storage.logdir) may have lost written
+        # bytes: never a clean shutdown, whatever the closes below say.
+        clean = self.log_dir.online
         for rep in self.replicas.values():
             try:
                 save_producer_state(rep.log, rep.producers)
             except OSError as e:
                 log.warning("broker %d: producer snapshot of %s: %s", self.broker_id,
                             rep.name, e)
-            with contextlib.suppress(Exception):
+            try:
                 rep.log.close()
+            except Exception as e:
+                clean = False
+                log.warning("broker %d: closing %s: %r", self.broker_id, rep.name, e)
+        self.closed_cleanly = clean and self.log_dir.online
         self.replicas.clear()
         self.by_name.clear()
         await self.controller.close()
@@ -323,6 +341,28 @@ class ReplicaManager:
         """The registration landed in an image we skipped: apply the latest one now."""
         if self._deferred and self.image is not None and self._registered_in(self.image):
             await self.on_metadata(MetadataUpdate(None, self.image))
+
+    def replica_log_reports(self) -> tuple[ReplicaLogInfo, ...]:
+        """Where the logs of this broker's replicas of partitions awaiting an unclean
+        recovery end (no leader, no ISR, no ELR: KIP-966), for the next heartbeat.
+
+        Only replicas whose registration this incarnation has applied: a report describes
+        the log as it is while the partition has no leader (nothing appends to it then), for
+        the partition epoch it names.
+        """
+        if self._deferred:
+            return ()
+        out = []
+        for rep in self.replicas.values():
+            reg = rep.registration
+            if reg.leader != NO_LEADER or reg.isr or reg.elr or rep.log.closed:
+                continue
+            out.append(ReplicaLogInfo(
+                topic_id=rep.topic_id, partition=rep.partition,
+                partition_epoch=PartitionEpoch(reg.partition_epoch),
+                last_leader_epoch=LeaderEpoch(rep.log.latest_epoch),
+                log_end_offset=rep.log.log_end_offset))
+        return tuple(out)
 
     def _ineligible(self, image: MetadataImage, reg: PartitionRegistration) -> list[BrokerId]:
         out = []
@@ -459,9 +499,11 @@ class ReplicaManager:
                 hw_requires_leader_flush=self.acks_require_fsync),
             ineligible_replicas=self._ineligible(image, reg))
         rep.last_shrink_check_ms = t
-        log.info("broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s)",
+        log.info("broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s%s)",
                  self.broker_id, rep.name, reg.leader_epoch, plog.log_end_offset,
-                 rep.leader.high_watermark, list(reg.isr))
+                 rep.leader.high_watermark, list(reg.isr),
+                 ", RECOVERING: elected by unclean recovery or election" if
+                 reg.leader_recovery_state == LeaderRecoveryState.RECOVERING else "")
         change = rep.leader.maybe_mark_recovered()
         if change is not None:
             self._send_change(rep, change)
@@ -772,6 +814,8 @@ class ReplicaManager:
                 "high_watermark": rep.high_watermark, "leader": int(rep.registration.leader),
                 "leader_epoch": rep.registration.leader_epoch,
                 "isr": [int(b) for b in rep.registration.isr],
+                "eligible_leader_replicas": [int(b) for b in rep.registration.elr],
+                "last_known_elr": [int(b) for b in rep.registration.last_known_elr],
                 "role": ("leader" if rep.leader is not None and rep.leader.is_leader
                          else "follower" if rep.follower is not None else "none"),
             }

@@ -26,6 +26,8 @@ from metalog.records import (
     TopicId,
 )
 
+_NO_EPOCH = BrokerEpoch(-1)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Command:
@@ -94,6 +96,25 @@ class RegisterBroker(Command):
     incarnation_id: str
     endpoints: tuple[Endpoint, ...] = ()
     rack: str | None = None
+    previous_broker_epoch: BrokerEpoch = _NO_EPOCH
+    """KIP-966: the epoch of the incarnation whose clean shutdown left this broker's logs
+    whole (its clean-shutdown marker), or the epoch this process registered with before;
+    -1 after an unclean shutdown. Unless it is the epoch of the registration being replaced,
+    the broker may have lost unflushed writes and leaves every ISR and ELR."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfo:
+    """Where one replica's log ends (KIP-966's GetReplicaLogInfo answer), for a partition
+    that has no leader, no ISR and no ELR: unclean recovery elects the longest log."""
+
+    topic_id: TopicId
+    partition: int
+    partition_epoch: PartitionEpoch
+    """The partition epoch of the registration the broker saw: a report is only good for it."""
+    last_leader_epoch: LeaderEpoch
+    """The latest leader epoch in the replica's log (-1: none)."""
+    log_end_offset: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +124,8 @@ class BrokerHeartbeat(Command):
     current_metadata_offset: int
     want_fence: bool = False
     want_shutdown: bool = False
+    replica_logs: tuple[ReplicaLogInfo, ...] = ()
+    """The broker's replicas of partitions awaiting an unclean recovery."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +133,7 @@ class UnregisterBroker(Command):
     broker_id: BrokerId
 
 
-_UNCHECKED_EPOCH = BrokerEpoch(-1)
+_UNCHECKED_EPOCH = _NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)

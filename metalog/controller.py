@@ -46,8 +46,11 @@ Broker lifecycle (KIP-631): ``RegisterBroker`` -> registered and fenced, epoch =
 >= epoch`` unfences it -> ``want_shutdown`` moves its leaderships away, marks it in controlled
 shutdown, and once it leads nothing fences it and answers ``should_shutdown`` -> a session
 without heartbeat for 9 s is fenced by ``poll``. Fencing removes the broker from every ISR
-(keeping at least one member) and elects new leaders from the ISR; with no live ISR member
-the leader is -1 unless the topic has ``unclean.leader.election.enable=true``.
+(into the ELR where the ISR is below ``min.insync.replicas``, KIP-966) and elects new leaders
+from the ISR, or with an empty ISR from the ELR; with neither the leader is -1 unless the
+topic has ``unclean.leader.election.enable=true``, and a partition whose replicas that held
+its records all shut down uncleanly waits for an unclean recovery by longest log
+(``partition_change``, ``QuorumController._maybe_recover``; docs/metadata.md).
 
 The commands live in ``metalog.commands``, their responses in ``metalog.responses`` and the
 refusals (``MetadataError`` subclasses, Kafka's error names in ``code``) in ``metalog.errors``:
@@ -178,6 +181,9 @@ class ControllerResult(Generic[R]):
 # --------------------------------------------------------------------------- config
 
 
+UNCLEAN_RECOVERY_STRATEGIES = ("balanced", "aggressive", "manual")
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     session_timeout_ms: int = 9_000
@@ -195,6 +201,27 @@ class ControllerConfig:
     max_partitions: int = 200_000
     """Partitions in the whole cluster: every partition costs each broker and controller
     memory and metadata, so a client's create is refused past it (issue 17's bounds)."""
+    eligible_leader_replicas_enabled: bool = True
+    """KIP-966 (Kafka's ``eligible.leader.replicas.version``, on in new 4.1 clusters): a
+    replica leaving an ISR that is below ``min.insync.replicas`` stays eligible to lead (ELR),
+    the ISR may become empty, and a broker back from an unclean shutdown loses both. Off: the
+    last ISR member stays in the ISR and leads again when it returns (Kafka 3.x)."""
+    unclean_recovery_strategy: str = "balanced"
+    """What happens to a partition left with no ISR and no ELR (every replica that held its
+    committed records had an unclean shutdown), KIP-966's ``unclean.recovery.strategy``:
+    ``balanced`` elects the longest log once every live replica and every last known ELR
+    member (every replica if there is none) has reported its log end, or the timeout passed;
+    ``aggressive`` once every live replica has; ``manual`` never (``ElectLeaders`` UNCLEAN does). A topic with
+    ``unclean.leader.election.enable=true`` elects the first live replica at once instead."""
+    unclean_recovery_timeout_ms: int = 300_000
+    """KIP-966's ``unclean.recovery.timeout.ms``: after this long waiting for reports, elect
+    the longest log among the live replicas that reported."""
+
+    def __post_init__(self) -> None:
+        if self.unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
+            raise ValueError(f"unclean_recovery_strategy must be one of "
+                             f"{', '.join(UNCLEAN_RECOVERY_STRATEGIES)}, got "
+                             f"{self.unclean_recovery_strategy!r}")
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -301,6 +328,24 @@ def default_topic_id(seed: str) -> TopicId:
 # --------------------------------------------------------------------------- the controller
 
 
+@dataclass(frozen=True, slots=True)
+class _LogReport:
+    """One replica's log end as its broker reported it (``ReplicaLogInfo``), and the
+    broker epoch it came with: a report outlives neither that incarnation nor that version
+    of the partition."""
+
+    broker_epoch: BrokerEpoch
+    partition_epoch: int
+    last_leader_epoch: int
+    log_end_offset: int
+
+    @property
+    def length(self) -> tuple[int, int]:
+        """What "longest log" compares: the latest leader epoch first, then the end offset
+        (a longer log of an older epoch holds a tail the newer leader never had)."""
+        return self.last_leader_epoch, self.log_end_offset
+
+
 class _Batch:
     """Records of one command, replayed as they are added onto a view of the latest image,
     so later decisions in the same command see earlier ones."""
@@ -364,6 +409,15 @@ class QuorumController:
         self._next_noop_ms = 0
         self._next_rebalance_ms = 0
         self._ids_made = 0
+        self._log_reports: dict[tuple[TopicId, int], dict[BrokerId, _LogReport]] = {}
+        """Partitions awaiting an unclean recovery -> where each replica's log ends, as its
+        broker reported it (active only, memory only: reports are resent every heartbeat)."""
+        self._recovery_since_ms: dict[tuple[TopicId, int], int] = {}
+        """When this controller first heard a report for a partition awaiting recovery."""
+        self._recovery_waits: dict[tuple[TopicId, int], tuple[BrokerId, ...]] = {}
+        """The replicas each recovery last waited for (to note only changes)."""
+        self._notes: deque[str] = deque(maxlen=1_000)
+        """What unclean recoveries decided, for the shell to log (``drain_notes``)."""
 
     # ---------------------------------------------------------------- state
 
@@ -386,6 +440,13 @@ class QuorumController:
                 d.replay(r, None)
             self._pending_image = d.apply()
         return self._pending_image
+
+    def drain_notes(self) -> list[str]:
+        """Lines worth an operator's attention since the last call (which replicas an unclean
+        recovery waits for, whom it elected and why); the shell logs them."""
+        out = list(self._notes)
+        self._notes.clear()
+        return out
 
     @property
     def pending_records(self) -> int:
@@ -432,6 +493,9 @@ class QuorumController:
         self._pending.clear()
         self._pending_image = None
         self._sessions = {b: now_ms for b in self.image.brokers.brokers}
+        self._log_reports.clear()
+        self._recovery_since_ms.clear()
+        self._recovery_waits.clear()
         if self.config.noop_interval_ms is not None:
             self._next_noop_ms = now_ms + self.config.noop_interval_ms
         if self.config.leader_imbalance_check_interval_ms is not None:
@@ -443,6 +507,9 @@ class QuorumController:
         self._pending.clear()
         self._pending_image = None
         self._sessions.clear()
+        self._log_reports.clear()
+        self._recovery_since_ms.clear()
+        self._recovery_waits.clear()
 
     def withdraw(self, records: Sequence[MetadataRecord]) -> None:
         """Forget ``records``, the last ones ``handle`` or ``poll`` returned, which the shell
@@ -775,7 +842,8 @@ class QuorumController:
             if (rtype == ConfigResourceType.TOPIC
                     and changed.get("unclean.leader.election.enable") == "true"):
                 # Allowing unclean election brings offline partitions back now, as Kafka does.
-                self._elect_offline_partitions(batch, None, topic=rname, unclean=True)
+                self._elect_offline_partitions(batch, None, topic=rname, unclean_election=True,
+                                               now_ms=now_ms)
         return AlterConfigsResponse(rtype, rname, changed), None
 
     # -- brokers
@@ -801,10 +869,15 @@ class QuorumController:
             broker_id=cmd.broker_id, incarnation_id=cmd.incarnation_id,
             endpoints=tuple(Endpoint(*e) for e in cmd.endpoints), rack=cmd.rack, fenced=True,
         ))
-        if existing is not None:
-            # A new incarnation may have lost what the old one had not flushed (KIP-966):
-            # it leaves every ISR and leadership, as if fenced, until it catches up again.
-            self._remove_from_partitions(batch, cmd.broker_id)
+        # KIP-966: a broker whose logs may have lost unflushed writes (no clean-shutdown
+        # marker naming the registration it replaces) leaves every ISR and ELR; one that
+        # shut down cleanly, or the same process registering again, only leaves the ISRs
+        # and leaderships, as if fenced. Either way it rejoins once it has caught up.
+        clean = existing is not None and (
+            existing.incarnation_id == cmd.incarnation_id
+            or 0 <= cmd.previous_broker_epoch == existing.broker_epoch)
+        if existing is not None or self.config.eligible_leader_replicas_enabled:
+            self._remove_from_partitions(batch, cmd.broker_id, unclean_shutdown=not clean)
         self._sessions[cmd.broker_id] = now_ms
         broker_id = cmd.broker_id
 
@@ -829,6 +902,14 @@ class QuorumController:
         b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         self._sessions[b.broker_id] = now_ms
         caught_up = cmd.current_metadata_offset >= b.broker_epoch
+        reported = self._note_log_reports(batch, b, cmd, now_ms)
+        answer = self._heartbeat_state(batch, b, cmd, now_ms, caught_up)
+        for key in reported:  # after an unfencing: the reporter may now be a candidate
+            self._maybe_recover(batch, key, now_ms)
+        return answer
+
+    def _heartbeat_state(self, batch: _Batch, b: BrokerRegistration, cmd: BrokerHeartbeat,
+                         now_ms: int, caught_up: bool) -> tuple[BrokerHeartbeatResponse, None]:
         if cmd.want_shutdown:
             if not b.fenced:
                 if not b.in_controlled_shutdown:
@@ -837,10 +918,10 @@ class QuorumController:
                         in_controlled_shutdown=True,
                     ))
                     # A clean shutdown never causes an unclean election.
-                    self._remove_from_partitions(batch, b.broker_id, unclean=False)
+                    self._remove_from_partitions(batch, b.broker_id, unclean_election=False)
                 if not any(reg.leader == b.broker_id
                            for _, _, _, reg in batch.partitions(b.broker_id)):
-                    self._fence(batch, b, unclean=False)
+                    self._fence(batch, b, unclean_election=False)
             b2 = batch.delta.broker(b.broker_id)
             fenced = b2 is not None and b2.fenced
             if fenced:
@@ -852,7 +933,7 @@ class QuorumController:
             return BrokerHeartbeatResponse(caught_up, True, False), None
         if b.fenced and caught_up and not b.in_controlled_shutdown:
             batch.add(UnfenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
-            self._elect_offline_partitions(batch, b.broker_id)
+            self._elect_offline_partitions(batch, b.broker_id, now_ms=now_ms)
             return BrokerHeartbeatResponse(True, False, False), None
         return BrokerHeartbeatResponse(caught_up, b.fenced, False), None
 
@@ -866,42 +947,171 @@ class QuorumController:
                 f"the registration of broker {cmd.broker_id} has not committed yet"
             )
         batch.add(UnregisterBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
-        self._remove_from_partitions(batch, b.broker_id)
+        # Gone for good: it leaves the ELRs too, and recoveries stop waiting for it.
+        self._remove_from_partitions(batch, b.broker_id, unclean_shutdown=True)
         self._sessions.pop(b.broker_id, None)
         return UnregisterBrokerResponse(b.broker_id), None
 
-    def _fence(self, batch: _Batch, b: BrokerRegistration, *, unclean: bool = True) -> None:
+    def _fence(self, batch: _Batch, b: BrokerRegistration, *,
+               unclean_election: bool = True) -> None:
         batch.add(FenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
-        self._remove_from_partitions(batch, b.broker_id, unclean=unclean)
+        self._remove_from_partitions(batch, b.broker_id, unclean_election=unclean_election)
 
     # -- partitions
 
     def _unclean_allowed(self, batch: _Batch, topic: str) -> bool:
         return batch.image.configs.topic_config(topic, "unclean.leader.election.enable") == "true"
 
+    def _change(self, batch: _Batch, topic: str, tid: TopicId, p: int,
+                reg: PartitionRegistration, **kw: Any) -> PartitionChangeRecord | None:
+        """``partition_change`` with this controller's ELR setting and the topic's
+        effective ``min.insync.replicas``."""
+        return partition_change(
+            tid, p, reg, batch.usable, min_isr=self._min_isr(batch, topic, reg),
+            elr_enabled=self.config.eligible_leader_replicas_enabled, **kw)
+
+    @staticmethod
+    def _min_isr(batch: _Batch, topic: str, reg: PartitionRegistration) -> int:
+        """The effective ``min.insync.replicas``: capped by the replication factor, as the
+        leader's ``ReplicationConfig.effective_min_isr`` (Kafka's ``effectiveMinIsr``)."""
+        try:
+            configured = int(batch.image.configs.topic_config(topic, "min.insync.replicas") or 1)
+        except ValueError:
+            configured = 1
+        return max(1, min(configured, len(reg.replicas)))
+
     def _remove_from_partitions(self, batch: _Batch, broker_id: BrokerId, *,
-                                unclean: bool = True) -> None:
+                                unclean_election: bool = True,
+                                unclean_shutdown: bool = False) -> None:
         """Take ``broker_id`` out of every ISR and leadership (it is fenced, shutting down,
-        unregistered, or a new incarnation)."""
+        unregistered, or a new incarnation); after an unclean shutdown out of every ELR too
+        (KIP-966: it may have lost what it had not flushed)."""
         for name, tid, p, reg in list(batch.partitions(broker_id)):
-            if reg.leader == broker_id or broker_id in reg.isr:
-                rec = partition_change(
-                    tid, p, reg, batch.usable, remove=broker_id,
-                    unclean_allowed=unclean and self._unclean_allowed(batch, name),
+            if reg.leader == broker_id or broker_id in reg.isr or (
+                    unclean_shutdown and broker_id in reg.elr):
+                rec = self._change(
+                    batch, name, tid, p, reg, remove=broker_id, unclean_shutdown=unclean_shutdown,
+                    unclean_allowed=unclean_election and self._unclean_allowed(batch, name),
                 )
                 if rec is not None:
                     batch.add(rec)
 
     def _elect_offline_partitions(self, batch: _Batch, broker_id: BrokerId | None, *,
-                                  topic: str | None = None, unclean: bool | None = None) -> None:
+                                  now_ms: int, topic: str | None = None,
+                                  unclean_election: bool | None = None) -> None:
         """Give a leader to leaderless partitions (with a replica on ``broker_id``, or of
-        ``topic``, or all); unclean per the topic's config unless ``unclean`` says."""
+        ``topic``, or all): from the ISR, else the ELR, else uncleanly per the topic's
+        config (unless ``unclean_election`` says), else by unclean recovery when it may."""
         for name, tid, p, reg in list(batch.partitions(broker_id)):
             if reg.leader == NO_LEADER and (topic is None or topic == name):
-                allowed = self._unclean_allowed(batch, name) if unclean is None else unclean
-                rec = partition_change(tid, p, reg, batch.usable, unclean_allowed=allowed)
+                allowed = (self._unclean_allowed(batch, name) if unclean_election is None
+                           else unclean_election)
+                rec = self._change(batch, name, tid, p, reg, unclean_allowed=allowed)
                 if rec is not None:
                     batch.add(rec)
+                else:
+                    self._maybe_recover(batch, (tid, p), now_ms)
+
+    # -- unclean recovery (KIP-966)
+
+    @staticmethod
+    def _awaits_recovery(reg: PartitionRegistration) -> bool:
+        """No leader, and nobody who holds every committed record: neither ISR nor ELR."""
+        return reg.leader == NO_LEADER and not reg.isr and not reg.elr
+
+    def _note_log_reports(self, batch: _Batch, b: BrokerRegistration, cmd: BrokerHeartbeat,
+                          now_ms: int) -> list[tuple[TopicId, int]]:
+        """Keep the reports of ``cmd`` that describe a replica of a partition awaiting
+        recovery in the version of it the controller has; the partitions they concern."""
+        keys = []
+        for info in cmd.replica_logs:
+            key = (info.topic_id, info.partition)
+            reg = batch.delta.partition(*key)
+            if (reg is None or b.broker_id not in reg.replicas or not self._awaits_recovery(reg)
+                    or info.partition_epoch != reg.partition_epoch):
+                continue
+            self._log_reports.setdefault(key, {})[b.broker_id] = _LogReport(
+                b.broker_epoch, info.partition_epoch, info.last_leader_epoch,
+                info.log_end_offset)
+            self._recovery_since_ms.setdefault(key, now_ms)
+            keys.append(key)
+        return keys
+
+    def _maybe_recover(self, batch: _Batch, key: tuple[TopicId, int], now_ms: int) -> None:
+        """Elect the longest log of a partition awaiting unclean recovery, if the strategy
+        says it has heard enough (``ControllerConfig.unclean_recovery_strategy``).
+
+        The candidates are the live replicas whose report is current (this broker epoch,
+        this partition epoch). Both strategies wait for a report from every live replica (one
+        heartbeat: a replica outside the last known ELR may still hold everything, if nothing
+        was written after it left the ISR); ``balanced`` also for every registered last known
+        ELR member (every registered replica if there is none), so a replica that came back
+        empty is not elected while one that may hold the acknowledged writes is on its way
+        back. After ``unclean_recovery_timeout_ms`` either takes what it has. The winner has the highest (latest leader epoch, log end
+        offset), the Raft "more up-to-date" order; ties go to replica order. It leads in
+        ``RECOVERING`` (KIP-704) with an ISR of itself: whatever other replicas hold beyond
+        its log is truncated when they follow it.
+        """
+        reg = batch.delta.partition(*key)
+        reports = self._log_reports.get(key)
+        if reg is None or not self._awaits_recovery(reg):
+            self._log_reports.pop(key, None)
+            self._recovery_since_ms.pop(key, None)
+            self._recovery_waits.pop(key, None)
+            return
+        strategy = self.config.unclean_recovery_strategy
+        if not reports or strategy == "manual" or not self.config.eligible_leader_replicas_enabled:
+            return
+        current = {
+            b: r for b, r in reports.items()
+            if r.partition_epoch == reg.partition_epoch and batch.usable(b)
+            and (br := batch.delta.broker(b)) is not None and br.broker_epoch == r.broker_epoch
+        }
+        if not current:
+            return
+        awaited = [b for b in reg.replicas if batch.usable(b)]
+        if strategy == "balanced":
+            awaited += [b for b in (reg.last_known_elr or reg.replicas)
+                        if batch.delta.broker(b) is not None]
+        since = self._recovery_since_ms.setdefault(key, now_ms)
+        missing = tuple(sorted({b for b in awaited if b not in current}))
+        heard = ", ".join(f"{b}: epoch {r.last_leader_epoch} end {r.log_end_offset}"
+                          for b, r in sorted(current.items()))
+        if missing and now_ms < since + self.config.unclean_recovery_timeout_ms:
+            if self._recovery_waits.get(key) != missing:
+                self._recovery_waits[key] = missing
+                self._notes.append(
+                    f"unclean recovery of {key[0]}-{key[1]} waits for log ends from "
+                    f"{list(missing)} (have {heard}; last known ELR "
+                    f"{list(reg.last_known_elr)}, {strategy})")
+            return
+        winner = max(current, key=lambda b: (current[b].length, -reg.replicas.index(b)))
+        self._notes.append(
+            f"unclean recovery of {key[0]}-{key[1]}: broker {winner} leads, the longest log "
+            f"of {heard}" + (f" (timed out waiting for {list(missing)})" if missing else ""))
+        self._recovery_waits.pop(key, None)
+        batch.add(PartitionChangeRecord(
+            topic_id=key[0], partition=key[1], isr=(winner,), leader=winner,
+            leader_recovery_state=(None if reg.leader_recovery_state
+                                   == LeaderRecoveryState.RECOVERING
+                                   else LeaderRecoveryState.RECOVERING),
+            last_known_elr=() if reg.last_known_elr else None,
+        ))
+        del self._log_reports[key]
+        self._recovery_since_ms.pop(key, None)
+
+    def _recovery_deadlines(self, batch: _Batch, now_ms: int) -> list[int]:
+        """Retry recoveries whose timeout passed; forget partitions that no longer await one.
+        The deadlines still ahead."""
+        timeout = self.config.unclean_recovery_timeout_ms
+        for key, since in list(self._recovery_since_ms.items()):
+            if now_ms >= since + timeout:
+                self._maybe_recover(batch, key, now_ms)
+        for key in [k for k in self._log_reports if k not in self._recovery_since_ms]:
+            del self._log_reports[key]
+        # Past ones need no timer: the next report elects at once.
+        return [since + timeout for since in self._recovery_since_ms.values()
+                if since + timeout > now_ms]
 
     def _alter_partition(self, batch: _Batch, cmd: AlterPartition, now_ms: int) -> tuple[
             AlterPartitionResponse, None]:
@@ -914,6 +1124,10 @@ class QuorumController:
                 results.append(AlterPartitionResult(ps.topic_id, ps.partition, error=e))
                 continue
             new_isr = tuple(m.broker_id for m in ps.new_isr)
+            topic = batch.delta.topic_name(ps.topic_id) or ""
+            elr, lke = eligible_leader_replicas(
+                reg, new_isr, min_isr=self._min_isr(batch, topic, reg),
+                enabled=self.config.eligible_leader_replicas_enabled)
             rec = PartitionChangeRecord(
                 topic_id=ps.topic_id, partition=ps.partition,
                 isr=None if new_isr == reg.isr else new_isr,
@@ -921,8 +1135,11 @@ class QuorumController:
                     None if ps.leader_recovery_state == reg.leader_recovery_state
                     else ps.leader_recovery_state
                 ),
+                eligible_leader_replicas=None if set(elr) == set(reg.elr) else elr,
+                last_known_elr=None if set(lke) == set(reg.last_known_elr) else lke,
             )
-            if rec.isr is not None or rec.leader_recovery_state is not None:
+            if (rec.isr is not None or rec.leader_recovery_state is not None
+                    or rec.eligible_leader_replicas is not None or rec.last_known_elr is not None):
                 batch.add(rec)
             results.append(AlterPartitionResult(
                 ps.topic_id, ps.partition,
@@ -1002,7 +1219,7 @@ class QuorumController:
                     err: MetadataError | None = ElectionNotNeededError("preferred leader leads")
                     rec = None
                 else:
-                    rec = partition_change(tid, p, reg, batch.usable, preferred=True)
+                    rec = self._change(batch, name, tid, p, reg, preferred=True)
                     err = None
                     if rec is None or rec.leader != reg.preferred_leader:
                         rec = None
@@ -1014,7 +1231,7 @@ class QuorumController:
                 if reg.leader != NO_LEADER:
                     err, rec = ElectionNotNeededError("the partition has a leader"), None
                 else:
-                    rec = partition_change(tid, p, reg, batch.usable, unclean_allowed=True)
+                    rec = self._change(batch, name, tid, p, reg, unclean_allowed=True)
                     err = None if rec is not None and rec.leader >= 0 else (
                         EligibleLeadersNotAvailableError(f"no live replica of {name}-{p}"))
                     if err is not None:
@@ -1062,12 +1279,13 @@ class QuorumController:
         if interval is not None and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + interval
             self._rebalance(batch)
+        deadlines = self._recovery_deadlines(batch, now_ms)
         if self.config.noop_interval_ms is not None and now_ms >= self._next_noop_ms:
             self._next_noop_ms = now_ms + self.config.noop_interval_ms
             if not batch.records:
                 batch.add(NoOpRecord())
-        deadlines = [last + timeout for b, last in self._sessions.items()
-                     if (reg := batch.delta.broker(b)) is not None and not reg.fenced]
+        deadlines += [last + timeout for b, last in self._sessions.items()
+                      if (reg := batch.delta.broker(b)) is not None and not reg.fenced]
         if interval is not None:
             deadlines.append(self._next_rebalance_ms)
         if self.config.noop_interval_ms is not None:
@@ -1077,14 +1295,42 @@ class QuorumController:
     def _rebalance(self, batch: _Batch) -> None:
         for name, tid, p, reg in list(batch.partitions()):
             if reg.leader == NO_LEADER:
-                rec = partition_change(tid, p, reg, batch.usable,
-                                       unclean_allowed=self._unclean_allowed(batch, name))
+                rec = self._change(batch, name, tid, p, reg,
+                                   unclean_allowed=self._unclean_allowed(batch, name))
             elif reg.leader != reg.preferred_leader:
-                rec = partition_change(tid, p, reg, batch.usable, preferred=True)
+                rec = self._change(batch, name, tid, p, reg, preferred=True)
             else:
                 rec = None
             if rec is not None:
                 batch.add(rec)
+
+
+def eligible_leader_replicas(
+    reg: PartitionRegistration,
+    isr: tuple[BrokerId, ...],
+    *,
+    min_isr: int,
+    enabled: bool,
+    lost: BrokerId | None = None,
+) -> tuple[tuple[BrokerId, ...], tuple[BrokerId, ...]]:
+    """The ELR and last known ELR once the ISR becomes ``isr`` (Kafka's
+    ``PartitionChangeBuilder.maybePopulateTargetElr``, KIP-966), in replica order.
+
+    With the ISR at ``min_isr`` or above, both are empty: the ISR holds the committed records.
+    Below it, the high watermark cannot move (``broker.replica_state``), so every replica
+    that was in the ISR or the ELR holds every committed offset and stays eligible, except
+    ``lost``, a broker back from an unclean shutdown, which may have lost its unflushed tail:
+    it joins the last known ELR, with everyone who was eligible and no longer is (the
+    replicas an unclean recovery waits for). ``enabled`` False: both empty (Kafka 3.x).
+    """
+    if not enabled or len(isr) >= min_isr:
+        return (), ()
+    members = set(isr)
+    was = set(reg.isr) | set(reg.elr)
+    elr = tuple(b for b in reg.replicas if b in was and b not in members and b != lost)
+    lke = tuple(b for b in reg.replicas
+                if (b in was or b in reg.last_known_elr) and b not in members and b not in elr)
+    return elr, lke
 
 
 def partition_change(
@@ -1093,50 +1339,69 @@ def partition_change(
     reg: PartitionRegistration,
     usable: Callable[[BrokerId], bool],
     *,
+    min_isr: int,
+    elr_enabled: bool,
     remove: BrokerId | None = None,
+    unclean_shutdown: bool = False,
     preferred: bool = False,
     unclean_allowed: bool = False,
 ) -> PartitionChangeRecord | None:
     """The change that removes ``remove`` from the ISR and gives the partition the right
     leader, or None if nothing changes (Kafka's ``PartitionChangeBuilder``).
 
-    * ISR: without ``remove``; but never empty: the last member stays, since it holds every
-      committed record and should lead again when it returns (pre-KIP-966 behaviour).
+    * ISR: without ``remove``. With ``elr_enabled`` it may become empty; the ELR and last
+      known ELR follow ``eligible_leader_replicas`` (``remove`` after an
+      ``unclean_shutdown`` is not eligible). Without, the last member stays, since it holds
+      every committed record and should lead again when it returns (Kafka 3.x).
     * Leader: the preferred replica if ``preferred`` and it is a live ISR member; else the
       current leader if it is still a live ISR member; else the first live ISR member in
-      replica order (leader epoch +1); else, if ``unclean_allowed``, the first live replica,
-      which becomes the whole ISR, in ``RECOVERING`` state (KIP-704: data may be lost);
-      else none (-1).
+      replica order; else, with an empty ISR, the first live ELR member, which becomes the
+      ISR (KIP-966); else, if ``unclean_allowed``, the first live replica, which becomes the
+      whole ISR, in ``RECOVERING`` state (KIP-704: data may be lost); else none (-1), and a
+      partition with neither ISR nor ELR awaits an unclean recovery
+      (``QuorumController._maybe_recover``). A new leader bumps the leader epoch.
     """
     isr = reg.isr
-    if remove is not None and remove in isr and len(isr) > 1:
+    if remove is not None and remove in isr and (elr_enabled or len(isr) > 1):
         isr = tuple(b for b in isr if b != remove)
+    elr, lke = eligible_leader_replicas(
+        reg, isr, min_isr=min_isr, enabled=elr_enabled,
+        lost=remove if unclean_shutdown else None)
     recovery = reg.leader_recovery_state
 
-    def eligible(b: BrokerId) -> bool:
-        return b != remove and b in isr and usable(b)
+    def live(b: BrokerId) -> bool:
+        return b != remove and usable(b)
 
     leader = reg.leader
-    if preferred and eligible(reg.preferred_leader):
+    if preferred and reg.preferred_leader in isr and live(reg.preferred_leader):
         leader = reg.preferred_leader
-    elif leader == NO_LEADER or not eligible(leader):
-        candidates = [b for b in reg.replicas if eligible(b)]
-        if candidates:
-            leader = candidates[0]
+    elif leader == NO_LEADER or leader not in isr or not live(leader):
+        from_isr = [b for b in reg.replicas if b in isr and live(b)]
+        from_elr = [b for b in reg.replicas if b in elr and live(b)] if not isr else []
+        alive = [b for b in reg.replicas if live(b)]
+        if from_isr:
+            leader = from_isr[0]
+        elif from_elr:
+            leader, isr = from_elr[0], (from_elr[0],)
+            elr = tuple(b for b in elr if b != leader)
+        elif unclean_allowed and alive:
+            leader, isr = alive[0], (alive[0],)
+            elr, lke = (), ()
+            recovery = LeaderRecoveryState.RECOVERING
         else:
-            alive = [b for b in reg.replicas if b != remove and usable(b)]
-            if unclean_allowed and alive:
-                leader, isr = alive[0], (alive[0],)
-                recovery = LeaderRecoveryState.RECOVERING
-            else:
-                leader = NO_LEADER
-    rec_isr = None if isr == reg.isr else isr
-    rec_leader = NO_LEADER_CHANGE if leader == reg.leader else leader
-    rec_recovery = None if recovery == reg.leader_recovery_state else recovery
-    if rec_isr is None and rec_leader == NO_LEADER_CHANGE and rec_recovery is None:
+            leader = NO_LEADER
+    rec = PartitionChangeRecord(
+        topic_id=topic_id, partition=partition,
+        isr=None if isr == reg.isr else isr,
+        leader=NO_LEADER_CHANGE if leader == reg.leader else leader,
+        leader_recovery_state=None if recovery == reg.leader_recovery_state else recovery,
+        eligible_leader_replicas=None if set(elr) == set(reg.elr) else elr,
+        last_known_elr=None if set(lke) == set(reg.last_known_elr) else lke,
+    )
+    if (rec.isr is None and rec.leader == NO_LEADER_CHANGE and rec.leader_recovery_state is None
+            and rec.eligible_leader_replicas is None and rec.last_known_elr is None):
         return None
-    return PartitionChangeRecord(topic_id=topic_id, partition=partition, isr=rec_isr,
-                                 leader=rec_leader, leader_recovery_state=rec_recovery)
+    return rec
 
 
 _Handler = Callable[[QuorumController, _Batch, Any, int], tuple[Any, Any]]

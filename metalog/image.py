@@ -11,8 +11,9 @@ overrides), ``ProducerIdsImage`` (next free producer id), ``FeaturesImage``; plu
 and ``epoch``: Raft index and term of the last record applied (-1 for ``EMPTY``).
 
 Invariants of a partition registration (checked by ``PartitionRegistration.check``): replicas
-distinct and non-empty; ``isr`` non-empty and a subset of ``replicas``; ``leader`` is -1 or a
-member of ``isr``.
+distinct and non-empty; ``isr`` a subset of ``replicas``, empty only without a leader
+(KIP-966); ``leader`` is -1 or a member of ``isr``; the eligible leader replicas outside the
+ISR, the last known ones outside both.
 
 Pure: no I/O, no clock, no global random.
 """
@@ -177,24 +178,34 @@ class PMap(Generic[K, V]):
 
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:
-    """One partition as the controller sees it (Kafka's ``PartitionRegistration``)."""
+    """One partition as the controller sees it (Kafka's ``PartitionRegistration``).
+
+    KIP-966: ``elr`` (eligible leader replicas) are replicas that left the ISR while it was
+    below ``min.insync.replicas``; the HW could not move after that, so each holds every
+    committed offset and may lead when the ISR is empty. ``last_known_elr`` are replicas
+    that were in the ISR or ELR then but lost that standing by an unclean shutdown: the ones
+    an unclean recovery waits for. Records without them (v0, v1) replay as ``()``.
+    """
 
     replicas: tuple[BrokerId, ...]
     isr: tuple[BrokerId, ...]
-    """Invariant: non-empty, a subset of ``replicas``."""
+    """Invariant: a subset of ``replicas``; empty only without a leader (KIP-966)."""
     leader: BrokerId
     """Invariant: ``NO_LEADER`` or a member of ``isr``."""
     leader_epoch: LeaderEpoch
     partition_epoch: PartitionEpoch
     leader_recovery_state: int = LeaderRecoveryState.RECOVERED
-    elr: tuple[BrokerId, ...] | None = None
+    elr: tuple[BrokerId, ...] = ()
+    """Invariant: a subset of ``replicas``, disjoint from ``isr``."""
+    last_known_elr: tuple[BrokerId, ...] = ()
+    """Invariant: a subset of ``replicas``, disjoint from ``isr`` and ``elr``."""
 
     @staticmethod
     def from_record(r: PartitionRecord) -> PartitionRegistration:
         return PartitionRegistration(
             replicas=r.replicas, isr=r.isr, leader=r.leader, leader_epoch=r.leader_epoch,
             partition_epoch=r.partition_epoch, leader_recovery_state=r.leader_recovery_state,
-            elr=r.eligible_leader_replicas,
+            elr=r.eligible_leader_replicas or (), last_known_elr=r.last_known_elr or (),
         )
 
     def merge(self, r: PartitionChangeRecord) -> PartitionRegistration:
@@ -215,6 +226,7 @@ class PartitionRegistration:
                 else r.leader_recovery_state
             ),
             elr=self.elr if r.eligible_leader_replicas is None else r.eligible_leader_replicas,
+            last_known_elr=self.last_known_elr if r.last_known_elr is None else r.last_known_elr,
         )
 
     def check(self, where: object) -> None:
@@ -222,11 +234,19 @@ class PartitionRegistration:
         invariant(len(self.replicas) > 0, "%s: no replicas", where)
         invariant(len(set(self.replicas)) == len(self.replicas), "%s: duplicate replicas %s",
                   where, self.replicas)
-        invariant(len(self.isr) > 0, "%s: empty ISR", where)
+        invariant(len(self.isr) > 0 or self.leader == NO_LEADER,
+                  "%s: empty ISR with leader %s", where, self.leader)
         invariant(set(self.isr) <= set(self.replicas), "%s: ISR %s not within replicas %s",
                   where, self.isr, self.replicas)
         invariant(self.leader == NO_LEADER or self.leader in self.isr,
                   "%s: leader %s not in ISR %s", where, self.leader, self.isr)
+        invariant(set(self.elr) <= set(self.replicas) and not set(self.elr) & set(self.isr),
+                  "%s: ELR %s not within replicas %s outside ISR %s", where, self.elr,
+                  self.replicas, self.isr)
+        invariant(set(self.last_known_elr) <= set(self.replicas)
+                  and not set(self.last_known_elr) & (set(self.isr) | set(self.elr)),
+                  "%s: last known ELR %s not within replicas %s outside ISR %s and ELR %s",
+                  where, self.last_known_elr, self.replicas, self.isr, self.elr)
 
     @property
     def preferred_leader(self) -> BrokerId:
@@ -239,6 +259,7 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch,
             leader_recovery_state=self.leader_recovery_state,
             eligible_leader_replicas=self.elr,
+            last_known_elr=self.last_known_elr,
         )
 
 

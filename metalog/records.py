@@ -312,7 +312,9 @@ class TopicRecord:
 class PartitionRecord:
     """The full registration of one partition (creation, and in snapshots).
 
-    v1 adds ``eligible_leader_replicas`` (KIP-966), absent (None) in v0.
+    v1 adds ``eligible_leader_replicas`` (KIP-966), absent (None) in v0; v2 adds
+    ``last_known_elr`` (KIP-966's LastKnownElr), absent (None) in v0 and v1. None and ``()``
+    mean the same: nobody.
     """
 
     TYPE_ID: ClassVar[int] = 3
@@ -326,7 +328,8 @@ class PartitionRecord:
     partition_epoch: PartitionEpoch = PartitionEpoch(0)
     leader_recovery_state: int = LeaderRecoveryState.RECOVERED
     eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
-    version: int = 1
+    last_known_elr: tuple[BrokerId, ...] | None = since(2, default=None)
+    version: int = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -348,7 +351,7 @@ class PartitionChangeRecord:
 
     ``leader``: ``NO_LEADER_CHANGE`` (-2) keeps it, ``NO_LEADER`` (-1) means offline; any
     explicit leader bumps the leader epoch. Every change bumps the partition epoch.
-    v1 adds ``eligible_leader_replicas`` (KIP-966).
+    v1 adds ``eligible_leader_replicas`` (KIP-966), v2 ``last_known_elr``; None keeps them.
     """
 
     TYPE_ID: ClassVar[int] = 5
@@ -360,7 +363,8 @@ class PartitionChangeRecord:
     replicas: tuple[BrokerId, ...] | None = None
     leader_recovery_state: int | None = None
     eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
-    version: int = 1
+    last_known_elr: tuple[BrokerId, ...] | None = since(2, default=None)
+    version: int = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -206,7 +206,10 @@ class ControllerService:
         core = self.node.core
         if core is None or not self.driver.serving(self.node.role is Role.LEADER, int(core.term)):
             raise self._not_controller()
-        proposal = self.driver.handle(command, self._clock_ms())
+        try:
+            proposal = self.driver.handle(command, self._clock_ms())
+        finally:
+            self._log_notes()
         if proposal.data is None:
             return proposal.result.response
         try:
@@ -219,6 +222,10 @@ class ControllerService:
             err.after_uncertain_attempt = True
             raise err from None
         return self.driver.response(proposal, index)
+
+    def _log_notes(self) -> None:
+        for note in self.controller.drain_notes():
+            log.info("controller %d: %s", self.node.id, note)
 
     def _not_controller(self, detail: str = "") -> NotControllerError:
         leader = self.node.leader_id
@@ -273,6 +280,7 @@ class ControllerService:
             if isinstance(r, FenceBrokerRecord):
                 log.info("controller %d: broker %d missed its session timeout; fencing it",
                          node.id, r.broker_id)
+        self._log_notes()
         if tick.data is not None:
             proposal = node.propose(tick.data)
             asyncio.get_running_loop().create_task(self._await_internal(proposal))

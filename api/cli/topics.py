@@ -125,6 +125,12 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
                   "yes" if len(p["isr"]) < len(p["replicas"]) else ""] for p in rows],
                 ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST",
                  "UNDER-REPLICATED"])
+    for p in rows:  # KIP-966: only partitions whose ISR fell below min.insync.replicas
+        elr, lke = p.get("eligible_leader_replicas") or [], p.get("last_known_elr") or []
+        if elr or lke:
+            click.echo(f"Partition {p['partition_id']}: eligible leader replicas "
+                       f"{','.join(map(str, elr)) or '-'}, last known ELR "
+                       f"{','.join(map(str, lke)) or '-'}")
 
 
 @topics_group.command("delete")

@@ -139,6 +139,10 @@ def partition_json(request: web.Request, ctx: HttpContext, topic: str, p: int,
         "replicas": [{"broker_id": int(b), "is_leader": int(b) == int(reg.leader),
                       "in_sync": int(b) in isr} for b in reg.replicas],
         "isr": [int(b) for b in reg.isr],
+        # KIP-966 (Kafka's DescribeTopicPartitions): replicas that may lead while the ISR
+        # is empty, and those an unclean recovery waits for.
+        "eligible_leader_replicas": [int(b) for b in reg.elr],
+        "last_known_elr": [int(b) for b in reg.last_known_elr],
     }
 
 

@@ -27,7 +27,9 @@ With ``kafka_listen`` set, the broker also serves Kafka's binary protocol there
 registers it as its ``kafka`` endpoint. ``serve_broker`` binds it before registering.
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
-moves away before the broker is fenced) and returns. If an essential task dies first (the
+moves away before the broker is fenced) and returns. The clean-shutdown marker
+(``broker.clean_shutdown``, KIP-966) is taken from the data directory when the broker is
+built, before it registers or opens a log, and written again once every log closed cleanly. If an essential task dies first (the
 metadata follower, the lifecycle, the replica timer, a replica fetcher on an exception, the
 group coordinator), it stops within a bound, without a controlled shutdown, and raises
 ``NodeFailedError``: the process exits non-zero with the task and the reason logged. So it
@@ -59,6 +61,7 @@ from api.node.signals import (
     cleanup_within,
     stop_signal_or_failure,
 )
+from broker import clean_shutdown
 from broker.data_routes import add_data_routes
 from broker.group_coordinator import (
     CoordinatorConfig,
@@ -133,6 +136,26 @@ class BrokerServer:
         await self.lifecycle.stop()
         await self.follower.stop()
         await self.replicas.stop()
+        self._write_clean_shutdown_marker()
+
+    def _write_clean_shutdown_marker(self) -> None:
+        """Every log flushed and closed: the next process may say so when it registers. An
+        incarnation that never registered opened no log; the marker it found still holds."""
+        epoch: int | None = self.lifecycle.broker_epoch
+        if epoch is None:
+            epoch = self.lifecycle.previous_broker_epoch
+        if epoch is None or epoch < 0 or self.replicas.closed_cleanly is not True:
+            log.warning("broker %d: no clean-shutdown marker (broker epoch %s, logs closed "
+                        "cleanly: %s): the next start counts as unclean", self.config.node_id,
+                        epoch, self.replicas.closed_cleanly)
+            return
+        try:
+            clean_shutdown.write_marker(self.config.data_dir, epoch)
+        except OSError as e:
+            log.warning("broker %d: clean-shutdown marker: %s", self.config.node_id, e)
+            return
+        log.info("broker %d: clean-shutdown marker written (broker epoch %d)",
+                 self.config.node_id, epoch)
 
 
 BROKER_KEY: web.AppKey[BrokerServer] = web.AppKey("broker", BrokerServer)
@@ -181,15 +204,12 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     port is bound, so a broker that cannot listen never registers). They stop with it."""
     urls = [v.url for v in config.voters]
     follower = MetadataFollower(urls, broker_id=config.node_id)
-    lifecycle = BrokerLifecycle(
-        LifecycleConfig(broker_id=config.node_id, endpoints=broker_endpoints(config),
-                        rack=config.rack,
-                        heartbeat_interval_s=(config.broker_heartbeat_interval_ms / 1000
-                                              if heartbeat_interval_s is None
-                                              else heartbeat_interval_s),
-                        controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
-        urls, follower,
-    )
+    # Before anything registers or opens a log: this process's own crash must never pass
+    # for a clean shutdown (KIP-966).
+    previous_epoch = clean_shutdown.take_marker(config.data_dir)
+    log.info("broker %d: %s", config.node_id,
+             "no clean-shutdown marker: the last stop was unclean" if previous_epoch is None
+             else f"clean-shutdown marker of broker epoch {previous_epoch}")
     policy = None
     if (config.log_flush_interval_messages or config.log_flush_interval_ms is not None
             or config.log_flush_interval_bytes):
@@ -207,6 +227,16 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
                               page_cache=(None if config.log_page_cache_keep_bytes < 0
                                           else PageCacheTrimmer(
                                               config.log_page_cache_keep_bytes)))
+    lifecycle = BrokerLifecycle(
+        LifecycleConfig(broker_id=config.node_id, endpoints=broker_endpoints(config),
+                        rack=config.rack,
+                        heartbeat_interval_s=(config.broker_heartbeat_interval_ms / 1000
+                                              if heartbeat_interval_s is None
+                                              else heartbeat_interval_s),
+                        controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
+        urls, follower, previous_broker_epoch=previous_epoch,
+        replica_logs=replicas.replica_log_reports,
+    )
     follower.subscribe(replicas.on_metadata)
     app = web.Application(middlewares=[error_middleware],
                           client_max_size=config.http_request_bytes_max)

@@ -96,6 +96,18 @@ class NodeConfig(BaseModel):
     broker, so a client must not be able to create without bound."""
     default_num_partitions: int = Field(default=1, ge=1)
     default_replication_factor: int = Field(default=1, ge=1)
+    eligible_leader_replicas_enable: bool = True
+    """KIP-966: a replica leaving an ISR below ``min.insync.replicas`` stays eligible to lead,
+    and a broker back from an unclean shutdown (no clean-shutdown marker) leaves every ISR
+    and ELR. Off: Kafka 3.x (the last ISR member leads again whatever it lost)."""
+    unclean_recovery_strategy: Literal["balanced", "aggressive", "manual"] = "balanced"
+    """A partition with neither ISR nor ELR (every replica that held its acknowledged writes
+    shut down uncleanly): elect the longest log once every live replica and every last known
+    ELR member reported its log end (balanced), once every live replica did (aggressive), or
+    never (manual: ``ElectLeaders`` UNCLEAN)."""
+    unclean_recovery_timeout_ms: int = Field(default=300_000, ge=0)
+    """How long an unclean recovery waits for the replicas it wants before it elects the
+    longest log among those that answered."""
     producer_ids_per_second_max: float = Field(default=1_000.0, gt=0)
     """New producer ids one broker hands out per second (a second's worth at once), KIP-936:
     each id costs a producer-state entry in every partition it writes to until it expires,

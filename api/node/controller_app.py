@@ -83,6 +83,9 @@ def image_summary(image: MetadataImage) -> dict[str, Any]:
                 "partition": p, "leader": reg.leader, "replicas": list(reg.replicas),
                 "isr": list(reg.isr), "leader_epoch": reg.leader_epoch,
                 "partition_epoch": reg.partition_epoch,
+                "eligible_leader_replicas": list(reg.elr),
+                "last_known_elr": list(reg.last_known_elr),
+                "leader_recovery_state": int(reg.leader_recovery_state),
             })
         topics.append({"name": t.name, "topic_id": tid, "partitions": parts})
     brokers = []
@@ -344,7 +347,10 @@ def build_controller(
         default_replication_factor=config.default_replication_factor,
         leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms or None,
         max_partitions_per_topic=config.max_partitions_per_topic,
-        max_partitions=config.max_partitions)
+        max_partitions=config.max_partitions,
+        eligible_leader_replicas_enabled=config.eligible_leader_replicas_enable,
+        unclean_recovery_strategy=config.unclean_recovery_strategy,
+        unclean_recovery_timeout_ms=config.unclean_recovery_timeout_ms)
     svc = ControllerService(node_cfg, QuorumController(config.node_id, config=ctl_config),
                             snapshot_records=snapshot_records)
     app = web.Application(middlewares=[error_middleware],

@@ -45,9 +45,10 @@ Checked after every event (exact message on failure, then the reproduction line)
    index never exceeds its commit index; the Raft checker proves the entries are the
    committed ones) and nodes at the same applied Raft index have byte-identical images
    (blake2b of ``encode_snapshot``), the same metadata offset and the same snapshot bytes.
-2. Partitions, in every node's committed image: ISR non-empty and within the replicas; the
-   leader is -1 or an ISR member that is usable (registered, unfenced, not shutting down);
-   leader = -1 only if no ISR member is usable. Dead brokers are only known dead through
+2. Partitions, in every node's committed image: ISR within the replicas, empty only without
+   a leader; ELR outside the ISR, last known ELR outside both (KIP-966); the leader is -1 or
+   an ISR member that is usable (registered, unfenced, not shutting down); leader = -1 only
+   if no ISR member is usable and, with an empty ISR, no ELR member is. Dead brokers are only known dead through
    their session: for the active controller A, a dead broker whose last session refresh on A
    (registration or heartbeat handled by A, or A's activation, whichever is later) was at t is
    fenced in A's *latest* image (committed + proposed) by t + 9 s + one tick of A; with the
@@ -69,7 +70,14 @@ at most one alive): within 60 s an active controller exists, every live broker i
 and the dead one fenced in the active controller's image (the dead one within 9 s + 2 s of
 its last session refresh); then a topic creation sent to the active controller commits and is
 answered within 3 s; then within 5 s every node has applied it with an identical image, and
-every partition with a live ISR member has a live leader on every node.
+every partition with a live ISR member (or, its ISR empty, a live ELR member) has a live
+leader on every node, as has every partition awaiting an unclean recovery that does not wait
+for the dead broker (brokers report made-up log ends in their heartbeats; the controller's
+``balanced`` recovery waits for its last known ELR, or all its replicas).
+
+Brokers that complete a controlled shutdown come back with the clean-shutdown marker
+(``previous_broker_epoch``); those that die come back without. Some topics have
+``min.insync.replicas`` 2, so their ELR holds more than the last ISR member.
 """
 
 from __future__ import annotations
@@ -95,6 +103,7 @@ from metalog.commands import (
     IsrMember,
     PartitionStateChange,
     RegisterBroker,
+    ReplicaLogInfo,
 )
 from metalog.controller import ControllerConfig, QuorumController
 from metalog.delta import encode_snapshot
@@ -113,6 +122,8 @@ from metalog.records import (
     BrokerId,
     ConfigResourceType,
     Endpoint,
+    LeaderEpoch,
+    PartitionEpoch,
     RegisterBrokerRecord,
     TopicId,
 )
@@ -225,6 +236,10 @@ class SimBroker:
     awaiting: int | None = None  # rid of the last request not yet answered
     shutdown_by_ms: int | None = None  # in controlled shutdown: dies by then regardless
     offset_seen: int = -1
+    clean_epoch: int | None = None
+    """The epoch of the incarnation whose controlled shutdown completed, for the next one's
+    registration (the clean-shutdown marker, KIP-966); None after a death."""
+    previous_epoch: int | None = None  # what this incarnation registers with
 
     @property
     def incarnation_id(self) -> str:
@@ -508,6 +523,7 @@ class MetadataSimulation(Simulation):
     def _broker_up(self, b: SimBroker) -> None:
         b.alive = True
         b.incarnation += 1
+        b.previous_epoch, b.clean_epoch = b.clean_epoch, None
         b.epoch = None
         b.gen += 1
         b.awaiting = None
@@ -531,20 +547,45 @@ class MetadataSimulation(Simulation):
         cmd: Command
         if b.epoch is None:
             cmd = RegisterBroker(broker_id=b.id, incarnation_id=b.incarnation_id,
-                                 endpoints=(Endpoint("http", "127.0.0.1", 9000 + b.id),))
+                                 endpoints=(Endpoint("http", "127.0.0.1", 9000 + b.id),),
+                                 previous_broker_epoch=BrokerEpoch(
+                                     -1 if b.previous_epoch is None else b.previous_epoch))
         else:
             if b.shutdown_by_ms is not None and self.now_ms >= b.shutdown_by_ms:
                 self._broker_down(b)  # controlled shutdown took too long: just stop
                 return
             cmd = BrokerHeartbeat(broker_id=b.id, broker_epoch=BrokerEpoch(b.epoch),
                                   current_metadata_offset=b.offset_seen,
-                                  want_shutdown=b.shutdown_by_ms is not None)
+                                  want_shutdown=b.shutdown_by_ms is not None,
+                                  replica_logs=self._replica_logs(b))
         b.awaiting = self.rid
         self._send_request(Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation),
                            b.target)
         if b.epoch is not None and self.rng.random() < 0.5:
             self._alter_partition(b)
         self._at(HEARTBEAT_INTERVAL_MS // MS_PER_UNIT, "btimer", b.id, b.gen)
+
+    def _replica_logs(self, b: SimBroker) -> tuple[ReplicaLogInfo, ...]:
+        """Where this broker's replicas of partitions awaiting an unclean recovery end, in
+        the image of the node it talks to. The simulator keeps no logs: a made-up end,
+        a function of the broker and the partition only (no draw from the seed's generator),
+        so the controller's choice is exercised without changing any run's schedule."""
+        node = self.nodes[b.target]
+        if not isinstance(node, MetaNode) or node.ctl is None:
+            return ()
+        out = []
+        for t, p, reg in sorted(node.ctl.image.topics.partitions(),
+                                key=lambda tpr: (tpr[0].topic_id, tpr[1])):
+            if (b.id in reg.replicas and reg.leader == NO_LEADER and not reg.isr
+                    and not reg.elr):
+                out.append(ReplicaLogInfo(
+                    topic_id=t.topic_id, partition=p,
+                    partition_epoch=PartitionEpoch(reg.partition_epoch),
+                    last_leader_epoch=LeaderEpoch(reg.leader_epoch - b.id % 2),
+                    log_end_offset=(b.id * 7 + p) % 11))
+        if out:
+            self._count("replica_log_reports")
+        return tuple(out)
 
     def _alter_partition(self, b: SimBroker) -> None:
         """ISR changes as a partition leader would propose them, from a possibly stale view."""
@@ -609,7 +650,9 @@ class MetadataSimulation(Simulation):
         elif isinstance(resp, BrokerHeartbeatResponse) and resp.should_shutdown:
             if b.shutdown_by_ms is not None:
                 self._count("controlled_shutdowns")
+                epoch = b.epoch
                 self._broker_down(b)
+                b.clean_epoch = epoch
         elif isinstance(resp, StaleBrokerEpochError | BrokerIdNotRegisteredError):
             if isinstance(req.cmd, BrokerHeartbeat) and req.cmd.broker_epoch == b.epoch:
                 b.epoch = None  # register again
@@ -629,8 +672,12 @@ class MetadataSimulation(Simulation):
         r = self.rng.random()
         if r < 0.55:
             unclean = {"unclean.leader.election.enable": "true"} if self.rng.random() < 0.2 else {}
-            cmd = CreateTopic(name=name, num_partitions=self.rng.randint(1, 3),
-                              replication_factor=self.rng.randint(2, 3), configs=unclean)
+            partitions, rf = self.rng.randint(1, 3), self.rng.randint(2, 3)
+            # Some topics keep an ELR above one member (min.insync.replicas 2), chosen from
+            # the draws above so that every seed keeps the schedule it had.
+            min_isr = {"min.insync.replicas": "2"} if rf == 3 and partitions != 2 else {}
+            cmd = CreateTopic(name=name, num_partitions=partitions, replication_factor=rf,
+                              configs={**unclean, **min_isr})
         elif r < 0.85:
             cmd = DeleteTopic(name=name)
         elif r < 0.93:
@@ -734,14 +781,24 @@ class MetadataSimulation(Simulation):
             if tid in node.deleted_topics:
                 self._fail(f"{where}: deleted topic {t.name} ({tid}) is back")
             tp = f"{t.name}-{p} ({tid})"
-            if not reg.isr or not set(reg.isr) <= set(reg.replicas):
-                self._fail(f"{where}: {tp} ISR {reg.isr} not a non-empty subset of replicas "
+            if not set(reg.isr) <= set(reg.replicas) or (not reg.isr
+                                                           and reg.leader != NO_LEADER):
+                self._fail(f"{where}: {tp} ISR {reg.isr} not a subset of replicas "
+                           f"{reg.replicas}, or empty with leader {reg.leader}")
+            if not set(reg.elr) <= set(reg.replicas) - set(reg.isr) or not set(
+                    reg.last_known_elr) <= set(reg.replicas) - set(reg.isr) - set(reg.elr):
+                self._fail(f"{where}: {tp} ELR {reg.elr} / last known ELR "
+                           f"{reg.last_known_elr} overlap ISR {reg.isr} or leave replicas "
                            f"{reg.replicas}")
             usable_isr = [r for r in reg.isr if image.brokers.is_usable(r)]
+            usable_elr = [r for r in reg.elr if image.brokers.is_usable(r)]
             if reg.leader == NO_LEADER:
                 if usable_isr:
                     self._fail(f"{where}: {tp} has no leader but ISR members {usable_isr} are "
                                f"usable (ISR {reg.isr})")
+                if not reg.isr and usable_elr:
+                    self._fail(f"{where}: {tp} has no leader and no ISR but ELR members "
+                               f"{usable_elr} are usable (ELR {reg.elr})")
             elif reg.leader not in reg.isr:
                 self._fail(f"{where}: {tp} leader {reg.leader} not in ISR {reg.isr}")
             elif not image.brokers.is_usable(reg.leader):
@@ -760,6 +817,11 @@ class MetadataSimulation(Simulation):
                 if reg.leader != prev.leader and reg.leader_epoch == prev.leader_epoch:
                     self._fail(f"{where}: {tp} leader {prev.leader} -> {reg.leader} without "
                                f"a leader epoch bump (still {reg.leader_epoch})")
+                if (node.id == min(self.nodes) and reg.leader != NO_LEADER
+                        and prev.leader == NO_LEADER):
+                    self._count("elected_from_elr" if reg.leader in prev.elr
+                                else "unclean_recoveries" if not prev.isr and not prev.elr
+                                else "elected_offline")
             node.seen_partitions[(tid, p)] = reg
             # Across nodes and restarts: epochs are monotonic in the Raft index.
             i = node.ctl_index
@@ -1021,9 +1083,15 @@ class MetadataSimulation(Simulation):
                 return False
             for t, p, reg in img.topics.partitions():
                 live_isr = [r for r in reg.isr if dead is None or r != dead.id]
-                if live_isr and (reg.leader == NO_LEADER or (dead and reg.leader == dead.id)):
+                live_elr = [r for r in reg.elr if dead is None or r != dead.id]
+                # Unclean recovery (balanced) waits for the last known ELR, or every replica.
+                awaited = reg.last_known_elr or reg.replicas
+                recoverable = (not reg.isr and not reg.elr
+                               and (dead is None or dead.id not in awaited))
+                if (live_isr or (not reg.isr and live_elr) or recoverable) and (
+                        reg.leader == NO_LEADER or (dead and reg.leader == dead.id)):
                     return False
-                if not live_isr and reg.leader != NO_LEADER:
+                if reg.isr and not live_isr and reg.leader != NO_LEADER:
                     self._fail(f"n{n.id}: {t.name}-{p} led by {reg.leader} with only dead "
                                f"ISR {reg.isr}")
         self._count_offline(metas[0])

@@ -177,6 +177,9 @@ def test_sigterm_shuts_a_broker_down_in_a_controlled_way_and_a_restart_gets_a_ne
     old_state = b.ready(victim)[1]
     assert b.kill(victim, signal.SIGTERM) == 0, b.log_tail(victim)
     assert "controlled shutdown confirmed" in b.log_tail(victim, 10)
+    # KIP-966: every log closed cleanly, so the next process may say so when it registers.
+    assert (f"clean-shutdown marker written (broker epoch {old_state['broker_epoch']})"
+            in b.log_tail(victim, 10))
     meta = cluster.controller_metadata()
     for t in meta["topics"]:
         for p in t["partitions"]:
@@ -192,6 +195,8 @@ def test_sigterm_shuts_a_broker_down_in_a_controlled_way_and_a_restart_gets_a_ne
     assert new_state["broker_epoch"] > old_state["broker_epoch"]
     assert new_state["incarnation_id"] != old_state["incarnation_id"]
     assert cluster.controller_brokers()[victim]["fenced"] is False
+    assert (f"clean-shutdown marker of broker epoch {old_state['broker_epoch']}"
+            in b.log_tail(victim, 200))
 
 
 def test_a_broker_whose_registration_is_removed_registers_again(cluster: Cluster) -> None:
@@ -226,3 +231,4 @@ def test_a_killed_broker_restarted_at_once_waits_out_its_old_session(cluster: Cl
     assert after["broker_epoch"] > before["broker_epoch"]
     assert waited_s > SESSION_TIMEOUT_S - 4, waited_s
     assert "another incarnation of broker" in b.log_tail(victim, 200)
+    assert "no clean-shutdown marker: the last stop was unclean" in b.log_tail(victim, 200)

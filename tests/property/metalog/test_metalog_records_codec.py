@@ -63,12 +63,13 @@ records = st.one_of(
     st.builds(TopicRecord, name=text, topic_id=text),
     st.builds(PartitionRecord, topic_id=text, partition=small, replicas=id_tuple, isr=id_tuple,
               leader=small, leader_epoch=ints, partition_epoch=ints,
-              leader_recovery_state=st.sampled_from([0, 1]), eligible_leader_replicas=opt_ids),
+              leader_recovery_state=st.sampled_from([0, 1]), eligible_leader_replicas=opt_ids,
+              last_known_elr=opt_ids),
     st.builds(ConfigRecord, resource_type=st.sampled_from([2, 4, 16]), resource_name=text,
               name=text, value=st.none() | text),
     st.builds(PartitionChangeRecord, topic_id=text, partition=small, isr=opt_ids, leader=small,
               replicas=opt_ids, leader_recovery_state=st.none() | st.sampled_from([0, 1]),
-              eligible_leader_replicas=opt_ids),
+              eligible_leader_replicas=opt_ids, last_known_elr=opt_ids),
     st.builds(FenceBrokerRecord, broker_id=small, broker_epoch=ints),
     st.builds(UnfenceBrokerRecord, broker_id=small, broker_epoch=ints),
     st.builds(RemoveTopicRecord, topic_id=text),
@@ -153,6 +154,10 @@ def test_old_version_decodes_with_defaults() -> None:
     rec = decode_record(v0)
     assert isinstance(rec, PartitionRecord)
     assert rec.version == 0 and rec.eligible_leader_replicas is None
+    v1 = msgpack.packb([5, 1, "tid", 0, None, -2, None, None, [2]])
+    change = decode_record(v1)
+    assert isinstance(change, PartitionChangeRecord)
+    assert change.eligible_leader_replicas == (2,) and change.last_known_elr is None
 
 
 def test_encoding_at_a_version_that_would_lose_a_field_is_refused() -> None:
@@ -160,6 +165,9 @@ def test_encoding_at_a_version_that_would_lose_a_field_is_refused() -> None:
                           eligible_leader_replicas=(1,), version=0)
     with pytest.raises(RecordVersionError):
         encode_record(rec)
+    with pytest.raises(RecordVersionError):
+        encode_record(PartitionChangeRecord(topic_id="t", partition=0, last_known_elr=(1,),
+                                            version=1))
 
 
 def test_type_ids_are_stable() -> None:

@@ -494,8 +494,9 @@ def test_session_expiry_fences_and_moves_leadership_within_the_isr() -> None:
     assert deadline == 14_000
 
 
-def test_fencing_the_last_isr_member_leaves_it_in_the_isr_without_leader() -> None:
-    h = cluster(1, 2)
+def test_without_elr_fencing_the_last_isr_member_leaves_it_in_the_isr_without_leader() -> None:
+    h = cluster(1, 2, config=ControllerConfig(noop_interval_ms=None,
+                                              eligible_leader_replicas_enabled=False))
     h.run(CreateTopic(name="t", assignments={0: (1, 2)}))
     alter(h, "t", 0, (1,))
     h.now_ms = 5_000
@@ -567,7 +568,8 @@ def test_controlled_shutdown_never_elects_uncleanly() -> None:
                       configs={"unclean.leader.election.enable": "true"}))
     alter(h, "t", 0, (1,))
     h.heartbeat(1, want_shutdown=True)
-    assert h.part("t").leader == NO_LEADER and h.part("t").isr == (1,)
+    reg = h.part("t")
+    assert reg.leader == NO_LEADER and reg.isr == () and reg.elr == (1,)
 
 
 def test_broker_in_controlled_shutdown_gets_no_new_replicas() -> None:

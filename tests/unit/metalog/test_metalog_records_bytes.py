@@ -93,12 +93,32 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
             partition_epoch=PartitionEpoch(9),
             leader_recovery_state=LeaderRecoveryState.RECOVERING,
             eligible_leader_replicas=(B(2),),
+            version=1,
         ),
         "9b0301a37469640293010203920103010509019102",
     ),
     (
-        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1)),
+        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1),
+                        version=1),
         "9b0301a3746964009101910101000000c0",
+    ),
+    (
+        PartitionRecord(
+            topic_id=TID,
+            partition=3,
+            replicas=(B(1), B(2), B(3)),
+            isr=(),
+            leader=NO_LEADER,
+            leader_epoch=LeaderEpoch(7),
+            partition_epoch=PartitionEpoch(12),
+            eligible_leader_replicas=(B(3),),
+            last_known_elr=(B(1), B(2)),
+        ),
+        "9c0302a3746964039301020390ff070c009103920102",
+    ),
+    (
+        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1)),
+        "9c0302a3746964009101910101000000c0c0",
     ),
     (
         PartitionRecord(
@@ -131,10 +151,23 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
             replicas=(B(1), B(2), B(3)),
             leader_recovery_state=0,
             eligible_leader_replicas=(),
+            version=1,
         ),
         "990501a37469640192020303930102030090",
     ),
-    (PartitionChangeRecord(topic_id=TID, partition=0), "990501a374696400c0fec0c0c0"),
+    (PartitionChangeRecord(topic_id=TID, partition=0, version=1), "990501a374696400c0fec0c0c0"),
+    (
+        PartitionChangeRecord(
+            topic_id=TID,
+            partition=1,
+            isr=(),
+            leader=NO_LEADER,
+            eligible_leader_replicas=(B(2),),
+            last_known_elr=(B(3),),
+        ),
+        "9a0502a37469640190ffc0c091029103",
+    ),
+    (PartitionChangeRecord(topic_id=TID, partition=0), "9a0502a374696400c0fec0c0c0c0"),
     (
         PartitionChangeRecord(topic_id=TID, partition=4, leader=NO_LEADER, version=0),
         "980500a374696404c0ffc0c0",
