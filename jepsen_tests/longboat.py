@@ -51,6 +51,7 @@ from jepsen_tests.nemesis.process import NodeProcess, wait_until
 TOPIC = "jepsen"
 CONTROLLER_ID_BASE = 0  # controller i has node id i
 BROKER_ID_BASE = 100  # broker i has node id 100 + i
+CORRUPT_SEGMENT_BYTES = 16 << 10
 
 
 def free_port(host: str) -> int:
@@ -90,6 +91,8 @@ class LongboatCluster(Cluster):
         self.acks_require_fsync = acks_require_fsync
         """Brokers' ``acks_require_fsync``: every ISR member fsyncs before a write is acked."""
         self.topic = topic
+        self.topic_configs: dict[str, str] = {"min.insync.replicas": str(min_insync_replicas)}
+        self.start_timeout_s = 60.0
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
         self.brokers = [f"b{i + 1}" for i in range(n)]
@@ -117,6 +120,12 @@ class LongboatCluster(Cluster):
 
     def controller_urls(self) -> list[str]:
         return [self.url(c) for c in self.controllers]
+
+    def configure_for(self, kinds: list[str]) -> None:
+        if "disk-corrupt" in kinds:
+            # Closed segments, and so index files, for the nemesis to damage: segments roll
+            # at 16 KiB instead of 1 GiB (a run writes tens of KiB per partition).
+            self.topic_configs["segment.bytes"] = str(CORRUPT_SEGMENT_BYTES)
 
     def key_partition(self, key: str) -> int:
         return int(key[1:])
@@ -220,8 +229,8 @@ class LongboatCluster(Cluster):
 
     # ---- lifecycle
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
+    def start(self, timeout_s: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         for c in self.controllers:
             self.processes[c].start()
         self._wait("an active controller", lambda: self.active_controller() is not None,
@@ -256,8 +265,8 @@ class LongboatCluster(Cluster):
         body = json.dumps({
             "topic_name": self.topic, "partitions_count": self.partitions,
             "replication_factor": self.replication_factor,
-            "configs": [{"name": "min.insync.replicas",
-                         "value": str(self.min_insync_replicas)}]}).encode()
+            "configs": [{"name": k, "value": v}
+                        for k, v in sorted(self.topic_configs.items())]}).encode()
         last = "no broker tried"
         while time.monotonic() < deadline:
             for b in self.brokers:
