@@ -185,7 +185,8 @@ def _load(args: argparse.Namespace) -> int:
                             producers=args.producers, warmup_s=args.warmup,
                             observe_s=args.observe, kill=args.kill,
                             start_timeout_s=args.start_timeout,
-                            isr_timeout_s=args.isr_timeout, seed=args.seed))
+                            isr_timeout_s=args.isr_timeout,
+                            rejoin_timeout_s=args.rejoin_timeout, seed=args.seed))
     print(format_summary(r))
     print(f"figures: {out / 'load.json'}")
     return 0 if r["leadership_moved_s"] is not None else 1
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds for the cluster to come up with every partition led")
     ld.add_argument("--isr-timeout", type=float, default=300.0,
                     help="seconds to wait, once every partition is led, for full ISRs")
+    ld.add_argument("--rejoin-timeout", type=float, default=300.0,
+                    help="seconds to wait, after restarting the broker, for full ISRs")
     ld.add_argument("--seed", type=int, default=0)
     ld.add_argument("--out", type=Path, default=None)
     c = sub.add_parser("check", help="re-check a saved run directory")

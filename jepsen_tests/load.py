@@ -21,8 +21,9 @@ machine allows (as `run`):
    only learns of the death when the broker's session expires (``broker_session_timeout_ms``,
    9 s by default), so that is the floor; the rest is the controller's and the brokers' work.
    The active controller's CPU is sampled every poll;
-5. ``--observe`` seconds more of produce, restart the broker, wait until every partition has
-   a full ISR again (*ISR restored*), stop.
+5. ``--observe`` seconds more of produce, restart the broker, wait up to ``--rejoin-timeout``
+   until every partition has a full ISR again (*ISR restored*; else the ISR sizes at the
+   end), stop.
 
 Check the controller's partition bounds first (``max_partitions``, 200,000, and
 ``max_partitions_per_topic``, 100,000, in ``api/node/config.py``): a topic over them is refused.
@@ -59,6 +60,7 @@ class LoadConfig:
     start_timeout_s: float = 900.0
     isr_timeout_s: float = 300.0
     move_timeout_s: float = 600.0
+    rejoin_timeout_s: float = 300.0
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -278,12 +280,13 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         t_restart = time.monotonic()
         cluster.processes[victim].start()
         restored: float | None = None
-        while time.monotonic() - t_restart < cfg.move_timeout_s:
+        while time.monotonic() - t_restart < cfg.rejoin_timeout_s:
             await asyncio.sleep(1.0)
             if await asyncio.to_thread(cluster.healthy):
                 restored = time.monotonic() - t_restart
                 break
         ends["rejoin"] = time.monotonic()
+        isr_end = await asyncio.to_thread(isr_sizes, cluster)
     finally:
         await prod.stop()
     return {
@@ -297,6 +300,7 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         "move_timeline": timeline,
         "leaders_after_move": {cluster.by_id.get(b, str(b)): n for b, n in led_after.items()},
         "isr_restored_after_restart_s": None if restored is None else round(restored, 1),
+        "isr_sizes_at_end": isr_end,
         "controller_cpu_during_move": ctl_meter.summary(),
         "cpu_percent_baseline": {n: None if v is None else round(v, 1)
                                  for n, v in baseline.items()},
@@ -318,7 +322,8 @@ def format_summary(r: dict[str, Any]) -> str:
         f"{cpu['mean_percent']}%, max {cpu['max_percent']}% of a core; baseline "
         f"{r['cpu_percent_baseline'].get(r['active_controller'])}%",
         f"restarted {r['victim']}: every ISR full again after "
-        f"{r['isr_restored_after_restart_s']} s",
+        f"{r['isr_restored_after_restart_s']} s (partitions by ISR size at the end: "
+        f"{r.get('isr_sizes_at_end')})",
     ]
     for phase, p in r["produce"].items():
         lines.append(f"  produce {phase}: {p}")
