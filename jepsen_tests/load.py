@@ -93,14 +93,15 @@ class CpuMeter:
     def summary(self) -> dict[str, float | None]:
         if not self.percents:
             return {"mean_percent": None, "max_percent": None}
-        return {"mean_percent": round(statistics.fmean(self.percents), 1),
-                "max_percent": round(max(self.percents), 1)}
+        return {
+            "mean_percent": round(statistics.fmean(self.percents), 1),
+            "max_percent": round(max(self.percents), 1),
+        }
 
 
 def isr_sizes(cluster: LongboatCluster) -> dict[int, int]:
     """How many partitions have an ISR of each size."""
-    return dict(sorted(Counter(len(p["isr"]) for p in cluster.partition_table().values())
-                       .items()))
+    return dict(sorted(Counter(len(p["isr"]) for p in cluster.partition_table().values()).items()))
 
 
 def wait_full_isr(cluster: LongboatCluster, timeout_s: float) -> bool:
@@ -171,8 +172,11 @@ class Producers:
             t0 = self.phase_started.get(phase)
             t1 = ends.get(phase)
             span = (t1 - t0) if t0 is not None and t1 is not None else None
-            out[phase] = {**dict(c), "seconds": round(span, 1) if span else None,
-                          "ok_per_s": round(c["ok"] / span, 1) if span else None}
+            out[phase] = {
+                **dict(c),
+                "seconds": round(span, 1) if span else None,
+                "ok_per_s": round(c["ok"] / span, 1) if span else None,
+            }
         return out
 
 
@@ -191,18 +195,25 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
         wrap = ns.wrap if ns is not None else (lambda argv: list(argv))
         cluster.setup(out, lambda node: {}, wrap)
         t = time.monotonic()
-        print(f"load: starting {cfg.nodes} controllers and {cfg.nodes} brokers, topic of "
-              f"{cfg.partitions} partitions", file=sys.stderr, flush=True)
+        print(
+            f"load: starting {cfg.nodes} controllers and {cfg.nodes} brokers, topic of "
+            f"{cfg.partitions} partitions",
+            file=sys.stderr,
+            flush=True,
+        )
         cluster.start(full_isr=False)
         started_s = time.monotonic() - t
-        print(f"load: every partition led after {started_s:.1f} s", file=sys.stderr,
-              flush=True)
+        print(f"load: every partition led after {started_s:.1f} s", file=sys.stderr, flush=True)
         full = wait_full_isr(cluster, cfg.isr_timeout_s)
         isr_s = round(time.monotonic() - t, 1) if full else None
-        print(f"load: every ISR full after {isr_s} s" if full
-              else f"load: ISRs not full {cfg.isr_timeout_s} s later (partitions by ISR "
-                   f"size: {isr_sizes(cluster)}); measuring anyway", file=sys.stderr,
-              flush=True)
+        print(
+            f"load: every ISR full after {isr_s} s"
+            if full
+            else f"load: ISRs not full {cfg.isr_timeout_s} s later (partitions by ISR "
+            f"size: {isr_sizes(cluster)}); measuring anyway",
+            file=sys.stderr,
+            flush=True,
+        )
         result = asyncio.run(_measure(cluster, cfg))
         result["cluster_start_s"] = round(started_s, 1)
         result["isr_full_after_create_s"] = isr_s
@@ -246,8 +257,12 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         victim_led = led_by(table, victim_id)
         ctl_meter = CpuMeter(ctl_pid)
         ctl_meter.sample()
-        print(f"load: killing {victim}, leader of {len(victim_led)} partitions; active "
-              f"controller {ctl}", file=sys.stderr, flush=True)
+        print(
+            f"load: killing {victim}, leader of {len(victim_led)} partitions; active "
+            f"controller {ctl}",
+            file=sys.stderr,
+            flush=True,
+        )
         prod.enter("move")
         t_kill = time.monotonic()
         cluster.processes[victim].kill()
@@ -270,8 +285,11 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
                 break
         ends["move"] = time.monotonic()
         led_after = leaders_by_broker(table) if table else Counter()
-        print(f"load: leadership moved in {moved if moved is None else round(moved, 2)} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"load: leadership moved in {moved if moved is None else round(moved, 2)} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
         prod.enter("after")
         await asyncio.sleep(cfg.observe_s)
@@ -302,8 +320,9 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         "isr_restored_after_restart_s": None if restored is None else round(restored, 1),
         "isr_sizes_at_end": isr_end,
         "controller_cpu_during_move": ctl_meter.summary(),
-        "cpu_percent_baseline": {n: None if v is None else round(v, 1)
-                                 for n, v in baseline.items()},
+        "cpu_percent_baseline": {
+            n: None if v is None else round(v, 1) for n, v in baseline.items()
+        },
         "produce": prod.rates(ends),
     }
 

@@ -68,8 +68,13 @@ def read_group_usage(pgid: int) -> Usage | None:
         u = read_usage(pid)
         if u is None:
             continue
-        total = u if total is None else Usage(total.rss_bytes + u.rss_bytes,
-                                              total.fds + u.fds, total.cpu_ticks + u.cpu_ticks)
+        total = (
+            u
+            if total is None
+            else Usage(
+                total.rss_bytes + u.rss_bytes, total.fds + u.fds, total.cpu_ticks + u.cpu_ticks
+            )
+        )
     return total
 
 
@@ -100,19 +105,24 @@ class ResourceBound:
         fds_max = base.fds + self.fds_slack
         problems = []
         if end.rss_bytes > rss_max:
-            problems.append(f"RSS {end.rss_bytes / MB:.1f} MB > {self.rss_factor:g} x "
-                            f"{base.rss_bytes / MB:.1f} MB + {self.rss_slack_bytes / MB:g} MB")
+            problems.append(
+                f"RSS {end.rss_bytes / MB:.1f} MB > {self.rss_factor:g} x "
+                f"{base.rss_bytes / MB:.1f} MB + {self.rss_slack_bytes / MB:g} MB"
+            )
         if end.fds > fds_max:
             problems.append(f"open files {end.fds} > {base.fds} + {self.fds_slack}")
         return "; ".join(problems) or None
 
     def describe(self) -> str:
-        return (f"RSS <= {self.rss_factor:g} x baseline + {self.rss_slack_bytes / MB:g} MB, "
-                f"open files <= baseline + {self.fds_slack}")
+        return (
+            f"RSS <= {self.rss_factor:g} x baseline + {self.rss_slack_bytes / MB:g} MB, "
+            f"open files <= baseline + {self.fds_slack}"
+        )
 
 
-def check_growth(samples: Sequence[Sample], bound: ResourceBound,
-                 warmup_s: float = 0.0) -> dict[str, Any]:
+def check_growth(
+    samples: Sequence[Sample], bound: ResourceBound, warmup_s: float = 0.0
+) -> dict[str, Any]:
     """Per node: baseline (first sample at or after `warmup_s`), end (last sample), and
     whether the growth between them stays inside `bound`. Pure."""
     by_node: dict[str, list[Sample]] = {}
@@ -124,7 +134,8 @@ def check_growth(samples: Sequence[Sample], bound: ResourceBound,
         after = [s for s in ss if s.t_s >= warmup_s] or ss[-1:]
         base, end = after[0], ss[-1]
         entry: dict[str, Any] = {
-            "baseline": base.to_json(), "end": end.to_json(),
+            "baseline": base.to_json(),
+            "end": end.to_json(),
             "rss_growth_bytes": end.rss_bytes - base.rss_bytes,
             "fds_growth": end.fds - base.fds,
             "checked": base.pid == end.pid and end.t_s > base.t_s,
@@ -141,16 +152,28 @@ def check_growth(samples: Sequence[Sample], bound: ResourceBound,
         nodes[node] = entry
     checked = sum(1 for e in nodes.values() if e["checked"])
     ok = checked > 0 and not violations
-    return {"bound": asdict(bound), "bound_text": bound.describe(), "warmup_s": warmup_s,
-            "nodes": nodes, "checked": checked, "violations": violations, "ok": ok}
+    return {
+        "bound": asdict(bound),
+        "bound_text": bound.describe(),
+        "warmup_s": warmup_s,
+        "nodes": nodes,
+        "checked": checked,
+        "violations": violations,
+        "ok": ok,
+    }
 
 
 class ResourceMonitor:
     """Samples every node process every `interval_s` (and on demand) in a daemon thread,
     appending each sample to `path` as a JSON line."""
 
-    def __init__(self, processes: Mapping[str, NodeProcess], path: Path,
-                 interval_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        processes: Mapping[str, NodeProcess],
+        path: Path,
+        interval_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.processes = processes
         self.path = path
         self.interval_s = interval_s

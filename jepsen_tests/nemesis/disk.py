@@ -83,7 +83,8 @@ def classify(path: str | Path) -> str | None:
     if name.endswith(".log") and name[:-4].isdigit():
         return "segment"
     if (name.endswith(".index") and name[:-6].isdigit()) or (
-            name.endswith(".timeindex") and name[:-10].isdigit()):
+        name.endswith(".timeindex") and name[:-10].isdigit()
+    ):
         return "index"
     if p.parent.name == "snapshots" and name.endswith(".checkpoint"):
         return "snapshot"
@@ -118,8 +119,9 @@ class Corruption:
         return asdict(self)
 
 
-def plan_corruption(files: Mapping[str, int], want: str, how: str,
-                    rng: random.Random) -> Corruption | None:
+def plan_corruption(
+    files: Mapping[str, int], want: str, how: str, rng: random.Random
+) -> Corruption | None:
     """Choose what to damage among `files` (path -> size): a non-empty file of class `want`
     (the newest snapshot for ``snapshot``), else of another class, in `FILE_CLASSES` order;
     None if no file can be damaged. Pure: the same files and rng give the same plan."""
@@ -180,8 +182,9 @@ def file_sizes(root: str | Path) -> dict[str, int]:
 def _run(argv: Sequence[str]) -> str:
     r = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): "
-                           f"{(r.stderr or r.stdout).strip()}")
+        raise RuntimeError(
+            f"{' '.join(argv)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}"
+        )
     return r.stdout
 
 
@@ -204,8 +207,9 @@ def _libc() -> ctypes.CDLL:
 class NodeDisk:
     """One node's filesystem: a sparse ext4 image loop-mounted on its data directory."""
 
-    def __init__(self, node: str, image: Path, mount_point: Path,
-                 size_bytes: int = IMAGE_BYTES) -> None:
+    def __init__(
+        self, node: str, image: Path, mount_point: Path, size_bytes: int = IMAGE_BYTES
+    ) -> None:
         self.node = node
         self.image = Path(image)
         self.mount_point = Path(mount_point)
@@ -224,8 +228,20 @@ class NodeDisk:
         self.mount_point.mkdir(parents=True, exist_ok=True)
         with open(self.image, "wb") as f:
             f.truncate(self.size_bytes)
-        _run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
-              "-L", f"lbjt-{self.node}"[:16], str(self.image)])
+        _run(
+            [
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-O",
+                "^has_journal",
+                "-m",
+                "0",
+                "-L",
+                f"lbjt-{self.node}"[:16],
+                str(self.image),
+            ]
+        )
         self._token = cleanup.register(f"disk {self.image}", self.destroy)
         _run(["mount", "-o", "loop,errors=continue", str(self.image), str(self.mount_point)])
         self.mounted = True
@@ -297,19 +313,20 @@ class NodeDisk:
         with contextlib.suppress(Exception):
             self.restore_writes()
         if self.mounted:
-            r = subprocess.run(["umount", str(self.mount_point)], capture_output=True,
-                               timeout=60)
+            r = subprocess.run(["umount", str(self.mount_point)], capture_output=True, timeout=60)
             if r.returncode != 0:  # something still holds it: detach now, free when closed
-                subprocess.run(["umount", "-l", str(self.mount_point)], capture_output=True,
-                               timeout=60)
+                subprocess.run(
+                    ["umount", "-l", str(self.mount_point)], capture_output=True, timeout=60
+                )
             self.mounted = False
         if self._token is not None:
             cleanup.unregister(self._token)
             self._token = None
 
 
-def make_disks(data_dirs: Mapping[str, Path], images_dir: Path,
-               size_bytes: int = IMAGE_BYTES) -> dict[str, NodeDisk]:
+def make_disks(
+    data_dirs: Mapping[str, Path], images_dir: Path, size_bytes: int = IMAGE_BYTES
+) -> dict[str, NodeDisk]:
     """A mounted filesystem on every node's data directory; undone by `destroy_disks`."""
     reason = disk_unavailable_reason()
     if reason is not None:
@@ -329,7 +346,8 @@ def make_disks(data_dirs: Mapping[str, Path], images_dir: Path,
                 probe.fail_writes()
             except RuntimeError as e:
                 raise FaultInjectionUnavailable(
-                    f"disk-eio: cannot make {probe.image} immutable: {e}") from e
+                    f"disk-eio: cannot make {probe.image} immutable: {e}"
+                ) from e
             finally:
                 probe.restore_writes()
     except BaseException:
@@ -381,9 +399,16 @@ def sweep_stale_mounts() -> list[str]:
 class DiskNemesis(Nemesis):
     kinds = ("disk-full", "disk-eio", "disk-corrupt")
 
-    def __init__(self, processes: Mapping[str, NodeProcess], disks: Mapping[str, NodeDisk],
-                 recorder: Recorder | None = None, *, seed: int = 0,
-                 settle_s: float = 3.0, watch_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        processes: Mapping[str, NodeProcess],
+        disks: Mapping[str, NodeDisk],
+        recorder: Recorder | None = None,
+        *,
+        seed: int = 0,
+        settle_s: float = 3.0,
+        watch_s: float = 10.0,
+    ) -> None:
         super().__init__(recorder)
         self.processes = processes
         self.disks = disks
@@ -413,16 +438,26 @@ class DiskNemesis(Nemesis):
             else:
                 self.processes[n].kill()
                 rng = random.Random(f"{self.seed}/{fault.id}/{n}")
-                plan = plan_corruption(file_sizes(disk.mount_point),
-                                       str(fault.params.get("file", "segment")),
-                                       str(fault.params.get("how", "flip")), rng)
+                plan = plan_corruption(
+                    file_sizes(disk.mount_point),
+                    str(fault.params.get("file", "segment")),
+                    str(fault.params.get("how", "flip")),
+                    rng,
+                )
                 if plan is None:
                     self._note("corrupt", {"id": fault.id, "node": n, "nothing": True})
                     continue
                 self._originals[(fault.id, n)] = (plan.path, Path(plan.path).read_bytes())
                 apply_corruption(plan)
-                self._note("corrupt", {"id": fault.id, "node": n, **plan.describe(),
-                                       "path": os.path.relpath(plan.path, disk.mount_point)})
+                self._note(
+                    "corrupt",
+                    {
+                        "id": fault.id,
+                        "node": n,
+                        **plan.describe(),
+                        "path": os.path.relpath(plan.path, disk.mount_point),
+                    },
+                )
 
     def _stop(self, fault: Fault) -> None:
         targets = self._targets(fault)
@@ -462,11 +497,21 @@ class DiskNemesis(Nemesis):
         rc = p.proc.returncode if p.proc is not None else None
         tail = [ln for ln in p.log_tail(4000).splitlines() if ln.strip()]
         original = self._originals.pop((fault.id, p.name), None)
-        self._note("refused-start", {"id": fault.id, "node": p.name, "returncode": rc,
-                                     "last_log_line": tail[-1][-300:] if tail else "",
-                                     "restored": original is not None})
-        print(f"disk-corrupt: {p.name} exited ({rc}) after starting on a damaged file; "
-              "restoring the file", file=sys.stderr)
+        self._note(
+            "refused-start",
+            {
+                "id": fault.id,
+                "node": p.name,
+                "returncode": rc,
+                "last_log_line": tail[-1][-300:] if tail else "",
+                "restored": original is not None,
+            },
+        )
+        print(
+            f"disk-corrupt: {p.name} exited ({rc}) after starting on a damaged file; "
+            "restoring the file",
+            file=sys.stderr,
+        )
         if original is not None:
             path, data = original
             with open(path, "wb") as f:
@@ -484,10 +529,16 @@ class DiskNemesis(Nemesis):
         """The node had exited during the fault: say so, with its last log line."""
         rc = p.proc.returncode if p.proc is not None else None
         tail = [ln for ln in p.log_tail(4000).splitlines() if ln.strip()]
-        self._note("exited", {"id": fault.id, "node": p.name, "returncode": rc,
-                              "last_log_line": tail[-1][-300:] if tail else ""})
-        print(f"{fault.kind}: {p.name} had exited ({rc}); starting it again",
-              file=sys.stderr)
+        self._note(
+            "exited",
+            {
+                "id": fault.id,
+                "node": p.name,
+                "returncode": rc,
+                "last_log_line": tail[-1][-300:] if tail else "",
+            },
+        )
+        print(f"{fault.kind}: {p.name} had exited ({rc}); starting it again", file=sys.stderr)
 
     def _heal(self) -> None:
         for d in self.disks.values():

@@ -129,8 +129,13 @@ def test_wall_clock_skew_and_strobe_leave_the_monotonic_clock_alone(tmp_path: Pa
     nem = WallClockNemesis(["n1"], tmp_path / "clock", rec)
     assert nem.unavailable is None
     env = {**os.environ, **nem.env_for("n1")}
-    child = subprocess.Popen([sys.executable, "-c", CLOCK_CHILD], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLOCK_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert child.stdin is not None and child.stdout is not None
 
     def read() -> tuple[float, float]:

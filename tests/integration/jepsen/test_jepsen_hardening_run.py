@@ -24,15 +24,29 @@ from jepsen_tests.history import History
 
 pytestmark = pytest.mark.slow
 
-ARGS = ("--nemesis", "partition-oneway,reorder,clock-strobe,disk-eio", "--seed", "52",
-        "--time-limit", "24", "--fault-duration", "2,4", "--fault-gap", "1,2")
+ARGS = (
+    "--nemesis",
+    "partition-oneway,reorder,clock-strobe,disk-eio",
+    "--seed",
+    "52",
+    "--time-limit",
+    "24",
+    "--fault-duration",
+    "2,4",
+    "--fault-gap",
+    "1,2",
+)
 
 
 def test_hardening_nemeses_hit_where_meant_and_lose_nothing(tmp_path: Path) -> None:
     require_netns()
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--out", str(out), *ARGS],
-                       capture_output=True, text=True, timeout=170)
+    p = subprocess.run(
+        [sys.executable, "-m", "jepsen_tests", "run", "--out", str(out), *ARGS],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     log = p.stdout + p.stderr[-4000:]
     res = json.loads((out / "results.json").read_text())
     r = res["result"]
@@ -51,10 +65,13 @@ def test_hardening_nemeses_hit_where_meant_and_lose_nothing(tmp_path: Path) -> N
     # filesystem, now unmounted
     assert "Input/output error" in (out / "logs" / "b2.log").read_text(), where
     assert sorted(f.name for f in (out / "disks").glob("*.img")) == [
-        f"{n}.img" for n in ("b1", "b2", "b3", "q1", "q2", "q3")]
+        f"{n}.img" for n in ("b1", "b2", "b3", "q1", "q2", "q3")
+    ]
     mounts = Path("/proc/mounts").read_text()
     assert str(out) not in mounts
     assert (out / "clock" / "libwallclock.so").exists()
-    assert res["netns"] not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                              text=True).stdout
+    assert (
+        res["netns"]
+        not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    )
     no_leftover_nodes(out)

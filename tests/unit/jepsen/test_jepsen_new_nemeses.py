@@ -64,8 +64,9 @@ def test_nat_script_redirects_each_node_except_the_marked_onward_connections() -
     s = nat_script({("127.0.0.2", 9000): 41000, ("127.0.0.3", 9001): 41001})
     assert s.startswith("table ip longboat_jepsen_nat\ndelete table ip longboat_jepsen_nat\n")
     assert "type nat hook output priority -100" in s
-    assert (f"meta mark != {MARK:#x} ip daddr 127.0.0.2 tcp dport 9000 "
-            "dnat to 127.0.0.2:41000") in s
+    assert (
+        f"meta mark != {MARK:#x} ip daddr 127.0.0.2 tcp dport 9000 dnat to 127.0.0.2:41000"
+    ) in s
     assert s.count("dnat to") == 2
 
 
@@ -96,8 +97,15 @@ def test_pass_and_blackhole_add_no_delay() -> None:
 
 
 def test_new_kinds_are_known_and_grouped() -> None:
-    for k in ("partition-oneway", "reorder", "clock-skew", "clock-strobe", "disk-full",
-              "disk-eio", "disk-corrupt"):
+    for k in (
+        "partition-oneway",
+        "reorder",
+        "clock-skew",
+        "clock-strobe",
+        "disk-full",
+        "disk-eio",
+        "disk-corrupt",
+    ):
         assert k in KINDS and GROUPS[k] == (k,)
     assert GROUPS["disk"] == ("disk-full", "disk-eio", "disk-corrupt")
     # the existing rows of the sweep keep their meaning
@@ -106,8 +114,9 @@ def test_new_kinds_are_known_and_grouped() -> None:
 
 
 def test_disk_faults_hit_one_node_or_a_minority_and_name_a_file_class() -> None:
-    steps = generate(5, ["disk-full", "disk-eio", "disk-corrupt"], NODES, 600,
-                     duration_s=(3, 6), gap_s=(1, 2))
+    steps = generate(
+        5, ["disk-full", "disk-eio", "disk-corrupt"], NODES, 600, duration_s=(3, 6), gap_s=(1, 2)
+    )
     assert {s.target_spec for s in steps} <= set(DISK_SPECS)
     for s in steps:
         assert len(s.fault.targets) <= (len(NODES) - 1) // 2
@@ -115,19 +124,31 @@ def test_disk_faults_hit_one_node_or_a_minority_and_name_a_file_class() -> None:
             assert s.fault.params["file"] in ("segment", "index", "checkpoint", "snapshot")
             assert s.fault.params["how"] in ("flip", "truncate")
     assert {s.fault.params["file"] for s in steps if s.fault.kind == "disk-corrupt"} == {
-        "segment", "index", "checkpoint", "snapshot"}
+        "segment",
+        "index",
+        "checkpoint",
+        "snapshot",
+    }
 
 
 def test_target_specs_also_steer_disk_faults() -> None:
-    steps = generate(5, ["disk-eio"], NODES, 300, duration_s=(3, 6), gap_s=(1, 2),
-                     process_specs=["controller"], disk_specs=["controller"])
-    assert steps and all(s.target_spec == "controller" and not s.fault.targets
-                         for s in steps)
+    steps = generate(
+        5,
+        ["disk-eio"],
+        NODES,
+        300,
+        duration_s=(3, 6),
+        gap_s=(1, 2),
+        process_specs=["controller"],
+        disk_specs=["controller"],
+    )
+    assert steps and all(s.target_spec == "controller" and not s.fault.targets for s in steps)
 
 
 def test_clock_skew_and_strobe_go_mostly_to_the_active_controller() -> None:
-    steps = generate(11, ["clock-skew", "clock-strobe"], NODES, 900, duration_s=(3, 6),
-                     gap_s=(1, 2))
+    steps = generate(
+        11, ["clock-skew", "clock-strobe"], NODES, 900, duration_s=(3, 6), gap_s=(1, 2)
+    )
     specs = [s.target_spec for s in steps]
     assert set(specs) <= set(CLOCK_SPECS)
     assert specs.count("controller") > len(specs) / 2
@@ -186,8 +207,7 @@ def test_file_sizes_skips_the_ballast(tmp_path: Path) -> None:
     assert not any(p.endswith(".jepsen-ballast") for p in files)
 
 
-def test_corruption_plan_picks_the_class_asked_for_and_the_newest_snapshot(
-        tmp_path: Path) -> None:
+def test_corruption_plan_picks_the_class_asked_for_and_the_newest_snapshot(tmp_path: Path) -> None:
     files = _files(tmp_path)
     for cls in ("segment", "index", "checkpoint"):
         plan = plan_corruption(files, cls, "flip", random.Random(1))
@@ -271,8 +291,9 @@ def test_the_resource_verdict_invalidates_a_valid_history() -> None:
     assert result["anomaly_types"] == ["resource-growth"]
     assert result["anomalies"]["resource-growth"][0]["node"] == "b1"
     ok = {"valid": True}
-    apply_resource_verdict(ok, check_growth([_s("b1", 1, 0, 10, 10), _s("b1", 1, 5, 11, 11)],
-                                            ResourceBound()))
+    apply_resource_verdict(
+        ok, check_growth([_s("b1", 1, 0, 10, 10), _s("b1", 1, 5, 11, 11)], ResourceBound())
+    )
     assert ok == {"valid": True}
 
 
@@ -288,9 +309,15 @@ class _Preload:
 
 
 def test_preloads_chain_with_the_wall_clock_shim_first() -> None:
-    env = node_env("q1", ["clock-skew", "clock-bump", "lose-unsynced"],
-                   [_Preload("shim.so", "LBJT_WALLCLOCK_FILE"), None,
-                    _Preload("faketime.so", "FAKETIME_TIMESTAMP_FILE")])
+    env = node_env(
+        "q1",
+        ["clock-skew", "clock-bump", "lose-unsynced"],
+        [
+            _Preload("shim.so", "LBJT_WALLCLOCK_FILE"),
+            None,
+            _Preload("faketime.so", "FAKETIME_TIMESTAMP_FILE"),
+        ],
+    )
     assert env["LD_PRELOAD"] == "shim.so faketime.so"
     assert env["LBJT_WALLCLOCK_FILE"] == "/state/q1"
     assert env["LONGBOAT_LAZYFS"] == "1"
