@@ -171,3 +171,47 @@ def test_wall_clock_skew_and_strobe_leave_the_monotonic_clock_alone(tmp_path: Pa
         child.kill()
         child.wait()
         nem.close()
+
+
+def test_a_soak_samples_every_node_and_fails_on_growth_past_its_bound(tmp_path: Path) -> None:
+    # The toy cluster, so it takes seconds; "RSS <= 0 x baseline + 0 MB" is a bound no process
+    # can meet, which shows the failing path end to end (exit status, anomaly, report).
+    out = tmp_path / "soak"
+    argv = [
+        sys.executable,
+        "-m",
+        "jepsen_tests",
+        "soak",
+        "--cluster",
+        "toy",
+        "--netns",
+        "off",
+        "--nemesis",
+        "pause",
+        "--minutes",
+        "0.15",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--resource-interval",
+        "1",
+        "--resource-warmup",
+        "2",
+        "--rss-factor",
+        "0",
+        "--rss-slack-mb",
+        "0",
+    ]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads((out / "results.json").read_text())
+    growth = res["resources"]
+    assert growth["checked"] == 3 and not growth["ok"]
+    assert set(growth["violations"]) == {"n1", "n2", "n3"}
+    assert res["result"]["valid"] is False
+    assert res["result"]["anomaly_types"] == ["resource-growth"]  # the history itself is fine
+    lines = (out / "resources.jsonl").read_text().splitlines()
+    assert len(lines) >= 3 * 4  # every node, every second, plus the end
+    assert "Resources (RSS &lt;= 0 x baseline + 0 MB" in (out / "report.html").read_text()
+    assert "resources (" in p.stdout and "RSS" in growth["violations"]["n1"]
