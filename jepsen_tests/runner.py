@@ -49,6 +49,7 @@ from jepsen_tests.nemesis import (
 )
 from jepsen_tests.nemesis.clock import ClockNemesis, WallClockNemesis
 from jepsen_tests.nemesis.disk import DiskNemesis, NodeDisk, destroy_disks, make_disks
+from jepsen_tests.nemesis.lazydisk import LazyDiskNemesis
 from jepsen_tests.nemesis.membership import MembershipNemesis
 from jepsen_tests.nemesis.net import (
     NetNamespace,
@@ -233,8 +234,11 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
             if wallclock.unavailable:
                 warn(f"wall-clock nemesis unavailable: {wallclock.unavailable}", warnings)
 
+        lazydisk = (LazyDiskNemesis(cluster.processes, out / "lazyfs", rec)
+                    if "lazydisk" in cats else None)
+
         def env_for(node: str) -> dict[str, str]:
-            return node_env(node, kinds, [wallclock, clock])
+            return node_env(node, kinds, [wallclock, clock, lazydisk])
 
         cluster.setup(out, env_for, wrap)
         if "disk" in cats:
@@ -276,6 +280,8 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
             parts.append(wallclock)
         if disks:
             parts.append(DiskNemesis(cluster.processes, disks, rec, seed=cfg.seed))
+        if lazydisk is not None:
+            parts.append(lazydisk)
         if "membership" in cats:
             if not cluster.voters():
                 raise FaultInjectionUnavailable(

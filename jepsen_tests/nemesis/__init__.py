@@ -39,6 +39,11 @@ disk-eio               every write-back of the targets' filesystems fails:
                        EIO from fsync; stop restarts them (disk.py)
 disk-corrupt           SIGKILL, flip a bit in or truncate one file of class
                        params.file; stop restarts them (disk.py)
+lazy-fsync-eio         the params.nth fsync from now (of a path containing
+                       params.match) fails with EIO in the targets' lazy file
+                       layer; stop is a power cut and a restart (lazydisk.py)
+lazy-disk-full         the targets' lazy layers have params.free_bytes left:
+                       ENOSPC after a short write (lazydisk.py)
 =====================  ========================================================
 """
 
@@ -63,6 +68,7 @@ KINDS: dict[str, str] = {
     "clock-skew": "wallclock", "clock-strobe": "wallclock",
     "membership": "membership",
     "disk-full": "disk", "disk-eio": "disk", "disk-corrupt": "disk",
+    "lazy-fsync-eio": "lazydisk", "lazy-disk-full": "lazydisk",
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -71,6 +77,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "process": ("kill", "pause"),
     "clock": ("clock-bump",),
     "disk": ("disk-full", "disk-eio", "disk-corrupt"),
+    "lazy-disk": ("lazy-fsync-eio", "lazy-disk-full"),
     **{k: (k,) for k in KINDS},
 }
 

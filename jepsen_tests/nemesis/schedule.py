@@ -21,6 +21,7 @@ from typing import Any
 
 from jepsen_tests.nemesis import KINDS, Fault, select_targets
 from jepsen_tests.nemesis.disk import FILE_CLASSES
+from jepsen_tests.nemesis.lazydisk import FSYNC_MATCHES
 from jepsen_tests.nemesis.net import ONE_WAY_SHAPES, majority_minority
 
 
@@ -111,13 +112,17 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
             params = {"delta_s": sign * rng.choice([1, 5, 30, 120]),
                       "period_ms": rng.choice([10, 50, 200])}
         return Fault(kind, _spec_targets(spec, nodes, rng), params, fid), spec
-    if kind in ("disk-full", "disk-eio", "disk-corrupt"):
+    if kind in ("disk-full", "disk-eio", "disk-corrupt", "lazy-fsync-eio", "lazy-disk-full"):
         spec = rng.choice(list(disk_specs))
         targets = _spec_targets(spec, nodes, rng)
         params = {}
         if kind == "disk-corrupt":
             params = {"file": rng.choice(list(FILE_CLASSES)), "how": rng.choice(
                 ["flip", "flip", "truncate"])}
+        elif kind == "lazy-fsync-eio":
+            params = {"nth": rng.choice([1, 1, 2, 3]), "match": rng.choice(list(FSYNC_MATCHES))}
+        elif kind == "lazy-disk-full":
+            params = {"free_bytes": rng.choice([0, 4096, 65536])}
         return Fault(kind, targets, params, fid), spec
     if kind == "membership":
         # Which controllers exist is the cluster's business: a voter, or the active one.

@@ -215,3 +215,67 @@ def test_a_soak_samples_every_node_and_fails_on_growth_past_its_bound(tmp_path: 
     assert len(lines) >= 3 * 4  # every node, every second, plus the end
     assert "Resources (RSS &lt;= 0 x baseline + 0 MB" in (out / "report.html").read_text()
     assert "resources (" in p.stdout and "RSS" in growth["violations"]["n1"]
+
+
+# A "node" on storage's lazy layer: on each line of stdin, append to its file and fsync; it
+# prints "ok" or the errno name of what failed.
+LAZY_NODE = """
+import errno, sys
+from storage.fileio import default_file_layer
+f = default_file_layer().open(sys.argv[1])
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        f.write(b"x" * 1000)
+        f.fsync()
+        print("ok", flush=True)
+    except OSError as e:
+        print(errno.errorcode[e.errno], flush=True)
+"""
+
+
+def test_lazy_layer_faults_are_armed_in_a_running_process(tmp_path: Path) -> None:
+    from jepsen_tests.nemesis.lazydisk import LazyDiskNemesis
+
+    rec = Recorder()
+    procs: dict[str, NodeProcess] = {}
+    nem = LazyDiskNemesis(procs, tmp_path / "lazyfs", rec)
+    env = {**os.environ, **nem.env_for("n1")}
+    child = subprocess.Popen(
+        [sys.executable, "-c", LAZY_NODE, str(tmp_path / "seg.log")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdin is not None and child.stdout is not None
+
+    class Running(NodeProcess):
+        def alive(self) -> bool:
+            return child.poll() is None
+
+    procs["n1"] = Running("n1", ["true"], tmp_path / "n1.log")
+
+    def step() -> str:
+        child.stdin.write("\n")  # type: ignore[union-attr]
+        child.stdin.flush()  # type: ignore[union-attr]
+        return child.stdout.readline().strip()  # type: ignore[union-attr]
+
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert step() == "ok"
+        assert nem.command("n1", ["fail-fsync 2 EIO .log"])
+        assert not (tmp_path / "lazyfs" / "n1.control").exists()  # taken
+        assert [step(), step(), step()] == ["ok", "EIO", "ok"]  # the 2nd fails, the next not
+        assert nem.command("n1", ["free-bytes 500"])
+        assert step() == "ENOSPC"
+        assert nem.command("n1", ["free-bytes none"])
+        assert step() == "ok"
+    finally:
+        child.kill()
+        child.wait()
+    # a node that is not running gets nothing, and the history says so
+    assert not nem.command("n1", ["free-bytes 0"], "7")
+    assert not (tmp_path / "lazyfs" / "n1.control").exists()
+    notes = [o.value for o in rec.history().nemesis_ops() if o.f == "not-armed"]
+    assert notes == [{"id": "7", "node": "n1", "why": "not running", "commands": ["free-bytes 0"]}]

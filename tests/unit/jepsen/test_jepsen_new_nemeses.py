@@ -322,3 +322,36 @@ def test_preloads_chain_with_the_wall_clock_shim_first() -> None:
     assert env["LBJT_WALLCLOCK_FILE"] == "/state/q1"
     assert env["LONGBOAT_LAZYFS"] == "1"
     assert node_env("q1", ["kill"], [None]) == {}
+
+
+# ---- the lazy layer's control commands
+
+
+def test_lazy_layer_commands_are_the_lines_storage_takes() -> None:
+    from jepsen_tests.nemesis.lazydisk import fail_fsync_command, free_bytes_command
+
+    assert fail_fsync_command(1) == "fail-fsync 1 EIO"
+    assert fail_fsync_command(3, ".log") == "fail-fsync 3 EIO .log"
+    assert free_bytes_command(0) == "free-bytes 0"
+    assert free_bytes_command(None) == "free-bytes none"
+    with pytest.raises(ValueError):
+        fail_fsync_command(0)
+    with pytest.raises(ValueError):
+        fail_fsync_command(1, "a b")
+    with pytest.raises(ValueError):
+        free_bytes_command(-1)
+
+
+def test_lazy_disk_faults_draw_their_parameters() -> None:
+    steps = generate(
+        9, ["lazy-fsync-eio", "lazy-disk-full"], NODES, 600, duration_s=(3, 6), gap_s=(1, 2)
+    )
+    assert {s.fault.kind for s in steps} == {"lazy-fsync-eio", "lazy-disk-full"}
+    for s in steps:
+        assert s.target_spec in DISK_SPECS
+        if s.fault.kind == "lazy-fsync-eio":
+            assert s.fault.params["nth"] in (1, 2, 3)
+            assert s.fault.params["match"] in ("", ".log", "checkpoint")
+        else:
+            assert s.fault.params["free_bytes"] in (0, 4096, 65536)
+    assert GROUPS["lazy-disk"] == ("lazy-fsync-eio", "lazy-disk-full")
