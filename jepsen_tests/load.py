@@ -16,8 +16,10 @@ machine allows (as `run`):
 3. ``--warmup`` seconds: the baseline (produce rate, CPU of the active controller and of
    every broker, from ``/proc/<pid>/stat``);
 4. SIGKILL one broker (``--kill``; ``auto``: the one leading the most partitions), then poll
-   the partition table every ``--poll-interval`` on the surviving brokers until no partition
-   is led by it: *leadership moved* is the time from the kill to that poll. The controller
+   the partition table every 0.2 s on the surviving brokers until every partition it led has
+   another leader: *leadership moved* is the time from the kill to that poll. Partitions whose
+   ISR held only the killed broker get no leader (no unclean election): once none is left on
+   it, the load waits `OFFLINE_GRACE_S` more and reports how many stayed leaderless. The controller
    only learns of the death when the broker's session expires (``broker_session_timeout_ms``,
    9 s by default), so that is the floor; the rest is the controller's and the brokers' work.
    The active controller's CPU is sampled every poll;
@@ -111,6 +113,24 @@ def wait_full_isr(cluster: LongboatCluster, timeout_s: float) -> bool:
             return True
         time.sleep(1.0)
     return bool(cluster.healthy())
+
+
+OFFLINE_GRACE_S = 15.0
+"""How long after the last partition left the killed broker the load waits for the ones
+left without a leader (their ISR held only that broker) before it gives up on them."""
+
+
+def move_progress(
+    table: dict[int, dict[str, Any]], victim_id: int, victim_led: list[int]
+) -> tuple[int, int]:
+    """Of the partitions the killed broker led: how many it still leads (as the metadata says),
+    and how many have no leader at all. Leadership has moved when both are 0."""
+    still = offline = 0
+    for p in victim_led:
+        leader = int(table[p]["leader"]) if p in table else -1
+        still += leader == victim_id
+        offline += leader < 0
+    return still, offline
 
 
 def leaders_by_broker(table: dict[int, dict[str, Any]]) -> Counter[int]:
@@ -267,26 +287,33 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         t_kill = time.monotonic()
         cluster.processes[victim].kill()
         first_moved: float | None = None
+        left: float | None = None
         moved: float | None = None
-        timeline: list[tuple[float, int]] = []
+        offline = 0
+        timeline: list[tuple[float, int, int]] = []
         while time.monotonic() - t_kill < cfg.move_timeout_s:
             await asyncio.sleep(cfg.poll_interval_s)
             table = await asyncio.to_thread(cluster.partition_table)
             ctl_meter.sample()
             if not table:
                 continue
-            still = len(led_by(table, victim_id))
+            still, offline = move_progress(table, victim_id, victim_led)
             now = time.monotonic() - t_kill
-            timeline.append((round(now, 2), still))
-            if first_moved is None and still < len(victim_led):
+            timeline.append((round(now, 2), still, offline))
+            if first_moved is None and still + offline < len(victim_led):
                 first_moved = now
-            if still == 0:
+            if still == 0 and left is None:
+                left = now
+            if still == 0 and offline == 0:
                 moved = now
                 break
+            if left is not None and now - left > OFFLINE_GRACE_S:
+                break  # leaderless partitions wait for the killed broker (no unclean election)
         ends["move"] = time.monotonic()
         led_after = leaders_by_broker(table) if table else Counter()
         print(
-            f"load: leadership moved in {moved if moved is None else round(moved, 2)} s",
+            f"load: leadership moved in {None if moved is None else round(moved, 2)} s"
+            + (f"; {offline} partitions left without a leader" if offline else ""),
             file=sys.stderr,
             flush=True,
         )
@@ -314,6 +341,8 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         "leaders_before_kill": {cluster.by_id.get(b, str(b)): n for b, n in counts.items()},
         "isr_sizes_before_kill": isr_before,
         "leadership_moved_s": None if moved is None else round(moved, 2),
+        "left_killed_broker_s": None if left is None else round(left, 2),
+        "partitions_without_leader": offline,
         "first_partition_moved_s": None if first_moved is None else round(first_moved, 2),
         "move_timeline": timeline,
         "leaders_after_move": {cluster.by_id.get(b, str(b)): n for b, n in led_after.items()},
@@ -336,7 +365,9 @@ def format_summary(r: dict[str, Any]) -> str:
         f"{r.get('leaders_before_kill')}",
         f"killed {r['victim']} (leader of {r['victim_led_partitions']} partitions): "
         f"leadership moved in {r['leadership_moved_s']} s (first partition at "
-        f"{r['first_partition_moved_s']} s); leaders after: {r['leaders_after_move']}",
+        f"{r['first_partition_moved_s']} s, none left on it at {r['left_killed_broker_s']} s, "
+        f"{r['partitions_without_leader']} without a leader); leaders after: "
+        f"{r['leaders_after_move']}",
         f"active controller {r['active_controller']} CPU during the move: mean "
         f"{cpu['mean_percent']}%, max {cpu['max_percent']}% of a core; baseline "
         f"{r['cpu_percent_baseline'].get(r['active_controller'])}%",

@@ -355,3 +355,21 @@ def test_lazy_disk_faults_draw_their_parameters() -> None:
         else:
             assert s.fault.params["free_bytes"] in (0, 4096, 65536)
     assert GROUPS["lazy-disk"] == ("lazy-fsync-eio", "lazy-disk-full")
+
+
+# ---- the load's measure of a leadership move
+
+
+def test_leadership_has_moved_only_when_every_partition_has_another_leader() -> None:
+    from jepsen_tests.load import move_progress
+
+    def table(*leaders: int) -> dict[int, dict[str, int]]:
+        return {p: {"leader": lead} for p, lead in enumerate(leaders)}
+
+    led = [0, 1, 2]
+    assert move_progress(table(101, 101, 101, 102), 101, led) == (3, 0)
+    assert move_progress(table(102, 101, 103, 102), 101, led) == (1, 0)
+    # gone from the killed broker, but one partition has no leader at all: not moved
+    assert move_progress(table(102, -1, 103, 102), 101, led) == (0, 1)
+    assert move_progress(table(102, 103, 103, 101), 101, led) == (0, 0)
+    assert move_progress({}, 101, led) == (0, 3)
