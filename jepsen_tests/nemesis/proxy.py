@@ -219,7 +219,15 @@ class _ProxyLoop:
         self._thread.start()
         self._token: int | None = cleanup.register("tcp proxies", self.close)
 
+    @property
+    def closed(self) -> bool:
+        """Closed (by `close`, or by `cleanup` on a signal): nothing is proxied any more."""
+        return not self._thread.is_alive()
+
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float = 15) -> T:
+        if self.closed:  # the loop would never run it: fail now, not after the timeout
+            coro.close()
+            raise RuntimeError("the proxies are closed")
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout)
 
@@ -239,11 +247,21 @@ class _ProxyLoop:
     async def _close_all(self) -> None:
         """Close listeners and connections (on the loop)."""
 
+    async def _cancel_the_rest(self) -> None:
+        """Cancel and await every task still on the loop (connections being copied), so
+        that none is destroyed pending when the loop stops."""
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def close(self) -> None:
         if not self._thread.is_alive():
             return
         with contextlib.suppress(Exception):
             self._call(self._close_all(), timeout=5)
+        with contextlib.suppress(Exception):
+            self._call(self._cancel_the_rest(), timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if self._token is not None:
@@ -277,6 +295,8 @@ class ProxyNet(_ProxyLoop):
     def set_mode(self, links: Iterable[Link], mode: str, delay_ms: float = 0.0,
                  jitter_ms: float = 0.0) -> None:
         ls = [self.links[link] for link in links if link in self.links]
+        if self.closed:  # healing after a signal closed them: nothing left to set
+            return
 
         def apply() -> None:
             for p in ls:
@@ -339,6 +359,8 @@ class InterceptNet(_ProxyLoop):
         if mode not in MODES:
             raise ValueError(f"unknown proxy mode {mode!r}")
         ls = [link for link in links if link in self.states]
+        if self.closed:
+            return
 
         def apply() -> None:
             for link in ls:
