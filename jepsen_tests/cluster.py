@@ -149,6 +149,9 @@ class Cluster(ABC):
     def preflight(self) -> None:  # noqa: B027 - optional hook
         """Raise before anything is created if this cluster cannot run here."""
 
+    def configure_for(self, kinds: list[str]) -> None:  # noqa: B027 - optional hook
+        """Adjust to the run's fault kinds, before `setup` (default: nothing)."""
+
     def healthy(self) -> bool:
         """After the faults heal: recovered enough for the final reads (default: ready)."""
         return self.ready()

@@ -51,6 +51,7 @@ from jepsen_tests.nemesis.process import NodeProcess, wait_until
 TOPIC = "jepsen"
 CONTROLLER_ID_BASE = 0  # controller i has node id i
 BROKER_ID_BASE = 100  # broker i has node id 100 + i
+CORRUPT_SEGMENT_BYTES = 16 << 10
 
 
 def free_port(host: str) -> int:
@@ -90,6 +91,8 @@ class LongboatCluster(Cluster):
         self.acks_require_fsync = acks_require_fsync
         """Brokers' ``acks_require_fsync``: every ISR member fsyncs before a write is acked."""
         self.topic = topic
+        self.topic_configs: dict[str, str] = {"min.insync.replicas": str(min_insync_replicas)}
+        self.start_timeout_s = 60.0
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
         self.brokers = [f"b{i + 1}" for i in range(n)]
@@ -117,6 +120,12 @@ class LongboatCluster(Cluster):
 
     def controller_urls(self) -> list[str]:
         return [self.url(c) for c in self.controllers]
+
+    def configure_for(self, kinds: list[str]) -> None:
+        if "disk-corrupt" in kinds:
+            # Closed segments, and so index files, for the nemesis to damage: segments roll
+            # at 16 KiB instead of 1 GiB (a run writes tens of KiB per partition).
+            self.topic_configs["segment.bytes"] = str(CORRUPT_SEGMENT_BYTES)
 
     def key_partition(self, key: str) -> int:
         return int(key[1:])
@@ -209,6 +218,12 @@ class LongboatCluster(Cluster):
         except OSError:
             return False
 
+    def all_led(self) -> bool:
+        """Every partition of the topic has a leader (ISRs may still be short)."""
+        table = self.partition_table()
+        return len(table) == self.partitions and all(int(p["leader"]) >= 0
+                                                     for p in table.values())
+
     def healthy(self) -> bool:
         """Every broker ready and every partition led with a full ISR."""
         if not self.ready():
@@ -220,8 +235,10 @@ class LongboatCluster(Cluster):
 
     # ---- lifecycle
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
+    def start(self, timeout_s: float | None = None, *, full_isr: bool = True) -> None:
+        """Controllers, an active one, brokers, the topic; then every partition led with a
+        full ISR (or, with ``full_isr=False``, just led)."""
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         for c in self.controllers:
             self.processes[c].start()
         self._wait("an active controller", lambda: self.active_controller() is not None,
@@ -230,8 +247,11 @@ class LongboatCluster(Cluster):
             self.processes[b].start()
         self._wait("every broker ready", self.ready, deadline)
         self.create_topic(deadline)
-        self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy,
-                   deadline)
+        if full_isr:
+            self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy,
+                       deadline)
+        else:
+            self._wait(f"topic {self.topic}: every partition led", self.all_led, deadline)
 
     def stop(self) -> None:
         """SIGTERM every node at once (brokers' controlled shutdowns overlap), SIGKILL what
@@ -256,8 +276,8 @@ class LongboatCluster(Cluster):
         body = json.dumps({
             "topic_name": self.topic, "partitions_count": self.partitions,
             "replication_factor": self.replication_factor,
-            "configs": [{"name": "min.insync.replicas",
-                         "value": str(self.min_insync_replicas)}]}).encode()
+            "configs": [{"name": k, "value": v}
+                        for k, v in sorted(self.topic_configs.items())]}).encode()
         last = "no broker tried"
         while time.monotonic() < deadline:
             for b in self.brokers:

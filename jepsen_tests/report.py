@@ -6,7 +6,9 @@ Plots (time on x, seconds since the run started; fault windows shaded and labell
 * latency: one point per completed op (log scale, ms), per op kind, coloured by outcome.
 
 Then the verdict, per-anomaly counts, lost writes by fault window and by node, the offending
-ops (first few per anomaly), warnings, and the fault schedule. No plotting dependency: the SVG
+ops (first few per anomaly), warnings, the fault schedule, what the nemeses noted (files
+corrupted, nodes that refused to start), nodes not running at the end, and for a soak the
+node processes' memory and open files. No plotting dependency: the SVG
 is written here.
 """
 
@@ -222,6 +224,33 @@ def render(results: dict[str, Any], history: History) -> str:
         parts.append(_table([(w.id, w.kind, ",".join(w.targets), f"{w.start_ns / 1e9:.2f}",
                               f"{w.end_ns / 1e9:.2f}") for w in windows],
                             ("id", "kind", "targets", "start s", "end s")))
+    notes = [o for o in history.nemesis_ops() if o.f not in ("start", "stop")]
+    if notes:
+        # What the nemeses did beyond starting and stopping: the damage a corruption made,
+        # a node that refused to start on it, a node that had exited, a fault it could not do.
+        parts.append("<h2>Nemesis notes</h2>")
+        parts.append(_table([(f"{o.time_ns / 1e9:.2f}", o.f,
+                              json.dumps(o.value, sort_keys=True, default=str))
+                             for o in notes[:200]], ("at s", "what", "details")))
+    dead = results.get("dead_nodes") or {}
+    if dead:
+        parts.append("<h2>Nodes not running at the end</h2>")
+        parts.append(_table([(n, d.get("returncode"), d.get("last_log_line"))
+                             for n, d in sorted(dead.items())],
+                            ("node", "exit status", "last log line")))
+    res = results.get("resources")
+    if res:
+        mb = 1 << 20
+        parts.append(f"<h2>Resources ({_esc(res.get('bound_text'))})</h2>")
+        parts.append(f"<p>{res.get('checked')} nodes checked; "
+                     f"{'within the bound' if res.get('ok') else 'FAILED'}</p>")
+        parts.append(_table(
+            [(n, f"{e['baseline']['rss_bytes'] / mb:.1f}", f"{e['end']['rss_bytes'] / mb:.1f}",
+              e["baseline"]["fds"], e["end"]["fds"],
+              e.get("violation") or e.get("why_not_checked") or "ok")
+             for n, e in sorted(res.get("nodes", {}).items())],
+            ("node", "RSS MB (baseline)", "RSS MB (end)", "open files (baseline)",
+             "open files (end)", "verdict")))
     if "linearizable" in result:
         parts.append("<h2>Metadata linearizability</h2><pre>"
                      + _esc(json.dumps(result["linearizable"], indent=1, default=str)[:20000])

@@ -14,8 +14,10 @@ Layout of a run directory::
     schedule.json   the faults drawn from the seed
     logs/<node>.log node stdout/stderr across restarts
     logs/clients.log the client library's log (retries, group rejoins, coordinator moves)
-    data/<node>/    node data directories
-    results.json    config, checker result, warnings
+    data/<node>/    node data directories (with a disk nemesis: each a mounted filesystem
+                    whose image is disks/<node>.img)
+    resources.jsonl node processes' memory, open files and CPU (soak)
+    results.json    config, checker result, warnings, nodes not running at the end
     report.html     plots and anomaly tables
 """
 
@@ -45,7 +47,9 @@ from jepsen_tests.nemesis import (
     FaultInjectionUnavailable,
     Nemesis,
 )
-from jepsen_tests.nemesis.clock import ClockNemesis
+from jepsen_tests.nemesis.clock import ClockNemesis, WallClockNemesis
+from jepsen_tests.nemesis.disk import DiskNemesis, NodeDisk, destroy_disks, make_disks
+from jepsen_tests.nemesis.lazydisk import LazyDiskNemesis
 from jepsen_tests.nemesis.membership import MembershipNemesis
 from jepsen_tests.nemesis.net import (
     NetNamespace,
@@ -54,8 +58,9 @@ from jepsen_tests.nemesis.net import (
     netns_unavailable_reason,
 )
 from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
-from jepsen_tests.nemesis.proxy import ProxyNemesis, ProxyNet, proxy_mesh
-from jepsen_tests.nemesis.schedule import PROCESS_SPECS, Step, generate
+from jepsen_tests.nemesis.proxy import InterceptNet, ProxyNemesis, ProxyNet, proxy_mesh
+from jepsen_tests.nemesis.schedule import DISK_SPECS, PROCESS_SPECS, Step, generate
+from jepsen_tests.resources import ResourceBound, ResourceMonitor, check_growth
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
 from jepsen_tests.workloads.queue import (
     GROUP,
@@ -87,8 +92,12 @@ class RunConfig:
     tracks: int = 1
     fault_duration_s: tuple[float, float] = (1.0, 3.0)
     fault_gap_s: tuple[float, float] = (0.5, 1.5)
-    process_specs: list[str] = field(default_factory=list)  # empty: PROCESS_SPECS
+    process_specs: list[str] = field(default_factory=list)  # empty: PROCESS_SPECS, DISK_SPECS
     consumers: str = "assign"  # one of CONSUMERS
+    resources: ResourceBound | None = None
+    """Soak: sample the nodes' memory and open files, fail the run on growth past this."""
+    resource_interval_s: float = 30.0
+    resource_warmup_s: float = 60.0
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -169,6 +178,7 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
     check_consumers(cluster, cfg)
     kinds = expand_kinds(cfg.nemeses)
+    cluster.configure_for(kinds)
     cluster.preflight()
     cats = {KINDS[k] for k in kinds}
     out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +187,12 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
     undo_client_log = _log_clients_to(out / "logs" / "clients.log")
     ns: NetNamespace | None = None
     proxies: ProxyNet | None = None
+    intercept: InterceptNet | None = None
+    wallclock: WallClockNemesis | None = None
+    disks: dict[str, NodeDisk] = {}
+    monitor: ResourceMonitor | None = None
     nemesis: Nemesis | None = None
+    dead: dict[str, dict[str, Any]] = {}
     entered = False
     started = time.time()
     try:
@@ -188,12 +203,17 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         elif "net" in cats:
             warn(f"no network namespace ({reason or 'netns off'}): partitions fall back to "
                  "blackholed TCP proxy links between clients and nodes only", warnings)
-        if not cluster.dials_through_proxies and ("proxy" in cats or
-                                                  ("net" in cats and ns is None)):
+        if ns is None and "partition-oneway" in kinds:
+            raise FaultInjectionUnavailable(
+                "partition-oneway needs nftables in a network namespace (root): a proxy link "
+                "carries both directions of its connections")
+        if not cluster.dials_through_proxies and ns is None and ("proxy" in cats or
+                                                                 "net" in cats):
             raise FaultInjectionUnavailable(
                 f"{type(cluster).__name__}'s clients dial the addresses the nodes advertise, "
-                "not the harness's TCP proxies: delay/blackhole, and partitions without a "
-                "network namespace, cannot reach them")
+                "not the harness's TCP proxies: without a network namespace (where the "
+                "harness intercepts every connection) delay/reorder/blackhole and partitions "
+                "cannot reach them")
         wrap = ns.wrap if ns is not None else (lambda argv: list(argv))
         if ns is not None:
             ns.enter()
@@ -201,31 +221,44 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
 
         # ---- cluster processes with the environment the nemeses need
         names = cluster.node_names()
-        clock = ClockNemesis(names, out / "clock", rec) if "clock" in cats else None
-        if clock is not None and clock.unavailable:
-            warn(f"clock nemesis unavailable: {clock.unavailable}", warnings)
-
-        def env_for(node: str) -> dict[str, str]:
-            env: dict[str, str] = {}
-            if "lose-unsynced" in kinds:
-                env.update(LAZYFS_ENV)
-            if clock is not None:
-                env.update(clock.env_for(node))
-            return env
-
-        cluster.setup(out, env_for, wrap)
-        cluster.start()
-
-        # ---- clients and their routes (through proxies where a nemesis needs them)
         clients = [f"c{i}" for i in range(cfg.concurrency)]
         clash = set(clients) & set(names)
         if clash:  # a partition naming one would cut the other's address
             raise ValueError(f"node names {sorted(clash)} clash with client names")
         client_hosts = {c: client_address(i) for i, c in enumerate(clients)}
+        clock = ClockNemesis(names, out / "clock", rec) if "clock" in cats else None
+        if clock is not None and clock.unavailable:
+            warn(f"clock nemesis unavailable: {clock.unavailable}", warnings)
+        if "wallclock" in cats:
+            wallclock = WallClockNemesis(names, out / "clock", rec)
+            if wallclock.unavailable:
+                warn(f"wall-clock nemesis unavailable: {wallclock.unavailable}", warnings)
+
+        lazydisk = (LazyDiskNemesis(cluster.processes, out / "lazyfs", rec)
+                    if "lazydisk" in cats else None)
+
+        def env_for(node: str) -> dict[str, str]:
+            return node_env(node, kinds, [wallclock, clock, lazydisk])
+
+        cluster.setup(out, env_for, wrap)
+        if "disk" in cats:
+            disks = make_disks({n.name: n.data_dir for n in cluster.nodes}, out / "disks")
         node_addr = {n.name: (n.host, n.port) for n in cluster.nodes}
+        if "proxy" in cats and ns is not None:
+            # Before any node starts: connections opened earlier would bypass it.
+            intercept = InterceptNet(ns, node_addr,
+                                     {**{n.name: n.host for n in cluster.nodes}, **client_hosts})
+            intercept.start()
+        cluster.start()
+        if cfg.resources is not None:
+            monitor = ResourceMonitor(cluster.processes, out / "resources.jsonl",
+                                      cfg.resource_interval_s)
+            monitor.start()
+
+        # ---- clients and their routes (through proxies where a nemesis needs them)
         use_proxy_partitions = "net" in cats and ns is None
         routes: dict[tuple[str, str], tuple[str, int]] = {}
-        if "proxy" in cats or use_proxy_partitions:
+        if ("proxy" in cats and ns is None) or use_proxy_partitions:
             proxies = ProxyNet()
             routes = proxy_mesh(proxies, clients, node_addr, client_hosts)
 
@@ -238,9 +271,17 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
                                          **client_hosts}, names, rec))
         if proxies is not None:
             parts.append(ProxyNemesis(proxies, names + clients, rec,
-                                      partitions=use_proxy_partitions))
+                                      partitions=use_proxy_partitions, nodes=names))
+        if intercept is not None:
+            parts.append(ProxyNemesis(intercept, names + clients, rec, nodes=names))
         if clock is not None:
             parts.append(clock)
+        if wallclock is not None:
+            parts.append(wallclock)
+        if disks:
+            parts.append(DiskNemesis(cluster.processes, disks, rec, seed=cfg.seed))
+        if lazydisk is not None:
+            parts.append(lazydisk)
         if "membership" in cats:
             if not cluster.voters():
                 raise FaultInjectionUnavailable(
@@ -251,19 +292,34 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         steps = generate(cfg.seed, kinds, names, cfg.time_limit_s,
                          duration_s=cfg.fault_duration_s, gap_s=cfg.fault_gap_s,
                          tracks=cfg.tracks,
-                         process_specs=cfg.process_specs or PROCESS_SPECS)
+                         process_specs=cfg.process_specs or PROCESS_SPECS,
+                         disk_specs=cfg.process_specs or DISK_SPECS)
         steps = [_with_clients(s, clients) for s in steps]
         (out / "schedule.json").write_text(json.dumps([s.describe() for s in steps], indent=1))
 
         final = asyncio.run(_drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts,
                                    dial))
+        dead = dead_nodes(cluster)
+        for node, d in dead.items():
+            warn(f"{node} was not running at the end (exit status {d['returncode']}): "
+                 f"{d['last_log_line']}", warnings)
+        if monitor is not None:
+            monitor.sample()  # the end: after the final reads
+            monitor.stop()
     finally:
+        if monitor is not None:
+            monitor.stop()
         if nemesis is not None:
             try:
                 nemesis.heal_all()
             except Exception as e:
                 print(f"heal failed: {e!r}", file=sys.stderr)
         cluster.stop()
+        destroy_disks(disks)
+        if wallclock is not None:
+            wallclock.close()
+        if intercept is not None:
+            intercept.close()
         if proxies is not None:
             proxies.close()
         if entered and ns is not None:
@@ -276,7 +332,7 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
     history = rec.history()
     idempotent = bool(getattr(cluster, "idempotence", True))
     result = check_history(history, cfg.workload, idempotent=idempotent)
-    results = {
+    results: dict[str, Any] = {
         "config": cfg.to_json(),
         "idempotent_producers": idempotent,
         "kinds": kinds,
@@ -285,12 +341,64 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         "netns": ns.name if ns is not None else None,
         "warnings": warnings,
         "final_reads_complete": final,
+        "dead_nodes": dead,
         "wall_time_s": round(time.time() - started, 3),
         "ops": len(history),
         "result": result,
     }
+    if monitor is not None and cfg.resources is not None:
+        growth = check_growth(monitor.samples, cfg.resources, cfg.resource_warmup_s)
+        results["resources"] = growth
+        apply_resource_verdict(result, growth)
     write_results(out, results, history)
     return results
+
+
+def node_env(node: str, kinds: list[str], preloads: list[Any]) -> dict[str, str]:
+    """A node's extra environment for the run's nemeses. Preloaded libraries chain: the
+    wall-clock shim first, so its offset adds to whatever libfaketime reports below it."""
+    env: dict[str, str] = {}
+    if "lose-unsynced" in kinds:
+        env.update(LAZYFS_ENV)
+    libs: list[str] = []
+    for p in preloads:
+        if p is None:
+            continue
+        e = dict(p.env_for(node))
+        if "LD_PRELOAD" in e:
+            libs.append(e.pop("LD_PRELOAD"))
+        env.update(e)
+    if libs:
+        env["LD_PRELOAD"] = " ".join(libs)
+    return env
+
+
+def dead_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Nodes whose process had exited when the run ended (a fail-stop, a refusal to start
+    on a corrupt file), with the exit status and the last line of the node's log."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in cluster.processes.items():
+        if p.proc is None or p.alive():
+            continue
+        tail = [ln for ln in p.log_tail(4000).splitlines() if ln.strip()]
+        out[name] = {"returncode": p.proc.returncode,
+                     "last_log_line": tail[-1][-300:] if tail else ""}
+    return out
+
+
+def apply_resource_verdict(result: dict[str, Any], growth: dict[str, Any]) -> None:
+    """A soak whose nodes grew past the bound (or that could check none) is invalid."""
+    if growth.get("ok"):
+        return
+    entries = [{"node": n, "violation": v} for n, v in growth.get("violations", {}).items()]
+    if not entries:
+        entries = [{"violation": "no node ran as one process from the baseline to the end"}]
+    result["valid"] = False
+    result.setdefault("counts", {})["resource-growth"] = len(entries)
+    types = result.setdefault("anomaly_types", [])
+    if "resource-growth" not in types:
+        types.append("resource-growth")
+    result.setdefault("anomalies", {})["resource-growth"] = entries
 
 
 def _with_clients(step: Step, clients: list[str]) -> Step:
@@ -300,7 +408,8 @@ def _with_clients(step: Step, clients: list[str]) -> Step:
     params = dict(f.params)
     if f.kind == "partition-majority":
         params["majority"] = [*params["majority"], *clients]
-    elif f.kind == "partition-isolate":
+    elif f.kind == "partition-isolate" or (f.kind == "partition-oneway"
+                                           and params.get("shape") in ("deaf", "mute")):
         params["among"] = None  # filled with nodes + clients when the target is known
         params["clients"] = clients
     else:
@@ -416,7 +525,7 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
         if lf is not None and lf[1]:  # else keep the random cut drawn with the schedule
             targets = (lf[0],)
             params.update(node=lf[0], cut_from=lf[1], shape="leader-followers")
-    if f.kind == "partition-isolate" and "clients" in params:
+    if f.kind in ("partition-isolate", "partition-oneway") and "clients" in params:
         params["among"] = [*cluster.node_names(), *params.pop("clients")]
     return Fault(f.kind, targets, params, f.id)
 
@@ -445,6 +554,8 @@ def recheck(run_dir: Path) -> dict[str, Any]:
         results = {"config": {"workload": "queue"}}
     results["result"] = check_history(history, results["config"].get("workload", "queue"),
                                       idempotent=results.get("idempotent_producers", True))
+    if results.get("resources"):
+        apply_resource_verdict(results["result"], results["resources"])
     results["ops"] = len(history)
     write_results(run_dir, results, history)
     return results

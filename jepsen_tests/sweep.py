@@ -8,7 +8,8 @@ one line to ``<sweep dir>/runs.jsonl``; `summarize` reads that file (and so work
 that was interrupted, or is still running).
 
 Columns of the table, per nemesis (summed over its runs; lose-unsynced runs split by whether
-a fault hit more than one broker at once, see `label_of`):
+a fault hit more than one broker at once, disk-fault runs by whether one hit more than one
+node at once, see `label_of`):
 
 ==============  ================================================================
 minutes         time under load and faults (time limits), not counting start-up
@@ -125,19 +126,30 @@ def load_rows(root: Path) -> list[dict[str, Any]]:
 def replicas_lost_at_once(run_dir: str | Path, prefix: str = "b") -> int:
     """The most nodes named `prefix`* (Longboat's brokers) one lose-unsynced fault hit at
     once, from the run's history (targets as resolved when the fault started)."""
+    return most_targets_at_once(run_dir, ("lose-unsynced",), prefix)
+
+
+def most_targets_at_once(run_dir: str | Path, kinds: Sequence[str], prefix: str = "") -> int:
+    """The most targets named `prefix`* that one fault of `kinds` hit at once, from the
+    run's history (targets as resolved when the fault started)."""
     most = 0
     try:
         lines = (Path(run_dir) / "history.jsonl").read_text().splitlines()
     except OSError:
         return 0
+    quoted = [f'"{k}"' for k in kinds]
     for line in lines:
-        if '"nemesis"' not in line or '"lose-unsynced"' not in line:
+        if '"nemesis"' not in line or not any(q in line for q in quoted):
             continue
         op = json.loads(line)
-        if op.get("f") == "start":
-            targets = (op.get("value") or {}).get("targets") or []
+        value = op.get("value") or {}
+        if op.get("f") == "start" and value.get("kind") in kinds:
+            targets = value.get("targets") or []
             most = max(most, sum(1 for t in targets if str(t).startswith(prefix)))
     return most
+
+
+DISK_KINDS = ("disk-full", "disk-eio", "disk-corrupt")
 
 
 def _option(args: Sequence[str], flag: str) -> str | None:
@@ -167,6 +179,10 @@ def label_of(r: dict[str, Any]) -> str:
     if "lose-unsynced" in label.split(","):
         n = replicas_lost_at_once(r["dir"])
         label += " (1 broker at a time)" if n <= 1 else " (2+ brokers at once)"
+    disk = [k for k in DISK_KINDS if k in label.split(",") or label.split(",") == ["disk"]]
+    if disk:
+        n = most_targets_at_once(r["dir"], DISK_KINDS)
+        label += " (1 node at a time)" if n <= 1 else " (2+ nodes at once)"
     return label
 
 

@@ -20,12 +20,30 @@ partition-ring         each node reaches only its two ring neighbours (net.py)
 partition-cut          params.node cut off from params.cut_from, reaching the rest
                        (the Kafka 0.8 finding: a leader cut from its followers but
                        still reaching the controllers) (net.py)
-delay                  params.delay_ms on every link into and out of the targets
-                       (proxy.py)
+partition-oneway       one-way: params.shape deaf (the target hears nobody),
+                       mute (nobody hears the target) or split (params.half
+                       hears nobody of the other half, which hears it) (net.py)
+delay                  params.delay_ms (plus up to params.jitter_ms) on every
+                       link into and out of the targets (proxy.py)
+reorder                delay with a jitter much larger than the delay, so
+                       messages on different connections overtake (proxy.py)
 blackhole              links into and out of the targets swallow bytes (proxy.py)
 clock-bump             the targets' clocks jump by params.delta_s (clock.py)
+clock-skew             the targets' wall clocks run params.delta_s off (clock.py)
+clock-strobe           the targets' wall clocks flip between true and
+                       params.delta_s off every params.period_ms (clock.py)
 membership             remove the target controller from the Raft voters; stop
                        adds it back (membership.py)
+disk-full              the targets' filesystems full: ENOSPC (disk.py)
+disk-eio               every write-back of the targets' filesystems fails:
+                       EIO from fsync; stop restarts them (disk.py)
+disk-corrupt           SIGKILL, flip a bit in or truncate one file of class
+                       params.file; stop restarts them (disk.py)
+lazy-fsync-eio         the params.nth fsync from now (of a path containing
+                       params.match) fails with EIO in the targets' lazy file
+                       layer; stop is a power cut and a restart (lazydisk.py)
+lazy-disk-full         the targets' lazy layers have params.free_bytes left:
+                       ENOSPC after a short write (lazydisk.py)
 =====================  ========================================================
 """
 
@@ -44,10 +62,13 @@ from jepsen_tests.history import NEMESIS, Recorder
 KINDS: dict[str, str] = {
     "kill": "process", "pause": "process", "freeze": "process", "lose-unsynced": "process",
     "partition-majority": "net", "partition-isolate": "net", "partition-ring": "net",
-    "partition-cut": "net",
-    "delay": "proxy", "blackhole": "proxy",
+    "partition-cut": "net", "partition-oneway": "net",
+    "delay": "proxy", "reorder": "proxy", "blackhole": "proxy",
     "clock-bump": "clock",
+    "clock-skew": "wallclock", "clock-strobe": "wallclock",
     "membership": "membership",
+    "disk-full": "disk", "disk-eio": "disk", "disk-corrupt": "disk",
+    "lazy-fsync-eio": "lazydisk", "lazy-disk-full": "lazydisk",
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -55,6 +76,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                   "partition-cut"),
     "process": ("kill", "pause"),
     "clock": ("clock-bump",),
+    "disk": ("disk-full", "disk-eio", "disk-corrupt"),
+    "lazy-disk": ("lazy-fsync-eio", "lazy-disk-full"),
     **{k: (k,) for k in KINDS},
 }
 

@@ -211,6 +211,44 @@ def cut(node: str, cut_from: Sequence[str]) -> Grudge:
     return g
 
 
+def one_way(deaf: Sequence[str], unheard: Sequence[str]) -> Grudge:
+    """Every node of `deaf` stops hearing every node of `unheard`; not the reverse.
+
+    On the wire: packets from `unheard` to `deaf` are dropped, packets the other way pass. A
+    TCP handshake needs both ways, so no new connection between the two sides opens in either
+    direction; on connections already open, bytes from `deaf` still reach `unheard` (whose
+    acknowledgements are lost, so the sender retransmits until it gives up), and nothing
+    `unheard` sends arrives: requests `unheard` makes on such connections are delivered and
+    their answers never come back.
+    """
+    g: Grudge = {}
+    for d in deaf:
+        others = set(unheard) - {d}
+        if others:
+            g[d] = others
+    return g
+
+
+ONE_WAY_SHAPES = ("deaf", "mute", "split")
+"""``deaf``: one node hears nobody, everybody hears it; ``mute``: nobody hears one node, it
+hears everybody; ``split``: one half of the nodes does not hear the other half, the other
+half hears them."""
+
+
+def one_way_shape(shape: str, node: str, among: Sequence[str],
+                  half: Sequence[str] = ()) -> Grudge:
+    """The grudge of a one-way partition of `shape` (`ONE_WAY_SHAPES`): around `node` for
+    ``deaf`` and ``mute``, `half` not hearing the rest of `among` for ``split``."""
+    others = [n for n in among if n != node]
+    if shape == "deaf":
+        return one_way([node], others)
+    if shape == "mute":
+        return one_way(others, [node])
+    if shape == "split":
+        return one_way(list(half), [n for n in among if n not in half])
+    raise ValueError(f"unknown one-way shape {shape!r}; known: {ONE_WAY_SHAPES}")
+
+
 def merge(grudges: Sequence[Grudge]) -> Grudge:
     out: Grudge = {}
     for g in grudges:
@@ -241,6 +279,10 @@ def grudge_for(fault: Fault, nodes: Sequence[str]) -> Grudge:
         return ring(p.get("order") or list(nodes))
     if fault.kind == "partition-cut":
         return cut(p["node"], p["cut_from"])
+    if fault.kind == "partition-oneway":
+        among = p.get("among") or list(nodes)
+        node = fault.targets[0] if fault.targets else p.get("node", "")
+        return one_way_shape(p["shape"], node, among, p.get("half") or ())
     raise ValueError(f"not a partition: {fault.kind}")
 
 
@@ -251,7 +293,8 @@ class NetNemesis(Nemesis):
     them cut off too) to its 127.0.0.N address.
     """
 
-    kinds = ("partition-majority", "partition-isolate", "partition-ring", "partition-cut")
+    kinds = ("partition-majority", "partition-isolate", "partition-ring", "partition-cut",
+             "partition-oneway")
 
     def __init__(self, netns: NetNamespace, addresses: Mapping[str, str],
                  nodes: Sequence[str], recorder: Recorder | None = None) -> None:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jepsen_tests.nemesis import KINDS, Fault, select_targets
-from jepsen_tests.nemesis.net import majority_minority
+from jepsen_tests.nemesis.disk import FILE_CLASSES
+from jepsen_tests.nemesis.lazydisk import FSYNC_MATCHES
+from jepsen_tests.nemesis.net import ONE_WAY_SHAPES, majority_minority
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,23 @@ RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter"})
 
 
 PROCESS_SPECS = ("one", "one", "minority", "majority", "leader", "controller")
+DISK_SPECS = ("one", "one", "minority", "leader", "controller")
+"""Disk faults hit one node or a minority at once (a majority would stop the cluster)."""
+CLOCK_SPECS = ("controller", "controller", "controller", "one")
+"""Wall-clock skew and strobe go mostly to the active controller: its clock is the one
+broker sessions, fencing and metadata timestamps would read."""
+
+
+def _spec_targets(spec: str, nodes: Sequence[str], rng: random.Random) -> tuple[str, ...]:
+    return () if spec in RUNTIME_SPECS else select_targets(spec, nodes, rng)
 
 
 def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
-               process_specs: Sequence[str] = PROCESS_SPECS) -> tuple[Fault, str]:
-    """One fault of `kind` with targets and parameters drawn from rng; `process_specs` are
-    the target specs process faults choose from (``--target-specs``)."""
+               process_specs: Sequence[str] = PROCESS_SPECS,
+               disk_specs: Sequence[str] = DISK_SPECS) -> tuple[Fault, str]:
+    """One fault of `kind` with targets and parameters drawn from rng; `process_specs` and
+    `disk_specs` are the target specs process and disk faults choose from
+    (``--target-specs`` sets both)."""
     if kind in ("kill", "pause", "freeze", "lose-unsynced"):
         spec = rng.choice(list(process_specs))
         targets = () if spec in RUNTIME_SPECS else select_targets(spec, nodes, rng)
@@ -70,10 +83,46 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
         # reaching the controllers), resolved at run time; else this random cut.
         spec = rng.choice(["leader-followers", "leader-followers", node])
         return Fault(kind, (node,), {"node": node, "cut_from": cut_from}, fid), spec
-    if kind in ("delay", "blackhole"):
-        spec = rng.choice(["one", "minority", "leader"])
-        targets = () if spec == "leader" else select_targets(spec, nodes, rng)
-        params = {"delay_ms": rng.choice([50, 100, 200, 500])} if kind == "delay" else {}
+    if kind == "partition-oneway":
+        shape = rng.choice(list(ONE_WAY_SHAPES))
+        if shape == "split":
+            half = sorted(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+            return Fault(kind, tuple(half), {"shape": shape, "half": half}, fid), "split"
+        spec = rng.choice(["one", "leader", "controller"])
+        return Fault(kind, _spec_targets(spec, nodes, rng), {"shape": shape}, fid), spec
+    if kind in ("delay", "reorder", "blackhole"):
+        spec = rng.choice(["one", "minority", "leader", "controller"])
+        targets = _spec_targets(spec, nodes, rng)
+        params: dict[str, Any] = {}
+        if kind == "delay":
+            params = {"delay_ms": rng.choice([50, 100, 200, 500]),
+                      "jitter_ms": rng.choice([0, 0, 20, 100])}
+        elif kind == "reorder":
+            params = {"delay_ms": rng.choice([0, 5, 20]),
+                      "jitter_ms": rng.choice([50, 100, 200, 400])}
+        if kind != "blackhole":
+            params["nodes_only"] = rng.random() < 0.5
+        return Fault(kind, targets, params, fid), spec
+    if kind in ("clock-skew", "clock-strobe"):
+        spec = rng.choice(list(CLOCK_SPECS))
+        sign = rng.choice([-1, 1])
+        if kind == "clock-skew":
+            params = {"delta_s": sign * rng.choice([1, 5, 30, 120, 600])}
+        else:
+            params = {"delta_s": sign * rng.choice([1, 5, 30, 120]),
+                      "period_ms": rng.choice([10, 50, 200])}
+        return Fault(kind, _spec_targets(spec, nodes, rng), params, fid), spec
+    if kind in ("disk-full", "disk-eio", "disk-corrupt", "lazy-fsync-eio", "lazy-disk-full"):
+        spec = rng.choice(list(disk_specs))
+        targets = _spec_targets(spec, nodes, rng)
+        params = {}
+        if kind == "disk-corrupt":
+            params = {"file": rng.choice(list(FILE_CLASSES)), "how": rng.choice(
+                ["flip", "flip", "truncate"])}
+        elif kind == "lazy-fsync-eio":
+            params = {"nth": rng.choice([1, 1, 2, 3]), "match": rng.choice(list(FSYNC_MATCHES))}
+        elif kind == "lazy-disk-full":
+            params = {"free_bytes": rng.choice([0, 4096, 65536])}
         return Fault(kind, targets, params, fid), spec
     if kind == "membership":
         # Which controllers exist is the cluster's business: a voter, or the active one.
@@ -88,7 +137,8 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
 def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s: float, *,
              warmup_s: float = 1.0, duration_s: tuple[float, float] = (1.0, 4.0),
              gap_s: tuple[float, float] = (0.5, 2.0), tracks: int = 1,
-             process_specs: Sequence[str] = PROCESS_SPECS) -> list[Step]:
+             process_specs: Sequence[str] = PROCESS_SPECS,
+             disk_specs: Sequence[str] = DISK_SPECS) -> list[Step]:
     if not kinds:
         return []
     steps: list[Step] = []
@@ -101,7 +151,8 @@ def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s
             if t + d > time_limit_s:
                 break
             kind = rng.choice(list(kinds))
-            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}", process_specs)
+            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}", process_specs,
+                                     disk_specs)
             steps.append(Step(t, d, fault, spec))
             t += d + rng.uniform(*gap_s)
             i += 1

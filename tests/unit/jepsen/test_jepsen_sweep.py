@@ -121,3 +121,29 @@ def test_a_resumed_sweep_numbers_its_runs_past_every_seed_in_the_table(
     monkeypatch.setattr(sweep, "run_one", fake_run_one)
     sweep.sweep(tmp_path, ["kill"], minutes=1.0, time_limit_s=60.0, first_seed=1)
     assert seeds == [10]
+
+
+def test_disk_fault_runs_split_by_nodes_hit_at_once(tmp_path: Path) -> None:
+    def run_dir(name: str, faults: list[tuple[str, list[str]]]) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        ops = [{"process": "nemesis", "type": "info", "f": "start",
+                "value": {"id": str(i), "kind": k, "targets": t}}
+               for i, (k, t) in enumerate(faults)]
+        # a ballast note names one node; it is not a fault start and must not count
+        ops.append({"process": "nemesis", "type": "info", "f": "ballast",
+                    "value": {"id": "9", "kind": "disk-full", "targets": ["a", "b", "c"]}})
+        (d / "history.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
+        return str(d)
+
+    rows = [
+        {**_row("disk-eio", 1, True, {}), "dir": run_dir("a", [("disk-eio", ["b1"]),
+                                                                 ("disk-eio", ["q2"])])},
+        {**_row("disk-eio", 2, True, {}), "dir": run_dir("b", [("disk-eio", ["b1", "q3"])])},
+        {**_row("disk-corrupt,kill", 3, True, {}),
+         "dir": run_dir("c", [("kill", ["b1", "b2"]), ("disk-corrupt", ["q1"])])},
+        {**_row("partition-oneway", 4, True, {}), "dir": run_dir("d", [])},
+    ]
+    labels = {t["nemesis"] for t in summarize(rows)}
+    assert labels == {"disk-eio (1 node at a time)", "disk-eio (2+ nodes at once)",
+                      "disk-corrupt,kill (1 node at a time)", "partition-oneway"}
