@@ -67,20 +67,21 @@ ROUTER_KEY: web.AppKey[PartitionRouter] = web.AppKey("router", PartitionRouter)
 
 
 def _pack(data: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK,
-                        status=status)
+    return web.Response(
+        body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK, status=status
+    )
 
 
-def _handler(fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str, Any]]]
-             ) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _handler(
+    fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         mgr = request.app[ROUTER_KEY]
         try:
             return _pack(await fn(mgr, body_or_raise(await request.read())))
         except InvalidRequestError as e:
             # Read before anything acts on the body: nothing was done.
-            return _pack({"error": e.code, "message": f"{request.path}: {e}", "leader_id": -1},
-                         400)
+            return _pack({"error": e.code, "message": f"{request.path}: {e}", "leader_id": -1}, 400)
         except ReplicaError as e:
             return _pack({"error": e.error_code, "message": str(e), "leader_id": e.leader_id})
         except BrokerError as e:
@@ -120,8 +121,9 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     last_fetched_epoch = int_field(b, "last_fetched_epoch", -1, INT32_MAX, default=-1)
     # Clamped, not refused (Kafka clamps to fetch.max.bytes too): a client may ask for
     # more than a broker will build in memory or hold a request open for.
-    max_bytes = min(int_field(b, "max_bytes", 0, INT32_MAX, default=1 << 20),
-                    FETCH_RESPONSE_BYTES_MAX)
+    max_bytes = min(
+        int_field(b, "max_bytes", 0, INT32_MAX, default=1 << 20), FETCH_RESPONSE_BYTES_MAX
+    )
     max_wait_ms = min(int_field(b, "max_wait_ms", 0, INT32_MAX, default=0), FETCH_WAIT_MS_MAX)
     min_bytes = int_field(b, "min_bytes", 0, INT32_MAX, default=1)
     high_watermark = int_field(b, "high_watermark", -1, INT64_MAX, default=-1)
@@ -130,18 +132,32 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     forwarded = bool_field(b, "forwarded", default=False)
     if replica_id == -1:
         return await router.fetch(
-            topic, partition, fetch_offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes, timeout_ms=timeout_ms, forwarded=forwarded,
-            leader_epoch=leader_epoch)
+            topic,
+            partition,
+            fetch_offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            timeout_ms=timeout_ms,
+            forwarded=forwarded,
+            leader_epoch=leader_epoch,
+        )
     return await router.mgr.fetch(
-        topic=topic, partition=partition, replica_id=replica_id, fetch_offset=fetch_offset,
-        leader_epoch=leader_epoch, last_fetched_epoch=last_fetched_epoch, max_bytes=max_bytes,
-        max_wait_ms=max_wait_ms, min_bytes=min_bytes, high_watermark=high_watermark,
-        broker_epoch=broker_epoch)
+        topic=topic,
+        partition=partition,
+        replica_id=replica_id,
+        fetch_offset=fetch_offset,
+        leader_epoch=leader_epoch,
+        last_fetched_epoch=last_fetched_epoch,
+        max_bytes=max_bytes,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        high_watermark=high_watermark,
+        broker_epoch=broker_epoch,
+    )
 
 
-async def _offsets_for_leader_epoch(router: PartitionRouter,
-                                    b: dict[str, Any]) -> dict[str, Any]:
+async def _offsets_for_leader_epoch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     current = int_field(b, "current_leader_epoch", -1, INT32_MAX, default=-1)
     epoch = int_field(b, "epoch", 0, INT32_MAX)
@@ -153,8 +169,9 @@ async def _list_offsets(router: PartitionRouter, b: dict[str, Any]) -> dict[str,
     timestamp = int_field(b, "timestamp", -2, INT64_MAX)  # -2 earliest, -1 latest, else ms
     timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=10_000)
     forwarded = bool_field(b, "forwarded", default=False)
-    return await router.list_offsets(topic, partition, timestamp, timeout_ms=timeout_ms,
-                                     forwarded=forwarded)
+    return await router.list_offsets(
+        topic, partition, timestamp, timeout_ms=timeout_ms, forwarded=forwarded
+    )
 
 
 async def _replicas(request: web.Request) -> web.Response:

@@ -77,8 +77,9 @@ class FetcherHost(Protocol[ReplicaT_contra]):
     def leader_url(self, broker_id: int) -> str | None: ...
     def truncate(self, rep: ReplicaT_contra, offset: int, *, below_hw: bool) -> None: ...
     def truncate_fully(self, rep: ReplicaT_contra, offset: int) -> None: ...
-    def append_as_follower(self, rep: ReplicaT_contra, fs: FollowerState, data: bytes,
-                           leader_hw: int) -> None: ...
+    def append_as_follower(
+        self, rep: ReplicaT_contra, fs: FollowerState, data: bytes, leader_hw: int
+    ) -> None: ...
 
 
 class FetchError(Exception):
@@ -87,12 +88,15 @@ class FetchError(Exception):
         self.code = code
 
 
-async def call(session: aiohttp.ClientSession, url: str, route: str,
-               body: dict[str, Any]) -> dict[str, Any]:
+async def call(
+    session: aiohttp.ClientSession, url: str, route: str, body: dict[str, Any]
+) -> dict[str, Any]:
     """POST a msgpack body to an internal broker route; the answer, or ``FetchError``."""
-    async with session.post(f"{url}/internal/broker/v1/{route}",
-                            data=msgpack.packb(body, use_bin_type=True),
-                            headers={"Content-Type": MSGPACK}) as resp:
+    async with session.post(
+        f"{url}/internal/broker/v1/{route}",
+        data=msgpack.packb(body, use_bin_type=True),
+        headers={"Content-Type": MSGPACK},
+    ) as resp:
         payload = await resp.read()
     out = msgpack.unpackb(payload, raw=False)
     if not isinstance(out, dict):
@@ -105,34 +109,48 @@ async def call(session: aiohttp.ClientSession, url: str, route: str,
 def _session(mgr: FetcherHost[Any]) -> aiohttp.ClientSession:
     s = mgr.fetch_session
     if s is None or s.closed:
-        s = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-            total=FETCH_MAX_WAIT_MS / 1000 + 5), connector=netbind.connector())
+        s = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=FETCH_MAX_WAIT_MS / 1000 + 5),
+            connector=netbind.connector(),
+        )
         mgr.fetch_session = s
     assert isinstance(s, aiohttp.ClientSession)
     return s
 
 
-async def _truncate(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerState,
-                    step: TruncationStep, url: str) -> None:
+async def _truncate(
+    mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerState, step: TruncationStep, url: str
+) -> None:
     """Apply ``step`` and every step after it until the follower may fetch."""
     while True:
         if step.truncate_to is not None:
             mgr.truncate(rep, step.truncate_to, below_hw=step.below_high_watermark)
         if step.query_epoch is None:
             return
-        ans = await call(_session(mgr), url, "offsets_for_leader_epoch", {
-            "topic": rep.topic, "partition": rep.partition,
-            "current_leader_epoch": fs.leader_epoch, "epoch": step.query_epoch})
+        ans = await call(
+            _session(mgr),
+            url,
+            "offsets_for_leader_epoch",
+            {
+                "topic": rep.topic,
+                "partition": rep.partition,
+                "current_leader_epoch": fs.leader_epoch,
+                "epoch": step.query_epoch,
+            },
+        )
         step = fs.on_epoch_end_offset(int(ans["leader_epoch"]), int(ans["end_offset"]), rep.log)
 
 
-async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
-                                      url: str) -> bool:
+async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT, url: str) -> bool:
     """OFFSET_OUT_OF_RANGE: if our log ends below the leader's log start, restart it there.
     True if it did (fetch again at once)."""
     try:
-        ans = await call(_session(mgr), url, "list_offsets", {
-            "topic": rep.topic, "partition": rep.partition, "timestamp": -2, "forwarded": True})
+        ans = await call(
+            _session(mgr),
+            url,
+            "list_offsets",
+            {"topic": rep.topic, "partition": rep.partition, "timestamp": -2, "forwarded": True},
+        )
     except (FetchError, aiohttp.ClientError, OSError, TimeoutError):
         return False
     start = int(ans["offset"])
@@ -142,8 +160,7 @@ async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
     return False
 
 
-async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
-                      fs: FollowerState) -> None:
+async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerState) -> None:
     step: TruncationStep | None = fs.first_step
     errors = 0
     while True:
@@ -159,16 +176,33 @@ async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
                 # mean what we hold on disk (group-committed with the other partitions).
                 await mgr.committer.durable(rep.log, rep.log.log_end_offset)
             epoch = mgr.broker_epoch()
-            ans = await call(_session(mgr), url, "fetch", {
-                "topic": rep.topic, "partition": rep.partition,
-                "replica_id": int(mgr.broker_id), "broker_epoch": -1 if epoch is None else epoch,
-                "fetch_offset": rep.log.log_end_offset, "leader_epoch": fs.leader_epoch,
-                "last_fetched_epoch": rep.log.latest_epoch, "high_watermark": fs.high_watermark,
-                "max_bytes": FETCH_MAX_BYTES, "max_wait_ms": FETCH_MAX_WAIT_MS, "min_bytes": 1})
+            ans = await call(
+                _session(mgr),
+                url,
+                "fetch",
+                {
+                    "topic": rep.topic,
+                    "partition": rep.partition,
+                    "replica_id": int(mgr.broker_id),
+                    "broker_epoch": -1 if epoch is None else epoch,
+                    "fetch_offset": rep.log.log_end_offset,
+                    "leader_epoch": fs.leader_epoch,
+                    "last_fetched_epoch": rep.log.latest_epoch,
+                    "high_watermark": fs.high_watermark,
+                    "max_bytes": FETCH_MAX_BYTES,
+                    "max_wait_ms": FETCH_MAX_WAIT_MS,
+                    "min_bytes": 1,
+                },
+            )
             div = ans.get("diverging_epoch")
             if div is not None:
-                log.info("broker %d: %s diverging epoch %s from leader %d", mgr.broker_id,
-                         rep.name, div, fs.leader_id)
+                log.info(
+                    "broker %d: %s diverging epoch %s from leader %d",
+                    mgr.broker_id,
+                    rep.name,
+                    div,
+                    fs.leader_id,
+                )
                 step = fs.on_epoch_end_offset(int(div[0]), int(div[1]), rep.log)
                 continue
             mgr.append_as_follower(rep, fs, bytes(ans["records"]), int(ans["high_watermark"]))
@@ -176,24 +210,36 @@ async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
         except asyncio.CancelledError:
             raise
         except FetchError as e:
-            if (e.code == "OFFSET_OUT_OF_RANGE" and url is not None
-                    and await _restart_below_leader_start(mgr, rep, url)):
+            if (
+                e.code == "OFFSET_OUT_OF_RANGE"
+                and url is not None
+                and await _restart_below_leader_start(mgr, rep, url)
+            ):
                 continue
             errors += 1
             if errors == 1 or errors % 50 == 0:
-                log.info("broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name,
-                         fs.leader_id, e)
+                log.info(
+                    "broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name, fs.leader_id, e
+                )
             await asyncio.sleep(RETRY_BACKOFF_S)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             errors += 1
-            if errors == 1 and isinstance(e, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
+            if errors == 1 and isinstance(
+                e, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError
+            ):
                 # A pooled keep-alive connection the leader had closed: retry at once.
-                log.debug("broker %d: %s: retrying on a new connection: %r (cause %r)",
-                          mgr.broker_id, rep.name, e, e.__cause__ or e.__context__)
+                log.debug(
+                    "broker %d: %s: retrying on a new connection: %r (cause %r)",
+                    mgr.broker_id,
+                    rep.name,
+                    e,
+                    e.__cause__ or e.__context__,
+                )
                 continue
             if errors == 1 or errors % 50 == 0:
-                log.info("broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name,
-                         fs.leader_id, e)
+                log.info(
+                    "broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name, fs.leader_id, e
+                )
             await asyncio.sleep(RETRY_BACKOFF_S)
         except Exception:
             log.exception("broker %d: fetcher of %s failed", mgr.broker_id, rep.name)

@@ -203,8 +203,14 @@ class OffsetsLog(Protocol):
         ``lead`` ends first."""
         ...
 
-    async def append(self, partition: int, lead: Leadership, records: list[KeyValue],
-                     timestamp_ms: int, timeout_ms: int) -> None:
+    async def append(
+        self,
+        partition: int,
+        lead: Leadership,
+        records: list[KeyValue],
+        timestamp_ms: int,
+        timeout_ms: int,
+    ) -> None:
         """Append in ``lead`` with acks=all; return once committed, else ``CoordinatorError``."""
         ...
 
@@ -238,8 +244,9 @@ class _Shard:
     queue: deque[_Pending] = field(default_factory=deque)
     writing: list[_Pending] = field(default_factory=list)
     """Taken by the writer, appended but not yet known committed."""
-    parked: dict[tuple[str, str], list[asyncio.Future[JoinResponse | CoordinatorError]]] = (
-        field(default_factory=dict))
+    parked: dict[tuple[str, str], list[asyncio.Future[JoinResponse | CoordinatorError]]] = field(
+        default_factory=dict
+    )
     timer: asyncio.TimerHandle | None = None
     timer_deadline_ms: int | None = None
 
@@ -250,13 +257,18 @@ class _Shard:
 class GroupCoordinator:
     """See the module docstring. ``start()``, the request methods, ``stop()``."""
 
-    def __init__(self, *, broker_id: int, offsets_log: OffsetsLog,
-                 image: Callable[[], MetadataImage],
-                 create_topic: Callable[[CreateTopic], Awaitable[Any]],
-                 end_offset: Callable[[str, int], Awaitable[int | None]],
-                 config: CoordinatorConfig | None = None,
-                 clock: Callable[[], int] = wall_clock_ms,
-                 new_member_id: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        offsets_log: OffsetsLog,
+        image: Callable[[], MetadataImage],
+        create_topic: Callable[[CreateTopic], Awaitable[Any]],
+        end_offset: Callable[[str, int], Awaitable[int | None]],
+        config: CoordinatorConfig | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        new_member_id: Callable[[str], str] | None = None,
+    ) -> None:
         """``end_offset(topic, partition)`` is the partition's high watermark wherever it is
         led (None: no such partition); ``create_topic`` runs a command on the controller."""
         self.broker_id = broker_id
@@ -331,12 +343,21 @@ class GroupCoordinator:
                     led[p] = lead
         for p, shard in list(self.shards.items()):
             if led.get(p) != shard.lead:
-                log.info("broker %d: no longer coordinator for %s-%d (%s)", self.broker_id,
-                         OFFSETS_TOPIC, p, "leadership changed" if p in led else "not leader")
-                await self._drop(shard, CoordinatorError(
-                    NOT_COORDINATOR, f"broker {self.broker_id} no longer leads "
-                                     f"{OFFSETS_TOPIC}-{p}",
-                    coordinator_id=self._leader_in(image, p)))
+                log.info(
+                    "broker %d: no longer coordinator for %s-%d (%s)",
+                    self.broker_id,
+                    OFFSETS_TOPIC,
+                    p,
+                    "leadership changed" if p in led else "not leader",
+                )
+                await self._drop(
+                    shard,
+                    CoordinatorError(
+                        NOT_COORDINATOR,
+                        f"broker {self.broker_id} no longer leads {OFFSETS_TOPIC}-{p}",
+                        coordinator_id=self._leader_in(image, p),
+                    ),
+                )
         if counts != self._topic_counts:
             self._topic_counts = counts
             now = self.clock()
@@ -344,8 +365,7 @@ class GroupCoordinator:
                 if shard.state is None:
                     continue  # a load in progress builds its core with the new counts
                 with contextlib.suppress(Exception):  # _core logged it and reloads the shard
-                    self._submit(shard, self._core(shard, lambda st: st.update_topics(counts,
-                                                                                      now)))
+                    self._submit(shard, self._core(shard, lambda st: st.update_topics(counts, now)))
         for p, lead in sorted(led.items()):
             if p not in self.shards and not self._stopped:
                 self._load(p, lead)
@@ -356,7 +376,8 @@ class GroupCoordinator:
         shard = _Shard(partition, lead)
         self.shards[partition] = shard
         shard.load_task = asyncio.get_running_loop().create_task(
-            self._run_load(shard), name=f"group-load-{partition}")
+            self._run_load(shard), name=f"group-load-{partition}"
+        )
 
     async def _run_load(self, shard: _Shard) -> None:
         started = time.monotonic()
@@ -367,8 +388,9 @@ class GroupCoordinator:
             # truncates what is above the high watermark.
             await self.log.wait_high_watermark(p, shard.lead, end)
         except Exception as e:  # whatever it is, a shard must not stay "loading" for ever
-            log.warning("broker %d: loading %s-%d failed: %r; retrying", self.broker_id,
-                        OFFSETS_TOPIC, p, e)
+            log.warning(
+                "broker %d: loading %s-%d failed: %r; retrying", self.broker_id, OFFSETS_TOPIC, p, e
+            )
             await asyncio.sleep(LOAD_RETRY_S)
             if not shard.closed:
                 await self._drop(shard, CoordinatorError(COORDINATOR_NOT_AVAILABLE, str(e)))
@@ -376,8 +398,11 @@ class GroupCoordinator:
             return
         if shard.closed:
             return
-        state = GroupCoordinatorState(self.config.group, new_member_id=self._new_member_id,
-                                      partitions_per_topic=self._topic_counts)
+        state = GroupCoordinatorState(
+            self.config.group,
+            new_member_id=self._new_member_id,
+            partitions_per_topic=self._topic_counts,
+        )
         skipped = 0
         for key, value in pairs:
             if key is None:
@@ -388,15 +413,28 @@ class GroupCoordinator:
             except Exception as e:  # a foreign or corrupt record must not wedge the partition
                 skipped += 1
                 if skipped <= 3:
-                    log.warning("broker %d: %s-%d: skipping a record that does not replay: %s",
-                                self.broker_id, OFFSETS_TOPIC, p, e)
+                    log.warning(
+                        "broker %d: %s-%d: skipping a record that does not replay: %s",
+                        self.broker_id,
+                        OFFSETS_TOPIC,
+                        p,
+                        e,
+                    )
         shard.state = state
         shard.loaded.set()
         self._submit(shard, self._core(shard, lambda st: st.on_loaded(self.clock())))
-        log.info("broker %d: coordinator for %s-%d (epoch %d): loaded %d records (%d skipped), "
-                 "%d groups, in %.0f ms", self.broker_id, OFFSETS_TOPIC, p,
-                 shard.lead.leader_epoch, len(pairs), skipped, len(state.groups),
-                 (time.monotonic() - started) * 1000)
+        log.info(
+            "broker %d: coordinator for %s-%d (epoch %d): loaded %d records (%d skipped), "
+            "%d groups, in %.0f ms",
+            self.broker_id,
+            OFFSETS_TOPIC,
+            p,
+            shard.lead.leader_epoch,
+            len(pairs),
+            skipped,
+            len(state.groups),
+            (time.monotonic() - started) * 1000,
+        )
 
     async def _drop(self, shard: _Shard, err: CoordinatorError) -> None:
         """Forget the shard; answer everything waiting on it with ``err``."""
@@ -428,24 +466,36 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ outcomes
 
-    def _core(self, shard: _Shard, call: Callable[[GroupCoordinatorState], Outcome[R]]
-              ) -> Outcome[R]:
+    def _core(
+        self, shard: _Shard, call: Callable[[GroupCoordinatorState], Outcome[R]]
+    ) -> Outcome[R]:
         """Run one core call. If it raises (a broken invariant), its half-done changes are
         not trusted: the shard is reloaded from the log."""
         assert shard.state is not None
         try:
             return call(shard.state)
         except Exception:
-            log.exception("broker %d: group core of %s-%d raised; reloading the partition",
-                          self.broker_id, OFFSETS_TOPIC, shard.partition)
-            asyncio.get_running_loop().create_task(self._drop(shard, CoordinatorError(
-                COORDINATOR_NOT_AVAILABLE, "coordinator error; reloading")))
+            log.exception(
+                "broker %d: group core of %s-%d raised; reloading the partition",
+                self.broker_id,
+                OFFSETS_TOPIC,
+                shard.partition,
+            )
+            asyncio.get_running_loop().create_task(
+                self._drop(
+                    shard,
+                    CoordinatorError(COORDINATOR_NOT_AVAILABLE, "coordinator error; reloading"),
+                )
+            )
             self._wake.set()
             raise
 
-    def _submit(self, shard: _Shard, outcome: Outcome[Any],
-                park: asyncio.Future[JoinResponse | CoordinatorError] | None = None
-                ) -> asyncio.Future[CoordinatorError | None]:
+    def _submit(
+        self,
+        shard: _Shard,
+        outcome: Outcome[Any],
+        park: asyncio.Future[JoinResponse | CoordinatorError] | None = None,
+    ) -> asyncio.Future[CoordinatorError | None]:
         """Queue ``outcome``: its answers are released once its records and every earlier
         outcome's are committed. Must be called right after the core call, with no ``await``
         in between, so the queue order is the order the core changed state in."""
@@ -456,17 +506,22 @@ class GroupCoordinator:
             return done
         records: list[KeyValue] = [encode_record(r) for r in outcome.records]
         size = sum(len(k or b"") + len(v or b"") + 16 for k, v in records)
-        pending = _Pending(records, size, outcome.joins_completed, done,
-                           None if park is None or outcome.parked is None
-                           else (outcome.parked, park))
+        pending = _Pending(
+            records,
+            size,
+            outcome.joins_completed,
+            done,
+            None if park is None or outcome.parked is None else (outcome.parked, park),
+        )
         self._note_deadline(shard, outcome.deadline_ms)
         if not records and not shard.queue and not shard.writing:
             self._deliver(shard, pending)  # nothing to wait for
             return done
         shard.queue.append(pending)
         if shard.writer is None or shard.writer.done():
-            shard.writer = loop.create_task(self._write(shard),
-                                            name=f"group-append-{shard.partition}")
+            shard.writer = loop.create_task(
+                self._write(shard), name=f"group-append-{shard.partition}"
+            )
         return done
 
     async def _write(self, shard: _Shard) -> None:
@@ -481,8 +536,13 @@ class GroupCoordinator:
             records = [kv for p in taken for kv in p.records]
             if records:
                 try:
-                    await self.log.append(shard.partition, shard.lead, records, self.clock(),
-                                          self.config.offsets_commit_timeout_ms)
+                    await self.log.append(
+                        shard.partition,
+                        shard.lead,
+                        records,
+                        self.clock(),
+                        self.config.offsets_commit_timeout_ms,
+                    )
                 except Exception as e:  # never leave the callers in ``writing`` waiting
                     await self._append_failed(shard, e)
                     return
@@ -493,11 +553,22 @@ class GroupCoordinator:
     async def _append_failed(self, shard: _Shard, e: Exception) -> None:
         still_leader = self.log.leadership(shard.partition) == shard.lead
         code = COORDINATOR_NOT_AVAILABLE if still_leader else NOT_COORDINATOR
-        log.warning("broker %d: append to %s-%d failed (%s); %s", self.broker_id, OFFSETS_TOPIC,
-                    shard.partition, e, "reloading it" if still_leader else "dropping it")
-        await self._drop(shard, CoordinatorError(
-            code, f"appending to {OFFSETS_TOPIC}-{shard.partition} failed: {e}",
-            coordinator_id=self._leader_in(self.image(), shard.partition)))
+        log.warning(
+            "broker %d: append to %s-%d failed (%s); %s",
+            self.broker_id,
+            OFFSETS_TOPIC,
+            shard.partition,
+            e,
+            "reloading it" if still_leader else "dropping it",
+        )
+        await self._drop(
+            shard,
+            CoordinatorError(
+                code,
+                f"appending to {OFFSETS_TOPIC}-{shard.partition} failed: {e}",
+                coordinator_id=self._leader_in(self.image(), shard.partition),
+            ),
+        )
         # Still leader: the core may hold changes the log does not; reload it from the log.
         self._wake.set()
 
@@ -538,8 +609,9 @@ class GroupCoordinator:
         except Exception:
             return
         if outcome.deadline_ms is not None and outcome.deadline_ms <= now:
-            outcome = Outcome(None, outcome.records, outcome.joins_completed,
-                              now + POLL_FLOOR_MS, None)
+            outcome = Outcome(
+                None, outcome.records, outcome.joins_completed, now + POLL_FLOOR_MS, None
+            )
         self._submit(shard, outcome)
 
     # ------------------------------------------------------------ routing
@@ -554,8 +626,9 @@ class GroupCoordinator:
         image = self.image()
         t = image.topics.get(OFFSETS_TOPIC)
         if t is None or len(t.partitions) == 0:
-            raise CoordinatorError(NOT_COORDINATOR, f"{OFFSETS_TOPIC} does not exist yet "
-                                                    "(find_coordinator creates it)")
+            raise CoordinatorError(
+                NOT_COORDINATOR, f"{OFFSETS_TOPIC} does not exist yet (find_coordinator creates it)"
+            )
         p = partition_for(group, len(t.partitions))
         shard = self.shards.get(p)
         leader = self._leader_in(image, p)
@@ -564,19 +637,24 @@ class GroupCoordinator:
                 # The image names this broker (the replica takes over in a moment) or the
                 # replica leads and the shard is not there yet: either way, it is coming.
                 self._wake.set()
-                raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
-                                       f"{OFFSETS_TOPIC}-{p} is being loaded")
+                raise CoordinatorError(
+                    COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is being loaded"
+                )
             raise CoordinatorError(
-                NOT_COORDINATOR, f"broker {self.broker_id} does not coordinate group "
-                                 f"{group!r} ({OFFSETS_TOPIC}-{p}, leader {leader})",
-                coordinator_id=leader)
+                NOT_COORDINATOR,
+                f"broker {self.broker_id} does not coordinate group "
+                f"{group!r} ({OFFSETS_TOPIC}-{p}, leader {leader})",
+                coordinator_id=leader,
+            )
         if shard.state is None:
-            raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
-                                   f"{OFFSETS_TOPIC}-{p} is being loaded")
+            raise CoordinatorError(
+                COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is being loaded"
+            )
         return shard
 
-    async def _call(self, group: str, call: Callable[[GroupCoordinatorState, int], Outcome[R]]
-                    ) -> R:
+    async def _call(
+        self, group: str, call: Callable[[GroupCoordinatorState, int], Outcome[R]]
+    ) -> R:
         """One request: the core call, then its answer once what it wrote is committed."""
         shard = self._shard_or_raise(group)
         outcome = self._core(shard, lambda st: call(st, self.clock()))
@@ -597,10 +675,10 @@ class GroupCoordinator:
         if image.topics.get(OFFSETS_TOPIC) is None:
             if self._creating is None or self._creating.done():
                 self._creating = asyncio.get_running_loop().create_task(
-                    self._create_offsets_topic(), name="create-offsets-topic")
+                    self._create_offsets_topic(), name="create-offsets-topic"
+                )
                 # Callers that went away leave its failure unread: read it here.
-                self._creating.add_done_callback(
-                    lambda t: None if t.cancelled() else t.exception())
+                self._creating.add_done_callback(lambda t: None if t.cancelled() else t.exception())
             await asyncio.shield(self._creating)
 
         def located(im: MetadataImage) -> bool:
@@ -613,14 +691,16 @@ class GroupCoordinator:
         image = self.image()
         t = image.topics.get(OFFSETS_TOPIC)
         if t is None or len(t.partitions) == 0:
-            raise CoordinatorError(COORDINATOR_NOT_AVAILABLE,
-                                   f"{OFFSETS_TOPIC} is not in this broker's metadata yet")
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is not in this broker's metadata yet"
+            )
         p = partition_for(group, len(t.partitions))
         leader = self._leader_in(image, p)
         br = image.brokers.get(BrokerId(leader)) if leader >= 0 else None
         if br is None or not br.endpoints:
-            raise CoordinatorError(COORDINATOR_NOT_AVAILABLE,
-                                   f"{OFFSETS_TOPIC}-{p} has no leader now")
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{p} has no leader now"
+            )
         ep = br.endpoints[0]
         return CoordinatorInfo(leader, f"http://{ep.host}:{ep.port}", p)
 
@@ -630,20 +710,27 @@ class GroupCoordinator:
         rf = min(self.config.offsets_topic_replication_factor, usable)
         if rf < 1:
             raise CoordinatorError(COORDINATOR_NOT_AVAILABLE, "no usable broker registered yet")
-        cmd = CreateTopic(name=OFFSETS_TOPIC,
-                          num_partitions=self.config.offsets_topic_num_partitions,
-                          replication_factor=rf,
-                          configs={"cleanup.policy": "compact",
-                                   "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
+        cmd = CreateTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=self.config.offsets_topic_num_partitions,
+            replication_factor=rf,
+            configs={"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)},
+        )
         try:
             await self._create_topic(cmd)
-            log.info("broker %d: created %s (%d partitions, replication factor %d)",
-                     self.broker_id, OFFSETS_TOPIC, cmd.num_partitions, rf)
+            log.info(
+                "broker %d: created %s (%d partitions, replication factor %d)",
+                self.broker_id,
+                OFFSETS_TOPIC,
+                cmd.num_partitions,
+                rf,
+            )
         except TopicExistsError:
             pass  # another broker's find_coordinator was first
         except (MetadataError, ControllerUnavailableError) as e:
-            raise CoordinatorError(COORDINATOR_NOT_AVAILABLE,
-                                   f"creating {OFFSETS_TOPIC}: {e}") from None
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE, f"creating {OFFSETS_TOPIC}: {e}"
+            ) from None
 
     async def _wait_image(self, cond: Callable[[MetadataImage], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -691,16 +778,15 @@ class GroupCoordinator:
     async def commit(self, req: OffsetCommitRequest) -> ErrorCode:
         return await self._call(req.group, lambda st, now: st.handle_offset_commit(req, now))
 
-    async def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]
-                            ) -> ErrorCode:
-        return await self._call(group,
-                                lambda st, now: st.handle_offset_reset(group, offsets, now))
+    async def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> ErrorCode:
+        return await self._call(group, lambda st, now: st.handle_offset_reset(group, offsets, now))
 
     async def delete_group(self, group: str) -> ErrorCode:
         return await self._call(group, lambda st, now: st.handle_delete_group(group, now))
 
-    async def fetch_offsets(self, group: str, partitions: Iterable[TopicPartition] | None
-                            ) -> dict[TopicPartition, CommittedOffset]:
+    async def fetch_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset]:
         wanted = None if partitions is None else list(partitions)
         return await self._read(group, lambda st: st.fetch_offsets(group, wanted))
 
@@ -717,8 +803,7 @@ class GroupCoordinator:
         for m in shard.state.describe(group).members:
             tps |= m.assignment
         ordered = sorted(tps)
-        ends = await asyncio.gather(*(self._end_offset(tp.topic, tp.partition)
-                                      for tp in ordered))
+        ends = await asyncio.gather(*(self._end_offset(tp.topic, tp.partition) for tp in ordered))
         known = {tp: e for tp, e in zip(ordered, ends, strict=True) if e is not None}
         return await self._read(group, lambda st: st.lag(group, known))
 
@@ -730,8 +815,9 @@ class GroupCoordinator:
                 async with asyncio.timeout(LIST_WAIT_S):
                     await asyncio.gather(*(s.loaded.wait() for s in loading))
             if any(s.state is None and not s.closed for s in self.shards.values()):
-                raise CoordinatorError(COORDINATOR_LOAD_IN_PROGRESS,
-                                       "an offsets partition is still loading")
+                raise CoordinatorError(
+                    COORDINATOR_LOAD_IN_PROGRESS, "an offsets partition is still loading"
+                )
         out: list[GroupListing] = []
         waits = []
         for shard in list(self.shards.values()):
@@ -773,7 +859,7 @@ def read_key_values(plog: PartitionLog, end: int) -> list[KeyValue]:
             if h.base_offset >= end:
                 return out
             if not h.is_control:
-                for r in decode_records(data[pos:pos + h.size], verify=False):
+                for r in decode_records(data[pos : pos + h.size], verify=False):
                     if r.offset < end:
                         out.append((r.key, r.value))
             offset = h.next_offset
@@ -798,8 +884,9 @@ class ReplicaOffsetsLog:
 
     def _check(self, partition: int, lead: Leadership) -> None:
         if self.leadership(partition) != lead:
-            raise CoordinatorError(NOT_COORDINATOR,
-                                   f"leadership of {OFFSETS_TOPIC}-{partition} changed")
+            raise CoordinatorError(
+                NOT_COORDINATOR, f"leadership of {OFFSETS_TOPIC}-{partition} changed"
+            )
 
     async def read(self, partition: int, lead: Leadership) -> tuple[list[KeyValue], int]:
         self._check(partition, lead)
@@ -815,8 +902,14 @@ class ReplicaOffsetsLog:
                 return
             await wait_event(rep.changed, RECONCILE_INTERVAL_S)
 
-    async def append(self, partition: int, lead: Leadership, records: list[KeyValue],
-                     timestamp_ms: int, timeout_ms: int) -> None:
+    async def append(
+        self,
+        partition: int,
+        lead: Leadership,
+        records: list[KeyValue],
+        timestamp_ms: int,
+        timeout_ms: int,
+    ) -> None:
         # Checked with no await before the produce's own (synchronous) append: a batch is
         # never written in a leadership other than the one its records were decided in.
         self._check(partition, lead)
@@ -827,8 +920,9 @@ class ReplicaOffsetsLog:
             raise CoordinatorError(_replica_error_code(e), str(e)) from None
 
 
-def router_end_offset(list_offsets: Callable[..., Awaitable[dict[str, Any]]]
-                      ) -> Callable[[str, int], Awaitable[int | None]]:
+def router_end_offset(
+    list_offsets: Callable[..., Awaitable[dict[str, Any]]],
+) -> Callable[[str, int], Awaitable[int | None]]:
     """``end_offset`` for the coordinator from ``PartitionRouter.list_offsets``: the high
     watermark of a partition led anywhere; None if the partition does not exist."""
 

@@ -62,12 +62,14 @@ Body = dict[str, Any]
 
 
 def _pack(data: Body, status: int = 200) -> web.Response:
-    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK,
-                        status=status)
+    return web.Response(
+        body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK, status=status
+    )
 
 
-def _handler(fn: Callable[[GroupCoordinator, Body], Awaitable[Body]]
-             ) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _handler(
+    fn: Callable[[GroupCoordinator, Body], Awaitable[Body]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         coordinator = request.app[GROUPS_KEY]
         try:
@@ -113,16 +115,20 @@ def _offset_entries(b: Body, with_metadata: bool) -> list[tuple[TopicPartition, 
     """``offsets``: ``[[topic, partition, offset, metadata?], ...]`` (commit) or
     ``[[topic, partition, offset], ...]`` (reset)."""
     out = []
-    shape = "[topic, partition, offset, metadata?]" if with_metadata else \
-        "[topic, partition, offset]"
+    shape = (
+        "[topic, partition, offset, metadata?]" if with_metadata else "[topic, partition, offset]"
+    )
     for i, e in enumerate(list_field(b, "offsets", default=[])):
         where = f"offsets[{i}]"
         if type(e) is not list or not (len(e) == 3 or (with_metadata and len(e) == 4)):
             raise InvalidRequestError(f"{where!r} must be {shape}, got {e!r:.60}")
         tp = _tp(e[:2], where)
         offset = int_value(f"{where}[2]", e[2], 0, INT64_MAX)
-        metadata = "" if len(e) == 3 or e[3] is None else str_value(
-            f"{where}[3]", e[3], OFFSET_METADATA_CHARS_MAX)
+        metadata = (
+            ""
+            if len(e) == 3 or e[3] is None
+            else str_value(f"{where}[3]", e[3], OFFSET_METADATA_CHARS_MAX)
+        )
         out.append((tp, offset, metadata))
     return out
 
@@ -132,9 +138,15 @@ def _tps_out(tps: Iterable[TopicPartition]) -> list[list[Any]]:
 
 
 def _join_out(r: JoinResponse) -> Body:
-    return {"error": r.error.value, "member_id": r.member_id, "generation": r.generation,
-            "protocol": None if r.protocol is None else r.protocol.value,
-            "assignor": r.assignor, "leader": r.leader, "members": list(r.members)}
+    return {
+        "error": r.error.value,
+        "member_id": r.member_id,
+        "generation": r.generation,
+        "protocol": None if r.protocol is None else r.protocol.value,
+        "assignor": r.assignor,
+        "leader": r.leader,
+        "members": list(r.members),
+    }
 
 
 # ---------------------------------------------------------------- ops
@@ -154,8 +166,9 @@ async def _join(c: GroupCoordinator, b: Body) -> Body:
     defaults = JoinRequest("", "", frozenset())
     protocol = str_field(b, "protocol", default=defaults.protocol.value)
     if protocol not in _PROTOCOLS:
-        raise InvalidRequestError(f"'protocol' must be one of {sorted(_PROTOCOLS)}, got "
-                                  f"{protocol!r:.60}")
+        raise InvalidRequestError(
+            f"'protocol' must be one of {sorted(_PROTOCOLS)}, got {protocol!r:.60}"
+        )
     req = JoinRequest(
         group=_group(b),
         member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
@@ -163,10 +176,12 @@ async def _join(c: GroupCoordinator, b: Body) -> Body:
         protocol=_PROTOCOLS[protocol],
         assignor=str_field(b, "assignor", default=defaults.assignor),
         client_id=str_field(b, "client_id", default=""),
-        session_timeout_ms=int_field(b, "session_timeout_ms", 0, INT32_MAX,
-                                     default=defaults.session_timeout_ms),
-        rebalance_timeout_ms=int_field(b, "rebalance_timeout_ms", 0, INT32_MAX,
-                                       default=defaults.rebalance_timeout_ms),
+        session_timeout_ms=int_field(
+            b, "session_timeout_ms", 0, INT32_MAX, default=defaults.session_timeout_ms
+        ),
+        rebalance_timeout_ms=int_field(
+            b, "rebalance_timeout_ms", 0, INT32_MAX, default=defaults.rebalance_timeout_ms
+        ),
         owned=None if owned is None else _tps_in(owned, "owned"),
     )
     return _join_out(await c.join(req))
@@ -178,13 +193,16 @@ def _generation(b: Body, default: int = REQUIRED) -> int:
 
 async def _sync(c: GroupCoordinator, b: Body) -> Body:
     r = await c.sync(SyncRequest(_group(b), str_field(b, "member_id"), _generation(b)))
-    return {"error": r.error.value, "assignment": _tps_out(r.assignment),
-            "revoked": _tps_out(r.revoked), "rejoin": r.rejoin}
+    return {
+        "error": r.error.value,
+        "assignment": _tps_out(r.assignment),
+        "revoked": _tps_out(r.revoked),
+        "rejoin": r.rejoin,
+    }
 
 
 async def _heartbeat(c: GroupCoordinator, b: Body) -> Body:
-    e = await c.heartbeat(HeartbeatRequest(_group(b), str_field(b, "member_id"),
-                                           _generation(b)))
+    e = await c.heartbeat(HeartbeatRequest(_group(b), str_field(b, "member_id"), _generation(b)))
     return {"error": e.value}
 
 
@@ -194,42 +212,72 @@ async def _leave(c: GroupCoordinator, b: Body) -> Body:
 
 
 async def _commit(c: GroupCoordinator, b: Body) -> Body:
-    offsets = {tp: OffsetAndMetadata(offset, metadata)
-               for tp, offset, metadata in _offset_entries(b, with_metadata=True)}
-    e = await c.commit(OffsetCommitRequest(
-        _group(b), offsets, member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
-        generation=_generation(b, NO_GENERATION)))
+    offsets = {
+        tp: OffsetAndMetadata(offset, metadata)
+        for tp, offset, metadata in _offset_entries(b, with_metadata=True)
+    }
+    e = await c.commit(
+        OffsetCommitRequest(
+            _group(b),
+            offsets,
+            member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
+            generation=_generation(b, NO_GENERATION),
+        )
+    )
     return {"error": e.value}
 
 
 async def _fetch_offsets(c: GroupCoordinator, b: Body) -> Body:
     raw = list_field(b, "partitions", default=None)
     got = await c.fetch_offsets(_group(b), None if raw is None else _tps_in(raw, "partitions"))
-    return {"offsets": [[tp.topic, tp.partition, o.offset, o.metadata, o.commit_ts_ms]
-                        for tp, o in sorted(got.items())]}
+    return {
+        "offsets": [
+            [tp.topic, tp.partition, o.offset, o.metadata, o.commit_ts_ms]
+            for tp, o in sorted(got.items())
+        ]
+    }
 
 
 async def _describe(c: GroupCoordinator, b: Body) -> Body:
     d = await c.describe(_group(b))
     return {
-        "group": d.group, "state": d.state.value, "generation": d.generation,
+        "group": d.group,
+        "state": d.state.value,
+        "generation": d.generation,
         "protocol": None if d.protocol is None else d.protocol.value,
-        "assignor": d.assignor, "leader": d.leader, "is_simple": d.is_simple,
-        "members": [{"member_id": m.member_id, "client_id": m.client_id,
-                     "protocol": m.protocol.value, "topics": sorted(m.topics),
-                     "assignment": _tps_out(m.assignment)} for m in d.members],
+        "assignor": d.assignor,
+        "leader": d.leader,
+        "is_simple": d.is_simple,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "protocol": m.protocol.value,
+                "topics": sorted(m.topics),
+                "assignment": _tps_out(m.assignment),
+            }
+            for m in d.members
+        ],
     }
 
 
 async def _lag(c: GroupCoordinator, b: Body) -> Body:
     lags = await c.lag(_group(b))
-    return {"partitions": [[tp.topic, tp.partition, x.current_offset, x.log_end_offset, x.lag,
-                            x.member_id] for tp, x in sorted(lags.items())]}
+    return {
+        "partitions": [
+            [tp.topic, tp.partition, x.current_offset, x.log_end_offset, x.lag, x.member_id]
+            for tp, x in sorted(lags.items())
+        ]
+    }
 
 
 async def _list(c: GroupCoordinator, b: Body) -> Body:
-    return {"groups": [{"group": g.group, "state": g.state.value, "is_simple": g.is_simple}
-                       for g in await c.list_groups()]}
+    return {
+        "groups": [
+            {"group": g.group, "state": g.state.value, "is_simple": g.is_simple}
+            for g in await c.list_groups()
+        ]
+    }
 
 
 async def _reset_offsets(c: GroupCoordinator, b: Body) -> Body:

@@ -102,9 +102,15 @@ class _Reregister(Exception):
 class BrokerLifecycle:
     """See the module docstring. ``start()``, then ``shutdown()`` (controlled) or ``stop()``."""
 
-    def __init__(self, config: LifecycleConfig, controller_urls: Sequence[str],
-                 follower: MetadataFollower, *, previous_broker_epoch: int | None = None,
-                 replica_logs: Callable[[], tuple[ReplicaLogInfo, ...]] | None = None) -> None:
+    def __init__(
+        self,
+        config: LifecycleConfig,
+        controller_urls: Sequence[str],
+        follower: MetadataFollower,
+        *,
+        previous_broker_epoch: int | None = None,
+        replica_logs: Callable[[], tuple[ReplicaLogInfo, ...]] | None = None,
+    ) -> None:
         self.config = config
         self.follower = follower
         self.previous_broker_epoch = previous_broker_epoch
@@ -162,10 +168,14 @@ class BrokerLifecycle:
         heard), and our own image shows our registration unfenced.
         """
         hb = self.last_heartbeat_monotonic_s
-        return (self.state is BrokerState.RUNNING and not self.fenced
-                and hb is not None
-                and time.monotonic() - hb < self.config.session_timeout_s
-                and self.follower.caught_up and self.registered_unfenced_in_image())
+        return (
+            self.state is BrokerState.RUNNING
+            and not self.fenced
+            and hb is not None
+            and time.monotonic() - hb < self.config.session_timeout_s
+            and self.follower.caught_up
+            and self.registered_unfenced_in_image()
+        )
 
     def registered_unfenced_in_image(self) -> bool:
         reg = self.follower.image.brokers.brokers.get(BrokerId(self.config.broker_id))
@@ -174,14 +184,19 @@ class BrokerLifecycle:
     def describe(self) -> dict[str, object]:
         hb = self.last_heartbeat_monotonic_s
         return {
-            "broker_id": self.config.broker_id, "state": self.state.value,
-            "broker_epoch": self.broker_epoch, "incarnation_id": self.incarnation_id,
-            "fenced": self.fenced, "ready": self.ready, "registrations": self.registrations,
+            "broker_id": self.config.broker_id,
+            "state": self.state.value,
+            "broker_epoch": self.broker_epoch,
+            "incarnation_id": self.incarnation_id,
+            "fenced": self.fenced,
+            "ready": self.ready,
+            "registrations": self.registrations,
             "metadata_offset": self.follower.offset,
             "controller_metadata_offset": self.follower.high_watermark,
             "caught_up": self.follower.caught_up,
-            "last_heartbeat_ms_ago": (None if hb is None
-                                      else round((time.monotonic() - hb) * 1000, 1)),
+            "last_heartbeat_ms_ago": (
+                None if hb is None else round((time.monotonic() - hb) * 1000, 1)
+            ),
         }
 
     # ------------------------------------------------------------------ loop
@@ -214,11 +229,16 @@ class BrokerLifecycle:
         cfg = self.config
         # Registering again in the same process: our logs lost nothing, and the epoch we held
         # says so (the controller also knows us by the incarnation id).
-        previous = self.broker_epoch if self.broker_epoch is not None else (
-            self.previous_broker_epoch)
-        cmd = RegisterBroker(broker_id=BrokerId(cfg.broker_id), incarnation_id=self.incarnation_id,
-                             endpoints=cfg.endpoints, rack=cfg.rack,
-                             previous_broker_epoch=BrokerEpoch(-1 if previous is None else previous))
+        previous = (
+            self.broker_epoch if self.broker_epoch is not None else (self.previous_broker_epoch)
+        )
+        cmd = RegisterBroker(
+            broker_id=BrokerId(cfg.broker_id),
+            incarnation_id=self.incarnation_id,
+            endpoints=cfg.endpoints,
+            rack=cfg.rack,
+            previous_broker_epoch=BrokerEpoch(-1 if previous is None else previous),
+        )
         attempt = 0
         while not self._shutdown_requested.is_set():
             attempt += 1
@@ -228,14 +248,19 @@ class BrokerLifecycle:
                 log.info("broker %d: %s; retrying", cfg.broker_id, e)
             except (MetadataError, ControllerUnavailableError) as e:
                 if attempt == 1 or attempt % 10 == 0:
-                    log.warning("broker %d: registration attempt %d failed: %s",
-                                cfg.broker_id, attempt, e)
+                    log.warning(
+                        "broker %d: registration attempt %d failed: %s", cfg.broker_id, attempt, e
+                    )
             else:
                 self.broker_epoch = resp.broker_epoch
                 self.registrations += 1
                 self.fenced = True
-                log.info("broker %d: registered with epoch %d (incarnation %s)", cfg.broker_id,
-                         resp.broker_epoch, self.incarnation_id)
+                log.info(
+                    "broker %d: registered with epoch %d (incarnation %s)",
+                    cfg.broker_id,
+                    resp.broker_epoch,
+                    self.incarnation_id,
+                )
                 if self.state is BrokerState.STARTING:
                     self._set_state(BrokerState.RECOVERY)
                 return True
@@ -254,8 +279,7 @@ class BrokerLifecycle:
         try:
             while not self._shutdown_requested.is_set():
                 resp = await self._heartbeat(want_shutdown=False)
-                if (resp is not None and not resp.is_fenced
-                        and self.state is BrokerState.RECOVERY):
+                if resp is not None and not resp.is_fenced and self.state is BrokerState.RECOVERY:
                     self._set_state(BrokerState.RUNNING)
                 await self._sleep(self.config.heartbeat_interval_s)
         finally:
@@ -272,13 +296,21 @@ class BrokerLifecycle:
         for r in reports:
             key = (r.topic_id, r.partition, r.partition_epoch)
             if key not in self._reported:
-                log.info("broker %d: %s-%d awaits an unclean recovery; reporting its log end "
-                         "(leader epoch %d, offset %d)", self.config.broker_id, r.topic_id,
-                         r.partition, r.last_leader_epoch, r.log_end_offset)
+                log.info(
+                    "broker %d: %s-%d awaits an unclean recovery; reporting its log end "
+                    "(leader epoch %d, offset %d)",
+                    self.config.broker_id,
+                    r.topic_id,
+                    r.partition,
+                    r.last_leader_epoch,
+                    r.log_end_offset,
+                )
         self._reported = {(r.topic_id, r.partition, r.partition_epoch) for r in reports}
         cmd = BrokerHeartbeat(
-            broker_id=BrokerId(self.config.broker_id), broker_epoch=epoch,
-            current_metadata_offset=self.follower.offset, want_shutdown=want_shutdown,
+            broker_id=BrokerId(self.config.broker_id),
+            broker_epoch=epoch,
+            current_metadata_offset=self.follower.offset,
+            want_shutdown=want_shutdown,
             replica_logs=reports,
         )
         try:
@@ -289,8 +321,11 @@ class BrokerLifecycle:
             log.info("broker %d: heartbeat failed: %s", self.config.broker_id, e)
             return None
         if resp.is_fenced != self.fenced:
-            log.info("broker %d: %s by the controller", self.config.broker_id,
-                     "fenced" if resp.is_fenced else "unfenced")
+            log.info(
+                "broker %d: %s by the controller",
+                self.config.broker_id,
+                "fenced" if resp.is_fenced else "unfenced",
+            )
         self.fenced = resp.is_fenced
         self.last_heartbeat = resp
         self.last_heartbeat_monotonic_s = time.monotonic()
@@ -305,8 +340,11 @@ class BrokerLifecycle:
                 resp = await self._heartbeat(want_shutdown=True)
             except _Reregister as e:
                 # Our registration is gone: the controller holds nothing of ours to move.
-                log.info("broker %d: %s; nothing to shut down on the controller",
-                         self.config.broker_id, e)
+                log.info(
+                    "broker %d: %s; nothing to shut down on the controller",
+                    self.config.broker_id,
+                    e,
+                )
                 self.shutdown_clean = True
                 break
             if resp is not None and resp.should_shutdown:
@@ -314,6 +352,9 @@ class BrokerLifecycle:
                 break
             await asyncio.sleep(self.config.shutdown_heartbeat_interval_s)
         if not self.shutdown_clean:
-            log.warning("broker %d: controlled shutdown timed out after %.0f s",
-                        self.config.broker_id, self.config.controlled_shutdown_timeout_s)
+            log.warning(
+                "broker %d: controlled shutdown timed out after %.0f s",
+                self.config.broker_id,
+                self.config.controlled_shutdown_timeout_s,
+            )
         self._set_state(BrokerState.SHUTTING_DOWN)

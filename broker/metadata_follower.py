@@ -149,19 +149,27 @@ class MetadataFollower:
             url = self._pick_url()
             try:
                 resp = await self._client.fetch_metadata(
-                    url, self.image.offset + 1, max_wait_ms=self.max_wait_ms,
-                    broker_id=self.broker_id)
+                    url,
+                    self.image.offset + 1,
+                    max_wait_ms=self.max_wait_ms,
+                    broker_id=self.broker_id,
+                )
             except ControllerUnavailableError as e:
                 self.errors += 1
                 failures += 1
                 if failures == 1 or failures % 20 == 0:
-                    log.warning("metadata fetch from %s failed (%d in a row): %s; trying the "
-                                "next controller", url, failures, e)
+                    log.warning(
+                        "metadata fetch from %s failed (%d in a row): %s; trying the "
+                        "next controller",
+                        url,
+                        failures,
+                        e,
+                    )
                 self._leader_url = None
                 self._next += 1
                 # Back off once every controller has failed in turn, doubling up to 2 s.
                 rounds = (failures - 1) // len(self.urls)
-                await asyncio.sleep(min(self.retry_backoff_s * 2 ** rounds, 2.0))
+                await asyncio.sleep(min(self.retry_backoff_s * 2**rounds, 2.0))
                 continue
             if failures:
                 log.info("metadata fetch from %s succeeded after %d failures", url, failures)

@@ -48,8 +48,9 @@ class Lane:
 
 
 class ProduceLanes:
-    def __init__(self, next_id: Callable[[], Awaitable[int]], *,
-                 id_wait_s: float = ID_WAIT_S) -> None:
+    def __init__(
+        self, next_id: Callable[[], Awaitable[int]], *, id_wait_s: float = ID_WAIT_S
+    ) -> None:
         self._next_id = next_id
         self._id_wait_s = id_wait_s
         self._idle: dict[tuple[str, int], list[Lane]] = {}
@@ -69,8 +70,13 @@ class ProduceLanes:
         except Exception as e:  # the controller is away: produce on, at least once
             self.without_id += 1
             if self.without_id == 1 or self.without_id % 1000 == 0:
-                log.warning("no producer id for %s-%d (%r): batches go without one "
-                            "(%d so far)", topic, partition, e, self.without_id)
+                log.warning(
+                    "no producer id for %s-%d (%r): batches go without one (%d so far)",
+                    topic,
+                    partition,
+                    e,
+                    self.without_id,
+                )
             return None
         self.created += 1
         return Lane(pid, 0, 0)

@@ -52,8 +52,10 @@ class ProducerIdThrottledError(Exception):
     answered ``THROTTLING_QUOTA_EXCEEDED`` with how long to wait."""
 
     def __init__(self, throttle_time_ms: int) -> None:
-        super().__init__(f"new producer ids are throttled for {throttle_time_ms} ms "
-                         "(producer_ids_per_second_max)")
+        super().__init__(
+            f"new producer ids are throttled for {throttle_time_ms} ms "
+            "(producer_ids_per_second_max)"
+        )
         self.throttle_time_ms = throttle_time_ms
 
 
@@ -75,9 +77,15 @@ class TokenBucket:
 
 
 class ProducerIdManager:
-    def __init__(self, broker_id: int, broker_epoch: Callable[[], int | None],
-                 controller: ControllerClient, *, ids_per_second_max: float = 1_000.0,
-                 clock_s: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        broker_epoch: Callable[[], int | None],
+        controller: ControllerClient,
+        *,
+        ids_per_second_max: float = 1_000.0,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.broker_id = BrokerId(broker_id)
         self.broker_epoch = broker_epoch
         self.controller = controller
@@ -100,11 +108,16 @@ class ProducerIdManager:
             raise ProducerIdUnavailableError(f"broker {self.broker_id} is not registered yet")
         try:
             block: ProducerIdsBlock = await self.controller.execute(
-                AllocateProducerIds(broker_id=self.broker_id, broker_epoch=BrokerEpoch(epoch)))
+                AllocateProducerIds(broker_id=self.broker_id, broker_epoch=BrokerEpoch(epoch))
+            )
         except (MetadataError, ControllerUnavailableError) as e:
             raise ProducerIdUnavailableError(str(e)) from e
-        log.info("broker %d: producer id block [%d, %d)", self.broker_id,
-                 block.first_producer_id, block.first_producer_id + block.size)
+        log.info(
+            "broker %d: producer id block [%d, %d)",
+            self.broker_id,
+            block.first_producer_id,
+            block.first_producer_id + block.size,
+        )
         return block
 
     def _start_prefetch(self) -> asyncio.Task[ProducerIdsBlock]:
@@ -137,8 +150,11 @@ class ProducerIdManager:
                     self._pending = None
         pid = self._next
         self._next += 1
-        if (self._queued is None and self._pending is None
-                and self._end - self._next < max(1, int(self._size * PREFETCH_FRACTION))):
+        if (
+            self._queued is None
+            and self._pending is None
+            and self._end - self._next < max(1, int(self._size * PREFETCH_FRACTION))
+        ):
             self._prefetch_in_background()
         return pid
 
@@ -153,8 +169,9 @@ class ProducerIdManager:
             if t.exception() is None:
                 self._queued = t.result()
             else:
-                log.warning("broker %d: prefetching producer ids: %s", self.broker_id,
-                            t.exception())
+                log.warning(
+                    "broker %d: prefetching producer ids: %s", self.broker_id, t.exception()
+                )
 
         task.add_done_callback(done)
 
@@ -163,8 +180,9 @@ MANAGER_KEY: web.AppKey[ProducerIdManager] = web.AppKey("producer_ids", Producer
 
 
 def _pack(data: dict[str, object], status: int = 200) -> web.Response:
-    return web.Response(body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK,
-                        status=status)
+    return web.Response(
+        body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK, status=status
+    )
 
 
 async def _init_producer_id(request: web.Request) -> web.Response:
@@ -179,8 +197,14 @@ async def _init_producer_id(request: web.Request) -> web.Response:
     except ProducerIdUnavailableError as e:
         return _pack({"error": "COORDINATOR_NOT_AVAILABLE", "message": str(e), "leader_id": -1})
     except ProducerIdThrottledError as e:
-        return _pack({"error": "THROTTLING_QUOTA_EXCEEDED", "message": str(e), "leader_id": -1,
-                      "throttle_time_ms": e.throttle_time_ms})
+        return _pack(
+            {
+                "error": "THROTTLING_QUOTA_EXCEEDED",
+                "message": str(e),
+                "leader_id": -1,
+                "throttle_time_ms": e.throttle_time_ms,
+            }
+        )
     return _pack({"producer_id": pid, "producer_epoch": 0})
 
 

@@ -92,8 +92,9 @@ class ProducerStateConfig:
 
     @staticmethod
     def from_kafka(configs: Mapping[str, str]) -> ProducerStateConfig:
-        return ProducerStateConfig(int(configs.get(
-            "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)))
+        return ProducerStateConfig(
+            int(configs.get("producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +163,7 @@ Plan = Append | Duplicate
 class ProducerState:
     """The idempotent producers of one partition. See the module docstring."""
 
-    def __init__(self, config: ProducerStateConfig | None = None, *, start_offset: int = 0
-                 ) -> None:
+    def __init__(self, config: ProducerStateConfig | None = None, *, start_offset: int = 0) -> None:
         """An empty state for a log whose next offset is ``start_offset``."""
         self.config = config if config is not None else ProducerStateConfig()
         self._producers: dict[int, ProducerEntry] = {}
@@ -204,7 +204,8 @@ class ProducerState:
         if header.base_sequence < 0 or header.producer_epoch < 0:
             raise InvalidRecordError(
                 f"batch of producer {pid} has sequence {header.base_sequence}, "
-                f"epoch {header.producer_epoch}")
+                f"epoch {header.producer_epoch}"
+            )
         entry = self._producers.get(pid)
         if entry is None:
             return APPEND  # unknown producer: any sequence (KIP-360)
@@ -217,17 +218,19 @@ class ProducerState:
         if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"producer {pid} epoch {epoch} is older than the last seen epoch "
-                f"{entry.producer_epoch}")
+                f"{entry.producer_epoch}"
+            )
         if epoch > entry.producer_epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
-                    f"producer {pid} new epoch {epoch} must start at sequence 0, not "
-                    f"{first_seq}")
+                    f"producer {pid} new epoch {epoch} must start at sequence 0, not {first_seq}"
+                )
             return APPEND
         if not in_sequence(entry.last_seq, first_seq):
             raise OutOfOrderSequenceError(
                 f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow "
-                f"{entry.last_seq}")
+                f"{entry.last_seq}"
+            )
         return APPEND
 
     def on_append(self, header: BatchHeader, base_offset: int | None = None) -> None:
@@ -237,16 +240,24 @@ class ProducerState:
         ``check_and_plan`` first; a follower trusts its leader."""
         first_offset = header.base_offset if base_offset is None else base_offset
         last_offset = first_offset + header.last_offset_delta
-        invariant(first_offset >= self._end_offset,
-                  "batch at %d applied to producer state that ends at %d",
-                  first_offset, self._end_offset)
+        invariant(
+            first_offset >= self._end_offset,
+            "batch at %d applied to producer state that ends at %d",
+            first_offset,
+            self._end_offset,
+        )
         self._end_offset = last_offset + 1
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return
         prev = self._producers.get(pid)
-        meta = BatchMetadata(header.base_sequence, header.last_sequence, first_offset,
-                             last_offset, header.max_timestamp)
+        meta = BatchMetadata(
+            header.base_sequence,
+            header.last_sequence,
+            first_offset,
+            last_offset,
+            header.max_timestamp,
+        )
         if prev is None or prev.producer_epoch != header.producer_epoch:
             batches: tuple[BatchMetadata, ...] = (meta,)  # a new epoch forgets the old batches
         else:
@@ -280,9 +291,12 @@ class ProducerState:
         Invariant: ``can_truncate_to(offset)``."""
         if offset >= self._end_offset:
             return
-        invariant(offset >= self._journal_floor,
-                  "producer state can only undo back to %d, not %d: rebuild it from the log",
-                  self._journal_floor, offset)
+        invariant(
+            offset >= self._journal_floor,
+            "producer state can only undo back to %d, not %d: rebuild it from the log",
+            self._journal_floor,
+            offset,
+        )
         while self._journal and self._journal[-1][0] >= offset:
             _, pid, prev = self._journal.pop()
             if prev is None:
@@ -307,14 +321,21 @@ class ProducerState:
     # ------------------------------------------------------------------ rebuild, snapshots
 
     @classmethod
-    def rebuild(cls, headers: Iterable[BatchHeader], *, config: ProducerStateConfig | None = None,
-                log_start_offset: int = 0, high_watermark: int | None = None) -> ProducerState:
+    def rebuild(
+        cls,
+        headers: Iterable[BatchHeader],
+        *,
+        config: ProducerStateConfig | None = None,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+    ) -> ProducerState:
         """The state of a log from its batch headers, oldest first (recovery without a
         snapshot, or after truncation below the HW). Only headers are read, never records.
         With ``high_watermark`` the batches above it stay undoable by ``truncate_to``."""
         state = cls(config, start_offset=log_start_offset)
         state._journal_floor = max(
-            log_start_offset, high_watermark if high_watermark is not None else 1 << 62)
+            log_start_offset, high_watermark if high_watermark is not None else 1 << 62
+        )
         state.replay(headers)
         if high_watermark is None:
             state._journal_floor = state._end_offset
@@ -325,28 +346,35 @@ class ProducerState:
         of the payload) then msgpack ``[end_offset, [[pid, epoch, [[first_seq, last_seq,
         first_offset, last_offset, timestamp_ms], ...]], ...]]``."""
         producers = [
-            [e.producer_id, e.producer_epoch,
-             [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
-              for b in e.batches]]
+            [
+                e.producer_id,
+                e.producer_epoch,
+                [
+                    [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
+                    for b in e.batches
+                ],
+            ]
             for e in sorted(self._producers.values(), key=lambda e: e.producer_id)
         ]
         payload: bytes = msgpack.packb([self._end_offset, producers], use_bin_type=True)
-        return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION,
-                                     crc32c.crc32c(payload)) + payload
+        return (
+            _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(payload))
+            + payload
+        )
 
     @classmethod
-    def from_snapshot(cls, data: bytes, config: ProducerStateConfig | None = None
-                      ) -> ProducerState:
+    def from_snapshot(cls, data: bytes, config: ProducerStateConfig | None = None) -> ProducerState:
         """The state a snapshot holds; ``replay`` the log's headers from ``end_offset`` on.
         Raises ``CorruptProducerSnapshotError`` for anything that is not a snapshot we wrote.
         Truncation below ``end_offset`` needs a rebuild (nothing to undo with)."""
         if len(data) < _SNAPSHOT_HEADER.size:
             raise CorruptProducerSnapshotError("producer snapshot too short")
         magic, version, crc = _SNAPSHOT_HEADER.unpack_from(data)
-        payload = data[_SNAPSHOT_HEADER.size:]
+        payload = data[_SNAPSHOT_HEADER.size :]
         if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
             raise CorruptProducerSnapshotError(
-                f"not a producer snapshot (magic {magic!r}, version {version})")
+                f"not a producer snapshot (magic {magic!r}, version {version})"
+            )
         if crc32c.crc32c(payload) != crc:
             raise CorruptProducerSnapshotError("producer snapshot checksum mismatch")
         try:

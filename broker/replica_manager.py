@@ -199,28 +199,36 @@ def load_producer_state(plog: PartitionLog, config: ProducerStateConfig) -> Prod
     if state is not None:
         state.replay(read_headers(plog, state.end_offset))
         return state
-    return ProducerState.rebuild(read_headers(plog), config=config,
-                                 log_start_offset=plog.log_start_offset, high_watermark=0)
+    return ProducerState.rebuild(
+        read_headers(plog), config=config, log_start_offset=plog.log_start_offset, high_watermark=0
+    )
 
 
 def save_producer_state(plog: PartitionLog, state: ProducerState) -> None:
     if state.end_offset != plog.log_end_offset:
         return
-    plog.files.write_file_atomic(os.path.join(plog.dir_path, PRODUCER_SNAPSHOT_NAME),
-                                 state.encode_snapshot())
+    plog.files.write_file_atomic(
+        os.path.join(plog.dir_path, PRODUCER_SNAPSHOT_NAME), state.encode_snapshot()
+    )
 
 
 class ReplicaManager:
     """See the module docstring."""
 
-    def __init__(self, *, broker_id: int, data_dir: Path, controller_urls: list[str],
-                 broker_epoch: Callable[[], int | None],
-                 committer: GroupCommitter | None = None,
-                 replica_lag_time_max_ms: int = 30_000,
-                 retention_check_interval_ms: int = 300_000,
-                 cleaner_backoff_ms: int = 15_000,
-                 acks_require_fsync: bool = False,
-                 page_cache: PageCacheTrimmer | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        data_dir: Path,
+        controller_urls: list[str],
+        broker_epoch: Callable[[], int | None],
+        committer: GroupCommitter | None = None,
+        replica_lag_time_max_ms: int = 30_000,
+        retention_check_interval_ms: int = 300_000,
+        cleaner_backoff_ms: int = 15_000,
+        acks_require_fsync: bool = False,
+        page_cache: PageCacheTrimmer | None = None,
+    ) -> None:
         self.broker_id = BrokerId(broker_id)
         self.data_dir = Path(data_dir)
         self.broker_epoch = broker_epoch
@@ -286,8 +294,7 @@ class ReplicaManager:
             try:
                 save_producer_state(rep.log, rep.producers)
             except OSError as e:
-                log.warning("broker %d: producer snapshot of %s: %s", self.broker_id,
-                            rep.name, e)
+                log.warning("broker %d: producer snapshot of %s: %s", self.broker_id, rep.name, e)
             try:
                 rep.log.close()
             except Exception as e:
@@ -325,17 +332,23 @@ class ReplicaManager:
             self.image = update.image
             if not self._registered_in(update.image):
                 if not self._deferred:
-                    log.info("broker %d: replicas wait for this incarnation's registration "
-                             "in the metadata (image at offset %d)", self.broker_id,
-                             update.image.offset)
+                    log.info(
+                        "broker %d: replicas wait for this incarnation's registration "
+                        "in the metadata (image at offset %d)",
+                        self.broker_id,
+                        update.image.offset,
+                    )
                 self._deferred = True
                 return
             self._deferred = False
             try:
                 await self._reconcile(update.image)
             except Exception:
-                log.exception("broker %d: applying metadata offset %d failed",
-                              self.broker_id, update.image.offset)
+                log.exception(
+                    "broker %d: applying metadata offset %d failed",
+                    self.broker_id,
+                    update.image.offset,
+                )
 
     async def _apply_deferred(self) -> None:
         """The registration landed in an image we skipped: apply the latest one now."""
@@ -357,11 +370,15 @@ class ReplicaManager:
             reg = rep.registration
             if reg.leader != NO_LEADER or reg.isr or reg.elr or rep.log.closed:
                 continue
-            out.append(ReplicaLogInfo(
-                topic_id=rep.topic_id, partition=rep.partition,
-                partition_epoch=PartitionEpoch(reg.partition_epoch),
-                last_leader_epoch=LeaderEpoch(rep.log.latest_epoch),
-                log_end_offset=rep.log.log_end_offset))
+            out.append(
+                ReplicaLogInfo(
+                    topic_id=rep.topic_id,
+                    partition=rep.partition,
+                    partition_epoch=PartitionEpoch(reg.partition_epoch),
+                    last_leader_epoch=LeaderEpoch(rep.log.latest_epoch),
+                    log_end_offset=rep.log.log_end_offset,
+                )
+            )
         return tuple(out)
 
     def _ineligible(self, image: MetadataImage, reg: PartitionRegistration) -> list[BrokerId]:
@@ -386,38 +403,64 @@ class ReplicaManager:
                     rep = self._open(topic, key[0], key[1], reg, image)
                 await self._apply_registration(rep, reg, image)
             except Exception:  # one bad partition (a disk error) must not stall the others
-                log.exception("broker %d: applying %s-%d at metadata offset %d failed",
-                              self.broker_id, topic, key[1], image.offset)
+                log.exception(
+                    "broker %d: applying %s-%d at metadata offset %d failed",
+                    self.broker_id,
+                    topic,
+                    key[1],
+                    image.offset,
+                )
 
-    def _open(self, topic: str, topic_id: TopicId, partition: int,
-              reg: PartitionRegistration, image: MetadataImage) -> Replica:
+    def _open(
+        self,
+        topic: str,
+        topic_id: TopicId,
+        partition: int,
+        reg: PartitionRegistration,
+        image: MetadataImage,
+    ) -> Replica:
         configs = image.configs.topic_configs(topic)
         path = self.data_dir / f"{topic}-{partition}"
         # A follower may cut a log at a corrupt batch below its recovery point and fetch the
         # rest again from the leader; a leader (or a lone replica) has no one to fetch from,
         # so its open refuses with the segment named (CorruptSegmentError), never serving it.
         refetch = reg.leader != self.broker_id and reg.leader >= 0
-        plog = PartitionLog.open(str(path), log_config_for(configs), log_dir=self.log_dir,
-                                 allow_truncate_corrupt=refetch)
+        plog = PartitionLog.open(
+            str(path), log_config_for(configs), log_dir=self.log_dir, allow_truncate_corrupt=refetch
+        )
         if plog.recovery.corruption is not None:
-            log.error("broker %d: %s-%d was cut at a corrupt batch below its recovery point "
-                      "(%s); it fetches the rest again from leader %d", self.broker_id, topic,
-                      partition, plog.recovery.corruption, reg.leader)
+            log.error(
+                "broker %d: %s-%d was cut at a corrupt batch below its recovery point "
+                "(%s); it fetches the rest again from leader %d",
+                self.broker_id,
+                topic,
+                partition,
+                plog.recovery.corruption,
+                reg.leader,
+            )
         producers = load_producer_state(plog, ProducerStateConfig.from_kafka(configs))
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
         try:
             saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
         except CorruptCheckpointError as e:
             # The safe choice: no high watermark known; the leader's fetch answers bring it.
-            log.warning("broker %d: %s: %s; starting from HW 0", self.broker_id,
-                        f"{topic}-{partition}", e)
+            log.warning(
+                "broker %d: %s: %s; starting from HW 0", self.broker_id, f"{topic}-{partition}", e
+            )
             saved = None
         if saved is not None:
             rep.hw_floor = rep.hw_checkpointed = min(saved, plog.log_end_offset)
         self.replicas[(topic_id, partition)] = rep
         self.by_name[(topic, partition)] = rep
-        log.info("broker %d: opened %s at %s (log end %d, epoch %d, HW %d)", self.broker_id,
-                 rep.name, path, plog.log_end_offset, plog.latest_epoch, rep.hw_floor)
+        log.info(
+            "broker %d: opened %s at %s (log end %d, epoch %d, HW %d)",
+            self.broker_id,
+            rep.name,
+            path,
+            plog.log_end_offset,
+            plog.latest_epoch,
+            rep.hw_floor,
+        )
         return rep
 
     async def _delete(self, rep: Replica) -> None:
@@ -446,8 +489,9 @@ class ReplicaManager:
             rep.leader = None
         rep.notify()
 
-    async def _apply_registration(self, rep: Replica, reg: PartitionRegistration,
-                                  image: MetadataImage) -> None:
+    async def _apply_registration(
+        self, rep: Replica, reg: PartitionRegistration, image: MetadataImage
+    ) -> None:
         prev = rep.registration
         rep.registration = reg
         t = now_ms()
@@ -471,14 +515,20 @@ class ReplicaManager:
             rep.follower = None
             return
         fs = rep.follower
-        if (fs is not None and rep.fetcher is not None and not rep.fetcher.done()
-                and fs.leader_id == reg.leader and fs.leader_epoch == reg.leader_epoch
-                and prev.leader_epoch == reg.leader_epoch):
+        if (
+            fs is not None
+            and rep.fetcher is not None
+            and not rep.fetcher.done()
+            and fs.leader_id == reg.leader
+            and fs.leader_epoch == reg.leader_epoch
+            and prev.leader_epoch == reg.leader_epoch
+        ):
             return
         await self._become_follower(rep, reg)
 
-    async def _become_leader(self, rep: Replica, reg: PartitionRegistration,
-                             image: MetadataImage) -> None:
+    async def _become_leader(
+        self, rep: Replica, reg: PartitionRegistration, image: MetadataImage
+    ) -> None:
         await self._stop_tasks(rep)
         hw = rep.high_watermark
         rep.follower = None
@@ -490,20 +540,36 @@ class ReplicaManager:
         configs = image.configs.topic_configs(rep.topic)
         epoch = self.broker_epoch()
         rep.leader = LeaderState(
-            topic_id=rep.topic_id, partition=rep.partition, local_broker_id=self.broker_id,
-            local_broker_epoch=epoch if epoch is not None else -1, registration=reg,
-            log_end_offset=plog.log_end_offset, high_watermark=hw,
-            flushed_offset=plog.flushed_offset, now_ms=t,
-            config=dataclasses.replace(ReplicationConfig.from_kafka(
-                {"replica.lag.time.max.ms": str(self.replica_lag_time_max_ms), **configs}),
-                hw_requires_leader_flush=self.acks_require_fsync),
-            ineligible_replicas=self._ineligible(image, reg))
+            topic_id=rep.topic_id,
+            partition=rep.partition,
+            local_broker_id=self.broker_id,
+            local_broker_epoch=epoch if epoch is not None else -1,
+            registration=reg,
+            log_end_offset=plog.log_end_offset,
+            high_watermark=hw,
+            flushed_offset=plog.flushed_offset,
+            now_ms=t,
+            config=dataclasses.replace(
+                ReplicationConfig.from_kafka(
+                    {"replica.lag.time.max.ms": str(self.replica_lag_time_max_ms), **configs}
+                ),
+                hw_requires_leader_flush=self.acks_require_fsync,
+            ),
+            ineligible_replicas=self._ineligible(image, reg),
+        )
         rep.last_shrink_check_ms = t
-        log.info("broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s%s)",
-                 self.broker_id, rep.name, reg.leader_epoch, plog.log_end_offset,
-                 rep.leader.high_watermark, list(reg.isr),
-                 ", RECOVERING: elected by unclean recovery or election" if
-                 reg.leader_recovery_state == LeaderRecoveryState.RECOVERING else "")
+        log.info(
+            "broker %d: leader of %s in epoch %d from offset %d (HW %d, ISR %s%s)",
+            self.broker_id,
+            rep.name,
+            reg.leader_epoch,
+            plog.log_end_offset,
+            rep.leader.high_watermark,
+            list(reg.isr),
+            ", RECOVERING: elected by unclean recovery or election"
+            if reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+            else "",
+        )
         change = rep.leader.maybe_mark_recovered()
         if change is not None:
             self._send_change(rep, change)
@@ -517,13 +583,21 @@ class ReplicaManager:
         await self._stop_tasks(rep)
         hw = rep.high_watermark
         rep.hw_floor = hw
-        rep.follower = FollowerState(leader_id=reg.leader, leader_epoch=reg.leader_epoch,
-                                     high_watermark=hw, log=rep.log)
-        log.info("broker %d: follower of %s, leader %d epoch %d (log end %d, HW %d)",
-                 self.broker_id, rep.name, reg.leader, reg.leader_epoch,
-                 rep.log.log_end_offset, hw)
+        rep.follower = FollowerState(
+            leader_id=reg.leader, leader_epoch=reg.leader_epoch, high_watermark=hw, log=rep.log
+        )
+        log.info(
+            "broker %d: follower of %s, leader %d epoch %d (log end %d, HW %d)",
+            self.broker_id,
+            rep.name,
+            reg.leader,
+            reg.leader_epoch,
+            rep.log.log_end_offset,
+            hw,
+        )
         rep.fetcher = asyncio.get_running_loop().create_task(
-            run_fetcher(self, rep, rep.follower), name=f"fetcher-{rep.name}")
+            run_fetcher(self, rep, rep.follower), name=f"fetcher-{rep.name}"
+        )
         if self.essentials is not None:
             # Cancelled whenever the replica stops following; only an exception is a death.
             self.essentials.watch(rep.fetcher, f"fetcher of {rep.name}", only_errors=True)
@@ -543,25 +617,36 @@ class ReplicaManager:
         """Cut the log (and the producer state with it) to ``offset``."""
         plog = rep.log
         if below_hw:
-            log.warning("broker %d: %s truncating to %d, BELOW its high watermark",
-                        self.broker_id, rep.name, offset)
+            log.warning(
+                "broker %d: %s truncating to %d, BELOW its high watermark",
+                self.broker_id,
+                rep.name,
+                offset,
+            )
         plog.truncate_to(offset)
         leo = plog.log_end_offset
         if rep.producers.can_truncate_to(leo):
             rep.producers.truncate_to(leo)
         else:
             rep.producers = ProducerState.rebuild(
-                read_headers(plog), config=rep.producers.config,
-                log_start_offset=plog.log_start_offset, high_watermark=leo)
+                read_headers(plog),
+                config=rep.producers.config,
+                log_start_offset=plog.log_start_offset,
+                high_watermark=leo,
+            )
         log.info("broker %d: %s truncated to %d", self.broker_id, rep.name, leo)
 
     def truncate_fully(self, rep: Replica, offset: int) -> None:
         """The leader's log starts past our end (retention or DeleteRecords removed what we
         never fetched): empty the log and restart it at ``offset``, as Kafka's fetcher does
         (``truncateFullyAndStartAt``) on OFFSET_OUT_OF_RANGE below the leader's start."""
-        log.warning("broker %d: %s log end %d is below the leader's log start %d: "
-                    "restarting the log there", self.broker_id, rep.name,
-                    rep.log.log_end_offset, offset)
+        log.warning(
+            "broker %d: %s log end %d is below the leader's log start %d: restarting the log there",
+            self.broker_id,
+            rep.name,
+            rep.log.log_end_offset,
+            offset,
+        )
         rep.log.truncate_fully_and_start_at(offset)
         rep.producers = ProducerState(rep.producers.config, start_offset=offset)
 
@@ -576,18 +661,21 @@ class ReplicaManager:
                 continue
             try:
                 plog.maybe_roll(t)
-                if await asyncio.to_thread(plog.maybe_apply_retention, t,
-                                           rep.high_watermark):
-                    log.info("broker %d: %s retention: log start now %d", self.broker_id,
-                             rep.name, plog.log_start_offset)
+                if await asyncio.to_thread(plog.maybe_apply_retention, t, rep.high_watermark):
+                    log.info(
+                        "broker %d: %s retention: log start now %d",
+                        self.broker_id,
+                        rep.name,
+                        plog.log_start_offset,
+                    )
                 if cleaner and plog.config.compact:
                     await asyncio.to_thread(plog.maybe_compact, t)
             except Exception:
-                log.exception("broker %d: log maintenance of %s failed", self.broker_id,
-                              rep.name)
+                log.exception("broker %d: log maintenance of %s failed", self.broker_id, rep.name)
 
-    def append_as_follower(self, rep: Replica, fs: FollowerState, data: bytes,
-                           leader_hw: int) -> None:
+    def append_as_follower(
+        self, rep: Replica, fs: FollowerState, data: bytes, leader_hw: int
+    ) -> None:
         if data:
             rep.log.append_as_follower(data, now_ms=now_ms())
             for _, h in iter_batches(data, verify=False):
@@ -604,13 +692,17 @@ class ReplicaManager:
     def _leading(self, topic: str, partition: int) -> tuple[Replica, LeaderState]:
         rep = self.by_name.get((topic, partition))
         if rep is None:
-            raise ReplicaError("UNKNOWN_TOPIC_OR_PARTITION",
-                               f"{topic}-{partition} has no replica on broker {self.broker_id}",
-                               leader_id=self._leader_in_image(topic, partition))
+            raise ReplicaError(
+                "UNKNOWN_TOPIC_OR_PARTITION",
+                f"{topic}-{partition} has no replica on broker {self.broker_id}",
+                leader_id=self._leader_in_image(topic, partition),
+            )
         if rep.leader is None or not rep.leader.is_leader:
-            raise ReplicaError("NOT_LEADER_OR_FOLLOWER",
-                               f"broker {self.broker_id} does not lead {rep.name}",
-                               leader_id=rep.registration.leader)
+            raise ReplicaError(
+                "NOT_LEADER_OR_FOLLOWER",
+                f"broker {self.broker_id} does not lead {rep.name}",
+                leader_id=rep.registration.leader,
+            )
         return rep, rep.leader
 
     def _leader_in_image(self, topic: str, partition: int) -> int:
@@ -620,8 +712,9 @@ class ReplicaManager:
         reg = None if t is None else t.partitions.get(partition)
         return -1 if reg is None else int(reg.leader)
 
-    async def produce(self, topic: str, partition: int, acks: int, timeout_ms: int,
-                      batch: bytes) -> dict[str, Any]:
+    async def produce(
+        self, topic: str, partition: int, acks: int, timeout_ms: int, batch: bytes
+    ) -> dict[str, Any]:
         rep, leader = self._leading(topic, partition)
         leader.check_append_or_raise(acks)
         header = parse_header(batch)
@@ -641,8 +734,12 @@ class ReplicaManager:
             leader.on_local_append(rep.log.log_end_offset, t)
             duplicate = False
             self._after_hw_change(rep)
-        out = {"base_offset": base, "last_offset": last, "log_append_time": -1,
-               "duplicate": duplicate}
+        out = {
+            "base_offset": base,
+            "last_offset": last,
+            "log_append_time": -1,
+            "duplicate": duplicate,
+        }
         if self.acks_require_fsync:
             # The HW waits for our fsync (hw_requires_leader_flush): ask for it and tell the
             # leader state when it is done. acks=0 does not wait, but its records must still
@@ -670,12 +767,17 @@ class ReplicaManager:
     def _flush_leader(self, rep: Replica, offset: int) -> asyncio.Task[None]:
         """fsync ``rep``'s log below ``offset`` (group-committed with every other log), then
         let its leader state count it towards the HW."""
+
         async def flush() -> None:
             await self.committer.durable(rep.log, offset)
             leader = rep.leader
-            if leader is not None and leader.is_leader and leader.on_local_flush(
-                    rep.log.flushed_offset, now_ms()):
+            if (
+                leader is not None
+                and leader.is_leader
+                and leader.on_local_flush(rep.log.flushed_offset, now_ms())
+            ):
                 self._after_hw_change(rep)
+
         task = asyncio.get_running_loop().create_task(flush())
         self._flush_tasks.add(task)  # the loop holds tasks weakly
         task.add_done_callback(self._flush_done)
@@ -703,8 +805,9 @@ class ReplicaManager:
             rep.producers.on_high_watermark(rep.leader.high_watermark)
         rep.notify()
 
-    def _check_diverging(self, rep: Replica, fetch_offset: int,
-                         last_fetched_epoch: int) -> tuple[int, int] | None:
+    def _check_diverging(
+        self, rep: Replica, fetch_offset: int, last_fetched_epoch: int
+    ) -> tuple[int, int] | None:
         if last_fetched_epoch < 0:
             return None
         epoch, end = rep.log.end_offset_for_epoch(last_fetched_epoch)
@@ -712,10 +815,21 @@ class ReplicaManager:
             return epoch, end
         return None
 
-    async def fetch(self, *, topic: str, partition: int, replica_id: int, fetch_offset: int,
-                    leader_epoch: int, last_fetched_epoch: int, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int, high_watermark: int,
-                    broker_epoch: int) -> dict[str, Any]:
+    async def fetch(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        replica_id: int,
+        fetch_offset: int,
+        leader_epoch: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        high_watermark: int,
+        broker_epoch: int,
+    ) -> dict[str, Any]:
         """A follower's (``replica_id`` >= 0) or a consumer's (-1) fetch, long-polling up to
         ``max_wait_ms`` for ``min_bytes`` (followers also return early when the HW passes
         the ``high_watermark`` they sent). ``replica_id`` -2 is Kafka's debugging consumer:
@@ -724,21 +838,31 @@ class ReplicaManager:
             return self._debug_fetch(topic, partition, fetch_offset, max_bytes)
         rep, leader = self._leading(topic, partition)
         if leader_epoch >= 0 and leader_epoch != leader.leader_epoch:
-            code = ("FENCED_LEADER_EPOCH" if leader_epoch < leader.leader_epoch
-                    else "UNKNOWN_LEADER_EPOCH")
-            raise ReplicaError(code, f"fetch in epoch {leader_epoch}, leader is in "
-                                     f"{leader.leader_epoch}")
+            code = (
+                "FENCED_LEADER_EPOCH"
+                if leader_epoch < leader.leader_epoch
+                else "UNKNOWN_LEADER_EPOCH"
+            )
+            raise ReplicaError(
+                code, f"fetch in epoch {leader_epoch}, leader is in {leader.leader_epoch}"
+            )
         is_follower = replica_id >= 0
         if is_follower:
             div = self._check_diverging(rep, fetch_offset, last_fetched_epoch)
             if div is not None:
                 return self._fetch_answer(rep, b"", diverging=div)
             if fetch_offset > rep.log.log_end_offset:
-                raise ReplicaError("OFFSET_OUT_OF_RANGE",
-                                   f"fetch at {fetch_offset}, log end {rep.log.log_end_offset}")
-            leader.on_follower_fetch(BrokerId(replica_id), fetch_offset,
-                                     leader_epoch=leader.leader_epoch, now_ms=now_ms(),
-                                     broker_epoch=broker_epoch)
+                raise ReplicaError(
+                    "OFFSET_OUT_OF_RANGE",
+                    f"fetch at {fetch_offset}, log end {rep.log.log_end_offset}",
+                )
+            leader.on_follower_fetch(
+                BrokerId(replica_id),
+                fetch_offset,
+                leader_epoch=leader.leader_epoch,
+                now_ms=now_ms(),
+                broker_epoch=broker_epoch,
+            )
             change = leader.maybe_expand_isr(BrokerId(replica_id))
             if change is not None:
                 self._send_change(rep, change)
@@ -746,11 +870,13 @@ class ReplicaManager:
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             if rep.leader is not leader or not leader.is_leader:
-                raise ReplicaError("NOT_LEADER_OR_FOLLOWER", "leadership moved",
-                                   leader_id=rep.registration.leader)
+                raise ReplicaError(
+                    "NOT_LEADER_OR_FOLLOWER", "leadership moved", leader_id=rep.registration.leader
+                )
             hw = leader.high_watermark
-            data = rep.log.read(fetch_offset, max_bytes,
-                                max_offset=None if is_follower else hw).data
+            data = rep.log.read(
+                fetch_offset, max_bytes, max_offset=None if is_follower else hw
+            ).data
             if len(data) >= max(min_bytes, 1) or (is_follower and hw > high_watermark):
                 break
             left = deadline - time.monotonic()
@@ -760,33 +886,48 @@ class ReplicaManager:
             await wait_event(ev, left)
         return self._fetch_answer(rep, data)
 
-    def _debug_fetch(self, topic: str, partition: int, fetch_offset: int,
-                     max_bytes: int) -> dict[str, Any]:
+    def _debug_fetch(
+        self, topic: str, partition: int, fetch_offset: int, max_bytes: int
+    ) -> dict[str, Any]:
         rep = self.by_name.get((topic, partition))
         if rep is None:
-            raise ReplicaError("UNKNOWN_TOPIC_OR_PARTITION",
-                               f"{topic}-{partition} has no replica on broker {self.broker_id}")
+            raise ReplicaError(
+                "UNKNOWN_TOPIC_OR_PARTITION",
+                f"{topic}-{partition} has no replica on broker {self.broker_id}",
+            )
         data = rep.log.read(fetch_offset, max_bytes).data
-        return {"records": data, "high_watermark": rep.high_watermark,
-                "log_start_offset": rep.log.log_start_offset,
-                "log_end_offset": rep.log.log_end_offset,
-                "leader_epoch": rep.registration.leader_epoch, "diverging_epoch": None}
+        return {
+            "records": data,
+            "high_watermark": rep.high_watermark,
+            "log_start_offset": rep.log.log_start_offset,
+            "log_end_offset": rep.log.log_end_offset,
+            "leader_epoch": rep.registration.leader_epoch,
+            "diverging_epoch": None,
+        }
 
-    def _fetch_answer(self, rep: Replica, data: bytes,
-                      diverging: tuple[int, int] | None = None) -> dict[str, Any]:
+    def _fetch_answer(
+        self, rep: Replica, data: bytes, diverging: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         assert rep.leader is not None
-        return {"records": data, "high_watermark": rep.leader.high_watermark,
-                "log_start_offset": rep.log.log_start_offset,
-                "log_end_offset": rep.log.log_end_offset,
-                "leader_epoch": rep.leader.leader_epoch,
-                "diverging_epoch": None if diverging is None else list(diverging)}
+        return {
+            "records": data,
+            "high_watermark": rep.leader.high_watermark,
+            "log_start_offset": rep.log.log_start_offset,
+            "log_end_offset": rep.log.log_end_offset,
+            "leader_epoch": rep.leader.leader_epoch,
+            "diverging_epoch": None if diverging is None else list(diverging),
+        }
 
-    def offsets_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
-                                 epoch: int) -> dict[str, Any]:
+    def offsets_for_leader_epoch(
+        self, topic: str, partition: int, current_leader_epoch: int, epoch: int
+    ) -> dict[str, Any]:
         rep, leader = self._leading(topic, partition)
         if current_leader_epoch >= 0 and current_leader_epoch != leader.leader_epoch:
-            code = ("FENCED_LEADER_EPOCH" if current_leader_epoch < leader.leader_epoch
-                    else "UNKNOWN_LEADER_EPOCH")
+            code = (
+                "FENCED_LEADER_EPOCH"
+                if current_leader_epoch < leader.leader_epoch
+                else "UNKNOWN_LEADER_EPOCH"
+            )
             raise ReplicaError(code)
         e, end = rep.log.end_offset_for_epoch(epoch)
         return {"leader_epoch": e, "end_offset": end}
@@ -808,16 +949,23 @@ class ReplicaManager:
         out = []
         for rep in sorted(self.replicas.values(), key=lambda r: r.name):
             d: dict[str, Any] = {
-                "topic": rep.topic, "partition": rep.partition,
+                "topic": rep.topic,
+                "partition": rep.partition,
                 "log_start_offset": rep.log.log_start_offset,
                 "log_end_offset": rep.log.log_end_offset,
-                "high_watermark": rep.high_watermark, "leader": int(rep.registration.leader),
+                "high_watermark": rep.high_watermark,
+                "leader": int(rep.registration.leader),
                 "leader_epoch": rep.registration.leader_epoch,
                 "isr": [int(b) for b in rep.registration.isr],
                 "eligible_leader_replicas": [int(b) for b in rep.registration.elr],
                 "last_known_elr": [int(b) for b in rep.registration.last_known_elr],
-                "role": ("leader" if rep.leader is not None and rep.leader.is_leader
-                         else "follower" if rep.follower is not None else "none"),
+                "role": (
+                    "leader"
+                    if rep.leader is not None and rep.leader.is_leader
+                    else "follower"
+                    if rep.follower is not None
+                    else "none"
+                ),
             }
             if rep.leader is not None and rep.leader.is_leader:
                 d["maximal_isr"] = sorted(int(b) for b in rep.leader.maximal_isr)
@@ -839,8 +987,7 @@ class ReplicaManager:
                 log.info("broker %d: HW checkpoint of %s: %s", self.broker_id, rep.name, e)
             except OSError as e:
                 if e.errno in NO_SPACE_ERRNOS:  # full: the next round retries
-                    log.warning("broker %d: HW checkpoint of %s: %s", self.broker_id,
-                                rep.name, e)
+                    log.warning("broker %d: HW checkpoint of %s: %s", self.broker_id, rep.name, e)
                 else:  # an I/O error on the data directory takes it offline, as in Kafka
                     self.log_dir.fail(e, operation="HW checkpoint", path=rep.log.dir_path)
 
@@ -856,8 +1003,11 @@ class ReplicaManager:
                 log.warning("broker %d: recovery point of %s: %s", self.broker_id, rep.name, e)
 
     def _dirty_hws(self) -> list[tuple[Replica, int]]:
-        return [(r, r.high_watermark) for r in self.replicas.values()
-                if r.high_watermark != r.hw_checkpointed]
+        return [
+            (r, r.high_watermark)
+            for r in self.replicas.values()
+            if r.high_watermark != r.hw_checkpointed
+        ]
 
     async def _tick(self) -> None:
         last_checkpoint = last_expiry = last_retention = last_cleaner = time.monotonic()
@@ -865,8 +1015,9 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(TICK_S)
             mono = time.monotonic()
-            if (mono - last_retention >= self.retention_check_interval_s
-                    and (self._maintenance is None or self._maintenance.done())):
+            if mono - last_retention >= self.retention_check_interval_s and (
+                self._maintenance is None or self._maintenance.done()
+            ):
                 cleaner = mono - last_cleaner >= self.cleaner_backoff_s
                 last_retention = mono
                 if cleaner:
@@ -874,7 +1025,8 @@ class ReplicaManager:
                 # A task of its own: compaction can take seconds, and this timer drives the
                 # acks=all deadlines and ISR shrinks.
                 self._maintenance = asyncio.get_running_loop().create_task(
-                    self._log_maintenance(cleaner=cleaner), name="log-maintenance")
+                    self._log_maintenance(cleaner=cleaner), name="log-maintenance"
+                )
             if self._deferred:
                 await self._apply_deferred()
             if time.monotonic() - last_expiry >= PRODUCER_EXPIRATION_CHECK_INTERVAL_S:
@@ -888,8 +1040,9 @@ class ReplicaManager:
                     await asyncio.to_thread(self._checkpoint_hws, dirty)
             if time.monotonic() - last_rp_checkpoint >= RECOVERY_POINT_CHECKPOINT_INTERVAL_S:
                 last_rp_checkpoint = time.monotonic()
-                await asyncio.to_thread(self._checkpoint_recovery_points,
-                                        list(self.replicas.values()))
+                await asyncio.to_thread(
+                    self._checkpoint_recovery_points, list(self.replicas.values())
+                )
             t = now_ms()
             for rep in list(self.replicas.values()):
                 leader = rep.leader
@@ -901,8 +1054,12 @@ class ReplicaManager:
                         rep.last_shrink_check_ms = t
                         change = leader.maybe_shrink_isr(t)
                         if change is not None:
-                            log.info("broker %d: %s shrinking ISR to %s", self.broker_id,
-                                     rep.name, [m.broker_id for m in change.new_isr])
+                            log.info(
+                                "broker %d: %s shrinking ISR to %s",
+                                self.broker_id,
+                                rep.name,
+                                [m.broker_id for m in change.new_isr],
+                            )
                             self._send_change(rep, change)
                     self._after_hw_change(rep)
                 except Exception:
@@ -912,7 +1069,8 @@ class ReplicaManager:
         if rep.alter_task is not None and not rep.alter_task.done():
             rep.alter_task.cancel()
         rep.alter_task = asyncio.get_running_loop().create_task(
-            self._alter(rep, change), name=f"alter-{rep.name}")
+            self._alter(rep, change), name=f"alter-{rep.name}"
+        )
 
     async def _alter(self, rep: Replica, change: PartitionStateChange) -> None:
         while True:
@@ -922,13 +1080,22 @@ class ReplicaManager:
             epoch = self.broker_epoch()
             result: AlterPartitionResult | None
             try:
-                resp = await self.controller.execute(AlterPartition(
-                    broker_id=self.broker_id,
-                    broker_epoch=BrokerEpoch(epoch if epoch is not None else -1),
-                    partitions=(change,)))
+                resp = await self.controller.execute(
+                    AlterPartition(
+                        broker_id=self.broker_id,
+                        broker_epoch=BrokerEpoch(epoch if epoch is not None else -1),
+                        partitions=(change,),
+                    )
+                )
                 assert isinstance(resp, AlterPartitionResponse)
-                result = next((r for r in resp.results if r.topic_id == change.topic_id
-                               and r.partition == change.partition), None)
+                result = next(
+                    (
+                        r
+                        for r in resp.results
+                        if r.topic_id == change.topic_id and r.partition == change.partition
+                    ),
+                    None,
+                )
             except MetadataError as e:
                 result = AlterPartitionResult(change.topic_id, change.partition, error=e)
             except (ControllerUnavailableError, OSError) as e:
@@ -936,10 +1103,18 @@ class ReplicaManager:
                 result = None
             if rep.leader is not leader:
                 return
-            outcome = (AlterOutcome.RETRY if result is None
-                       else leader.on_alter_partition_result(change, result, now_ms()))
-            log.info("broker %d: AlterPartition %s ISR %s: %s", self.broker_id, rep.name,
-                     [m.broker_id for m in change.new_isr], outcome.value)
+            outcome = (
+                AlterOutcome.RETRY
+                if result is None
+                else leader.on_alter_partition_result(change, result, now_ms())
+            )
+            log.info(
+                "broker %d: AlterPartition %s ISR %s: %s",
+                self.broker_id,
+                rep.name,
+                [m.broker_id for m in change.new_isr],
+                outcome.value,
+            )
             self._after_hw_change(rep)
             if outcome is not AlterOutcome.RETRY:
                 return

@@ -98,7 +98,8 @@ class ReplicationConfig:
         d = ReplicationConfig()
         return ReplicationConfig(
             replica_lag_time_ms_max=int(
-                configs.get("replica.lag.time.max.ms", d.replica_lag_time_ms_max)),
+                configs.get("replica.lag.time.max.ms", d.replica_lag_time_ms_max)
+            ),
             min_insync_replicas=int(configs.get("min.insync.replicas", d.min_insync_replicas)),
         )
 
@@ -131,13 +132,17 @@ class FollowerProgress:
         steady stream of small produces stays in sync although it never reads the very end."""
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = _max_opt(self.last_caught_up_time_ms, now_ms)
-        elif (fetch_offset >= self.last_fetch_leader_log_end_offset
-              and self.last_fetch_time_ms is not None):
+        elif (
+            fetch_offset >= self.last_fetch_leader_log_end_offset
+            and self.last_fetch_time_ms is not None
+        ):
             self.last_caught_up_time_ms = _max_opt(
-                self.last_caught_up_time_ms, self.last_fetch_time_ms)
+                self.last_caught_up_time_ms, self.last_fetch_time_ms
+            )
         self.log_end_offset = fetch_offset
         self.last_fetch_leader_log_end_offset = max(
-            leader_log_end_offset, self.last_fetch_leader_log_end_offset)
+            leader_log_end_offset, self.last_fetch_leader_log_end_offset
+        )
         self.last_fetch_time_ms = now_ms
 
     def is_caught_up(self, leader_log_end_offset: int, now_ms: int, lag_ms_max: int) -> bool:
@@ -189,13 +194,19 @@ class AlterOutcome(enum.Enum):
 
 # Kafka's Partition.handleAlterPartitionError, by error code.
 _REVERT_CODES = frozenset({"INELIGIBLE_REPLICA", "OPERATION_NOT_ATTEMPTED"})
-_AWAIT_METADATA_CODES = frozenset({
-    "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID", "FENCED_LEADER_EPOCH",
-    "INVALID_UPDATE_VERSION", "INVALID_REQUEST", "NEW_LEADER_ELECTED",
-    # Not in Kafka's list (it retries), but our controller answers it only when another broker
-    # leads: retrying cannot succeed before the metadata log tells us so.
-    "NOT_LEADER_OR_FOLLOWER",
-})
+_AWAIT_METADATA_CODES = frozenset(
+    {
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_ID",
+        "FENCED_LEADER_EPOCH",
+        "INVALID_UPDATE_VERSION",
+        "INVALID_REQUEST",
+        "NEW_LEADER_ELECTED",
+        # Not in Kafka's list (it retries), but our controller answers it only when another broker
+        # leads: retrying cannot succeed before the metadata log tells us so.
+        "NOT_LEADER_OR_FOLLOWER",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +246,12 @@ class LeaderState:
         ``flushed_offset`` (default ``log_end_offset``) is the log's recovery point, which
         matters with ``hw_requires_leader_flush`` only.
         """
-        invariant(registration.leader == local_broker_id,
-                  "broker %s becoming leader of a partition led by %s",
-                  local_broker_id, registration.leader)
+        invariant(
+            registration.leader == local_broker_id,
+            "broker %s becoming leader of a partition led by %s",
+            local_broker_id,
+            registration.leader,
+        )
         invariant(log_end_offset >= 0, "negative log end offset %d", log_end_offset)
         self.topic_id = topic_id
         self.partition = partition
@@ -339,7 +353,8 @@ class LeaderState:
         if self.high_watermark_lagging:
             raise OffsetNotAvailableError(
                 f"high watermark {self._hw} lags the start of leader epoch "
-                f"{self.leader_epoch} at {self.epoch_start_offset}")
+                f"{self.leader_epoch} at {self.epoch_start_offset}"
+            )
         return self._hw
 
     def follower(self, broker_id: BrokerId) -> FollowerProgress | None:
@@ -369,14 +384,19 @@ class LeaderState:
         if required_acks == ACKS_ALL and self.is_under_min_isr:
             raise NotEnoughReplicasError(
                 f"ISR {list(self.isr)} is smaller than min.insync.replicas="
-                f"{self.effective_min_isr} for partition {self.topic_id}-{self.partition}")
+                f"{self.effective_min_isr} for partition {self.topic_id}-{self.partition}"
+            )
 
     def on_local_append(self, log_end_offset: int, now_ms: int) -> bool:
         """The leader's log grew to ``log_end_offset``; True if the HW advanced (an ISR of
         just the leader commits at once)."""
         self._check_leading()
-        invariant(log_end_offset >= self._leo, "leader log end offset went back: %d -> %d",
-                  self._leo, log_end_offset)
+        invariant(
+            log_end_offset >= self._leo,
+            "leader log end offset went back: %d -> %d",
+            self._leo,
+            log_end_offset,
+        )
         self._leo = log_end_offset
         return self._maybe_advance_hw(now_ms)
 
@@ -392,8 +412,12 @@ class LeaderState:
         ``AckResult`` from ``drain_acks``: on commit, on ``poll`` past ``deadline_ms``
         (``RequestTimedOutError``), or when leadership is lost."""
         self._check_leading()
-        invariant(last_offset < self._leo, "waiting for offset %d beyond the log end %d",
-                  last_offset, self._leo)
+        invariant(
+            last_offset < self._leo,
+            "waiting for offset %d beyond the log end %d",
+            last_offset,
+            self._leo,
+        )
         wid = self._next_waiter_id
         self._next_waiter_id += 1
         if last_offset < self._hw:
@@ -424,8 +448,15 @@ class LeaderState:
                 return deadline
             heapq.heappop(self._by_deadline)
             last_offset, _ = self._waiters.pop(wid)
-            self._acks.append(AckResult(wid, last_offset, RequestTimedOutError(
-                f"high watermark {self._hw} did not pass offset {last_offset} in time")))
+            self._acks.append(
+                AckResult(
+                    wid,
+                    last_offset,
+                    RequestTimedOutError(
+                        f"high watermark {self._hw} did not pass offset {last_offset} in time"
+                    ),
+                )
+            )
         return None
 
     def _after_append_error(self) -> BrokerError | None:
@@ -434,7 +465,8 @@ class LeaderState:
         if len(self.maximal_isr) < self.effective_min_isr:
             return NotEnoughReplicasAfterAppendError(
                 f"ISR {sorted(self.maximal_isr)} shrank below min.insync.replicas="
-                f"{self.effective_min_isr} after the append")
+                f"{self.effective_min_isr} after the append"
+            )
         return None
 
     def _complete_waiters(self) -> None:
@@ -474,17 +506,25 @@ class LeaderState:
         self._check_leading()
         if leader_epoch < self.leader_epoch:
             raise FencedLeaderEpochError(
-                f"fetch in leader epoch {leader_epoch}, current is {self.leader_epoch}")
+                f"fetch in leader epoch {leader_epoch}, current is {self.leader_epoch}"
+            )
         if leader_epoch > self.leader_epoch:
             raise UnknownLeaderEpochError(
-                f"fetch in leader epoch {leader_epoch}, this leader knows {self.leader_epoch}")
+                f"fetch in leader epoch {leader_epoch}, this leader knows {self.leader_epoch}"
+            )
         progress = self._followers.get(follower_id)
         if progress is None:
             raise UnknownLeaderEpochError(
                 f"broker {follower_id} is not a replica of {self.topic_id}-{self.partition} "
-                f"in leader epoch {self.leader_epoch}, partition epoch {self.partition_epoch}")
-        invariant(0 <= fetch_offset <= self._leo, "follower %s fetched at %d, log end is %d",
-                  follower_id, fetch_offset, self._leo)
+                f"in leader epoch {self.leader_epoch}, partition epoch {self.partition_epoch}"
+            )
+        invariant(
+            0 <= fetch_offset <= self._leo,
+            "follower %s fetched at %d, log end is %d",
+            follower_id,
+            fetch_offset,
+            self._leo,
+        )
         progress.on_fetch(fetch_offset, self._leo, now_ms)
         progress.log_start_offset = log_start_offset
         if broker_epoch != -1:
@@ -516,7 +556,7 @@ class LeaderState:
         if reg.leader_recovery_state == LeaderRecoveryState.RECOVERING:
             return None
         progress = self._followers.get(follower_id)
-        if (progress is None or follower_id in reg.isr or follower_id in self._ineligible):
+        if progress is None or follower_id in reg.isr or follower_id in self._ineligible:
             return None
         leo = progress.log_end_offset
         if leo < self._hw or leo < self.epoch_start_offset:
@@ -535,8 +575,7 @@ class LeaderState:
         reg = self._registration
         lag = self.config.replica_lag_time_ms_max
         out = {
-            b for b in reg.isr
-            if b != self.local_broker_id and not self._caught_up(b, now_ms, lag)
+            b for b in reg.isr if b != self.local_broker_id and not self._caught_up(b, now_ms, lag)
         }
         if not out:
             return None
@@ -551,17 +590,25 @@ class LeaderState:
             return None
         if self._registration.leader_recovery_state != LeaderRecoveryState.RECOVERING:
             return None
-        return self._propose(IsrChangeKind.RECOVER, self._registration.isr,
-                             frozenset(self._registration.isr),
-                             recovery_state=LeaderRecoveryState.RECOVERED)
+        return self._propose(
+            IsrChangeKind.RECOVER,
+            self._registration.isr,
+            frozenset(self._registration.isr),
+            recovery_state=LeaderRecoveryState.RECOVERED,
+        )
 
     def _caught_up(self, broker_id: BrokerId, now_ms: int, lag_ms_max: int) -> bool:
         p = self._followers.get(broker_id)
         return p is not None and p.is_caught_up(self._leo, now_ms, lag_ms_max)
 
-    def _propose(self, kind: IsrChangeKind, new_isr: tuple[BrokerId, ...],
-                 maximal: frozenset[BrokerId], *, recovery_state: int | None = None
-                 ) -> PartitionStateChange:
+    def _propose(
+        self,
+        kind: IsrChangeKind,
+        new_isr: tuple[BrokerId, ...],
+        maximal: frozenset[BrokerId],
+        *,
+        recovery_state: int | None = None,
+    ) -> PartitionStateChange:
         reg = self._registration
         invariant(self.local_broker_id in new_isr, "proposed ISR %s lacks the leader", new_isr)
         request = PartitionStateChange(
@@ -571,7 +618,8 @@ class LeaderState:
             partition_epoch=reg.partition_epoch,
             new_isr=tuple(IsrMember(b, self._broker_epoch_of(b)) for b in new_isr),
             leader_recovery_state=(
-                reg.leader_recovery_state if recovery_state is None else recovery_state),
+                reg.leader_recovery_state if recovery_state is None else recovery_state
+            ),
         )
         self._pending = PendingIsrChange(kind, request, maximal | frozenset(reg.isr))
         return request
@@ -587,8 +635,9 @@ class LeaderState:
 
     # ------------------------------------------------------------------ controller
 
-    def on_alter_partition_result(self, sent: PartitionStateChange,
-                                  result: AlterPartitionResult, now_ms: int) -> AlterOutcome:
+    def on_alter_partition_result(
+        self, sent: PartitionStateChange, result: AlterPartitionResult, now_ms: int
+    ) -> AlterOutcome:
         """Apply the controller's answer to the AlterPartition carrying ``sent``.
 
         An answer to anything but the change in flight is ignored (Kafka compares the pending
@@ -628,8 +677,10 @@ class LeaderState:
             return True
         if registration.leader_epoch < self.leader_epoch:
             return False
-        if (registration.leader_epoch == self.leader_epoch
-                and registration.partition_epoch <= self.partition_epoch):
+        if (
+            registration.leader_epoch == self.leader_epoch
+            and registration.partition_epoch <= self.partition_epoch
+        ):
             return False
         new_epoch = registration.leader_epoch > self.leader_epoch
         if new_epoch:
@@ -639,8 +690,9 @@ class LeaderState:
         self._adopt(registration, now_ms, reset_followers=new_epoch)
         return True
 
-    def _adopt(self, registration: PartitionRegistration, now_ms: int, *,
-               reset_followers: bool = False) -> None:
+    def _adopt(
+        self, registration: PartitionRegistration, now_ms: int, *, reset_followers: bool = False
+    ) -> None:
         registration.check(f"{self.topic_id}-{self.partition}")
         self._registration = registration
         self._pending = None
@@ -675,9 +727,16 @@ class LeaderState:
         self._leading = False
         self._pending = None
         for wid, (last_offset, _) in sorted(self._waiters.items()):
-            self._acks.append(AckResult(wid, last_offset, NotLeaderOrFollowerError(
-                f"leadership of {self.topic_id}-{self.partition} lost before offset "
-                f"{last_offset} was committed")))
+            self._acks.append(
+                AckResult(
+                    wid,
+                    last_offset,
+                    NotLeaderOrFollowerError(
+                        f"leadership of {self.topic_id}-{self.partition} lost before offset "
+                        f"{last_offset} was committed"
+                    ),
+                )
+            )
         self._waiters.clear()
         self._by_offset.clear()
         self._by_deadline.clear()
@@ -685,7 +744,8 @@ class LeaderState:
     def _check_leading(self) -> None:
         if not self._leading:
             raise NotLeaderOrFollowerError(
-                f"not the leader of {self.topic_id}-{self.partition} any more")
+                f"not the leader of {self.topic_id}-{self.partition} any more"
+            )
 
     # ------------------------------------------------------------------ high watermark
 
@@ -722,8 +782,9 @@ class LeaderState:
         for b, p in self._followers.items():
             if p.log_end_offset >= new_hw:
                 continue
-            if b in maximal or (b not in self._ineligible
-                                and p.is_caught_up(self._leo, now_ms, lag)):
+            if b in maximal or (
+                b not in self._ineligible and p.is_caught_up(self._leo, now_ms, lag)
+            ):
                 new_hw = p.log_end_offset
         if new_hw <= self._hw:
             return False
@@ -775,8 +836,9 @@ class TruncationStep:
 class FollowerState:
     """A follower's replication state of one partition (KIP-101, KIP-279)."""
 
-    def __init__(self, *, leader_id: BrokerId, leader_epoch: int, high_watermark: int,
-                 log: EpochSource) -> None:
+    def __init__(
+        self, *, leader_id: BrokerId, leader_epoch: int, high_watermark: int, log: EpochSource
+    ) -> None:
         """Become follower of ``leader_id`` in ``leader_epoch``; then do ``first_step``."""
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
@@ -797,8 +859,7 @@ class FollowerState:
     def high_watermark(self) -> int:
         return self._hw
 
-    def on_epoch_end_offset(self, epoch: int, end_offset: int, log: EpochSource
-                            ) -> TruncationStep:
+    def on_epoch_end_offset(self, epoch: int, end_offset: int, log: EpochSource) -> TruncationStep:
         """The leader's answer ``(epoch, end_offset)`` to OffsetsForLeaderEpoch, or the
         DivergingEpoch of a fetch response (the same rule: Kafka's
         ``AbstractFetcherThread.getOffsetTruncationState``). ``log`` is the local log with
@@ -830,7 +891,8 @@ class FollowerState:
             return TruncationStep(
                 truncate_to=target if target < leo else None,
                 query_epoch=local_epoch,
-                below_high_watermark=self._lower_hw(target))
+                below_high_watermark=self._lower_hw(target),
+            )
         return self._finish(min(local_end, end_offset, leo), log)
 
     def _finish(self, target: int, log: EpochSource) -> TruncationStep:
@@ -838,8 +900,11 @@ class FollowerState:
         target = min(target, leo)
         self.phase = FollowerPhase.FETCHING
         self.query_epoch = None
-        return TruncationStep(truncate_to=target if target < leo else None, query_epoch=None,
-                              below_high_watermark=self._lower_hw(target))
+        return TruncationStep(
+            truncate_to=target if target < leo else None,
+            query_epoch=None,
+            below_high_watermark=self._lower_hw(target),
+        )
 
     def _lower_hw(self, target: int) -> bool:
         if target < self._hw:

@@ -83,14 +83,21 @@ def int_value(key: str, v: Any, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int
     return v
 
 
-def int_field(b: dict[str, Any], key: str, lo: int = INT64_MIN, hi: int = INT64_MAX, *,
-              default: int = REQUIRED) -> int:
+def int_field(
+    b: dict[str, Any],
+    key: str,
+    lo: int = INT64_MIN,
+    hi: int = INT64_MAX,
+    *,
+    default: int = REQUIRED,
+) -> int:
     v = _get(b, key, default)
     return default if v is _ABSENT else int_value(key, v, lo, hi)
 
 
-def choice_field(b: dict[str, Any], key: str, choices: tuple[int, ...], *,
-                 default: int = REQUIRED) -> int:
+def choice_field(
+    b: dict[str, Any], key: str, choices: tuple[int, ...], *, default: int = REQUIRED
+) -> int:
     v = _get(b, key, default)
     if v is _ABSENT:
         return default
@@ -105,8 +112,9 @@ def str_value(key: str, v: Any, max_chars: int = STRING_CHARS_MAX) -> str:
     return v
 
 
-def str_field(b: dict[str, Any], key: str, max_chars: int = STRING_CHARS_MAX, *,
-              default: str = REQUIRED) -> str:
+def str_field(
+    b: dict[str, Any], key: str, max_chars: int = STRING_CHARS_MAX, *, default: str = REQUIRED
+) -> str:
     v = _get(b, key, default)
     return default if v is _ABSENT else str_value(key, v, max_chars)
 
@@ -147,8 +155,9 @@ def bytes_field(b: dict[str, Any], key: str, *, default: bytes = REQUIRED) -> by
     return v
 
 
-def list_field(b: dict[str, Any], key: str, *, default: Any = REQUIRED,
-               max_items: int = LIST_ITEMS_MAX) -> Any:
+def list_field(
+    b: dict[str, Any], key: str, *, default: Any = REQUIRED, max_items: int = LIST_ITEMS_MAX
+) -> Any:
     """The list (items unchecked: the route reads each), or ``default`` when missing."""
     v = _get(b, key, default)
     if v is _ABSENT:

@@ -42,10 +42,16 @@ log = logging.getLogger(__name__)
 MSGPACK = "application/msgpack"
 INTERNAL_PREFIX = "/internal/broker/v1"
 
-RETRIABLE = frozenset({
-    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_LEADER_EPOCH",
-    "FENCED_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE", "BROKER_NOT_AVAILABLE",
-})
+RETRIABLE = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "UNKNOWN_LEADER_EPOCH",
+        "FENCED_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+        "BROKER_NOT_AVAILABLE",
+    }
+)
 """Errors a leader change explains: retried within the budget. UNKNOWN_TOPIC_OR_PARTITION is
 retried only while the image still has the partition (the leader has not opened it yet)."""
 EPOCH_ERRORS = frozenset({"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"})
@@ -104,8 +110,16 @@ class PartitionRouter:
 
     # ------------------------------------------------------------------ operations
 
-    async def produce(self, topic: str, partition: int, acks: int, timeout_ms: int,
-                      batch: bytes, *, forwarded: bool = False) -> dict[str, Any]:
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        acks: int,
+        timeout_ms: int,
+        batch: bytes,
+        *,
+        forwarded: bool = False,
+    ) -> dict[str, Any]:
         async def local() -> dict[str, Any]:
             return await self.mgr.produce(topic, partition, acks, max(left_ms(), 1), batch)
 
@@ -115,15 +129,31 @@ class PartitionRouter:
             return int((deadline - time.monotonic()) * 1000)
 
         def body() -> dict[str, Any]:
-            return {"topic": topic, "partition": partition, "acks": acks,
-                    "timeout_ms": max(left_ms(), 1), "batch": batch}
+            return {
+                "topic": topic,
+                "partition": partition,
+                "acks": acks,
+                "timeout_ms": max(left_ms(), 1),
+                "batch": batch,
+            }
 
-        return await self._route("produce", topic, partition, deadline, local, body,
-                                 forwarded=forwarded)
+        return await self._route(
+            "produce", topic, partition, deadline, local, body, forwarded=forwarded
+        )
 
-    async def fetch(self, topic: str, partition: int, fetch_offset: int, *, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int = 1, timeout_ms: int = 30_000,
-                    forwarded: bool = False, leader_epoch: int = -1) -> dict[str, Any]:
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        fetch_offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int = 1,
+        timeout_ms: int = 30_000,
+        forwarded: bool = False,
+        leader_epoch: int = -1,
+    ) -> dict[str, Any]:
         """A consumer's fetch (below the high watermark), long-polling up to ``max_wait_ms``.
         ``leader_epoch`` >= 0 is fenced against the leader's (KIP-320)."""
         budget_s = min(max(timeout_ms, max_wait_ms) / 1000, self.request_timeout_s_max)
@@ -136,25 +166,53 @@ class PartitionRouter:
 
         async def local() -> dict[str, Any]:
             return await self.mgr.fetch(
-                topic=topic, partition=partition, replica_id=-1, fetch_offset=fetch_offset,
-                leader_epoch=leader_epoch, last_fetched_epoch=-1, max_bytes=max_bytes,
-                max_wait_ms=wait_ms(), min_bytes=min_bytes, high_watermark=-1, broker_epoch=-1)
+                topic=topic,
+                partition=partition,
+                replica_id=-1,
+                fetch_offset=fetch_offset,
+                leader_epoch=leader_epoch,
+                last_fetched_epoch=-1,
+                max_bytes=max_bytes,
+                max_wait_ms=wait_ms(),
+                min_bytes=min_bytes,
+                high_watermark=-1,
+                broker_epoch=-1,
+            )
 
         def body() -> dict[str, Any]:
-            return {"topic": topic, "partition": partition, "replica_id": -1,
-                    "fetch_offset": fetch_offset, "max_bytes": max_bytes,
-                    "max_wait_ms": wait_ms(), "min_bytes": min_bytes,
-                    "leader_epoch": leader_epoch}
+            return {
+                "topic": topic,
+                "partition": partition,
+                "replica_id": -1,
+                "fetch_offset": fetch_offset,
+                "max_bytes": max_bytes,
+                "max_wait_ms": wait_ms(),
+                "min_bytes": min_bytes,
+                "leader_epoch": leader_epoch,
+            }
 
         # A consumer that names its leader epoch must hear that it is fenced (it refreshes its
         # metadata, KIP-320); retrying would only run out its budget.
-        return await self._route("fetch", topic, partition, deadline, local, body,
-                                 forwarded=forwarded,
-                                 answer_at_once=EPOCH_ERRORS if leader_epoch >= 0
-                                 else frozenset())
+        return await self._route(
+            "fetch",
+            topic,
+            partition,
+            deadline,
+            local,
+            body,
+            forwarded=forwarded,
+            answer_at_once=EPOCH_ERRORS if leader_epoch >= 0 else frozenset(),
+        )
 
-    async def list_offsets(self, topic: str, partition: int, timestamp: int, *,
-                           timeout_ms: int = 10_000, forwarded: bool = False) -> dict[str, Any]:
+    async def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        *,
+        timeout_ms: int = 10_000,
+        forwarded: bool = False,
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + min(timeout_ms / 1000, self.request_timeout_s_max)
 
         async def local() -> dict[str, Any]:
@@ -163,15 +221,24 @@ class PartitionRouter:
         def body() -> dict[str, Any]:
             return {"topic": topic, "partition": partition, "timestamp": timestamp}
 
-        return await self._route("list_offsets", topic, partition, deadline, local, body,
-                                 forwarded=forwarded)
+        return await self._route(
+            "list_offsets", topic, partition, deadline, local, body, forwarded=forwarded
+        )
 
     # ------------------------------------------------------------------ routing
 
-    async def _route(self, route: str, topic: str, partition: int, deadline: float,
-                     local: Callable[[], Awaitable[dict[str, Any]]],
-                     body: Callable[[], dict[str, Any]], *, forwarded: bool,
-                     answer_at_once: frozenset[str] = frozenset()) -> dict[str, Any]:
+    async def _route(
+        self,
+        route: str,
+        topic: str,
+        partition: int,
+        deadline: float,
+        local: Callable[[], Awaitable[dict[str, Any]]],
+        body: Callable[[], dict[str, Any]],
+        *,
+        forwarded: bool,
+        answer_at_once: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
         if forwarded:
             # Sent here by another broker that believed this one leads: answer or refuse,
             # never forward again.
@@ -184,21 +251,24 @@ class PartitionRouter:
         while True:
             leader = self.leader_of(topic, partition)
             if leader is None:
-                raise ReplicaError("UNKNOWN_TOPIC_OR_PARTITION",
-                                   f"{topic}-{partition} does not exist")
+                raise ReplicaError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} does not exist"
+                )
             try:
                 if leader == int(self.mgr.broker_id):
                     return await local()
                 if leader < 0:
-                    raise ReplicaError("LEADER_NOT_AVAILABLE",
-                                       f"{topic}-{partition} has no leader now")
+                    raise ReplicaError(
+                        "LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader now"
+                    )
                 return await self._forward(route, leader, body(), deadline)
             except (BrokerError, StorageError) as e:
                 err = as_replica_error(e)
             code = err.error_code
             retriable = (code not in answer_at_once and code in RETRIABLE) or (
                 code == "UNKNOWN_TOPIC_OR_PARTITION"
-                and self.leader_of(topic, partition) is not None)
+                and self.leader_of(topic, partition) is not None
+            )
             if not retriable:
                 raise err
             last = err
@@ -209,14 +279,22 @@ class PartitionRouter:
                 raise ReplicaError(
                     "REQUEST_TIMED_OUT",
                     f"{route} {topic}-{partition}: no leader answered within the request's "
-                    f"time budget (last: {last.error_code}: {last})") from None
+                    f"time budget (last: {last.error_code}: {last})",
+                ) from None
             if attempt == 1 or attempt % 20 == 0:
-                log.info("broker %d: %s %s-%d: %s, retrying", self.mgr.broker_id, route,
-                         topic, partition, err)
+                log.info(
+                    "broker %d: %s %s-%d: %s, retrying",
+                    self.mgr.broker_id,
+                    route,
+                    topic,
+                    partition,
+                    err,
+                )
             await asyncio.sleep(backoff)
 
-    async def _forward(self, route: str, leader: int, body: dict[str, Any],
-                       deadline: float) -> dict[str, Any]:
+    async def _forward(
+        self, route: str, leader: int, body: dict[str, Any], deadline: float
+    ) -> dict[str, Any]:
         url = self.mgr.leader_url(leader)
         if url is None:
             raise ReplicaError("LEADER_NOT_AVAILABLE", f"no endpoint for broker {leader}")
@@ -228,23 +306,29 @@ class PartitionRouter:
         self.forwarded_requests += 1
         try:
             async with self._sess().post(
-                    f"{url}{INTERNAL_PREFIX}/{route}", data=data,
-                    headers={"Content-Type": MSGPACK},
-                    timeout=aiohttp.ClientTimeout(total=left,
-                                                  sock_connect=CONNECT_TIMEOUT_S)) as resp:
+                f"{url}{INTERNAL_PREFIX}/{route}",
+                data=data,
+                headers={"Content-Type": MSGPACK},
+                timeout=aiohttp.ClientTimeout(total=left, sock_connect=CONNECT_TIMEOUT_S),
+            ) as resp:
                 payload = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise ReplicaError("LEADER_NOT_AVAILABLE",
-                               f"broker {leader} ({url}): {str(e) or type(e).__name__}") from None
+            raise ReplicaError(
+                "LEADER_NOT_AVAILABLE", f"broker {leader} ({url}): {str(e) or type(e).__name__}"
+            ) from None
         try:
             out = msgpack.unpackb(payload, raw=False)
         except (msgpack.UnpackException, ValueError):
             out = None
         if not isinstance(out, dict):
-            raise ReplicaError("BROKER_NOT_AVAILABLE",
-                               f"broker {leader} answered HTTP {status}: {payload[:200]!r}")
+            raise ReplicaError(
+                "BROKER_NOT_AVAILABLE", f"broker {leader} answered HTTP {status}: {payload[:200]!r}"
+            )
         if out.get("error"):
-            raise ReplicaError(str(out["error"]), str(out.get("message", "")),
-                               leader_id=int(out.get("leader_id", -1) or -1))
+            raise ReplicaError(
+                str(out["error"]),
+                str(out.get("message", "")),
+                leader_id=int(out.get("leader_id", -1) or -1),
+            )
         return out

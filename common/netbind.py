@@ -79,7 +79,8 @@ class LazySession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=connector(limit=self._limit),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s))
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
+            )
         return self._session
 
     async def close(self) -> None:

@@ -137,8 +137,9 @@ class Cluster(ABC):
     supports_groups = False
     """Whether `group_member` exists: the cluster has consumer groups."""
 
-    def group_member(self, name: str, host: str, *, group: str, assignor: str,
-                     on_rebalance: OnRebalance) -> GroupMember:
+    def group_member(
+        self, name: str, host: str, *, group: str, assignor: str, on_rebalance: OnRebalance
+    ) -> GroupMember:
         """A member of consumer group `group` named `name`, whose sockets bind `host`."""
         raise NotImplementedError(f"{type(self).__name__} has no consumer groups")
 

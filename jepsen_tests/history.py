@@ -188,11 +188,14 @@ class History:
             else:
                 inv = open_.pop(o.process, None)
                 if inv is None:
-                    raise HistoryError(f"op {o.index}: {o.type} from process {o.process} "
-                                       "without an open invoke")
+                    raise HistoryError(
+                        f"op {o.index}: {o.type} from process {o.process} without an open invoke"
+                    )
                 if inv.f != o.f:
-                    raise HistoryError(f"op {o.index}: completes {o.f!r} but {inv.f!r} "
-                                       f"(op {inv.index}) was invoked")
+                    raise HistoryError(
+                        f"op {o.index}: completes {o.f!r} but {inv.f!r} "
+                        f"(op {inv.index}) was invoked"
+                    )
                 out[slot[inv.index]] = Pair(inv, o)
         return out
 
@@ -248,8 +251,13 @@ class FaultWindow:
     @staticmethod
     def from_ops(start: Op, end_ns: int) -> FaultWindow:
         v = start.value
-        return FaultWindow(str(v.get("id")), str(v.get("kind")),
-                           tuple(str(t) for t in v.get("targets") or ()), start.time_ns, end_ns)
+        return FaultWindow(
+            str(v.get("id")),
+            str(v.get("kind")),
+            tuple(str(t) for t in v.get("targets") or ()),
+            start.time_ns,
+            end_ns,
+        )
 
     def contains(self, t_ns: int) -> bool:
         return self.start_ns <= t_ns <= self.end_ns
@@ -276,14 +284,23 @@ class Recorder:
     def now_ns(self) -> int:
         return time.monotonic_ns() - self._origin_ns
 
-    def record(self, process: int | str, type: str, f: str, value: Any = None, *,
-               node: str | None = None, error: str | None = None,
-               extra: dict[str, Any] | None = None) -> Op:
+    def record(
+        self,
+        process: int | str,
+        type: str,
+        f: str,
+        value: Any = None,
+        *,
+        node: str | None = None,
+        error: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Op:
         if type not in OP_TYPES:
             raise ValueError(f"unknown op type {type!r}")
         with self._lock:
-            op = Op(len(self._ops), process, type, f, value, self.now_ns(), node, error,
-                    extra or {})
+            op = Op(
+                len(self._ops), process, type, f, value, self.now_ns(), node, error, extra or {}
+            )
             self._ops.append(op)
             if self._fh is not None:
                 self._fh.write(json.dumps(op.to_json(), separators=(",", ":"), sort_keys=True))

@@ -78,9 +78,16 @@ class LongboatCluster(Cluster):
 
     dials_through_proxies = False  # api.client goes to the URLs brokers advertise
 
-    def __init__(self, n: int = 3, partitions: int = 6, replication_factor: int = 3,
-                 min_insync_replicas: int = 2, idempotence: bool = True,
-                 topic: str = TOPIC, acks_require_fsync: bool = False) -> None:
+    def __init__(
+        self,
+        n: int = 3,
+        partitions: int = 6,
+        replication_factor: int = 3,
+        min_insync_replicas: int = 2,
+        idempotence: bool = True,
+        topic: str = TOPIC,
+        acks_require_fsync: bool = False,
+    ) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
         self.n = n
@@ -96,14 +103,23 @@ class LongboatCluster(Cluster):
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
         self.brokers = [f"b{i + 1}" for i in range(n)]
-        self.node_ids = {**{c: CONTROLLER_ID_BASE + i + 1 for i, c in enumerate(self.controllers)},
-                         **{b: BROKER_ID_BASE + i + 1 for i, b in enumerate(self.brokers)}}
+        self.node_ids = {
+            **{c: CONTROLLER_ID_BASE + i + 1 for i, c in enumerate(self.controllers)},
+            **{b: BROKER_ID_BASE + i + 1 for i, b in enumerate(self.brokers)},
+        }
         self.by_id = {v: k for k, v in self.node_ids.items()}
         names = self.controllers + self.brokers
         # Ports are chosen in setup, inside the namespace; 0 until then.
-        self.nodes = [NodeSpec(name, node_address(i + 1), 0, Path(),
-                               ("controller",) if name in self.controllers else ("broker",))
-                      for i, name in enumerate(names)]
+        self.nodes = [
+            NodeSpec(
+                name,
+                node_address(i + 1),
+                0,
+                Path(),
+                ("controller",) if name in self.controllers else ("broker",),
+            )
+            for i, name in enumerate(names)
+        ]
         self.processes = {}
 
     # ---- topology
@@ -133,11 +149,13 @@ class LongboatCluster(Cluster):
     def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
         nodes = []
         for n in self.nodes:
-            nodes.append(NodeSpec(n.name, n.host, free_port(n.host), run_dir / "data" / n.name,
-                                  n.roles))
+            nodes.append(
+                NodeSpec(n.name, n.host, free_port(n.host), run_dir / "data" / n.name, n.roles)
+            )
         self.nodes = nodes
-        quorum = ",".join(f"{self.node_ids[c]}@{self.spec(c).host}:{self.spec(c).port}"
-                          for c in self.controllers)
+        quorum = ",".join(
+            f"{self.node_ids[c]}@{self.spec(c).host}:{self.spec(c).port}" for c in self.controllers
+        )
         conf_dir = run_dir / "config"
         conf_dir.mkdir(parents=True, exist_ok=True)
         for n in self.nodes:
@@ -145,16 +163,23 @@ class LongboatCluster(Cluster):
             conf = conf_dir / f"{n.name}.toml"
             conf.write_text(
                 f"node_id = {self.node_ids[n.name]}\n"
-                f"roles = [\"{n.roles[0]}\"]\n"
-                f"listen = \"{n.host}:{n.port}\"\n"
-                f"controller_quorum = \"{quorum}\"\n"
-                f"data_dir = \"{n.data_dir}\"\n"
-                + ("acks_require_fsync = true\n"
-                   if self.acks_require_fsync and "broker" in n.roles else ""))
+                f'roles = ["{n.roles[0]}"]\n'
+                f'listen = "{n.host}:{n.port}"\n'
+                f'controller_quorum = "{quorum}"\n'
+                f'data_dir = "{n.data_dir}"\n'
+                + (
+                    "acks_require_fsync = true\n"
+                    if self.acks_require_fsync and "broker" in n.roles
+                    else ""
+                )
+            )
             argv = [sys.executable, "-m", "api", n.roles[0], "start", "--config", str(conf)]
             self.processes[n.name] = NodeProcess(
-                n.name, wrap(argv), run_dir / "logs" / f"{n.name}.log",
-                {"PYTHONUNBUFFERED": "1", **env_for(n.name)})
+                n.name,
+                wrap(argv),
+                run_dir / "logs" / f"{n.name}.log",
+                {"PYTHONUNBUFFERED": "1", **env_for(n.name)},
+            )
 
     # ---- state, as a client sees it
 
@@ -199,14 +224,18 @@ class LongboatCluster(Cluster):
 
     def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
         table = self.partition_table()
-        led = [(p, info) for p, info in sorted(table.items())
-               if self.by_id.get(int(info["leader"])) is not None]
+        led = [
+            (p, info)
+            for p, info in sorted(table.items())
+            if self.by_id.get(int(info["leader"])) is not None
+        ]
         if not led:
             return None
         _, info = led[pick % len(led)]
         leader = self.by_id[int(info["leader"])]
-        followers = [self.by_id[r] for r in info["replicas"]
-                     if r in self.by_id and self.by_id[r] != leader]
+        followers = [
+            self.by_id[r] for r in info["replicas"] if r in self.by_id and self.by_id[r] != leader
+        ]
         return leader, followers
 
     def ready(self) -> bool:
@@ -221,8 +250,7 @@ class LongboatCluster(Cluster):
     def all_led(self) -> bool:
         """Every partition of the topic has a leader (ISRs may still be short)."""
         table = self.partition_table()
-        return len(table) == self.partitions and all(int(p["leader"]) >= 0
-                                                     for p in table.values())
+        return len(table) == self.partitions and all(int(p["leader"]) >= 0 for p in table.values())
 
     def healthy(self) -> bool:
         """Every broker ready and every partition led with a full ISR."""
@@ -231,7 +259,8 @@ class LongboatCluster(Cluster):
         table = self.partition_table()
         return len(table) == self.partitions and all(
             int(p["leader"]) >= 0 and len(p["isr"]) == self.replication_factor
-            for p in table.values())
+            for p in table.values()
+        )
 
     # ---- lifecycle
 
@@ -241,15 +270,13 @@ class LongboatCluster(Cluster):
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         for c in self.controllers:
             self.processes[c].start()
-        self._wait("an active controller", lambda: self.active_controller() is not None,
-                   deadline)
+        self._wait("an active controller", lambda: self.active_controller() is not None, deadline)
         for b in self.brokers:
             self.processes[b].start()
         self._wait("every broker ready", self.ready, deadline)
         self.create_topic(deadline)
         if full_isr:
-            self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy,
-                       deadline)
+            self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy, deadline)
         else:
             self._wait(f"topic {self.topic}: every partition led", self.all_led, deadline)
 
@@ -267,25 +294,30 @@ class LongboatCluster(Cluster):
 
     def _wait(self, what: str, cond: Any, deadline: float) -> None:
         if not wait_until(cond, max(0.0, deadline - time.monotonic()), 0.1):
-            tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}"
-                              for n, p in self.processes.items())
+            tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}" for n, p in self.processes.items())
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
     def create_topic(self, deadline: float) -> None:
         """Create the workload's topic through a broker's v3 HTTP API, as a user would."""
-        body = json.dumps({
-            "topic_name": self.topic, "partitions_count": self.partitions,
-            "replication_factor": self.replication_factor,
-            "configs": [{"name": k, "value": v}
-                        for k, v in sorted(self.topic_configs.items())]}).encode()
+        body = json.dumps(
+            {
+                "topic_name": self.topic,
+                "partitions_count": self.partitions,
+                "replication_factor": self.replication_factor,
+                "configs": [{"name": k, "value": v} for k, v in sorted(self.topic_configs.items())],
+            }
+        ).encode()
         last = "no broker tried"
         while time.monotonic() < deadline:
             for b in self.brokers:
                 try:
                     cid = http_json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
                     req = urllib.request.Request(
-                        f"{self.url(b)}/v3/clusters/{cid}/topics", data=body, method="POST",
-                        headers={"Content-Type": "application/json"})
+                        f"{self.url(b)}/v3/clusters/{cid}/topics",
+                        data=body,
+                        method="POST",
+                        headers={"Content-Type": "application/json"},
+                    )
                     with urllib.request.urlopen(req, timeout=30) as r:
                         if r.status in (200, 201, 202):
                             return
@@ -316,12 +348,14 @@ class LongboatCluster(Cluster):
 
     supports_groups = True
 
-    def group_member(self, name: str, host: str, *, group: str, assignor: str,
-                     on_rebalance: OnRebalance) -> GroupMember:
+    def group_member(
+        self, name: str, host: str, *, group: str, assignor: str, on_rebalance: OnRebalance
+    ) -> GroupMember:
         from jepsen_tests.longboat_client import LongboatGroupMember
 
-        return LongboatGroupMember(self, name, host, group=group, assignor=assignor,
-                                   on_rebalance=on_rebalance)
+        return LongboatGroupMember(
+            self, name, host, group=group, assignor=assignor, on_rebalance=on_rebalance
+        )
 
     async def prepare_group(self, group: str, host: str) -> None:
         from jepsen_tests.longboat_client import wait_for_group_coordinator

@@ -64,18 +64,33 @@ class LongboatCluster(Protocol):
 
     def key_partition(self, key: str) -> int: ...
 
+
 # Refusals that do not depend on the cluster's state: every attempt would get them, so the
 # first one did too and nothing was appended.
-DETERMINISTIC_REFUSALS = frozenset({
-    "INVALID_REQUEST", "MESSAGE_TOO_LARGE", "INVALID_RECORD", "RECORD_LIST_TOO_LARGE",
-    "INVALID_TOPIC_EXCEPTION", "ILLEGAL_STATE", "UNSUPPORTED_VERSION",
-})
+DETERMINISTIC_REFUSALS = frozenset(
+    {
+        "INVALID_REQUEST",
+        "MESSAGE_TOO_LARGE",
+        "INVALID_RECORD",
+        "RECORD_LIST_TOO_LARGE",
+        "INVALID_TOPIC_EXCEPTION",
+        "ILLEGAL_STATE",
+        "UNSUPPORTED_VERSION",
+    }
+)
 
 
 class LongboatQueueClient:
-    def __init__(self, cluster: LongboatCluster, name: str, host: str, *,
-                 request_timeout_ms: int = 3_000, delivery_timeout_ms: int = 8_000,
-                 poll_timeout_ms: int = 1_000) -> None:
+    def __init__(
+        self,
+        cluster: LongboatCluster,
+        name: str,
+        host: str,
+        *,
+        request_timeout_ms: int = 3_000,
+        delivery_timeout_ms: int = 8_000,
+        poll_timeout_ms: int = 1_000,
+    ) -> None:
         self.cluster = cluster
         self.name = name
         self.host = host
@@ -89,11 +104,15 @@ class LongboatQueueClient:
 
     async def _producer_or_start(self) -> AsyncProducer:
         if self._producer is None:
-            p = AsyncProducer(self.bootstrap, acks=-1, linger_ms=0,
-                              enable_idempotence=self.cluster.idempotence,
-                              request_timeout_ms=self.request_timeout_ms,
-                              delivery_timeout_ms=self.delivery_timeout_ms,
-                              source_host=self.host)
+            p = AsyncProducer(
+                self.bootstrap,
+                acks=-1,
+                linger_ms=0,
+                enable_idempotence=self.cluster.idempotence,
+                request_timeout_ms=self.request_timeout_ms,
+                delivery_timeout_ms=self.delivery_timeout_ms,
+                source_host=self.host,
+            )
             try:
                 await p.start()
             except ClientError as e:
@@ -110,8 +129,9 @@ class LongboatQueueClient:
         p = await self._producer_or_start()
         partition = self.cluster.key_partition(key)
         try:
-            fut = await p.send(self.cluster.topic, str(value).encode(), key=key.encode(),
-                               partition=partition)
+            fut = await p.send(
+                self.cluster.topic, str(value).encode(), key=key.encode(), partition=partition
+            )
         except ClientError as e:
             raise DefiniteError(f"not queued: {e}") from e
         try:
@@ -124,9 +144,13 @@ class LongboatQueueClient:
     async def _consumer(self, partition: int) -> AsyncConsumer:
         c = self._consumers.get(partition)
         if c is None:
-            c = AsyncConsumer(self.bootstrap, max_wait_ms=200, auto_offset_reset="none",
-                              request_timeout_ms=self.request_timeout_ms,
-                              source_host=self.host)
+            c = AsyncConsumer(
+                self.bootstrap,
+                max_wait_ms=200,
+                auto_offset_reset="none",
+                request_timeout_ms=self.request_timeout_ms,
+                source_host=self.host,
+            )
             try:
                 await c.start()
             except ClientError as e:
@@ -156,8 +180,9 @@ class LongboatQueueClient:
             raise DefiniteError(str(e)) from e
         out = [(r.offset, int(r.value)) for r in recs if r.value is not None]
         if not out:
-            raise DefiniteError(f"no records from {offset} within {self.poll_timeout_ms} ms "
-                                f"(high watermark {hw})")
+            raise DefiniteError(
+                f"no records from {offset} within {self.poll_timeout_ms} ms (high watermark {hw})"
+            )
         self._positions[partition] = out[-1][0] + 1
         return out
 
@@ -198,35 +223,58 @@ class LongboatGroupMember:
       may follow an attempt that was applied and whose answer was lost.
     """
 
-    def __init__(self, cluster: LongboatCluster, name: str, host: str, *, group: str,
-                 assignor: str, on_rebalance: OnRebalance, request_timeout_ms: int = 3_000,
-                 poll_timeout_ms: int = 200, session_timeout_ms: int = 6_000,
-                 consumer: AsyncGroupConsumer | None = None) -> None:
+    def __init__(
+        self,
+        cluster: LongboatCluster,
+        name: str,
+        host: str,
+        *,
+        group: str,
+        assignor: str,
+        on_rebalance: OnRebalance,
+        request_timeout_ms: int = 3_000,
+        poll_timeout_ms: int = 200,
+        session_timeout_ms: int = 6_000,
+        consumer: AsyncGroupConsumer | None = None,
+    ) -> None:
         self.topic = cluster.topic
         self.group = group
         self.poll_timeout_ms = poll_timeout_ms
         self._on_rebalance = on_rebalance
         self._partition = {k: cluster.key_partition(k) for k in cluster.keys}
         self._key = {p: k for k, p in self._partition.items()}
-        self._consumer = consumer if consumer is not None else AsyncGroupConsumer(
-            cluster.broker_urls(), group_id=group, client_id=name,
-            auto_offset_reset="earliest", enable_auto_commit=False,
-            # The brokers' smallest allowed session: a member behind a fault is dropped, and
-            # its partitions move on, within a run of a few tens of seconds.
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=session_timeout_ms // 6,
-            # Also the rebalance timeout (KIP-62): how long a join waits for a member that
-            # does not rejoin. Kafka's 300 s would outlast the run.
-            max_poll_interval_ms=20_000,
-            partition_assignment_strategy=assignor, max_wait_ms=200,
-            request_timeout_ms=request_timeout_ms, source_host=host)
+        self._consumer = (
+            consumer
+            if consumer is not None
+            else AsyncGroupConsumer(
+                cluster.broker_urls(),
+                group_id=group,
+                client_id=name,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                # The brokers' smallest allowed session: a member behind a fault is dropped, and
+                # its partitions move on, within a run of a few tens of seconds.
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=session_timeout_ms // 6,
+                # Also the rebalance timeout (KIP-62): how long a join waits for a member that
+                # does not rejoin. Kafka's 300 s would outlast the run.
+                max_poll_interval_ms=20_000,
+                partition_assignment_strategy=assignor,
+                max_wait_ms=200,
+                request_timeout_ms=request_timeout_ms,
+                source_host=host,
+            )
+        )
 
     def _tp(self, key: str) -> TopicPartition:
         return TopicPartition(self.topic, self._partition[key])
 
     def _keys(self, tps: set[TopicPartition]) -> list[str]:
-        return sorted(self._key[tp.partition] for tp in tps
-                      if tp.topic == self.topic and tp.partition in self._key)
+        return sorted(
+            self._key[tp.partition]
+            for tp in tps
+            if tp.topic == self.topic and tp.partition in self._key
+        )
 
     def _report(self, event: str, tps: set[TopicPartition]) -> None:
         keys = self._keys(tps)
@@ -243,13 +291,18 @@ class LongboatGroupMember:
         except ClientError as e:
             await self.close()
             raise DefiniteError(f"group consumer start: {e}") from e
-        c.subscribe([self.topic], on_assigned=lambda tps: self._report("assigned", tps),
-                    on_revoked=lambda tps: self._report("revoked", tps), on_lost=self._lost)
+        c.subscribe(
+            [self.topic],
+            on_assigned=lambda tps: self._report("assigned", tps),
+            on_revoked=lambda tps: self._report("revoked", tps),
+            on_lost=self._lost,
+        )
 
     async def poll(self, max_records: int) -> dict[str, list[tuple[int, Any]]]:
         try:
-            recs = await self._consumer.poll(timeout_ms=self.poll_timeout_ms,
-                                             max_records=max_records)
+            recs = await self._consumer.poll(
+                timeout_ms=self.poll_timeout_ms, max_records=max_records
+            )
         except ClientError as e:
             raise DefiniteError(str(e)) from e
         out: dict[str, list[tuple[int, Any]]] = {}
@@ -263,8 +316,10 @@ class LongboatGroupMember:
         # The consumer makes this same check before its first attempt, with no await in
         # between: a member in no generation sends nothing.
         if c.generation < 0 or not c.member_id:
-            raise DefiniteError(f"group {self.group}: not in a generation (joining, or fenced "
-                                "and rejoining); nothing sent")
+            raise DefiniteError(
+                f"group {self.group}: not in a generation (joining, or fenced "
+                "and rejoining); nothing sent"
+            )
         try:
             await c.commit({self._tp(k): o for k, o in offsets.items()})
         except ClientError as e:
@@ -277,8 +332,9 @@ class LongboatGroupMember:
             await self._consumer.close()
 
 
-async def wait_for_group_coordinator(cluster: LongboatCluster, group: str, host: str,
-                                     timeout_s: float = 30.0) -> None:
+async def wait_for_group_coordinator(
+    cluster: LongboatCluster, group: str, host: str, timeout_s: float = 30.0
+) -> None:
     """Until `group`'s coordinator answers: the first lookup creates ``__consumer_offsets``
     and its partitions' leaders load them, which takes seconds a run's members should not
     spend under faults."""
@@ -322,8 +378,14 @@ class LongboatMetadataClient:
 
     RETENTION_BASE_MS = 1_000_000_000
 
-    def __init__(self, cluster: LongboatCluster, name: str, host: str,
-                 timeout_s: float = 10.0, replication_factor: int = 1) -> None:
+    def __init__(
+        self,
+        cluster: LongboatCluster,
+        name: str,
+        host: str,
+        timeout_s: float = 10.0,
+        replication_factor: int = 1,
+    ) -> None:
         self.cluster = cluster
         self.host = host
         self.timeout_s = timeout_s
@@ -344,23 +406,27 @@ class LongboatMetadataClient:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=2.0),
                 connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=10),
-                trace_configs=[trace])
+                trace_configs=[trace],
+            )
         return self._session
 
-    async def _request(self, method: str, base: str, path: str,
-                       body: Any = None) -> tuple[int, Any]:
+    async def _request(
+        self, method: str, base: str, path: str, body: Any = None
+    ) -> tuple[int, Any]:
         attempt: dict[str, bool] = {"sent": False}
         try:
-            async with self._sess().request(method, base + path, json=body,
-                                            trace_request_ctx=attempt) as r:
+            async with self._sess().request(
+                method, base + path, json=body, trace_request_ctx=attempt
+            ) as r:
                 raw = await r.read()
                 return r.status, (json.loads(raw) if raw else None)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             if attempt["sent"]:
                 # An earlier attempt of this request was sent (finding 5 of
                 # docs/fault-injection.md: a delete recorded as refused had been applied).
-                raise IndefiniteError(f"{method} {base}{path}: sent, then the resend could "
-                                      f"not connect: {e!r}") from e
+                raise IndefiniteError(
+                    f"{method} {base}{path}: sent, then the resend could not connect: {e!r}"
+                ) from e
             raise DefiniteError(f"{method} {base}{path}: connect: {e!r}") from e
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
             raise IndefiniteError(f"{method} {base}{path}: {type(e).__name__}: {e}") from e
@@ -385,10 +451,17 @@ class LongboatMetadataClient:
     async def create_topic(self, topic: str, definition: dict[str, Any]) -> bool:
         base, prefix = await self._base()
         retention = self.RETENTION_BASE_MS + int(definition["create"])
-        status, body = await self._request("POST", base, prefix + "/topics", {
-            "topic_name": topic, "partitions_count": int(definition["partitions"]),
-            "replication_factor": self.replication_factor,
-            "configs": [{"name": "retention.ms", "value": str(retention)}]})
+        status, body = await self._request(
+            "POST",
+            base,
+            prefix + "/topics",
+            {
+                "topic_name": topic,
+                "partitions_count": int(definition["partitions"]),
+                "replication_factor": self.replication_factor,
+                "configs": [{"name": "retention.ms", "value": str(retention)}],
+            },
+        )
         if status in (201, 202):
             return True
         if status == 400 and "already exists" in str((body or {}).get("message", "")):
@@ -419,9 +492,11 @@ class LongboatMetadataClient:
             except IndefiniteError as e:  # a read has no effect either way
                 raise DefiniteError(str(e)) from e
             if status2 == 200 and status == 200 and t1["topic_id"] == t2["topic_id"]:
-                return {"partitions": int(t1["partitions_count"]),
-                        "create": int(cfg["value"]) - self.RETENTION_BASE_MS,
-                        "topic_id": t1["topic_id"]}
+                return {
+                    "partitions": int(t1["partitions_count"]),
+                    "create": int(cfg["value"]) - self.RETENTION_BASE_MS,
+                    "topic_id": t1["topic_id"],
+                }
         raise DefiniteError(f"describe {topic}: the topic kept changing under the reads")
 
     async def close(self) -> None:

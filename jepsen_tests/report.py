@@ -33,8 +33,14 @@ def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _frame(title: str, t_max: float, y_label: str, y_ticks: list[tuple[float, str]],
-           y_of: Any, windows: list[FaultWindow]) -> list[str]:
+def _frame(
+    title: str,
+    t_max: float,
+    y_label: str,
+    y_ticks: list[tuple[float, str]],
+    y_of: Any,
+    windows: list[FaultWindow],
+) -> list[str]:
     pw = W - ML - MR
     ph = H - MT - MB
 
@@ -43,9 +49,11 @@ def _frame(title: str, t_max: float, y_label: str, y_ticks: list[tuple[float, st
 
     kinds = sorted({w.kind for w in windows})
     color = {k: FAULT_COLORS[i % len(FAULT_COLORS)] for i, k in enumerate(kinds)}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<text x="{ML}" y="16" font-size="13" font-weight="bold">{_esc(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<text x="{ML}" y="16" font-size="13" font-weight="bold">{_esc(title)}</text>',
+    ]
     lanes: list[float] = []
     for w in windows:
         x0, x1 = x_of(w.start_ns / 1e9), x_of(w.end_ns / 1e9)
@@ -54,30 +62,35 @@ def _frame(title: str, t_max: float, y_label: str, y_ticks: list[tuple[float, st
             lanes.append(x1)
         else:
             lanes[lane] = x1
-        out.append(f'<rect x="{x0:.1f}" y="{MT}" width="{max(1.0, x1 - x0):.1f}" '
-                   f'height="{ph}" fill="{color[w.kind]}" opacity="0.45">'
-                   f'<title>{_esc(w.label)} {w.start_ns / 1e9:.2f}s-{w.end_ns / 1e9:.2f}s'
-                   f'</title></rect>')
-        out.append(f'<text x="{x0 + 2:.1f}" y="{MT + 10 + 11 * (lane % 4)}" fill="#333" '
-                   f'font-size="9">{_esc(w.label)}</text>')
-    out.append(f'<rect x="{ML}" y="{MT}" width="{pw}" height="{ph}" fill="none" '
-               'stroke="#888"/>')
+        out.append(
+            f'<rect x="{x0:.1f}" y="{MT}" width="{max(1.0, x1 - x0):.1f}" '
+            f'height="{ph}" fill="{color[w.kind]}" opacity="0.45">'
+            f"<title>{_esc(w.label)} {w.start_ns / 1e9:.2f}s-{w.end_ns / 1e9:.2f}s"
+            f"</title></rect>"
+        )
+        out.append(
+            f'<text x="{x0 + 2:.1f}" y="{MT + 10 + 11 * (lane % 4)}" fill="#333" '
+            f'font-size="9">{_esc(w.label)}</text>'
+        )
+    out.append(f'<rect x="{ML}" y="{MT}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
     step = _nice_step(t_max)
     t = 0.0
     while t <= t_max + 1e-9:
         x = x_of(t)
-        out.append(f'<line x1="{x:.1f}" y1="{MT + ph}" x2="{x:.1f}" y2="{MT + ph + 4}" '
-                   'stroke="#888"/>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{MT + ph}" x2="{x:.1f}" y2="{MT + ph + 4}" stroke="#888"/>'
+        )
         out.append(f'<text x="{x:.1f}" y="{MT + ph + 16}" text-anchor="middle">{t:g}</text>')
         t += step
     out.append(f'<text x="{ML + pw / 2}" y="{H - 6}" text-anchor="middle">seconds</text>')
     for v, label in y_ticks:
         y = y_of(v)
-        out.append(f'<line x1="{ML - 4}" y1="{y:.1f}" x2="{ML + pw}" y2="{y:.1f}" '
-                   'stroke="#ddd"/>')
+        out.append(f'<line x1="{ML - 4}" y1="{y:.1f}" x2="{ML + pw}" y2="{y:.1f}" stroke="#ddd"/>')
         out.append(f'<text x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
-    out.append(f'<text x="14" y="{MT + ph / 2}" transform="rotate(-90 14 {MT + ph / 2})" '
-               f'text-anchor="middle">{_esc(y_label)}</text>')
+    out.append(
+        f'<text x="14" y="{MT + ph / 2}" transform="rotate(-90 14 {MT + ph / 2})" '
+        f'text-anchor="middle">{_esc(y_label)}</text>'
+    )
     return out
 
 
@@ -113,18 +126,23 @@ def throughput_svg(pairs: list[Pair], windows: list[FaultWindow], t_max: float) 
     out = _frame("Throughput (completions/s)", t_max, "ops/s", ticks, y_of, windows)
     pw = W - ML - MR
     for k, vs in rate.items():
-        pts = " ".join(f"{ML + pw * ((i + 0.5) * bucket) / t_max:.1f},{y_of(v):.1f}"
-                       for i, v in enumerate(vs))
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{COLORS[k]}" '
-                   'stroke-width="1.5"/>')
+        pts = " ".join(
+            f"{ML + pw * ((i + 0.5) * bucket) / t_max:.1f},{y_of(v):.1f}" for i, v in enumerate(vs)
+        )
+        out.append(
+            f'<polyline points="{pts}" fill="none" stroke="{COLORS[k]}" stroke-width="1.5"/>'
+        )
     out += _legend()
     out.append("</svg>")
     return "\n".join(out)
 
 
 def latency_svg(pairs: list[Pair], windows: list[FaultWindow], t_max: float, f: str) -> str:
-    pts = [(p.invoke.time_ns / 1e9, max(0.01, (p.latency_ns or 0) / 1e6), p.type)
-           for p in pairs if p.f == f and p.complete is not None]
+    pts = [
+        (p.invoke.time_ns / 1e9, max(0.01, (p.latency_ns or 0) / 1e6), p.type)
+        for p in pairs
+        if p.f == f and p.complete is not None
+    ]
     hi = max([10.0, *(lat for _, lat, _ in pts)])
     lo = 0.1
     ph = H - MT - MB
@@ -133,12 +151,14 @@ def latency_svg(pairs: list[Pair], windows: list[FaultWindow], t_max: float, f: 
     def y_of(v: float) -> float:
         return MT + ph - ph * (math.log10(max(v, lo)) - lmin) / (lmax - lmin)
 
-    ticks = [(10.0 ** e, f"{10.0 ** e:g}") for e in range(-1, int(lmax) + 1)]
+    ticks = [(10.0**e, f"{10.0**e:g}") for e in range(-1, int(lmax) + 1)]
     out = _frame(f"Latency of {f} (ms, log scale)", t_max, "ms", ticks, y_of, windows)
     pw = W - ML - MR
     for t, lat, typ in pts[:20000]:
-        out.append(f'<circle cx="{ML + pw * t / t_max:.1f}" cy="{y_of(lat):.1f}" r="1.6" '
-                   f'fill="{COLORS[typ]}" opacity="0.6"/>')
+        out.append(
+            f'<circle cx="{ML + pw * t / t_max:.1f}" cy="{y_of(lat):.1f}" r="1.6" '
+            f'fill="{COLORS[typ]}" opacity="0.6"/>'
+        )
     out += _legend()
     out.append("</svg>")
     return "\n".join(out)
@@ -182,21 +202,31 @@ def render(results: dict[str, Any], history: History) -> str:
         "padding:3px 8px;text-align:left;font-size:13px}pre{background:#f6f6f6;padding:6px;"
         "font-size:11px;overflow-x:auto}.bad{color:#d62828;font-weight:bold}</style></head><body>",
         f"<h1>Run report: <span style='color:{colour}'>{verdict}</span></h1>",
-        "<p>" + _esc(f"workload={cfg.get('workload')} nemeses={','.join(cfg.get('nemeses', []))} "
-                     f"seed={cfg.get('seed')} time_limit={cfg.get('time_limit_s')}s "
-                     f"consumers={cfg.get('consumers', 'assign')}"
-                     + (f" ({results['group_assignor']})" if results.get("group_assignor")
-                        else "") + " "
-                     f"cluster={results.get('cluster')} netns={results.get('netns')} "
-                     f"ops={len(history)}") + "</p>",
+        "<p>"
+        + _esc(
+            f"workload={cfg.get('workload')} nemeses={','.join(cfg.get('nemeses', []))} "
+            f"seed={cfg.get('seed')} time_limit={cfg.get('time_limit_s')}s "
+            f"consumers={cfg.get('consumers', 'assign')}"
+            + (f" ({results['group_assignor']})" if results.get("group_assignor") else "")
+            + " "
+            f"cluster={results.get('cluster')} netns={results.get('netns')} "
+            f"ops={len(history)}"
+        )
+        + "</p>",
     ]
     for w in results.get("warnings", []):
         parts.append(f"<p class='bad'>WARNING: {_esc(w)}</p>")
     parts.append("<h2>Anomalies</h2>")
     if counts:
-        parts.append(_table([(k, n, "invalidates" if k in invalid else "allowed / informational")
-                             for k, n in sorted(counts.items())],
-                            ("anomaly", "count", "effect")))
+        parts.append(
+            _table(
+                [
+                    (k, n, "invalidates" if k in invalid else "allowed / informational")
+                    for k, n in sorted(counts.items())
+                ],
+                ("anomaly", "count", "effect"),
+            )
+        )
     else:
         parts.append("<p>none</p>")
     if result.get("lost_by_fault"):
@@ -206,8 +236,15 @@ def render(results: dict[str, Any], history: History) -> str:
         parts.append("<h3>Definite lost writes by acknowledging node (lost-on-node)</h3>")
         parts.append(_table(sorted(result["lost_by_node"].items()), ("node", "lost")))
     parts.append("<h2>Operations</h2>")
-    parts.append(_table([(f, d.get("ok", 0), d.get("fail", 0), d.get("info", 0))
-                         for f, d in sorted(by_f.items())], ("op", "ok", "fail", "info")))
+    parts.append(
+        _table(
+            [
+                (f, d.get("ok", 0), d.get("fail", 0), d.get("info", 0))
+                for f, d in sorted(by_f.items())
+            ],
+            ("op", "ok", "fail", "info"),
+        )
+    )
     parts.append(throughput_svg(pairs, windows, t_max))
     for f in fs:
         if f in ("send", "poll", "create_topic", "delete_topic", "describe_topic", "commit"):
@@ -216,46 +253,95 @@ def render(results: dict[str, Any], history: History) -> str:
     if anomalies:
         parts.append("<h2>Offending operations (first few of each)</h2>")
         for k, entries in sorted(anomalies.items()):
-            parts.append(f"<h3>{_esc(k)} ({counts.get(k, len(entries))})</h3><pre>"
-                         + _esc("\n".join(json.dumps(e, default=str)
-                                          for e in entries[:SHOW_PER_ANOMALY])) + "</pre>")
+            parts.append(
+                f"<h3>{_esc(k)} ({counts.get(k, len(entries))})</h3><pre>"
+                + _esc("\n".join(json.dumps(e, default=str) for e in entries[:SHOW_PER_ANOMALY]))
+                + "</pre>"
+            )
     if windows:
         parts.append("<h2>Fault windows</h2>")
-        parts.append(_table([(w.id, w.kind, ",".join(w.targets), f"{w.start_ns / 1e9:.2f}",
-                              f"{w.end_ns / 1e9:.2f}") for w in windows],
-                            ("id", "kind", "targets", "start s", "end s")))
+        parts.append(
+            _table(
+                [
+                    (
+                        w.id,
+                        w.kind,
+                        ",".join(w.targets),
+                        f"{w.start_ns / 1e9:.2f}",
+                        f"{w.end_ns / 1e9:.2f}",
+                    )
+                    for w in windows
+                ],
+                ("id", "kind", "targets", "start s", "end s"),
+            )
+        )
     notes = [o for o in history.nemesis_ops() if o.f not in ("start", "stop")]
     if notes:
         # What the nemeses did beyond starting and stopping: the damage a corruption made,
         # a node that refused to start on it, a node that had exited, a fault it could not do.
         parts.append("<h2>Nemesis notes</h2>")
-        parts.append(_table([(f"{o.time_ns / 1e9:.2f}", o.f,
-                              json.dumps(o.value, sort_keys=True, default=str))
-                             for o in notes[:200]], ("at s", "what", "details")))
+        parts.append(
+            _table(
+                [
+                    (
+                        f"{o.time_ns / 1e9:.2f}",
+                        o.f,
+                        json.dumps(o.value, sort_keys=True, default=str),
+                    )
+                    for o in notes[:200]
+                ],
+                ("at s", "what", "details"),
+            )
+        )
     dead = results.get("dead_nodes") or {}
     if dead:
         parts.append("<h2>Nodes not running at the end</h2>")
-        parts.append(_table([(n, d.get("returncode"), d.get("last_log_line"))
-                             for n, d in sorted(dead.items())],
-                            ("node", "exit status", "last log line")))
+        parts.append(
+            _table(
+                [(n, d.get("returncode"), d.get("last_log_line")) for n, d in sorted(dead.items())],
+                ("node", "exit status", "last log line"),
+            )
+        )
     res = results.get("resources")
     if res:
         mb = 1 << 20
         parts.append(f"<h2>Resources ({_esc(res.get('bound_text'))})</h2>")
-        parts.append(f"<p>{res.get('checked')} nodes checked; "
-                     f"{'within the bound' if res.get('ok') else 'FAILED'}</p>")
-        parts.append(_table(
-            [(n, f"{e['baseline']['rss_bytes'] / mb:.1f}", f"{e['end']['rss_bytes'] / mb:.1f}",
-              e["baseline"]["fds"], e["end"]["fds"],
-              e.get("violation") or e.get("why_not_checked") or "ok")
-             for n, e in sorted(res.get("nodes", {}).items())],
-            ("node", "RSS MB (baseline)", "RSS MB (end)", "open files (baseline)",
-             "open files (end)", "verdict")))
+        parts.append(
+            f"<p>{res.get('checked')} nodes checked; "
+            f"{'within the bound' if res.get('ok') else 'FAILED'}</p>"
+        )
+        parts.append(
+            _table(
+                [
+                    (
+                        n,
+                        f"{e['baseline']['rss_bytes'] / mb:.1f}",
+                        f"{e['end']['rss_bytes'] / mb:.1f}",
+                        e["baseline"]["fds"],
+                        e["end"]["fds"],
+                        e.get("violation") or e.get("why_not_checked") or "ok",
+                    )
+                    for n, e in sorted(res.get("nodes", {}).items())
+                ],
+                (
+                    "node",
+                    "RSS MB (baseline)",
+                    "RSS MB (end)",
+                    "open files (baseline)",
+                    "open files (end)",
+                    "verdict",
+                ),
+            )
+        )
     if "linearizable" in result:
-        parts.append("<h2>Metadata linearizability</h2><pre>"
-                     + _esc(json.dumps(result["linearizable"], indent=1, default=str)[:20000])
-                     + "</pre>")
-    parts.append("<h2>Final reads</h2><pre>"
-                 + _esc(json.dumps(results.get("final_reads_complete"), default=str))
-                 + "</pre></body></html>")
+        parts.append(
+            "<h2>Metadata linearizability</h2><pre>"
+            + _esc(json.dumps(result["linearizable"], indent=1, default=str)[:20000])
+            + "</pre>"
+        )
+    parts.append(
+        "<h2>Final reads</h2><pre>"
+        + _esc(json.dumps(results.get("final_reads_complete"), default=str))
+        + "</pre></body></html>"
+    )
     return "\n".join(parts)

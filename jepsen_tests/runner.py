@@ -122,8 +122,9 @@ def check_consumers(cluster: Cluster, cfg: RunConfig) -> None:
     if cfg.workload != "queue":
         raise ValueError(f"--consumers {cfg.consumers} is for the queue workload")
     if not cluster.supports_groups:
-        raise ValueError(f"--consumers {cfg.consumers}: {type(cluster).__name__} has no "
-                         "consumer groups")
+        raise ValueError(
+            f"--consumers {cfg.consumers}: {type(cluster).__name__} has no consumer groups"
+        )
     if cfg.consumers == "mixed" and cfg.concurrency < 2:
         raise ValueError("--consumers mixed needs --concurrency 2 or more")
 
@@ -158,6 +159,7 @@ def _log_clients_to(path: Path) -> Callable[[], None]:
         logger.setLevel(level)
         logger.propagate = propagate
         handler.close()
+
     return undo
 
 
@@ -172,8 +174,10 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         # Its nodes would start over the earlier run's data directories and metadata logs,
         # and the checker would read that run's records as this one's (a sweep resumed over
         # an interrupted run once reported 457 "duplicates" that way).
-        raise ValueError(f"run directory {out} is not empty (an earlier run's files); "
-                         "give another --out or remove it")
+        raise ValueError(
+            f"run directory {out} is not empty (an earlier run's files); "
+            "give another --out or remove it"
+        )
     if cfg.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
     check_consumers(cluster, cfg)
@@ -201,19 +205,23 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         if cfg.netns == "on" or (cfg.netns == "auto" and reason is None):
             ns = NetNamespace.create()  # raises FaultInjectionUnavailable with the reason
         elif "net" in cats:
-            warn(f"no network namespace ({reason or 'netns off'}): partitions fall back to "
-                 "blackholed TCP proxy links between clients and nodes only", warnings)
+            warn(
+                f"no network namespace ({reason or 'netns off'}): partitions fall back to "
+                "blackholed TCP proxy links between clients and nodes only",
+                warnings,
+            )
         if ns is None and "partition-oneway" in kinds:
             raise FaultInjectionUnavailable(
                 "partition-oneway needs nftables in a network namespace (root): a proxy link "
-                "carries both directions of its connections")
-        if not cluster.dials_through_proxies and ns is None and ("proxy" in cats or
-                                                                 "net" in cats):
+                "carries both directions of its connections"
+            )
+        if not cluster.dials_through_proxies and ns is None and ("proxy" in cats or "net" in cats):
             raise FaultInjectionUnavailable(
                 f"{type(cluster).__name__}'s clients dial the addresses the nodes advertise, "
                 "not the harness's TCP proxies: without a network namespace (where the "
                 "harness intercepts every connection) delay/reorder/blackhole and partitions "
-                "cannot reach them")
+                "cannot reach them"
+            )
         wrap = ns.wrap if ns is not None else (lambda argv: list(argv))
         if ns is not None:
             ns.enter()
@@ -234,8 +242,9 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
             if wallclock.unavailable:
                 warn(f"wall-clock nemesis unavailable: {wallclock.unavailable}", warnings)
 
-        lazydisk = (LazyDiskNemesis(cluster.processes, out / "lazyfs", rec)
-                    if "lazydisk" in cats else None)
+        lazydisk = (
+            LazyDiskNemesis(cluster.processes, out / "lazyfs", rec) if "lazydisk" in cats else None
+        )
 
         def env_for(node: str) -> dict[str, str]:
             return node_env(node, kinds, [wallclock, clock, lazydisk])
@@ -246,13 +255,15 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         node_addr = {n.name: (n.host, n.port) for n in cluster.nodes}
         if "proxy" in cats and ns is not None:
             # Before any node starts: connections opened earlier would bypass it.
-            intercept = InterceptNet(ns, node_addr,
-                                     {**{n.name: n.host for n in cluster.nodes}, **client_hosts})
+            intercept = InterceptNet(
+                ns, node_addr, {**{n.name: n.host for n in cluster.nodes}, **client_hosts}
+            )
             intercept.start()
         cluster.start()
         if cfg.resources is not None:
-            monitor = ResourceMonitor(cluster.processes, out / "resources.jsonl",
-                                      cfg.resource_interval_s)
+            monitor = ResourceMonitor(
+                cluster.processes, out / "resources.jsonl", cfg.resource_interval_s
+            )
             monitor.start()
 
         # ---- clients and their routes (through proxies where a nemesis needs them)
@@ -267,11 +278,17 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
 
         parts: list[Nemesis] = [ProcessNemesis(cluster.processes, rec)]
         if "net" in cats and ns is not None:
-            parts.append(NetNemesis(ns, {**{n.name: n.host for n in cluster.nodes},
-                                         **client_hosts}, names, rec))
+            parts.append(
+                NetNemesis(
+                    ns, {**{n.name: n.host for n in cluster.nodes}, **client_hosts}, names, rec
+                )
+            )
         if proxies is not None:
-            parts.append(ProxyNemesis(proxies, names + clients, rec,
-                                      partitions=use_proxy_partitions, nodes=names))
+            parts.append(
+                ProxyNemesis(
+                    proxies, names + clients, rec, partitions=use_proxy_partitions, nodes=names
+                )
+            )
         if intercept is not None:
             parts.append(ProxyNemesis(intercept, names + clients, rec, nodes=names))
         if clock is not None:
@@ -285,24 +302,33 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         if "membership" in cats:
             if not cluster.voters():
                 raise FaultInjectionUnavailable(
-                    f"membership: {type(cluster).__name__} has no Raft voters to change")
+                    f"membership: {type(cluster).__name__} has no Raft voters to change"
+                )
             parts.append(MembershipNemesis(cluster.voters(), wrap, rec))
         nemesis = Composite(parts)
 
-        steps = generate(cfg.seed, kinds, names, cfg.time_limit_s,
-                         duration_s=cfg.fault_duration_s, gap_s=cfg.fault_gap_s,
-                         tracks=cfg.tracks,
-                         process_specs=cfg.process_specs or PROCESS_SPECS,
-                         disk_specs=cfg.process_specs or DISK_SPECS)
+        steps = generate(
+            cfg.seed,
+            kinds,
+            names,
+            cfg.time_limit_s,
+            duration_s=cfg.fault_duration_s,
+            gap_s=cfg.fault_gap_s,
+            tracks=cfg.tracks,
+            process_specs=cfg.process_specs or PROCESS_SPECS,
+            disk_specs=cfg.process_specs or DISK_SPECS,
+        )
         steps = [_with_clients(s, clients) for s in steps]
         (out / "schedule.json").write_text(json.dumps([s.describe() for s in steps], indent=1))
 
-        final = asyncio.run(_drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts,
-                                   dial))
+        final = asyncio.run(_drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts, dial))
         dead = dead_nodes(cluster)
         for node, d in dead.items():
-            warn(f"{node} was not running at the end (exit status {d['returncode']}): "
-                 f"{d['last_log_line']}", warnings)
+            warn(
+                f"{node} was not running at the end (exit status {d['returncode']}): "
+                f"{d['last_log_line']}",
+                warnings,
+            )
         if monitor is not None:
             monitor.sample()  # the end: after the final reads
             monitor.stop()
@@ -381,8 +407,10 @@ def dead_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
         if p.proc is None or p.alive():
             continue
         tail = [ln for ln in p.log_tail(4000).splitlines() if ln.strip()]
-        out[name] = {"returncode": p.proc.returncode,
-                     "last_log_line": tail[-1][-300:] if tail else ""}
+        out[name] = {
+            "returncode": p.proc.returncode,
+            "last_log_line": tail[-1][-300:] if tail else "",
+        }
     return out
 
 
@@ -408,19 +436,28 @@ def _with_clients(step: Step, clients: list[str]) -> Step:
     params = dict(f.params)
     if f.kind == "partition-majority":
         params["majority"] = [*params["majority"], *clients]
-    elif f.kind == "partition-isolate" or (f.kind == "partition-oneway"
-                                           and params.get("shape") in ("deaf", "mute")):
+    elif f.kind == "partition-isolate" or (
+        f.kind == "partition-oneway" and params.get("shape") in ("deaf", "mute")
+    ):
         params["among"] = None  # filled with nodes + clients when the target is known
         params["clients"] = clients
     else:
         return step
-    return Step(step.at_s, step.duration_s, Fault(f.kind, f.targets, params, f.id),
-                step.target_spec)
+    return Step(
+        step.at_s, step.duration_s, Fault(f.kind, f.targets, params, f.id), step.target_spec
+    )
 
 
-async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemesis,
-                 steps: list[Step], clients: list[str], client_hosts: dict[str, str],
-                 dial: Any) -> dict[str, bool]:
+async def _drive(
+    cluster: Cluster,
+    cfg: RunConfig,
+    rec: Recorder,
+    nemesis: Nemesis,
+    steps: list[Step],
+    clients: list[str],
+    client_hosts: dict[str, str],
+    dial: Any,
+) -> dict[str, bool]:
     loop = asyncio.get_running_loop()
     if cfg.workload == "queue" and cfg.consumers != "assign":
         await cluster.prepare_group(GROUP, client_address(150))
@@ -437,9 +474,20 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
             qc = cluster.client(c, client_hosts[c], dial)
             conns.append(qc)
             if consumes_by_group(cfg.consumers, i):
-                workers.append(GroupQueueWorker(
-                    i, len(clients), qc, _member_factory(cluster, c, client_hosts[c], assignor),
-                    cluster.keys, rec, values, rng, group=GROUP, assignor=assignor))
+                workers.append(
+                    GroupQueueWorker(
+                        i,
+                        len(clients),
+                        qc,
+                        _member_factory(cluster, c, client_hosts[c], assignor),
+                        cluster.keys,
+                        rec,
+                        values,
+                        rng,
+                        group=GROUP,
+                        assignor=assignor,
+                    )
+                )
             else:
                 workers.append(QueueWorker(i, len(clients), qc, cluster.keys, rec, values, rng))
         else:
@@ -477,8 +525,10 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
     while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
         await asyncio.sleep(0.5)
     if loop.time() - healed_at >= cfg.recovery_timeout_s:
-        print(f"cluster not healthy {cfg.recovery_timeout_s}s after healing; reading anyway",
-              file=sys.stderr)
+        print(
+            f"cluster not healthy {cfg.recovery_timeout_s}s after healing; reading anyway",
+            file=sys.stderr,
+        )
     if cfg.workload == "metadata":
         mreader = cluster.metadata_client("final", client_address(150), lambda c, n: dial("", n))
         final = MetadataWorker(10_000, 1, mreader, topics, rec, random.Random(0))
@@ -490,17 +540,21 @@ async def _drive(cluster: Cluster, cfg: RunConfig, rec: Recorder, nemesis: Nemes
         return {}
     reader = cluster.client("final", client_address(150), lambda c, n: dial("", n))
     try:
-        return await final_reads(reader, cluster.keys, rec, process=10_000,
-                                 timeout_s=cfg.final_read_timeout_s)
+        return await final_reads(
+            reader, cluster.keys, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
+        )
     finally:
         await reader.close()
 
 
-def _member_factory(cluster: Cluster, client: str, host: str, assignor: str
-                    ) -> Callable[[str, OnRebalance], GroupMember]:
+def _member_factory(
+    cluster: Cluster, client: str, host: str, assignor: str
+) -> Callable[[str, OnRebalance], GroupMember]:
     def new_member(name: str, on_rebalance: OnRebalance) -> GroupMember:
-        return cluster.group_member(f"{client}-{name}", host, group=GROUP, assignor=assignor,
-                                    on_rebalance=on_rebalance)
+        return cluster.group_member(
+            f"{client}-{name}", host, group=GROUP, assignor=assignor, on_rebalance=on_rebalance
+        )
+
     return new_member
 
 
@@ -530,8 +584,7 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
     return Fault(f.kind, targets, params, f.id)
 
 
-def check_history(history: History, workload: str, *, idempotent: bool = True
-                  ) -> dict[str, Any]:
+def check_history(history: History, workload: str, *, idempotent: bool = True) -> dict[str, Any]:
     if workload == "queue":
         return queue.check(history, idempotent=idempotent)
     if workload == "metadata":
@@ -552,8 +605,11 @@ def recheck(run_dir: Path) -> dict[str, Any]:
         results = json.loads((run_dir / "results.json").read_text())
     except FileNotFoundError:
         results = {"config": {"workload": "queue"}}
-    results["result"] = check_history(history, results["config"].get("workload", "queue"),
-                                      idempotent=results.get("idempotent_producers", True))
+    results["result"] = check_history(
+        history,
+        results["config"].get("workload", "queue"),
+        idempotent=results.get("idempotent_producers", True),
+    )
     if results.get("resources"):
         apply_resource_verdict(results["result"], results["resources"])
     results["ops"] = len(history)

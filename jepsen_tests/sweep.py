@@ -34,47 +34,79 @@ from pathlib import Path
 from typing import Any
 
 LOST = ("lost-prefix", "lost-middle", "lost-postfix")
-COLUMNS = ("nemesis", "minutes", "runs", "seeds", "invalid", "lost", "dup", "inconsistent",
-           "other")
+COLUMNS = ("nemesis", "minutes", "runs", "seeds", "invalid", "lost", "dup", "inconsistent", "other")
 
 
-def run_one(out: Path, nemesis: str, seed: int, time_limit_s: float,
-            extra: Sequence[str] = ()) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", nemesis, "--seed",
-            str(seed), "--time-limit", str(time_limit_s), "--out", str(out), *extra]
+def run_one(
+    out: Path, nemesis: str, seed: int, time_limit_s: float, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "jepsen_tests",
+        "run",
+        "--nemesis",
+        nemesis,
+        "--seed",
+        str(seed),
+        "--time-limit",
+        str(time_limit_s),
+        "--out",
+        str(out),
+        *extra,
+    ]
     if out.exists():
         # No row names this directory (rows are written when a run ends), so it is what an
         # interrupted sweep left: keep it for the curious, out of the way of this run.
         aside = _free_name(out.parent / f"{out.name}.interrupted")
         out.rename(aside)
-        print(f"sweep: {out} was left by an interrupted run; moved to {aside}",
-              file=sys.stderr, flush=True)
+        print(
+            f"sweep: {out} was left by an interrupted run; moved to {aside}",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.monotonic()
     with open(out.parent / f"{out.name}.console.log", "w") as console:
         try:
-            rc = subprocess.run(argv, stdout=console, stderr=subprocess.STDOUT,
-                                timeout=time_limit_s + 600).returncode
+            rc = subprocess.run(
+                argv, stdout=console, stderr=subprocess.STDOUT, timeout=time_limit_s + 600
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = -1
-    row: dict[str, Any] = {"nemesis": nemesis, "seed": seed, "time_limit_s": time_limit_s,
-                           "extra": list(extra), "rc": rc, "dir": str(out),
-                           "wall_s": round(time.monotonic() - t0, 1)}
+    row: dict[str, Any] = {
+        "nemesis": nemesis,
+        "seed": seed,
+        "time_limit_s": time_limit_s,
+        "extra": list(extra),
+        "rc": rc,
+        "dir": str(out),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     try:
         res = json.loads((out / "results.json").read_text())
     except (OSError, ValueError):
         row.update(valid=None, counts={}, anomaly_types=[], final_complete=False)
         return row
     r = res["result"]
-    row.update(valid=r["valid"], counts=r.get("counts", {}),
-               anomaly_types=r.get("anomaly_types", []),
-               final_complete=all((res.get("final_reads_complete") or {"": False}).values()),
-               sends=r.get("stats", {}).get("sends", {}))
+    row.update(
+        valid=r["valid"],
+        counts=r.get("counts", {}),
+        anomaly_types=r.get("anomaly_types", []),
+        final_complete=all((res.get("final_reads_complete") or {"": False}).values()),
+        sends=r.get("stats", {}).get("sends", {}),
+    )
     return row
 
 
-def sweep(root: Path, nemeses: Sequence[str], minutes: float, time_limit_s: float,
-          first_seed: int = 1, budget_minutes: float | None = None,
-          extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+def sweep(
+    root: Path,
+    nemeses: Sequence[str],
+    minutes: float,
+    time_limit_s: float,
+    first_seed: int = 1,
+    budget_minutes: float | None = None,
+    extra: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     root.mkdir(parents=True, exist_ok=True)
     log = root / "runs.jsonl"
     done_s = {n: 0.0 for n in nemeses}
@@ -94,14 +126,20 @@ def sweep(root: Path, nemeses: Sequence[str], minutes: float, time_limit_s: floa
             if budget_minutes is not None and time.monotonic() - started > budget_minutes * 60:
                 return load_rows(root)
             out = root / f"{n.replace(',', '+')}-seed{seed}"
-            print(f"sweep: {n} seed {seed} ({done_s[n] / 60:.1f}/{minutes} min)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"sweep: {n} seed {seed} ({done_s[n] / 60:.1f}/{minutes} min)",
+                file=sys.stderr,
+                flush=True,
+            )
             row = run_one(out, n, seed, time_limit_s, extra)
             with open(log, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"sweep:   -> valid={row['valid']} rc={row['rc']} "
-                  f"anomalies={row['anomaly_types']} ({row['wall_s']} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"sweep:   -> valid={row['valid']} rc={row['rc']} "
+                f"anomalies={row['anomaly_types']} ({row['wall_s']} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             done_s[n] += time_limit_s
             seed += 1
     return load_rows(root)
@@ -159,7 +197,7 @@ def _option(args: Sequence[str], flag: str) -> str | None:
         if a == flag and i + 1 < len(args):
             value = args[i + 1]
         elif a.startswith(flag + "="):
-            value = a[len(flag) + 1:]
+            value = a[len(flag) + 1 :]
     return value
 
 
@@ -190,8 +228,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     table: dict[str, dict[str, Any]] = {}
     for r in rows:
         label = label_of(r)
-        t = table.setdefault(label, {c: 0 for c in COLUMNS} | {"nemesis": label,
-                                                               "seeds": set()})
+        t = table.setdefault(label, {c: 0 for c in COLUMNS} | {"nemesis": label, "seeds": set()})
         counts = r.get("counts", {})
         types = set(r.get("anomaly_types", []))
         t["minutes"] += r["time_limit_s"] / 60
@@ -202,8 +239,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         # Allowed without idempotent producers, and still worth seeing in the table.
         t["dup"] += counts.get("duplicate", 0) + counts.get("allowed-duplicate", 0)
         t["inconsistent"] += counts.get("inconsistent-offsets", 0)
-        t["other"] += sum(counts.get(k, 0) for k in types
-                          if k not in (*LOST, "duplicate", "inconsistent-offsets"))
+        t["other"] += sum(
+            counts.get(k, 0) for k in types if k not in (*LOST, "duplicate", "inconsistent-offsets")
+        )
     out = []
     for t in table.values():
         t["seeds"] = len(t["seeds"])

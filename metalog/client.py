@@ -61,12 +61,17 @@ class MetadataFetchResponse:
     leader_url: str | None = None
 
     def to_msgpack(self) -> bytes:
-        packed: bytes = msgpack.packb({
-            "node_id": self.node_id, "high_watermark": self.high_watermark,
-            "batches": [[b.base_offset, b.epoch, b.count, b.data] for b in self.batches],
-            "snapshot": self.snapshot, "snapshot_offset": self.snapshot_offset,
-            "leader_url": self.leader_url,
-        }, use_bin_type=True)
+        packed: bytes = msgpack.packb(
+            {
+                "node_id": self.node_id,
+                "high_watermark": self.high_watermark,
+                "batches": [[b.base_offset, b.epoch, b.count, b.data] for b in self.batches],
+                "snapshot": self.snapshot,
+                "snapshot_offset": self.snapshot_offset,
+                "leader_url": self.leader_url,
+            },
+            use_bin_type=True,
+        )
         return packed
 
     @classmethod
@@ -74,10 +79,13 @@ class MetadataFetchResponse:
         try:
             d = msgpack.unpackb(data, raw=False)
             return cls(
-                node_id=int(d["node_id"]), high_watermark=int(d["high_watermark"]),
-                batches=tuple(MetadataBatch(int(b), int(e), int(n), bytes(x))
-                              for b, e, n, x in d["batches"]),
-                snapshot=d.get("snapshot"), snapshot_offset=int(d.get("snapshot_offset", -1)),
+                node_id=int(d["node_id"]),
+                high_watermark=int(d["high_watermark"]),
+                batches=tuple(
+                    MetadataBatch(int(b), int(e), int(n), bytes(x)) for b, e, n, x in d["batches"]
+                ),
+                snapshot=d.get("snapshot"),
+                snapshot_offset=int(d.get("snapshot_offset", -1)),
                 leader_url=d.get("leader_url"),
             )
         except Exception as e:
@@ -85,8 +93,13 @@ class MetadataFetchResponse:
 
 
 class ControllerClient:
-    def __init__(self, urls: Sequence[str], *, timeout_s: float = 15.0,
-                 session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        timeout_s: float = 15.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
         if not urls:
             raise ValueError("ControllerClient needs at least one controller URL")
         self.urls = [u.rstrip("/") for u in urls]
@@ -107,8 +120,9 @@ class ControllerClient:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5),
-                                                  connector=netbind.connector())
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=5), connector=netbind.connector()
+            )
         return self._session
 
     async def execute(self, command: Any) -> Any:
@@ -126,7 +140,8 @@ class ControllerClient:
             attempt += 1
             try:
                 async with self._sess().post(
-                    f"{url}/internal/controller/v1/command", data=body,
+                    f"{url}/internal/controller/v1/command",
+                    data=body,
                     headers={"Content-Type": MSGPACK},
                 ) as resp:
                     payload = await resp.read()
@@ -142,7 +157,8 @@ class ControllerClient:
                         continue
                     if resp.status != 200:
                         raise ControllerUnavailableError(
-                            f"{url} answered HTTP {resp.status}: {payload[:200]!r}")
+                            f"{url} answered HTTP {resp.status}: {payload[:200]!r}"
+                        )
                     result = wire.loads(payload)
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 self._leader_url = None
@@ -160,7 +176,8 @@ class ControllerClient:
                 raise err
             return result["ok"]
         raise ControllerUnavailableError(
-            f"no active controller answered within {self.timeout_s:.0f} s ({last_error})")
+            f"no active controller answered within {self.timeout_s:.0f} s ({last_error})"
+        )
 
     async def get_json(self, path: str, url: str | None = None) -> Any:
         """GET ``path`` from ``url`` (or the first controller that answers)."""
@@ -174,8 +191,9 @@ class ControllerClient:
                 errors.append(f"{u}: {str(e) or type(e).__name__}")
         raise ControllerUnavailableError("; ".join(errors))
 
-    async def fetch_metadata(self, url: str, offset: int, *, max_wait_ms: int = 500,
-                             broker_id: int | None = None) -> MetadataFetchResponse:
+    async def fetch_metadata(
+        self, url: str, offset: int, *, max_wait_ms: int = 500, broker_id: int | None = None
+    ) -> MetadataFetchResponse:
         """Committed metadata from offset ``offset`` on, from the controller at ``url`` (any
         controller answers; none is retried here: the caller picks the next one on
         ``ControllerUnavailableError``). Long-polls up to ``max_wait_ms`` when there is
@@ -185,12 +203,14 @@ class ControllerClient:
             params["broker_id"] = str(broker_id)
         timeout = aiohttp.ClientTimeout(total=max_wait_ms / 1000 + 5)
         try:
-            async with self._sess().get(f"{url.rstrip('/')}/internal/controller/v1/metadata",
-                                        params=params, timeout=timeout) as resp:
+            async with self._sess().get(
+                f"{url.rstrip('/')}/internal/controller/v1/metadata", params=params, timeout=timeout
+            ) as resp:
                 payload = await resp.read()
                 if resp.status != 200:
                     raise ControllerUnavailableError(
-                        f"{url} answered HTTP {resp.status}: {payload[:200]!r}")
+                        f"{url} answered HTTP {resp.status}: {payload[:200]!r}"
+                    )
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise ControllerUnavailableError(f"{url}: {str(e) or type(e).__name__}") from None
         return MetadataFetchResponse.from_msgpack(payload)

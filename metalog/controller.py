@@ -219,9 +219,11 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         if self.unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
-            raise ValueError(f"unclean_recovery_strategy must be one of "
-                             f"{', '.join(UNCLEAN_RECOVERY_STRATEGIES)}, got "
-                             f"{self.unclean_recovery_strategy!r}")
+            raise ValueError(
+                f"unclean_recovery_strategy must be one of "
+                f"{', '.join(UNCLEAN_RECOVERY_STRATEGIES)}, got "
+                f"{self.unclean_recovery_strategy!r}"
+            )
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -233,7 +235,7 @@ def validate_topic_name(name: str) -> None:
     if not name:
         raise InvalidTopicError("topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise InvalidTopicError("topic name cannot be \".\" or \"..\"")
+        raise InvalidTopicError('topic name cannot be "." or ".."')
     if len(name) > TOPIC_NAME_LENGTH_MAX:
         raise InvalidTopicError(
             f"topic name is illegal, it can't be longer than {TOPIC_NAME_LENGTH_MAX} characters"
@@ -303,8 +305,10 @@ TOPIC_CONFIG_CHECKS: Mapping[str, Callable[[str], None]] = {
 }
 """Validators of the topic configs Longboat knows (limits as Kafka's ``LogConfig``)."""
 
-invariant(set(TOPIC_CONFIG_CHECKS) == set(TOPIC_CONFIG_DEFAULTS),
-          "every known topic config has a default and a check")
+invariant(
+    set(TOPIC_CONFIG_CHECKS) == set(TOPIC_CONFIG_DEFAULTS),
+    "every known topic config has a default and a check",
+)
 
 
 def validate_topic_config(key: str, value: str, *, unknown_ok: bool = False) -> None:
@@ -548,37 +552,59 @@ class QuorumController:
     # ---------------------------------------------------------------- commands
 
     @overload
-    def handle(self, command: CreateTopic, now_ms: int) -> ControllerResult[CreateTopicResponse]: ...
+    def handle(
+        self, command: CreateTopic, now_ms: int
+    ) -> ControllerResult[CreateTopicResponse]: ...
 
     @overload
-    def handle(self, command: DeleteTopic, now_ms: int) -> ControllerResult[DeleteTopicResponse]: ...
+    def handle(
+        self, command: DeleteTopic, now_ms: int
+    ) -> ControllerResult[DeleteTopicResponse]: ...
 
     @overload
-    def handle(self, command: LookupTopic, now_ms: int) -> ControllerResult[LookupTopicResponse]: ...
+    def handle(
+        self, command: LookupTopic, now_ms: int
+    ) -> ControllerResult[LookupTopicResponse]: ...
 
     @overload
-    def handle(self, command: CreatePartitions, now_ms: int) -> ControllerResult[CreatePartitionsResponse]: ...
+    def handle(
+        self, command: CreatePartitions, now_ms: int
+    ) -> ControllerResult[CreatePartitionsResponse]: ...
 
     @overload
-    def handle(self, command: AlterConfigs, now_ms: int) -> ControllerResult[AlterConfigsResponse]: ...
+    def handle(
+        self, command: AlterConfigs, now_ms: int
+    ) -> ControllerResult[AlterConfigsResponse]: ...
 
     @overload
-    def handle(self, command: RegisterBroker, now_ms: int) -> ControllerResult[BrokerRegistrationResponse]: ...
+    def handle(
+        self, command: RegisterBroker, now_ms: int
+    ) -> ControllerResult[BrokerRegistrationResponse]: ...
 
     @overload
-    def handle(self, command: BrokerHeartbeat, now_ms: int) -> ControllerResult[BrokerHeartbeatResponse]: ...
+    def handle(
+        self, command: BrokerHeartbeat, now_ms: int
+    ) -> ControllerResult[BrokerHeartbeatResponse]: ...
 
     @overload
-    def handle(self, command: UnregisterBroker, now_ms: int) -> ControllerResult[UnregisterBrokerResponse]: ...
+    def handle(
+        self, command: UnregisterBroker, now_ms: int
+    ) -> ControllerResult[UnregisterBrokerResponse]: ...
 
     @overload
-    def handle(self, command: AlterPartition, now_ms: int) -> ControllerResult[AlterPartitionResponse]: ...
+    def handle(
+        self, command: AlterPartition, now_ms: int
+    ) -> ControllerResult[AlterPartitionResponse]: ...
 
     @overload
-    def handle(self, command: AllocateProducerIds, now_ms: int) -> ControllerResult[ProducerIdsBlock]: ...
+    def handle(
+        self, command: AllocateProducerIds, now_ms: int
+    ) -> ControllerResult[ProducerIdsBlock]: ...
 
     @overload
-    def handle(self, command: ElectLeaders, now_ms: int) -> ControllerResult[ElectLeadersResponse]: ...
+    def handle(
+        self, command: ElectLeaders, now_ms: int
+    ) -> ControllerResult[ElectLeadersResponse]: ...
 
     @overload
     def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]: ...
@@ -609,11 +635,15 @@ class QuorumController:
                 return tid
 
     def _usable_brokers(self, batch: _Batch) -> list[PlacementBroker]:
-        return [PlacementBroker(b.broker_id, b.rack) for b in batch.image.brokers.usable()
-                if batch.usable(b.broker_id)]
+        return [
+            PlacementBroker(b.broker_id, b.rack)
+            for b in batch.image.brokers.usable()
+            if batch.usable(b.broker_id)
+        ]
 
-    def _place(self, batch: _Batch, name: str, count: int, rf: int, start: int) -> list[
-            tuple[BrokerId, ...]]:
+    def _place(
+        self, batch: _Batch, name: str, count: int, rf: int, start: int
+    ) -> list[tuple[BrokerId, ...]]:
         brokers = self._usable_brokers(batch)
         if rf > len(brokers):
             raise InvalidReplicationFactorError(
@@ -625,8 +655,9 @@ class QuorumController:
         # of different topics just as well and is the same on every controller.
         h = zlib.crc32(name.encode())
         try:
-            return place(brokers, count, rf, start_partition=start, start_index=h,
-                         replica_shift=h >> 16)
+            return place(
+                brokers, count, rf, start_partition=start, start_index=h, replica_shift=h >> 16
+            )
         except PlacementError as e:
             raise InvalidReplicationFactorError(str(e)) from None
 
@@ -645,14 +676,15 @@ class QuorumController:
                 f"all brokers of partition {p} are fenced or in controlled shutdown"
             )
 
-    def _new_partition(self, batch: _Batch, tid: TopicId, p: int,
-                       replicas: tuple[BrokerId, ...]) -> PartitionRecord:
+    def _new_partition(
+        self, batch: _Batch, tid: TopicId, p: int, replicas: tuple[BrokerId, ...]
+    ) -> PartitionRecord:
         isr = tuple(b for b in replicas if batch.usable(b))
-        return PartitionRecord(topic_id=tid, partition=p, replicas=replicas, isr=isr,
-                               leader=isr[0])
+        return PartitionRecord(topic_id=tid, partition=p, replicas=replicas, isr=isr, leader=isr[0])
 
-    def _create_topic(self, batch: _Batch, cmd: CreateTopic, now_ms: int) -> tuple[
-            CreateTopicResponse, None]:
+    def _create_topic(
+        self, batch: _Batch, cmd: CreateTopic, now_ms: int
+    ) -> tuple[CreateTopicResponse, None]:
         name = cmd.name
         validate_topic_name(name)
         existing = batch.delta.topic_id(name)
@@ -662,16 +694,20 @@ class QuorumController:
             raise TopicExistsError(f"topic {name!r} already exists")
         if cmd.topic_id is not None and batch.delta.is_retired(cmd.topic_id):
             raise TopicIdRetiredError(
-                f"topic id {cmd.topic_id!r} was created and its topic deleted since")
+                f"topic id {cmd.topic_id!r} was created and its topic deleted since"
+            )
         if cmd.topic_id is not None and (
-                not cmd.topic_id or batch.delta.topic_name(cmd.topic_id) is not None):
+            not cmd.topic_id or batch.delta.topic_name(cmd.topic_id) is not None
+        ):
             raise InvalidRequestError(f"topic id {cmd.topic_id!r} is empty or in use")
         if "." in name or "_" in name:
             # Metric names replace '.' with '_'; Kafka refuses names that would collide.
             norm = name.replace(".", "_")
             for other in batch.image.topics.by_name:
                 if other.replace(".", "_") == norm:
-                    raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
+                    raise InvalidTopicError(
+                        f"topic {name!r} collides with existing topic {other!r}"
+                    )
         for k, v in cmd.configs.items():
             validate_topic_config(k, v)
         if cmd.assignments is not None:
@@ -699,10 +735,16 @@ class QuorumController:
                 )
             rf = rfs.pop()
         else:
-            n = self.config.default_num_partitions if cmd.num_partitions is None else (
-                cmd.num_partitions)
-            rf = self.config.default_replication_factor if cmd.replication_factor is None else (
-                cmd.replication_factor)
+            n = (
+                self.config.default_num_partitions
+                if cmd.num_partitions is None
+                else (cmd.num_partitions)
+            )
+            rf = (
+                self.config.default_replication_factor
+                if cmd.replication_factor is None
+                else (cmd.replication_factor)
+            )
             if n <= 0 or n > self.config.max_partitions_per_topic:
                 raise InvalidPartitionsError(
                     f"number of partitions must be 1..{self.config.max_partitions_per_topic}, "
@@ -720,8 +762,11 @@ class QuorumController:
         tid = cmd.topic_id if cmd.topic_id is not None else self._new_topic_id(name, batch.delta)
         batch.add(TopicRecord(name=name, topic_id=tid))
         for k, v in sorted(configs.items()):
-            batch.add(ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name,
-                                   name=k, value=v))
+            batch.add(
+                ConfigRecord(
+                    resource_type=ConfigResourceType.TOPIC, resource_name=name, name=k, value=v
+                )
+            )
         for p, replicas in enumerate(assignments):
             batch.add(self._new_partition(batch, tid, p, replicas))
         return CreateTopicResponse(name, tid, n, rf, tuple(assignments), configs), None
@@ -735,24 +780,28 @@ class QuorumController:
             )
 
     @staticmethod
-    def _created_before(batch: _Batch, name: str, tid: TopicId,
-                        cmd: CreateTopic) -> CreateTopicResponse:
+    def _created_before(
+        batch: _Batch, name: str, tid: TopicId, cmd: CreateTopic
+    ) -> CreateTopicResponse:
         assignments: list[tuple[BrokerId, ...]] = []
         while (reg := batch.delta.partition(tid, len(assignments))) is not None:
             assignments.append(tuple(reg.replicas))
         rf = len(assignments[0]) if assignments else 0
-        return CreateTopicResponse(name, tid, len(assignments), rf, tuple(assignments),
-                                   dict(cmd.configs))
+        return CreateTopicResponse(
+            name, tid, len(assignments), rf, tuple(assignments), dict(cmd.configs)
+        )
 
-    def _lookup_topic(self, batch: _Batch, cmd: LookupTopic, now_ms: int) -> tuple[
-            LookupTopicResponse, None]:
+    def _lookup_topic(
+        self, batch: _Batch, cmd: LookupTopic, now_ms: int
+    ) -> tuple[LookupTopicResponse, None]:
         tid = batch.delta.topic_id(cmd.name)
         if tid is None:
             raise UnknownTopicOrPartitionError(f"topic {cmd.name!r} does not exist")
         return LookupTopicResponse(cmd.name, tid), None
 
-    def _delete_topic(self, batch: _Batch, cmd: DeleteTopic, now_ms: int) -> tuple[
-            DeleteTopicResponse, None]:
+    def _delete_topic(
+        self, batch: _Batch, cmd: DeleteTopic, now_ms: int
+    ) -> tuple[DeleteTopicResponse, None]:
         if cmd.topic_id is not None:
             tid: TopicId | None = cmd.topic_id
             name = batch.delta.topic_name(cmd.topic_id)
@@ -768,8 +817,9 @@ class QuorumController:
         batch.add(RemoveTopicRecord(topic_id=tid))
         return DeleteTopicResponse(name, tid), None
 
-    def _create_partitions(self, batch: _Batch, cmd: CreatePartitions, now_ms: int) -> tuple[
-            CreatePartitionsResponse, None]:
+    def _create_partitions(
+        self, batch: _Batch, cmd: CreatePartitions, now_ms: int
+    ) -> tuple[CreatePartitionsResponse, None]:
         tid = batch.delta.topic_id(cmd.name)
         topic = None if tid is None else batch.image.topics.by_id.get(tid)
         if tid is None or topic is None:
@@ -810,8 +860,9 @@ class QuorumController:
                 batch.add(self._new_partition(batch, tid, current + i, replicas))
         return CreatePartitionsResponse(cmd.name, cmd.total_count, tuple(assignments)), None
 
-    def _alter_configs(self, batch: _Batch, cmd: AlterConfigs, now_ms: int) -> tuple[
-            AlterConfigsResponse, None]:
+    def _alter_configs(
+        self, batch: _Batch, cmd: AlterConfigs, now_ms: int
+    ) -> tuple[AlterConfigsResponse, None]:
         rtype, rname = cmd.resource_type, cmd.resource_name
         if rtype == ConfigResourceType.TOPIC:
             if batch.delta.topic_id(rname) is None:
@@ -819,7 +870,9 @@ class QuorumController:
             current = batch.image.configs.get(rtype, rname)
         elif rtype == ConfigResourceType.BROKER:
             if rname != "" and not rname.isdigit():
-                raise InvalidRequestError(f"broker resource name must be an id or '', got {rname!r}")
+                raise InvalidRequestError(
+                    f"broker resource name must be an id or '', got {rname!r}"
+                )
             current = batch.image.configs.get(rtype, rname)
         elif rtype == ConfigResourceType.CLUSTER:
             if rname != "":
@@ -837,13 +890,15 @@ class QuorumController:
         changed = {k: v for k, v in cmd.ops.items() if current.get(k) != v}
         if not cmd.validate_only:
             for k, v in sorted(changed.items()):
-                batch.add(ConfigRecord(resource_type=rtype, resource_name=rname, name=k,
-                                       value=v))
-            if (rtype == ConfigResourceType.TOPIC
-                    and changed.get("unclean.leader.election.enable") == "true"):
+                batch.add(ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v))
+            if (
+                rtype == ConfigResourceType.TOPIC
+                and changed.get("unclean.leader.election.enable") == "true"
+            ):
                 # Allowing unclean election brings offline partitions back now, as Kafka does.
-                self._elect_offline_partitions(batch, None, topic=rname, unclean_election=True,
-                                               now_ms=now_ms)
+                self._elect_offline_partitions(
+                    batch, None, topic=rname, unclean_election=True, now_ms=now_ms
+                )
         return AlterConfigsResponse(rtype, rname, changed), None
 
     # -- brokers
@@ -852,30 +907,41 @@ class QuorumController:
         last = self._sessions.get(broker_id)
         return last is not None and now_ms < last + self.config.session_timeout_ms
 
-    def _register_broker(self, batch: _Batch, cmd: RegisterBroker, now_ms: int) -> tuple[
-            BrokerRegistrationResponse, Callable[[int], BrokerRegistrationResponse]]:
+    def _register_broker(
+        self, batch: _Batch, cmd: RegisterBroker, now_ms: int
+    ) -> tuple[BrokerRegistrationResponse, Callable[[int], BrokerRegistrationResponse]]:
         if cmd.broker_id < 0:
             raise InvalidRequestError(f"broker id must be >= 0, got {cmd.broker_id}")
         existing = batch.delta.broker(cmd.broker_id)
-        if (existing is not None and existing.incarnation_id != cmd.incarnation_id
-                and not existing.fenced and self._has_session(cmd.broker_id, now_ms)):
+        if (
+            existing is not None
+            and existing.incarnation_id != cmd.incarnation_id
+            and not existing.fenced
+            and self._has_session(cmd.broker_id, now_ms)
+        ):
             raise DuplicateBrokerRegistrationError(
                 f"another incarnation of broker {cmd.broker_id} is alive "
                 f"({existing.incarnation_id}); its session expires within "
                 f"{self.config.session_timeout_ms} ms"
             )
         index = len(batch.records)
-        batch.add(RegisterBrokerRecord(
-            broker_id=cmd.broker_id, incarnation_id=cmd.incarnation_id,
-            endpoints=tuple(Endpoint(*e) for e in cmd.endpoints), rack=cmd.rack, fenced=True,
-        ))
+        batch.add(
+            RegisterBrokerRecord(
+                broker_id=cmd.broker_id,
+                incarnation_id=cmd.incarnation_id,
+                endpoints=tuple(Endpoint(*e) for e in cmd.endpoints),
+                rack=cmd.rack,
+                fenced=True,
+            )
+        )
         # KIP-966: a broker whose logs may have lost unflushed writes (no clean-shutdown
         # marker naming the registration it replaces) leaves every ISR and ELR; one that
         # shut down cleanly, or the same process registering again, only leaves the ISRs
         # and leaderships, as if fenced. Either way it rejoins once it has caught up.
         clean = existing is not None and (
             existing.incarnation_id == cmd.incarnation_id
-            or 0 <= cmd.previous_broker_epoch == existing.broker_epoch)
+            or 0 <= cmd.previous_broker_epoch == existing.broker_epoch
+        )
         if existing is not None or self.config.eligible_leader_replicas_enabled:
             self._remove_from_partitions(batch, cmd.broker_id, unclean_shutdown=not clean)
         self._sessions[cmd.broker_id] = now_ms
@@ -886,8 +952,9 @@ class QuorumController:
 
         return BrokerRegistrationResponse(broker_id, BrokerEpoch(-1)), resolve
 
-    def _registered(self, batch: _Batch, broker_id: BrokerId,
-                    broker_epoch: BrokerEpoch) -> BrokerRegistration:
+    def _registered(
+        self, batch: _Batch, broker_id: BrokerId, broker_epoch: BrokerEpoch
+    ) -> BrokerRegistration:
         b = batch.delta.broker(broker_id)
         if b is None:
             raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
@@ -897,8 +964,9 @@ class QuorumController:
             )
         return b
 
-    def _heartbeat(self, batch: _Batch, cmd: BrokerHeartbeat, now_ms: int) -> tuple[
-            BrokerHeartbeatResponse, None]:
+    def _heartbeat(
+        self, batch: _Batch, cmd: BrokerHeartbeat, now_ms: int
+    ) -> tuple[BrokerHeartbeatResponse, None]:
         b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         self._sessions[b.broker_id] = now_ms
         caught_up = cmd.current_metadata_offset >= b.broker_epoch
@@ -908,19 +976,29 @@ class QuorumController:
             self._maybe_recover(batch, key, now_ms)
         return answer
 
-    def _heartbeat_state(self, batch: _Batch, b: BrokerRegistration, cmd: BrokerHeartbeat,
-                         now_ms: int, caught_up: bool) -> tuple[BrokerHeartbeatResponse, None]:
+    def _heartbeat_state(
+        self,
+        batch: _Batch,
+        b: BrokerRegistration,
+        cmd: BrokerHeartbeat,
+        now_ms: int,
+        caught_up: bool,
+    ) -> tuple[BrokerHeartbeatResponse, None]:
         if cmd.want_shutdown:
             if not b.fenced:
                 if not b.in_controlled_shutdown:
-                    batch.add(BrokerRegistrationChangeRecord(
-                        broker_id=b.broker_id, broker_epoch=b.broker_epoch,
-                        in_controlled_shutdown=True,
-                    ))
+                    batch.add(
+                        BrokerRegistrationChangeRecord(
+                            broker_id=b.broker_id,
+                            broker_epoch=b.broker_epoch,
+                            in_controlled_shutdown=True,
+                        )
+                    )
                     # A clean shutdown never causes an unclean election.
                     self._remove_from_partitions(batch, b.broker_id, unclean_election=False)
-                if not any(reg.leader == b.broker_id
-                           for _, _, _, reg in batch.partitions(b.broker_id)):
+                if not any(
+                    reg.leader == b.broker_id for _, _, _, reg in batch.partitions(b.broker_id)
+                ):
                     self._fence(batch, b, unclean_election=False)
             b2 = batch.delta.broker(b.broker_id)
             fenced = b2 is not None and b2.fenced
@@ -937,8 +1015,9 @@ class QuorumController:
             return BrokerHeartbeatResponse(True, False, False), None
         return BrokerHeartbeatResponse(caught_up, b.fenced, False), None
 
-    def _unregister_broker(self, batch: _Batch, cmd: UnregisterBroker, now_ms: int) -> tuple[
-            UnregisterBrokerResponse, None]:
+    def _unregister_broker(
+        self, batch: _Batch, cmd: UnregisterBroker, now_ms: int
+    ) -> tuple[UnregisterBrokerResponse, None]:
         b = batch.delta.broker(cmd.broker_id)
         if b is None:
             raise BrokerIdNotRegisteredError(f"broker {cmd.broker_id} is not registered")
@@ -952,8 +1031,9 @@ class QuorumController:
         self._sessions.pop(b.broker_id, None)
         return UnregisterBrokerResponse(b.broker_id), None
 
-    def _fence(self, batch: _Batch, b: BrokerRegistration, *,
-               unclean_election: bool = True) -> None:
+    def _fence(
+        self, batch: _Batch, b: BrokerRegistration, *, unclean_election: bool = True
+    ) -> None:
         batch.add(FenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
         self._remove_from_partitions(batch, b.broker_id, unclean_election=unclean_election)
 
@@ -962,13 +1042,20 @@ class QuorumController:
     def _unclean_allowed(self, batch: _Batch, topic: str) -> bool:
         return batch.image.configs.topic_config(topic, "unclean.leader.election.enable") == "true"
 
-    def _change(self, batch: _Batch, topic: str, tid: TopicId, p: int,
-                reg: PartitionRegistration, **kw: Any) -> PartitionChangeRecord | None:
+    def _change(
+        self, batch: _Batch, topic: str, tid: TopicId, p: int, reg: PartitionRegistration, **kw: Any
+    ) -> PartitionChangeRecord | None:
         """``partition_change`` with this controller's ELR setting and the topic's
         effective ``min.insync.replicas``."""
         return partition_change(
-            tid, p, reg, batch.usable, min_isr=self._min_isr(batch, topic, reg),
-            elr_enabled=self.config.eligible_leader_replicas_enabled, **kw)
+            tid,
+            p,
+            reg,
+            batch.usable,
+            min_isr=self._min_isr(batch, topic, reg),
+            elr_enabled=self.config.eligible_leader_replicas_enabled,
+            **kw,
+        )
 
     @staticmethod
     def _min_isr(batch: _Batch, topic: str, reg: PartitionRegistration) -> int:
@@ -980,32 +1067,55 @@ class QuorumController:
             configured = 1
         return max(1, min(configured, len(reg.replicas)))
 
-    def _remove_from_partitions(self, batch: _Batch, broker_id: BrokerId, *,
-                                unclean_election: bool = True,
-                                unclean_shutdown: bool = False) -> None:
+    def _remove_from_partitions(
+        self,
+        batch: _Batch,
+        broker_id: BrokerId,
+        *,
+        unclean_election: bool = True,
+        unclean_shutdown: bool = False,
+    ) -> None:
         """Take ``broker_id`` out of every ISR and leadership (it is fenced, shutting down,
         unregistered, or a new incarnation); after an unclean shutdown out of every ELR too
         (KIP-966: it may have lost what it had not flushed)."""
         for name, tid, p, reg in list(batch.partitions(broker_id)):
-            if reg.leader == broker_id or broker_id in reg.isr or (
-                    unclean_shutdown and broker_id in reg.elr):
+            if (
+                reg.leader == broker_id
+                or broker_id in reg.isr
+                or (unclean_shutdown and broker_id in reg.elr)
+            ):
                 rec = self._change(
-                    batch, name, tid, p, reg, remove=broker_id, unclean_shutdown=unclean_shutdown,
+                    batch,
+                    name,
+                    tid,
+                    p,
+                    reg,
+                    remove=broker_id,
+                    unclean_shutdown=unclean_shutdown,
                     unclean_allowed=unclean_election and self._unclean_allowed(batch, name),
                 )
                 if rec is not None:
                     batch.add(rec)
 
-    def _elect_offline_partitions(self, batch: _Batch, broker_id: BrokerId | None, *,
-                                  now_ms: int, topic: str | None = None,
-                                  unclean_election: bool | None = None) -> None:
+    def _elect_offline_partitions(
+        self,
+        batch: _Batch,
+        broker_id: BrokerId | None,
+        *,
+        now_ms: int,
+        topic: str | None = None,
+        unclean_election: bool | None = None,
+    ) -> None:
         """Give a leader to leaderless partitions (with a replica on ``broker_id``, or of
         ``topic``, or all): from the ISR, else the ELR, else uncleanly per the topic's
         config (unless ``unclean_election`` says), else by unclean recovery when it may."""
         for name, tid, p, reg in list(batch.partitions(broker_id)):
             if reg.leader == NO_LEADER and (topic is None or topic == name):
-                allowed = (self._unclean_allowed(batch, name) if unclean_election is None
-                           else unclean_election)
+                allowed = (
+                    self._unclean_allowed(batch, name)
+                    if unclean_election is None
+                    else unclean_election
+                )
                 rec = self._change(batch, name, tid, p, reg, unclean_allowed=allowed)
                 if rec is not None:
                     batch.add(rec)
@@ -1019,20 +1129,25 @@ class QuorumController:
         """No leader, and nobody who holds every committed record: neither ISR nor ELR."""
         return reg.leader == NO_LEADER and not reg.isr and not reg.elr
 
-    def _note_log_reports(self, batch: _Batch, b: BrokerRegistration, cmd: BrokerHeartbeat,
-                          now_ms: int) -> list[tuple[TopicId, int]]:
+    def _note_log_reports(
+        self, batch: _Batch, b: BrokerRegistration, cmd: BrokerHeartbeat, now_ms: int
+    ) -> list[tuple[TopicId, int]]:
         """Keep the reports of ``cmd`` that describe a replica of a partition awaiting
         recovery in the version of it the controller has; the partitions they concern."""
         keys = []
         for info in cmd.replica_logs:
             key = (info.topic_id, info.partition)
             reg = batch.delta.partition(*key)
-            if (reg is None or b.broker_id not in reg.replicas or not self._awaits_recovery(reg)
-                    or info.partition_epoch != reg.partition_epoch):
+            if (
+                reg is None
+                or b.broker_id not in reg.replicas
+                or not self._awaits_recovery(reg)
+                or info.partition_epoch != reg.partition_epoch
+            ):
                 continue
             self._log_reports.setdefault(key, {})[b.broker_id] = _LogReport(
-                b.broker_epoch, info.partition_epoch, info.last_leader_epoch,
-                info.log_end_offset)
+                b.broker_epoch, info.partition_epoch, info.last_leader_epoch, info.log_end_offset
+            )
             self._recovery_since_ms.setdefault(key, now_ms)
             keys.append(key)
         return keys
@@ -1063,40 +1178,55 @@ class QuorumController:
         if not reports or strategy == "manual" or not self.config.eligible_leader_replicas_enabled:
             return
         current = {
-            b: r for b, r in reports.items()
-            if r.partition_epoch == reg.partition_epoch and batch.usable(b)
-            and (br := batch.delta.broker(b)) is not None and br.broker_epoch == r.broker_epoch
+            b: r
+            for b, r in reports.items()
+            if r.partition_epoch == reg.partition_epoch
+            and batch.usable(b)
+            and (br := batch.delta.broker(b)) is not None
+            and br.broker_epoch == r.broker_epoch
         }
         if not current:
             return
         awaited = [b for b in reg.replicas if batch.usable(b)]
         if strategy == "balanced":
-            awaited += [b for b in (reg.last_known_elr or reg.replicas)
-                        if batch.delta.broker(b) is not None]
+            awaited += [
+                b for b in (reg.last_known_elr or reg.replicas) if batch.delta.broker(b) is not None
+            ]
         since = self._recovery_since_ms.setdefault(key, now_ms)
         missing = tuple(sorted({b for b in awaited if b not in current}))
-        heard = ", ".join(f"{b}: epoch {r.last_leader_epoch} end {r.log_end_offset}"
-                          for b, r in sorted(current.items()))
+        heard = ", ".join(
+            f"{b}: epoch {r.last_leader_epoch} end {r.log_end_offset}"
+            for b, r in sorted(current.items())
+        )
         if missing and now_ms < since + self.config.unclean_recovery_timeout_ms:
             if self._recovery_waits.get(key) != missing:
                 self._recovery_waits[key] = missing
                 self._notes.append(
                     f"unclean recovery of {key[0]}-{key[1]} waits for log ends from "
                     f"{list(missing)} (have {heard}; last known ELR "
-                    f"{list(reg.last_known_elr)}, {strategy})")
+                    f"{list(reg.last_known_elr)}, {strategy})"
+                )
             return
         winner = max(current, key=lambda b: (current[b].length, -reg.replicas.index(b)))
         self._notes.append(
             f"unclean recovery of {key[0]}-{key[1]}: broker {winner} leads, the longest log "
-            f"of {heard}" + (f" (timed out waiting for {list(missing)})" if missing else ""))
+            f"of {heard}" + (f" (timed out waiting for {list(missing)})" if missing else "")
+        )
         self._recovery_waits.pop(key, None)
-        batch.add(PartitionChangeRecord(
-            topic_id=key[0], partition=key[1], isr=(winner,), leader=winner,
-            leader_recovery_state=(None if reg.leader_recovery_state
-                                   == LeaderRecoveryState.RECOVERING
-                                   else LeaderRecoveryState.RECOVERING),
-            last_known_elr=() if reg.last_known_elr else None,
-        ))
+        batch.add(
+            PartitionChangeRecord(
+                topic_id=key[0],
+                partition=key[1],
+                isr=(winner,),
+                leader=winner,
+                leader_recovery_state=(
+                    None
+                    if reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+                    else LeaderRecoveryState.RECOVERING
+                ),
+                last_known_elr=() if reg.last_known_elr else None,
+            )
+        )
         del self._log_reports[key]
         self._recovery_since_ms.pop(key, None)
 
@@ -1110,11 +1240,15 @@ class QuorumController:
         for key in [k for k in self._log_reports if k not in self._recovery_since_ms]:
             del self._log_reports[key]
         # Past ones need no timer: the next report elects at once.
-        return [since + timeout for since in self._recovery_since_ms.values()
-                if since + timeout > now_ms]
+        return [
+            since + timeout
+            for since in self._recovery_since_ms.values()
+            if since + timeout > now_ms
+        ]
 
-    def _alter_partition(self, batch: _Batch, cmd: AlterPartition, now_ms: int) -> tuple[
-            AlterPartitionResponse, None]:
+    def _alter_partition(
+        self, batch: _Batch, cmd: AlterPartition, now_ms: int
+    ) -> tuple[AlterPartitionResponse, None]:
         self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         results = []
         for ps in cmd.partitions:
@@ -1126,29 +1260,42 @@ class QuorumController:
             new_isr = tuple(m.broker_id for m in ps.new_isr)
             topic = batch.delta.topic_name(ps.topic_id) or ""
             elr, lke = eligible_leader_replicas(
-                reg, new_isr, min_isr=self._min_isr(batch, topic, reg),
-                enabled=self.config.eligible_leader_replicas_enabled)
+                reg,
+                new_isr,
+                min_isr=self._min_isr(batch, topic, reg),
+                enabled=self.config.eligible_leader_replicas_enabled,
+            )
             rec = PartitionChangeRecord(
-                topic_id=ps.topic_id, partition=ps.partition,
+                topic_id=ps.topic_id,
+                partition=ps.partition,
                 isr=None if new_isr == reg.isr else new_isr,
                 leader_recovery_state=(
-                    None if ps.leader_recovery_state == reg.leader_recovery_state
+                    None
+                    if ps.leader_recovery_state == reg.leader_recovery_state
                     else ps.leader_recovery_state
                 ),
                 eligible_leader_replicas=None if set(elr) == set(reg.elr) else elr,
                 last_known_elr=None if set(lke) == set(reg.last_known_elr) else lke,
             )
-            if (rec.isr is not None or rec.leader_recovery_state is not None
-                    or rec.eligible_leader_replicas is not None or rec.last_known_elr is not None):
+            if (
+                rec.isr is not None
+                or rec.leader_recovery_state is not None
+                or rec.eligible_leader_replicas is not None
+                or rec.last_known_elr is not None
+            ):
                 batch.add(rec)
-            results.append(AlterPartitionResult(
-                ps.topic_id, ps.partition,
-                registration=batch.delta.partition(ps.topic_id, ps.partition),
-            ))
+            results.append(
+                AlterPartitionResult(
+                    ps.topic_id,
+                    ps.partition,
+                    registration=batch.delta.partition(ps.topic_id, ps.partition),
+                )
+            )
         return AlterPartitionResponse(tuple(results)), None
 
-    def _check_alter_partition(self, batch: _Batch, broker_id: BrokerId,
-                               ps: PartitionStateChange) -> PartitionRegistration:
+    def _check_alter_partition(
+        self, batch: _Batch, broker_id: BrokerId, ps: PartitionStateChange
+    ) -> PartitionRegistration:
         """The partition's registration if ``ps`` may apply; else the specific error
         (the order of Kafka's ``ReplicationControlManager.validateAlterPartitionData``)."""
         reg = batch.delta.partition(ps.topic_id, ps.partition)
@@ -1173,8 +1320,10 @@ class QuorumController:
         new_isr = [m.broker_id for m in ps.new_isr]
         if ps.leader_recovery_state not in (0, 1):
             raise InvalidRequestError(f"bad leader recovery state {ps.leader_recovery_state}")
-        if (ps.leader_recovery_state == LeaderRecoveryState.RECOVERING
-                and reg.leader_recovery_state == LeaderRecoveryState.RECOVERED):
+        if (
+            ps.leader_recovery_state == LeaderRecoveryState.RECOVERING
+            and reg.leader_recovery_state == LeaderRecoveryState.RECOVERED
+        ):
             raise InvalidRequestError("a recovered partition cannot go back to RECOVERING")
         if ps.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
             raise InvalidRequestError("the ISR of a RECOVERING partition holds only its leader")
@@ -1186,19 +1335,29 @@ class QuorumController:
             raise InvalidRequestError(f"the ISR {new_isr} must contain the leader {broker_id}")
         for m in ps.new_isr:
             b = batch.delta.broker(m.broker_id)
-            if b is None or not b.usable or (
-                    m.broker_epoch != -1 and m.broker_epoch != b.broker_epoch):
-                why = ("not registered" if b is None else "fenced" if b.fenced
-                       else "in controlled shutdown" if b.in_controlled_shutdown
-                       else f"of epoch {b.broker_epoch}, not {m.broker_epoch}")
+            if (
+                b is None
+                or not b.usable
+                or (m.broker_epoch != -1 and m.broker_epoch != b.broker_epoch)
+            ):
+                why = (
+                    "not registered"
+                    if b is None
+                    else "fenced"
+                    if b.fenced
+                    else "in controlled shutdown"
+                    if b.in_controlled_shutdown
+                    else f"of epoch {b.broker_epoch}, not {m.broker_epoch}"
+                )
                 raise IneligibleReplicaError(
                     f"broker {m.broker_id} cannot join the ISR of "
                     f"{ps.topic_id}-{ps.partition}: {why}"
                 )
         return reg
 
-    def _elect_leaders(self, batch: _Batch, cmd: ElectLeaders, now_ms: int) -> tuple[
-            ElectLeadersResponse, None]:
+    def _elect_leaders(
+        self, batch: _Batch, cmd: ElectLeaders, now_ms: int
+    ) -> tuple[ElectLeadersResponse, None]:
         if cmd.partitions is None:
             targets = [(n, tid, p) for n, tid, p, _ in batch.partitions()]
         else:
@@ -1207,8 +1366,11 @@ class QuorumController:
         for name, p in cmd.partitions or ():
             tid = batch.delta.topic_id(name)
             if tid is None or batch.delta.partition(tid, p) is None:
-                results.append(ElectLeadersResult(name, p, UnknownTopicOrPartitionError(
-                    f"no partition {name}-{p}")))
+                results.append(
+                    ElectLeadersResult(
+                        name, p, UnknownTopicOrPartitionError(f"no partition {name}-{p}")
+                    )
+                )
             else:
                 targets.append((name, tid, p))
         for name, tid, p in targets:
@@ -1232,8 +1394,11 @@ class QuorumController:
                     err, rec = ElectionNotNeededError("the partition has a leader"), None
                 else:
                     rec = self._change(batch, name, tid, p, reg, unclean_allowed=True)
-                    err = None if rec is not None and rec.leader >= 0 else (
-                        EligibleLeadersNotAvailableError(f"no live replica of {name}-{p}"))
+                    err = (
+                        None
+                        if rec is not None and rec.leader >= 0
+                        else (EligibleLeadersNotAvailableError(f"no live replica of {name}-{p}"))
+                    )
                     if err is not None:
                         rec = None
             if rec is not None:
@@ -1244,15 +1409,19 @@ class QuorumController:
                 results.append(ElectLeadersResult(name, p, err, after.leader))
         return ElectLeadersResponse(tuple(results)), None
 
-    def _allocate_producer_ids(self, batch: _Batch, cmd: AllocateProducerIds,
-                               now_ms: int) -> tuple[ProducerIdsBlock, None]:
+    def _allocate_producer_ids(
+        self, batch: _Batch, cmd: AllocateProducerIds, now_ms: int
+    ) -> tuple[ProducerIdsBlock, None]:
         b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         first = batch.delta.next_producer_id
         size = self.config.producer_id_block_size
         if first + size > 2**63 - 1:
             raise MetadataError("producer ids are exhausted")
-        batch.add(ProducerIdsRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch,
-                                    next_producer_id=first + size))
+        batch.add(
+            ProducerIdsRecord(
+                broker_id=b.broker_id, broker_epoch=b.broker_epoch, next_producer_id=first + size
+            )
+        )
         return ProducerIdsBlock(b.broker_id, first, size), None
 
     # ---------------------------------------------------------------- timers
@@ -1284,8 +1453,11 @@ class QuorumController:
             self._next_noop_ms = now_ms + self.config.noop_interval_ms
             if not batch.records:
                 batch.add(NoOpRecord())
-        deadlines += [last + timeout for b, last in self._sessions.items()
-                      if (reg := batch.delta.broker(b)) is not None and not reg.fenced]
+        deadlines += [
+            last + timeout
+            for b, last in self._sessions.items()
+            if (reg := batch.delta.broker(b)) is not None and not reg.fenced
+        ]
         if interval is not None:
             deadlines.append(self._next_rebalance_ms)
         if self.config.noop_interval_ms is not None:
@@ -1295,8 +1467,9 @@ class QuorumController:
     def _rebalance(self, batch: _Batch) -> None:
         for name, tid, p, reg in list(batch.partitions()):
             if reg.leader == NO_LEADER:
-                rec = self._change(batch, name, tid, p, reg,
-                                   unclean_allowed=self._unclean_allowed(batch, name))
+                rec = self._change(
+                    batch, name, tid, p, reg, unclean_allowed=self._unclean_allowed(batch, name)
+                )
             elif reg.leader != reg.preferred_leader:
                 rec = self._change(batch, name, tid, p, reg, preferred=True)
             else:
@@ -1328,8 +1501,11 @@ def eligible_leader_replicas(
     members = set(isr)
     was = set(reg.isr) | set(reg.elr)
     elr = tuple(b for b in reg.replicas if b in was and b not in members and b != lost)
-    lke = tuple(b for b in reg.replicas
-                if (b in was or b in reg.last_known_elr) and b not in members and b not in elr)
+    lke = tuple(
+        b
+        for b in reg.replicas
+        if (b in was or b in reg.last_known_elr) and b not in members and b not in elr
+    )
     return elr, lke
 
 
@@ -1365,8 +1541,8 @@ def partition_change(
     if remove is not None and remove in isr and (elr_enabled or len(isr) > 1):
         isr = tuple(b for b in isr if b != remove)
     elr, lke = eligible_leader_replicas(
-        reg, isr, min_isr=min_isr, enabled=elr_enabled,
-        lost=remove if unclean_shutdown else None)
+        reg, isr, min_isr=min_isr, enabled=elr_enabled, lost=remove if unclean_shutdown else None
+    )
     recovery = reg.leader_recovery_state
 
     def live(b: BrokerId) -> bool:
@@ -1391,15 +1567,21 @@ def partition_change(
         else:
             leader = NO_LEADER
     rec = PartitionChangeRecord(
-        topic_id=topic_id, partition=partition,
+        topic_id=topic_id,
+        partition=partition,
         isr=None if isr == reg.isr else isr,
         leader=NO_LEADER_CHANGE if leader == reg.leader else leader,
         leader_recovery_state=None if recovery == reg.leader_recovery_state else recovery,
         eligible_leader_replicas=None if set(elr) == set(reg.elr) else elr,
         last_known_elr=None if set(lke) == set(reg.last_known_elr) else lke,
     )
-    if (rec.isr is None and rec.leader == NO_LEADER_CHANGE and rec.leader_recovery_state is None
-            and rec.eligible_leader_replicas is None and rec.last_known_elr is None):
+    if (
+        rec.isr is None
+        and rec.leader == NO_LEADER_CHANGE
+        and rec.leader_recovery_state is None
+        and rec.eligible_leader_replicas is None
+        and rec.last_known_elr is None
+    ):
         return None
     return rec
 

@@ -188,8 +188,11 @@ class MetadataDelta:
     def _replay_topic(self, r: TopicRecord, offset: int | None) -> None:
         existing = self.topic_id(r.name)
         invariant(existing is None, "topic %s already exists as %s", r.name, existing)
-        invariant(self.topic_name(r.topic_id) is None and r.topic_id not in self._topics,
-                  "topic id %s already in use", r.topic_id)
+        invariant(
+            self.topic_name(r.topic_id) is None and r.topic_id not in self._topics,
+            "topic id %s already in use",
+            r.topic_id,
+        )
         self._topics[r.topic_id] = _TopicChange(r.name, created=True)
         self._names[r.name] = r.topic_id
 
@@ -243,8 +246,12 @@ class MetadataDelta:
         if epoch == BROKER_EPOCH_FROM_OFFSET and offset is not None:
             epoch = BrokerEpoch(offset)
         self._brokers[r.broker_id] = BrokerRegistration(
-            broker_id=r.broker_id, incarnation_id=r.incarnation_id, broker_epoch=epoch,
-            endpoints=r.endpoints, rack=r.rack, fenced=r.fenced,
+            broker_id=r.broker_id,
+            incarnation_id=r.incarnation_id,
+            broker_epoch=epoch,
+            endpoints=r.endpoints,
+            rack=r.rack,
+            fenced=r.fenced,
             in_controlled_shutdown=r.in_controlled_shutdown,
         )
 
@@ -252,15 +259,24 @@ class MetadataDelta:
         b = self.broker(broker_id)
         invariant(b is not None, "unknown broker %s", broker_id)
         assert b is not None
-        invariant(b.broker_epoch == broker_epoch, "broker %s epoch %s, record says %s",
-                  broker_id, b.broker_epoch, broker_epoch)
+        invariant(
+            b.broker_epoch == broker_epoch,
+            "broker %s epoch %s, record says %s",
+            broker_id,
+            b.broker_epoch,
+            broker_epoch,
+        )
         return b
 
-    def _set_broker(self, b: BrokerRegistration, *, fenced: bool | None,
-                    in_controlled_shutdown: bool | None) -> None:
+    def _set_broker(
+        self, b: BrokerRegistration, *, fenced: bool | None, in_controlled_shutdown: bool | None
+    ) -> None:
         self._brokers[b.broker_id] = BrokerRegistration(
-            broker_id=b.broker_id, incarnation_id=b.incarnation_id,
-            broker_epoch=b.broker_epoch, endpoints=b.endpoints, rack=b.rack,
+            broker_id=b.broker_id,
+            incarnation_id=b.incarnation_id,
+            broker_epoch=b.broker_epoch,
+            endpoints=b.endpoints,
+            rack=b.rack,
             fenced=b.fenced if fenced is None else fenced,
             in_controlled_shutdown=(
                 b.in_controlled_shutdown
@@ -289,8 +305,9 @@ class MetadataDelta:
 
     def _replay_producer_ids(self, r: ProducerIdsRecord, offset: int | None) -> None:
         cur = self.next_producer_id
-        invariant(r.next_producer_id >= cur, "producer ids go back: %s < %s",
-                  r.next_producer_id, cur)
+        invariant(
+            r.next_producer_id >= cur, "producer ids go back: %s < %s", r.next_producer_id, cur
+        )
         self._next_producer_id = r.next_producer_id
 
     def _replay_feature(self, r: FeatureLevelRecord, offset: int | None) -> None:
@@ -321,9 +338,7 @@ class MetadataDelta:
     def changed_partitions(self) -> dict[tuple[TopicId, int], PartitionRegistration]:
         """Partitions created or changed (in surviving topics), with their new registration."""
         return {
-            (tid, p): reg
-            for tid, tc in self._topics.items()
-            for p, reg in tc.partitions.items()
+            (tid, p): reg for tid, tc in self._topics.items() for p, reg in tc.partitions.items()
         }
 
     @property
@@ -374,9 +389,9 @@ class MetadataDelta:
     def _apply_features(self, base: FeaturesImage) -> FeaturesImage:
         if not self._features:
             return base
-        return FeaturesImage(base.levels.update(
-            {k: (DELETE if v == 0 else v) for k, v in self._features.items()}
-        ))
+        return FeaturesImage(
+            base.levels.update({k: (DELETE if v == 0 else v) for k, v in self._features.items()})
+        )
 
     def _apply_topics(self, base: TopicsImage) -> TopicsImage:
         if not self._topics and not self._deleted and not self._retired:
@@ -389,15 +404,18 @@ class MetadataDelta:
                 old = base.by_id[tid]
                 by_id[tid] = TopicImage(old.name, tid, old.partitions.update(tc.partitions))
         by_name = {n: (DELETE if tid is None else tid) for n, tid in self._names.items()}
-        return TopicsImage(base.by_id.update(by_id), base.by_name.update(by_name),
-                           _retire(base.retired, self._retired))
+        return TopicsImage(
+            base.by_id.update(by_id),
+            base.by_name.update(by_name),
+            _retire(base.retired, self._retired),
+        )
 
     def _apply_brokers(self, base: BrokersImage) -> BrokersImage:
         if not self._brokers:
             return base
-        return BrokersImage(base.brokers.update(
-            {k: (DELETE if v is None else v) for k, v in self._brokers.items()}
-        ))
+        return BrokersImage(
+            base.brokers.update({k: (DELETE if v is None else v) for k, v in self._brokers.items()})
+        )
 
     def _apply_configs(self, base: ConfigsImage) -> ConfigsImage:
         if not self._configs and not self._deleted_resources:
@@ -424,7 +442,7 @@ def _retire(base: PMap[TopicId, int], new: dict[TopicId, int]) -> PMap[TopicId, 
     if len(merged) <= RETIRED_TOPIC_IDS_MAX:
         return merged
     keep = RETIRED_TOPIC_IDS_MAX * 9 // 10
-    oldest = sorted(merged.items(), key=lambda kv: (kv[1], kv[0]))[:len(merged) - keep]
+    oldest = sorted(merged.items(), key=lambda kv: (kv[1], kv[0]))[: len(merged) - keep]
     return merged.update(dict.fromkeys((tid for tid, _ in oldest), DELETE))
 
 
@@ -455,8 +473,7 @@ def encode_snapshot(image: MetadataImage) -> bytes:
     """``[version, offset, epoch, [record bytes...]]`` in msgpack: the records that rebuild
     ``image`` from ``EMPTY`` (KIP-630), tagged with the offset and epoch they stand for."""
     return msgpack.packb(
-        [SNAPSHOT_VERSION, image.offset, image.epoch,
-         [encode_record(r) for r in image.records()]],
+        [SNAPSHOT_VERSION, image.offset, image.epoch, [encode_record(r) for r in image.records()]],
         use_bin_type=True,
     )
 
@@ -467,9 +484,14 @@ def decode_snapshot(data: bytes) -> MetadataImage:
         items = msgpack.unpackb(data, use_list=False, raw=False)
     except Exception as e:
         raise CorruptMetadataRecordError(f"snapshot is not msgpack: {e}") from e
-    if (type(items) is not tuple or len(items) != 4 or items[0] != SNAPSHOT_VERSION
-            or type(items[1]) is not int or type(items[2]) is not int
-            or type(items[3]) is not tuple):
+    if (
+        type(items) is not tuple
+        or len(items) != 4
+        or items[0] != SNAPSHOT_VERSION
+        or type(items[1]) is not int
+        or type(items[2]) is not int
+        or type(items[3]) is not tuple
+    ):
         raise CorruptMetadataRecordError("not a metadata snapshot (or an unknown version)")
     _, offset, epoch, blobs = items
     delta = MetadataDelta(MetadataImage.EMPTY)
@@ -479,7 +501,11 @@ def decode_snapshot(data: bytes) -> MetadataImage:
         delta.replay(decode_record(b), None)
     image = delta.apply()
     return MetadataImage(
-        offset=offset, epoch=epoch, features=image.features, topics=image.topics,
-        brokers=image.brokers, configs=image.configs, producer_ids=image.producer_ids,
+        offset=offset,
+        epoch=epoch,
+        features=image.features,
+        topics=image.topics,
+        brokers=image.brokers,
+        configs=image.configs,
+        producer_ids=image.producer_ids,
     )
-

@@ -203,9 +203,14 @@ class PartitionRegistration:
     @staticmethod
     def from_record(r: PartitionRecord) -> PartitionRegistration:
         return PartitionRegistration(
-            replicas=r.replicas, isr=r.isr, leader=r.leader, leader_epoch=r.leader_epoch,
-            partition_epoch=r.partition_epoch, leader_recovery_state=r.leader_recovery_state,
-            elr=r.eligible_leader_replicas or (), last_known_elr=r.last_known_elr or (),
+            replicas=r.replicas,
+            isr=r.isr,
+            leader=r.leader,
+            leader_epoch=r.leader_epoch,
+            partition_epoch=r.partition_epoch,
+            leader_recovery_state=r.leader_recovery_state,
+            elr=r.eligible_leader_replicas or (),
+            last_known_elr=r.last_known_elr or (),
         )
 
     def merge(self, r: PartitionChangeRecord) -> PartitionRegistration:
@@ -232,21 +237,50 @@ class PartitionRegistration:
     def check(self, where: object) -> None:
         """Raise ``InvariantError`` unless the registration is well formed."""
         invariant(len(self.replicas) > 0, "%s: no replicas", where)
-        invariant(len(set(self.replicas)) == len(self.replicas), "%s: duplicate replicas %s",
-                  where, self.replicas)
-        invariant(len(self.isr) > 0 or self.leader == NO_LEADER,
-                  "%s: empty ISR with leader %s", where, self.leader)
-        invariant(set(self.isr) <= set(self.replicas), "%s: ISR %s not within replicas %s",
-                  where, self.isr, self.replicas)
-        invariant(self.leader == NO_LEADER or self.leader in self.isr,
-                  "%s: leader %s not in ISR %s", where, self.leader, self.isr)
-        invariant(set(self.elr) <= set(self.replicas) and not set(self.elr) & set(self.isr),
-                  "%s: ELR %s not within replicas %s outside ISR %s", where, self.elr,
-                  self.replicas, self.isr)
-        invariant(set(self.last_known_elr) <= set(self.replicas)
-                  and not set(self.last_known_elr) & (set(self.isr) | set(self.elr)),
-                  "%s: last known ELR %s not within replicas %s outside ISR %s and ELR %s",
-                  where, self.last_known_elr, self.replicas, self.isr, self.elr)
+        invariant(
+            len(set(self.replicas)) == len(self.replicas),
+            "%s: duplicate replicas %s",
+            where,
+            self.replicas,
+        )
+        invariant(
+            len(self.isr) > 0 or self.leader == NO_LEADER,
+            "%s: empty ISR with leader %s",
+            where,
+            self.leader,
+        )
+        invariant(
+            set(self.isr) <= set(self.replicas),
+            "%s: ISR %s not within replicas %s",
+            where,
+            self.isr,
+            self.replicas,
+        )
+        invariant(
+            self.leader == NO_LEADER or self.leader in self.isr,
+            "%s: leader %s not in ISR %s",
+            where,
+            self.leader,
+            self.isr,
+        )
+        invariant(
+            set(self.elr) <= set(self.replicas) and not set(self.elr) & set(self.isr),
+            "%s: ELR %s not within replicas %s outside ISR %s",
+            where,
+            self.elr,
+            self.replicas,
+            self.isr,
+        )
+        invariant(
+            set(self.last_known_elr) <= set(self.replicas)
+            and not set(self.last_known_elr) & (set(self.isr) | set(self.elr)),
+            "%s: last known ELR %s not within replicas %s outside ISR %s and ELR %s",
+            where,
+            self.last_known_elr,
+            self.replicas,
+            self.isr,
+            self.elr,
+        )
 
     @property
     def preferred_leader(self) -> BrokerId:
@@ -254,8 +288,12 @@ class PartitionRegistration:
 
     def to_record(self, topic_id: TopicId, partition: int) -> PartitionRecord:
         return PartitionRecord(
-            topic_id=topic_id, partition=partition, replicas=self.replicas, isr=self.isr,
-            leader=self.leader, leader_epoch=self.leader_epoch,
+            topic_id=topic_id,
+            partition=partition,
+            replicas=self.replicas,
+            isr=self.isr,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
             leader_recovery_state=self.leader_recovery_state,
             eligible_leader_replicas=self.elr,
@@ -309,9 +347,7 @@ class TopicsImage:
 
     def partitions_led_by(self, broker_id: BrokerId) -> list[tuple[TopicId, int]]:
         """The partitions whose leader is ``broker_id`` (sorted). Scans: O(partitions)."""
-        return sorted(
-            (t.topic_id, p) for t, p, reg in self.partitions() if reg.leader == broker_id
-        )
+        return sorted((t.topic_id, p) for t, p, reg in self.partitions() if reg.leader == broker_id)
 
     def partitions_replicated_by(self, broker_id: BrokerId) -> list[tuple[TopicId, int]]:
         """The partitions with a replica on ``broker_id`` (sorted). Scans: O(partitions)."""
@@ -340,9 +376,13 @@ class BrokerRegistration:
 
     def to_record(self) -> RegisterBrokerRecord:
         return RegisterBrokerRecord(
-            broker_id=self.broker_id, incarnation_id=self.incarnation_id,
-            broker_epoch=self.broker_epoch, endpoints=self.endpoints, rack=self.rack,
-            fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown,
+            broker_id=self.broker_id,
+            incarnation_id=self.incarnation_id,
+            broker_epoch=self.broker_epoch,
+            endpoints=self.endpoints,
+            rack=self.rack,
+            fenced=self.fenced,
+            in_controlled_shutdown=self.in_controlled_shutdown,
         )
 
 
@@ -478,17 +518,22 @@ class MetadataImage:
         for tid, at in sorted(self.topics.retired.items(), key=lambda kv: (kv[1], kv[0])):
             out.append(RetiredTopicRecord(topic_id=tid, deleted_at=at))
         if self.producer_ids.next_producer_id:
-            out.append(ProducerIdsRecord(
-                broker_id=BrokerId(-1), broker_epoch=BrokerEpoch(-1),
-                next_producer_id=self.producer_ids.next_producer_id,
-            ))
+            out.append(
+                ProducerIdsRecord(
+                    broker_id=BrokerId(-1),
+                    broker_epoch=BrokerEpoch(-1),
+                    next_producer_id=self.producer_ids.next_producer_id,
+                )
+            )
         return out
 
     def check(self) -> None:
         """Raise ``InvariantError`` unless every part is internally consistent (tests call it
         after every record; O(partitions))."""
-        invariant(len(self.topics.by_id) == len(self.topics.by_name),
-                  "topics by id and by name differ in size")
+        invariant(
+            len(self.topics.by_id) == len(self.topics.by_name),
+            "topics by id and by name differ in size",
+        )
         for name, tid in self.topics.by_name.items():
             t = self.topics.by_id.get(tid)
             invariant(t is not None and t.name == name, "topic %s/%s misindexed", name, tid)

@@ -478,9 +478,19 @@ MetadataRecord = (
 )
 
 RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
-    RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
-    PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
-    FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord, NoOpRecord,
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    TopicRecord,
+    PartitionRecord,
+    ConfigRecord,
+    PartitionChangeRecord,
+    FenceBrokerRecord,
+    UnfenceBrokerRecord,
+    RemoveTopicRecord,
+    FeatureLevelRecord,
+    ProducerIdsRecord,
+    BrokerRegistrationChangeRecord,
+    NoOpRecord,
     RetiredTopicRecord,
 )
 """Every record type, by ``TYPE_ID``."""
@@ -516,11 +526,14 @@ def _build_codec(cls: type[MetadataRecord]) -> _Codec:
     since_of = {f.name: f.metadata.get(_SINCE, 0) for f in declared}
     for f in declared:
         if not 0 <= since_of[f.name] <= newest:
-            raise TypeError(f"{cls.__name__}.{f.name}: since({since_of[f.name]}) is not a "
-                            f"version 0..{newest}")
+            raise TypeError(
+                f"{cls.__name__}.{f.name}: since({since_of[f.name]}) is not a version 0..{newest}"
+            )
         if since_of[f.name] > 0 and f.default is MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: a field added in a later version "
-                            "needs a default for the versions before it")
+            raise TypeError(
+                f"{cls.__name__}.{f.name}: a field added in a later version "
+                "needs a default for the versions before it"
+            )
     kind_of = {f.name: _kind_of(hints[f.name]) for f in declared}
     names, checks, get, plain, deep, absent = [], [], [], [], [], []
     for v in range(newest + 1):
@@ -532,8 +545,16 @@ def _build_codec(cls: type[MetadataRecord]) -> _Codec:
         plain.append(frozenset(itertools.product(*(k.plain for k in kinds))))
         deep.append(tuple(i for i, k in enumerate(kinds) if k.deep))
         absent.append(tuple((f.name, f.default) for f in declared if since_of[f.name] > v))
-    return _Codec(cls, cls.TYPE_ID, tuple(names), tuple(checks), tuple(get), tuple(plain),
-                  tuple(deep), tuple(absent))
+    return _Codec(
+        cls,
+        cls.TYPE_ID,
+        tuple(names),
+        tuple(checks),
+        tuple(get),
+        tuple(plain),
+        tuple(deep),
+        tuple(absent),
+    )
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

@@ -117,8 +117,11 @@ class ControllerService:
         for e in entries:
             applied = self.driver.apply_entry(e)
             if applied is not None and applied.records:
-                self._batches.append(MetadataBatch(
-                    applied.base_offset, applied.term, len(applied.records), applied.data))
+                self._batches.append(
+                    MetadataBatch(
+                        applied.base_offset, applied.term, len(applied.records), applied.data
+                    )
+                )
                 self._batch_bases.append(applied.base_offset)
                 self._wake_fetchers()
 
@@ -136,7 +139,8 @@ class ControllerService:
         self._snapshot = (offset, data)
         keep = 0
         while keep < len(self._batches) and (
-                self._batches[keep].base_offset + self._batches[keep].count - 1 <= offset):
+            self._batches[keep].base_offset + self._batches[keep].count - 1 <= offset
+        ):
             keep += 1
         if keep:
             del self._batches[:keep]
@@ -144,9 +148,14 @@ class ControllerService:
 
     # ------------------------------------------------------------------ observers' fetch
 
-    async def fetch_metadata(self, offset: int, *, max_wait_ms: int = 500,
-                             broker_id: int | None = None,
-                             fetch_bytes_max: int = FETCH_BYTES_MAX) -> MetadataFetchResponse:
+    async def fetch_metadata(
+        self,
+        offset: int,
+        *,
+        max_wait_ms: int = 500,
+        broker_id: int | None = None,
+        fetch_bytes_max: int = FETCH_BYTES_MAX,
+    ) -> MetadataFetchResponse:
         """Committed metadata from ``offset`` on: see the module docstring."""
         if broker_id is not None:
             self.observers[broker_id] = ObserverFetch(offset, time.monotonic())
@@ -170,8 +179,11 @@ class ControllerService:
             i += 1
         leader = int(self.node.leader_id)
         return MetadataFetchResponse(
-            node_id=int(self.node.id), high_watermark=self.metadata_offset,
-            batches=tuple(batches), snapshot=snapshot, snapshot_offset=snapshot_offset,
+            node_id=int(self.node.id),
+            high_watermark=self.metadata_offset,
+            batches=tuple(batches),
+            snapshot=snapshot,
+            snapshot_offset=snapshot_offset,
             leader_url=self.node.addresses.get(leader) if leader else None,
         )
 
@@ -184,11 +196,14 @@ class ControllerService:
             if now - o.at_monotonic_s > OBSERVER_FORGET_S:
                 del self.observers[broker_id]
                 continue
-            out.append({
-                "broker_id": broker_id, "fetch_offset": o.fetch_offset,
-                "lag": max(0, self.metadata_offset + 1 - o.fetch_offset),
-                "last_contact_ms": round((now - o.at_monotonic_s) * 1000, 1),
-            })
+            out.append(
+                {
+                    "broker_id": broker_id,
+                    "fetch_offset": o.fetch_offset,
+                    "lag": max(0, self.metadata_offset + 1 - o.fetch_offset),
+                    "last_contact_ms": round((now - o.at_monotonic_s) * 1000, 1),
+                }
+            )
         return out
 
     @property
@@ -272,14 +287,20 @@ class ControllerService:
         term = int(core.term) if core is not None else 0
         tick = driver.tick(self._clock_ms(), is_leader=node.role is Role.LEADER, term=term)
         if tick.stood_by_from is not None:
-            log.info("controller %d: no longer leader of epoch %s; standing by", node.id,
-                     tick.stood_by_from)
+            log.info(
+                "controller %d: no longer leader of epoch %s; standing by",
+                node.id,
+                tick.stood_by_from,
+            )
         if tick.activate_term is not None:
             asyncio.get_running_loop().create_task(self._activate(tick.activate_term))
         for r in tick.records:
             if isinstance(r, FenceBrokerRecord):
-                log.info("controller %d: broker %d missed its session timeout; fencing it",
-                         node.id, r.broker_id)
+                log.info(
+                    "controller %d: broker %d missed its session timeout; fencing it",
+                    node.id,
+                    r.broker_id,
+                )
         self._log_notes()
         if tick.data is not None:
             proposal = node.propose(tick.data)
@@ -314,9 +335,14 @@ class ControllerService:
             return
         core = node.core
         if core is not None and driver.maybe_activate(
-                self._clock_ms(), is_leader=node.role is Role.LEADER, term=int(core.term)):
-            log.info("controller %d: active in epoch %d at offset %d", node.id, term,
-                     self.metadata_offset)
+            self._clock_ms(), is_leader=node.role is Role.LEADER, term=int(core.term)
+        ):
+            log.info(
+                "controller %d: active in epoch %d at offset %d",
+                node.id,
+                term,
+                self.metadata_offset,
+            )
         driver.abandon_activation(term)
 
 

@@ -53,7 +53,9 @@ def _registry() -> tuple[dict[str, type], dict[str, type[enum.Enum]], dict[str, 
                 enums[name] = obj
             elif issubclass(obj, _err.MetadataError):
                 errors[name] = obj
-            elif dataclasses.is_dataclass(obj) or (issubclass(obj, tuple) and hasattr(obj, "_fields")):
+            elif dataclasses.is_dataclass(obj) or (
+                issubclass(obj, tuple) and hasattr(obj, "_fields")
+            ):
                 classes[name] = obj
     return classes, enums, errors
 
@@ -112,7 +114,9 @@ def from_wire(obj: Any) -> Any:
     for k, v in kwargs.items():
         hint = hints.get(k)
         if hint is not None and not _check(v, hint):
-            raise WireError(f"{name}.{k}: expected {_describe(hint)}, got {type(v).__name__} {v!r:.80}")
+            raise WireError(
+                f"{name}.{k}: expected {_describe(hint)}, got {type(v).__name__} {v!r:.80}"
+            )
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:

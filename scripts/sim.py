@@ -30,8 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sim.py", description=__doc__.split("\n\n")[0])
     p.add_argument("target", choices=["raft", "metadata"])
     add_seed_arguments(p)
-    p.add_argument("--faults", default=None,
-                   help="metadata only: comma-separated fault kinds instead of the seed's draw")
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="metadata only: comma-separated fault kinds instead of the seed's draw",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
     faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)

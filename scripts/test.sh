@@ -8,6 +8,8 @@ source "$(dirname "$0")/_env.sh"
 
 echo "==> ruff" >&2
 ruff check .
+echo "==> ruff format --check (one formatter for the whole tree)" >&2
+ruff format --check .
 echo "==> mypy" >&2
 mypy
 echo "==> import-linter (layers and pure cores)" >&2

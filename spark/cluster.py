@@ -54,11 +54,13 @@ class ClusterView:
     def metadata(self) -> ClusterMetadata:
         if self._metadata is None:
             try:
-                self._metadata = asyncio.run(fetch_cluster_metadata(
-                    list(self.bootstrap), timeout_s=self.timeout_ms / 1000))
+                self._metadata = asyncio.run(
+                    fetch_cluster_metadata(list(self.bootstrap), timeout_s=self.timeout_ms / 1000)
+                )
             except ClientError as e:
                 raise ConnectionError(
-                    f"no Longboat broker answered at {', '.join(self.bootstrap)}: {e}") from e
+                    f"no Longboat broker answered at {', '.join(self.bootstrap)}: {e}"
+                ) from e
         return self._metadata
 
     def topic_partitions(self, opts: SourceOptions, *, missing_ok: bool) -> TopicPartitions:
@@ -76,8 +78,8 @@ class ClusterView:
                 gone = [p for p in ps if p not in have]
                 if gone and not missing_ok:
                     raise LongboatOptionError(
-                        f"option 'assign': topic {t!r} has partitions {sorted(have)}, "
-                        f"not {gone}")
+                        f"option 'assign': topic {t!r} has partitions {sorted(have)}, not {gone}"
+                    )
                 out[t] = [p for p in ps if p in have]
         elif opts.subscribe:
             for t in opts.subscribe:
@@ -96,12 +98,14 @@ class ClusterView:
     def latest(self, tps: TopicPartitions) -> Offsets:
         return _nest(self.consumer.end_offsets(_flat(tps)))
 
-    def offsets_for_times(self, wanted: dict[tuple[str, int], int]
-                          ) -> dict[tuple[str, int], int | None]:
+    def offsets_for_times(
+        self, wanted: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int | None]:
         if not wanted:
             return {}
         got = self.consumer.offsets_for_times(
-            {TopicPartition(t, p): ts for (t, p), ts in wanted.items()})
+            {TopicPartition(t, p): ts for (t, p), ts in wanted.items()}
+        )
         return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def urls_for(self, topic: str, partition: int) -> tuple[str, ...]:
@@ -116,8 +120,9 @@ class ClusterView:
         (the reader then fetches raw batches and builds the Arrow rows itself)."""
         for url in self.bootstrap:
             try:
-                with urllib.request.urlopen(f"{url}/v3/clusters",
-                                            timeout=self.timeout_ms / 1000) as r:
+                with urllib.request.urlopen(
+                    f"{url}/v3/clusters", timeout=self.timeout_ms / 1000
+                ) as r:
                     data: Any = json.loads(r.read())
             except urllib.error.HTTPError as e:
                 if e.code == 404:

@@ -40,10 +40,19 @@ log = logging.getLogger("spark.longboat")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 FETCH_WAIT_MS = 500
 # Errors after which another broker (or the same one a moment later) may answer.
-_RETRIABLE = {"NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
-              "UNKNOWN_LEADER_EPOCH", "NOT_ENOUGH_REPLICAS", "REQUEST_TIMED_OUT",
-              "NETWORK_EXCEPTION", "UNKNOWN_TOPIC_OR_PARTITION", "KAFKA_STORAGE_ERROR",
-              "BROKER_NOT_AVAILABLE", "OFFSET_NOT_AVAILABLE"}
+_RETRIABLE = {
+    "NOT_LEADER_OR_FOLLOWER",
+    "LEADER_NOT_AVAILABLE",
+    "FENCED_LEADER_EPOCH",
+    "UNKNOWN_LEADER_EPOCH",
+    "NOT_ENOUGH_REPLICAS",
+    "REQUEST_TIMED_OUT",
+    "NETWORK_EXCEPTION",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+    "KAFKA_STORAGE_ERROR",
+    "BROKER_NOT_AVAILABLE",
+    "OFFSET_NOT_AVAILABLE",
+}
 
 
 @dataclass(frozen=True)
@@ -81,14 +90,16 @@ class _Connections:
         self.timeout_s = timeout_s
         self._conns: dict[str, http.client.HTTPConnection] = {}
 
-    def request(self, url: str, method: str, path: str, body: bytes | None,
-                headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def request(
+        self, url: str, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
         for attempt in (0, 1):
             conn = self._conns.get(url)
             if conn is None:
                 u = urllib.parse.urlsplit(url)
-                conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80,
-                                                  timeout=self.timeout_s)
+                conn = http.client.HTTPConnection(
+                    u.hostname or "127.0.0.1", u.port or 80, timeout=self.timeout_s
+                )
                 self._conns[url] = conn
             try:
                 conn.request(method, path, body=body, headers=headers)
@@ -150,7 +161,8 @@ class RangeReader:
                     raise TimeoutError(
                         f"{t.topic}-{t.partition}: nothing at offset {offset} within "
                         f"{t.poll_timeout_ms} ms (high watermark {got.high_watermark}, range "
-                        f"ends at {t.end}); raise kafkaConsumer.pollTimeoutMs to wait longer")
+                        f"ends at {t.end}); raise kafkaConsumer.pollTimeoutMs to wait longer"
+                    )
         finally:
             self.conns.close()
 
@@ -160,9 +172,19 @@ class RangeReader:
         if offset >= log_start:
             raise DataLossError(
                 f"{t.topic}-{t.partition}: offset {offset} is past the partition's end "
-                f"(high watermark {self._list_offset(-1)}); its log was truncated")
-        return min(t.end, check_start(t.topic, t.partition, offset, log_start,
-                                      fail_on_data_loss=t.fail_on_data_loss, warn=log.warning))
+                f"(high watermark {self._list_offset(-1)}); its log was truncated"
+            )
+        return min(
+            t.end,
+            check_start(
+                t.topic,
+                t.partition,
+                offset,
+                log_start,
+                fail_on_data_loss=t.fail_on_data_loss,
+                warn=log.warning,
+            ),
+        )
 
     def _fetch(self, offset: int) -> _Fetched:
         if self.use_arrow:
@@ -174,13 +196,22 @@ class RangeReader:
 
     def _fetch_arrow(self, offset: int) -> _Fetched | None:
         t = self.task
-        q = urllib.parse.urlencode({
-            "offset": offset, "max_bytes": t.fetch_max_bytes, "timeout_ms": FETCH_WAIT_MS,
-            "max_offset": t.end, "include_headers": "true" if t.include_headers else "false"})
-        path = (f"/v3/clusters/{urllib.parse.quote(str(t.cluster_id), safe='')}/topics/"
-                f"{urllib.parse.quote(t.topic, safe='')}/partitions/{t.partition}/records?{q}")
-        status, headers, body = self.conns.request(self.url, "GET", path, None,
-                                                   {"Accept": ARROW_STREAM})
+        q = urllib.parse.urlencode(
+            {
+                "offset": offset,
+                "max_bytes": t.fetch_max_bytes,
+                "timeout_ms": FETCH_WAIT_MS,
+                "max_offset": t.end,
+                "include_headers": "true" if t.include_headers else "false",
+            }
+        )
+        path = (
+            f"/v3/clusters/{urllib.parse.quote(str(t.cluster_id), safe='')}/topics/"
+            f"{urllib.parse.quote(t.topic, safe='')}/partitions/{t.partition}/records?{q}"
+        )
+        status, headers, body = self.conns.request(
+            self.url, "GET", path, None, {"Accept": ARROW_STREAM}
+        )
         if status != 200:
             err = _json_error(body)
             if status == 404 and err is None:
@@ -192,31 +223,53 @@ class RangeReader:
         reader = pa.ipc.open_stream(pa.py_buffer(body))
         batches = list(reader)
         nxt = int(headers.get("x-longboat-next-offset", offset))
-        return _Fetched(batches, min(nxt, t.end) if nxt > offset else nxt,
-                        int(headers.get("x-longboat-high-watermark", -1)))
+        return _Fetched(
+            batches,
+            min(nxt, t.end) if nxt > offset else nxt,
+            int(headers.get("x-longboat-high-watermark", -1)),
+        )
 
     def _fetch_batches(self, offset: int) -> _Fetched:
         from api.client.arrow import records_to_arrow
 
         t = self.task
-        ans = self._call("fetch", {"topic": t.topic, "partition": t.partition, "replica_id": -1,
-                                   "fetch_offset": offset, "max_bytes": t.fetch_max_bytes,
-                                   "max_wait_ms": FETCH_WAIT_MS, "min_bytes": 1})
-        got = records_to_arrow(ans.get("records") or b"", topic=t.topic, partition=t.partition,
-                               include_headers=t.include_headers, min_offset=offset,
-                               max_offset=t.end)
+        ans = self._call(
+            "fetch",
+            {
+                "topic": t.topic,
+                "partition": t.partition,
+                "replica_id": -1,
+                "fetch_offset": offset,
+                "max_bytes": t.fetch_max_bytes,
+                "max_wait_ms": FETCH_WAIT_MS,
+                "min_bytes": 1,
+            },
+        )
+        got = records_to_arrow(
+            ans.get("records") or b"",
+            topic=t.topic,
+            partition=t.partition,
+            include_headers=t.include_headers,
+            min_offset=offset,
+            max_offset=t.end,
+        )
         return _Fetched([got.batch], got.next_offset, int(ans.get("high_watermark", -1)))
 
     def _list_offset(self, timestamp: int) -> int:
         t = self.task
-        ans = self._call("list_offsets", {"topic": t.topic, "partition": t.partition,
-                                          "timestamp": timestamp})
+        ans = self._call(
+            "list_offsets", {"topic": t.topic, "partition": t.partition, "timestamp": timestamp}
+        )
         return int(ans["offset"])
 
     def _call(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         status, _, data = self.conns.request(
-            self.url, "POST", f"/internal/broker/v1/{route}",
-            msgpack.packb(body, use_bin_type=True), {"Content-Type": "application/msgpack"})
+            self.url,
+            "POST",
+            f"/internal/broker/v1/{route}",
+            msgpack.packb(body, use_bin_type=True),
+            {"Content-Type": "application/msgpack"},
+        )
         if status != 200:
             raise FetchError("UNKNOWN_SERVER_ERROR", f"{self.url} answered HTTP {status}")
         ans = msgpack.unpackb(data, raw=False)

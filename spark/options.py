@@ -71,7 +71,9 @@ class SourceOptions:
         if self.assign is not None:
             return topic in self.assign
         assert self.subscribe_pattern is not None
-        return not topic.startswith("__") and re.fullmatch(self.subscribe_pattern, topic) is not None
+        return (
+            not topic.startswith("__") and re.fullmatch(self.subscribe_pattern, topic) is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -87,21 +89,52 @@ class SinkOptions:
 
 
 _SOURCE_OPTIONS = {
-    "bootstrap", "kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign",
-    "startingoffsets", "endingoffsets", "startingtimestamp", "endingtimestamp",
-    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
-    "maxoffsetspertrigger", "failondataloss", "includeheaders", "fetchmaxbytes",
-    "kafkaconsumer.polltimeoutms", "fetchformat",
+    "bootstrap",
+    "kafka.bootstrap.servers",
+    "subscribe",
+    "subscribepattern",
+    "assign",
+    "startingoffsets",
+    "endingoffsets",
+    "startingtimestamp",
+    "endingtimestamp",
+    "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
+    "minpartitions",
+    "maxrecordsperpartition",
+    "maxoffsetspertrigger",
+    "failondataloss",
+    "includeheaders",
+    "fetchmaxbytes",
+    "kafkaconsumer.polltimeoutms",
+    "fetchformat",
 }
 _SINK_OPTIONS = {
-    "bootstrap", "kafka.bootstrap.servers", "topic", "includeheaders", "acks", "linger.ms",
-    "compression", "kafka.acks", "kafka.linger.ms", "kafka.compression.type",
-    "request.timeout.ms", "kafka.request.timeout.ms",
+    "bootstrap",
+    "kafka.bootstrap.servers",
+    "topic",
+    "includeheaders",
+    "acks",
+    "linger.ms",
+    "compression",
+    "kafka.acks",
+    "kafka.linger.ms",
+    "kafka.compression.type",
+    "request.timeout.ms",
+    "kafka.request.timeout.ms",
 }
 # Set by Spark itself on some paths, or harmless Kafka client settings we have no use for.
-_IGNORED = {"path", "checkpointlocation", "queryname", "kafka.group.id", "groupidprefix",
-            "fetchoffset.numretries", "fetchoffset.retryintervalms", "kafka.client.id"}
+_IGNORED = {
+    "path",
+    "checkpointlocation",
+    "queryname",
+    "kafka.group.id",
+    "groupidprefix",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+    "kafka.client.id",
+}
 _UNSUPPORTED = {
     "minoffsetspertrigger": "Longboat streams do not wait for a minimum of offsets",
     "maxtriggerdelay": "Longboat streams do not wait for a minimum of offsets",
@@ -129,7 +162,8 @@ def parse_bootstrap(opts: Mapping[str, str]) -> tuple[str, ...]:
     if not raw or not raw.strip():
         raise LongboatOptionError(
             "option 'bootstrap' is required: broker URLs, comma separated, "
-            "e.g. http://127.0.0.1:8082 (kafka.bootstrap.servers is accepted too)")
+            "e.g. http://127.0.0.1:8082 (kafka.bootstrap.servers is accepted too)"
+        )
     urls = []
     for part in raw.split(","):
         part = part.strip()
@@ -138,8 +172,9 @@ def parse_bootstrap(opts: Mapping[str, str]) -> tuple[str, ...]:
         if "://" not in part:
             part = "http://" + part
         if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?/?", part):
-            raise LongboatOptionError(f"option 'bootstrap': {part!r} is not a broker URL "
-                                      "like http://127.0.0.1:8082")
+            raise LongboatOptionError(
+                f"option 'bootstrap': {part!r} is not a broker URL like http://127.0.0.1:8082"
+            )
         urls.append(part.rstrip("/"))
     return tuple(urls)
 
@@ -183,7 +218,8 @@ def parse_partition_map(name: str, raw: str, *, allow_special: bool) -> Offsets:
         if not isinstance(parts, dict):
             raise LongboatOptionError(
                 f"option '{name}': topic {topic!r} must map to an object of partition -> "
-                f"value, like {{\"{topic}\": {{\"0\": 23}}}}")
+                f'value, like {{"{topic}": {{"0": 23}}}}'
+            )
         tp: dict[int, int] = {}
         for p, v in parts.items():
             try:
@@ -195,25 +231,34 @@ def parse_partition_map(name: str, raw: str, *, allow_special: bool) -> Offsets:
             if pn < 0 or isinstance(v, bool) or not isinstance(v, int):
                 raise LongboatOptionError(
                     f"option '{name}': {topic}-{p} must be a non-negative partition with an "
-                    f"integer value, got {v!r}")
+                    f"integer value, got {v!r}"
+                )
             if v < 0 and not (allow_special and v in (EARLIEST, LATEST)):
-                allowed = "-2 (earliest), -1 (latest) or an offset >= 0" if allow_special \
+                allowed = (
+                    "-2 (earliest), -1 (latest) or an offset >= 0"
+                    if allow_special
                     else "a timestamp in ms >= 0"
+                )
                 raise LongboatOptionError(f"option '{name}': {topic}-{pn} is {v}; use {allowed}")
             tp[pn] = v
         out[topic] = tp
     return out
 
 
-def _offset_spec(opts: Mapping[str, str], which: Literal["starting", "ending"],
-                 default: Literal["earliest", "latest"]) -> OffsetSpec:
+def _offset_spec(
+    opts: Mapping[str, str],
+    which: Literal["starting", "ending"],
+    default: Literal["earliest", "latest"],
+) -> OffsetSpec:
     ts = _int(opts, f"{which}timestamp", minimum=0)
     if ts is not None:
         return OffsetSpec("timestamp", timestamp_ms=ts)
     by_ts = opts.get(f"{which}offsetsbytimestamp")
     if by_ts is not None:
-        return OffsetSpec("timestamps", parse_partition_map(
-            f"{which}OffsetsByTimestamp", by_ts, allow_special=False))
+        return OffsetSpec(
+            "timestamps",
+            parse_partition_map(f"{which}OffsetsByTimestamp", by_ts, allow_special=False),
+        )
     raw = opts.get(f"{which}offsets")
     if raw is None:
         return OffsetSpec(default)
@@ -223,7 +268,8 @@ def _offset_spec(opts: Mapping[str, str], which: Literal["starting", "ending"],
     if not raw.strip().startswith("{"):
         raise LongboatOptionError(
             f"option '{which}Offsets' must be 'earliest', 'latest' or JSON like "
-            f"{{\"topic\": {{\"0\": 23, \"1\": -2}}}}, got {raw!r}")
+            f'{{"topic": {{"0": 23, "1": -2}}}}, got {raw!r}'
+        )
     return OffsetSpec("offsets", parse_partition_map(f"{which}Offsets", raw, allow_special=True))
 
 
@@ -236,7 +282,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     if len(chosen) != 1:
         raise LongboatOptionError(
             "exactly one of 'subscribe', 'subscribePattern' or 'assign' is required"
-            + (f"; got {', '.join(chosen)}" if chosen else ""))
+            + (f"; got {', '.join(chosen)}" if chosen else "")
+        )
     subscribe: tuple[str, ...] = ()
     pattern = None
     assign = None
@@ -250,16 +297,20 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             re.compile(pattern)
         except re.error as e:
             raise LongboatOptionError(
-                f"option 'subscribePattern' is not a valid regular expression: {e}") from None
+                f"option 'subscribePattern' is not a valid regular expression: {e}"
+            ) from None
     else:
         assign = {}
         for topic, parts in _json_object("assign", opts["assign"]).items():
-            if (not isinstance(parts, list) or not parts
-                    or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
-                               for p in parts)):
+            if (
+                not isinstance(parts, list)
+                or not parts
+                or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts)
+            ):
                 raise LongboatOptionError(
                     f"option 'assign': topic {topic!r} must map to a list of partitions, "
-                    f"like {{\"{topic}\": [0, 1]}}")
+                    f'like {{"{topic}": [0, 1]}}'
+                )
             assign[topic] = tuple(sorted(set(parts)))
         if not assign:
             raise LongboatOptionError("option 'assign' names no topic")
@@ -270,46 +321,61 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             if name in opts:
                 raise LongboatOptionError(
                     f"option '{name}' is for batch reads; a stream reads until it is stopped "
-                    "(use trigger(availableNow=True) to read what is there and stop)")
+                    "(use trigger(availableNow=True) to read what is there and stop)"
+                )
         ending = OffsetSpec("latest")
     else:
         ending = _offset_spec(opts, "ending", "latest")
         if starting.kind == "latest":
             raise LongboatOptionError(
                 "option 'startingOffsets' cannot be 'latest' for a batch read (it would "
-                "read nothing); use 'earliest' or per-partition JSON")
+                "read nothing); use 'earliest' or per-partition JSON"
+            )
         if ending.kind == "earliest":
             raise LongboatOptionError(
-                "option 'endingOffsets' cannot be 'earliest' for a batch read")
+                "option 'endingOffsets' cannot be 'earliest' for a batch read"
+            )
         if starting.kind == "offsets" and any(
-                v == LATEST for ps in starting.offsets.values() for v in ps.values()):
+            v == LATEST for ps in starting.offsets.values() for v in ps.values()
+        ):
             raise LongboatOptionError(
-                "option 'startingOffsets': -1 (latest) is not allowed for a batch read")
+                "option 'startingOffsets': -1 (latest) is not allowed for a batch read"
+            )
         if ending.kind == "offsets" and any(
-                v == EARLIEST for ps in ending.offsets.values() for v in ps.values()):
+            v == EARLIEST for ps in ending.offsets.values() for v in ps.values()
+        ):
             raise LongboatOptionError(
-                "option 'endingOffsets': -2 (earliest) is not allowed for a batch read")
+                "option 'endingOffsets': -2 (earliest) is not allowed for a batch read"
+            )
     for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
         if assign is not None and spec.kind in ("offsets", "timestamps"):
-            extra = {f"{t}-{p}" for t, ps in spec.offsets.items() for p in ps
-                     if p not in assign.get(t, ())}
+            extra = {
+                f"{t}-{p}"
+                for t, ps in spec.offsets.items()
+                for p in ps
+                if p not in assign.get(t, ())
+            }
             if extra:
                 raise LongboatOptionError(
-                    f"option '{name}' names partitions not in 'assign': {sorted(extra)}")
+                    f"option '{name}' names partitions not in 'assign': {sorted(extra)}"
+                )
         if subscribe and spec.kind in ("offsets", "timestamps"):
             extra = set(spec.offsets) - set(subscribe)
             if extra:
                 raise LongboatOptionError(
-                    f"option '{name}' names topics not subscribed: {sorted(extra)}")
+                    f"option '{name}' names topics not subscribed: {sorted(extra)}"
+                )
     fetch_format = opts.get("fetchformat", "arrow").strip().lower()
     if fetch_format not in ("arrow", "batches"):
         raise LongboatOptionError(
-            f"option 'fetchFormat' must be 'arrow' or 'batches', got {fetch_format!r}")
+            f"option 'fetchFormat' must be 'arrow' or 'batches', got {fetch_format!r}"
+        )
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise LongboatOptionError(
             "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
-            f"got {strategy!r}")
+            f"got {strategy!r}"
+        )
     return SourceOptions(
         bootstrap=bootstrap,
         subscribe=subscribe,
@@ -340,23 +406,34 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     try:
         linger_ms = int(linger)
     except ValueError:
-        raise LongboatOptionError(f"option 'linger.ms' must be an integer, got {linger!r}") \
-            from None
+        raise LongboatOptionError(
+            f"option 'linger.ms' must be an integer, got {linger!r}"
+        ) from None
     compression = opts.get("compression", opts.get("kafka.compression.type", "none")).lower()
     if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
         raise LongboatOptionError(
             "option 'compression' must be one of none, gzip, snappy, lz4, zstd, "
-            f"got {compression!r}")
-    timeout = _int(opts, "request.timeout.ms", minimum=1) or _int(
-        opts, "kafka.request.timeout.ms", minimum=1) or 30_000
+            f"got {compression!r}"
+        )
+    timeout = (
+        _int(opts, "request.timeout.ms", minimum=1)
+        or _int(opts, "kafka.request.timeout.ms", minimum=1)
+        or 30_000
+    )
     topic = opts.get("topic")
-    return SinkOptions(bootstrap=parse_bootstrap(opts), topic=topic.strip() if topic else None,
-                       include_headers=_bool(opts, "includeheaders", True), acks=acks,
-                       linger_ms=linger_ms, compression=compression,
-                       request_timeout_ms=timeout)
+    return SinkOptions(
+        bootstrap=parse_bootstrap(opts),
+        topic=topic.strip() if topic else None,
+        include_headers=_bool(opts, "includeheaders", True),
+        acks=acks,
+        linger_ms=linger_ms,
+        compression=compression,
+        request_timeout_ms=timeout,
+    )
 
 
 # ---------------------------------------------------------------- offsets JSON
+
 
 def offsets_to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
     """The form Spark checkpoints: string partition keys, sorted for stable diffs."""

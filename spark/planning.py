@@ -52,11 +52,14 @@ def _check_all_named(spec: OffsetSpec, tps: TopicPartitions, what: str) -> None:
     missing = sorted(f"{t}-{p}" for t, p in read - named)
     unknown = sorted(f"{t}-{p}" for t, p in named - read)
     if unknown:
-        raise LongboatOptionError(f"'{what}' names partitions that do not exist or are not "
-                                  f"read: {unknown}")
+        raise LongboatOptionError(
+            f"'{what}' names partitions that do not exist or are not read: {unknown}"
+        )
     if missing:
-        raise LongboatOptionError(f"'{what}' must name every partition read; missing {missing} "
-                                  "(use -2 for earliest, -1 for latest)")
+        raise LongboatOptionError(
+            f"'{what}' must name every partition read; missing {missing} "
+            "(use -2 for earliest, -1 for latest)"
+        )
 
 
 def resolve(
@@ -94,7 +97,8 @@ def resolve(
                     if no_match_is_error:
                         raise LongboatOptionError(
                             f"no record in {t}-{p} at or after the {which} timestamp; set "
-                            f"startingOffsetsByTimestampStrategy=latest to start at the end")
+                            f"startingOffsetsByTimestampStrategy=latest to start at the end"
+                        )
                     found = latest[t][p]
                 row[p] = found
     return out
@@ -116,35 +120,52 @@ def batch_ranges(
             e = end[t][p]
             hw = latest[t][p]
             if e > hw:
-                warn(f"{t}-{p}: endingOffsets {e} is past the high watermark {hw}; "
-                     f"reading up to {hw}")
+                warn(
+                    f"{t}-{p}: endingOffsets {e} is past the high watermark {hw}; "
+                    f"reading up to {hw}"
+                )
                 e = hw
-            s = check_start(t, p, s, earliest[t][p], fail_on_data_loss=fail_on_data_loss,
-                            warn=warn)
+            s = check_start(t, p, s, earliest[t][p], fail_on_data_loss=fail_on_data_loss, warn=warn)
             if s > e:
                 raise LongboatOptionError(
-                    f"{t}-{p}: the starting offset {s} is after the ending offset {e}")
+                    f"{t}-{p}: the starting offset {s} is after the ending offset {e}"
+                )
             if s < e:
                 out.append(OffsetRange(t, p, s, e))
     return out
 
 
-def check_start(topic: str, partition: int, start: int, log_start: int, *,
-                fail_on_data_loss: bool, warn: Callable[[str], None]) -> int:
+def check_start(
+    topic: str,
+    partition: int,
+    start: int,
+    log_start: int,
+    *,
+    fail_on_data_loss: bool,
+    warn: Callable[[str], None],
+) -> int:
     """``start``, or the log start when records below it were deleted and loss is allowed."""
     if start >= log_start:
         return start
-    msg = (f"{topic}-{partition}: offsets {start} to {log_start - 1} were deleted (retention or "
-           f"DeleteRecords; the log now starts at {log_start})")
+    msg = (
+        f"{topic}-{partition}: offsets {start} to {log_start - 1} were deleted (retention or "
+        f"DeleteRecords; the log now starts at {log_start})"
+    )
     if fail_on_data_loss:
-        raise DataLossError(msg + ". Some data may have been lost; set failOnDataLoss=false "
-                            "to skip what is gone and read on")
+        raise DataLossError(
+            msg + ". Some data may have been lost; set failOnDataLoss=false "
+            "to skip what is gone and read on"
+        )
     warn(msg + "; skipped because failOnDataLoss=false")
     return log_start
 
 
-def split_ranges(ranges: Sequence[OffsetRange], *, min_partitions: int | None,
-                 max_records_per_partition: int | None) -> list[OffsetRange]:
+def split_ranges(
+    ranges: Sequence[OffsetRange],
+    *,
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+) -> list[OffsetRange]:
     """Split ranges so there are at least ``min_partitions`` and none above the record cap.
 
     As Kafka's ``KafkaOffsetRangeCalculator``: each range gets parts in proportion to its
@@ -180,8 +201,11 @@ def rate_limit(start: Offsets, latest: Offsets, limit: int) -> Offsets:
     proportion to what is left, rounded down, and the records still left go one each to the
     largest remainders: a batch is exactly ``min(limit, backlog)``.
     """
-    backlog = {(t, p): max(0, e - start.get(t, {}).get(p, e))
-               for t, ps in latest.items() for p, e in ps.items()}
+    backlog = {
+        (t, p): max(0, e - start.get(t, {}).get(p, e))
+        for t, ps in latest.items()
+        for p, e in ps.items()
+    }
     total = sum(backlog.values())
     end: Offsets = {t: dict(ps) for t, ps in latest.items()}
     if total <= limit:
@@ -204,5 +228,8 @@ def rate_limit(start: Offsets, latest: Offsets, limit: int) -> Offsets:
 def cap(end: Offsets, target: Offsets) -> Offsets:
     """``end`` never past ``target`` (availableNow's fixed end), partitions of ``target`` only
     (partitions created after the target was fixed wait for the next query)."""
-    return {t: {p: min(o, target[t][p]) for p, o in ps.items() if p in target.get(t, {})}
-            for t, ps in end.items() if t in target}
+    return {
+        t: {p: min(o, target[t][p]) for p, o in ps.items() if p in target.get(t, {})}
+        for t, ps in end.items()
+        if t in target
+    }

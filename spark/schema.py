@@ -17,8 +17,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()),
-                                     StructField("value", BinaryType())]))
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
 
 _FIELDS = [
     StructField("key", BinaryType()),

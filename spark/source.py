@@ -118,35 +118,59 @@ class LongboatInputPartition(InputPartition):
         self.task = task
 
 
-def _tasks(opts: SourceOptions, cv: ClusterView, ranges: list[OffsetRange]
-           ) -> list[LongboatInputPartition]:
-    ranges = split_ranges(ranges, min_partitions=opts.min_partitions,
-                          max_records_per_partition=opts.max_records_per_partition)
+def _tasks(
+    opts: SourceOptions, cv: ClusterView, ranges: list[OffsetRange]
+) -> list[LongboatInputPartition]:
+    ranges = split_ranges(
+        ranges,
+        min_partitions=opts.min_partitions,
+        max_records_per_partition=opts.max_records_per_partition,
+    )
     if not ranges:
         return []
     cid = cv.cluster_id() if opts.fetch_format == "arrow" else None
-    return [LongboatInputPartition(RangeTask(
-        topic=r.topic, partition=r.partition, start=r.start, end=r.end,
-        urls=cv.urls_for(r.topic, r.partition), cluster_id=cid,
-        include_headers=opts.include_headers, fetch_max_bytes=opts.fetch_max_bytes,
-        fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
-    )) for r in ranges]
+    return [
+        LongboatInputPartition(
+            RangeTask(
+                topic=r.topic,
+                partition=r.partition,
+                start=r.start,
+                end=r.end,
+                urls=cv.urls_for(r.topic, r.partition),
+                cluster_id=cid,
+                include_headers=opts.include_headers,
+                fetch_max_bytes=opts.fetch_max_bytes,
+                fail_on_data_loss=opts.fail_on_data_loss,
+                poll_timeout_ms=opts.poll_timeout_ms,
+            )
+        )
+        for r in ranges
+    ]
 
 
-def _starting_offsets(o: SourceOptions, cv: ClusterView, tps: TopicPartitions,
-                      earliest: Offsets, latest: Offsets) -> Offsets:
+def _starting_offsets(
+    o: SourceOptions, cv: ClusterView, tps: TopicPartitions, earliest: Offsets, latest: Offsets
+) -> Offsets:
     """Where reading starts in each partition of ``tps`` (``startingOffsets`` or a starting
     timestamp); a timestamp with no record at or after it is an error unless
     ``startingOffsetsByTimestampStrategy=latest``."""
-    return resolve(o.starting, tps, earliest, latest,
-                   cv.offsets_for_times(timestamps_needed(o.starting, tps)),
-                   which="starting",
-                   no_match_is_error=o.starting_by_timestamp_strategy == "error")
+    return resolve(
+        o.starting,
+        tps,
+        earliest,
+        latest,
+        cv.offsets_for_times(timestamps_needed(o.starting, tps)),
+        which="starting",
+        no_match_is_error=o.starting_by_timestamp_strategy == "error",
+    )
 
 
 def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-    task = partition.task if isinstance(partition, LongboatInputPartition) else (
-        None if partition is None else partition.value)
+    task = (
+        partition.task
+        if isinstance(partition, LongboatInputPartition)
+        else (None if partition is None else partition.value)
+    )
     if task is None:
         # Nothing to read: when partitions() returns [], Spark 4.3 plans one
         # InputPartition(None) all the same (plan_data_source_read.py).
@@ -167,11 +191,23 @@ class LongboatBatchReader(DataSourceReader):
             earliest = cv.earliest(tps)
             latest = cv.latest(tps)
             start = _starting_offsets(o, cv, tps, earliest, latest)
-            end = resolve(o.ending, tps, earliest, latest,
-                          cv.offsets_for_times(timestamps_needed(o.ending, tps)),
-                          which="ending", no_match_is_error=False)
-            ranges = batch_ranges(start, end, earliest, latest,
-                                  fail_on_data_loss=o.fail_on_data_loss, warn=log.warning)
+            end = resolve(
+                o.ending,
+                tps,
+                earliest,
+                latest,
+                cv.offsets_for_times(timestamps_needed(o.ending, tps)),
+                which="ending",
+                no_match_is_error=False,
+            )
+            ranges = batch_ranges(
+                start,
+                end,
+                earliest,
+                latest,
+                fail_on_data_loss=o.fail_on_data_loss,
+                warn=log.warning,
+            )
             return _tasks(o, cv, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -230,11 +266,16 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, off in ps.items():
                 if p in latest.get(t, {}):
                     begin_all.setdefault(t, {})[p] = off
-        latest = {t: {p: max(o, begin_all.get(t, {}).get(p, o)) for p, o in ps.items()}
-                  for t, ps in latest.items()}
+        latest = {
+            t: {p: max(o, begin_all.get(t, {}).get(p, o)) for p, o in ps.items()}
+            for t, ps in latest.items()
+        }
         if isinstance(limit, ReadMaxRows):
-            end = rate_limit({t: {p: begin_all[t][p] for p in ps} for t, ps in latest.items()},
-                             latest, limit.max_rows)
+            end = rate_limit(
+                {t: {p: begin_all[t][p] for p in ps} for t, ps in latest.items()},
+                latest,
+                limit.max_rows,
+            )
         else:
             end = latest
         # A partition that is gone (topic deleted) keeps its offset rather than vanish from
@@ -247,12 +288,15 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else offsets_to_json(self._latest)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]
-                   ) -> list[LongboatInputPartition]:
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> list[LongboatInputPartition]:
         o = self.opts
         begin, stop = offsets_from_json(start), offsets_from_json(end)
-        todo = {t: sorted(p for p, e in ps.items() if e > begin.get(t, {}).get(p, -1))
-                for t, ps in stop.items()}
+        todo = {
+            t: sorted(p for p, e in ps.items() if e > begin.get(t, {}).get(p, -1))
+            for t, ps in stop.items()
+        }
         todo = {t: ps for t, ps in todo.items() if ps}
         if not todo:
             return []
@@ -262,8 +306,14 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for t, ps in todo.items():
                 for p in ps:
                     s = begin.get(t, {}).get(p, earliest[t][p])
-                    s = check_start(t, p, s, earliest[t][p],
-                                    fail_on_data_loss=o.fail_on_data_loss, warn=log.warning)
+                    s = check_start(
+                        t,
+                        p,
+                        s,
+                        earliest[t][p],
+                        fail_on_data_loss=o.fail_on_data_loss,
+                        warn=log.warning,
+                    )
                     if s < stop[t][p]:
                         ranges.append(OffsetRange(t, p, s, stop[t][p]))
             return _tasks(o, cv, ranges)
@@ -286,36 +336,42 @@ _INT_TYPES = (IntegerType, LongType, ShortType)
 def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
     if overwrite:
         raise LongboatOptionError(
-            "a topic is append-only: use mode('append') (overwrite would mean deleting records)")
+            "a topic is append-only: use mode('append') (overwrite would mean deleting records)"
+        )
     sink = parse_sink_options(options)
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     if "value" not in fields:
         raise LongboatOptionError(
             f"a longboat write needs a 'value' column (binary or string); the DataFrame has "
-            f"{schema.simpleString()}")
+            f"{schema.simpleString()}"
+        )
     for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], _BYTES_TYPES):
             raise LongboatOptionError(
                 f"column '{name}' must be binary or string, not {fields[name].simpleString()}; "
-                f"cast it, e.g. col('{name}').cast('string')")
+                f"cast it, e.g. col('{name}').cast('string')"
+            )
     if sink.topic is None:
         if "topic" not in fields:
-            raise LongboatOptionError(
-                "say where to write: option 'topic', or a 'topic' column")
+            raise LongboatOptionError("say where to write: option 'topic', or a 'topic' column")
         if not isinstance(fields["topic"], StringType):
             raise LongboatOptionError("column 'topic' must be a string")
     if "partition" in fields and not isinstance(fields["partition"], _INT_TYPES):
         raise LongboatOptionError("column 'partition' must be an integer")
     if "headers" in fields and sink.include_headers:
         ht = fields["headers"]
-        ok = (isinstance(ht, ArrayType) and isinstance(ht.elementType, StructType)
-              and [f.name for f in ht.elementType.fields] == ["key", "value"]
-              and isinstance(ht.elementType.fields[0].dataType, StringType)
-              and isinstance(ht.elementType.fields[1].dataType, _BYTES_TYPES))
+        ok = (
+            isinstance(ht, ArrayType)
+            and isinstance(ht.elementType, StructType)
+            and [f.name for f in ht.elementType.fields] == ["key", "value"]
+            and isinstance(ht.elementType.fields[0].dataType, StringType)
+            and isinstance(ht.elementType.fields[1].dataType, _BYTES_TYPES)
+        )
         if not ok:
             raise LongboatOptionError(
                 "column 'headers' must be array<struct<key:string,value:binary>>, not "
-                f"{ht.simpleString()}")
+                f"{ht.simpleString()}"
+            )
     return sink
 
 
@@ -329,8 +385,9 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     if idx is None:
         return None
     col = batch.column(idx)
-    if name in ("key", "value") and (pa.types.is_string(col.type)
-                                     or pa.types.is_large_string(col.type)):
+    if name in ("key", "value") and (
+        pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+    ):
         col = col.cast(pa.binary())
     return list(col.to_pylist())
 
@@ -344,11 +401,15 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
 
     n = 0
     pending: list[asyncio.Future[Any]] = []
-    async with AsyncProducer(list(sink.bootstrap), acks=sink.acks, linger_ms=sink.linger_ms,
-                             compression=sink.compression, enable_idempotence=sink.acks == -1,
-                             request_timeout_ms=sink.request_timeout_ms,
-                             delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000)
-                             ) as p:
+    async with AsyncProducer(
+        list(sink.bootstrap),
+        acks=sink.acks,
+        linger_ms=sink.linger_ms,
+        compression=sink.compression,
+        enable_idempotence=sink.acks == -1,
+        request_timeout_ms=sink.request_timeout_ms,
+        delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000),
+    ) as p:
         for batch in batches:
             rows = batch.num_rows
             if not rows:
@@ -365,13 +426,23 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
                 for i in range(rows):
                     topic = sink.topic or (topics[i] if topics else None)
                     if topic is None:
-                        raise LongboatOptionError(f"row {n + i} has a null topic and no "
-                                                  "'topic' option is set")
-                    hs = [(h["key"], _utf8(h["value"])) for h in headers[i]] \
-                        if headers and headers[i] else None
-                    pending.append(await p.send(
-                        topic, values[i], key=keys[i] if keys else None, headers=hs,
-                        partition=parts[i] if parts and parts[i] is not None else None))
+                        raise LongboatOptionError(
+                            f"row {n + i} has a null topic and no 'topic' option is set"
+                        )
+                    hs = (
+                        [(h["key"], _utf8(h["value"])) for h in headers[i]]
+                        if headers and headers[i]
+                        else None
+                    )
+                    pending.append(
+                        await p.send(
+                            topic,
+                            values[i],
+                            key=keys[i] if keys else None,
+                            headers=hs,
+                            partition=parts[i] if parts and parts[i] is not None else None,
+                        )
+                    )
             n += rows
             if len(pending) >= 10_000:
                 await asyncio.gather(*pending)  # raises the first failure: the task fails
@@ -417,5 +488,4 @@ class LongboatStreamWriter(DataSourceStreamArrowWriter):
         pass
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("longboat stream batch %d aborted; records already produced remain",
-                    batchId)
+        log.warning("longboat stream batch %d aborted; records already produced remain", batchId)

@@ -295,8 +295,9 @@ def encode_values(
     if keys is not None and len(keys) != n:
         raise ValueError("keys and values differ in length")
     if len(_ROW_STARTS) < n:
-        fresh = [(b"\x90" if i else b"") + b"\x95" + msgpack.packb(i)
-                 for i in range(len(_ROW_STARTS), n)]
+        fresh = [
+            (b"\x90" if i else b"") + b"\x95" + msgpack.packb(i) for i in range(len(_ROW_STARTS), n)
+        ]
         _ROW_STARTS.extend(fresh)
         _KEYLESS_ROW_STARTS.extend(r + b"\x00\xc0" for r in fresh)
     vhdrs = map(_BIN_HEADERS.__getitem__, map(len, values))
@@ -342,8 +343,11 @@ def _assemble(
     control: bool,
     magic: int = MAGIC_MSGPACK,
 ) -> bytes:
-    raw = (encode_rows(body_records) if magic == MAGIC_KAFKA
-           else msgpack.packb(body_records, use_bin_type=True))
+    raw = (
+        encode_rows(body_records)
+        if magic == MAGIC_KAFKA
+        else msgpack.packb(body_records, use_bin_type=True)
+    )
     return _assemble_packed(
         raw,
         len(body_records),
@@ -514,9 +518,7 @@ def decode_body(
     return h, body
 
 
-def decode_records(
-    batch: bytes | bytearray | memoryview, *, verify: bool = True
-) -> list[Record]:
+def decode_records(batch: bytes | bytearray | memoryview, *, verify: bool = True) -> list[Record]:
     """The records of one whole batch, with absolute offsets and timestamps."""
     h, body = decode_body(batch, verify=verify)
     base = h.base_offset
@@ -524,8 +526,10 @@ def decode_records(
     try:
         # map(tuple, hs) rather than a generator per record: this loop is the consumer's
         # per-record cost.
-        return [Record(base + od, ts0 + td, k, v, tuple(map(tuple, hs)) if hs else ())
-                for od, td, k, v, hs in body]
+        return [
+            Record(base + od, ts0 + td, k, v, tuple(map(tuple, hs)) if hs else ())
+            for od, td, k, v, hs in body
+        ]
     except (TypeError, ValueError) as e:
         raise CorruptRecordError(f"malformed record in body: {e}") from e
 

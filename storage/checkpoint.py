@@ -124,8 +124,14 @@ def read_clean_shutdown(files: FileLayer, dir_path: str) -> dict[str, int] | Non
         return None  # a damaged marker only costs a recovery scan
 
 
-def write_clean_shutdown(files: FileLayer, dir_path: str, *, log_end_offset: int,
-                         active_base_offset: int, active_segment_bytes: int) -> None:
+def write_clean_shutdown(
+    files: FileLayer,
+    dir_path: str,
+    *,
+    log_end_offset: int,
+    active_base_offset: int,
+    active_segment_bytes: int,
+) -> None:
     fields = {
         "version": 1,
         "log_end_offset": log_end_offset,

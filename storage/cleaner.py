@@ -67,8 +67,9 @@ class CleanableLog(Protocol):
     def files(self) -> FileLayer: ...
 
     def segments_for_cleaning(self) -> list[Segment]: ...
-    def replace_segments(self, old: list[Segment], new: list[Segment],
-                         rename_into_place: Callable[[], None]) -> bool: ...
+    def replace_segments(
+        self, old: list[Segment], new: list[Segment], rename_into_place: Callable[[], None]
+    ) -> bool: ...
 
 
 def compact_log(log: CleanableLog, now_ms: int) -> bool:
@@ -118,8 +119,10 @@ def _compact(log: CleanableLog, now_ms: int) -> bool:
                 out.append(raw)
                 continue
             kept = [
-                r for r in records
-                if r.key is None or (
+                r
+                for r in records
+                if r.key is None
+                or (
                     latest[r.key] == r.offset
                     and not (r.value is None and h.max_timestamp < tombstone_horizon_ms)
                 )
@@ -176,9 +179,11 @@ def _discard(new_segments: list[Segment]) -> None:
     for new in new_segments:
         new.close()
         base = new.log_path
-        for path in (base + CLEANED_SUFFIX,
-                     base[: -len(".log")] + INDEX_SUFFIX + CLEANED_SUFFIX,
-                     base[: -len(".log")] + TIMEINDEX_SUFFIX + CLEANED_SUFFIX):
+        for path in (
+            base + CLEANED_SUFFIX,
+            base[: -len(".log")] + INDEX_SUFFIX + CLEANED_SUFFIX,
+            base[: -len(".log")] + TIMEINDEX_SUFFIX + CLEANED_SUFFIX,
+        ):
             with contextlib.suppress(OSError):
                 if new.files.exists(path):
                     new.files.unlink(path)

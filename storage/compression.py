@@ -65,7 +65,7 @@ _I32 = struct.Struct(">i")
 def _xerial_compress(data: bytes) -> bytes:
     out = [_XERIAL_HEADER]
     for i in range(0, len(data), _XERIAL_BLOCK_BYTES):
-        block = bytes(cramjam.snappy.compress_raw(data[i:i + _XERIAL_BLOCK_BYTES]))
+        block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK_BYTES]))
         out.append(_I32.pack(len(block)))
         out.append(block)
     return b"".join(out)
@@ -83,7 +83,7 @@ def _snappy_kafka_decompress(data: bytes) -> bytes:
         pos += 4
         if n < 0 or pos + n > len(data):
             raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the body")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + n])))
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + n])))
         pos += n
     return b"".join(out)
 
@@ -93,9 +93,15 @@ def compress(codec: Compression, data: bytes, *, kafka: bool = False) -> bytes:
     if kafka and codec == Compression.SNAPPY:
         return _xerial_compress(data)
     if kafka and codec == Compression.LZ4:
-        return bytes(lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-                                        block_linked=False, content_checksum=False,
-                                        store_size=False))
+        return bytes(
+            lz4.frame.compress(
+                data,
+                block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                block_linked=False,
+                content_checksum=False,
+                store_size=False,
+            )
+        )
     if codec == Compression.NONE:
         return data
     if codec == Compression.GZIP:
@@ -134,5 +140,7 @@ def decompress(codec: int, data: bytes | memoryview, *, kafka: bool = False) -> 
     except CorruptRecordError:
         raise
     except Exception as e:  # each library raises its own error type
-        raise CorruptRecordError(f"body does not decompress with {Compression(codec).name}: {e}") from e
+        raise CorruptRecordError(
+            f"body does not decompress with {Compression(codec).name}: {e}"
+        ) from e
     raise CorruptRecordError(f"unknown compression codec {codec}")

@@ -44,20 +44,34 @@ class BatchInfo:
     def to_json(self) -> dict[str, Any]:
         h = self.header
         out: dict[str, Any] = {
-            "path": self.path, "position": self.position, "base_offset": h.base_offset,
-            "last_offset": h.last_offset, "count": h.record_count, "size": h.size,
-            "leader_epoch": h.leader_epoch, "magic": h.magic, "crc": f"{h.crc:#010x}",
-            "crc_valid": self.crc_valid, "compression": h.compression.name.lower(),
-            "first_timestamp": h.first_timestamp, "max_timestamp": h.max_timestamp,
-            "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
-            "base_sequence": h.base_sequence, "transactional": h.is_transactional,
+            "path": self.path,
+            "position": self.position,
+            "base_offset": h.base_offset,
+            "last_offset": h.last_offset,
+            "count": h.record_count,
+            "size": h.size,
+            "leader_epoch": h.leader_epoch,
+            "magic": h.magic,
+            "crc": f"{h.crc:#010x}",
+            "crc_valid": self.crc_valid,
+            "compression": h.compression.name.lower(),
+            "first_timestamp": h.first_timestamp,
+            "max_timestamp": h.max_timestamp,
+            "producer_id": h.producer_id,
+            "producer_epoch": h.producer_epoch,
+            "base_sequence": h.base_sequence,
+            "transactional": h.is_transactional,
             "control": h.is_control,
         }
         if self.records is not None:
             out["records"] = [
-                {"offset": r.offset, "timestamp": r.timestamp, "key": _text(r.key),
-                 "value": _text(r.value),
-                 "headers": [[n, _text(v)] for n, v in r.headers]}
+                {
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "key": _text(r.key),
+                    "value": _text(r.value),
+                    "headers": [[n, _text(v)] for n, v in r.headers],
+                }
                 for r in self.records
             ]
         if self.records_error is not None:
@@ -100,8 +114,11 @@ def walk_segment(path: str, *, records: bool = False) -> Iterator[BatchInfo | Pr
                 yield Problem(path, pos, e.reason)
                 return
             if pos + h.size > size:
-                yield Problem(path, pos, f"incomplete batch: header says {h.size} bytes, "
-                                         f"{size - pos} left in the file")
+                yield Problem(
+                    path,
+                    pos,
+                    f"incomplete batch: header says {h.size} bytes, {size - pos} left in the file",
+                )
                 return
             raw = os.pread(fd, h.size, pos)
             info = BatchInfo(path, pos, h, compute_crc(raw))
@@ -127,15 +144,23 @@ def verify_dir(dir_path: str) -> tuple[int, list[Problem]]:
             count += 1
             h = item.header
             if not item.crc_valid:
-                problems.append(Problem(path, item.position,
-                                        f"crc mismatch: stored {h.crc:#010x}, computed "
-                                        f"{item.crc_computed:#010x}"))
+                problems.append(
+                    Problem(
+                        path,
+                        item.position,
+                        f"crc mismatch: stored {h.crc:#010x}, computed {item.crc_computed:#010x}",
+                    )
+                )
             elif item.records_error is not None:
                 problems.append(Problem(path, item.position, item.records_error))
             if h.base_offset < next_offset:
-                problems.append(Problem(path, item.position,
-                                        f"offset {h.base_offset} goes back (expected >= "
-                                        f"{next_offset})"))
+                problems.append(
+                    Problem(
+                        path,
+                        item.position,
+                        f"offset {h.base_offset} goes back (expected >= {next_offset})",
+                    )
+                )
             next_offset = max(next_offset, h.next_offset)
     return count, problems
 

@@ -43,9 +43,7 @@ class OffsetOutOfRangeError(StorageError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
-        super().__init__(
-            f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
-        )
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")
 
 
 class RecordTooLargeError(StorageError):

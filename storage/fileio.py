@@ -342,7 +342,7 @@ class _LazyFile:
             for lo, hi in self.lost:
                 a, b = max(lo, start), min(hi, start + n)
                 if a < b:
-                    chunk[a - start:b - start] = bytes(b - a)
+                    chunk[a - start : b - start] = bytes(b - a)
             os.pwrite(self.fd, chunk, start)
         self.durable_len += n
         del self.tail[:n]
@@ -476,8 +476,9 @@ class LazyFileLayer(FileLayer):
         with self._lock:
             self._fsync_faults.append(_Fault(nth, error, match))
 
-    def fail_write(self, nth: int = 1, *, error: int = errno.EIO, match: str = "",
-                   partial_bytes: int = 0) -> None:
+    def fail_write(
+        self, nth: int = 1, *, error: int = errno.EIO, match: str = "", partial_bytes: int = 0
+    ) -> None:
         """Make the ``nth`` write from now (to a path containing ``match``) fail with
         ``error`` after appending ``partial_bytes`` of it (a short write, then the error)."""
         with self._lock:
@@ -529,7 +530,8 @@ class LazyFileLayer(FileLayer):
             code = getattr(errno, args[1]) if len(args) > 1 else errno.EIO
             match = args[2] if len(args) > 2 else ""
             (self.fail_fsync if op == "fail-fsync" else self.fail_write)(
-                nth, error=code, match=match)
+                nth, error=code, match=match
+            )
         elif op == "free-bytes" and len(args) == 1:
             self.set_free_bytes(None if args[0] == "none" else int(args[0]))
         else:
@@ -671,8 +673,10 @@ class LazyFileLayer(FileLayer):
                 # 40%: nothing of the tail reached the disk; an unsynced truncate reaches
                 # it half of the time, and only then does any tail follow it.
                 lucky = f.dirty and rng is not None and rng.random() >= 0.4
-                if lucky and rng is not None and not (
-                    f.durable_len < f.disk_len and rng.random() < 0.5
+                if (
+                    lucky
+                    and rng is not None
+                    and not (f.durable_len < f.disk_len and rng.random() < 0.5)
                 ):
                     written = len(f.tail)
                     keep = rng.randrange(written + 1)

@@ -65,8 +65,14 @@ class GroupCommitter:
     returned), and only if no truncation cut below it; a log with waiters is in ``_asked``
     or in the round the job is running; at most one flush job runs (``_job_running``)."""
 
-    def __init__(self, *, policy: FlushPolicy | None = None, executor: Executor | None = None,
-                 clock_ms: Callable[[], int] | None = None, wait_for_company: bool = True):
+    def __init__(
+        self,
+        *,
+        policy: FlushPolicy | None = None,
+        executor: Executor | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        wait_for_company: bool = True,
+    ):
         """``policy`` for every log, else each log's own ``flush.messages``/``flush.ms``.
 
         ``wait_for_company``: a round right after another waits for as many asks as that
@@ -131,7 +137,8 @@ class GroupCommitter:
             # (or never appended, a caller's bug). Waiting would never end.
             raise LogTruncatedError(
                 f"{log.dir_path}: offsets below {offset} are beyond the log end "
-                f"{log.log_end_offset}")
+                f"{log.log_end_offset}"
+            )
         # Never durable now: the directory failed before they were flushed.
         log.log_dir.check_or_raise()
         if self._closing:
@@ -364,9 +371,12 @@ class GroupCommitter:
         for offset, fut in self._waiters.get(log, []):
             if offset > new_end_offset:
                 if not fut.done():
-                    fut.set_exception(LogTruncatedError(
-                        f"{log.dir_path}: offsets below {offset} were truncated to "
-                        f"{new_end_offset} before they were flushed"))
+                    fut.set_exception(
+                        LogTruncatedError(
+                            f"{log.dir_path}: offsets below {offset} were truncated to "
+                            f"{new_end_offset} before they were flushed"
+                        )
+                    )
             else:
                 keep.append((offset, fut))
         if log in self._waiters:

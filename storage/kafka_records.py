@@ -77,10 +77,10 @@ def decode_rows(raw: bytes, record_count: int) -> list[list[Any]]:
             td, pos = rv(raw, pos)
             od, pos = rv(raw, pos)
             n, pos = rv(raw, pos)
-            key = None if n < 0 else raw[pos:pos + n]
+            key = None if n < 0 else raw[pos : pos + n]
             pos += max(n, 0)
             n, pos = rv(raw, pos)
-            value = None if n < 0 else raw[pos:pos + n]
+            value = None if n < 0 else raw[pos : pos + n]
             pos += max(n, 0)
             nh, pos = rv(raw, pos)
             headers: list[list[Any]] = []
@@ -90,15 +90,16 @@ def decode_rows(raw: bytes, record_count: int) -> list[list[Any]]:
                     raise CorruptRecordError("a record header has a null key")
                 # Kafka's clients decode header keys as UTF-8 (Java's String); "replace"
                 # so one bad key cannot make a whole partition unreadable.
-                name = raw[pos:pos + n].decode("utf-8", "replace")
+                name = raw[pos : pos + n].decode("utf-8", "replace")
                 pos += n
                 n, pos = rv(raw, pos)
-                hv = None if n < 0 else raw[pos:pos + n]
+                hv = None if n < 0 else raw[pos : pos + n]
                 pos += max(n, 0)
                 headers.append([name, hv])
             if pos != stop:
                 raise CorruptRecordError(
-                    f"record declares {length} bytes but its fields end {pos - stop:+d} away")
+                    f"record declares {length} bytes but its fields end {pos - stop:+d} away"
+                )
             rows.append([od, td, key, value, headers])
     except IndexError:
         raise CorruptRecordError("a record runs past the end of the body") from None
@@ -133,8 +134,14 @@ def encode_rows(rows: Iterable[Sequence[Any]]) -> bytes:
     headers ``[(name: str, value: bytes | None), ...]``; uncompressed."""
     out: list[bytes] = []
     for od, td, key, value, headers in rows:
-        parts = [b"\x00", _varint(td), _varint(od), _field(key), _field(value),
-                 _varint(len(headers))]
+        parts = [
+            b"\x00",
+            _varint(td),
+            _varint(od),
+            _field(key),
+            _field(value),
+            _varint(len(headers)),
+        ]
         for name, hv in headers:
             parts.append(_field(name.encode()))
             parts.append(_field(hv))

@@ -52,8 +52,10 @@ class LogDirFailure:
 
     def describe(self) -> str:
         code = errno_codes.errorcode.get(self.errno, str(self.errno)) if self.errno else "?"
-        return (f"log directory {self.dir_path} is offline: {self.operation} of {self.path} "
-                f"failed with {code}: {self.message}")
+        return (
+            f"log directory {self.dir_path} is offline: {self.operation} of {self.path} "
+            f"failed with {code}: {self.message}"
+        )
 
 
 class LogDirectory:
@@ -98,12 +100,14 @@ class LogDirectory:
         with self._lock:
             if self._failure is not None:
                 return self._failure
-            failure = LogDirFailure(self.path, path, operation, error.errno,
-                                    error.strerror or str(error))
+            failure = LogDirFailure(
+                self.path, path, operation, error.errno, error.strerror or str(error)
+            )
             self._failure = failure
             listeners, self._failure_listeners = self._failure_listeners, []
-        log.error("%s; its logs refuse appends and reads until the process restarts",
-                  failure.describe())
+        log.error(
+            "%s; its logs refuse appends and reads until the process restarts", failure.describe()
+        )
         for fn in listeners:
             fn(failure)
         return failure

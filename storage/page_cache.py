@@ -35,8 +35,9 @@ class PageCacheTrimmer:
     """Invariants: at most one job runs (``_running``); a log in ``_due`` is taken by the
     running job, or by the one the loop starts when it ends."""
 
-    def __init__(self, keep_bytes: int, *, step_bytes: int | None = None,
-                 executor: Executor | None = None) -> None:
+    def __init__(
+        self, keep_bytes: int, *, step_bytes: int | None = None, executor: Executor | None = None
+    ) -> None:
         """``keep_bytes``: the newest bytes of each log left in the cache. ``step_bytes``
         (default a quarter of ``keep_bytes``, at least 1 MiB): how much must lie behind
         that before a job runs, so each ask covers a sizeable range."""

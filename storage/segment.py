@@ -182,8 +182,9 @@ class Segment:
                 return False
         if len(index) and self.next_offset <= index.offsets[-1]:
             return False
-        if len(tindex) and not (self.base_offset <= tindex.offsets[0]
-                                and tindex.offsets[-1] < self.next_offset):
+        if len(tindex) and not (
+            self.base_offset <= tindex.offsets[0] and tindex.offsets[-1] < self.next_offset
+        ):
             return False
         self.bytes_since_index_entry = self.size_bytes - last_pos
         if self.size_bytes:
@@ -191,8 +192,9 @@ class Segment:
             self.first_batch_max_timestamp = h.max_timestamp
         return True
 
-    def recover(self, index_interval_bytes: int, *, verify: bool = True,
-                end: int | None = None) -> tuple[list[BatchHeader], CorruptRecordError | None]:
+    def recover(
+        self, index_interval_bytes: int, *, verify: bool = True, end: int | None = None
+    ) -> tuple[list[BatchHeader], CorruptRecordError | None]:
         """Scan the whole ``.log`` (or up to ``end``; CRCs checked when ``verify``) and
         rebuild the indexes.
 
@@ -218,7 +220,10 @@ class Segment:
                 if h.base_offset < self.next_offset:
                     raise CorruptRecordError(
                         f"base offset {h.base_offset} does not follow offset "
-                        f"{self.next_offset - 1}", path=self.log.path, position=pos)
+                        f"{self.next_offset - 1}",
+                        path=self.log.path,
+                        position=pos,
+                    )
                 self._note_batch(pos, h, index_interval_bytes)
                 headers.append(h)
         except CorruptRecordError as e:
@@ -234,13 +239,20 @@ class Segment:
         shadow = Segment(self.dir_path, self.base_offset, self.files, self.log)
         _, error = shadow.recover(index_interval_bytes, verify=True, end=self.size_bytes)
         if error is None and (shadow.size_bytes, shadow.next_offset) != (
-                self.size_bytes, self.next_offset):
+            self.size_bytes,
+            self.next_offset,
+        ):
             error = CorruptRecordError(
                 f"batches end at byte {shadow.size_bytes} (offset {shadow.next_offset}), "
-                f"not {self.size_bytes} (offset {self.next_offset})")
+                f"not {self.size_bytes} (offset {self.next_offset})"
+            )
         if error is not None:
-            return CorruptSegmentError(error.reason, path=self.log.path,
-                                       position=shadow.size_bytes, offset=shadow.next_offset)
+            return CorruptSegmentError(
+                error.reason,
+                path=self.log.path,
+                position=shadow.size_bytes,
+                offset=shadow.next_offset,
+            )
         self.index, self.time_index = shadow.index, shadow.time_index
         self.max_timestamp = shadow.max_timestamp
         self.offset_of_max_timestamp = shadow.offset_of_max_timestamp
@@ -249,9 +261,9 @@ class Segment:
 
     # ------------------------------------------------------------------ scanning
 
-    def scan(self, start: int, *, verify: bool, end: int | None = None) -> Iterator[
-        tuple[int, BatchHeader]
-    ]:
+    def scan(
+        self, start: int, *, verify: bool, end: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each whole batch from ``start`` to the end of the file.
 
         Reads in 1 MiB chunks. Stops silently at an incomplete batch; raises
@@ -313,8 +325,15 @@ class Segment:
             pos += size
         return None
 
-    def read_from(self, position: int, first_size: int, max_bytes: int,
-                  max_offset: int | None, *, verify: bool = True) -> bytes:
+    def read_from(
+        self,
+        position: int,
+        first_size: int,
+        max_bytes: int,
+        max_offset: int | None,
+        *,
+        verify: bool = True,
+    ) -> bytes:
         """Whole batches from ``position``: the first always (unless it reaches
         ``max_offset``), more while within ``max_bytes`` and wholly below ``max_offset``.
 
@@ -349,21 +368,28 @@ class Segment:
             end_at = cut + length + LOG_OVERHEAD
             if verify:
                 # Either encoding: a Kafka client's batches (magic 2) sit beside ours.
-                if not (magic in (MAGIC_MSGPACK, MAGIC_KAFKA)
-                        and cut + HEADER_SIZE <= end_at <= n
-                        and prev_end <= base and delta >= 0 and base + delta < next_offset
-                        and crc(mv[cut + ATTRIBUTES_OFFSET:end_at]) == stored):
+                if not (
+                    magic in (MAGIC_MSGPACK, MAGIC_KAFKA)
+                    and cut + HEADER_SIZE <= end_at <= n
+                    and prev_end <= base
+                    and delta >= 0
+                    and base + delta < next_offset
+                    and crc(mv[cut + ATTRIBUTES_OFFSET : end_at]) == stored
+                ):
                     if cut == 0:
                         raise CorruptRecordError(
-                            self._batch_problem(mv, cut, prev_end), path=self.log.path,
-                            position=position)
+                            self._batch_problem(mv, cut, prev_end),
+                            path=self.log.path,
+                            position=position,
+                        )
                     break
                 prev_end = base + delta + 1
             cut = end_at
         if verify and cut == 0 and 0 < n < HEADER_SIZE:
             # Not even one whole header where a batch was expected.
-            raise CorruptRecordError(f"{n} bytes where a batch should start",
-                                     path=self.log.path, position=position)
+            raise CorruptRecordError(
+                f"{n} bytes where a batch should start", path=self.log.path, position=position
+            )
         return buf if cut >= n else buf[:cut]
 
     def _batch_problem(self, mv: memoryview, at: int, prev_end: int) -> str:
@@ -375,9 +401,11 @@ class Segment:
         if magic != MAGIC_MSGPACK and magic != MAGIC_KAFKA:
             return f"unknown magic {magic:#x}"
         if base < prev_end or delta < 0 or base + delta >= self.next_offset:
-            return (f"offsets {base}..{base + delta} are not after {prev_end - 1} and "
-                    f"inside the segment (next offset {self.next_offset})")
-        actual = compute_crc(mv[at:at + size])
+            return (
+                f"offsets {base}..{base + delta} are not after {prev_end - 1} and "
+                f"inside the segment (next offset {self.next_offset})"
+            )
+        actual = compute_crc(mv[at : at + size])
         return f"crc mismatch: stored {stored:#010x}, computed {actual:#010x}"
 
     def read_end(self, position: int, first_size: int, max_bytes: int) -> int:
@@ -412,14 +440,18 @@ class Segment:
         self.size_bytes = pos + h.size
         self.next_offset = h.next_offset
 
-    def append(self, parts: Sequence[Buffer], h: BatchHeader,
-               index_interval_bytes: int) -> int:
+    def append(self, parts: Sequence[Buffer], h: BatchHeader, index_interval_bytes: int) -> int:
         """Write one batch (as ``parts``, written with one ``writev``) at the end."""
-        invariant(h.base_offset >= self.next_offset, "segment append goes back: %s < %s",
-                  h.base_offset, self.next_offset)
+        invariant(
+            h.base_offset >= self.next_offset,
+            "segment append goes back: %s < %s",
+            h.base_offset,
+            self.next_offset,
+        )
         pos = self.log.writev(parts)
-        invariant(pos == self.size_bytes, "%s: wrote at %s, expected %s",
-                  self, pos, self.size_bytes)  # (self, not its path: args are built eagerly)
+        invariant(
+            pos == self.size_bytes, "%s: wrote at %s, expected %s", self, pos, self.size_bytes
+        )  # (self, not its path: args are built eagerly)
         self._note_batch(pos, h, index_interval_bytes)
         return pos
 
@@ -458,8 +490,10 @@ class Segment:
     def write_indexes(self, suffix: str = "") -> None:
         """Write both index files whole (to their names plus ``suffix``) and fsync them."""
         self.finish_indexes()
-        for path, data in ((self.index_path + suffix, self.index.to_bytes()),
-                           (self.timeindex_path + suffix, self.time_index.to_bytes())):
+        for path, data in (
+            (self.index_path + suffix, self.index.to_bytes()),
+            (self.timeindex_path + suffix, self.time_index.to_bytes()),
+        ):
             if self.files.exists(path):
                 self.files.unlink(path)
             f = self.files.open(path)

@@ -45,5 +45,6 @@ for _d in _helper_dirs():
 
 
 settings.register_profile(
-    "longboat", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+    "longboat", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
 settings.load_profile("longboat")

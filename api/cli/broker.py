@@ -23,25 +23,47 @@ def broker_group() -> None:
 @broker_group.command("start")
 @node_options
 @click.option("--rack", help="Overrides rack.")
-@click.option("--kafka-listen", metavar="HOST:PORT",
-              help="Serve Kafka's protocol there too (overrides kafka_listen; off when unset).")
-@click.option("--replica-lag-time-max-ms", type=int,
-              help="Overrides replica_lag_time_max_ms (default 30000).")
+@click.option(
+    "--kafka-listen",
+    metavar="HOST:PORT",
+    help="Serve Kafka's protocol there too (overrides kafka_listen; off when unset).",
+)
+@click.option(
+    "--replica-lag-time-max-ms", type=int, help="Overrides replica_lag_time_max_ms (default 30000)."
+)
 @override_option
 @click.option("--log-level", default="INFO", show_default=True)
-def broker_start(config_path: str | None, node_id: int | None, listen: str | None,
-                 data_dir: str | None, controller_quorum: str | None, rack: str | None,
-                 kafka_listen: str | None, replica_lag_time_max_ms: int | None, overrides: tuple[str, ...],
-                 log_level: str) -> None:
+def broker_start(
+    config_path: str | None,
+    node_id: int | None,
+    listen: str | None,
+    data_dir: str | None,
+    controller_quorum: str | None,
+    rack: str | None,
+    kafka_listen: str | None,
+    replica_lag_time_max_ms: int | None,
+    overrides: tuple[str, ...],
+    log_level: str,
+) -> None:
     """Start a broker in the foreground. SIGTERM or Ctrl-C shuts it down in a controlled
     way (its partition leaderships move away first); it exits 0 once done."""
     try:
-        cfg = load_config(config_path, with_overrides({
-            "node_id": node_id, "listen": listen, "data_dir": data_dir,
-            "controller_quorum": controller_quorum, "rack": rack, "roles": ["broker"],
-            "kafka_listen": kafka_listen,
-            "replica_lag_time_max_ms": replica_lag_time_max_ms,
-        }, overrides))
+        cfg = load_config(
+            config_path,
+            with_overrides(
+                {
+                    "node_id": node_id,
+                    "listen": listen,
+                    "data_dir": data_dir,
+                    "controller_quorum": controller_quorum,
+                    "rack": rack,
+                    "roles": ["broker"],
+                    "kafka_listen": kafka_listen,
+                    "replica_lag_time_max_ms": replica_lag_time_max_ms,
+                },
+                overrides,
+            ),
+        )
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"broker-{cfg.node_id}", log_level)

@@ -64,13 +64,17 @@ def resolve_bootstrap(bootstrap: str | None) -> str:
     if not b:
         raise click.UsageError(
             f"no --bootstrap given, $LONGBOAT_BOOTSTRAP unset and no local cluster file at "
-            f"{cluster_file()} (start one with `longboat dev up` or pass --bootstrap URL)")
+            f"{cluster_file()} (start one with `longboat dev up` or pass --bootstrap URL)"
+        )
     return b
 
 
 bootstrap_option = click.option(
-    "--bootstrap", "-b", metavar="URL[,URL...]",
-    help="Broker URL(s). Default: $LONGBOAT_BOOTSTRAP, else the local cluster file.")
+    "--bootstrap",
+    "-b",
+    metavar="URL[,URL...]",
+    help="Broker URL(s). Default: $LONGBOAT_BOOTSTRAP, else the local cluster file.",
+)
 
 
 def setup_logging(node: str, level: str = "INFO") -> None:
@@ -119,23 +123,31 @@ def default_controllers() -> str:
 
 def node_options(f: Any) -> Any:
     """The options every ``<role> start`` command takes: a TOML file and its overrides."""
-    for opt in reversed([
-        click.option("--config", "config_path", type=click.Path(dir_okay=False),
-                     help="TOML file."),
-        click.option("--node-id", type=int, help="Overrides node_id."),
-        click.option("--listen", help="HOST:PORT; overrides listen."),
-        click.option("--data-dir", help="Overrides data_dir."),
-        click.option("--controller-quorum",
-                     help="ID@HOST:PORT,...; overrides controller_quorum."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--config", "config_path", type=click.Path(dir_okay=False), help="TOML file."
+            ),
+            click.option("--node-id", type=int, help="Overrides node_id."),
+            click.option("--listen", help="HOST:PORT; overrides listen."),
+            click.option("--data-dir", help="Overrides data_dir."),
+            click.option(
+                "--controller-quorum", help="ID@HOST:PORT,...; overrides controller_quorum."
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
 
 override_option = click.option(
-    "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="Set any config key (as in the TOML file), e.g. broker_session_timeout_ms=3000; "
-         "repeatable. Like Kafka's --override.")
+    "repeatable. Like Kafka's --override.",
+)
 
 
 def with_overrides(explicit: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
@@ -170,8 +182,9 @@ class HttpAdmin:
         data = None if body is None else json.dumps(body).encode()
         errors = []
         for url in ([self.url] if self.url else []) + [u for u in self.urls if u != self.url]:
-            req = urllib.request.Request(url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
                     raw = r.read()
@@ -183,8 +196,9 @@ class HttpAdmin:
                     err = json.loads(raw)
                 except ValueError:
                     err = {"error_code": e.code, "message": raw[:200].decode(errors="replace")}
-                raise AdminError(f"{err.get('message')} (HTTP {e.code}, error_code "
-                                 f"{err.get('error_code')})") from None
+                raise AdminError(
+                    f"{err.get('message')} (HTTP {e.code}, error_code {err.get('error_code')})"
+                ) from None
             except (urllib.error.URLError, OSError) as e:
                 errors.append(f"{url}: {getattr(e, 'reason', e)}")
         raise AdminError("no broker answered: " + "; ".join(errors))
@@ -221,5 +235,3 @@ def confirm_unless_yes(yes: bool, question: str) -> None:
     terminal to answer (a script); answering no aborts the command."""
     if not yes and sys.stdin.isatty():
         click.confirm(question, abort=True)
-
-

@@ -41,14 +41,25 @@ def dev_group() -> None:
 @dev_group.command("up")
 @click.option("--controllers", default=3, show_default=True, type=click.IntRange(1, 9))
 @click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 20))
-@click.option("--data-dir", default=str(DEFAULT_DIR), show_default=True,
-              type=click.Path(file_okay=False))
+@click.option(
+    "--data-dir", default=str(DEFAULT_DIR), show_default=True, type=click.Path(file_okay=False)
+)
 @click.option("--controller-port", default=9301, show_default=True)
 @click.option("--broker-port", default=8082, show_default=True)
-@click.option("--kafka-port", default=9092, show_default=True,
-              help="First broker's Kafka protocol port (the next brokers count up); 0: none.")
-def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
-           broker_port: int, kafka_port: int) -> None:
+@click.option(
+    "--kafka-port",
+    default=9092,
+    show_default=True,
+    help="First broker's Kafka protocol port (the next brokers count up); 0: none.",
+)
+def dev_up(
+    controllers: int,
+    brokers: int,
+    data_dir: str,
+    controller_port: int,
+    broker_port: int,
+    kafka_port: int,
+) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
     from api.node.localcluster import Brokers, Quorum
 
@@ -61,7 +72,8 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
     if busy:
         raise click.ClickException(
             f"port(s) {busy} on 127.0.0.1 are in use (another `longboat dev up`?); "
-            "stop it or pick --controller-port/--broker-port")
+            "stop it or pick --controller-port/--broker-port"
+        )
     meta_path = root / "cluster.json"
     cluster_id = None
     if meta_path.exists():  # restarting on the same data keeps the cluster id
@@ -77,8 +89,15 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
     # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
     same_id = ["--override", f"cluster_id={cluster_id}"]
     quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
-    bs = Brokers(root, quorum, brokers, first_id=101, ports=b_ports, extra_args=same_id,
-                 kafka_ports=k_ports or None)
+    bs = Brokers(
+        root,
+        quorum,
+        brokers,
+        first_id=101,
+        ports=b_ports,
+        extra_args=same_id,
+        kafka_ports=k_ports or None,
+    )
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -88,8 +107,9 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        click.echo(f"starting {controllers} controller(s) and {brokers} broker(s) under {root}",
-                   err=True)
+        click.echo(
+            f"starting {controllers} controller(s) and {brokers} broker(s) under {root}", err=True
+        )
         quorum.start_all()
         leader = quorum.wait_active_leader(timeout_s=30)
         bs.start_all()
@@ -97,11 +117,19 @@ def dev_up(controllers: int, brokers: int, data_dir: str, controller_port: int,
         desc = {
             "cluster_id": cluster_id,
             "data_dir": str(root),
-            "brokers": [{"id": b, "url": bs.url(b), "pid": bs.procs[b].pid,
-                         **({"kafka": f"127.0.0.1:{bs.kafka_ports[b]}"}
-                            if b in bs.kafka_ports else {})} for b in bs.ids],
-            "controllers": [{"id": i, "url": quorum.url(i), "pid": quorum.procs[i].pid}
-                            for i in range(1, controllers + 1)],
+            "brokers": [
+                {
+                    "id": b,
+                    "url": bs.url(b),
+                    "pid": bs.procs[b].pid,
+                    **({"kafka": f"127.0.0.1:{bs.kafka_ports[b]}"} if b in bs.kafka_ports else {}),
+                }
+                for b in bs.ids
+            ],
+            "controllers": [
+                {"id": i, "url": quorum.url(i), "pid": quorum.procs[i].pid}
+                for i in range(1, controllers + 1)
+            ],
         }
         meta_path.write_text(json.dumps(desc, indent=2) + "\n")
         b1, c1 = bs.url(bs.ids[0]), quorum.url(1)
@@ -138,8 +166,7 @@ Ctrl-C stops the cluster.""")
             dead = [f"controller {i}" for i, p in quorum.procs.items() if p.poll() is not None]
             dead += [f"broker {b}" for b, p in bs.procs.items() if p.poll() is not None]
             if dead:
-                click.echo(f"warning: {', '.join(dead)} exited; see its log under {root}",
-                           err=True)
+                click.echo(f"warning: {', '.join(dead)} exited; see its log under {root}", err=True)
                 break
             time.sleep(0.5)
     finally:

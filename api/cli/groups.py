@@ -66,8 +66,9 @@ def _run(fn: Callable[[AsyncConsumer], Awaitable[T]], bootstrap: str | None) -> 
 
 
 def _coordinator(c: AsyncConsumer, group: str) -> CoordinatorClient:
-    return CoordinatorClient(c.transport, c.metadata, group,
-                             retry_timeout_s=REQUEST_TIMEOUT_MS / 1000)
+    return CoordinatorClient(
+        c.transport, c.metadata, group, retry_timeout_s=REQUEST_TIMEOUT_MS / 1000
+    )
 
 
 async def _describe(coord: CoordinatorClient) -> dict[str, Any]:
@@ -84,7 +85,8 @@ def _refuse_active(desc: dict[str, Any], what: str) -> None:
         raise GroupsError(
             f"cannot {what} group '{desc['group']}': it has {n} active member(s) (state "
             f"{desc.get('state')}); stop its consumers first (as kafka-consumer-groups "
-            "requires: a live member would overwrite the change with its next commit)")
+            "requires: a live member would overwrite the change with its next commit)"
+        )
 
 
 @main.group("groups")
@@ -105,8 +107,10 @@ def groups_list(bootstrap: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(groups)
         return
-    print_table([[g["group"], g["state"], "simple" if g.get("is_simple") else "consumer"]
-                 for g in groups], ["GROUP", "STATE", "TYPE"])
+    print_table(
+        [[g["group"], g["state"], "simple" if g.get("is_simple") else "consumer"] for g in groups],
+        ["GROUP", "STATE", "TYPE"],
+    )
 
 
 async def _describe_all(c: AsyncConsumer, group: str) -> dict[str, Any]:
@@ -115,8 +119,11 @@ async def _describe_all(c: AsyncConsumer, group: str) -> dict[str, Any]:
     if str(desc.get("state")) == "DEAD":
         raise GroupsError(f"consumer group '{group}' does not exist")
     lag = await coord.call("lag", {})
-    return {"describe": desc, "lag": lag.get("partitions") or [],
-            "coordinator_id": coord.coordinator_id}
+    return {
+        "describe": desc,
+        "lag": lag.get("partitions") or [],
+        "coordinator_id": coord.coordinator_id,
+    }
 
 
 @groups_group.command("describe")
@@ -130,29 +137,61 @@ def groups_describe(group: str, bootstrap: str | None, as_json: bool) -> None:
     members = desc.get("members") or []
     clients = {str(m["member_id"]): m.get("client_id") for m in members}
     if as_json:
-        emit_json({"group": desc, "coordinator_id": out["coordinator_id"], "partitions": [
-            {"topic": t, "partition": p, "current_offset": cur, "log_end_offset": leo,
-             "lag": lag, "consumer_id": m, "client_id": clients.get(m) if m else None}
-            for t, p, cur, leo, lag, m in rows]})
+        emit_json(
+            {
+                "group": desc,
+                "coordinator_id": out["coordinator_id"],
+                "partitions": [
+                    {
+                        "topic": t,
+                        "partition": p,
+                        "current_offset": cur,
+                        "log_end_offset": leo,
+                        "lag": lag,
+                        "consumer_id": m,
+                        "client_id": clients.get(m) if m else None,
+                    }
+                    for t, p, cur, leo, lag, m in rows
+                ],
+            }
+        )
         return
-    kind = "simple group" if desc.get("is_simple") else (
-        f"generation {desc.get('generation')}, protocol {desc.get('protocol') or '-'}, "
-        f"assignor {desc.get('assignor') or '-'}")
-    click.echo(f"Group {group}: {desc.get('state')}, {kind}, {len(members)} member(s), "
-               f"coordinator {out['coordinator_id']}")
+    kind = (
+        "simple group"
+        if desc.get("is_simple")
+        else (
+            f"generation {desc.get('generation')}, protocol {desc.get('protocol') or '-'}, "
+            f"assignor {desc.get('assignor') or '-'}"
+        )
+    )
+    click.echo(
+        f"Group {group}: {desc.get('state')}, {kind}, {len(members)} member(s), "
+        f"coordinator {out['coordinator_id']}"
+    )
     if not members:
         click.echo(f"Consumer group '{group}' has no active members.")
     click.echo("")
-    print_table([[group, t, p, cur, leo, lag, m] for t, p, cur, leo, lag, m in
-                 sorted(rows, key=lambda r: (str(r[0]), int(r[1])))],
-                ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                 "CONSUMER-ID"])
+    print_table(
+        [
+            [group, t, p, cur, leo, lag, m]
+            for t, p, cur, leo, lag, m in sorted(rows, key=lambda r: (str(r[0]), int(r[1])))
+        ],
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"],
+    )
     if members:
         click.echo("")
-        print_table([[m["member_id"], m.get("client_id"), len(m.get("assignment") or []),
-                      ",".join(f"{t}-{p}" for t, p in sorted(m.get("assignment") or []))
-                      or "-"] for m in sorted(members, key=lambda m: str(m["member_id"]))],
-                    ["CONSUMER-ID", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"])
+        print_table(
+            [
+                [
+                    m["member_id"],
+                    m.get("client_id"),
+                    len(m.get("assignment") or []),
+                    ",".join(f"{t}-{p}" for t, p in sorted(m.get("assignment") or [])) or "-",
+                ]
+                for m in sorted(members, key=lambda m: str(m["member_id"]))
+            ],
+            ["CONSUMER-ID", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
+        )
 
 
 def _parse_datetime(v: str) -> int:
@@ -160,16 +199,22 @@ def _parse_datetime(v: str) -> int:
     try:
         dt = datetime.fromisoformat(v)
     except ValueError:
-        raise click.BadParameter(f"{v!r} is not an ISO-8601 date-time "
-                                 "(e.g. 2026-11-21T12:00:00Z)",
-                                 param_hint="--to-datetime") from None
+        raise click.BadParameter(
+            f"{v!r} is not an ISO-8601 date-time (e.g. 2026-11-21T12:00:00Z)",
+            param_hint="--to-datetime",
+        ) from None
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.timestamp() * 1000)
 
 
-async def _plan(c: AsyncConsumer, group: str, topics: tuple[str, ...],
-                partitions: tuple[int, ...], to: tuple[str, Any]) -> dict[str, Any]:
+async def _plan(
+    c: AsyncConsumer,
+    group: str,
+    topics: tuple[str, ...],
+    partitions: tuple[int, ...],
+    to: tuple[str, Any],
+) -> dict[str, Any]:
     coord = _coordinator(c, group)
     desc = await _describe(coord)
     _refuse_active(desc, "reset the offsets of")
@@ -179,8 +224,7 @@ async def _plan(c: AsyncConsumer, group: str, topics: tuple[str, ...],
         wanted = list(partitions) if partitions else have
         missing = sorted(set(wanted) - set(have))
         if missing:
-            raise GroupsError(f"topic '{t}' has no partition(s) "
-                              f"{', '.join(map(str, missing))}")
+            raise GroupsError(f"topic '{t}' has no partition(s) {', '.join(map(str, missing))}")
         tps += [TopicPartition(t, p) for p in sorted(wanted)]
     first = await c.beginning_offsets(tps)
     end = await c.end_offsets(tps)
@@ -196,54 +240,109 @@ async def _plan(c: AsyncConsumer, group: str, topics: tuple[str, ...],
     else:
         # Out of range is clamped to the log, with a note, as Kafka's tool does.
         new = {tp: min(max(int(arg), first[tp]), end[tp]) for tp in tps}
-    ans = await coord.call("fetch_offsets", {"partitions": [[tp.topic, tp.partition]
-                                                          for tp in tps]})
-    current = {TopicPartition(str(r[0]), int(r[1])): r[2] for r in ans.get("offsets") or []
-               if r[2] is not None and int(r[2]) >= 0}
-    return {"group": group, "state": desc.get("state"), "plan": [
-        {"topic": tp.topic, "partition": tp.partition, "current_offset": current.get(tp),
-         "new_offset": new[tp], "earliest": first[tp], "latest": end[tp]} for tp in tps]}
+    ans = await coord.call(
+        "fetch_offsets", {"partitions": [[tp.topic, tp.partition] for tp in tps]}
+    )
+    current = {
+        TopicPartition(str(r[0]), int(r[1])): r[2]
+        for r in ans.get("offsets") or []
+        if r[2] is not None and int(r[2]) >= 0
+    }
+    return {
+        "group": group,
+        "state": desc.get("state"),
+        "plan": [
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "current_offset": current.get(tp),
+                "new_offset": new[tp],
+                "earliest": first[tp],
+                "latest": end[tp],
+            }
+            for tp in tps
+        ],
+    }
 
 
 async def _execute(c: AsyncConsumer, plan: dict[str, Any]) -> None:
-    ans = await _coordinator(c, plan["group"]).call("reset_offsets", {"offsets": [
-        [r["topic"], r["partition"], r["new_offset"]] for r in plan["plan"]]})
+    ans = await _coordinator(c, plan["group"]).call(
+        "reset_offsets",
+        {"offsets": [[r["topic"], r["partition"], r["new_offset"]] for r in plan["plan"]]},
+    )
     err = str(ans.get("error") or "NONE")
     if err == "NON_EMPTY_GROUP":
-        raise GroupsError(f"cannot reset the offsets of group '{plan['group']}': a member "
-                          "joined it meanwhile (NON_EMPTY_GROUP); nothing was changed")
+        raise GroupsError(
+            f"cannot reset the offsets of group '{plan['group']}': a member "
+            "joined it meanwhile (NON_EMPTY_GROUP); nothing was changed"
+        )
     if err != "NONE":
         raise GroupsError(f"reset refused: {err}: {ans.get('message') or ''}".rstrip(": "))
 
 
 @groups_group.command("reset-offsets")
 @click.option("--group", "-g", required=True, help="The consumer group.")
-@click.option("--topic", "-t", "topics", required=True, multiple=True,
-              help="A topic whose offsets to reset (repeatable).")
-@click.option("--partition", "-p", "partitions", type=click.IntRange(0), multiple=True,
-              help="Only these partitions (repeatable; default: all of each topic).")
+@click.option(
+    "--topic",
+    "-t",
+    "topics",
+    required=True,
+    multiple=True,
+    help="A topic whose offsets to reset (repeatable).",
+)
+@click.option(
+    "--partition",
+    "-p",
+    "partitions",
+    type=click.IntRange(0),
+    multiple=True,
+    help="Only these partitions (repeatable; default: all of each topic).",
+)
 @click.option("--to-earliest", is_flag=True, help="The first offset still in the log.")
 @click.option("--to-latest", is_flag=True, help="The end of the log (skip everything).")
-@click.option("--to-datetime", metavar="ISO-8601",
-              help="The first offset with a timestamp at or after this time.")
-@click.option("--to-offset", type=click.IntRange(0), metavar="N",
-              help="This offset (clamped to the log's range).")
-@click.option("--execute", is_flag=True,
-              help="Apply the plan. Without it, a dry run prints the plan.")
+@click.option(
+    "--to-datetime",
+    metavar="ISO-8601",
+    help="The first offset with a timestamp at or after this time.",
+)
+@click.option(
+    "--to-offset",
+    type=click.IntRange(0),
+    metavar="N",
+    help="This offset (clamped to the log's range).",
+)
+@click.option(
+    "--execute", is_flag=True, help="Apply the plan. Without it, a dry run prints the plan."
+)
 @bootstrap_option
 @json_option
-def groups_reset_offsets(group: str, topics: tuple[str, ...], partitions: tuple[int, ...],
-                         to_earliest: bool, to_latest: bool, to_datetime: str | None,
-                         to_offset: int | None, execute: bool, bootstrap: str | None,
-                         as_json: bool) -> None:
+def groups_reset_offsets(
+    group: str,
+    topics: tuple[str, ...],
+    partitions: tuple[int, ...],
+    to_earliest: bool,
+    to_latest: bool,
+    to_datetime: str | None,
+    to_offset: int | None,
+    execute: bool,
+    bootstrap: str | None,
+    as_json: bool,
+) -> None:
     """Move GROUP's committed offsets on the given topic(s). The group must have no members."""
-    chosen = [(n, v) for n, v in (("earliest", to_earliest or None),
-                                  ("latest", to_latest or None),
-                                  ("datetime", to_datetime), ("offset", to_offset))
-              if v is not None]
+    chosen = [
+        (n, v)
+        for n, v in (
+            ("earliest", to_earliest or None),
+            ("latest", to_latest or None),
+            ("datetime", to_datetime),
+            ("offset", to_offset),
+        )
+        if v is not None
+    ]
     if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, "
-                               "--to-datetime, --to-offset")
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset"
+        )
     how, arg = chosen[0]
     if how == "datetime":
         arg = _parse_datetime(str(arg))
@@ -264,12 +363,18 @@ def groups_reset_offsets(group: str, topics: tuple[str, ...], partitions: tuple[
     if how == "offset":
         for r in plan["plan"]:
             if r["new_offset"] != arg:
-                click.echo(f"note: offset {arg} is outside {r['topic']}-{r['partition']}'s "
-                           f"range [{r['earliest']}, {r['latest']}]; using {r['new_offset']}",
-                           err=True)
-    print_table([[group, r["topic"], r["partition"], r["current_offset"], r["new_offset"]]
-                 for r in plan["plan"]],
-                ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"])
+                click.echo(
+                    f"note: offset {arg} is outside {r['topic']}-{r['partition']}'s "
+                    f"range [{r['earliest']}, {r['latest']}]; using {r['new_offset']}",
+                    err=True,
+                )
+    print_table(
+        [
+            [group, r["topic"], r["partition"], r["current_offset"], r["new_offset"]]
+            for r in plan["plan"]
+        ],
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+    )
     if execute:
         click.echo(f"reset {len(plan['plan'])} partition(s) of group {group}")
     else:
@@ -294,13 +399,13 @@ def groups_delete(group: str, yes: bool, bootstrap: str | None, as_json: bool) -
         ans = await coord.call("delete", {})
         err = str(ans.get("error") or "NONE")
         if err == "NON_EMPTY_GROUP":
-            raise GroupsError(f"cannot delete group '{group}': a member joined it meanwhile "
-                              "(NON_EMPTY_GROUP)")
+            raise GroupsError(
+                f"cannot delete group '{group}': a member joined it meanwhile (NON_EMPTY_GROUP)"
+            )
         if err == "GROUP_ID_NOT_FOUND":
             raise GroupsError(f"consumer group '{group}' does not exist")
         if err != "NONE":
-            raise GroupsError(f"delete refused: {err}: {ans.get('message') or ''}"
-                              .rstrip(": "))
+            raise GroupsError(f"delete refused: {err}: {ans.get('message') or ''}".rstrip(": "))
 
     _run(go, bootstrap)
     if as_json:

@@ -39,8 +39,11 @@ def dump(path: str, records: bool, as_json: bool) -> None:
             if not isinstance(item, BatchInfo):
                 problems += 1
                 if as_json:
-                    click.echo(json.dumps({"path": item.path, "position": item.position,
-                                           "problem": item.reason}))
+                    click.echo(
+                        json.dumps(
+                            {"path": item.path, "position": item.position, "problem": item.reason}
+                        )
+                    )
                 else:
                     click.echo(f"problem at byte {item.position}: {item.reason}")
                 continue
@@ -67,7 +70,8 @@ def verify(path: str) -> None:
         # An empty answer would read as "clean": name the likely mistake instead.
         raise click.ClickException(
             f"{path} holds no segment files (*.log); point at a partition log directory, "
-            "e.g. DATA_DIR/<topic>-<partition> or DATA_DIR/__cluster_metadata-0/log")
+            "e.g. DATA_DIR/<topic>-<partition> or DATA_DIR/__cluster_metadata-0/log"
+        )
     count, problems = verify_dir(path)
     for p in problems:
         click.echo(str(p), err=True)

@@ -28,19 +28,38 @@ def controller_group() -> None:
 
 @controller_group.command("start")
 @node_options
-@click.option("--join", is_flag=True,
-              help="Join a running quorum: wait to be added with `longboat quorum add-voter`.")
+@click.option(
+    "--join",
+    is_flag=True,
+    help="Join a running quorum: wait to be added with `longboat quorum add-voter`.",
+)
 @override_option
 @click.option("--log-level", default="INFO", show_default=True)
-def controller_start(config_path: str | None, node_id: int | None, listen: str | None,
-                     data_dir: str | None, controller_quorum: str | None, join: bool,
-                     overrides: tuple[str, ...], log_level: str) -> None:
+def controller_start(
+    config_path: str | None,
+    node_id: int | None,
+    listen: str | None,
+    data_dir: str | None,
+    controller_quorum: str | None,
+    join: bool,
+    overrides: tuple[str, ...],
+    log_level: str,
+) -> None:
     """Start a controller in the foreground (Ctrl-C stops it cleanly)."""
     try:
-        cfg = load_config(config_path, with_overrides({
-            "node_id": node_id, "listen": listen, "data_dir": data_dir,
-            "controller_quorum": controller_quorum, "roles": ["controller"],
-        }, overrides))
+        cfg = load_config(
+            config_path,
+            with_overrides(
+                {
+                    "node_id": node_id,
+                    "listen": listen,
+                    "data_dir": data_dir,
+                    "controller_quorum": controller_quorum,
+                    "roles": ["controller"],
+                },
+                overrides,
+            ),
+        )
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     setup_logging(f"controller-{cfg.node_id}", log_level)
@@ -61,8 +80,12 @@ def _fmt_ms(v: float | None) -> str:
 
 
 @quorum_group.command("status")
-@click.option("--bootstrap", default=lambda: default_controllers(), show_default="the local cluster file, else http://127.0.0.1:9301",
-              help="Controller URL(s), comma-separated.")
+@click.option(
+    "--bootstrap",
+    default=lambda: default_controllers(),
+    show_default="the local cluster file, else http://127.0.0.1:9301",
+    help="Controller URL(s), comma-separated.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def quorum_status(bootstrap: str, as_json: bool) -> None:
     """Leader, term, high watermark, and each voter's and observer's log end, lag and last
@@ -97,33 +120,55 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
         raise click.ClickException(f"no controller answered: {e}") from None
     if st.get("role") != "leader":
         raise click.ClickException(
-            f"no leader: node {st['node_id']} is {st['role']} in term {st['term']}")
+            f"no leader: node {st['node_id']} is {st['role']} in term {st['term']}"
+        )
     hw = st["commit"]
-    replicas = [{
-        "node_id": st["node_id"], "kind": "voter", "log_end": st["last_index"], "lag": 0,
-        "last_contact_ms": 0.0, "state": "leader",
-    }]
+    replicas = [
+        {
+            "node_id": st["node_id"],
+            "kind": "voter",
+            "log_end": st["last_index"],
+            "lag": 0,
+            "last_contact_ms": 0.0,
+            "state": "leader",
+        }
+    ]
     for f in st["followers"]:
-        replicas.append({
-            "node_id": f["node_id"], "kind": "observer" if f["is_observer"] else "voter",
-            "log_end": f["match"], "lag": max(0, st["last_index"] - f["match"]),
-            "last_contact_ms": f["last_contact_ms"], "state": f["state"],
-        })
+        replicas.append(
+            {
+                "node_id": f["node_id"],
+                "kind": "observer" if f["is_observer"] else "voter",
+                "log_end": f["match"],
+                "lag": max(0, st["last_index"] - f["match"]),
+                "last_contact_ms": f["last_contact_ms"],
+                "state": f["state"],
+            }
+        )
     md_offset = st.get("metadata_offset", -1)
     latest: dict[int, dict[str, Any]] = {}
     for o in seen:
         cur = latest.get(o["broker_id"])
         if cur is None or o["last_contact_ms"] < cur["last_contact_ms"]:
             latest[o["broker_id"]] = o
-    brokers = [{
-        "broker_id": b, "fetch_offset": o["fetch_offset"],
-        "lag": max(0, md_offset + 1 - o["fetch_offset"]),
-        "last_contact_ms": o["last_contact_ms"], "fetching_from": o["via"],
-    } for b, o in sorted(latest.items())]
+    brokers = [
+        {
+            "broker_id": b,
+            "fetch_offset": o["fetch_offset"],
+            "lag": max(0, md_offset + 1 - o["fetch_offset"]),
+            "last_contact_ms": o["last_contact_ms"],
+            "fetching_from": o["via"],
+        }
+        for b, o in sorted(latest.items())
+    ]
     out = {
-        "leader_id": st["node_id"], "term": st["term"], "high_watermark": hw,
-        "metadata_offset": md_offset, "voters": st["voters"],
-        "observers": st["observers"], "replicas": replicas, "broker_observers": brokers,
+        "leader_id": st["node_id"],
+        "term": st["term"],
+        "high_watermark": hw,
+        "metadata_offset": md_offset,
+        "voters": st["voters"],
+        "observers": st["observers"],
+        "replicas": replicas,
+        "broker_observers": brokers,
     }
     if as_json:
         click.echo(json.dumps(out, indent=2))
@@ -135,25 +180,35 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     click.echo(f"CurrentVoters:   {out['voters']}")
     click.echo(f"CurrentObservers:{out['observers']}")
     click.echo("")
-    click.echo(f"{'NodeId':>6}  {'Kind':8} {'LogEndOffset':>12} {'Lag':>6}  {'LastContact':>12}  State")
+    click.echo(
+        f"{'NodeId':>6}  {'Kind':8} {'LogEndOffset':>12} {'Lag':>6}  {'LastContact':>12}  State"
+    )
     for r in replicas:
-        click.echo(f"{r['node_id']:>6}  {r['kind']:8} {r['log_end']:>12} {r['lag']:>6}  "
-                   f"{_fmt_ms(r['last_contact_ms']):>12}  {r['state']}")
+        click.echo(
+            f"{r['node_id']:>6}  {r['kind']:8} {r['log_end']:>12} {r['lag']:>6}  "
+            f"{_fmt_ms(r['last_contact_ms']):>12}  {r['state']}"
+        )
     if brokers:
         click.echo("")
         click.echo("Broker observers (fetching the metadata log; offsets are metadata offsets):")
         click.echo(f"{'BrokerId':>8}  {'FetchOffset':>11} {'Lag':>6}  {'LastContact':>12}  From")
         for b in brokers:
-            click.echo(f"{b['broker_id']:>8}  {b['fetch_offset']:>11} {b['lag']:>6}  "
-                       f"{_fmt_ms(b['last_contact_ms']):>12}  controller {b['fetching_from']}")
+            click.echo(
+                f"{b['broker_id']:>8}  {b['fetch_offset']:>11} {b['lag']:>6}  "
+                f"{_fmt_ms(b['last_contact_ms']):>12}  controller {b['fetching_from']}"
+            )
 
 
 def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[int, Any]:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status, json.loads(r.read())
@@ -190,8 +245,7 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
             continue
         code, out = _post_json(f"{leader_url}/internal/controller/v1/membership", body)
         if code == 421 and out.get("leader_url"):
-            code, out = _post_json(f"{out['leader_url']}/internal/controller/v1/membership",
-                                   body)
+            code, out = _post_json(f"{out['leader_url']}/internal/controller/v1/membership", body)
         if code != 421:
             break
         time.sleep(min(0.2 * (attempt + 1), 1.0))
@@ -203,8 +257,11 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
 @quorum_group.command("add-voter")
 @click.option("--node-id", type=int, required=True)
 @click.option("--url", required=True, help="The new controller's URL (started with --join).")
-@click.option("--bootstrap", default=lambda: default_controllers(),
-              show_default="the local cluster file, else http://127.0.0.1:9301")
+@click.option(
+    "--bootstrap",
+    default=lambda: default_controllers(),
+    show_default="the local cluster file, else http://127.0.0.1:9301",
+)
 def quorum_add_voter(node_id: int, url: str, bootstrap: str) -> None:
     """Add a controller (started with `controller start --join`) as a voter: it joins as an
     observer, catches up, then is promoted (one change at a time)."""
@@ -214,8 +271,11 @@ def quorum_add_voter(node_id: int, url: str, bootstrap: str) -> None:
 
 @quorum_group.command("remove-voter")
 @click.option("--node-id", type=int, required=True)
-@click.option("--bootstrap", default=lambda: default_controllers(),
-              show_default="the local cluster file, else http://127.0.0.1:9301")
+@click.option(
+    "--bootstrap",
+    default=lambda: default_controllers(),
+    show_default="the local cluster file, else http://127.0.0.1:9301",
+)
 def quorum_remove_voter(node_id: int, bootstrap: str) -> None:
     """Remove a voter. A leader that removes itself resigns after the change commits."""
     out = _membership(bootstrap, {"op": "remove-voter", "node_id": node_id})

@@ -44,21 +44,34 @@ def topics_group() -> None:
 @topics_group.command("create")
 @click.argument("topic")
 @click.option("--partitions", "-p", type=click.IntRange(1), help="Default: the cluster's.")
-@click.option("--replication-factor", "-r", type=click.IntRange(1),
-              help="Default: the cluster's.")
-@click.option("--config", "-c", "configs", multiple=True, metavar="NAME=VALUE",
-              help="A topic config, e.g. retention.ms=3600000 (repeatable).")
+@click.option("--replication-factor", "-r", type=click.IntRange(1), help="Default: the cluster's.")
+@click.option(
+    "--config",
+    "-c",
+    "configs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A topic config, e.g. retention.ms=3600000 (repeatable).",
+)
 @click.option("--validate-only", is_flag=True, help="Check the request; create nothing.")
 @bootstrap_option
 @json_option
-def topics_create(topic: str, partitions: int | None, replication_factor: int | None,
-                  configs: tuple[str, ...], validate_only: bool, bootstrap: str | None,
-                  as_json: bool) -> None:
+def topics_create(
+    topic: str,
+    partitions: int | None,
+    replication_factor: int | None,
+    configs: tuple[str, ...],
+    validate_only: bool,
+    bootstrap: str | None,
+    as_json: bool,
+) -> None:
     """Create TOPIC (waits until the brokers see it with leaders)."""
     admin = HttpAdmin(resolve_bootstrap(bootstrap))
-    body: dict[str, Any] = {"topic_name": topic, "validate_only": validate_only,
-                            "configs": [{"name": k, "value": v}
-                                        for k, v in parse_configs(configs).items()]}
+    body: dict[str, Any] = {
+        "topic_name": topic,
+        "validate_only": validate_only,
+        "configs": [{"name": k, "value": v} for k, v in parse_configs(configs).items()],
+    }
     if partitions is not None:
         body["partitions_count"] = partitions
     if replication_factor is not None:
@@ -71,8 +84,10 @@ def topics_create(topic: str, partitions: int | None, replication_factor: int | 
     elif validate_only:
         click.echo(f"topic {topic}: valid (nothing created)")
     else:
-        click.echo(f"created topic {topic}: {out['partitions_count']} partition(s), "
-                   f"replication factor {out['replication_factor']}")
+        click.echo(
+            f"created topic {topic}: {out['partitions_count']} partition(s), "
+            f"replication factor {out['replication_factor']}"
+        )
 
 
 @topics_group.command("list")
@@ -87,9 +102,13 @@ def topics_list(bootstrap: str | None, as_json: bool, internal: bool) -> None:
     if as_json:
         emit_json(topics)
         return
-    print_table([[t["topic_name"], t["partitions_count"], t["replication_factor"],
-                  t["topic_id"]] for t in topics],
-                ["TOPIC", "PARTITIONS", "RF", "TOPIC ID"])
+    print_table(
+        [
+            [t["topic_name"], t["partitions_count"], t["replication_factor"], t["topic_id"]]
+            for t in topics
+        ],
+        ["TOPIC", "PARTITIONS", "RF", "TOPIC ID"],
+    )
 
 
 @topics_group.command("describe")
@@ -105,8 +124,9 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
     rows = []
     for p in parts["data"]:
         try:
-            _, off = admin.request("GET", admin.v3(
-                f"/topics/{topic}/partitions/{p['partition_id']}/offset"))
+            _, off = admin.request(
+                "GET", admin.v3(f"/topics/{topic}/partitions/{p['partition_id']}/offset")
+            )
         except AdminError:
             off = {"earliest_offset": None, "latest_offset": None}
         p["earliest_offset"], p["latest_offset"] = off["earliest_offset"], off["latest_offset"]
@@ -115,22 +135,36 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"topic": t, "partitions": rows, "configs": overrides})
         return
-    click.echo(f"Topic: {t['topic_name']}  id: {t['topic_id']}  partitions: "
-               f"{t['partitions_count']}  replication factor: {t['replication_factor']}")
-    click.echo("Configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-                              or "(defaults)"))
-    print_table([[p["partition_id"], p["leader_id"],
-                  ",".join(str(r["broker_id"]) for r in p["replicas"]),
-                  ",".join(str(b) for b in p["isr"]), p["earliest_offset"], p["latest_offset"],
-                  "yes" if len(p["isr"]) < len(p["replicas"]) else ""] for p in rows],
-                ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST",
-                 "UNDER-REPLICATED"])
+    click.echo(
+        f"Topic: {t['topic_name']}  id: {t['topic_id']}  partitions: "
+        f"{t['partitions_count']}  replication factor: {t['replication_factor']}"
+    )
+    click.echo(
+        "Configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(defaults)")
+    )
+    print_table(
+        [
+            [
+                p["partition_id"],
+                p["leader_id"],
+                ",".join(str(r["broker_id"]) for r in p["replicas"]),
+                ",".join(str(b) for b in p["isr"]),
+                p["earliest_offset"],
+                p["latest_offset"],
+                "yes" if len(p["isr"]) < len(p["replicas"]) else "",
+            ]
+            for p in rows
+        ],
+        ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST", "UNDER-REPLICATED"],
+    )
     for p in rows:  # KIP-966: only partitions whose ISR fell below min.insync.replicas
         elr, lke = p.get("eligible_leader_replicas") or [], p.get("last_known_elr") or []
         if elr or lke:
-            click.echo(f"Partition {p['partition_id']}: eligible leader replicas "
-                       f"{','.join(map(str, elr)) or '-'}, last known ELR "
-                       f"{','.join(map(str, lke)) or '-'}")
+            click.echo(
+                f"Partition {p['partition_id']}: eligible leader replicas "
+                f"{','.join(map(str, elr)) or '-'}, last known ELR "
+                f"{','.join(map(str, lke)) or '-'}"
+            )
 
 
 @topics_group.command("delete")
@@ -152,22 +186,35 @@ def topics_delete(topic: str, yes: bool, bootstrap: str | None, as_json: bool) -
 @topics_group.command("alter")
 @click.argument("topic")
 @click.option("--partitions", "-p", type=click.IntRange(1), help="Grow to this many.")
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-              help="Set a config (repeatable).")
-@click.option("--delete-config", "deletes", multiple=True, metavar="NAME",
-              help="Reset a config to its default (repeatable).")
+@click.option(
+    "--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set a config (repeatable)."
+)
+@click.option(
+    "--delete-config",
+    "deletes",
+    multiple=True,
+    metavar="NAME",
+    help="Reset a config to its default (repeatable).",
+)
 @bootstrap_option
 @json_option
-def topics_alter(topic: str, partitions: int | None, sets: tuple[str, ...],
-                 deletes: tuple[str, ...], bootstrap: str | None, as_json: bool) -> None:
+def topics_alter(
+    topic: str,
+    partitions: int | None,
+    sets: tuple[str, ...],
+    deletes: tuple[str, ...],
+    bootstrap: str | None,
+    as_json: bool,
+) -> None:
     """Add partitions to TOPIC and/or change its configs."""
     if partitions is None and not sets and not deletes:
         raise click.UsageError("nothing to alter: give --partitions, --set or --delete-config")
     admin = HttpAdmin(resolve_bootstrap(bootstrap))
     done: dict[str, Any] = {"topic": topic}
     if partitions is not None:
-        _, t = admin.request("PATCH", admin.v3(f"/topics/{topic}"),
-                             {"partitions_count": partitions})
+        _, t = admin.request(
+            "PATCH", admin.v3(f"/topics/{topic}"), {"partitions_count": partitions}
+        )
         done["partitions_count"] = t["partitions_count"]
     ops = [{"name": k, "value": v, "operation": "SET"} for k, v in parse_configs(sets).items()]
     ops += [{"name": k, "operation": "DELETE"} for k in deletes]
@@ -180,5 +227,7 @@ def topics_alter(topic: str, partitions: int | None, sets: tuple[str, ...],
     if partitions is not None:
         click.echo(f"topic {topic}: {done['partitions_count']} partition(s)")
     for op in ops:
-        click.echo(f"topic {topic}: {op['name']} "
-                   + (f"= {op['value']}" if op["operation"] == "SET" else "reset to default"))
+        click.echo(
+            f"topic {topic}: {op['name']} "
+            + (f"= {op['value']}" if op["operation"] == "SET" else "reset to default")
+        )

@@ -14,7 +14,19 @@ from api.client.transport import ClusterMetadata, fetch_cluster_metadata
 from api.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 __all__ = [
-    "AsyncConsumer", "AsyncGroupConsumer", "AsyncProducer", "BatchDelivery", "ClientError",
-    "ClusterMetadata", "CommitFailedError", "Consumer", "ConsumerRecord", "GroupConsumer",
-    "NoOffsetError", "Producer", "RecordMetadata", "TopicPartition", "fetch_cluster_metadata",
+    "AsyncConsumer",
+    "AsyncGroupConsumer",
+    "AsyncProducer",
+    "BatchDelivery",
+    "ClientError",
+    "ClusterMetadata",
+    "CommitFailedError",
+    "Consumer",
+    "ConsumerRecord",
+    "GroupConsumer",
+    "NoOffsetError",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "fetch_cluster_metadata",
 ]

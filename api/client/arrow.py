@@ -117,8 +117,9 @@ def records_to_arrow(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _records_to_arrow(data, topic, partition, include_headers, min_offset,
-                                 max_offset, timestamp_type, verify)
+        return _records_to_arrow(
+            data, topic, partition, include_headers, min_offset, max_offset, timestamp_type, verify
+        )
     finally:
         if was_enabled:
             gc.enable()
@@ -153,8 +154,7 @@ def _records_to_arrow(
         if h.magic == MAGIC_KAFKA:  # a Kafka client's batch: varint records, decoded in Python
             cols = _kafka_columns(mv[pos : pos + h.size])
         else:
-            cols = _columns(mv[pos + HEADER_SIZE : pos + h.size], h.compression,
-                            h.record_count)
+            cols = _columns(mv[pos + HEADER_SIZE : pos + h.size], h.compression, h.record_count)
         od, td, k, v, hs = cols
         lo, hi = 0, len(od)
         # Offset deltas increase within a batch (compaction keeps the survivors' deltas),
@@ -180,8 +180,19 @@ def _records_to_arrow(
     if max_offset is not None:
         next_offset = min(next_offset, max_offset)
     try:
-        batch = _build(topic, partition, include_headers, timestamp_type,
-                       deltas, bases, ts_deltas, ts_bases, keys, values, headers)
+        batch = _build(
+            topic,
+            partition,
+            include_headers,
+            timestamp_type,
+            deltas,
+            bases,
+            ts_deltas,
+            ts_bases,
+            keys,
+            values,
+            headers,
+        )
     except (pa.ArrowException, TypeError, ValueError) as e:
         raise CorruptRecordError(f"record fields of the wrong type: {e}") from e
     return ArrowRecords(batch, next_offset)
@@ -198,9 +209,15 @@ def records_to_arrow_ipc(
     timestamp_type: int = CREATE_TIME,
 ) -> bytes:
     """``records_to_arrow`` written as one Arrow IPC stream (schema, then one batch if any)."""
-    recs = records_to_arrow(data, topic=topic, partition=partition,
-                            include_headers=include_headers, min_offset=min_offset,
-                            max_offset=max_offset, timestamp_type=timestamp_type)
+    recs = records_to_arrow(
+        data,
+        topic=topic,
+        partition=partition,
+        include_headers=include_headers,
+        min_offset=min_offset,
+        max_offset=max_offset,
+        timestamp_type=timestamp_type,
+    )
     return batches_to_ipc([recs.batch], include_headers=include_headers)
 
 
@@ -214,8 +231,9 @@ def batches_to_ipc(batches: Sequence[pa.RecordBatch], *, include_headers: bool) 
     return bytes(sink.getvalue().to_pybytes())
 
 
-def arrow_response_headers(*, next_offset: int, high_watermark: int,
-                           log_start_offset: int) -> dict[str, str]:
+def arrow_response_headers(
+    *, next_offset: int, high_watermark: int, log_start_offset: int
+) -> dict[str, str]:
     """The response headers of the Arrow read route (module docstring)."""
     return {
         "Content-Type": ARROW_STREAM,

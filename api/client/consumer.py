@@ -66,11 +66,20 @@ class _PartitionState:
 
 
 class AsyncConsumer:
-    def __init__(self, bootstrap: str | Sequence[str], *, fetch_max_bytes: int = 1 << 20,
-                 fetch_min_bytes: int = 1, max_wait_ms: int = 500,
-                 auto_offset_reset: str = "latest", max_poll_records: int | None = None,
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 check_crcs: bool = True, source_host: str | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        fetch_max_bytes: int = 1 << 20,
+        fetch_min_bytes: int = 1,
+        max_wait_ms: int = 500,
+        auto_offset_reset: str = "latest",
+        max_poll_records: int | None = None,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        check_crcs: bool = True,
+        source_host: str | None = None,
+    ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
         self.fetch_max_bytes = fetch_max_bytes
@@ -81,8 +90,9 @@ class AsyncConsumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
-        self.transport = Transport(request_timeout_s=self.request_timeout_s,
-                                   source_host=source_host)
+        self.transport = Transport(
+            request_timeout_s=self.request_timeout_s, source_host=source_host
+        )
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self._parts: dict[TopicPartition, _PartitionState] = {}
         self._paused: set[TopicPartition] = set()
@@ -188,8 +198,9 @@ class AsyncConsumer:
         """The high watermark of each partition: the offset the next committed record gets."""
         return await self._list_offsets({TopicPartition(*tp): LATEST for tp in tps})
 
-    async def offsets_for_times(self, times: dict[TopicPartition, int]
-                                ) -> dict[TopicPartition, int | None]:
+    async def offsets_for_times(
+        self, times: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
         """The first offset whose timestamp is >= the given one, or None past the end."""
         got = await self._list_offsets({TopicPartition(*tp): ts for tp, ts in times.items()})
         return {tp: (off if off >= 0 else None) for tp, off in got.items()}
@@ -200,13 +211,18 @@ class AsyncConsumer:
 
     async def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
         async def leader() -> str:
-            return await self.metadata.leader_url(tp.topic, tp.partition,
-                                                  timeout_s=self.request_timeout_s)
+            return await self.metadata.leader_url(
+                tp.topic, tp.partition, timeout_s=self.request_timeout_s
+            )
 
         ans = await call_with_retries(
-            self.metadata, leader, "list_offsets",
+            self.metadata,
+            leader,
+            "list_offsets",
             {"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp},
-            budget_s=self.request_timeout_s, backoff_s=self.retry_backoff_s)
+            budget_s=self.request_timeout_s,
+            backoff_s=self.retry_backoff_s,
+        )
         return int(ans["offset"])
 
     # ------------------------------------------------------------------ polling
@@ -227,8 +243,9 @@ class AsyncConsumer:
 
     def _start_fetch(self, tp: TopicPartition, st: _PartitionState) -> None:
         if st.task is None or st.task.done():
-            st.task = asyncio.get_running_loop().create_task(self._fetch(tp, st),
-                                                             name=f"fetch-{tp}")
+            st.task = asyncio.get_running_loop().create_task(
+                self._fetch(tp, st), name=f"fetch-{tp}"
+            )
 
     async def _fetch(self, tp: TopicPartition, st: _PartitionState) -> None:
         attempt = 0
@@ -243,14 +260,23 @@ class AsyncConsumer:
                     return
                 continue
             try:
-                url = await self.metadata.leader_url(tp.topic, tp.partition,
-                                                     timeout_s=self.request_timeout_s)
+                url = await self.metadata.leader_url(
+                    tp.topic, tp.partition, timeout_s=self.request_timeout_s
+                )
                 ans = await self.transport.call(
-                    url, "fetch",
-                    {"topic": tp.topic, "partition": tp.partition, "replica_id": -1,
-                     "fetch_offset": offset, "max_bytes": self.fetch_max_bytes,
-                     "max_wait_ms": self.max_wait_ms, "min_bytes": self.fetch_min_bytes},
-                    timeout_s=self.request_timeout_s + self.max_wait_ms / 1000)
+                    url,
+                    "fetch",
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "replica_id": -1,
+                        "fetch_offset": offset,
+                        "max_bytes": self.fetch_max_bytes,
+                        "max_wait_ms": self.max_wait_ms,
+                        "min_bytes": self.fetch_min_bytes,
+                    },
+                    timeout_s=self.request_timeout_s + self.max_wait_ms / 1000,
+                )
             except ClientError as e:
                 if e.code == "OFFSET_OUT_OF_RANGE":
                     try:
@@ -277,8 +303,11 @@ class AsyncConsumer:
                 fetched = self._decode(tp, offset, ans)
             except (ClientError, StorageError) as e:
                 # Corrupt data is reported, never handed out (the position stays put).
-                st.error = e if isinstance(e, ClientError) else ClientError(
-                    "CORRUPT_MESSAGE", f"{tp} at offset {offset}: {e}")
+                st.error = (
+                    e
+                    if isinstance(e, ClientError)
+                    else ClientError("CORRUPT_MESSAGE", f"{tp} at offset {offset}: {e}")
+                )
                 self._arrived.set()
                 return
             st.high_watermark = fetched.high_watermark
@@ -299,14 +328,24 @@ class AsyncConsumer:
             next_offset = max(next_offset, h.next_offset)
             if h.next_offset <= offset or h.is_control:
                 continue
-            _, rows = decode_body(mv[pos:pos + h.size], verify=False)
+            _, rows = decode_body(mv[pos : pos + h.size], verify=False)
             base, ts0 = h.base_offset, h.first_timestamp
             try:
                 # One tuple per record, straight from the msgpack rows: this loop is the
                 # consumer's per-record cost.
-                recs = [ConsumerRecord(topic, part, base + od, ts0 + td, CREATE_TIME, k, v,
-                                       tuple(map(tuple, hs)) if hs else ())
-                        for od, td, k, v, hs in rows]
+                recs = [
+                    ConsumerRecord(
+                        topic,
+                        part,
+                        base + od,
+                        ts0 + td,
+                        CREATE_TIME,
+                        k,
+                        v,
+                        tuple(map(tuple, hs)) if hs else (),
+                    )
+                    for od, td, k, v, hs in rows
+                ]
             except (TypeError, ValueError) as e:
                 raise ClientError("CORRUPT_MESSAGE", f"{tp} at {base}: {e}") from e
             if base < offset:
@@ -314,8 +353,9 @@ class AsyncConsumer:
             out += recs
         return _Fetched(offset, out, next_offset, int(ans.get("high_watermark", -1)))
 
-    async def poll(self, timeout_ms: int = 1000, max_records: int | None = None
-                   ) -> list[ConsumerRecord]:
+    async def poll(
+        self, timeout_ms: int = 1000, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
         """Records of the assigned partitions, in offset order within each partition; an
         empty list if none arrived within ``timeout_ms``."""
         limit = max_records or self.max_poll_records
@@ -341,8 +381,10 @@ class AsyncConsumer:
             if left <= 0:
                 return out
             self._arrived.clear()
-            if any((st.buffer is not None or st.error is not None) and tp not in self._paused
-                   for tp, st in self._parts.items()):
+            if any(
+                (st.buffer is not None or st.error is not None) and tp not in self._paused
+                for tp, st in self._parts.items()
+            ):
                 continue
             await wait_event(self._arrived, left)
 

@@ -32,21 +32,37 @@ from api.client.transport import MetadataCache, Transport
 log = logging.getLogger(__name__)
 GROUP_ROUTE = "group"
 
-COORDINATOR_ERRORS = frozenset({
-    "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
-})
+COORDINATOR_ERRORS = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+    }
+)
 """Refusals after which the coordinator is looked up again and the request retried."""
 
 CONNECTION_ERRORS = frozenset({"NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"})
 """The coordinator could not be reached (or did not answer in time): it may have died, so it
 is looked up again too."""
 
-GROUP_ERRORS = frozenset({
-    "NONE", "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS",
-    "INCONSISTENT_GROUP_PROTOCOL", "INVALID_SESSION_TIMEOUT", "GROUP_MAX_SIZE_REACHED",
-    "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND", "INVALID_GROUP_ID", "UNSUPPORTED_ASSIGNOR",
-    "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_METADATA_TOO_LARGE", "INVALID_COMMIT_OFFSET_SIZE",
-})
+GROUP_ERRORS = frozenset(
+    {
+        "NONE",
+        "UNKNOWN_MEMBER_ID",
+        "ILLEGAL_GENERATION",
+        "REBALANCE_IN_PROGRESS",
+        "INCONSISTENT_GROUP_PROTOCOL",
+        "INVALID_SESSION_TIMEOUT",
+        "GROUP_MAX_SIZE_REACHED",
+        "NON_EMPTY_GROUP",
+        "GROUP_ID_NOT_FOUND",
+        "INVALID_GROUP_ID",
+        "UNSUPPORTED_ASSIGNOR",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "OFFSET_METADATA_TOO_LARGE",
+        "INVALID_COMMIT_OFFSET_SIZE",
+    }
+)
 """Outcomes the group itself answered (``broker.groups.types.ErrorCode`` and the commit
 refusals Kafka's OffsetCommit has): returned to the caller, never raised."""
 
@@ -62,8 +78,14 @@ def _error_of(answer: dict[str, Any]) -> str | None:
 class CoordinatorClient:
     """Calls to one group's coordinator; safe to share between tasks of one event loop."""
 
-    def __init__(self, transport: Transport, metadata: MetadataCache, group: str, *,
-                 retry_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        metadata: MetadataCache,
+        group: str,
+        *,
+        retry_timeout_s: float = 30.0,
+    ) -> None:
         self.transport = transport
         self.metadata = metadata
         self.group = group
@@ -78,8 +100,9 @@ class CoordinatorClient:
         self.coordinator_id = None
         self.coordinator_url = None
 
-    async def call(self, op: str, body: dict[str, Any], *,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+    async def call(
+        self, op: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """``group/<op>`` at the group's coordinator; the answer map, group-level ``error``
         included. ``body`` gets ``group`` if it lacks one. ``timeout_s`` bounds one attempt
         (a join long-polls for the whole join phase: give it the rebalance timeout).
@@ -96,14 +119,17 @@ class CoordinatorClient:
         while True:
             try:
                 url = await self._coordinator_url()
-                answer = await self.transport.call_map(url, f"{GROUP_ROUTE}/{op}", body,
-                                                       timeout_s=timeout_s)
+                answer = await self.transport.call_map(
+                    url, f"{GROUP_ROUTE}/{op}", body, timeout_s=timeout_s
+                )
                 err = _error_of(answer)
                 if err is None or err in GROUP_ERRORS:
                     return answer
                 if err not in COORDINATOR_ERRORS:
-                    raise ClientError(err, f"group {self.group!r} {op}: "
-                                           f"{answer.get('message') or ''}".rstrip(": "))
+                    raise ClientError(
+                        err,
+                        f"group {self.group!r} {op}: {answer.get('message') or ''}".rstrip(": "),
+                    )
                 self._moved(answer)
                 problem = ClientError(err, str(answer.get("message") or ""))
             except ClientError as e:
@@ -118,10 +144,12 @@ class CoordinatorClient:
                 raise ClientError(
                     problem.code,
                     f"group {self.group!r}: no coordinator answered {op} within "
-                    f"{self.retry_timeout_s:g} s (last: {problem})")
+                    f"{self.retry_timeout_s:g} s (last: {problem})",
+                )
             attempt += 1
-            await asyncio.sleep(min(BACKOFF_S_MIN * 2 ** (attempt - 1), BACKOFF_S_MAX,
-                                    max(0.0, deadline - now)))
+            await asyncio.sleep(
+                min(BACKOFF_S_MIN * 2 ** (attempt - 1), BACKOFF_S_MAX, max(0.0, deadline - now))
+            )
 
     def _moved(self, answer: dict[str, Any]) -> None:
         """A ``NOT_COORDINATOR`` may name the broker that coordinates now: go there next."""
@@ -152,23 +180,32 @@ class CoordinatorClient:
         for url in urls:
             try:
                 answer = await self.transport.call_map(
-                    url, f"{GROUP_ROUTE}/find_coordinator", {"group": self.group},
-                    timeout_s=min(self.transport.request_timeout_s, 10.0))
+                    url,
+                    f"{GROUP_ROUTE}/find_coordinator",
+                    {"group": self.group},
+                    timeout_s=min(self.transport.request_timeout_s, 10.0),
+                )
             except ClientError as e:
                 last = e
                 continue
             err = _error_of(answer)
             if err is not None and err != "NONE":
                 if err not in COORDINATOR_ERRORS:
-                    raise ClientError(err, f"find_coordinator for group {self.group!r}: "
-                                           f"{answer.get('message') or ''}")
+                    raise ClientError(
+                        err,
+                        f"find_coordinator for group {self.group!r}: {answer.get('message') or ''}",
+                    )
                 # Every broker answers from the same metadata: no point asking the rest.
                 raise ClientError(err, str(answer.get("message") or ""))
             self.coordinator_id = int(answer["coordinator_id"])
             self.coordinator_url = str(answer["url"]).rstrip("/")
             if self.coordinator_id != self._last_found:
-                log.info("group %s: coordinator is broker %d (%s)", self.group,
-                         self.coordinator_id, self.coordinator_url)
+                log.info(
+                    "group %s: coordinator is broker %d (%s)",
+                    self.group,
+                    self.coordinator_id,
+                    self.coordinator_url,
+                )
                 self._last_found = self.coordinator_id
             return self.coordinator_url
         # No broker reachable: the metadata may name brokers that are gone.
@@ -177,8 +214,9 @@ class CoordinatorClient:
         raise last or ClientError("NETWORK_EXCEPTION", "no broker to ask for the coordinator")
 
 
-async def list_groups(transport: Transport, metadata: MetadataCache, *,
-                      retry_timeout_s: float = 10.0) -> list[dict[str, Any]]:
+async def list_groups(
+    transport: Transport, metadata: MetadataCache, *, retry_timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
     """Every group of the cluster, ``[{group, state, is_simple}, ...]`` sorted by group.
 
     Each broker lists only the groups it coordinates, so every live broker is asked (as
@@ -204,8 +242,10 @@ async def list_groups(transport: Transport, metadata: MetadataCache, *,
                 problem = ClientError(err, f"list at {url}: {answer.get('message') or ''}")
             except ClientError as e:
                 problem = e
-            if (problem.code not in COORDINATOR_ERRORS | CONNECTION_ERRORS
-                    or time.monotonic() >= deadline):
+            if (
+                problem.code not in COORDINATOR_ERRORS | CONNECTION_ERRORS
+                or time.monotonic() >= deadline
+            ):
                 raise problem
             attempt += 1
             await asyncio.sleep(min(BACKOFF_S_MIN * 2 ** (attempt - 1), BACKOFF_S_MAX))

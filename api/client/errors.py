@@ -9,24 +9,42 @@ Connection failures are ``NETWORK_EXCEPTION`` (retriable), a request that ran ou
 
 from __future__ import annotations
 
-RETRIABLE = frozenset({
-    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
-    "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE", "NOT_ENOUGH_REPLICAS",
-    "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION",
-    "UNKNOWN_TOPIC_OR_PARTITION", "COORDINATOR_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
-    "CORRUPT_MESSAGE", "BROKER_NOT_AVAILABLE", "CONCURRENT_TRANSACTIONS",
-    "THROTTLING_QUOTA_EXCEEDED",
-})
+RETRIABLE = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "REQUEST_TIMED_OUT",
+        "NETWORK_EXCEPTION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "COORDINATOR_NOT_AVAILABLE",
+        "KAFKA_STORAGE_ERROR",
+        "CORRUPT_MESSAGE",
+        "BROKER_NOT_AVAILABLE",
+        "CONCURRENT_TRANSACTIONS",
+        "THROTTLING_QUOTA_EXCEEDED",
+    }
+)
 """Kafka's ``RetriableException`` subclasses among the codes Longboat answers.
 ``UNKNOWN_TOPIC_OR_PARTITION`` is retriable as in Kafka: a topic just created may not have
 reached every broker's metadata yet. ``THROTTLING_QUOTA_EXCEEDED`` (new producer ids past the
 broker's rate, KIP-936) is retried after the usual back-off."""
 
-METADATA_STALE = frozenset({
-    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
-    "UNKNOWN_LEADER_EPOCH", "UNKNOWN_TOPIC_OR_PARTITION", "NETWORK_EXCEPTION",
-    "BROKER_NOT_AVAILABLE",
-})
+METADATA_STALE = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "NETWORK_EXCEPTION",
+        "BROKER_NOT_AVAILABLE",
+    }
+)
 """Errors after which the client refreshes its cluster metadata before retrying."""
 
 

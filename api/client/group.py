@@ -84,16 +84,25 @@ from common.waits import wait_event
 
 log = logging.getLogger(__name__)
 
-PROTOCOLS = {"range": "eager", "roundrobin": "eager", "sticky": "eager",
-             "cooperative-sticky": "cooperative"}
+PROTOCOLS = {
+    "range": "eager",
+    "roundrobin": "eager",
+    "sticky": "eager",
+    "cooperative-sticky": "cooperative",
+}
 """``partition_assignment_strategy`` -> the rebalance protocol the member speaks."""
 
 FENCED = frozenset({"UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION"})
 
-FATAL_JOIN_ERRORS = frozenset({
-    "INCONSISTENT_GROUP_PROTOCOL", "INVALID_SESSION_TIMEOUT", "UNSUPPORTED_ASSIGNOR",
-    "INVALID_GROUP_ID", "GROUP_MAX_SIZE_REACHED",
-})
+FATAL_JOIN_ERRORS = frozenset(
+    {
+        "INCONSISTENT_GROUP_PROTOCOL",
+        "INVALID_SESSION_TIMEOUT",
+        "UNSUPPORTED_ASSIGNOR",
+        "INVALID_GROUP_ID",
+        "GROUP_MAX_SIZE_REACHED",
+    }
+)
 """Join refusals that retrying will not cure: raised from the next ``poll`` (Kafka raises
 them from ``poll`` too); the member keeps retrying with a backoff in case the group changes."""
 
@@ -117,17 +126,30 @@ def _tps(pairs: Iterable[Sequence[Any]] | None) -> set[TopicPartition]:
 class AsyncGroupConsumer:
     """A member of consumer group ``group_id``; see the module docstring and docs/client.md."""
 
-    def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
-                 client_id: str = "longboat", auto_offset_reset: str = "latest",
-                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
-                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
-                 max_poll_interval_ms: int = 300000,
-                 partition_assignment_strategy: str = "range",
-                 fetch_max_bytes: int = 1 << 20, fetch_min_bytes: int = 1,
-                 max_wait_ms: int = 500, max_poll_records: int | None = None,
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 metadata_max_age_ms: int = 300_000, exclude_internal_topics: bool = True,
-                 check_crcs: bool = True, source_host: str | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        group_id: str,
+        client_id: str = "longboat",
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        session_timeout_ms: int = 45000,
+        heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300000,
+        partition_assignment_strategy: str = "range",
+        fetch_max_bytes: int = 1 << 20,
+        fetch_min_bytes: int = 1,
+        max_wait_ms: int = 500,
+        max_poll_records: int | None = None,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        exclude_internal_topics: bool = True,
+        check_crcs: bool = True,
+        source_host: str | None = None,
+    ) -> None:
         if not group_id:
             raise ValueError("group_id must be a non-empty string")
         if partition_assignment_strategy not in PROTOCOLS:
@@ -148,12 +170,23 @@ class AsyncGroupConsumer:
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.exclude_internal_topics = exclude_internal_topics
         self._fetcher = AsyncConsumer(
-            bootstrap, fetch_max_bytes=fetch_max_bytes, fetch_min_bytes=fetch_min_bytes,
-            max_wait_ms=max_wait_ms, auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms, check_crcs=check_crcs, source_host=source_host)
-        self._coordinator = CoordinatorClient(self._fetcher.transport, self._fetcher.metadata,
-                                              group_id, retry_timeout_s=self.request_timeout_s)
+            bootstrap,
+            fetch_max_bytes=fetch_max_bytes,
+            fetch_min_bytes=fetch_min_bytes,
+            max_wait_ms=max_wait_ms,
+            auto_offset_reset=auto_offset_reset,
+            max_poll_records=max_poll_records,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            check_crcs=check_crcs,
+            source_host=source_host,
+        )
+        self._coordinator = CoordinatorClient(
+            self._fetcher.transport,
+            self._fetcher.metadata,
+            group_id,
+            retry_timeout_s=self.request_timeout_s,
+        )
         # Subscription.
         self._topics: frozenset[str] = frozenset()
         self._pattern: re.Pattern[str] | None = None
@@ -242,10 +275,15 @@ class AsyncGroupConsumer:
 
     # ------------------------------------------------------------------ subscription
 
-    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
-                  on_revoked: PartitionsCallback | None = None,
-                  on_assigned: PartitionsCallback | None = None,
-                  on_lost: PartitionsCallback | None = None) -> None:
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        on_assigned: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
+    ) -> None:
         """Subscribe to ``topics``, or to every topic whose whole name matches ``pattern``
         (a Python regular expression; the topic list is refreshed every
         ``metadata_max_age_ms``). Replaces an earlier subscription. Callbacks take the set of
@@ -262,10 +300,15 @@ class AsyncGroupConsumer:
             return
         if any(not t for t in new_topics):
             raise ValueError("topic names must be non-empty")
-        changed = (new_topics != self._topics
-                   or (new_pattern is None) != (self._pattern is None)
-                   or (new_pattern is not None and self._pattern is not None
-                       and new_pattern.pattern != self._pattern.pattern))
+        changed = (
+            new_topics != self._topics
+            or (new_pattern is None) != (self._pattern is None)
+            or (
+                new_pattern is not None
+                and self._pattern is not None
+                and new_pattern.pattern != self._pattern.pattern
+            )
+        )
         self._topics, self._pattern = new_topics, new_pattern
         self._on_revoked, self._on_assigned, self._on_lost = on_revoked, on_assigned, on_lost
         if changed and self._phase != _Phase.UNJOINED:
@@ -306,8 +349,9 @@ class AsyncGroupConsumer:
 
     # ------------------------------------------------------------------ consuming
 
-    async def poll(self, timeout_ms: int = 1000, max_records: int | None = None
-                   ) -> list[ConsumerRecord]:
+    async def poll(
+        self, timeout_ms: int = 1000, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
         """Records of the assigned partitions (at most ``max_records``), in offset order per
         partition; ``[]`` if none arrived within ``timeout_ms``. Raises what a rebalance
         callback raised, a join the coordinator refuses for good, and the fetcher's errors."""
@@ -381,12 +425,18 @@ class AsyncGroupConsumer:
         if offsets:
             await self._commit(offsets, wait_for_rebalance=True)
 
-    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
-                     callback: CommitCallback | None = None) -> asyncio.Task[None]:
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> asyncio.Task[None]:
         """``commit`` in a task. With a ``callback`` (called with the offsets and the error
         or ``None``; may be a coroutine) the task does not raise; without one, await it."""
-        snapshot = (self._fetcher.positions() if offsets is None
-                    else {TopicPartition(*tp): int(o) for tp, o in offsets.items()})
+        snapshot = (
+            self._fetcher.positions()
+            if offsets is None
+            else {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
+        )
 
         async def go() -> None:
             error: Exception | None = None
@@ -407,23 +457,25 @@ class AsyncGroupConsumer:
             task.add_done_callback(_log_task_error)
         return task
 
-    async def committed(self, tps: Iterable[TopicPartition]
-                        ) -> dict[TopicPartition, int | None]:
+    async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (``None``: none committed)."""
         wanted = [TopicPartition(*tp) for tp in tps]
         if not wanted:
             return {}
         ans = await self._coordinator.call(
-            "fetch_offsets", {"partitions": [[tp.topic, tp.partition] for tp in wanted]},
-            timeout_s=self.request_timeout_s)
+            "fetch_offsets",
+            {"partitions": [[tp.topic, tp.partition] for tp in wanted]},
+            timeout_s=self.request_timeout_s,
+        )
         err = ans.get("error")
         if err not in (None, "NONE"):
             raise ClientError(str(err), f"fetch_offsets of group {self.group_id!r}")
         got = {TopicPartition(str(o[0]), int(o[1])): int(o[2]) for o in ans.get("offsets") or ()}
         return {tp: got.get(tp) for tp in wanted}
 
-    async def _commit(self, offsets: dict[TopicPartition, int], *,
-                      wait_for_rebalance: bool) -> None:
+    async def _commit(
+        self, offsets: dict[TopicPartition, int], *, wait_for_rebalance: bool
+    ) -> None:
         """One commit under the current generation. REBALANCE_IN_PROGRESS (the group is
         handing out plans: Kafka refuses commits then) and a generation that moved on while
         the partitions stayed ours are retried within the request timeout; a generation this
@@ -435,12 +487,16 @@ class AsyncGroupConsumer:
         while True:
             gen, mid = self._generation, self._member_id
             if not mid or gen < 0:
-                raise CommitFailedError("UNKNOWN_MEMBER_ID",
-                                        f"not a member of group {self.group_id!r} (not joined "
-                                        "yet, or fenced and rejoining)")
+                raise CommitFailedError(
+                    "UNKNOWN_MEMBER_ID",
+                    f"not a member of group {self.group_id!r} (not joined "
+                    "yet, or fenced and rejoining)",
+                )
             ans = await self._coordinator.call(
-                "commit", {"member_id": mid, "generation": gen, "offsets": body_offsets},
-                timeout_s=self.request_timeout_s)
+                "commit",
+                {"member_id": mid, "generation": gen, "offsets": body_offsets},
+                timeout_s=self.request_timeout_s,
+            )
             err = str(ans.get("error") or "NONE")
             if err == "NONE":
                 self._last_committed.update(offsets)
@@ -455,38 +511,52 @@ class AsyncGroupConsumer:
                     # owns: fencing here would report partitions it keeps as lost. Kafka's
                     # consumer is never caught like this: it sends commits and joins in order
                     # on one connection, and refuses commits locally while it rebalances.
-                    log.info("group %s: commit of generation %d crossed this member's join: "
-                             "refused, not fenced", self.group_id, gen)
-                    raise CommitFailedError("REBALANCE_IN_PROGRESS",
-                                            f"group {self.group_id!r}: generation {gen} ended "
-                                            "while this member rejoined; commit again after "
-                                            "the join")
+                    log.info(
+                        "group %s: commit of generation %d crossed this member's join: "
+                        "refused, not fenced",
+                        self.group_id,
+                        gen,
+                    )
+                    raise CommitFailedError(
+                        "REBALANCE_IN_PROGRESS",
+                        f"group {self.group_id!r}: generation {gen} ended "
+                        "while this member rejoined; commit again after "
+                        "the join",
+                    )
                 self._fence(err)
-                raise CommitFailedError(err, f"group {self.group_id!r} generation {gen}: the "
-                                             "group rebalanced without this member")
+                raise CommitFailedError(
+                    err,
+                    f"group {self.group_id!r} generation {gen}: the "
+                    "group rebalanced without this member",
+                )
             # Waiting out REBALANCE_IN_PROGRESS makes sense only once this member has synced:
             # before that the group waits for *us* (a close in the middle of a join, say).
-            retry = err in FENCED or (err == "REBALANCE_IN_PROGRESS" and wait_for_rebalance
-                                      and self._phase == _Phase.STABLE)
+            retry = err in FENCED or (
+                err == "REBALANCE_IN_PROGRESS"
+                and wait_for_rebalance
+                and self._phase == _Phase.STABLE
+            )
             # Retried under a later generation only for partitions owned throughout: one
             # revoked and added back meanwhile was seeked to the offset committed when it
             # came back, and these offsets landing after that would move the group's
             # committed offset back once this member commits again from there (a jepsen_tests
             # run with eager members and a coordinator kill saw 921, then 857).
-            if (retry and offsets.keys() <= self._fetcher.assignment()
-                    and all(self._owned_since.get(tp) == since
-                            for tp, since in owned_since.items())
-                    and time.monotonic() < deadline):
+            if (
+                retry
+                and offsets.keys() <= self._fetcher.assignment()
+                and all(self._owned_since.get(tp) == since for tp, since in owned_since.items())
+                and time.monotonic() < deadline
+            ):
                 attempt += 1
                 await asyncio.sleep(min(self.retry_backoff_s * attempt, 0.5))
                 continue
             if err in FENCED or err == "REBALANCE_IN_PROGRESS":
                 raise CommitFailedError(err, f"group {self.group_id!r} generation {gen}")
-            raise ClientError(err, f"commit to group {self.group_id!r}: "
-                                   f"{ans.get('message') or ''}")
+            raise ClientError(err, f"commit to group {self.group_id!r}: {ans.get('message') or ''}")
 
-    async def _commit_quietly(self, offsets: dict[TopicPartition, int], why: str, *,
-                              wait_for_rebalance: bool = True) -> None:
+    async def _commit_quietly(
+        self, offsets: dict[TopicPartition, int], why: str, *, wait_for_rebalance: bool = True
+    ) -> None:
         if not offsets or not self._member_id or self._generation < 0:
             return
         try:
@@ -500,8 +570,11 @@ class AsyncGroupConsumer:
     # ------------------------------------------------------------------ the member task
 
     def _wants_membership(self) -> bool:
-        return (not self._closing and not self._poll_expired
-                and (bool(self._topics) or self._pattern is not None))
+        return (
+            not self._closing
+            and not self._poll_expired
+            and (bool(self._topics) or self._pattern is not None)
+        )
 
     async def _member_loop(self) -> None:
         failures = 0
@@ -543,8 +616,10 @@ class AsyncGroupConsumer:
 
     def _match(self, pattern: re.Pattern[str]) -> frozenset[str]:
         return frozenset(
-            t for t in self._fetcher.metadata.current.topics
-            if pattern.fullmatch(t) and not (self.exclude_internal_topics and t.startswith("__")))
+            t
+            for t in self._fetcher.metadata.current.topics
+            if pattern.fullmatch(t) and not (self.exclude_internal_topics and t.startswith("__"))
+        )
 
     async def _join_and_sync(self) -> None:
         cooperative = self.protocol == "cooperative"
@@ -552,18 +627,24 @@ class AsyncGroupConsumer:
         owned = self._fetcher.assignment()
         if self._phase == _Phase.STABLE and self.enable_auto_commit:
             # Kafka's onJoinPrepare: commit before the rebalance moves anything away.
-            await self._commit_quietly(self._consumed_of(owned), "before rejoining",
-                                       wait_for_rebalance=False)
+            await self._commit_quietly(
+                self._consumed_of(owned), "before rejoining", wait_for_rebalance=False
+            )
         # EAGER gives up everything before joining; COOPERATIVE only what it no longer
         # subscribes to (Kafka's onJoinPrepare does the same).
-        await self._revoke(owned if not cooperative
-                           else {tp for tp in owned if tp.topic not in topics}, commit=False)
+        await self._revoke(
+            owned if not cooperative else {tp for tp in owned if tp.topic not in topics},
+            commit=False,
+        )
         self._phase = _Phase.JOINING
         self._rejoin_needed = False
         owned = self._fetcher.assignment()
         body: dict[str, Any] = {
-            "member_id": self._member_id, "topics": sorted(topics), "protocol": self.protocol,
-            "assignor": self.assignor, "client_id": self.client_id,
+            "member_id": self._member_id,
+            "topics": sorted(topics),
+            "protocol": self.protocol,
+            "assignor": self.assignor,
+            "client_id": self.client_id,
             "session_timeout_ms": self.session_timeout_ms,
             # KIP-62: how long the group waits for this member to rejoin.
             "rebalance_timeout_ms": self.max_poll_interval_ms,
@@ -571,7 +652,8 @@ class AsyncGroupConsumer:
         }
         # The join long-polls until the whole group has joined: up to the rebalance timeout.
         join = await self._coordinator.call(
-            "join", body, timeout_s=self.max_poll_interval_ms / 1000 + self.request_timeout_s)
+            "join", body, timeout_s=self.max_poll_interval_ms / 1000 + self.request_timeout_s
+        )
         err = str(join.get("error") or "NONE")
         if err != "NONE":
             if err in FENCED:
@@ -585,8 +667,10 @@ class AsyncGroupConsumer:
         self._generation = gen = int(join["generation"])
         log.debug("group %s: joined generation %d as %s", self.group_id, gen, self._member_id)
         sync = await self._coordinator.call(
-            "sync", {"member_id": self._member_id, "generation": gen},
-            timeout_s=self.request_timeout_s)
+            "sync",
+            {"member_id": self._member_id, "generation": gen},
+            timeout_s=self.request_timeout_s,
+        )
         err = str(sync.get("error") or "NONE")
         if err == "REBALANCE_IN_PROGRESS":
             self._rejoin_needed = True
@@ -608,8 +692,9 @@ class AsyncGroupConsumer:
             return
         self._phase = _Phase.STABLE  # heartbeats resume while the callbacks below run
         plan = _tps(sync.get("assignment"))
-        revoked = (self._fetcher.assignment() - plan) | (_tps(sync.get("revoked"))
-                                                          & self._fetcher.assignment())
+        revoked = (self._fetcher.assignment() - plan) | (
+            _tps(sync.get("revoked")) & self._fetcher.assignment()
+        )
         await self._revoke(revoked, commit=self.enable_auto_commit)
         added = plan - self._fetcher.assignment()
         committed = await self.committed(added) if added else {}
@@ -625,8 +710,12 @@ class AsyncGroupConsumer:
                 self._last_committed[tp] = off
         if sync.get("rejoin"):
             self._rejoin_needed = True  # KIP-429: the revoked partitions move on next round
-        log.info("group %s: generation %d, assigned %s", self.group_id, gen,
-                 ", ".join(map(str, sorted(self._fetcher.assignment()))) or "nothing")
+        log.info(
+            "group %s: generation %d, assigned %s",
+            self.group_id,
+            gen,
+            ", ".join(map(str, sorted(self._fetcher.assignment()))) or "nothing",
+        )
         await self._call_back(self._on_assigned, added)
 
     async def _revoke(self, tps: set[TopicPartition], *, commit: bool) -> None:
@@ -646,8 +735,12 @@ class AsyncGroupConsumer:
     def _fence(self, code: str) -> None:
         """The coordinator no longer counts this member in (UNKNOWN_MEMBER_ID) or in this
         generation (ILLEGAL_GENERATION): whatever it holds may be someone else's by now."""
-        log.info("group %s: %s in generation %d: partitions lost, rejoining", self.group_id,
-                 code, self._generation)
+        log.info(
+            "group %s: %s in generation %d: partitions lost, rejoining",
+            self.group_id,
+            code,
+            self._generation,
+        )
         if code == "UNKNOWN_MEMBER_ID":
             self._member_id = ""
         self._generation = -1
@@ -712,8 +805,11 @@ class AsyncGroupConsumer:
             self._pending_errors.append(e)
 
     def _consumed_of(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._consumed[tp] for tp in tps
-                if tp in self._consumed and self._last_committed.get(tp) != self._consumed[tp]}
+        return {
+            tp: self._consumed[tp]
+            for tp in tps
+            if tp in self._consumed and self._last_committed.get(tp) != self._consumed[tp]
+        }
 
     # ------------------------------------------------------------------ background timers
 
@@ -730,9 +826,12 @@ class AsyncGroupConsumer:
                 # KIP-62: the application is stuck (or gone): let the group go on without
                 # it; the next poll rejoins. Nothing is committed: the records it holds were
                 # not seen through.
-                log.warning("group %s: no poll for %d ms (max_poll_interval_ms): leaving the "
-                            "group; the next poll rejoins", self.group_id,
-                            self.max_poll_interval_ms)
+                log.warning(
+                    "group %s: no poll for %d ms (max_poll_interval_ms): leaving the "
+                    "group; the next poll rejoins",
+                    self.group_id,
+                    self.max_poll_interval_ms,
+                )
                 self._poll_expired = True
                 self._lose_all()
                 # The member task reports the loss now, not after the leave's round trip
@@ -743,8 +842,10 @@ class AsyncGroupConsumer:
             gen, mid = self._generation, self._member_id
             try:
                 ans = await self._coordinator.call(
-                    "heartbeat", {"member_id": mid, "generation": gen},
-                    timeout_s=max(self.heartbeat_interval_s, 1.0))
+                    "heartbeat",
+                    {"member_id": mid, "generation": gen},
+                    timeout_s=max(self.heartbeat_interval_s, 1.0),
+                )
             except ClientError as e:
                 log.debug("group %s: heartbeat failed: %s", self.group_id, e)
                 continue
@@ -761,8 +862,11 @@ class AsyncGroupConsumer:
                 log.warning("group %s: heartbeat answered %s", self.group_id, err)
 
     def _poll_timed_out(self) -> bool:
-        return (self._in_poll == 0 and bool(self._member_id)
-                and time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000)
+        return (
+            self._in_poll == 0
+            and bool(self._member_id)
+            and time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000
+        )
 
     async def _auto_commit_loop(self) -> None:
         if not self.enable_auto_commit:
@@ -772,8 +876,9 @@ class AsyncGroupConsumer:
             if self._phase == _Phase.STABLE:
                 assigned = self._fetcher.assignment() - self._fetcher.paused()
                 # Not waiting out a rebalance: the rejoin commits anyway.
-                await self._commit_quietly(self._consumed_of(assigned), "",
-                                           wait_for_rebalance=False)
+                await self._commit_quietly(
+                    self._consumed_of(assigned), "", wait_for_rebalance=False
+                )
 
     async def _pattern_loop(self) -> None:
         while not self._closing:
@@ -787,8 +892,11 @@ class AsyncGroupConsumer:
                 log.debug("group %s: metadata refresh failed: %s", self.group_id, e)
                 continue
             if self._match(pattern) != self._matched and not self._rejoin_needed:
-                log.info("group %s: topics matching %r changed: rejoining", self.group_id,
-                         pattern.pattern)
+                log.info(
+                    "group %s: topics matching %r changed: rejoining",
+                    self.group_id,
+                    pattern.pattern,
+                )
                 self._rejoin_needed = True
                 self._wake.set()
 

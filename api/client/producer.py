@@ -65,8 +65,9 @@ the estimate that decides when a batch is full."""
 
 ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 
-FATAL_SEQUENCE_ERRORS = frozenset({"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID",
-                                   "INVALID_PRODUCER_EPOCH"})
+FATAL_SEQUENCE_ERRORS = frozenset(
+    {"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_EPOCH"}
+)
 
 
 class BatchDelivery(NamedTuple):
@@ -84,7 +85,8 @@ class _Batch:
     tp: TopicPartition
     created: float
     records: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = field(
-        default_factory=list)
+        default_factory=list
+    )
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)
     """Per-record futures (``send``), or one future for the whole batch (``send_batch``)."""
     whole: bool = False
@@ -96,6 +98,7 @@ class _Batch:
     @property
     def count(self) -> int:
         return len(self.columns[0]) if self.columns is not None else len(self.records)
+
     encoded: bytes | None = None
     sent: bool = False
 
@@ -111,19 +114,31 @@ class _PartitionQueue:
 
 
 class AsyncProducer:
-    def __init__(self, bootstrap: str | Sequence[str], *, acks: int | str = -1,
-                 linger_ms: float = 5, batch_size: int = 1 << 20,
-                 buffer_memory: int = 64 << 20, compression: str | int = "none",
-                 enable_idempotence: bool = True, request_timeout_ms: int = 30_000,
-                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100,
-                 max_request_size: int = 8 << 20, source_host: str | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        acks: int | str = -1,
+        linger_ms: float = 5,
+        batch_size: int = 1 << 20,
+        buffer_memory: int = 64 << 20,
+        compression: str | int = "none",
+        enable_idempotence: bool = True,
+        request_timeout_ms: int = 30_000,
+        delivery_timeout_ms: int = 120_000,
+        retry_backoff_ms: int = 100,
+        max_request_size: int = 8 << 20,
+        source_host: str | None = None,
+    ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
         self.acks = ACKS[acks]
         if enable_idempotence and self.acks != -1:
             # Kafka refuses the same combination (idempotence needs acks=all).
-            raise ValueError("enable_idempotence requires acks='all'; pass "
-                             "enable_idempotence=False for acks=0 or 1")
+            raise ValueError(
+                "enable_idempotence requires acks='all'; pass "
+                "enable_idempotence=False for acks=0 or 1"
+            )
         if batch_size <= 0 or linger_ms < 0:
             raise ValueError("batch_size must be > 0 and linger_ms >= 0")
         self.linger_s = linger_ms / 1000
@@ -134,8 +149,9 @@ class AsyncProducer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self.transport = Transport(request_timeout_s=self.request_timeout_s,
-                                   source_host=source_host)
+        self.transport = Transport(
+            request_timeout_s=self.request_timeout_s, source_host=source_host
+        )
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self.producer_id = -1
         self.producer_epoch = -1
@@ -175,9 +191,12 @@ class AsyncProducer:
                 self._seal(q)
         # Records sent before this call, as Kafka's flush(): concurrent sends do not keep it
         # waiting.
-        waits = [w for q in self._queues.values()
-                 for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
-                 for w in b.waiters]
+        waits = [
+            w
+            for q in self._queues.values()
+            for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
+            for w in b.waiters
+        ]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
 
@@ -199,9 +218,14 @@ class AsyncProducer:
     # ------------------------------------------------------------------ producer ids
 
     async def _init_producer_id(self) -> None:
-        ans = await call_with_retries(self.metadata, self.metadata.any_broker_url,
-                                      "init_producer_id", {}, budget_s=self.delivery_timeout_s,
-                                      backoff_s=self.retry_backoff_s)
+        ans = await call_with_retries(
+            self.metadata,
+            self.metadata.any_broker_url,
+            "init_producer_id",
+            {},
+            budget_s=self.delivery_timeout_s,
+            backoff_s=self.retry_backoff_s,
+        )
         self.producer_id = int(ans["producer_id"])
         self.producer_epoch = int(ans["producer_epoch"])
 
@@ -220,16 +244,17 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ sending
 
-    async def _choose_partition(self, topic: str, key: bytes | None,
-                                partition: int | None) -> int:
+    async def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
         parts = self.metadata.current.topics.get(topic)
         if parts is None:
             parts = await self.metadata.partitions(topic, timeout_s=self.request_timeout_s)
         n = len(parts)
         if partition is not None:
             if partition not in parts:
-                raise ClientError("UNKNOWN_TOPIC_OR_PARTITION",
-                                  f"{topic} has {n} partitions, not partition {partition}")
+                raise ClientError(
+                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    f"{topic} has {n} partitions, not partition {partition}",
+                )
             return partition
         if key is not None:
             return partition_for_key(key, n)
@@ -244,22 +269,31 @@ class AsyncProducer:
             self._room.clear()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ClientError("REQUEST_TIMED_OUT",
-                                  f"buffer_memory ({self.buffer_memory} B) full for "
-                                  f"{self.delivery_timeout_s:.0f} s")
+                raise ClientError(
+                    "REQUEST_TIMED_OUT",
+                    f"buffer_memory ({self.buffer_memory} B) full for "
+                    f"{self.delivery_timeout_s:.0f} s",
+                )
             await wait_event(self._room, left)
 
     def _queue(self, tp: TopicPartition) -> _PartitionQueue:
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = _PartitionQueue()
-            q.sender = asyncio.get_running_loop().create_task(self._sender(tp, q),
-                                                              name=f"producer-{tp}")
+            q.sender = asyncio.get_running_loop().create_task(
+                self._sender(tp, q), name=f"producer-{tp}"
+            )
         return q
 
-    async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-                   headers: Sequence[Header] | None = None, partition: int | None = None,
-                   timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves when it is acknowledged.
 
         Records reach their partition in the order ``send`` was called, also when calls
@@ -268,19 +302,26 @@ class AsyncProducer:
         meanwhile queue behind it instead of overtaking with the metadata it fetched."""
         if self._closed:
             raise ClientError("ILLEGAL_STATE", "producer is closed")
-        size = (RECORD_OVERHEAD + (len(value) if value is not None else 0)
-                + (len(key) if key is not None else 0))
+        size = (
+            RECORD_OVERHEAD
+            + (len(value) if value is not None else 0)
+            + (len(key) if key is not None else 0)
+        )
         if headers:
             size += sum(len(h) + (len(v) if v else 0) for h, v in headers)
         if size > self.batch_size:
-            raise ClientError("MESSAGE_TOO_LARGE",
-                              f"record of ~{size} B exceeds batch_size/max_request_size "
-                              f"({self.batch_size} B)")
+            raise ClientError(
+                "MESSAGE_TOO_LARGE",
+                f"record of ~{size} B exceeds batch_size/max_request_size ({self.batch_size} B)",
+            )
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         # The common case without an await: nothing queued ahead, room in the buffer, the
         # partition's topic known.
-        if (not self._in_order and self._loop is not None
-                and self._buffered + size <= self.buffer_memory):
+        if (
+            not self._in_order
+            and self._loop is not None
+            and self._buffered + size <= self.buffer_memory
+        ):
             p = self._partition_now(topic, key, partition)
             if p is not None:
                 return self._append(topic, p, key, value, ts, headers, size)
@@ -317,8 +358,16 @@ class AsyncProducer:
         p = self._sticky.get(topic, -1)
         return p if 0 <= p < len(parts) else None
 
-    def _append(self, topic: str, p: int, key: bytes | None, value: bytes | None, ts: int,
-                headers: Sequence[Header] | None, size: int) -> asyncio.Future[RecordMetadata]:
+    def _append(
+        self,
+        topic: str,
+        p: int,
+        key: bytes | None,
+        value: bytes | None,
+        ts: int,
+        headers: Sequence[Header] | None,
+        size: int,
+    ) -> asyncio.Future[RecordMetadata]:
         q = self._queues.get((topic, p))  # type: ignore[call-overload]
         if q is None:
             q = self._queue(TopicPartition(topic, p))
@@ -339,16 +388,26 @@ class AsyncProducer:
             self._seal(q)
         return fut
 
-    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
-                            headers: Sequence[Header] | None = None,
-                            partition: int | None = None,
-                            timestamp_ms: int | None = None) -> RecordMetadata:
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
         return await (await self.send(topic, value, key, headers, partition, timestamp_ms))
 
-    async def send_batch(self, topic: str, values: Sequence[bytes], *,
-                         keys: Sequence[bytes | None] | None = None,
-                         partition: int | None = None,
-                         timestamp_ms: int | None = None) -> asyncio.Future[list[BatchDelivery]]:
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[list[BatchDelivery]]:
         """Queue many records at once: the bulk path for loaders and benchmarks, without a
         future per record. With ``keys`` and no ``partition`` each record goes where its key
         hashes; otherwise all go to ``partition`` or one sticky partition. The future gives
@@ -376,9 +435,14 @@ class AsyncProducer:
         gathered.add_done_callback(done)
         return out
 
-    async def _enqueue_batch(self, topic: str, values: Sequence[bytes],
-                             keys: Sequence[bytes | None] | None, partition: int | None,
-                             ts: int) -> list[asyncio.Future[Any]]:
+    async def _enqueue_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        partition: int | None,
+        ts: int,
+    ) -> list[asyncio.Future[Any]]:
         vals_by_p: dict[int, list[bytes]] = {}
         keys_by_p: dict[int, list[bytes | None]] = {}
         if keys is not None and partition is None:
@@ -408,23 +472,31 @@ class AsyncProducer:
             if ks is not None:
                 total += sum(len(k) for k in ks if k is not None)
             if max(map(len, vals)) + RECORD_OVERHEAD > self.batch_size:
-                raise ClientError("MESSAGE_TOO_LARGE",
-                                  f"a record exceeds batch_size/max_request_size "
-                                  f"({self.batch_size} B)")
-            per = len(vals) if total <= self.batch_size else max(
-                1, len(vals) * self.batch_size // total)
+                raise ClientError(
+                    "MESSAGE_TOO_LARGE",
+                    f"a record exceeds batch_size/max_request_size ({self.batch_size} B)",
+                )
+            per = (
+                len(vals)
+                if total <= self.batch_size
+                else max(1, len(vals) * self.batch_size // total)
+            )
             for i in range(0, len(vals), per):
-                cv = vals[i:i + per]
-                ck = None if ks is None else ks[i:i + per]
+                cv = vals[i : i + per]
+                ck = None if ks is None else ks[i : i + per]
                 size = total * len(cv) // len(vals)
                 futures.append(await self._enqueue_whole(q, tp, (cv, ck, ts), size))
             if partition is None and keys is None:
                 self._move_sticky(topic, p)
         return futures
 
-    async def _enqueue_whole(self, q: _PartitionQueue, tp: TopicPartition,
-                             columns: tuple[list[bytes], list[bytes | None] | None, int],
-                             size: int) -> asyncio.Future[Any]:
+    async def _enqueue_whole(
+        self,
+        q: _PartitionQueue,
+        tp: TopicPartition,
+        columns: tuple[list[bytes], list[bytes | None] | None, int],
+        size: int,
+    ) -> asyncio.Future[Any]:
         if self._buffered + size > self.buffer_memory:
             await self._wait_for_room(size)
         b = _Batch(tp, time.monotonic(), whole=True, columns=columns, size=size)
@@ -490,16 +562,23 @@ class AsyncProducer:
                 q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
             if b.columns is not None:
                 values, keys, ts = b.columns
-                b.encoded = encode_values(values, keys=keys, timestamp=ts,
-                                          compression=self.compression,
-                                          producer_id=self.producer_id,
-                                          producer_epoch=self.producer_epoch,
-                                          base_sequence=seq)
+                b.encoded = encode_values(
+                    values,
+                    keys=keys,
+                    timestamp=ts,
+                    compression=self.compression,
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    base_sequence=seq,
+                )
             else:
-                b.encoded = encode_batch(b.records, compression=self.compression,
-                                         producer_id=self.producer_id,
-                                         producer_epoch=self.producer_epoch,
-                                         base_sequence=seq)
+                b.encoded = encode_batch(
+                    b.records,
+                    compression=self.compression,
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    base_sequence=seq,
+                )
         return b.encoded
 
     async def _deliver(self, q: _PartitionQueue, b: _Batch) -> None:
@@ -509,23 +588,33 @@ class AsyncProducer:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                err = ClientError("REQUEST_TIMED_OUT",
-                                  f"{b.count} record(s) for {b.tp} not acknowledged within "
-                                  f"delivery_timeout_ms ({last or 'no answer'})")
+                err = ClientError(
+                    "REQUEST_TIMED_OUT",
+                    f"{b.count} record(s) for {b.tp} not acknowledged within "
+                    f"delivery_timeout_ms ({last or 'no answer'})",
+                )
                 await self._give_up(b, err)
                 return
             pid = self.producer_id
             try:
-                url = await self.metadata.leader_url(b.tp.topic, b.tp.partition,
-                                                     timeout_s=min(left, self.request_timeout_s))
+                url = await self.metadata.leader_url(
+                    b.tp.topic, b.tp.partition, timeout_s=min(left, self.request_timeout_s)
+                )
                 data = self._encode(q, b)
                 timeout = min(left, self.request_timeout_s)
                 b.sent = True
                 ans = await self.transport.call(
-                    url, "produce",
-                    {"topic": b.tp.topic, "partition": b.tp.partition, "acks": self.acks,
-                     "timeout_ms": int(timeout * 1000), "batch": data},
-                    timeout_s=timeout + 1.0)
+                    url,
+                    "produce",
+                    {
+                        "topic": b.tp.topic,
+                        "partition": b.tp.partition,
+                        "acks": self.acks,
+                        "timeout_ms": int(timeout * 1000),
+                        "batch": data,
+                    },
+                    timeout_s=timeout + 1.0,
+                )
             except ClientError as e:
                 last = e
                 if e.code in FATAL_SEQUENCE_ERRORS and self.idempotent:
@@ -538,8 +627,9 @@ class AsyncProducer:
                 if e.refresh_metadata:
                     with contextlib.suppress(ClientError):
                         await self.metadata.refresh(timeout_s=max(0.1, min(5.0, left)))
-                await asyncio.sleep(min(self.retry_backoff_s * attempt, 1.0,
-                                        max(0.0, deadline - time.monotonic())))
+                await asyncio.sleep(
+                    min(self.retry_backoff_s * attempt, 1.0, max(0.0, deadline - time.monotonic()))
+                )
                 continue
             self._complete(b, int(ans.get("base_offset", -1)) if self.acks != 0 else -1)
             return
@@ -567,5 +657,6 @@ class AsyncProducer:
             return
         for i, (w, r) in enumerate(zip(b.waiters, b.records, strict=True)):
             if not w.done():
-                w.set_result(RecordMetadata(tp.topic, tp.partition,
-                                            base + i if base >= 0 else -1, r[2]))
+                w.set_result(
+                    RecordMetadata(tp.topic, tp.partition, base + i if base >= 0 else -1, r[2])
+                )

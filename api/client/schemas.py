@@ -85,8 +85,10 @@ def _refs_json(refs: Iterable[SchemaReference]) -> list[dict[str, Any]]:
 
 
 def _refs_of(body: dict[str, Any]) -> tuple[SchemaReference, ...]:
-    return tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
-                 for r in body.get("references") or ())
+    return tuple(
+        SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
+        for r in body.get("references") or ()
+    )
 
 
 # ---------------------------------------------------------------- the registry client
@@ -107,8 +109,9 @@ class SchemaRegistryClient:
         self.requests = 0
         """How many HTTP requests were sent (the caches keep this small)."""
 
-    def _call(self, method: str, path: str, body: Any = None,
-              query: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None
+    ) -> Any:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": CONTENT_TYPE + ", application/json"}
@@ -116,8 +119,7 @@ class SchemaRegistryClient:
             headers["Content-Type"] = CONTENT_TYPE
         last: Exception | None = None
         for base in self.urls:
-            req = urllib.request.Request(base + url_path, data=data, method=method,
-                                         headers=headers)
+            req = urllib.request.Request(base + url_path, data=data, method=method, headers=headers)
             self.requests += 1
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
@@ -135,9 +137,15 @@ class SchemaRegistryClient:
 
     # ------------------------------------------------------------ cached
 
-    def register(self, subject: str, schema: str, schema_type: str = AVRO,
-                 references: Sequence[SchemaReference] = (), *,
-                 normalize: bool = False) -> int:
+    def register(
+        self,
+        subject: str,
+        schema: str,
+        schema_type: str = AVRO,
+        references: Sequence[SchemaReference] = (),
+        *,
+        normalize: bool = False,
+    ) -> int:
         """The id of ``schema`` in ``subject``, registering it if it is new there."""
         key = (subject, schema_type, schema, tuple(references))
         with self._lock:
@@ -147,15 +155,24 @@ class SchemaRegistryClient:
         body: dict[str, Any] = {"schema": schema, "schemaType": schema_type}
         if references:
             body["references"] = _refs_json(references)
-        out = self._call("POST", f"/subjects/{_q(subject)}/versions", body,
-                         {"normalize": "true"} if normalize else None)
+        out = self._call(
+            "POST",
+            f"/subjects/{_q(subject)}/versions",
+            body,
+            {"normalize": "true"} if normalize else None,
+        )
         sid = int(out["id"])
         with self._lock:
             self._ids[key] = sid
         return sid
 
-    def lookup_id(self, subject: str, schema: str, schema_type: str = AVRO,
-                  references: Sequence[SchemaReference] = ()) -> int:
+    def lookup_id(
+        self,
+        subject: str,
+        schema: str,
+        schema_type: str = AVRO,
+        references: Sequence[SchemaReference] = (),
+    ) -> int:
         """The id of ``schema`` already in ``subject`` (40403 if it is not there)."""
         key = (subject, schema_type, schema, tuple(references))
         with self._lock:
@@ -174,49 +191,70 @@ class SchemaRegistryClient:
         if hit is not None:
             return hit
         out = self._call("GET", f"/schemas/ids/{int(schema_id)}")
-        got = RegisteredSchema(str(out["schema"]), str(out.get("schemaType") or AVRO),
-                               _refs_of(out))
+        got = RegisteredSchema(
+            str(out["schema"]), str(out.get("schemaType") or AVRO), _refs_of(out)
+        )
         with self._lock:
             self._schemas[schema_id] = got
         return got
 
     # ------------------------------------------------------------ not cached
 
-    def lookup(self, subject: str, schema: str, schema_type: str = AVRO,
-               references: Sequence[SchemaReference] = ()) -> dict[str, Any]:
+    def lookup(
+        self,
+        subject: str,
+        schema: str,
+        schema_type: str = AVRO,
+        references: Sequence[SchemaReference] = (),
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"schema": schema, "schemaType": schema_type}
         if references:
             body["references"] = _refs_json(references)
         out: dict[str, Any] = self._call("POST", f"/subjects/{_q(subject)}", body)
         return out
 
-    def get_version(self, subject: str, version: int | str = "latest", *,
-                    deleted: bool = False) -> dict[str, Any]:
+    def get_version(
+        self, subject: str, version: int | str = "latest", *, deleted: bool = False
+    ) -> dict[str, Any]:
         out: dict[str, Any] = self._call(
-            "GET", f"/subjects/{_q(subject)}/versions/{version}",
-            query={"deleted": "true"} if deleted else None)
+            "GET",
+            f"/subjects/{_q(subject)}/versions/{version}",
+            query={"deleted": "true"} if deleted else None,
+        )
         return out
 
     def subjects(self, *, deleted: bool = False) -> list[str]:
-        return list(self._call("GET", "/subjects",
-                               query={"deleted": "true"} if deleted else None))
+        return list(self._call("GET", "/subjects", query={"deleted": "true"} if deleted else None))
 
     def versions(self, subject: str) -> list[int]:
         return list(self._call("GET", f"/subjects/{_q(subject)}/versions"))
 
     def delete_subject(self, subject: str, *, permanent: bool = False) -> list[int]:
-        return list(self._call("DELETE", f"/subjects/{_q(subject)}",
-                               query={"permanent": "true"} if permanent else None))
+        return list(
+            self._call(
+                "DELETE",
+                f"/subjects/{_q(subject)}",
+                query={"permanent": "true"} if permanent else None,
+            )
+        )
 
-    def delete_version(self, subject: str, version: int | str, *,
-                       permanent: bool = False) -> int:
-        return int(self._call("DELETE", f"/subjects/{_q(subject)}/versions/{version}",
-                              query={"permanent": "true"} if permanent else None))
+    def delete_version(self, subject: str, version: int | str, *, permanent: bool = False) -> int:
+        return int(
+            self._call(
+                "DELETE",
+                f"/subjects/{_q(subject)}/versions/{version}",
+                query={"permanent": "true"} if permanent else None,
+            )
+        )
 
-    def is_compatible(self, subject: str, schema: str, schema_type: str = AVRO,
-                      version: int | str = "latest") -> bool:
-        out = self._call("POST", f"/compatibility/subjects/{_q(subject)}/versions/{version}",
-                         {"schema": schema, "schemaType": schema_type})
+    def is_compatible(
+        self, subject: str, schema: str, schema_type: str = AVRO, version: int | str = "latest"
+    ) -> bool:
+        out = self._call(
+            "POST",
+            f"/compatibility/subjects/{_q(subject)}/versions/{version}",
+            {"schema": schema, "schemaType": schema_type},
+        )
         return bool(out["is_compatible"])
 
     def set_compatibility(self, level: str, subject: str | None = None) -> str:
@@ -240,8 +278,9 @@ def _error_of(e: urllib.error.HTTPError) -> SchemaRegistryError:
         body = {}
     if not isinstance(body, dict):
         body = {}
-    return SchemaRegistryError(e.code, int(body.get("error_code", e.code)),
-                               str(body.get("message", e.reason)))
+    return SchemaRegistryError(
+        e.code, int(body.get("error_code", e.code)), str(body.get("message", e.reason))
+    )
 
 
 # ---------------------------------------------------------------- wire format
@@ -257,7 +296,8 @@ def unframe(data: bytes) -> tuple[int, bytes]:
     if len(data) < HEADER_BYTES or data[0] != MAGIC:
         raise SerializationError(
             f"not in the schema registry's wire format (magic byte 0 and a 4-byte schema id "
-            f"first): {bytes(data[:8])!r}")
+            f"first): {bytes(data[:8])!r}"
+        )
     return int.from_bytes(data[1:HEADER_BYTES], "big"), bytes(data[HEADER_BYTES:])
 
 
@@ -282,10 +322,16 @@ def topic_record_name_strategy(topic: str, is_key: bool, record_name: str | None
 class _Serializer:
     schema_type = AVRO
 
-    def __init__(self, registry: SchemaRegistryClient, schema: str, *,
-                 references: Sequence[SchemaReference] = (), is_key: bool = False,
-                 auto_register: bool = True,
-                 subject_name_strategy: SubjectStrategy = topic_name_strategy) -> None:
+    def __init__(
+        self,
+        registry: SchemaRegistryClient,
+        schema: str,
+        *,
+        references: Sequence[SchemaReference] = (),
+        is_key: bool = False,
+        auto_register: bool = True,
+        subject_name_strategy: SubjectStrategy = topic_name_strategy,
+    ) -> None:
         self.registry = registry
         self.schema = schema
         self.references = tuple(references)
@@ -303,17 +349,23 @@ class _Serializer:
         sid = self._ids.get(subject)
         if sid is None:
             if self.auto_register:
-                sid = self.registry.register(subject, self.schema, self.schema_type,
-                                             self.references)
+                sid = self.registry.register(
+                    subject, self.schema, self.schema_type, self.references
+                )
             else:
-                sid = self.registry.lookup_id(subject, self.schema, self.schema_type,
-                                              self.references)
+                sid = self.registry.lookup_id(
+                    subject, self.schema, self.schema_type, self.references
+                )
             self._ids[subject] = sid
         return sid
 
 
-def _avro_named_types(registry: SchemaRegistryClient, refs: Iterable[SchemaReference],
-                      into: dict[str, Any], seen: set[tuple[str, int]]) -> None:
+def _avro_named_types(
+    registry: SchemaRegistryClient,
+    refs: Iterable[SchemaReference],
+    into: dict[str, Any],
+    seen: set[tuple[str, int]],
+) -> None:
     """Parse every referenced schema (dependencies first) into ``into`` (named types)."""
     for ref in refs:
         if (ref.subject, ref.version) in seen:
@@ -324,8 +376,9 @@ def _avro_named_types(registry: SchemaRegistryClient, refs: Iterable[SchemaRefer
         fastavro.parse_schema(json.loads(out["schema"]), named_schemas=into)
 
 
-def _parse_avro(registry: SchemaRegistryClient, schema: str,
-                refs: Iterable[SchemaReference]) -> Any:
+def _parse_avro(
+    registry: SchemaRegistryClient, schema: str, refs: Iterable[SchemaReference]
+) -> Any:
     named: dict[str, Any] = {}
     _avro_named_types(registry, refs, named, set())
     return fastavro.parse_schema(json.loads(schema), named_schemas=named)
@@ -354,10 +407,13 @@ class AvroSerializer(_Serializer):
         return frame(sid, buf.getvalue())
 
 
-def _compiled(cache: dict[int, Any], registry: SchemaRegistryClient, sid: int,
-              schema_type: str,
-              compile_schema: Callable[[SchemaRegistryClient, str, Iterable[SchemaReference]],
-                                       Any]) -> Any:
+def _compiled(
+    cache: dict[int, Any],
+    registry: SchemaRegistryClient,
+    sid: int,
+    schema_type: str,
+    compile_schema: Callable[[SchemaRegistryClient, str, Iterable[SchemaReference]], Any],
+) -> Any:
     """Schema ``sid`` compiled by ``compile_schema`` (fetched and compiled once, then taken
     from ``cache``); a schema of another type than ``schema_type`` cannot decode the payload."""
     compiled = cache.get(sid)
@@ -373,11 +429,19 @@ class AvroDeserializer:
     """Confluent-framed Avro -> a value, read with the writer's schema (fetched by id and
     cached), resolved to ``reader_schema`` if one is given."""
 
-    def __init__(self, registry: SchemaRegistryClient, reader_schema: str | None = None,
-                 *, reader_references: Sequence[SchemaReference] = ()) -> None:
+    def __init__(
+        self,
+        registry: SchemaRegistryClient,
+        reader_schema: str | None = None,
+        *,
+        reader_references: Sequence[SchemaReference] = (),
+    ) -> None:
         self.registry = registry
-        self._reader = (None if reader_schema is None
-                        else _parse_avro(registry, reader_schema, reader_references))
+        self._reader = (
+            None
+            if reader_schema is None
+            else _parse_avro(registry, reader_schema, reader_references)
+        )
         self._writers: dict[int, Any] = {}
 
     def __call__(self, data: bytes) -> Any:
@@ -389,8 +453,9 @@ class AvroDeserializer:
             raise SerializationError(f"cannot decode with schema {sid}: {e}") from None
 
 
-def _json_validator(registry: SchemaRegistryClient, schema: str,
-                    refs: Iterable[SchemaReference]) -> Any:
+def _json_validator(
+    registry: SchemaRegistryClient, schema: str, refs: Iterable[SchemaReference]
+) -> Any:
     obj = json.loads(schema)
     resources: list[tuple[str, Resource[Any]]] = []
     seen: set[tuple[str, int]] = set()
@@ -402,8 +467,14 @@ def _json_validator(registry: SchemaRegistryClient, schema: str,
             seen.add((r.subject, r.version))
             out = registry.get_version(r.subject, r.version, deleted=True)
             collect(_refs_of(out))
-            resources.append((r.name, Resource.from_contents(
-                json.loads(out["schema"]), default_specification=DRAFT202012)))
+            resources.append(
+                (
+                    r.name,
+                    Resource.from_contents(
+                        json.loads(out["schema"]), default_specification=DRAFT202012
+                    ),
+                )
+            )
 
     collect(refs)
     cls = jsonschema.validators.validator_for(obj, default=jsonschema.Draft202012Validator)
@@ -415,15 +486,17 @@ class JSONSerializer(_Serializer):
 
     schema_type = JSON
 
-    def __init__(self, registry: SchemaRegistryClient, schema: str, *,
-                 validate: bool = True, **kw: Any) -> None:
+    def __init__(
+        self, registry: SchemaRegistryClient, schema: str, *, validate: bool = True, **kw: Any
+    ) -> None:
         super().__init__(registry, schema, **kw)
         self._validator = _json_validator(registry, schema, self.references)
         self.validate = validate
 
     def _record_name(self) -> str | None:
-        title = json.loads(self.schema).get("title") if self.schema.lstrip().startswith(
-            "{") else None
+        title = (
+            json.loads(self.schema).get("title") if self.schema.lstrip().startswith("{") else None
+        )
         return str(title) if title else None
 
     def __call__(self, value: Any, topic: str) -> bytes:
@@ -439,8 +512,9 @@ class JSONDeserializer:
     """Confluent-framed JSON -> a value, validated against the writer's schema (fetched by
     id and cached) or the ``schema`` given."""
 
-    def __init__(self, registry: SchemaRegistryClient, schema: str | None = None, *,
-                 validate: bool = True) -> None:
+    def __init__(
+        self, registry: SchemaRegistryClient, schema: str | None = None, *, validate: bool = True
+    ) -> None:
         self.registry = registry
         self.validate = validate
         self._fixed = None if schema is None else _json_validator(registry, schema, ())

@@ -76,6 +76,7 @@ class _OnLoopThread:
 
     def _start(self, thread_name: str, make: Callable[[], A]) -> A:
         """``make()`` (an async client) built and started on a new loop thread."""
+
         async def started() -> A:
             inner = make()
             await inner.start()
@@ -113,27 +114,40 @@ class Producer(_OnLoopThread):
     def producer_id(self) -> int:
         return self._p.producer_id
 
-    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-             headers: Sequence[Header] | None = None, partition: int | None = None,
-             timestamp_ms: int | None = None) -> concurrent.futures.Future[RecordMetadata]:
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
         async def go() -> RecordMetadata:
-            return await (await self._p.send(topic, value, key, headers, partition,
-                                             timestamp_ms))
+            return await (await self._p.send(topic, value, key, headers, partition, timestamp_ms))
+
         return self._lt.submit(go())
 
-    def send_batch(self, topic: str, values: Sequence[bytes], *,
-                   keys: Sequence[bytes | None] | None = None, partition: int | None = None,
-                   timestamp_ms: int | None = None
-                   ) -> concurrent.futures.Future[list[BatchDelivery]]:
+    def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> concurrent.futures.Future[list[BatchDelivery]]:
         async def go() -> list[BatchDelivery]:
-            return await (await self._p.send_batch(topic, values, keys=keys,
-                                                   partition=partition,
-                                                   timestamp_ms=timestamp_ms))
+            return await (
+                await self._p.send_batch(
+                    topic, values, keys=keys, partition=partition, timestamp_ms=timestamp_ms
+                )
+            )
+
         return self._lt.submit(go())
 
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(), timeout)
-
 
 
 class _Reader(_OnLoopThread):
@@ -141,8 +155,7 @@ class _Reader(_OnLoopThread):
 
     _c: AsyncConsumer | AsyncGroupConsumer
 
-    def poll(self, timeout_ms: int = 1000, max_records: int | None = None
-             ) -> list[ConsumerRecord]:
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         return self._lt.run(self._c.poll(timeout_ms, max_records))
 
     def position(self, tp: TopicPartition) -> int:
@@ -174,6 +187,7 @@ class Consumer(_Reader):
 
         async def go() -> None:
             self._c.assign(parts)
+
         self._lt.run(go())
 
     def assignment(self) -> set[TopicPartition]:
@@ -182,6 +196,7 @@ class Consumer(_Reader):
     def seek(self, tp: TopicPartition, offset: int) -> None:
         async def go() -> None:
             self._c.seek(tp, offset)
+
         self._lt.run(go())
 
     def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -190,13 +205,13 @@ class Consumer(_Reader):
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._lt.run(self._c.end_offsets(list(tps)))
 
-    def offsets_for_times(self, times: dict[TopicPartition, int]
-                          ) -> dict[TopicPartition, int | None]:
+    def offsets_for_times(
+        self, times: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
         return self._lt.run(self._c.offsets_for_times(dict(times)))
 
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._c.high_watermark(tp)
-
 
 
 def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
@@ -209,6 +224,7 @@ def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
         r = await asyncio.to_thread(cb, *args)
         if inspect.isawaitable(r):
             await r
+
     return run
 
 
@@ -217,15 +233,18 @@ class GroupConsumer(_Reader):
 
     _c: AsyncGroupConsumer
 
-    def __init__(self, bootstrap: str | Sequence[str], *, group_id: str,
-                 **options: Any) -> None:
-        self._c = self._start("longboat-group-consumer",
-                              lambda: AsyncGroupConsumer(bootstrap, group_id=group_id, **options))
+    def __init__(self, bootstrap: str | Sequence[str], *, group_id: str, **options: Any) -> None:
+        self._c = self._start(
+            "longboat-group-consumer",
+            lambda: AsyncGroupConsumer(bootstrap, group_id=group_id, **options),
+        )
 
     def _call(self, fn: Callable[[], T]) -> T:
         """A plain method of the async consumer, run on its loop (it touches loop state)."""
+
         async def go() -> T:
             return fn()
+
         return self._lt.run(go())
 
     @property
@@ -236,15 +255,25 @@ class GroupConsumer(_Reader):
     def generation(self) -> int:
         return self._c.generation
 
-    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
-                  on_revoked: PartitionsCallback | None = None,
-                  on_assigned: PartitionsCallback | None = None,
-                  on_lost: PartitionsCallback | None = None) -> None:
-        listed = None if topics is None else (
-            [topics] if isinstance(topics, str) else list(topics))
-        self._call(lambda: self._c.subscribe(
-            listed, pattern=pattern, on_revoked=_off_loop(on_revoked),
-            on_assigned=_off_loop(on_assigned), on_lost=_off_loop(on_lost)))
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        on_assigned: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
+    ) -> None:
+        listed = None if topics is None else ([topics] if isinstance(topics, str) else list(topics))
+        self._call(
+            lambda: self._c.subscribe(
+                listed,
+                pattern=pattern,
+                on_revoked=_off_loop(on_revoked),
+                on_assigned=_off_loop(on_assigned),
+                on_lost=_off_loop(on_lost),
+            )
+        )
 
     def unsubscribe(self) -> None:
         self._call(self._c.unsubscribe)
@@ -258,13 +287,18 @@ class GroupConsumer(_Reader):
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         self._lt.run(self._c.commit(None if offsets is None else dict(offsets)))
 
-    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
-                     callback: CommitCallback | None = None
-                     ) -> concurrent.futures.Future[None]:
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> concurrent.futures.Future[None]:
         """The commit's future; ``callback(offsets, error)`` runs on a worker thread."""
+
         async def go() -> None:
-            await self._c.commit_async(None if offsets is None else dict(offsets),
-                                       _off_loop(callback))
+            await self._c.commit_async(
+                None if offsets is None else dict(offsets), _off_loop(callback)
+            )
+
         return self._lt.submit(go())
 
     def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:

@@ -50,8 +50,13 @@ def normalize_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
 class Transport:
     """One aiohttp session; msgpack calls to broker data routes."""
 
-    def __init__(self, *, request_timeout_s: float = 30.0, connections: int = 100,
-                 source_host: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        request_timeout_s: float = 30.0,
+        connections: int = 100,
+        source_host: str | None = None,
+    ) -> None:
         self.request_timeout_s = request_timeout_s
         self._connections = connections
         self.source_host = source_host
@@ -62,9 +67,11 @@ class Transport:
             self._session = aiohttp.ClientSession(
                 # source_host: a fault-injection client on 127.0.0.N sends from it, so
                 # firewall rules between loopback addresses see who is talking.
-                connector=netbind.connector(self.source_host, limit=self._connections,
-                                            keepalive_timeout=60),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+                connector=netbind.connector(
+                    self.source_host, limit=self._connections, keepalive_timeout=60
+                ),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            )
         return self._session
 
     async def close(self) -> None:
@@ -72,18 +79,23 @@ class Transport:
             await self._session.close()
             self._session = None
 
-    async def call(self, url: str, route: str, body: dict[str, Any], *,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+    async def call(
+        self, url: str, route: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """The answer map; raises ``ClientError`` for a refusal or a failure to get one."""
         answer = await self.call_map(url, route, body, timeout_s=timeout_s)
         err = answer.get("error")
         if err is not None:
-            raise ClientError(str(err), str(answer.get("message") or ""),
-                              leader_id=int(answer.get("leader_id", -1) or -1))
+            raise ClientError(
+                str(err),
+                str(answer.get("message") or ""),
+                leader_id=int(answer.get("leader_id", -1) or -1),
+            )
         return answer
 
-    async def call_map(self, url: str, route: str, body: dict[str, Any], *,
-                       timeout_s: float | None = None) -> dict[str, Any]:
+    async def call_map(
+        self, url: str, route: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """The answer map as the broker sent it, ``error`` included; raises ``ClientError``
         only when no map came back. The group routes answer group-level outcomes as
         ``{"error": "NONE" | <code>, ...}`` beside the other fields, which ``call`` would
@@ -91,9 +103,12 @@ class Transport:
         data = msgpack.packb(body, use_bin_type=True)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
         try:
-            async with self.session().post(f"{url}{DATA_PREFIX}/{route}", data=data,
-                                           headers={"Content-Type": MSGPACK},
-                                           timeout=timeout) as resp:
+            async with self.session().post(
+                f"{url}{DATA_PREFIX}/{route}",
+                data=data,
+                headers={"Content-Type": MSGPACK},
+                timeout=timeout,
+            ) as resp:
                 payload = await resp.read()
                 status = resp.status
         except TimeoutError as e:
@@ -105,22 +120,27 @@ class Transport:
         except Exception:  # not msgpack: a proxy's page, a server error
             answer = None
         # A body the broker refuses is answered 400 with the usual error map (INVALID_REQUEST).
-        if status != 200 and not (status == 400 and isinstance(answer, dict)
-                                  and answer.get("error")):
-            raise ClientError("UNKNOWN_SERVER_ERROR",
-                              f"{url} answered HTTP {status}: {payload[:200]!r}")
+        if status != 200 and not (
+            status == 400 and isinstance(answer, dict) and answer.get("error")
+        ):
+            raise ClientError(
+                "UNKNOWN_SERVER_ERROR", f"{url} answered HTTP {status}: {payload[:200]!r}"
+            )
         if not isinstance(answer, dict):
             raise ClientError("UNKNOWN_SERVER_ERROR", f"{url}: answer is not a map")
         return answer
 
     async def get_json(self, url: str, path: str, *, timeout_s: float = 5.0) -> Any:
         try:
-            async with self.session().get(f"{url}{path}",
-                                          timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            async with self.session().get(
+                f"{url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as r:
                 payload = await r.read()
                 if r.status != 200:
-                    raise ClientError("UNKNOWN_SERVER_ERROR",
-                                      f"GET {url}{path}: HTTP {r.status}: {payload[:200]!r}")
+                    raise ClientError(
+                        "UNKNOWN_SERVER_ERROR",
+                        f"GET {url}{path}: HTTP {r.status}: {payload[:200]!r}",
+                    )
                 return orjson.loads(payload)
         except TimeoutError as e:
             raise ClientError("REQUEST_TIMED_OUT", f"GET {url}{path}") from e
@@ -159,17 +179,24 @@ class ClusterMetadata:
             if not eps:
                 continue
             scheme, host, port = eps[0][0], eps[0][1], eps[0][2]
-            brokers[int(b["broker_id"])] = BrokerInfo(int(b["broker_id"]),
-                                                      f"{scheme}://{host}:{port}",
-                                                      bool(b.get("fenced")), b.get("rack"))
+            brokers[int(b["broker_id"])] = BrokerInfo(
+                int(b["broker_id"]),
+                f"{scheme}://{host}:{port}",
+                bool(b.get("fenced")),
+                b.get("rack"),
+            )
         topics: dict[str, dict[int, PartitionInfo]] = {}
         for t in data.get("topics", []):
             topics[t["name"]] = {
-                int(p["partition"]): PartitionInfo(int(p["partition"]), int(p["leader"]),
-                                                   int(p.get("leader_epoch", -1)),
-                                                   tuple(p.get("replicas", ())),
-                                                   tuple(p.get("isr", ())))
-                for p in t.get("partitions", [])}
+                int(p["partition"]): PartitionInfo(
+                    int(p["partition"]),
+                    int(p["leader"]),
+                    int(p.get("leader_epoch", -1)),
+                    tuple(p.get("replicas", ())),
+                    tuple(p.get("isr", ())),
+                )
+                for p in t.get("partitions", [])
+            }
         return cls(brokers, topics, int(data.get("offset", -1)))
 
     def leader_url(self, topic: str, partition: int) -> str | None:
@@ -180,13 +207,13 @@ class ClusterMetadata:
         return None if b is None else b.url
 
 
-async def fetch_cluster_metadata(bootstrap: str | Sequence[str], *,
-                                 timeout_s: float = 5.0) -> ClusterMetadata:
+async def fetch_cluster_metadata(
+    bootstrap: str | Sequence[str], *, timeout_s: float = 5.0
+) -> ClusterMetadata:
     """One metadata answer from the first broker that gives one."""
     t = Transport()
     try:
-        return await MetadataCache(t, normalize_bootstrap(bootstrap)).refresh(
-            timeout_s=timeout_s)
+        return await MetadataCache(t, normalize_bootstrap(bootstrap)).refresh(timeout_s=timeout_s)
     finally:
         await t.close()
 
@@ -215,8 +242,9 @@ class MetadataCache:
         while True:
             for url in self._candidates():
                 try:
-                    data = await self.transport.get_json(url, "/v3/broker/metadata",
-                                                         timeout_s=min(5.0, timeout_s))
+                    data = await self.transport.get_json(
+                        url, "/v3/broker/metadata", timeout_s=min(5.0, timeout_s)
+                    )
                 except ClientError as e:
                     errors.append(str(e))
                     continue
@@ -228,8 +256,10 @@ class MetadataCache:
                 return self.current
             attempt += 1
             if time.monotonic() >= deadline:
-                raise ClientError("NETWORK_EXCEPTION",
-                                  "no broker answered for metadata: " + "; ".join(errors[-3:]))
+                raise ClientError(
+                    "NETWORK_EXCEPTION",
+                    "no broker answered for metadata: " + "; ".join(errors[-3:]),
+                )
             await asyncio.sleep(min(0.05 * attempt, 0.5))
 
     async def refresh(self, *, timeout_s: float = 10.0) -> ClusterMetadata:
@@ -240,7 +270,8 @@ class MetadataCache:
             if self._refreshing is None or self._refreshing.done():
                 self._last_refresh = time.monotonic()
                 self._refreshing = asyncio.get_running_loop().create_task(
-                    self._refresh_once(timeout_s))
+                    self._refresh_once(timeout_s)
+                )
         return await asyncio.shield(self._refreshing)
 
     async def partitions(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, PartitionInfo]:
@@ -266,8 +297,9 @@ class MetadataCache:
                 return url
             parts = await self.partitions(topic, timeout_s=max(0.1, deadline - time.monotonic()))
             if partition not in parts:
-                raise ClientError("UNKNOWN_TOPIC_OR_PARTITION",
-                                  f"{topic} has no partition {partition}")
+                raise ClientError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has no partition {partition}"
+                )
             if time.monotonic() >= deadline:
                 raise ClientError("LEADER_NOT_AVAILABLE", f"{topic}-{partition} has no leader")
             await asyncio.sleep(0.1)
@@ -279,9 +311,15 @@ class MetadataCache:
         return self._candidates()[0]
 
 
-async def call_with_retries(metadata: MetadataCache, url_for: Callable[[], Awaitable[str]],
-                            route: str, body: dict[str, Any], *, budget_s: float,
-                            backoff_s: float) -> dict[str, Any]:
+async def call_with_retries(
+    metadata: MetadataCache,
+    url_for: Callable[[], Awaitable[str]],
+    route: str,
+    body: dict[str, Any],
+    *,
+    budget_s: float,
+    backoff_s: float,
+) -> dict[str, Any]:
     """``route`` at the broker ``url_for`` names, retrying retriable errors with a growing
     backoff (metadata refreshed first when leadership may have moved) until ``budget_s``."""
     deadline = time.monotonic() + budget_s

@@ -43,27 +43,42 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     controllers = ControllerClient(urls, timeout_s=15)
     ctx = HttpContext(
         broker_id=config.node_id,
-        cluster_id=cluster_id_for(config.cluster_id,
-                                  [(v.node_id, f"{v.host}:{v.port}") for v in config.voters]),
-        image_fn=lambda: srv.follower.image, router=router, controllers=controllers,
-        metrics=metrics, ready_fn=lambda: bool(srv.lifecycle.ready), lanes=lanes)
+        cluster_id=cluster_id_for(
+            config.cluster_id, [(v.node_id, f"{v.host}:{v.port}") for v in config.voters]
+        ),
+        image_fn=lambda: srv.follower.image,
+        router=router,
+        controllers=controllers,
+        metrics=metrics,
+        ready_fn=lambda: bool(srv.lifecycle.ready),
+        lanes=lanes,
+    )
     app[CONTEXT_KEY] = ctx
     app[ERROR_HOOK_KEY] = metrics.note_error
-    metrics.add_gauges(replica_gauges(lambda: srv.follower.image, config.node_id,
-                                      srv.replicas.describe,
-                                      lambda: (router.forwarded_requests, router.retries),
-                                      lambda: (None if srv.replicas.page_cache is None
-                                               else srv.replicas.page_cache.bytes_asked),
-                                      lambda: (lanes.created, lanes.dropped,
-                                               lanes.without_id)))
+    metrics.add_gauges(
+        replica_gauges(
+            lambda: srv.follower.image,
+            config.node_id,
+            srv.replicas.describe,
+            lambda: (router.forwarded_requests, router.retries),
+            lambda: (
+                None if srv.replicas.page_cache is None else srv.replicas.page_cache.bytes_asked
+            ),
+            lambda: (lanes.created, lanes.dropped, lanes.without_id),
+        )
+    )
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_v2_routes(app)
     # Group reads and v2 consumer instances go through the client library, bootstrapped
     # from this broker; instances name this broker in their base_uri (they live here).
     add_group_routes(app, [config.url])
-    add_v2_consumer_routes(app, bootstrap=[config.url], advertised_url=config.url,
-                           instance_timeout_ms=config.consumer_instance_timeout_ms)
+    add_v2_consumer_routes(
+        app,
+        bootstrap=[config.url],
+        advertised_url=config.url,
+        instance_timeout_ms=config.consumer_instance_timeout_ms,
+    )
     app.router.add_get("/metrics", metrics_handler(metrics.render))
     doc = orjson.dumps(openapi_document())
 

@@ -42,8 +42,9 @@ from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.image import MetadataImage, PartitionRegistration, TopicImage
 
 JSON = "application/json"
-MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack",
-                           "application/vnd.longboat.batch+msgpack"})
+MSGPACK_TYPES = frozenset(
+    {"application/msgpack", "application/x-msgpack", "application/vnd.longboat.batch+msgpack"}
+)
 MSGPACK = "application/msgpack"
 
 BODY_READ_TIMEOUT_S = 30.0
@@ -127,17 +128,21 @@ class HttpContext:
         try:
             st = await self.controllers.get_json("/v3/quorum/status")
             if st.get("role") != "leader" and st.get("leader_url"):
-                st = await self.controllers.get_json("/v3/quorum/status",
-                                                     url=str(st["leader_url"]))
+                st = await self.controllers.get_json("/v3/quorum/status", url=str(st["leader_url"]))
             if st.get("role") != "leader":
                 raise ControllerUnavailableError("no node answered as the active controller")
             target = int(st["metadata_offset"])
         except (ControllerUnavailableError, ValueError, TypeError, KeyError) as e:
-            raise HttpError(503, f"Cannot confirm this broker's metadata is current: {e}",
-                            50302) from None
+            raise HttpError(
+                503, f"Cannot confirm this broker's metadata is current: {e}", 50302
+            ) from None
         if not await self.wait_image(lambda im: im.offset >= target, timeout_s):
-            raise HttpError(503, f"This broker's metadata has not reached the controller's "
-                                 f"offset {target} within {timeout_s:.0f} s.", 50302)
+            raise HttpError(
+                503,
+                f"This broker's metadata has not reached the controller's "
+                f"offset {target} within {timeout_s:.0f} s.",
+                50302,
+            )
 
     async def wait_image(self, cond: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
         """Wait until this broker's image satisfies ``cond`` (after an admin change)."""
@@ -189,8 +194,14 @@ async def json_body(request: web.Request, *, required: bool = True) -> Any:
         raise bad_request(f"Malformed JSON: {e}") from None
 
 
-def int_param(request: web.Request, name: str, default: int | None = None, *,
-              lo: int | None = None, hi: int | None = None) -> int:
+def int_param(
+    request: web.Request,
+    name: str,
+    default: int | None = None,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> int:
     v = request.query.get(name)
     if v is None:
         if default is None:

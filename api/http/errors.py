@@ -122,8 +122,9 @@ ERROR_HOOK_KEY: web.AppKey[Callable[[int, int], None]] = web.AppKey("error_hook"
 """Optional: called with (status, error_code) for every error answered (metrics)."""
 
 
-def _answer(request: web.Request, status: int, message: str,
-            error_code: int | None = None) -> web.Response:
+def _answer(
+    request: web.Request, status: int, message: str, error_code: int | None = None
+) -> web.Response:
     hook = request.app.get(ERROR_HOOK_KEY)
     if hook is not None:
         hook(status, error_code or status)

@@ -112,23 +112,35 @@ class Plan:
     def count(self) -> int:
         return len(self.values)
 
-    def encode(self, idxs: Sequence[int], producer_id: int, producer_epoch: int,
-               base_sequence: int) -> bytes:
+    def encode(
+        self, idxs: Sequence[int], producer_id: int, producer_epoch: int, base_sequence: int
+    ) -> bytes:
         """The batch of the records ``idxs`` (one of ``batches``), stamped for its lane."""
         whole = len(idxs) == self.count
         values = self.values if whole else list(map(self.values.__getitem__, idxs))
-        keys = (None if self.keys is None else self.keys if whole
-                else list(map(self.keys.__getitem__, idxs)))
-        return encode_values(values, timestamp=self.timestamp_ms, keys=keys,
-                             producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=base_sequence)
+        keys = (
+            None
+            if self.keys is None
+            else self.keys
+            if whole
+            else list(map(self.keys.__getitem__, idxs))
+        )
+        return encode_values(
+            values,
+            timestamp=self.timestamp_ms,
+            keys=keys,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+        )
 
 
 # --------------------------------------------------------------------------- planning
 
 
-def plan(raw: bytes, *, partitions: int, limit: int, timestamp_ms: int,
-         next_sticky: Callable[[], int]) -> Plan | None:
+def plan(
+    raw: bytes, *, partitions: int, limit: int, timestamp_ms: int, next_sticky: Callable[[], int]
+) -> Plan | None:
     """The plan for a body of plain records, or None (module docstring). Pure but for
     ``next_sticky``, called at most once and only when the plan is taken."""
     try:
@@ -168,8 +180,9 @@ def plan(raw: bytes, *, partitions: int, limit: int, timestamp_ms: int,
         all_key_kinds = [None if k is None else next(kit) for k in key_fields]
         key_sizes = [0 if k is None else len(k) for k in keys]
         memo = _Memo(lambda k: _tail(*k))
-        tails = list(map(memo.__getitem__, zip(all_key_kinds, key_sizes, kinds, sizes,
-                                                   strict=True)))
+        tails = list(
+            map(memo.__getitem__, zip(all_key_kinds, key_sizes, kinds, sizes, strict=True))
+        )
         sizes = list(map(add, sizes, key_sizes))
     # produce_records: a record larger than max.message.bytes fails alone (413).
     if max(sizes) + RECORD_OVERHEAD_BYTES + BATCH_OVERHEAD_BYTES > limit:
@@ -294,8 +307,12 @@ class _Memo(dict[Any, bytes]):
         return v
 
 
-def _assign(pids: list[int | None], keys: list[bytes | None] | None, count: int,
-            next_sticky: Callable[[], int]) -> list[int]:
+def _assign(
+    pids: list[int | None],
+    keys: list[bytes | None] | None,
+    count: int,
+    next_sticky: Callable[[], int],
+) -> list[int]:
     """Partitions as ``produce_records`` picks them: as given, by key, else one sticky one."""
     sticky: int | None = None
     out = []
@@ -311,8 +328,9 @@ def _assign(pids: list[int | None], keys: list[bytes | None] | None, count: int,
     return out
 
 
-def _batches(parts: int | list[int], sizes: list[int], limit: int
-             ) -> list[list[tuple[int, Sequence[int]]]]:
+def _batches(
+    parts: int | list[int], sizes: list[int], limit: int
+) -> list[list[tuple[int, Sequence[int]]]]:
     """Each partition's records in request order (``parts``: each record's partition, or
     the one of all), cut greedily into batches of at most ``limit`` bytes as
     ``produce_records`` cuts them (``sizes``: key and value bytes; each record fits alone)."""
@@ -325,16 +343,20 @@ def _batches(parts: int | list[int], sizes: list[int], limit: int
         ordered = sorted(parts)
         groups = []
         for p in dict.fromkeys(parts):  # first appearance, as produce_records gathers
-            groups.append((p, order[bisect_left(ordered, p):bisect_right(ordered, p)]))
+            groups.append((p, order[bisect_left(ordered, p) : bisect_right(ordered, p)]))
     room = limit - BATCH_OVERHEAD_BYTES
     out = []
     for p, idxs in groups:
-        if (sum(sizes) if len(idxs) == n else sum(map(sizes.__getitem__, idxs))
-                ) + RECORD_OVERHEAD_BYTES * len(idxs) <= room:
+        if (
+            sum(sizes) if len(idxs) == n else sum(map(sizes.__getitem__, idxs))
+        ) + RECORD_OVERHEAD_BYTES * len(idxs) <= room:
             out.append([(p, idxs)])
             continue
-        ends = list(accumulate(map(add, map(sizes.__getitem__, idxs),
-                                   repeat(RECORD_OVERHEAD_BYTES)), initial=0))
+        ends = list(
+            accumulate(
+                map(add, map(sizes.__getitem__, idxs), repeat(RECORD_OVERHEAD_BYTES)), initial=0
+            )
+        )
         cuts, start = [], 0
         while start < len(idxs):
             end = max(bisect_right(ends, ends[start] + room) - 1, start + 1)
@@ -347,8 +369,16 @@ def _batches(parts: int | list[int], sizes: list[int], limit: int
 # --------------------------------------------------------------------------- reports
 
 
-def batch_lines(p: Plan, idxs: Sequence[int], prefix: bytes, partition: int, base_offset: int,
-                append_time_ms: int, *, joined: bool) -> list[bytes]:
+def batch_lines(
+    p: Plan,
+    idxs: Sequence[int],
+    prefix: bytes,
+    partition: int,
+    base_offset: int,
+    append_time_ms: int,
+    *,
+    joined: bool,
+) -> list[bytes]:
     """The report lines of a delivered batch of ``p`` (its records ``idxs``), in its order,
     byte for byte as ``records.report_lines`` writes them. ``prefix``:
     ``records.report_prefix``; ``base_offset``: -1 when not known (acks=0);
@@ -362,8 +392,9 @@ def batch_lines(p: Plan, idxs: Sequence[int], prefix: bytes, partition: int, bas
     offsets = offset_texts(base_offset, len(idxs)) if base_offset >= 0 else repeat(b"-1")
     tails = p.tails if len(idxs) == p.count else map(p.tails.__getitem__, idxs)
     # The fixed parts as arguments, not in the format: % copies its format byte by byte.
-    return list(map(b"%s%s%s%s".__mod__, zip(repeat(head), offsets, repeat(middle), tails,
-                                             strict=False)))
+    return list(
+        map(b"%s%s%s%s".__mod__, zip(repeat(head), offsets, repeat(middle), tails, strict=False))
+    )
 
 
 def failed_lines(err: HttpError, n: int) -> list[bytes]:
@@ -397,7 +428,7 @@ def _offset_runs(base: int, n: int) -> list[tuple[bytes, list[bytes]]]:
         else:
             hi, lo = divmod(x, 1000)
             k = min(end, x - lo + 1000)
-            runs.append((b"%d" % hi, _DIGITS3[lo:lo + k - x]))
+            runs.append((b"%d" % hi, _DIGITS3[lo : lo + k - x]))
         x = k
     return runs
 

@@ -45,8 +45,9 @@ class GroupAccess:
     """The broker's own client of the group coordinators: one transport, one metadata
     cache (bootstrapped from this broker), and a bounded cache of ``CoordinatorClient``s."""
 
-    def __init__(self, bootstrap: list[str], *, retry_timeout_s: float = COORDINATOR_RETRY_S
-                 ) -> None:
+    def __init__(
+        self, bootstrap: list[str], *, retry_timeout_s: float = COORDINATOR_RETRY_S
+    ) -> None:
         self.transport = Transport(request_timeout_s=30.0)
         self.metadata = MetadataCache(self.transport, bootstrap)
         self.retry_timeout_s = retry_timeout_s
@@ -55,8 +56,9 @@ class GroupAccess:
     def client(self, group: str) -> CoordinatorClient:
         c = self._clients.get(group)
         if c is None:
-            c = CoordinatorClient(self.transport, self.metadata, group,
-                                  retry_timeout_s=self.retry_timeout_s)
+            c = CoordinatorClient(
+                self.transport, self.metadata, group, retry_timeout_s=self.retry_timeout_s
+            )
             self._clients[group] = c
             while len(self._clients) > CLIENTS_MAX:
                 self._clients.popitem(last=False)
@@ -74,8 +76,9 @@ class GroupAccess:
 
     async def list(self) -> list[dict[str, Any]]:
         try:
-            return await list_groups(self.transport, self.metadata,
-                                     retry_timeout_s=self.retry_timeout_s)
+            return await list_groups(
+                self.transport, self.metadata, retry_timeout_s=self.retry_timeout_s
+            )
         except ClientError as e:
             raise coordinator_error(e) from None
 
@@ -88,9 +91,15 @@ class GroupAccess:
 
 GROUPS_KEY: web.AppKey[GroupAccess] = web.AppKey("group_access", GroupAccess)
 
-_UNAVAILABLE = frozenset({"COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR",
-                          "COORDINATOR_LOAD_IN_PROGRESS", "NETWORK_EXCEPTION",
-                          "BROKER_NOT_AVAILABLE"})
+_UNAVAILABLE = frozenset(
+    {
+        "COORDINATOR_NOT_AVAILABLE",
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "NETWORK_EXCEPTION",
+        "BROKER_NOT_AVAILABLE",
+    }
+)
 
 
 def coordinator_error(e: ClientError) -> HttpError:
@@ -121,82 +130,113 @@ def _crn(ctx: HttpContext, *parts: str) -> str:
     return "/".join([f"crn:///kafka={ctx.cluster_id}", *parts])
 
 
-def group_json(request: web.Request, ctx: HttpContext, desc: dict[str, Any],
-               coordinator_id: int | None) -> dict[str, Any]:
+def group_json(
+    request: web.Request, ctx: HttpContext, desc: dict[str, Any], coordinator_id: int | None
+) -> dict[str, Any]:
     g = str(desc["group"])
     path = f"{_cpath(ctx)}/consumer-groups/{g}"
     return {
         "kind": "KafkaConsumerGroup",
-        "metadata": {"self": f"{base_url(request)}{path}",
-                     "resource_name": _crn(ctx, f"consumer-group={g}")},
-        "cluster_id": ctx.cluster_id, "consumer_group_id": g,
+        "metadata": {
+            "self": f"{base_url(request)}{path}",
+            "resource_name": _crn(ctx, f"consumer-group={g}"),
+        },
+        "cluster_id": ctx.cluster_id,
+        "consumer_group_id": g,
         "is_simple": bool(desc.get("is_simple")),
         # Longboat's assignor names ("range", "cooperative-sticky"), not Java class names.
         "partition_assignor": desc.get("assignor") or "",
         "state": str(desc.get("state") or "UNKNOWN"),
-        "type": "CLASSIC", "is_mixed_consumer_group": False,
-        "generation": desc.get("generation"), "protocol": desc.get("protocol"),
-        "coordinator": None if coordinator_id is None
+        "type": "CLASSIC",
+        "is_mixed_consumer_group": False,
+        "generation": desc.get("generation"),
+        "protocol": desc.get("protocol"),
+        "coordinator": None
+        if coordinator_id is None
         else _link(request, f"{_cpath(ctx)}/brokers/{coordinator_id}"),
         "consumers": _link(request, f"{path}/consumers"),
         "lag_summary": _link(request, f"{path}/lag-summary"),
     }
 
 
-def consumer_json(request: web.Request, ctx: HttpContext, group: str,
-                  m: dict[str, Any]) -> dict[str, Any]:
+def consumer_json(
+    request: web.Request, ctx: HttpContext, group: str, m: dict[str, Any]
+) -> dict[str, Any]:
     mid = str(m["member_id"])
     path = f"{_cpath(ctx)}/consumer-groups/{group}/consumers/{mid}"
     return {
         "kind": "KafkaConsumer",
-        "metadata": {"self": f"{base_url(request)}{path}",
-                     "resource_name": _crn(ctx, f"consumer-group={group}",
-                                           f"consumer={mid}")},
-        "cluster_id": ctx.cluster_id, "consumer_group_id": group, "consumer_id": mid,
+        "metadata": {
+            "self": f"{base_url(request)}{path}",
+            "resource_name": _crn(ctx, f"consumer-group={group}", f"consumer={mid}"),
+        },
+        "cluster_id": ctx.cluster_id,
+        "consumer_group_id": group,
+        "consumer_id": mid,
         "instance_id": None,  # static membership (KIP-345) is not supported
         "client_id": m.get("client_id"),
         "assignments": _link(request, f"{path}/assignments"),
     }
 
 
-def assignment_json(request: web.Request, ctx: HttpContext, group: str, member: str,
-                    topic: str, p: int) -> dict[str, Any]:
+def assignment_json(
+    request: web.Request, ctx: HttpContext, group: str, member: str, topic: str, p: int
+) -> dict[str, Any]:
     c = _cpath(ctx)
     path = f"{c}/consumer-groups/{group}/consumers/{member}/assignments/{topic}/partitions/{p}"
     return {
         "kind": "KafkaConsumerAssignment",
-        "metadata": {"self": f"{base_url(request)}{path}",
-                     "resource_name": _crn(ctx, f"consumer-group={group}",
-                                           f"consumer={member}",
-                                           f"assignment={topic}", f"partition={p}")},
-        "cluster_id": ctx.cluster_id, "consumer_group_id": group, "consumer_id": member,
-        "topic_name": topic, "partition_id": p,
+        "metadata": {
+            "self": f"{base_url(request)}{path}",
+            "resource_name": _crn(
+                ctx,
+                f"consumer-group={group}",
+                f"consumer={member}",
+                f"assignment={topic}",
+                f"partition={p}",
+            ),
+        },
+        "cluster_id": ctx.cluster_id,
+        "consumer_group_id": group,
+        "consumer_id": member,
+        "topic_name": topic,
+        "partition_id": p,
         "partition": _link(request, f"{c}/topics/{topic}/partitions/{p}"),
         "lag": _link(request, f"{c}/consumer-groups/{group}/lags/{topic}/partitions/{p}"),
     }
 
 
-def lag_json(request: web.Request, ctx: HttpContext, group: str, row: list[Any],
-             clients: dict[str, Any]) -> dict[str, Any]:
+def lag_json(
+    request: web.Request, ctx: HttpContext, group: str, row: list[Any], clients: dict[str, Any]
+) -> dict[str, Any]:
     topic, p, current, leo, lag, member = row
     path = f"{_cpath(ctx)}/consumer-groups/{group}/lags/{topic}/partitions/{p}"
     return {
         "kind": "KafkaConsumerLag",
-        "metadata": {"self": f"{base_url(request)}{path}",
-                     "resource_name": _crn(ctx, f"consumer-group={group}", f"lag={topic}",
-                                           f"partition={p}")},
-        "cluster_id": ctx.cluster_id, "consumer_group_id": group, "topic_name": topic,
+        "metadata": {
+            "self": f"{base_url(request)}{path}",
+            "resource_name": _crn(ctx, f"consumer-group={group}", f"lag={topic}", f"partition={p}"),
+        },
+        "cluster_id": ctx.cluster_id,
+        "consumer_group_id": group,
+        "topic_name": topic,
         "partition_id": int(p),
         # null where the group has no commit for the partition (kafka-consumer-groups: "-")
-        "current_offset": current, "log_end_offset": leo, "lag": lag,
-        "consumer_id": member, "instance_id": None,
+        "current_offset": current,
+        "log_end_offset": leo,
+        "lag": lag,
+        "consumer_id": member,
+        "instance_id": None,
         "client_id": clients.get(member) if member is not None else None,
     }
 
 
 def _list(request: web.Request, kind: str, data: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"kind": kind, "metadata": {"self": f"{base_url(request)}{request.path}",
-                                       "next": None}, "data": data}
+    return {
+        "kind": kind,
+        "metadata": {"self": f"{base_url(request)}{request.path}", "next": None},
+        "data": data,
+    }
 
 
 # --------------------------------------------------------------------------- handlers
@@ -246,24 +286,25 @@ async def list_consumers(request: web.Request) -> web.Response:
     group = request.match_info["group"]
     desc = await _describe_or_404(request.app[GROUPS_KEY], group)
     members = sorted(desc.get("members") or [], key=lambda m: str(m["member_id"]))
-    return json_response(_list(request, "KafkaConsumerList",
-                               [consumer_json(request, ctx, group, m) for m in members]))
+    return json_response(
+        _list(
+            request, "KafkaConsumerList", [consumer_json(request, ctx, group, m) for m in members]
+        )
+    )
 
 
 def _member_or_404(desc: dict[str, Any], group: str, consumer: str) -> dict[str, Any]:
     for m in desc.get("members") or []:
         if str(m["member_id"]) == consumer:
             return dict(m)
-    raise HttpError(404, f"Consumer '{consumer}' not found in consumer group '{group}'.",
-                    40403)
+    raise HttpError(404, f"Consumer '{consumer}' not found in consumer group '{group}'.", 40403)
 
 
 async def get_consumer(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     group, consumer = request.match_info["group"], request.match_info["consumer"]
     desc = await _describe_or_404(request.app[GROUPS_KEY], group)
-    return json_response(consumer_json(request, ctx, group,
-                                       _member_or_404(desc, group, consumer)))
+    return json_response(consumer_json(request, ctx, group, _member_or_404(desc, group, consumer)))
 
 
 async def list_consumer_assignments(request: web.Request) -> web.Response:
@@ -272,8 +313,13 @@ async def list_consumer_assignments(request: web.Request) -> web.Response:
     desc = await _describe_or_404(request.app[GROUPS_KEY], group)
     m = _member_or_404(desc, group, consumer)
     tps = sorted((str(t), int(p)) for t, p in m.get("assignment") or [])
-    return json_response(_list(request, "KafkaConsumerAssignmentList", [
-        assignment_json(request, ctx, group, consumer, t, p) for t, p in tps]))
+    return json_response(
+        _list(
+            request,
+            "KafkaConsumerAssignmentList",
+            [assignment_json(request, ctx, group, consumer, t, p) for t, p in tps],
+        )
+    )
 
 
 def _clients(desc: dict[str, Any]) -> dict[str, Any]:
@@ -291,8 +337,13 @@ async def _group_lags(request: web.Request) -> tuple[str, dict[str, Any], list[l
 async def list_lags(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     group, clients, rows = await _group_lags(request)
-    return json_response(_list(request, "KafkaConsumerLagList",
-                               [lag_json(request, ctx, group, r, clients) for r in rows]))
+    return json_response(
+        _list(
+            request,
+            "KafkaConsumerLagList",
+            [lag_json(request, ctx, group, r, clients) for r in rows],
+        )
+    )
 
 
 async def get_lag(request: web.Request) -> web.Response:
@@ -303,8 +354,12 @@ async def get_lag(request: web.Request) -> web.Response:
     for r in rows:
         if str(r[0]) == topic and int(r[1]) == p:
             return json_response(lag_json(request, ctx, group, r, clients))
-    raise HttpError(404, f"Consumer group '{group}' has no offset or assignment for "
-                         f"partition {p} of topic '{topic}'.", 40403)
+    raise HttpError(
+        404,
+        f"Consumer group '{group}' has no offset or assignment for "
+        f"partition {p} of topic '{topic}'.",
+        40403,
+    )
 
 
 async def get_lag_summary(request: web.Request) -> web.Response:
@@ -316,22 +371,30 @@ async def get_lag_summary(request: web.Request) -> web.Response:
     c = _cpath(ctx)
     path = f"{c}/consumer-groups/{group}/lag-summary"
     member = None if top is None else top[5]
-    return json_response({
-        "kind": "KafkaConsumerGroupLagSummary",
-        "metadata": {"self": f"{base_url(request)}{path}",
-                     "resource_name": _crn(ctx, f"consumer-group={group}", "lag-summary")},
-        "cluster_id": ctx.cluster_id, "consumer_group_id": group,
-        "max_lag_consumer_id": member, "max_lag_instance_id": None,
-        "max_lag_client_id": clients.get(member) if member is not None else None,
-        "max_lag_topic_name": None if top is None else top[0],
-        "max_lag_partition_id": None if top is None else int(top[1]),
-        "max_lag": 0 if top is None else int(top[4]),
-        "total_lag": sum(int(r[4]) for r in lagging),
-        "max_lag_consumer": None if member is None
-        else _link(request, f"{c}/consumer-groups/{group}/consumers/{member}"),
-        "max_lag_partition": None if top is None
-        else _link(request, f"{c}/topics/{top[0]}/partitions/{int(top[1])}"),
-    })
+    return json_response(
+        {
+            "kind": "KafkaConsumerGroupLagSummary",
+            "metadata": {
+                "self": f"{base_url(request)}{path}",
+                "resource_name": _crn(ctx, f"consumer-group={group}", "lag-summary"),
+            },
+            "cluster_id": ctx.cluster_id,
+            "consumer_group_id": group,
+            "max_lag_consumer_id": member,
+            "max_lag_instance_id": None,
+            "max_lag_client_id": clients.get(member) if member is not None else None,
+            "max_lag_topic_name": None if top is None else top[0],
+            "max_lag_partition_id": None if top is None else int(top[1]),
+            "max_lag": 0 if top is None else int(top[4]),
+            "total_lag": sum(int(r[4]) for r in lagging),
+            "max_lag_consumer": None
+            if member is None
+            else _link(request, f"{c}/consumer-groups/{group}/consumers/{member}"),
+            "max_lag_partition": None
+            if top is None
+            else _link(request, f"{c}/topics/{top[0]}/partitions/{int(top[1])}"),
+        }
+    )
 
 
 def add_group_routes(app: web.Application, bootstrap: list[str]) -> GroupAccess:

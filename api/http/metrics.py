@@ -28,15 +28,29 @@ from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                     2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 
 class _Gauges(Collector):
     """Gauges computed at scrape time by ``fn`` -> [(name, help, value)]."""
 
-    def __init__(self, fn: Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]
-                 ) -> None:
+    def __init__(self, fn: Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]) -> None:
         self.fn = fn
 
     def collect(self) -> Iterable[Metric]:
@@ -52,35 +66,49 @@ class _Gauges(Collector):
 class BrokerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.produce_requests = Counter("longboat_produce_requests", "HTTP produce requests",
-                                        ["api"], registry=r)
-        self.produce_records = Counter("longboat_produce_records",
-                                       "Records acknowledged through HTTP produce", registry=r)
-        self.produce_record_errors = Counter("longboat_produce_record_errors",
-                                             "Records refused by HTTP produce", registry=r)
-        self.produce_latency = Histogram("longboat_produce_latency_seconds",
-                                         "HTTP produce request latency", ["api"],
-                                         buckets=LATENCY_BUCKETS_S, registry=r)
-        self.bytes_in = Counter("longboat_bytes_in", "Record bytes produced (batches)",
-                                registry=r)
-        self.fetch_requests = Counter("longboat_fetch_requests", "HTTP read requests",
-                                      registry=r)
-        self.fetch_records = Counter("longboat_fetch_records", "Records returned by HTTP reads",
-                                     registry=r)
-        self.fetch_latency = Histogram("longboat_fetch_latency_seconds",
-                                       "HTTP read request latency (long-polls included)",
-                                       buckets=LATENCY_BUCKETS_S, registry=r)
-        self.bytes_out = Counter("longboat_bytes_out", "Batch bytes returned by HTTP reads",
-                                 registry=r)
-        self.http_errors = Counter("longboat_http_errors", "HTTP error answers",
-                                   ["status", "error_code"], registry=r)
-        self.isr_shrinks = Counter("longboat_isr_shrinks",
-                                   "ISR shrinks of partitions this broker leads", registry=r)
-        self.isr_expands = Counter("longboat_isr_expands",
-                                   "ISR expands of partitions this broker leads", registry=r)
+        self.produce_requests = Counter(
+            "longboat_produce_requests", "HTTP produce requests", ["api"], registry=r
+        )
+        self.produce_records = Counter(
+            "longboat_produce_records", "Records acknowledged through HTTP produce", registry=r
+        )
+        self.produce_record_errors = Counter(
+            "longboat_produce_record_errors", "Records refused by HTTP produce", registry=r
+        )
+        self.produce_latency = Histogram(
+            "longboat_produce_latency_seconds",
+            "HTTP produce request latency",
+            ["api"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.bytes_in = Counter("longboat_bytes_in", "Record bytes produced (batches)", registry=r)
+        self.fetch_requests = Counter("longboat_fetch_requests", "HTTP read requests", registry=r)
+        self.fetch_records = Counter(
+            "longboat_fetch_records", "Records returned by HTTP reads", registry=r
+        )
+        self.fetch_latency = Histogram(
+            "longboat_fetch_latency_seconds",
+            "HTTP read request latency (long-polls included)",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.bytes_out = Counter(
+            "longboat_bytes_out", "Batch bytes returned by HTTP reads", registry=r
+        )
+        self.http_errors = Counter(
+            "longboat_http_errors", "HTTP error answers", ["status", "error_code"], registry=r
+        )
+        self.isr_shrinks = Counter(
+            "longboat_isr_shrinks", "ISR shrinks of partitions this broker leads", registry=r
+        )
+        self.isr_expands = Counter(
+            "longboat_isr_expands", "ISR expands of partitions this broker leads", registry=r
+        )
 
-    def add_gauges(self, fn: Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]
-                   ) -> None:
+    def add_gauges(
+        self, fn: Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]
+    ) -> None:
         self.registry.register(_Gauges(fn))
 
     def note_error(self, status: int, error_code: int) -> None:
@@ -90,12 +118,14 @@ class BrokerMetrics:
         return generate_latest(self.registry)
 
 
-def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
-                   describe: Callable[[], list[dict[str, Any]]],
-                   router_stats: Callable[[], tuple[int, int]],
-                   page_cache_asked: Callable[[], int | None] = lambda: None,
-                   lane_stats: Callable[[], tuple[int, int, int]] | None = None,
-                   ) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
+def replica_gauges(
+    image_fn: Callable[[], Any],
+    broker_id: int,
+    describe: Callable[[], list[dict[str, Any]]],
+    router_stats: Callable[[], tuple[int, int]],
+    page_cache_asked: Callable[[], int | None] = lambda: None,
+    lane_stats: Callable[[], tuple[int, int, int]] | None = None,
+) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
     """Gauges from the image (partitions this broker leads: under-replicated, i.e. ISR
     smaller than the replica set), from ``ReplicaManager.describe()``, the bytes of log
     asked out of the page cache (``storage.page_cache``; absent when that is off), and the
@@ -111,54 +141,96 @@ def replica_gauges(image_fn: Callable[[], Any], broker_id: int,
                 if len(reg.isr) < len(reg.replicas):
                     under += 1
         yield ("longboat_leader_partitions", "Partitions this broker leads", led, {})
-        yield ("longboat_under_replicated_partitions",
-               "Partitions led here whose ISR is smaller than the replica set", under, {})
+        yield (
+            "longboat_under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than the replica set",
+            under,
+            {},
+        )
         forwarded, retries = router_stats()
-        yield ("longboat_forwarded_requests", "Requests forwarded to partition leaders",
-               forwarded, {})
-        yield ("longboat_leader_retries", "Routed requests retried through a leader change",
-               retries, {})
+        yield (
+            "longboat_forwarded_requests",
+            "Requests forwarded to partition leaders",
+            forwarded,
+            {},
+        )
+        yield (
+            "longboat_leader_retries",
+            "Routed requests retried through a leader change",
+            retries,
+            {},
+        )
         asked = page_cache_asked()
         if asked is not None:
-            yield ("longboat_page_cache_asked_bytes",
-                   "Bytes of partition logs asked out of the page cache (each range twice)",
-                   asked, {})
+            yield (
+                "longboat_page_cache_asked_bytes",
+                "Bytes of partition logs asked out of the page cache (each range twice)",
+                asked,
+                {},
+            )
         if lane_stats is not None:
             created, dropped, without = lane_stats()
-            yield ("longboat_produce_lanes_created",
-                   "Producer ids taken for batches built from HTTP produce requests", created, {})
-            yield ("longboat_produce_lanes_dropped",
-                   "Produce lanes dropped after a failed batch", dropped, {})
-            yield ("longboat_produce_batches_without_producer_id",
-                   "HTTP-built acks=all batches sent without a producer id (none to be had)",
-                   without, {})
+            yield (
+                "longboat_produce_lanes_created",
+                "Producer ids taken for batches built from HTTP produce requests",
+                created,
+                {},
+            )
+            yield (
+                "longboat_produce_lanes_dropped",
+                "Produce lanes dropped after a failed batch",
+                dropped,
+                {},
+            )
+            yield (
+                "longboat_produce_batches_without_producer_id",
+                "HTTP-built acks=all batches sent without a producer id (none to be had)",
+                without,
+                {},
+            )
 
     return fn
 
 
-def controller_gauges(status: Callable[[], dict[str, Any]]
-                      ) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
+def controller_gauges(
+    status: Callable[[], dict[str, Any]],
+) -> Callable[[], Iterable[tuple[str, str, float, dict[str, str]]]]:
     def fn() -> Iterable[tuple[str, str, float, dict[str, str]]]:
         st = status()
         yield ("longboat_raft_term", "Current Raft term", st["term"], {})
         yield ("longboat_raft_commit_index", "Raft commit index", st["commit"], {})
         yield ("longboat_raft_applied_index", "Raft applied index", st["applied"], {})
         yield ("longboat_raft_last_index", "Last Raft log index", st["last_index"], {})
-        yield ("longboat_raft_commit_lag", "last_index - commit on this node",
-               st["last_index"] - st["commit"], {})
-        yield ("longboat_raft_is_leader", "1 on the Raft leader",
-               1 if st["role"] == "leader" else 0, {})
-        yield ("longboat_metadata_offset", "Metadata offset applied",
-               st.get("metadata_offset", -1), {})
+        yield (
+            "longboat_raft_commit_lag",
+            "last_index - commit on this node",
+            st["last_index"] - st["commit"],
+            {},
+        )
+        yield (
+            "longboat_raft_is_leader",
+            "1 on the Raft leader",
+            1 if st["role"] == "leader" else 0,
+            {},
+        )
+        yield (
+            "longboat_metadata_offset",
+            "Metadata offset applied",
+            st.get("metadata_offset", -1),
+            {},
+        )
         for f in st.get("followers", []):
-            yield ("longboat_raft_follower_lag", "Leader's last index - follower match index",
-                   st["last_index"] - f["match"], {"follower": str(f["node_id"])})
+            yield (
+                "longboat_raft_follower_lag",
+                "Leader's last index - follower match index",
+                st["last_index"] - f["match"],
+                {"follower": str(f["node_id"])},
+            )
 
     return fn
 
 
-def metrics_handler(render: Callable[[], bytes]) -> Callable[[web.Request],
-                                                             Any]:
+def metrics_handler(render: Callable[[], bytes]) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.Response:
         resp = web.Response(body=render())
         resp.headers["Content-Type"] = CONTENT_TYPE

@@ -11,77 +11,196 @@ from typing import Any
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 
-_TP = {"type": "object", "required": ["topic", "partition"], "properties": {
-    "topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0}}}
+_TP = {
+    "type": "object",
+    "required": ["topic", "partition"],
+    "properties": {"topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0}},
+}
 
-_DATA = {"type": "object", "properties": {
-    "type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]},
-    "data": {}}}
+_DATA = {
+    "type": "object",
+    "properties": {"type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]}, "data": {}},
+}
 
 SV = "/subjects/{subject}/versions"
 
 SCHEMAS: dict[str, Any] = {
-    "RegistrySchema": {"type": "object", "required": ["schema"], "properties": {
-        "schema": {"type": "string"},
-        "schemaType": {"type": "string", "enum": ["AVRO", "JSON"]},
-        "references": {"type": "array", "items": {
-            "type": "object", "required": ["name", "subject", "version"], "properties": {
-                "name": {"type": "string"}, "subject": {"type": "string"},
-                "version": {"type": "integer"}}}},
-        "id": {"type": "integer"}, "version": {"type": "integer"}}},
-    "RegistryConfig": {"type": "object", "properties": {"compatibility": {
-        "type": "string", "enum": ["NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD",
-                                   "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]}}},
-    "RegistryMode": {"type": "object", "properties": {"mode": {
-        "type": "string", "enum": ["READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT"]}}},
-    "Error": {"type": "object", "required": ["error_code", "message"], "properties": {
-        "error_code": {"type": "integer"}, "message": {"type": ["string", "null"]}}},
-    "ProduceRecord": {"type": "object", "properties": {
-        "partition_id": {"type": "integer", "minimum": 0},
-        "key": _DATA, "value": _DATA,
-        "headers": {"type": "array", "items": {"type": "object", "required": ["name"],
-                                               "properties": {
-                                                   "name": {"type": "string"},
-                                                   "value": {"type": ["string", "null"],
-                                                             "format": "byte"}}}},
-        "timestamp": {"oneOf": [{"type": "string", "format": "date-time"},
-                                {"type": "integer"}]}}},
-    "ProduceReport": {"type": "object", "properties": {
-        "error_code": {"type": "integer"}, "message": {"type": "string"},
-        "cluster_id": {"type": "string"}, "topic_name": {"type": "string"},
-        "partition_id": {"type": "integer"}, "offset": {"type": "integer"},
-        "timestamp": {"type": "string", "format": "date-time"}}},
-    "CreateTopic": {"type": "object", "required": ["topic_name"], "properties": {
-        "topic_name": {"type": "string"}, "partitions_count": {"type": "integer", "minimum": 1},
-        "replication_factor": {"type": "integer", "minimum": 1},
-        "configs": {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string"}, "value": {"type": "string"}}}},
-        "validate_only": {"type": "boolean"},
-        "replicas_assignments": {"type": "object", "additionalProperties": {
-            "type": "array", "items": {"type": "integer"}}}}},
-    "V2Produce": {"type": "object", "required": ["records"], "properties": {
-        "records": {"type": "array", "items": {"type": "object", "properties": {
-            "key": {}, "value": {}, "partition": {"type": "integer"}}}}}},
-    "V2CreateConsumer": {"type": "object", "properties": {
-        "name": {"type": "string"},
-        "format": {"type": "string", "enum": ["binary", "json", "string"]},
-        "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
-        "auto.commit.enable": {"type": ["boolean", "string"]},
-        "fetch.min.bytes": {"type": ["integer", "string"]},
-        "consumer.request.timeout.ms": {"type": ["integer", "string"]}}},
-    "V2Subscription": {"type": "object", "properties": {
-        "topics": {"type": "array", "items": {"type": "string"}},
-        "topic_pattern": {"type": "string"}}},
-    "V2Partitions": {"type": "object", "required": ["partitions"], "properties": {
-        "partitions": {"type": "array", "items": _TP}}},
-    "V2Offsets": {"type": "object", "properties": {
-        "offsets": {"type": "array", "items": {"type": "object", "properties": {
-            "topic": {"type": "string"}, "partition": {"type": "integer"},
-            "offset": {"type": "integer"}}}},
-        "timestamps": {"type": "array", "items": {"type": "object", "properties": {
-            "topic": {"type": "string"}, "partition": {"type": "integer"},
-            "timestamp": {"oneOf": [{"type": "string", "format": "date-time"},
-                                    {"type": "integer"}]}}}}}},
+    "RegistrySchema": {
+        "type": "object",
+        "required": ["schema"],
+        "properties": {
+            "schema": {"type": "string"},
+            "schemaType": {"type": "string", "enum": ["AVRO", "JSON"]},
+            "references": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "subject", "version"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "subject": {"type": "string"},
+                        "version": {"type": "integer"},
+                    },
+                },
+            },
+            "id": {"type": "integer"},
+            "version": {"type": "integer"},
+        },
+    },
+    "RegistryConfig": {
+        "type": "object",
+        "properties": {
+            "compatibility": {
+                "type": "string",
+                "enum": [
+                    "NONE",
+                    "BACKWARD",
+                    "BACKWARD_TRANSITIVE",
+                    "FORWARD",
+                    "FORWARD_TRANSITIVE",
+                    "FULL",
+                    "FULL_TRANSITIVE",
+                ],
+            }
+        },
+    },
+    "RegistryMode": {
+        "type": "object",
+        "properties": {
+            "mode": {
+                "type": "string",
+                "enum": ["READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT"],
+            }
+        },
+    },
+    "Error": {
+        "type": "object",
+        "required": ["error_code", "message"],
+        "properties": {"error_code": {"type": "integer"}, "message": {"type": ["string", "null"]}},
+    },
+    "ProduceRecord": {
+        "type": "object",
+        "properties": {
+            "partition_id": {"type": "integer", "minimum": 0},
+            "key": _DATA,
+            "value": _DATA,
+            "headers": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "value": {"type": ["string", "null"], "format": "byte"},
+                    },
+                },
+            },
+            "timestamp": {
+                "oneOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]
+            },
+        },
+    },
+    "ProduceReport": {
+        "type": "object",
+        "properties": {
+            "error_code": {"type": "integer"},
+            "message": {"type": "string"},
+            "cluster_id": {"type": "string"},
+            "topic_name": {"type": "string"},
+            "partition_id": {"type": "integer"},
+            "offset": {"type": "integer"},
+            "timestamp": {"type": "string", "format": "date-time"},
+        },
+    },
+    "CreateTopic": {
+        "type": "object",
+        "required": ["topic_name"],
+        "properties": {
+            "topic_name": {"type": "string"},
+            "partitions_count": {"type": "integer", "minimum": 1},
+            "replication_factor": {"type": "integer", "minimum": 1},
+            "configs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+                },
+            },
+            "validate_only": {"type": "boolean"},
+            "replicas_assignments": {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": {"type": "integer"}},
+            },
+        },
+    },
+    "V2Produce": {
+        "type": "object",
+        "required": ["records"],
+        "properties": {
+            "records": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"key": {}, "value": {}, "partition": {"type": "integer"}},
+                },
+            }
+        },
+    },
+    "V2CreateConsumer": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "format": {"type": "string", "enum": ["binary", "json", "string"]},
+            "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
+            "auto.commit.enable": {"type": ["boolean", "string"]},
+            "fetch.min.bytes": {"type": ["integer", "string"]},
+            "consumer.request.timeout.ms": {"type": ["integer", "string"]},
+        },
+    },
+    "V2Subscription": {
+        "type": "object",
+        "properties": {
+            "topics": {"type": "array", "items": {"type": "string"}},
+            "topic_pattern": {"type": "string"},
+        },
+    },
+    "V2Partitions": {
+        "type": "object",
+        "required": ["partitions"],
+        "properties": {"partitions": {"type": "array", "items": _TP}},
+    },
+    "V2Offsets": {
+        "type": "object",
+        "properties": {
+            "offsets": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": {"type": "string"},
+                        "partition": {"type": "integer"},
+                        "offset": {"type": "integer"},
+                    },
+                },
+            },
+            "timestamps": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": {"type": "string"},
+                        "partition": {"type": "integer"},
+                        "timestamp": {
+                            "oneOf": [
+                                {"type": "string", "format": "date-time"},
+                                {"type": "integer"},
+                            ]
+                        },
+                    },
+                },
+            },
+        },
+    },
 }
 
 C = "/v3/clusters/{cluster_id}"
@@ -97,119 +216,293 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", C + "/brokers", "List brokers.", [], None, "200"),
     ("get", C + "/brokers/{broker_id}", "One broker.", [], None, "200"),
     ("get", C + "/topics", "List topics.", [], None, "200"),
-    ("post", C + "/topics", "Create a topic (validate_only: check only).", [], "CreateTopic",
-     "201"),
+    (
+        "post",
+        C + "/topics",
+        "Create a topic (validate_only: check only).",
+        [],
+        "CreateTopic",
+        "201",
+    ),
     ("get", T, "One topic.", [], None, "200"),
     ("delete", T, "Delete a topic.", [], None, "204"),
-    ("patch", T, "Add partitions: {\"partitions_count\": N}.", [], None, "200"),
+    ("patch", T, 'Add partitions: {"partitions_count": N}.', [], None, "200"),
     ("get", T + "/configs", "List a topic's configs.", [], None, "200"),
-    ("post", T + "/configs:alter", "Set/delete configs: {\"data\": [{name, value, operation}]}.",
-     [], None, "204"),
+    (
+        "post",
+        T + "/configs:alter",
+        'Set/delete configs: {"data": [{name, value, operation}]}.',
+        [],
+        None,
+        "204",
+    ),
     ("get", T + "/configs/{name}", "One config.", [], None, "200"),
-    ("put", T + "/configs/{name}", "Set a config: {\"value\": ...}.", [], None, "204"),
+    ("put", T + "/configs/{name}", 'Set a config: {"value": ...}.', [], None, "204"),
     ("delete", T + "/configs/{name}", "Reset a config to its default.", [], None, "204"),
     ("get", T + "/partitions", "List partitions (leader, replicas, ISR).", [], None, "200"),
     ("get", P, "One partition.", [], None, "200"),
-    ("get", P + "/offset", "Earliest and latest offsets; with timestamp, the offset for it.",
-     ["timestamp"], None, "200"),
-    ("get", P + "/records", "Stateless read from an offset; long-polls at the end. Accept: "
-     "application/json (default), application/msgpack (whole batches), "
-     "application/vnd.apache.arrow.stream.",
-     ["offset", "max_bytes", "timeout_ms", "format", "key_format", "max_offset",
-      "include_headers"], None,
-     "200"),
-    ("post", T + "/records", "Produce one record, several (array, concatenated or chunked "
-     "stream: one report per record, in order), or a msgpack batch.",
-     ["acks", "timeout_ms"], "ProduceRecord", "200"),
-    ("post", T + "/records:batch", "Produce {\"entries\": [{id, ...record}]}; 207 with "
-     "successes and failures.", ["acks", "timeout_ms"], None, "207"),
+    (
+        "get",
+        P + "/offset",
+        "Earliest and latest offsets; with timestamp, the offset for it.",
+        ["timestamp"],
+        None,
+        "200",
+    ),
+    (
+        "get",
+        P + "/records",
+        "Stateless read from an offset; long-polls at the end. Accept: "
+        "application/json (default), application/msgpack (whole batches), "
+        "application/vnd.apache.arrow.stream.",
+        [
+            "offset",
+            "max_bytes",
+            "timeout_ms",
+            "format",
+            "key_format",
+            "max_offset",
+            "include_headers",
+        ],
+        None,
+        "200",
+    ),
+    (
+        "post",
+        T + "/records",
+        "Produce one record, several (array, concatenated or chunked "
+        "stream: one report per record, in order), or a msgpack batch.",
+        ["acks", "timeout_ms"],
+        "ProduceRecord",
+        "200",
+    ),
+    (
+        "post",
+        T + "/records:batch",
+        'Produce {"entries": [{id, ...record}]}; 207 with successes and failures.',
+        ["acks", "timeout_ms"],
+        None,
+        "207",
+    ),
     ("get", "/topics", "v2: topic names.", [], None, "200"),
     ("get", "/topics/{topic}", "v2: one topic.", [], None, "200"),
-    ("post", "/topics/{topic}", "v2: produce {\"records\": [...]} (json or binary embedded "
-     "format).", ["acks"], "V2Produce", "200"),
+    (
+        "post",
+        "/topics/{topic}",
+        'v2: produce {"records": [...]} (json or binary embedded format).',
+        ["acks"],
+        "V2Produce",
+        "200",
+    ),
     ("get", "/topics/{topic}/partitions", "v2: partitions.", [], None, "200"),
     ("get", "/topics/{topic}/partitions/{partition}", "v2: one partition.", [], None, "200"),
-    ("post", "/topics/{topic}/partitions/{partition}", "v2: produce to one partition.",
-     ["acks"], "V2Produce", "200"),
-    ("get", "/topics/{topic}/partitions/{partition}/offsets", "v2: beginning and end offsets.",
-     [], None, "200"),
+    (
+        "post",
+        "/topics/{topic}/partitions/{partition}",
+        "v2: produce to one partition.",
+        ["acks"],
+        "V2Produce",
+        "200",
+    ),
+    (
+        "get",
+        "/topics/{topic}/partitions/{partition}/offsets",
+        "v2: beginning and end offsets.",
+        [],
+        None,
+        "200",
+    ),
     ("get", "/brokers", "v2: broker ids.", [], None, "200"),
     ("get", C + "/consumer-groups", "List consumer groups.", [], None, "200"),
     ("get", G, "One consumer group: state, assignor, coordinator.", [], None, "200"),
     ("get", G + "/consumers", "The group's members.", [], None, "200"),
     ("get", G + "/consumers/{consumer}", "One member.", [], None, "200"),
-    ("get", G + "/consumers/{consumer}/assignments", "A member's partitions.", [], None,
-     "200"),
-    ("get", G + "/lags", "Lag per partition (committed offset, log end offset, member).",
-     [], None, "200"),
-    ("get", G + "/lags/{topic}/partitions/{partition}", "One partition's lag.", [], None,
-     "200"),
+    ("get", G + "/consumers/{consumer}/assignments", "A member's partitions.", [], None, "200"),
+    (
+        "get",
+        G + "/lags",
+        "Lag per partition (committed offset, log end offset, member).",
+        [],
+        None,
+        "200",
+    ),
+    ("get", G + "/lags/{topic}/partitions/{partition}", "One partition's lag.", [], None, "200"),
     ("get", G + "/lag-summary", "Maximum and total lag.", [], None, "200"),
-    ("post", "/consumers/{group}", "v2: create a consumer instance; answers instance_id "
-     "and base_uri (this broker).", [], "V2CreateConsumer", "200"),
+    (
+        "post",
+        "/consumers/{group}",
+        "v2: create a consumer instance; answers instance_id and base_uri (this broker).",
+        [],
+        "V2CreateConsumer",
+        "200",
+    ),
     ("delete", CI, "v2: delete a consumer instance (it leaves its group).", [], None, "204"),
-    ("post", CI + "/subscription", "v2: subscribe to topics or a topic_pattern.", [],
-     "V2Subscription", "204"),
+    (
+        "post",
+        CI + "/subscription",
+        "v2: subscribe to topics or a topic_pattern.",
+        [],
+        "V2Subscription",
+        "204",
+    ),
     ("get", CI + "/subscription", "v2: the subscribed topics.", [], None, "200"),
     ("delete", CI + "/subscription", "v2: unsubscribe (leave the group).", [], None, "204"),
-    ("post", CI + "/assignments", "v2: assign partitions manually.", [], "V2Partitions",
-     "204"),
+    ("post", CI + "/assignments", "v2: assign partitions manually.", [], "V2Partitions", "204"),
     ("get", CI + "/assignments", "v2: the assigned partitions.", [], None, "200"),
     ("post", CI + "/positions", "v2: seek to offsets or timestamps.", [], "V2Offsets", "204"),
-    ("post", CI + "/positions/beginning", "v2: seek to the beginning.", [], "V2Partitions",
-     "204"),
+    ("post", CI + "/positions/beginning", "v2: seek to the beginning.", [], "V2Partitions", "204"),
     ("post", CI + "/positions/end", "v2: seek to the end.", [], "V2Partitions", "204"),
-    ("get", CI + "/records", "v2: records (Accept: application/vnd.kafka.<format>.v2+json); "
-     "waits up to timeout ms for data.", ["timeout", "max_bytes"], None, "200"),
-    ("post", CI + "/offsets", "v2: commit the named offsets (+1), or everything consumed.",
-     [], "V2Offsets", "200"),
-    ("get", CI + "/offsets", "v2: committed offsets of the named partitions (JSON body) or "
-     "of the assignment.", [], "V2Partitions", "200"),
+    (
+        "get",
+        CI + "/records",
+        "v2: records (Accept: application/vnd.kafka.<format>.v2+json); "
+        "waits up to timeout ms for data.",
+        ["timeout", "max_bytes"],
+        None,
+        "200",
+    ),
+    (
+        "post",
+        CI + "/offsets",
+        "v2: commit the named offsets (+1), or everything consumed.",
+        [],
+        "V2Offsets",
+        "200",
+    ),
+    (
+        "get",
+        CI + "/offsets",
+        "v2: committed offsets of the named partitions (JSON body) or of the assignment.",
+        [],
+        "V2Partitions",
+        "200",
+    ),
     ("get", "/metrics", "Prometheus text format.", [], None, "200"),
     ("get", "/openapi.json", "This document.", [], None, "200"),
     ("get", "/v3/health", "Liveness.", [], None, "200"),
-    ("get", "/v3/health/ready", "Readiness: registered, unfenced, caught up with metadata.",
-     [], None, "200"),
+    (
+        "get",
+        "/v3/health/ready",
+        "Readiness: registered, unfenced, caught up with metadata.",
+        [],
+        None,
+        "200",
+    ),
     # The Schema Registry (Confluent's v1 API, api.http.schemas; docs/schemas.md).
     ("get", "/subjects", "Registry: subjects.", ["subjectPrefix", "deleted"], None, "200"),
     ("get", SV, "Registry: a subject's versions.", ["deleted"], None, "200"),
-    ("post", SV, "Registry: register a schema; answers its id.", ["normalize"],
-     "RegistrySchema", "200"),
-    ("get", SV + "/{version}", "Registry: one version (a number, latest or -1).", ["deleted"],
-     None, "200"),
-    ("delete", SV + "/{version}", "Registry: soft-delete a version (permanent=true: remove).",
-     ["permanent"], None, "200"),
-    ("get", SV + "/{version}/schema", "Registry: a version's schema text.", ["deleted"], None,
-     "200"),
-    ("get", SV + "/{version}/referencedby", "Registry: ids of schemas referencing it.", [],
-     None, "200"),
-    ("post", "/subjects/{subject}", "Registry: the version holding a schema.",
-     ["normalize", "deleted"], "RegistrySchema", "200"),
-    ("delete", "/subjects/{subject}", "Registry: soft-delete a subject (permanent=true: "
-     "remove).", ["permanent"], None, "200"),
-    ("get", "/schemas", "Registry: schemas of live versions.",
-     ["subjectPrefix", "deleted", "latestOnly"], None, "200"),
+    (
+        "post",
+        SV,
+        "Registry: register a schema; answers its id.",
+        ["normalize"],
+        "RegistrySchema",
+        "200",
+    ),
+    (
+        "get",
+        SV + "/{version}",
+        "Registry: one version (a number, latest or -1).",
+        ["deleted"],
+        None,
+        "200",
+    ),
+    (
+        "delete",
+        SV + "/{version}",
+        "Registry: soft-delete a version (permanent=true: remove).",
+        ["permanent"],
+        None,
+        "200",
+    ),
+    (
+        "get",
+        SV + "/{version}/schema",
+        "Registry: a version's schema text.",
+        ["deleted"],
+        None,
+        "200",
+    ),
+    (
+        "get",
+        SV + "/{version}/referencedby",
+        "Registry: ids of schemas referencing it.",
+        [],
+        None,
+        "200",
+    ),
+    (
+        "post",
+        "/subjects/{subject}",
+        "Registry: the version holding a schema.",
+        ["normalize", "deleted"],
+        "RegistrySchema",
+        "200",
+    ),
+    (
+        "delete",
+        "/subjects/{subject}",
+        "Registry: soft-delete a subject (permanent=true: remove).",
+        ["permanent"],
+        None,
+        "200",
+    ),
+    (
+        "get",
+        "/schemas",
+        "Registry: schemas of live versions.",
+        ["subjectPrefix", "deleted", "latestOnly"],
+        None,
+        "200",
+    ),
     ("get", "/schemas/types", "Registry: the schema types offered.", [], None, "200"),
     ("get", "/schemas/ids/{id}", "Registry: a schema by id.", [], None, "200"),
     ("get", "/schemas/ids/{id}/schema", "Registry: a schema's text by id.", [], None, "200"),
-    ("get", "/schemas/ids/{id}/versions", "Registry: subject-versions holding an id.",
-     ["deleted"], None, "200"),
-    ("get", "/schemas/ids/{id}/subjects", "Registry: subjects holding an id.", ["deleted"],
-     None, "200"),
-    ("post", "/compatibility" + SV + "/{version}", "Registry: is a schema compatible with "
-     "one version.", ["verbose", "normalize"], "RegistrySchema", "200"),
-    ("post", "/compatibility" + SV, "Registry: is a schema compatible with the versions its "
-     "level names.", ["verbose", "normalize"], "RegistrySchema", "200"),
-    *[(m, path, f"Registry: {what}.", q, body, "200")
-      for path in ("/config", "/config/{subject}")
-      for m, what, q, body in (("get", "compatibility level", ["defaultToGlobal"], None),
-                               ("put", "set the compatibility level", [], "RegistryConfig"),
-                               ("delete", "remove the compatibility level", [], None))],
+    (
+        "get",
+        "/schemas/ids/{id}/versions",
+        "Registry: subject-versions holding an id.",
+        ["deleted"],
+        None,
+        "200",
+    ),
+    (
+        "get",
+        "/schemas/ids/{id}/subjects",
+        "Registry: subjects holding an id.",
+        ["deleted"],
+        None,
+        "200",
+    ),
+    (
+        "post",
+        "/compatibility" + SV + "/{version}",
+        "Registry: is a schema compatible with one version.",
+        ["verbose", "normalize"],
+        "RegistrySchema",
+        "200",
+    ),
+    (
+        "post",
+        "/compatibility" + SV,
+        "Registry: is a schema compatible with the versions its level names.",
+        ["verbose", "normalize"],
+        "RegistrySchema",
+        "200",
+    ),
+    *[
+        (m, path, f"Registry: {what}.", q, body, "200")
+        for path in ("/config", "/config/{subject}")
+        for m, what, q, body in (
+            ("get", "compatibility level", ["defaultToGlobal"], None),
+            ("put", "set the compatibility level", [], "RegistryConfig"),
+            ("delete", "remove the compatibility level", [], None),
+        )
+    ],
     ("get", "/mode", "Registry: mode.", [], None, "200"),
     ("put", "/mode", "Registry: set the mode.", ["force"], "RegistryMode", "200"),
     ("get", "/mode/{subject}", "Registry: a subject's mode.", ["defaultToGlobal"], None, "200"),
-    ("put", "/mode/{subject}", "Registry: set a subject's mode.", ["force"], "RegistryMode",
-     "200"),
+    ("put", "/mode/{subject}", "Registry: set a subject's mode.", ["force"], "RegistryMode", "200"),
     ("delete", "/mode/{subject}", "Registry: remove a subject's mode.", [], None, "200"),
 ]
 
@@ -220,10 +513,16 @@ def _path_params(path: str) -> list[dict[str, Any]]:
     out = []
     for part in path.split("/"):
         if part.startswith("{"):
-            name = part[1:part.index("}")]
+            name = part[1 : part.index("}")]
             typ = "integer" if name in ("partition", "broker_id") else "string"
-            out.append({"name": name, "in": "path", "required": True,
-                        "schema": {"type": typ, **({"minimum": 0} if typ == "integer" else {})}})
+            out.append(
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": typ, **({"minimum": 0} if typ == "integer" else {})},
+                }
+            )
     return out
 
 
@@ -232,23 +531,39 @@ def openapi_document() -> dict[str, Any]:
     for method, path, summary, query, body, ok in OPERATIONS:
         op: dict[str, Any] = {
             "summary": summary,
-            "parameters": _path_params(path) + [
-                {"name": q, "in": "query", "required": False,
-                 "schema": {"type": "integer" if q in _INT_PARAMS else "string"}}
-                for q in query],
-            "responses": {ok: {"description": "OK"},
-                          "default": {"description": "Error", "content": {
-                              "application/json": {"schema": ERROR}}}},
+            "parameters": _path_params(path)
+            + [
+                {
+                    "name": q,
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer" if q in _INT_PARAMS else "string"},
+                }
+                for q in query
+            ],
+            "responses": {
+                ok: {"description": "OK"},
+                "default": {
+                    "description": "Error",
+                    "content": {"application/json": {"schema": ERROR}},
+                },
+            },
         }
         if body is not None:
-            op["requestBody"] = {"content": {"application/json": {
-                "schema": {"$ref": f"#/components/schemas/{body}"}}}}
+            op["requestBody"] = {
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}
+                }
+            }
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Longboat HTTP API", "version": "1",
-                 "description": "Shaped after the Confluent REST Proxy v3 and v2. Errors are "
-                                "{\"error_code\", \"message\"} with the matching status."},
+        "info": {
+            "title": "Longboat HTTP API",
+            "version": "1",
+            "description": "Shaped after the Confluent REST Proxy v3 and v2. Errors are "
+            '{"error_code", "message"} with the matching status.',
+        },
         "paths": paths,
         "components": {"schemas": SCHEMAS},
     }

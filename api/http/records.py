@@ -65,8 +65,11 @@ Outcome = Delivered | HttpError
 def iso_ms(ms: int) -> str | int:
     """A report's timestamp: ISO-8601 in UTC to the millisecond."""
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds"
-                                                                 ).replace("+00:00", "Z")
+        return (
+            datetime.fromtimestamp(ms / 1000, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z")
+        )
     except (ValueError, OverflowError, OSError):
         return ms  # a batch written by another client: report what it holds
 
@@ -80,8 +83,7 @@ def b64decode(data: Any, where: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise bad_request(f"Bad Request: {where}={data[:64]!r} is not a base64 string."
-                          ) from None
+        raise bad_request(f"Bad Request: {where}={data[:64]!r} is not a base64 string.") from None
 
 
 def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
@@ -98,19 +100,23 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
         if kind == "JSON" and data is not None:
             return orjson.dumps(data), "JSON"
     if not isinstance(field, dict):
-        raise unprocessable(f"'{where}' must be an object {{\"type\", \"data\"}}, got "
-                            f"{type(field).__name__}.", 42206)
+        raise unprocessable(
+            f'\'{where}\' must be an object {{"type", "data"}}, got {type(field).__name__}.', 42206
+        )
     kind = field.get("type", "JSON")
     if not isinstance(kind, str):
         raise unprocessable(f"'{where}.type' must be a string.", 42206)
     kind = kind.upper()
     if kind in SCHEMA_TYPES:
-        raise unprocessable(f"'{where}.type' {kind} needs a schema registry, which Longboat "
-                            "does not have; use JSON, STRING or BINARY.",
-                            42201 if where == "key" else 42202)
+        raise unprocessable(
+            f"'{where}.type' {kind} needs a schema registry, which Longboat "
+            "does not have; use JSON, STRING or BINARY.",
+            42201 if where == "key" else 42202,
+        )
     if kind not in DATA_TYPES:
-        raise unprocessable(f"'{where}.type' must be one of {', '.join(DATA_TYPES)}, got "
-                            f"{kind!r}.", 42206)
+        raise unprocessable(
+            f"'{where}.type' must be one of {', '.join(DATA_TYPES)}, got {kind!r}.", 42206
+        )
     data = field.get("data")
     if data is None:
         return None, kind
@@ -154,12 +160,13 @@ def parse_headers(hs: Any) -> tuple[tuple[str, bytes | None], ...]:
     if hs is None:
         return ()
     if not isinstance(hs, list):
-        raise unprocessable("'headers' must be a list of {\"name\", \"value\"}.")
+        raise unprocessable('\'headers\' must be a list of {"name", "value"}.')
     out = []
     for i, h in enumerate(hs):
         if not isinstance(h, dict) or not isinstance(h.get("name"), str):
-            raise unprocessable(f"'headers[{i}]' must be {{\"name\": string, \"value\": "
-                                "base64 or null}.")
+            raise unprocessable(
+                f'\'headers[{i}]\' must be {{"name": string, "value": base64 or null}}.'
+            )
         v = h.get("value")
         out.append((h["name"], None if v is None else b64decode(v, f"headers[{i}].value")))
     return tuple(out)
@@ -190,13 +197,18 @@ def parse_v3_record(obj: Any, default_ts: int) -> ParsedRecord:
         size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
         return ParsedRecord(pid, key, value, (), default_ts, kt, vt, size)
     ts = parse_timestamp(t)
-    return _record(pid, key, value, parse_headers(hs), default_ts if ts is None else ts, kt,
-                   vt)
+    return _record(pid, key, value, parse_headers(hs), default_ts if ts is None else ts, kt, vt)
 
 
-def _record(partition: int | None, key: bytes | None, value: bytes | None,
-            headers: tuple[tuple[str, bytes | None], ...], ts: int, kt: str | None,
-            vt: str | None) -> ParsedRecord:
+def _record(
+    partition: int | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes | None], ...],
+    ts: int,
+    kt: str | None,
+    vt: str | None,
+) -> ParsedRecord:
     size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
     for n, hv in headers:
         size += len(n) + (len(hv) if hv else 0) + 8
@@ -220,8 +232,15 @@ def parse_v2_record(obj: Any, fmt: str, default_ts: int, partition: int | None) 
     key = conv(obj.get("key"), "key")
     value = conv(obj.get("value"), "value")
     t = "BINARY" if fmt == "binary" else "JSON"
-    return _record(p, key, value, (), default_ts, t if key is not None else None,
-                   t if value is not None else None)
+    return _record(
+        p,
+        key,
+        value,
+        (),
+        default_ts,
+        t if key is not None else None,
+        t if value is not None else None,
+    )
 
 
 def parse_msgpack_record(obj: Any, default_ts: int, partition: int | None) -> ParsedRecord:
@@ -240,16 +259,16 @@ def parse_msgpack_record(obj: Any, default_ts: int, partition: int | None) -> Pa
         raise
     except (TypeError, ValueError) as e:
         raise unprocessable(f"Bad record: {e}") from None
-    return _record(partition, k, v, headers, default_ts if ts is None else ts, "BINARY",
-                   "BINARY")
+    return _record(partition, k, v, headers, default_ts if ts is None else ts, "BINARY", "BINARY")
 
 
 RecordParser = Callable[[Any, int], ParsedRecord]
 """Parses one record of a body, given the request's timestamp for records without one."""
 
 
-def parse_all(objs: Sequence[Any | HttpError], default_ts: int,
-              parse: RecordParser = parse_v3_record) -> list[ParsedRecord | HttpError]:
+def parse_all(
+    objs: Sequence[Any | HttpError], default_ts: int, parse: RecordParser = parse_v3_record
+) -> list[ParsedRecord | HttpError]:
     """Each value parsed on its own: a bad one (or one the body splitter already failed)
     becomes its ``HttpError`` and the others go on (module docstring, step 1)."""
     out: list[ParsedRecord | HttpError] = []
@@ -329,8 +348,11 @@ class JsonStream:
                         pos = nl + 1
                         continue
                 if len(text) - pos > self.max_bytes:
-                    out.append(HttpError(413, f"A record is larger than {self.max_bytes} "
-                                              "bytes of JSON.", 413))
+                    out.append(
+                        HttpError(
+                            413, f"A record is larger than {self.max_bytes} bytes of JSON.", 413
+                        )
+                    )
                     pos = len(text) if nl < 0 else nl + 1
                     continue
                 break
@@ -365,31 +387,43 @@ def split_body(raw: bytes) -> list[Any]:
 
 def report_prefix(cluster_id: str, topic: str) -> bytes:
     """What every successful report line of a request starts with, up to its partition."""
-    return orjson.dumps({"error_code": 200, "cluster_id": cluster_id,
-                         "topic_name": topic})[:-1] + b',"partition_id":'
+    return (
+        orjson.dumps({"error_code": 200, "cluster_id": cluster_id, "topic_name": topic})[:-1]
+        + b',"partition_id":'
+    )
 
 
-def report_json(cluster_id: str, topic: str, r: ParsedRecord | None, o: Outcome
-                ) -> dict[str, Any]:
+def report_json(cluster_id: str, topic: str, r: ParsedRecord | None, o: Outcome) -> dict[str, Any]:
     """One record's delivery report: where it went, or its error."""
     if isinstance(o, HttpError):
         d: dict[str, Any] = {"error_code": o.error_code, "message": o.message}
     else:
-        d = {"error_code": 200, "cluster_id": cluster_id, "topic_name": topic,
-             "partition_id": o.partition, "offset": o.offset, "timestamp": iso_ms(o.timestamp_ms),
-             "key": None if r is None or r.key_type is None else {
-                 "type": r.key_type, "size": len(r.key) if r.key is not None else 0},
-             "value": None if r is None or r.value_type is None else {
-                 "type": r.value_type, "size": len(r.value) if r.value is not None else 0}}
+        d = {
+            "error_code": 200,
+            "cluster_id": cluster_id,
+            "topic_name": topic,
+            "partition_id": o.partition,
+            "offset": o.offset,
+            "timestamp": iso_ms(o.timestamp_ms),
+            "key": None
+            if r is None or r.key_type is None
+            else {"type": r.key_type, "size": len(r.key) if r.key is not None else 0},
+            "value": None
+            if r is None or r.value_type is None
+            else {"type": r.value_type, "size": len(r.value) if r.value is not None else 0},
+        }
     return d
 
 
-def report_lines(cluster_id: str, topic: str, parsed: list[ParsedRecord | HttpError],
-                 outcomes: list[Outcome]) -> bytes:
+def report_lines(
+    cluster_id: str, topic: str, parsed: list[ParsedRecord | HttpError], outcomes: list[Outcome]
+) -> bytes:
     """The reports as NDJSON, byte for byte ``orjson.dumps(report_json(...))`` per line, built
     from cached fragments: per record this is the hot path of a 1,000-record request."""
-    prefix = orjson.dumps({"error_code": 200, "cluster_id": cluster_id,
-                           "topic_name": topic})[:-1] + b',"partition_id":'
+    prefix = (
+        orjson.dumps({"error_code": 200, "cluster_id": cluster_id, "topic_name": topic})[:-1]
+        + b',"partition_id":'
+    )
     stamps: dict[int, bytes] = {}
     frags: dict[tuple[str | None, int], bytes] = {}
 
@@ -408,12 +442,23 @@ def report_lines(cluster_id: str, topic: str, parsed: list[ParsedRecord | HttpEr
             ts = stamps.get(o.timestamp_ms)
             if ts is None:
                 ts = stamps[o.timestamp_ms] = orjson.dumps(iso_ms(o.timestamp_ms))
-            out.append(b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}' % (
-                prefix, o.partition, o.offset, ts, frag(r.key_type, r.key),
-                frag(r.value_type, r.value)))
+            out.append(
+                b'%s%d,"offset":%d,"timestamp":%s,"key":%s,"value":%s}'
+                % (
+                    prefix,
+                    o.partition,
+                    o.offset,
+                    ts,
+                    frag(r.key_type, r.key),
+                    frag(r.value_type, r.value),
+                )
+            )
         else:
-            out.append(orjson.dumps(report_json(
-                cluster_id, topic, r if isinstance(r, ParsedRecord) else None, o)))
+            out.append(
+                orjson.dumps(
+                    report_json(cluster_id, topic, r if isinstance(r, ParsedRecord) else None, o)
+                )
+            )
     out.append(b"")
     return b"\n".join(out)
 
@@ -431,28 +476,42 @@ def render_value(v: bytes | None, fmt: str, offset: int) -> Any:
     try:
         return orjson.loads(v)
     except orjson.JSONDecodeError:
-        raise unprocessable(f"The record at offset {offset} is not JSON; read it with "
-                            "format=binary or format=string.", 42203) from None
+        raise unprocessable(
+            f"The record at offset {offset} is not JSON; read it with "
+            "format=binary or format=string.",
+            42203,
+        ) from None
 
 
-def render_records(data: bytes, *, from_offset: int, fmt: str, key_fmt: str | None = None,
-                   max_offset: int | None = None) -> tuple[list[dict[str, Any]], int]:
+def render_records(
+    data: bytes,
+    *,
+    from_offset: int,
+    fmt: str,
+    key_fmt: str | None = None,
+    max_offset: int | None = None,
+) -> tuple[list[dict[str, Any]], int]:
     """JSON records of the fetched batches at offsets >= ``from_offset``; and the offset to
     read next (from the batch headers, so a compacted gap is not read again)."""
     out: list[dict[str, Any]] = []
     next_offset = from_offset
     kf = key_fmt or fmt
     for pos, h in iter_batches(data):
-        for r in decode_records(memoryview(data)[pos:pos + h.size]):
+        for r in decode_records(memoryview(data)[pos : pos + h.size]):
             if r.offset < from_offset or (max_offset is not None and r.offset >= max_offset):
                 continue
-            out.append({
-                "offset": r.offset, "timestamp": r.timestamp,
-                "key": render_value(r.key, kf, r.offset),
-                "value": render_value(r.value, fmt, r.offset),
-                "headers": [{"name": n, "value": None if hv is None
-                             else base64.b64encode(hv).decode()} for n, hv in r.headers],
-            })
+            out.append(
+                {
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "key": render_value(r.key, kf, r.offset),
+                    "value": render_value(r.value, fmt, r.offset),
+                    "headers": [
+                        {"name": n, "value": None if hv is None else base64.b64encode(hv).decode()}
+                        for n, hv in r.headers
+                    ],
+                }
+            )
         next_offset = max(next_offset, h.next_offset)
     return out, next_offset
 

@@ -43,8 +43,15 @@ from broker.schemas.state import (
 )
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-BODY_TYPES = frozenset({"", CONTENT_TYPE, "application/vnd.schemaregistry+json",
-                        "application/json", "application/octet-stream"})
+BODY_TYPES = frozenset(
+    {
+        "",
+        CONTENT_TYPE,
+        "application/vnd.schemaregistry+json",
+        "application/json",
+        "application/octet-stream",
+    }
+)
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -109,11 +116,15 @@ def _schema_text(body: dict[str, Any]) -> SchemaText:
     if not isinstance(refs_in, list):
         raise HttpError(422, "Invalid references: a list expected", INVALID_SCHEMA)
     for r in refs_in:
-        if not (isinstance(r, dict) and isinstance(r.get("name"), str)
-                and isinstance(r.get("subject"), str)
-                and isinstance(r.get("version"), int)):
-            raise HttpError(422, f"Invalid reference {r!r}: name, subject and version "
-                                 f"needed", INVALID_SCHEMA)
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("name"), str)
+            and isinstance(r.get("subject"), str)
+            and isinstance(r.get("version"), int)
+        ):
+            raise HttpError(
+                422, f"Invalid reference {r!r}: name, subject and version needed", INVALID_SCHEMA
+            )
         refs.append(Reference(r["name"], r["subject"], int(r["version"])))
     try:
         return text_of(st, schema, tuple(refs))
@@ -163,8 +174,10 @@ async def register(request: web.Request) -> web.Response:
         ver = None  # Confluent's clients send version 0 / -1 for "the next one"
     if sid is not None and sid <= 0:
         sid = None
-    out = await _registry(request).write("register", register_args(
-        s, text, normalize=_flag(request, "normalize"), schema_id=sid, version=ver))
+    out = await _registry(request).write(
+        "register",
+        register_args(s, text, normalize=_flag(request, "normalize"), schema_id=sid, version=ver),
+    )
     return _answer(out)
 
 
@@ -186,8 +199,9 @@ async def referenced_by(request: web.Request) -> web.Response:
 
 async def delete_version(request: web.Request) -> web.Response:
     s, v = _subject(request), _version(request)
-    out = await _registry(request).write("delete_version", {
-        "subject": s, "version": v, "permanent": _flag(request, "permanent")})
+    out = await _registry(request).write(
+        "delete_version", {"subject": s, "version": v, "permanent": _flag(request, "permanent")}
+    )
     return _answer(out)
 
 
@@ -199,8 +213,9 @@ async def lookup(request: web.Request) -> web.Response:
 
 
 async def delete_subject(request: web.Request) -> web.Response:
-    out = await _registry(request).write("delete_subject", {
-        "subject": _subject(request), "permanent": _flag(request, "permanent")})
+    out = await _registry(request).write(
+        "delete_subject", {"subject": _subject(request), "permanent": _flag(request, "permanent")}
+    )
     return _answer(out)
 
 
@@ -281,13 +296,17 @@ async def get_config(request: web.Request) -> web.Response:
 async def put_config(request: web.Request) -> web.Response:
     body = await _body(request)
     level = body.get("compatibility", body.get("compatibilityLevel"))
-    return _answer(await _registry(request).write("set_config", {
-        "subject": _maybe_subject(request), "level": level}))
+    return _answer(
+        await _registry(request).write(
+            "set_config", {"subject": _maybe_subject(request), "level": level}
+        )
+    )
 
 
 async def delete_config(request: web.Request) -> web.Response:
-    return _answer(await _registry(request).write("delete_config", {
-        "subject": _maybe_subject(request)}))
+    return _answer(
+        await _registry(request).write("delete_config", {"subject": _maybe_subject(request)})
+    )
 
 
 async def get_mode(request: web.Request) -> web.Response:
@@ -297,14 +316,20 @@ async def get_mode(request: web.Request) -> web.Response:
 
 async def put_mode(request: web.Request) -> web.Response:
     body = await _body(request)
-    return _answer(await _registry(request).write("set_mode", {
-        "subject": _maybe_subject(request), "mode": body.get("mode"),
-        "force": _flag(request, "force")}))
+    return _answer(
+        await _registry(request).write(
+            "set_mode",
+            {
+                "subject": _maybe_subject(request),
+                "mode": body.get("mode"),
+                "force": _flag(request, "force"),
+            },
+        )
+    )
 
 
 async def delete_mode(request: web.Request) -> web.Response:
-    return _answer(await _registry(request).write("delete_mode", {
-        "subject": _subject(request)}))
+    return _answer(await _registry(request).write("delete_mode", {"subject": _subject(request)}))
 
 
 def add_schema_registry_routes(app: web.Application) -> None:
@@ -327,8 +352,7 @@ def add_schema_registry_routes(app: web.Application) -> None:
         ("GET", "/schemas/ids/{id}/schema", get_schema_text),
         ("GET", "/schemas/ids/{id}/versions", schema_versions),
         ("GET", "/schemas/ids/{id}/subjects", schema_subjects),
-        ("POST", "/compatibility/subjects/{subject}/versions/{version}",
-         compatibility_version),
+        ("POST", "/compatibility/subjects/{subject}/versions/{version}", compatibility_version),
         ("POST", "/compatibility/subjects/{subject}/versions", compatibility_all),
         ("GET", "/config", get_config),
         ("PUT", "/config", put_config),

@@ -31,8 +31,12 @@ SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
 
 def _format(request: web.Request) -> str:
     mt = media_type(request)
-    if mt in ("", "application/json", "application/vnd.kafka.v2+json",
-              "application/vnd.kafka.json.v2+json"):
+    if mt in (
+        "",
+        "application/json",
+        "application/vnd.kafka.v2+json",
+        "application/vnd.kafka.json.v2+json",
+    ):
         return "json"
     if mt == "application/vnd.kafka.binary.v2+json":
         return "binary"
@@ -55,16 +59,25 @@ async def get_topic(request: web.Request) -> web.Response:
     t = ctx.topic_or_404(name)
     image = ctx.image
     overrides = image.configs.get(ConfigResourceType.TOPIC, name)
-    return json_response({"name": name, "configs": dict(overrides),
-                          "partitions": [_partition(p, reg)
-                                         for p, reg in sorted(t.partitions.items())]})
+    return json_response(
+        {
+            "name": name,
+            "configs": dict(overrides),
+            "partitions": [_partition(p, reg) for p, reg in sorted(t.partitions.items())],
+        }
+    )
 
 
 def _partition(p: int, reg: Any) -> dict[str, Any]:
     isr = {int(b) for b in reg.isr}
-    return {"partition": p, "leader": int(reg.leader),
-            "replicas": [{"broker": int(b), "leader": int(b) == int(reg.leader),
-                          "in_sync": int(b) in isr} for b in reg.replicas]}
+    return {
+        "partition": p,
+        "leader": int(reg.leader),
+        "replicas": [
+            {"broker": int(b), "leader": int(b) == int(reg.leader), "in_sync": int(b) in isr}
+            for b in reg.replicas
+        ],
+    }
 
 
 async def list_partitions(request: web.Request) -> web.Response:
@@ -83,8 +96,12 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     ctx.partition_or_404(topic, p)
-    return json_response({"beginning_offset": await ctx.list_offset(topic, p, -2),
-                          "end_offset": await ctx.list_offset(topic, p, -1)})
+    return json_response(
+        {
+            "beginning_offset": await ctx.list_offset(topic, p, -2),
+            "end_offset": await ctx.list_offset(topic, p, -1),
+        }
+    )
 
 
 async def list_brokers(request: web.Request) -> web.Response:
@@ -109,25 +126,33 @@ async def produce(request: web.Request) -> web.Response:
     if fmt in SCHEMA_FORMATS:
         has_key = any(isinstance(r, dict) and r.get("key") is not None for r in recs)
         if has_key and body.get("key_schema") is None and body.get("key_schema_id") is None:
-            raise unprocessable("Request includes keys but does not include key schema",
-                                42201)
+            raise unprocessable("Request includes keys but does not include key schema", 42201)
         if body.get("value_schema") is None and body.get("value_schema_id") is None:
-            raise unprocessable("Request includes values but does not include value schema",
-                                42202)
-        raise unprocessable(f"The {fmt} format needs a schema registry, which Longboat does "
-                            "not have; use application/vnd.kafka.json.v2+json or "
-                            "application/vnd.kafka.binary.v2+json.", 42207)
+            raise unprocessable("Request includes values but does not include value schema", 42202)
+        raise unprocessable(
+            f"The {fmt} format needs a schema registry, which Longboat does "
+            "not have; use application/vnd.kafka.json.v2+json or "
+            "application/vnd.kafka.binary.v2+json.",
+            42207,
+        )
     _, outcomes = await produce_values(
-        ctx, topic, recs, acks=parse_acks(request), timeout_ms=PRODUCE_TIMEOUT_MS_DEFAULT,
-        parse=lambda obj, ts: parse_v2_record(obj, fmt, ts, partition))
+        ctx,
+        topic,
+        recs,
+        acks=parse_acks(request),
+        timeout_ms=PRODUCE_TIMEOUT_MS_DEFAULT,
+        parse=lambda obj, ts: parse_v2_record(obj, fmt, ts, partition),
+    )
     offsets = []
     for o in outcomes:
         if isinstance(o, HttpError):
-            offsets.append({"partition": None, "offset": None, "error_code": o.error_code,
-                            "error": o.message})
+            offsets.append(
+                {"partition": None, "offset": None, "error_code": o.error_code, "error": o.message}
+            )
         else:
-            offsets.append({"partition": o.partition, "offset": o.offset, "error_code": None,
-                            "error": None})
+            offsets.append(
+                {"partition": o.partition, "offset": o.offset, "error_code": None, "error": None}
+            )
     ctx.metrics.produce_latency.labels("v2").observe(time.monotonic() - t0)
     return json_response({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
 

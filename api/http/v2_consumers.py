@@ -85,9 +85,13 @@ def instance_not_found() -> HttpError:
 def already_subscribed(what: str) -> HttpError:
     # Kafka's IllegalStateException "Subscription to topics, partitions and pattern are
     # mutually exclusive", which the REST Proxy answers 409/40901.
-    return HttpError(409, f"Subscription to topics, partitions and pattern are mutually "
-                          f"exclusive: this consumer instance already {what}; DELETE its "
-                          "subscription first.", 40901)
+    return HttpError(
+        409,
+        f"Subscription to topics, partitions and pattern are mutually "
+        f"exclusive: this consumer instance already {what}; DELETE its "
+        "subscription first.",
+        40901,
+    )
 
 
 def illegal_state(message: str) -> HttpError:
@@ -136,15 +140,19 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 def _partitions(body: Any, key: str = "partitions") -> list[TopicPartition]:
     items = body.get(key) if isinstance(body, dict) else None
     if not isinstance(items, list):
-        raise unprocessable(f"The body must be {{\"{key}\": [{{\"topic\", \"partition\"}}, "
-                            "...]}.")
+        raise unprocessable(f'The body must be {{"{key}": [{{"topic", "partition"}}, ...]}}.')
     out = []
     for it in items:
-        if not isinstance(it, dict) or not isinstance(it.get("topic"), str) or isinstance(
-                it.get("partition"), bool) or not isinstance(it.get("partition"), int) or \
-                it["partition"] < 0:
-            raise unprocessable(f"Each of '{key}' must be {{\"topic\": string, "
-                                "\"partition\": integer >= 0}.")
+        if (
+            not isinstance(it, dict)
+            or not isinstance(it.get("topic"), str)
+            or isinstance(it.get("partition"), bool)
+            or not isinstance(it.get("partition"), int)
+            or it["partition"] < 0
+        ):
+            raise unprocessable(
+                f'Each of \'{key}\' must be {{"topic": string, "partition": integer >= 0}}.'
+            )
         out.append(TopicPartition(it["topic"], it["partition"]))
     return out
 
@@ -156,8 +164,7 @@ def _tp_values(body: Any, key: str, field: str) -> dict[TopicPartition, Any]:
     out: dict[TopicPartition, Any] = {}
     for it in items:
         if not isinstance(it, dict) or field not in it:
-            raise unprocessable(f"Each of '{key}' must be {{\"topic\", \"partition\", "
-                                f"\"{field}\"}}.")
+            raise unprocessable(f'Each of \'{key}\' must be {{"topic", "partition", "{field}"}}.')
         (tp,) = _partitions({"p": [it]}, "p")
         out[tp] = it[field]
     return out
@@ -181,9 +188,20 @@ class ConsumerInstance:
     through ``ConsumerInstances.using``): the consumers underneath are not made for
     concurrent polls, and a seek racing a poll could hand out records from before it."""
 
-    def __init__(self, group: str, name: str, *, fmt: str, auto_offset_reset: str,
-                 auto_commit: bool, fetch_min_bytes: int, request_timeout_ms: int,
-                 bootstrap: list[str], access: GroupAccess, instance_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        group: str,
+        name: str,
+        *,
+        fmt: str,
+        auto_offset_reset: str,
+        auto_commit: bool,
+        fetch_min_bytes: int,
+        request_timeout_ms: int,
+        bootstrap: list[str],
+        access: GroupAccess,
+        instance_timeout_ms: int,
+    ) -> None:
         self.group = group
         self.name = name
         self.fmt = fmt
@@ -217,11 +235,15 @@ class ConsumerInstance:
             # instance nobody polls is closed by expiry (a clean leave) before the
             # coordinator would drop it for not polling.
             m = AsyncGroupConsumer(
-                self.bootstrap, group_id=self.group, client_id=self.name,
-                auto_offset_reset=self.auto_offset_reset, enable_auto_commit=self.auto_commit,
+                self.bootstrap,
+                group_id=self.group,
+                client_id=self.name,
+                auto_offset_reset=self.auto_offset_reset,
+                enable_auto_commit=self.auto_commit,
                 auto_commit_interval_ms=AUTO_COMMIT_INTERVAL_MS,
                 max_poll_interval_ms=max(300_000, self.instance_timeout_ms + 30_000),
-                fetch_min_bytes=self.fetch_min_bytes)
+                fetch_min_bytes=self.fetch_min_bytes,
+            )
             await m.start()
             self.member = m
         if topics is not None:
@@ -246,8 +268,11 @@ class ConsumerInstance:
         if self.mode in ("topics", "pattern"):
             raise already_subscribed(f"subscribed by {self.mode}")
         if self.assigned is None:
-            c = AsyncConsumer(self.bootstrap, auto_offset_reset=self.auto_offset_reset,
-                              fetch_min_bytes=self.fetch_min_bytes)
+            c = AsyncConsumer(
+                self.bootstrap,
+                auto_offset_reset=self.auto_offset_reset,
+                fetch_min_bytes=self.fetch_min_bytes,
+            )
             await c.start()
             self.assigned = c
         before = self.assigned.assignment()
@@ -272,8 +297,9 @@ class ConsumerInstance:
     def _consumer(self) -> AsyncConsumer | AsyncGroupConsumer:
         c = self._consumer_or_none()
         if c is None:
-            raise illegal_state("Consumer is not subscribed to any topics or assigned any "
-                                "partitions.")
+            raise illegal_state(
+                "Consumer is not subscribed to any topics or assigned any partitions."
+            )
         return c
 
     def _check_assigned(self, tps: Iterable[TopicPartition]) -> AsyncConsumer | AsyncGroupConsumer:
@@ -281,8 +307,9 @@ class ConsumerInstance:
         owned = set(c.assignment())
         missing = sorted(set(tps) - owned)
         if missing:
-            raise illegal_state(f"No current assignment for partition(s) "
-                                f"{', '.join(str(tp) for tp in missing)}.")
+            raise illegal_state(
+                f"No current assignment for partition(s) {', '.join(str(tp) for tp in missing)}."
+            )
         return c
 
     def seek(self, offsets: dict[TopicPartition, int]) -> None:
@@ -302,8 +329,7 @@ class ConsumerInstance:
     async def seek_to_times(self, times: dict[TopicPartition, int]) -> None:
         c = self._check_assigned(times)
         found = await list_offsets(self.access, times)
-        ends = await list_offsets(self.access, {tp: LATEST for tp, off in found.items()
-                                                if off < 0})
+        ends = await list_offsets(self.access, {tp: LATEST for tp, off in found.items() if off < 0})
         for tp in times:
             off = found[tp]
             # No record at or after the time: the end, as kafka-consumer-groups resets do.
@@ -371,8 +397,10 @@ class ConsumerInstance:
             try:
                 await c.commit(offsets)
             except CommitFailedError as e:
-                raise illegal_state(f"Commit failed: {e}. The group rebalanced; the "
-                                    "partitions may belong to another member now.") from None
+                raise illegal_state(
+                    f"Commit failed: {e}. The group rebalanced; the "
+                    "partitions may belong to another member now."
+                ) from None
             except ClientError as e:
                 raise coordinator_error(e) from None
             return
@@ -381,42 +409,58 @@ class ConsumerInstance:
     async def _simple_commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not offsets:
             return
-        ans = await self.access.call(self.group, "commit", {
-            "member_id": "", "generation": -1,
-            "offsets": [[tp.topic, tp.partition, off, ""] for tp, off in offsets.items()]})
+        ans = await self.access.call(
+            self.group,
+            "commit",
+            {
+                "member_id": "",
+                "generation": -1,
+                "offsets": [[tp.topic, tp.partition, off, ""] for tp, off in offsets.items()],
+            },
+        )
         err = str(ans.get("error") or "NONE")
         if err != "NONE":
-            raise illegal_state(f"Commit refused: {err}. A manually assigned consumer "
-                                "commits as a simple consumer, which the coordinator accepts "
-                                "only while the group has no members.")
+            raise illegal_state(
+                f"Commit refused: {err}. A manually assigned consumer "
+                "commits as a simple consumer, which the coordinator accepts "
+                "only while the group has no members."
+            )
         self._last_auto_commit = time.monotonic()
 
     async def _maybe_auto_commit(self) -> None:
         # A subscribed member auto-commits itself; a manual assignment is committed here,
         # on poll, as Kafka's consumer does (what the previous answers handed out).
-        if (self.mode != "assign" or not self.auto_commit
-                or time.monotonic() - self._last_auto_commit < AUTO_COMMIT_INTERVAL_MS / 1000):
+        if (
+            self.mode != "assign"
+            or not self.auto_commit
+            or time.monotonic() - self._last_auto_commit < AUTO_COMMIT_INTERVAL_MS / 1000
+        ):
             return
         try:
             await self._simple_commit(self._positions())
         except HttpError as e:
-            log.info("consumer instance %s/%s: auto-commit failed: %s", self.group,
-                     self.name, e.message)
+            log.info(
+                "consumer instance %s/%s: auto-commit failed: %s", self.group, self.name, e.message
+            )
             self._last_auto_commit = time.monotonic()
 
     async def committed(self, tps: list[TopicPartition] | None) -> list[dict[str, Any]]:
         if tps is None:
             tps = sorted(self.assignment())
         got = await self._fetch_committed_rows(tps)
-        return [{"topic": t, "partition": p, "offset": off, "metadata": md or ""}
-                for t, p, off, md in got]
+        return [
+            {"topic": t, "partition": p, "offset": off, "metadata": md or ""}
+            for t, p, off, md in got
+        ]
 
-    async def _fetch_committed_rows(self, tps: list[TopicPartition]
-                                    ) -> list[tuple[str, int, int, str]]:
+    async def _fetch_committed_rows(
+        self, tps: list[TopicPartition]
+    ) -> list[tuple[str, int, int, str]]:
         if not tps:
             return []
-        ans = await self.access.call(self.group, "fetch_offsets", {
-            "partitions": [[tp.topic, tp.partition] for tp in tps]})
+        ans = await self.access.call(
+            self.group, "fetch_offsets", {"partitions": [[tp.topic, tp.partition] for tp in tps]}
+        )
         rows = []
         for row in ans.get("offsets") or []:
             t, p, off, md = row[0], row[1], row[2], row[3]
@@ -425,8 +469,7 @@ class ConsumerInstance:
         return sorted(rows)
 
     async def _fetch_committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(t, p): off
-                for t, p, off, _ in await self._fetch_committed_rows(tps)}
+        return {TopicPartition(t, p): off for t, p, off, _ in await self._fetch_committed_rows(tps)}
 
     # ------------------------------------------------------------------ closing
 
@@ -458,8 +501,14 @@ class ConsumerInstance:
 class ConsumerInstances:
     """The instances of this broker, by (group, name), and the task that expires idle ones."""
 
-    def __init__(self, *, bootstrap: list[str], advertised_url: str, access: GroupAccess,
-                 instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap: list[str],
+        advertised_url: str,
+        access: GroupAccess,
+        instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT,
+    ) -> None:
         self.bootstrap = bootstrap
         self.advertised_url = advertised_url.rstrip("/")
         self.access = access
@@ -472,13 +521,27 @@ class ConsumerInstances:
 
     def create(self, group: str, name: str, **options: Any) -> ConsumerInstance:
         if (group, name) in self._instances:
-            raise HttpError(409, "Consumer with specified consumer ID already exists in the "
-                                 "specified consumer group.", 40902)
+            raise HttpError(
+                409,
+                "Consumer with specified consumer ID already exists in the "
+                "specified consumer group.",
+                40902,
+            )
         if len(self._instances) >= INSTANCES_MAX:
-            raise HttpError(429, f"This broker already has {INSTANCES_MAX} consumer "
-                                 "instances; delete some or use another broker.", 42901)
-        inst = ConsumerInstance(group, name, bootstrap=self.bootstrap, access=self.access,
-                                instance_timeout_ms=self.instance_timeout_ms, **options)
+            raise HttpError(
+                429,
+                f"This broker already has {INSTANCES_MAX} consumer "
+                "instances; delete some or use another broker.",
+                42901,
+            )
+        inst = ConsumerInstance(
+            group,
+            name,
+            bootstrap=self.bootstrap,
+            access=self.access,
+            instance_timeout_ms=self.instance_timeout_ms,
+            **options,
+        )
         self._instances[(group, name)] = inst
         self._ensure_reaper()
         return inst
@@ -512,8 +575,9 @@ class ConsumerInstances:
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.get_running_loop().create_task(self._reap(),
-                                                                  name="consumer-instances")
+            self._reaper = asyncio.get_running_loop().create_task(
+                self._reap(), name="consumer-instances"
+            )
 
     async def _reap(self) -> None:
         timeout_s = self.instance_timeout_ms / 1000
@@ -526,8 +590,12 @@ class ConsumerInstances:
                 if inst.lock.locked() or now - inst.last_used < timeout_s:
                     continue
                 self._instances.pop(key, None)
-                log.info("consumer instance %s/%s expired after %.0f s without a request",
-                         inst.group, inst.name, now - inst.last_used)
+                log.info(
+                    "consumer instance %s/%s expired after %.0f s without a request",
+                    inst.group,
+                    inst.name,
+                    now - inst.last_used,
+                )
                 try:
                     async with inst.lock:
                         await inst.close()
@@ -545,12 +613,12 @@ class ConsumerInstances:
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
 
 
-INSTANCES_KEY: web.AppKey[ConsumerInstances] = web.AppKey("consumer_instances",
-                                                          ConsumerInstances)
+INSTANCES_KEY: web.AppKey[ConsumerInstances] = web.AppKey("consumer_instances", ConsumerInstances)
 
 
-async def list_offsets(access: GroupAccess, wanted: dict[TopicPartition, int]
-                       ) -> dict[TopicPartition, int]:
+async def list_offsets(
+    access: GroupAccess, wanted: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
     """``ListOffsets`` at each partition's leader (timestamps, or EARLIEST/LATEST)."""
     md = access.metadata
 
@@ -559,9 +627,14 @@ async def list_offsets(access: GroupAccess, wanted: dict[TopicPartition, int]
             return await md.leader_url(tp.topic, tp.partition, timeout_s=10.0)
 
         try:
-            ans = await call_with_retries(md, leader, "list_offsets",
-                                          {"topic": tp.topic, "partition": tp.partition,
-                                           "timestamp": ts}, budget_s=10.0, backoff_s=0.1)
+            ans = await call_with_retries(
+                md,
+                leader,
+                "list_offsets",
+                {"topic": tp.topic, "partition": tp.partition, "timestamp": ts},
+                budget_s=10.0,
+                backoff_s=0.1,
+            )
         except ClientError as e:
             raise kafka_error(e.code, e.message) from None
         return int(ans["offset"])
@@ -590,27 +663,42 @@ async def create_instance(request: web.Request) -> web.Response:
     if name is None:
         name = f"rest-consumer-{uuid.uuid4()}"
     if not isinstance(name, str) or not _NAME.match(name):
-        raise bad_config("'name' must be 1-249 characters of letters, digits, '.', '_' "
-                         "and '-'.")
+        raise bad_config("'name' must be 1-249 characters of letters, digits, '.', '_' and '-'.")
     fmt = str(body.get("format") or "binary").lower()
     if fmt not in FORMATS:
-        raise bad_config(f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r} (the "
-                         "schema formats need a schema registry, which Longboat does not "
-                         "have).")
+        raise bad_config(
+            f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r} (the "
+            "schema formats need a schema registry, which Longboat does not "
+            "have)."
+        )
     reset = str(body.get("auto.offset.reset") or "latest").lower()
     reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
     if reset not in RESETS:
-        raise bad_config(f"'auto.offset.reset' must be one of {', '.join(RESETS)}, got "
-                         f"{reset!r}.")
+        raise bad_config(f"'auto.offset.reset' must be one of {', '.join(RESETS)}, got {reset!r}.")
     auto_commit = _bool(body.get("auto.commit.enable", True), "auto.commit.enable")
     fetch_min = _int(body.get("fetch.min.bytes", 1), "fetch.min.bytes", 1, 64 << 20)
-    req_timeout = _int(body.get("consumer.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
-                       "consumer.request.timeout.ms", 0, READ_TIMEOUT_MS_MAX)
+    req_timeout = _int(
+        body.get("consumer.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
+        "consumer.request.timeout.ms",
+        0,
+        READ_TIMEOUT_MS_MAX,
+    )
     reg = _instances(request)
-    reg.create(group, name, fmt=fmt, auto_offset_reset=reset, auto_commit=auto_commit,
-               fetch_min_bytes=fetch_min, request_timeout_ms=req_timeout)
-    return _response({"instance_id": name,
-                      "base_uri": f"{reg.advertised_url}/consumers/{group}/instances/{name}"})
+    reg.create(
+        group,
+        name,
+        fmt=fmt,
+        auto_offset_reset=reset,
+        auto_commit=auto_commit,
+        fetch_min_bytes=fetch_min,
+        request_timeout_ms=req_timeout,
+    )
+    return _response(
+        {
+            "instance_id": name,
+            "base_uri": f"{reg.advertised_url}/consumers/{group}/instances/{name}",
+        }
+    )
 
 
 async def delete_instance(request: web.Request) -> web.Response:
@@ -623,10 +711,14 @@ async def subscribe(request: web.Request) -> web.Response:
     topics = body.get("topics") if isinstance(body, dict) else None
     pattern = body.get("topic_pattern") if isinstance(body, dict) else None
     if (topics is None) == (pattern is None):
-        raise unprocessable("The body must be {\"topics\": [...]} or {\"topic_pattern\": "
-                            "\"regex\"}, not both.")
-    if topics is not None and (not isinstance(topics, list) or not topics or not all(
-            isinstance(t, str) and t for t in topics)):
+        raise unprocessable(
+            'The body must be {"topics": [...]} or {"topic_pattern": "regex"}, not both.'
+        )
+    if topics is not None and (
+        not isinstance(topics, list)
+        or not topics
+        or not all(isinstance(t, str) and t for t in topics)
+    ):
         raise unprocessable("'topics' must be a non-empty list of topic names.")
     if pattern is not None:
         if not isinstance(pattern, str) or not pattern:
@@ -669,11 +761,11 @@ async def get_assignments(request: web.Request) -> web.Response:
 async def seek(request: web.Request) -> web.Response:
     body = await json_body(request)
     if isinstance(body, dict) and "timestamps" in body:
-        times = {tp: parse_timestamp(v)
-                 for tp, v in _tp_values(body, "timestamps", "timestamp").items()}
+        times = {
+            tp: parse_timestamp(v) for tp, v in _tp_values(body, "timestamps", "timestamp").items()
+        }
         async with _instances(request).using(*_ids(request)) as inst:
-            await inst.seek_to_times({tp: int(ts) for tp, ts in times.items()
-                                      if ts is not None})
+            await inst.seek_to_times({tp: int(ts) for tp, ts in times.items() if ts is not None})
         return _no_content()
     offsets = {tp: _offset(v) for tp, v in _tp_values(body, "offsets", "offset").items()}
     async with _instances(request).using(*_ids(request)) as inst:
@@ -700,12 +792,20 @@ def _accepted_format(request: web.Request, fmt: str) -> None:
     JSON mean "whatever the instance reads"."""
     for part in request.headers.get("Accept", "").split(","):
         mt = part.split(";")[0].strip().lower()
-        if mt in ("", "*/*", "application/*", "application/json", V2,
-                  f"application/vnd.kafka.{fmt}.v2+json"):
+        if mt in (
+            "",
+            "*/*",
+            "application/*",
+            "application/json",
+            V2,
+            f"application/vnd.kafka.{fmt}.v2+json",
+        ):
             return
-    raise not_acceptable(f"The requested embedded data format does not match the "
-                         f"deserializer for this consumer instance (it reads {fmt}: "
-                         f"Accept: application/vnd.kafka.{fmt}.v2+json).")
+    raise not_acceptable(
+        f"The requested embedded data format does not match the "
+        f"deserializer for this consumer instance (it reads {fmt}: "
+        f"Accept: application/vnd.kafka.{fmt}.v2+json)."
+    )
 
 
 def _render(recs: list[ConsumerRecord], fmt: str) -> list[dict[str, Any]]:
@@ -721,14 +821,26 @@ def _render(recs: list[ConsumerRecord], fmt: str) -> list[dict[str, Any]]:
         try:
             value = render_value(r.value, fmt, r.offset)
         except HttpError:
-            raise HttpError(422, f"The record at offset {r.offset} of {r.topic}-{r.partition} "
-                                 f"is not JSON; read it with a binary or string consumer "
-                                 f"instance, or seek past it (POST .../positions).",
-                            42203) from None
-        out.append({"topic": r.topic, "key": key, "value": value, "partition": r.partition,
-                    "offset": r.offset, "timestamp": r.timestamp,
-                    "headers": [{"name": n, "value": render_value(v, "binary", r.offset)}
-                                for n, v in r.headers]})
+            raise HttpError(
+                422,
+                f"The record at offset {r.offset} of {r.topic}-{r.partition} "
+                f"is not JSON; read it with a binary or string consumer "
+                f"instance, or seek past it (POST .../positions).",
+                42203,
+            ) from None
+        out.append(
+            {
+                "topic": r.topic,
+                "key": key,
+                "value": value,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "headers": [
+                    {"name": n, "value": render_value(v, "binary", r.offset)} for n, v in r.headers
+                ],
+            }
+        )
     return out
 
 
@@ -737,8 +849,9 @@ async def get_records(request: web.Request) -> web.Response:
     group, name = _ids(request)
     inst = reg.get(group, name)
     _accepted_format(request, inst.fmt)
-    timeout_ms = int_param(request, "timeout", inst.request_timeout_ms, lo=0,
-                           hi=READ_TIMEOUT_MS_MAX)
+    timeout_ms = int_param(
+        request, "timeout", inst.request_timeout_ms, lo=0, hi=READ_TIMEOUT_MS_MAX
+    )
     max_bytes = int_param(request, "max_bytes", MAX_BYTES_DEFAULT, lo=1)
     async with reg.using(group, name) as inst:
         recs = await inst.records(timeout_ms, max_bytes)
@@ -756,11 +869,12 @@ async def commit_offsets(request: web.Request) -> web.Response:
     if isinstance(body, dict) and body.get("offsets"):
         # The body names the last record processed; the commit is the next one to read
         # (Kafka REST's KafkaConsumerState.commitOffsets stores offset + 1).
-        offsets = {tp: _offset(v) + 1
-                   for tp, v in _tp_values(body, "offsets", "offset").items()}
+        offsets = {tp: _offset(v) + 1 for tp, v in _tp_values(body, "offsets", "offset").items()}
     elif body not in ({}, None) and not (isinstance(body, dict) and "offsets" in body):
-        raise unprocessable("The body must be empty (commit everything consumed) or "
-                            "{\"offsets\": [{\"topic\", \"partition\", \"offset\"}, ...]}.")
+        raise unprocessable(
+            "The body must be empty (commit everything consumed) or "
+            '{"offsets": [{"topic", "partition", "offset"}, ...]}.'
+        )
     async with _instances(request).using(*_ids(request)) as inst:
         await inst.commit(offsets)
     return _response([])
@@ -774,14 +888,22 @@ async def get_offsets(request: web.Request) -> web.Response:
         return _response({"offsets": await inst.committed(tps)})
 
 
-def add_v2_consumer_routes(app: web.Application, *, bootstrap: list[str], advertised_url: str,
-                           instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT
-                           ) -> ConsumerInstances:
+def add_v2_consumer_routes(
+    app: web.Application,
+    *,
+    bootstrap: list[str],
+    advertised_url: str,
+    instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT,
+) -> ConsumerInstances:
     """Registers the routes; ``api.http.groups.add_group_routes`` must come first (its
     ``GroupAccess`` serves the simple consumers' offsets). Instances are closed (members
     leave their groups) when the app shuts down."""
-    reg = ConsumerInstances(bootstrap=bootstrap, advertised_url=advertised_url,
-                            access=app[GROUPS_KEY], instance_timeout_ms=instance_timeout_ms)
+    reg = ConsumerInstances(
+        bootstrap=bootstrap,
+        advertised_url=advertised_url,
+        access=app[GROUPS_KEY],
+        instance_timeout_ms=instance_timeout_ms,
+    )
     app[INSTANCES_KEY] = reg
     r = app.router
     i = "/consumers/{group}/instances/{instance}"
@@ -806,8 +928,7 @@ def add_v2_consumer_routes(app: web.Application, *, bootstrap: list[str], advert
             async with asyncio.timeout(CLOSE_TIMEOUT_S + 5):
                 await reg.close()
         except TimeoutError:
-            log.warning("consumer instances not all closed within %.0f s",
-                        CLOSE_TIMEOUT_S + 5)
+            log.warning("consumer instances not all closed within %.0f s", CLOSE_TIMEOUT_S + 5)
 
     app.on_shutdown.append(close)
     return reg

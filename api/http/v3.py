@@ -101,11 +101,18 @@ def broker_json(request: web.Request, ctx: HttpContext, b: Any) -> dict[str, Any
     ep = b.endpoints[0] if b.endpoints else None
     return {
         "kind": "KafkaBroker",
-        "metadata": _meta(request, f"{_cpath(ctx)}/brokers/{b.broker_id}",
-                          f"crn:///kafka={ctx.cluster_id}/broker={b.broker_id}"),
-        "cluster_id": ctx.cluster_id, "broker_id": int(b.broker_id),
-        "host": ep.host if ep else None, "port": ep.port if ep else None, "rack": b.rack,
-        "fenced": b.fenced, "in_controlled_shutdown": b.in_controlled_shutdown,
+        "metadata": _meta(
+            request,
+            f"{_cpath(ctx)}/brokers/{b.broker_id}",
+            f"crn:///kafka={ctx.cluster_id}/broker={b.broker_id}",
+        ),
+        "cluster_id": ctx.cluster_id,
+        "broker_id": int(b.broker_id),
+        "host": ep.host if ep else None,
+        "port": ep.port if ep else None,
+        "rack": b.rack,
+        "fenced": b.fenced,
+        "in_controlled_shutdown": b.in_controlled_shutdown,
         "broker_epoch": int(b.broker_epoch),
     }
 
@@ -116,28 +123,39 @@ def topic_json(request: web.Request, ctx: HttpContext, t: TopicImage) -> dict[st
     return {
         "kind": "KafkaTopic",
         "metadata": _meta(request, path, f"crn:///kafka={ctx.cluster_id}/topic={t.name}"),
-        "cluster_id": ctx.cluster_id, "topic_name": t.name, "topic_id": str(t.topic_id),
-        "is_internal": t.name.startswith("__"), "replication_factor": rf,
+        "cluster_id": ctx.cluster_id,
+        "topic_name": t.name,
+        "topic_id": str(t.topic_id),
+        "is_internal": t.name.startswith("__"),
+        "replication_factor": rf,
         "partitions_count": len(t.partitions),
         "partitions": {"related": f"{base_url(request)}{path}/partitions"},
         "configs": {"related": f"{base_url(request)}{path}/configs"},
     }
 
 
-def partition_json(request: web.Request, ctx: HttpContext, topic: str, p: int,
-                   reg: Any) -> dict[str, Any]:
+def partition_json(
+    request: web.Request, ctx: HttpContext, topic: str, p: int, reg: Any
+) -> dict[str, Any]:
     path = f"{_cpath(ctx)}/topics/{topic}/partitions/{p}"
     isr = {int(b) for b in reg.isr}
     return {
         "kind": "KafkaPartition",
-        "metadata": _meta(request, path,
-                          f"crn:///kafka={ctx.cluster_id}/topic={topic}/partition={p}"),
-        "cluster_id": ctx.cluster_id, "topic_name": topic, "partition_id": p,
-        "leader": None if int(reg.leader) < 0 else {
-            "related": f"{base_url(request)}{_cpath(ctx)}/brokers/{int(reg.leader)}"},
-        "leader_id": int(reg.leader), "leader_epoch": int(reg.leader_epoch),
-        "replicas": [{"broker_id": int(b), "is_leader": int(b) == int(reg.leader),
-                      "in_sync": int(b) in isr} for b in reg.replicas],
+        "metadata": _meta(
+            request, path, f"crn:///kafka={ctx.cluster_id}/topic={topic}/partition={p}"
+        ),
+        "cluster_id": ctx.cluster_id,
+        "topic_name": topic,
+        "partition_id": p,
+        "leader": None
+        if int(reg.leader) < 0
+        else {"related": f"{base_url(request)}{_cpath(ctx)}/brokers/{int(reg.leader)}"},
+        "leader_id": int(reg.leader),
+        "leader_epoch": int(reg.leader_epoch),
+        "replicas": [
+            {"broker_id": int(b), "is_leader": int(b) == int(reg.leader), "in_sync": int(b) in isr}
+            for b in reg.replicas
+        ],
         "isr": [int(b) for b in reg.isr],
         # KIP-966 (Kafka's DescribeTopicPartitions): replicas that may lead while the ISR
         # is empty, and those an unclean recovery waits for.
@@ -146,24 +164,37 @@ def partition_json(request: web.Request, ctx: HttpContext, topic: str, p: int,
     }
 
 
-def config_json(request: web.Request, ctx: HttpContext, topic: str, name: str,
-                image: MetadataImage) -> dict[str, Any]:
+def config_json(
+    request: web.Request, ctx: HttpContext, topic: str, name: str, image: MetadataImage
+) -> dict[str, Any]:
     overrides = image.configs.get(ConfigResourceType.TOPIC, topic)
     value = image.configs.topic_config(topic, name)
     is_default = name not in overrides
     return {
         "kind": "KafkaTopicConfig",
-        "metadata": _meta(request, f"{_cpath(ctx)}/topics/{topic}/configs/{name}",
-                          f"crn:///kafka={ctx.cluster_id}/topic={topic}/config={name}"),
-        "cluster_id": ctx.cluster_id, "topic_name": topic, "name": name, "value": value,
-        "is_default": is_default, "is_read_only": False, "is_sensitive": False,
-        "source": "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG", "synonyms": [],
+        "metadata": _meta(
+            request,
+            f"{_cpath(ctx)}/topics/{topic}/configs/{name}",
+            f"crn:///kafka={ctx.cluster_id}/topic={topic}/config={name}",
+        ),
+        "cluster_id": ctx.cluster_id,
+        "topic_name": topic,
+        "name": name,
+        "value": value,
+        "is_default": is_default,
+        "is_read_only": False,
+        "is_sensitive": False,
+        "source": "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG",
+        "synonyms": [],
     }
 
 
 def _list(request: web.Request, kind: str, data: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"kind": kind, "metadata": {"self": f"{base_url(request)}{request.path}",
-                                       "next": None}, "data": data}
+    return {
+        "kind": kind,
+        "metadata": {"self": f"{base_url(request)}{request.path}", "next": None},
+        "data": data,
+    }
 
 
 def metadata_error(e: MetadataError, topic: str | None = None) -> HttpError:
@@ -184,12 +215,16 @@ async def _admin(ctx: HttpContext, command: Any, topic: str | None = None) -> An
         raise  # not a refusal: the create took effect earlier (see create_topic)
     except MetadataError as e:
         if e.after_uncertain_attempt and isinstance(
-                e, TopicExistsError | UnknownTopicOrPartitionError):
+            e, TopicExistsError | UnknownTopicOrPartitionError
+        ):
             # An earlier attempt may have taken effect and this refusal be its own trace (a
             # delete finding its topic gone): say that the outcome is unknown, not "no".
-            raise HttpError(504, f"The outcome is unknown: an earlier attempt may have taken "
-                                 f"effect before the controller answered this one ({e}).",
-                            50400) from None
+            raise HttpError(
+                504,
+                f"The outcome is unknown: an earlier attempt may have taken "
+                f"effect before the controller answered this one ({e}).",
+                50400,
+            ) from None
         raise metadata_error(e, topic) from None
     except ControllerUnavailableError as e:
         raise HttpError(503, f"No active controller: {e}", 50302) from None
@@ -214,8 +249,7 @@ async def _cluster(request: web.Request, ctx: HttpContext) -> dict[str, Any]:
         st = await ctx.controllers.get_json("/v3/quorum/status")
         lid = int(st.get("leader_id", -1))
         if lid >= 0:
-            controller = {"controller_id": lid, "url": st.get("leader_url"),
-                          "term": st.get("term")}
+            controller = {"controller_id": lid, "url": st.get("leader_url"), "term": st.get("term")}
     except ControllerUnavailableError:
         controller = None
     path = _cpath(ctx)
@@ -224,10 +258,10 @@ async def _cluster(request: web.Request, ctx: HttpContext) -> dict[str, Any]:
     return {
         "kind": "KafkaCluster",
         "metadata": _meta(request, path, f"crn:///kafka={ctx.cluster_id}"),
-        "cluster_id": ctx.cluster_id, "controller": controller,
+        "cluster_id": ctx.cluster_id,
+        "controller": controller,
         "metadata_offset": image.offset,
-        "brokers": [broker_json(request, ctx, b)
-                    for _, b in sorted(image.brokers.brokers.items())],
+        "brokers": [broker_json(request, ctx, b) for _, b in sorted(image.brokers.brokers.items())],
         "brokers_link": {"related": f"{bu}{path}/brokers"},
         "topics": {"related": f"{bu}{path}/topics"},
     }
@@ -235,8 +269,13 @@ async def _cluster(request: web.Request, ctx: HttpContext) -> dict[str, Any]:
 
 async def list_brokers(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
-    return json_response(_list(request, "KafkaBrokerList", [
-        broker_json(request, ctx, b) for _, b in sorted(ctx.image.brokers.brokers.items())]))
+    return json_response(
+        _list(
+            request,
+            "KafkaBrokerList",
+            [broker_json(request, ctx, b) for _, b in sorted(ctx.image.brokers.brokers.items())],
+        )
+    )
 
 
 async def get_broker(request: web.Request) -> web.Response:
@@ -256,8 +295,9 @@ async def list_topics(request: web.Request) -> web.Response:
     await ctx.sync_metadata()
     image = ctx.image
     topics = sorted(image.topics.by_id.values(), key=lambda t: t.name)
-    return json_response(_list(request, "KafkaTopicList",
-                               [topic_json(request, ctx, t) for t in topics]))
+    return json_response(
+        _list(request, "KafkaTopicList", [topic_json(request, ctx, t) for t in topics])
+    )
 
 
 def _opt_int(body: dict[str, Any], name: str, lo: int) -> int | None:
@@ -275,12 +315,15 @@ def _configs_list(v: Any) -> dict[str, str]:
     if v is None:
         return {}
     if not isinstance(v, list):
-        raise unprocessable("'configs' must be a list of {\"name\", \"value\"}.")
+        raise unprocessable('\'configs\' must be a list of {"name", "value"}.')
     out = {}
     for c in v:
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(
-                c.get("value"), str | int | float | bool):
-            raise unprocessable("each config must be {\"name\": string, \"value\": string}.")
+        if (
+            not isinstance(c, dict)
+            or not isinstance(c.get("name"), str)
+            or not isinstance(c.get("value"), str | int | float | bool)
+        ):
+            raise unprocessable('each config must be {"name": string, "value": string}.')
         val = c["value"]
         out[c["name"]] = str(val).lower() if isinstance(val, bool) else str(val)
     return out
@@ -306,22 +349,32 @@ async def create_topic(request: web.Request) -> web.Response:
         try:
             assignments = {int(k): tuple(BrokerId(int(b)) for b in v) for k, v in ra.items()}
         except (AttributeError, TypeError, ValueError):
-            raise unprocessable("'replicas_assignments' must map partition ids to lists of "
-                                "broker ids.") from None
+            raise unprocessable(
+                "'replicas_assignments' must map partition ids to lists of broker ids."
+            ) from None
     try:
         # The id is chosen here so the create is idempotent: if the controller client's
         # retry finds the topic its lost first attempt made, it is answered as created, not
         # TOPIC_ALREADY_EXISTS (found by the metadata workload of jepsen_tests).
-        await _admin(ctx, CreateTopic(name=name, num_partitions=partitions,
-                                      replication_factor=rf, assignments=assignments,
-                                      configs=configs, validate_only=validate_only,
-                                      topic_id=None if validate_only else random_topic_id()))
+        await _admin(
+            ctx,
+            CreateTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=rf,
+                assignments=assignments,
+                configs=configs,
+                validate_only=validate_only,
+                topic_id=None if validate_only else random_topic_id(),
+            ),
+        )
     except TopicIdRetiredError:
         # This request's id was used: an earlier attempt created the topic, and it has been
         # deleted since. The create happened; answering "exists" or creating it a second
         # time would both be wrong (finding 4 of docs/fault-injection.md).
-        return json_response({"topic_name": name,
-                              "message": "created; deleted since by another request"}, 202)
+        return json_response(
+            {"topic_name": name, "message": "created; deleted since by another request"}, 202
+        )
     except HttpError as e:
         if e.error_code == 40002 and "already exists" in e.message:
             # The controller also refuses a name whose create is proposed but not yet
@@ -330,13 +383,23 @@ async def create_topic(request: web.Request) -> web.Response:
             await ctx.wait_image(lambda im: im.topics.get(name) is not None, ADMIN_WAIT_S)
         raise
     if validate_only:
-        return json_response({"topic_name": name, "validate_only": True,
-                              "partitions_count": partitions, "replication_factor": rf}, 200)
+        return json_response(
+            {
+                "topic_name": name,
+                "validate_only": True,
+                "partitions_count": partitions,
+                "replication_factor": rf,
+            },
+            200,
+        )
 
     def created(image: MetadataImage) -> bool:
         t = image.topics.get(name)
-        return t is not None and len(t.partitions) > 0 and all(
-            int(r.leader) >= 0 for r in t.partitions.values())
+        return (
+            t is not None
+            and len(t.partitions) > 0
+            and all(int(r.leader) >= 0 for r in t.partitions.values())
+        )
 
     await ctx.wait_image(created, ADMIN_WAIT_S)
     t = ctx.image.topics.get(name)
@@ -418,8 +481,9 @@ async def patch_topic(request: web.Request) -> web.Response:
 
 
 def _config_names(image: MetadataImage, topic: str) -> list[str]:
-    return sorted(set(TOPIC_CONFIG_DEFAULTS) | set(image.configs.get(ConfigResourceType.TOPIC,
-                                                                     topic)))
+    return sorted(
+        set(TOPIC_CONFIG_DEFAULTS) | set(image.configs.get(ConfigResourceType.TOPIC, topic))
+    )
 
 
 async def list_configs(request: web.Request) -> web.Response:
@@ -428,8 +492,13 @@ async def list_configs(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     ctx.topic_or_404(topic)
     image = ctx.image
-    return json_response(_list(request, "KafkaTopicConfigList", [
-        config_json(request, ctx, topic, n, image) for n in _config_names(image, topic)]))
+    return json_response(
+        _list(
+            request,
+            "KafkaTopicConfigList",
+            [config_json(request, ctx, topic, n, image) for n in _config_names(image, topic)],
+        )
+    )
 
 
 async def get_config(request: web.Request) -> web.Response:
@@ -444,8 +513,11 @@ async def get_config(request: web.Request) -> web.Response:
 
 
 async def _alter(ctx: HttpContext, topic: str, ops: dict[str, str | None]) -> None:
-    await _admin(ctx, AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name=topic,
-                                   ops=ops), topic)
+    await _admin(
+        ctx,
+        AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name=topic, ops=ops),
+        topic,
+    )
 
     def applied(image: MetadataImage) -> bool:
         cur = image.configs.get(ConfigResourceType.TOPIC, topic)
@@ -459,7 +531,7 @@ async def put_config(request: web.Request) -> web.Response:
     topic, name = request.match_info["topic"], request.match_info["name"]
     body = await json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("value"), str):
-        raise unprocessable("The body must be {\"value\": string}.")
+        raise unprocessable('The body must be {"value": string}.')
     await _alter(ctx, topic, {name: body["value"]})
     return web.Response(status=204)
 
@@ -478,8 +550,7 @@ async def alter_configs(request: web.Request) -> web.Response:
     body = await json_body(request)
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list) or not data:
-        raise unprocessable("The body must be {\"data\": [{\"name\", \"value\", "
-                            "\"operation\"}]}.")
+        raise unprocessable('The body must be {"data": [{"name", "value", "operation"}]}.')
     ops: dict[str, str | None] = {}
     for c in data:
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
@@ -505,8 +576,16 @@ async def list_partitions(request: web.Request) -> web.Response:
     await ctx.sync_metadata()
     topic = request.match_info["topic"]
     t = ctx.topic_or_404(topic)
-    return json_response(_list(request, "KafkaPartitionList", [
-        partition_json(request, ctx, topic, p, reg) for p, reg in sorted(t.partitions.items())]))
+    return json_response(
+        _list(
+            request,
+            "KafkaPartitionList",
+            [
+                partition_json(request, ctx, topic, p, reg)
+                for p, reg in sorted(t.partitions.items())
+            ],
+        )
+    )
 
 
 async def get_partition(request: web.Request) -> web.Response:
@@ -523,8 +602,9 @@ def _timestamp_param(v: str) -> int:
     try:
         dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
-        raise bad_request(f"'timestamp' must be ms since the epoch or ISO-8601, got {v!r}."
-                          ) from None
+        raise bad_request(
+            f"'timestamp' must be ms since the epoch or ISO-8601, got {v!r}."
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
@@ -536,10 +616,13 @@ async def get_offsets(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     ctx.partition_or_404(topic, p)
-    out: dict[str, Any] = {"cluster_id": ctx.cluster_id, "topic_name": topic,
-                           "partition_id": p,
-                           "earliest_offset": await ctx.list_offset(topic, p, -2),
-                           "latest_offset": await ctx.list_offset(topic, p, -1)}
+    out: dict[str, Any] = {
+        "cluster_id": ctx.cluster_id,
+        "topic_name": topic,
+        "partition_id": p,
+        "earliest_offset": await ctx.list_offset(topic, p, -2),
+        "latest_offset": await ctx.list_offset(topic, p, -1),
+    }
     ts = request.query.get("timestamp")
     if ts is not None:
         t = _timestamp_param(ts)
@@ -564,8 +647,7 @@ def _produce_target(request: web.Request) -> tuple[HttpContext, str, int, int]:
     topic = request.match_info["topic"]
     writable_topic_or_404(ctx, topic)
     acks = parse_acks(request)
-    timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1,
-                           hi=300_000)
+    timeout_ms = int_param(request, "timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT, lo=1, hi=300_000)
     return ctx, topic, acks, timeout_ms
 
 
@@ -579,9 +661,16 @@ async def produce(request: web.Request) -> web.StreamResponse:
         return resp
     # curl -d sends application/x-www-form-urlencoded unless told otherwise: read it as
     # JSON rather than refuse the commonest first try.
-    if mt not in ("", JSON, "application/vnd.kafka.v3+json", "text/plain", NDJSON,
-                  "application/x-www-form-urlencoded"):
+    if mt not in (
+        "",
+        JSON,
+        "application/vnd.kafka.v3+json",
+        "text/plain",
+        NDJSON,
+        "application/x-www-form-urlencoded",
+    ):
         from api.http.errors import unsupported_media_type
+
         raise unsupported_media_type(mt)
     ctx.metrics.produce_requests.labels("v3").inc()
     if _is_streaming(request):
@@ -597,8 +686,9 @@ async def produce(request: web.Request) -> web.StreamResponse:
         ctx.metrics.produce_latency.labels("v3").observe(time.monotonic() - t0)
 
 
-async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
-                       timeout_ms: int, fast: bool = True) -> web.Response:
+async def produce_body(
+    ctx: HttpContext, topic: str, raw: bytes, *, acks: int, timeout_ms: int, fast: bool = True
+) -> web.Response:
     """A whole (non-streamed) JSON body (``api.http.produce.produce_json``): one record
     answered alone (or its error raised), several as NDJSON. ``fast=False`` (tests) skips
     the fast path."""
@@ -610,8 +700,9 @@ async def produce_body(ctx: HttpContext, topic: str, raw: bytes, *, acks: int,
     return web.Response(body=reports.lines[:-1], content_type=JSON)  # as json_response
 
 
-async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, acks: int,
-                          timeout_ms: int) -> web.StreamResponse:
+async def _produce_stream(
+    request: web.Request, ctx: HttpContext, topic: str, acks: int, timeout_ms: int
+) -> web.StreamResponse:
     """Reports are written as their records complete; each chunk read is produced as one
     group, so a fast stream forms batches and a slow one still gets prompt reports."""
     import asyncio
@@ -627,26 +718,33 @@ async def _produce_stream(request: web.Request, ctx: HttpContext, topic: str, ac
                 async with asyncio.timeout(ctx.stream_idle_s_max):
                     chunk = await request.content.readany()
             except TimeoutError:
-                await resp.write(orjson.dumps({"error_code": 40801, "message":
-                                 f"No data for {ctx.stream_idle_s_max:.0f} s; stream ended."})
-                                 + b"\n")
+                await resp.write(
+                    orjson.dumps(
+                        {
+                            "error_code": 40801,
+                            "message": f"No data for {ctx.stream_idle_s_max:.0f} s; stream ended.",
+                        }
+                    )
+                    + b"\n"
+                )
                 break
             final = not chunk
             objs = stream.feed(chunk, final=final)
             if not objs:
                 continue
-            await resp.write(await produce_stream_chunk(ctx, topic, objs, acks=acks,
-                                                         timeout_ms=timeout_ms))
+            await resp.write(
+                await produce_stream_chunk(ctx, topic, objs, acks=acks, timeout_ms=timeout_ms)
+            )
         await resp.write_eof()
     except ConnectionResetError as e:  # aiohttp's ClientConnectionResetError is one
         # The client went away: what was produced stays produced; nobody is left to tell.
-        log.info("produce stream to %s ended by the client: %s", topic,
-                 str(e) or type(e).__name__)
+        log.info("produce stream to %s ended by the client: %s", topic, str(e) or type(e).__name__)
     return resp
 
 
-async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, acks: int,
-                          timeout_ms: int) -> web.Response:
+async def _produce_binary(
+    request: web.Request, ctx: HttpContext, topic: str, acks: int, timeout_ms: int
+) -> web.Response:
     """msgpack ``{"partition_id"?, "batch": bytes}`` (one encoded batch, handed on whole) or
     ``{"partition_id"?, "records": [[key, value, timestamp_ms, [[name, value], ...]], ...]}``."""
     ctx.metrics.produce_requests.labels("binary").inc()
@@ -662,20 +760,32 @@ async def _produce_binary(request: web.Request, ctx: HttpContext, topic: str, ac
     except HttpError:
         raise
     if isinstance(body.get("batch"), bytes):
-        out = await produce_batch_bytes(ctx, topic, partition, body["batch"], acks=acks,
-                                        timeout_ms=timeout_ms)
+        out = await produce_batch_bytes(
+            ctx, topic, partition, body["batch"], acks=acks, timeout_ms=timeout_ms
+        )
         return web.Response(body=msgpack.packb(out), content_type=MSGPACK)
     recs = body.get("records")
     if not isinstance(recs, list) or not recs:
         raise unprocessable("The msgpack body needs 'batch' (bytes) or 'records' (a list).")
     _, outcomes = await produce_values(
-        ctx, topic, recs, acks=acks, timeout_ms=timeout_ms,
-        parse=lambda obj, ts: parse_msgpack_record(obj, ts, partition))
+        ctx,
+        topic,
+        recs,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        parse=lambda obj, ts: parse_msgpack_record(obj, ts, partition),
+    )
     reports: list[dict[str, Any]] = []
     for o in outcomes:
         if isinstance(o, Delivered):
-            reports.append({"error_code": 200, "partition_id": o.partition, "offset": o.offset,
-                            "timestamp": o.timestamp_ms})
+            reports.append(
+                {
+                    "error_code": 200,
+                    "partition_id": o.partition,
+                    "offset": o.offset,
+                    "timestamp": o.timestamp_ms,
+                }
+            )
         else:
             reports.append({"error_code": o.error_code, "message": o.message})
     return web.Response(body=msgpack.packb({"reports": reports}), content_type=MSGPACK)
@@ -690,7 +800,7 @@ async def produce_batch(request: web.Request) -> web.Response:
     body = await json_body(request)
     entries = body.get("entries") if isinstance(body, dict) else None
     if not isinstance(entries, list) or not entries:
-        raise unprocessable("The body must be {\"entries\": [...]}, not empty.", 42208)
+        raise unprocessable('The body must be {"entries": [...]}, not empty.', 42208)
     if len(entries) > ctx.batch_entries_max:
         raise unprocessable(f"At most {ctx.batch_entries_max} entries per batch.", 42208)
     ids: list[str] = []
@@ -699,8 +809,7 @@ async def produce_batch(request: web.Request) -> web.Response:
         ids.append(str(eid) if eid is not None else str(i))
     if len(set(ids)) != len(ids):
         raise unprocessable("Entry ids must be distinct.", 42208)
-    parsed, outcomes = await produce_values(ctx, topic, entries, acks=acks,
-                                            timeout_ms=timeout_ms)
+    parsed, outcomes = await produce_values(ctx, topic, entries, acks=acks, timeout_ms=timeout_ms)
     successes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     for eid, r, o in zip(ids, parsed, outcomes, strict=True):
@@ -741,8 +850,14 @@ async def read_records(request: web.Request) -> web.Response:
             raise bad_request(f"format must be binary, json or string, got {f!r}.")
     accept = request.headers.get("Accept", "")
     try:
-        ans = await ctx.router.fetch(topic, p, offset, max_bytes=max_bytes,
-                                     max_wait_ms=timeout_ms, timeout_ms=timeout_ms + 10_000)
+        ans = await ctx.router.fetch(
+            topic,
+            p,
+            offset,
+            max_bytes=max_bytes,
+            max_wait_ms=timeout_ms,
+            timeout_ms=timeout_ms + 10_000,
+        )
     except ReplicaError as e:
         raise kafka_error(e.error_code, str(e)) from None
     data = bytes(ans["records"])
@@ -754,30 +869,54 @@ async def read_records(request: web.Request) -> web.Response:
 
             mo = request.query.get("max_offset")
             body = records_to_arrow_ipc(
-                data, topic=topic, partition=p,
+                data,
+                topic=topic,
+                partition=p,
                 include_headers=request.query.get("include_headers", "false") == "true",
-                min_offset=offset, max_offset=int(mo) if mo is not None else None)
+                min_offset=offset,
+                max_offset=int(mo) if mo is not None else None,
+            )
             from api.http.records import next_offset_of
 
             nxt = next_offset_of(data, offset)
-            return web.Response(body=body, headers=arrow_response_headers(
-                next_offset=nxt, high_watermark=hw, log_start_offset=lso))
+            return web.Response(
+                body=body,
+                headers=arrow_response_headers(
+                    next_offset=nxt, high_watermark=hw, log_start_offset=lso
+                ),
+            )
         if any(m in accept for m in MSGPACK_TYPES):
             from api.http.records import next_offset_of
 
-            return web.Response(body=msgpack.packb({
-                "records": data, "high_watermark": hw, "log_start_offset": lso,
-                "next_offset": next_offset_of(data, offset)}, use_bin_type=True),
-                content_type=MSGPACK)
+            return web.Response(
+                body=msgpack.packb(
+                    {
+                        "records": data,
+                        "high_watermark": hw,
+                        "log_start_offset": lso,
+                        "next_offset": next_offset_of(data, offset),
+                    },
+                    use_bin_type=True,
+                ),
+                content_type=MSGPACK,
+            )
         records, nxt = render_records(data, from_offset=offset, fmt=fmt, key_fmt=key_fmt)
     finally:
         ctx.metrics.fetch_latency.observe(time.monotonic() - t0)
     ctx.metrics.fetch_records.inc(len(records))
     for r in records:
         r["partition_id"] = p
-    return json_response({"cluster_id": ctx.cluster_id, "topic_name": topic, "partition_id": p,
-                          "records": records, "next_offset": nxt, "high_watermark": hw,
-                          "log_start_offset": lso})
+    return json_response(
+        {
+            "cluster_id": ctx.cluster_id,
+            "topic_name": topic,
+            "partition_id": p,
+            "records": records,
+            "next_offset": nxt,
+            "high_watermark": hw,
+            "log_start_offset": lso,
+        }
+    )
 
 
 def add_v3_routes(app: web.Application) -> None:

@@ -131,8 +131,16 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
     for br in image.brokers.brokers.values():
         ep = _kafka_endpoint(image, int(br.broker_id))
         if ep is not None and not br.fenced:
-            brokers.append(build(mod, "MetadataResponseBroker", node_id=int(br.broker_id),
-                                 host=ep[0], port=ep[1], rack=br.rack))
+            brokers.append(
+                build(
+                    mod,
+                    "MetadataResponseBroker",
+                    node_id=int(br.broker_id),
+                    host=ep[0],
+                    port=ep[1],
+                    rack=br.rack,
+                )
+            )
     requested: list[str] | None
     if req.topics is None or (version == 0 and not req.topics):
         requested = None  # every topic (v0: an empty list means all)
@@ -143,31 +151,61 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
     for name in names:
         t = image.topics.get(name)
         if t is None:
-            topics.append(build(mod, "MetadataResponseTopic",
-                                error_code=ErrorCode.unknown_topic_or_partition, name=name,
-                                topic_id=uuid.UUID(int=0), is_internal=False, partitions=(),
-                                topic_authorized_operations=-2147483648))
+            topics.append(
+                build(
+                    mod,
+                    "MetadataResponseTopic",
+                    error_code=ErrorCode.unknown_topic_or_partition,
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=-2147483648,
+                )
+            )
             continue
         parts = []
         for p in sorted(t.partitions.keys()):
             reg = t.partitions[p]
             live = [int(b) for b in reg.replicas if _usable(image, int(b))]
             offline = tuple(int(b) for b in reg.replicas if int(b) not in live)
-            parts.append(build(
-                mod, "MetadataResponsePartition",
-                error_code=(ErrorCode.none if int(reg.leader) >= 0
-                            else ErrorCode.leader_not_available),
-                partition_index=p, leader_id=int(reg.leader),
-                leader_epoch=int(reg.leader_epoch),
-                replica_nodes=tuple(int(b) for b in reg.replicas),
-                isr_nodes=tuple(int(b) for b in reg.isr), offline_replicas=offline))
-        topics.append(build(mod, "MetadataResponseTopic", error_code=ErrorCode.none,
-                            name=name, topic_id=topic_uuid(str(t.topic_id)),
-                            is_internal=name == OFFSETS_TOPIC, partitions=tuple(parts),
-                            topic_authorized_operations=-2147483648))
-    return build(mod, "MetadataResponse", throttle_time=ZERO_MS, brokers=tuple(brokers),
-                 cluster_id=ctx.cluster_id, controller_id=ctx.broker_id,
-                 topics=tuple(topics), cluster_authorized_operations=-2147483648)
+            parts.append(
+                build(
+                    mod,
+                    "MetadataResponsePartition",
+                    error_code=(
+                        ErrorCode.none if int(reg.leader) >= 0 else ErrorCode.leader_not_available
+                    ),
+                    partition_index=p,
+                    leader_id=int(reg.leader),
+                    leader_epoch=int(reg.leader_epoch),
+                    replica_nodes=tuple(int(b) for b in reg.replicas),
+                    isr_nodes=tuple(int(b) for b in reg.isr),
+                    offline_replicas=offline,
+                )
+            )
+        topics.append(
+            build(
+                mod,
+                "MetadataResponseTopic",
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=topic_uuid(str(t.topic_id)),
+                is_internal=name == OFFSETS_TOPIC,
+                partitions=tuple(parts),
+                topic_authorized_operations=-2147483648,
+            )
+        )
+    return build(
+        mod,
+        "MetadataResponse",
+        throttle_time=ZERO_MS,
+        brokers=tuple(brokers),
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.broker_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=-2147483648,
+    )
 
 
 def _usable(image: MetadataImage, broker_id: int) -> bool:
@@ -188,20 +226,31 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
         err, base = ErrorCode.none, -1
         msg: str | None = None
         if transactional:
-            err, msg = ErrorCode.transactional_id_authorization_failed, (
-                "transactions are not supported yet")
+            err, msg = (
+                ErrorCode.transactional_id_authorization_failed,
+                ("transactions are not supported yet"),
+            )
         elif p.records is None or len(p.records) == 0:
             err = ErrorCode.invalid_record
         else:
             try:
-                ans = await ctx.replicas.produce(topic, int(p.index), acks, timeout_ms,
-                                                 bytes(p.records))
+                ans = await ctx.replicas.produce(
+                    topic, int(p.index), acks, timeout_ms, bytes(p.records)
+                )
                 base = int(ans["base_offset"])
             except (BrokerError, StorageError) as e:
                 err, msg = _code(e), str(e)
-        return build(mod, "PartitionProduceResponse", index=p.index, error_code=err,
-                     base_offset=base, log_append_time=None, log_start_offset=-1,
-                     record_errors=(), error_message=msg)
+        return build(
+            mod,
+            "PartitionProduceResponse",
+            index=p.index,
+            error_code=err,
+            base_offset=base,
+            log_append_time=None,
+            log_start_offset=-1,
+            record_errors=(),
+            error_message=msg,
+        )
 
     async def topic_resp(t: Any) -> Any:
         parts = await asyncio.gather(*(one(t.name, p) for p in t.partition_data))
@@ -225,7 +274,7 @@ def kafka_records(data: bytes) -> bytes:
     spans = list(iter_batches(mv, verify=False))
     if all(h.magic == MAGIC_KAFKA for _, h in spans):
         return data  # a partial tail batch included, as Kafka sends it
-    return b"".join(as_kafka_batch(mv[pos:pos + h.size]) for pos, h in spans)
+    return b"".join(as_kafka_batch(mv[pos : pos + h.size]) for pos, h in spans)
 
 
 async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
@@ -245,12 +294,18 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
                 continue
             try:
                 ans = await ctx.replicas.fetch(
-                    topic=topic, partition=int(p.partition), replica_id=-1,
+                    topic=topic,
+                    partition=int(p.partition),
+                    replica_id=-1,
                     fetch_offset=int(p.fetch_offset),
                     leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     last_fetched_epoch=-1,
                     max_bytes=max(min(int(p.partition_max_bytes), max(left, 1)), 1),
-                    max_wait_ms=wait_ms, min_bytes=1, high_watermark=-1, broker_epoch=-1)
+                    max_wait_ms=wait_ms,
+                    min_bytes=1,
+                    high_watermark=-1,
+                    broker_epoch=-1,
+                )
                 left -= len(ans.get("records") or b"")
                 out.append((topic, p, ErrorCode.none, ans))
             except (BrokerError, StorageError) as e:
@@ -259,23 +314,42 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
 
     results = await read_all(0)
     got = sum(len(a.get("records") or b"") for *_, a in results)
-    if got < max(min_bytes, 1) and max_wait_ms > 0 and wanted and all(
-            e == ErrorCode.none for _, _, e, _ in results):
+    if (
+        got < max(min_bytes, 1)
+        and max_wait_ms > 0
+        and wanted
+        and all(e == ErrorCode.none for _, _, e, _ in results)
+    ):
         await _wait_any(ctx, wanted, deadline)
         results = await read_all(0)
     topics: dict[str, list[Any]] = {}
     for topic, p, err, ans in results:
         hw = int(ans.get("high_watermark", -1)) if ans else -1
-        topics.setdefault(topic, []).append(build(
-            mod, "PartitionData", partition_index=p.partition, error_code=err,
-            high_watermark=hw, last_stable_offset=hw,
-            log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
-            aborted_transactions=(), preferred_read_replica=-1,
-            records=kafka_records(bytes(ans.get("records") or b"")) if ans else b""))
-    return build(mod, "FetchResponse", throttle_time=ZERO_MS, error_code=ErrorCode.none,
-                 session_id=0, responses=tuple(
-                     build(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps))
-                     for t, ps in topics.items()))
+        topics.setdefault(topic, []).append(
+            build(
+                mod,
+                "PartitionData",
+                partition_index=p.partition,
+                error_code=err,
+                high_watermark=hw,
+                last_stable_offset=hw,
+                log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
+                aborted_transactions=(),
+                preferred_read_replica=-1,
+                records=kafka_records(bytes(ans.get("records") or b"")) if ans else b"",
+            )
+        )
+    return build(
+        mod,
+        "FetchResponse",
+        throttle_time=ZERO_MS,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            build(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps))
+            for t, ps in topics.items()
+        ),
+    )
 
 
 def _no_data(ctx: KafkaContext, topic: str, partition: int) -> dict[str, Any]:
@@ -290,16 +364,32 @@ async def _wait_any(ctx: KafkaContext, wanted: list[tuple[str, Any]], deadline: 
     left_ms = int((deadline - time.monotonic()) * 1000)
     if left_ms <= 0:
         return
-    tasks = [asyncio.ensure_future(ctx.replicas.fetch(
-        topic=topic, partition=int(p.partition), replica_id=-1,
-        fetch_offset=int(p.fetch_offset), leader_epoch=-1, last_fetched_epoch=-1,
-        max_bytes=1, max_wait_ms=left_ms, min_bytes=1, high_watermark=-1, broker_epoch=-1))
-        for topic, p in wanted]
+    tasks = [
+        asyncio.ensure_future(
+            ctx.replicas.fetch(
+                topic=topic,
+                partition=int(p.partition),
+                replica_id=-1,
+                fetch_offset=int(p.fetch_offset),
+                leader_epoch=-1,
+                last_fetched_epoch=-1,
+                max_bytes=1,
+                max_wait_ms=left_ms,
+                min_bytes=1,
+                high_watermark=-1,
+                broker_epoch=-1,
+            )
+        )
+        for topic, p in wanted
+    ]
     try:
         pending = set(tasks)
         while pending:
-            done, pending = await asyncio.wait(pending, timeout=max(
-                deadline - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait(
+                pending,
+                timeout=max(deadline - time.monotonic(), 0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             if not done:
                 return
             for t in done:
@@ -325,8 +415,7 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
             try:
                 if ts < -2:
                     raise _Unsupported
-                off = int(ctx.replicas.list_offsets(t.name, int(p.partition_index),
-                                                    ts)["offset"])
+                off = int(ctx.replicas.list_offsets(t.name, int(p.partition_index), ts)["offset"])
                 rep = ctx.replicas.by_name.get((t.name, int(p.partition_index)))
                 epoch = rep.registration.leader_epoch if rep is not None else -1
                 if ts >= 0 and off >= 0 and rep is not None:
@@ -335,12 +424,19 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
                 err = ErrorCode.unsupported_version
             except (BrokerError, StorageError) as e:
                 err = _code(e)
-            parts.append(build(mod, "ListOffsetsPartitionResponse",
-                               partition_index=p.partition_index, error_code=err,
-                               timestamp=found_ts, offset=off, leader_epoch=int(epoch),
-                               old_style_offsets=(off,) if off >= 0 else ()))
-        topics.append(build(mod, "ListOffsetsTopicResponse", name=t.name,
-                            partitions=tuple(parts)))
+            parts.append(
+                build(
+                    mod,
+                    "ListOffsetsPartitionResponse",
+                    partition_index=p.partition_index,
+                    error_code=err,
+                    timestamp=found_ts,
+                    offset=off,
+                    leader_epoch=int(epoch),
+                    old_style_offsets=(off,) if off >= 0 else (),
+                )
+            )
+        topics.append(build(mod, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
     return build(mod, "ListOffsetsResponse", throttle_time=ZERO_MS, topics=tuple(topics))
 
 
@@ -349,7 +445,7 @@ def _timestamp_at(log: Any, offset: int) -> int:
     found record's timestamp); -1 if it is not there to read."""
     data = log.read(offset, 1).data
     for pos, bh in iter_batches(data, verify=False):
-        for r in decode_records(memoryview(data)[pos:pos + bh.size], verify=False):
+        for r in decode_records(memoryview(data)[pos : pos + bh.size], verify=False):
             if r.offset >= offset:
                 return r.timestamp
     return -1
@@ -365,23 +461,43 @@ class _Unsupported(Exception):
 async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(22, version)
     if req.transactional_id is not None:
-        return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
-                     error_code=ErrorCode.transactional_id_authorization_failed,
-                     producer_id=-1, producer_epoch=-1)
+        return build(
+            mod,
+            "InitProducerIdResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     try:
         pid = await ctx.next_producer_id()
     except ProducerIdThrottledError as e:  # KIP-936: new ids are rate-limited per broker
-        return build(mod, "InitProducerIdResponse",
-                     throttle_time=datetime.timedelta(milliseconds=e.throttle_time_ms),
-                     error_code=ErrorCode.throttling_quota_exceeded, producer_id=-1,
-                     producer_epoch=-1)
+        return build(
+            mod,
+            "InitProducerIdResponse",
+            throttle_time=datetime.timedelta(milliseconds=e.throttle_time_ms),
+            error_code=ErrorCode.throttling_quota_exceeded,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     except Exception as e:  # the controller did not hand out a block
         log.warning("InitProducerId: %s", e)
-        return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
-                     error_code=ErrorCode.coordinator_not_available, producer_id=-1,
-                     producer_epoch=-1)
-    return build(mod, "InitProducerIdResponse", throttle_time=ZERO_MS,
-                 error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
+        return build(
+            mod,
+            "InitProducerIdResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return build(
+        mod,
+        "InitProducerIdResponse",
+        throttle_time=ZERO_MS,
+        error_code=ErrorCode.none,
+        producer_id=pid,
+        producer_epoch=0,
+    )
 
 
 # ------------------------------------------------------------------------ groups
@@ -409,12 +525,35 @@ async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> 
                 err, msg = _code(ce), str(ce)
         answers.append((key, node, host, port, err, msg))
     if version >= 4:
-        return build(mod, "FindCoordinatorResponse", throttle_time=ZERO_MS, coordinators=tuple(
-            build(mod, "Coordinator", key=k, node_id=n, host=h, port=p, error_code=e,
-                  error_message=m) for k, n, h, p, e, m in answers))
+        return build(
+            mod,
+            "FindCoordinatorResponse",
+            throttle_time=ZERO_MS,
+            coordinators=tuple(
+                build(
+                    mod,
+                    "Coordinator",
+                    key=k,
+                    node_id=n,
+                    host=h,
+                    port=p,
+                    error_code=e,
+                    error_message=m,
+                )
+                for k, n, h, p, e, m in answers
+            ),
+        )
     _k, n, h, p, first_err, m = answers[0]
-    return build(mod, "FindCoordinatorResponse", throttle_time=ZERO_MS, error_code=first_err,
-                 error_message=m, node_id=n, host=h, port=p)
+    return build(
+        mod,
+        "FindCoordinatorResponse",
+        throttle_time=ZERO_MS,
+        error_code=first_err,
+        error_message=m,
+        node_id=n,
+        host=h,
+        port=p,
+    )
 
 
 def _subscription(metadata: bytes) -> tuple[frozenset[str], frozenset[TopicPartition] | None]:
@@ -426,8 +565,9 @@ def _subscription(metadata: bytes) -> tuple[frozenset[str], frozenset[TopicParti
     sub, _ = entity_reader(mod.ConsumerProtocolSubscription)(metadata, 2)
     owned = None
     if getattr(sub, "owned_partitions", None) is not None and v >= 1:
-        owned = frozenset(TopicPartition(tp.topic, int(p)) for tp in sub.owned_partitions
-                          for p in tp.partitions)
+        owned = frozenset(
+            TopicPartition(tp.topic, int(p)) for tp in sub.owned_partitions for p in tp.partitions
+        )
     return frozenset(sub.topics), owned
 
 
@@ -436,10 +576,12 @@ def _assignment(parts: frozenset[TopicPartition]) -> bytes:
     for tp in sorted(parts):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
     body = ConsumerProtocolAssignment(
-        assigned_partitions=tuple(AssignedPartitions(topic=TopicName(t),
-                                                     partitions=tuple(i32(p) for p in ps))
-                                  for t, ps in by_topic.items()),
-        user_data=None)
+        assigned_partitions=tuple(
+            AssignedPartitions(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
+            for t, ps in by_topic.items()
+        ),
+        user_data=None,
+    )
     buf = io.BytesIO()
     buf.write(b"\0\0")  # version 0
     entity_writer(ConsumerProtocolAssignment)(buf, body)
@@ -450,9 +592,16 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(11, version)
 
     def answer(err: ErrorCode, **kw: Any) -> Any:
-        base: dict[str, Any] = dict(throttle_time=ZERO_MS, error_code=err, generation_id=-1,
-                                    protocol_type="consumer", protocol_name=None, leader="",
-                                    member_id=req.member_id, members=())
+        base: dict[str, Any] = dict(
+            throttle_time=ZERO_MS,
+            error_code=err,
+            generation_id=-1,
+            protocol_type="consumer",
+            protocol_name=None,
+            leader="",
+            member_id=req.member_id,
+            members=(),
+        )
         base.update(kw)
         if version < 7 and base["protocol_name"] is None:
             base["protocol_name"] = ""
@@ -469,14 +618,22 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     except Exception:
         return answer(ErrorCode.inconsistent_group_protocol)
     jr = JoinRequest(
-        group=req.group_id, member_id=req.member_id, topics=topics,
-        protocol=(RebalanceProtocol.COOPERATIVE if chosen[0] == "cooperative-sticky"
-                  else RebalanceProtocol.EAGER),
-        assignor=chosen[0], client_id="",
+        group=req.group_id,
+        member_id=req.member_id,
+        topics=topics,
+        protocol=(
+            RebalanceProtocol.COOPERATIVE
+            if chosen[0] == "cooperative-sticky"
+            else RebalanceProtocol.EAGER
+        ),
+        assignor=chosen[0],
+        client_id="",
         session_timeout_ms=int(req.session_timeout.total_seconds() * 1000),
-        rebalance_timeout_ms=int(getattr(req, "rebalance_timeout", req.session_timeout)
-                                 .total_seconds() * 1000),
-        owned=owned if chosen[0] == "cooperative-sticky" else None)
+        rebalance_timeout_ms=int(
+            getattr(req, "rebalance_timeout", req.session_timeout).total_seconds() * 1000
+        ),
+        owned=owned if chosen[0] == "cooperative-sticky" else None,
+    )
     try:
         resp = await ctx.groups.join(jr)
     except CoordinatorError as e:
@@ -488,34 +645,57 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     name = resp.assignor or chosen[0]
     members = ()
     if resp.leader == resp.member_id:
-        members = tuple(build(mod, "JoinGroupResponseMember", member_id=m,
-                              group_instance_id=None,
-                              metadata=ctx.group_metadata.get((req.group_id, m),
-                                                              (name, b"\0\0\0\0\0\0"))[1])
-                        for m in resp.members)
-    return answer(ErrorCode.none, generation_id=resp.generation, protocol_name=name,
-                  leader=resp.leader or "", member_id=resp.member_id, members=members)
+        members = tuple(
+            build(
+                mod,
+                "JoinGroupResponseMember",
+                member_id=m,
+                group_instance_id=None,
+                metadata=ctx.group_metadata.get((req.group_id, m), (name, b"\0\0\0\0\0\0"))[1],
+            )
+            for m in resp.members
+        )
+    return answer(
+        ErrorCode.none,
+        generation_id=resp.generation,
+        protocol_name=name,
+        leader=resp.leader or "",
+        member_id=resp.member_id,
+        members=members,
+    )
 
 
 async def handle_sync_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(14, version)
     try:
-        resp = await ctx.groups.sync(SyncRequest(req.group_id, req.member_id,
-                                                 int(req.generation_id)))
+        resp = await ctx.groups.sync(
+            SyncRequest(req.group_id, req.member_id, int(req.generation_id))
+        )
         err = error_code(str(resp.error))
         assignment = _assignment(resp.assignment) if err == ErrorCode.none else b""
     except CoordinatorError as e:
         err, assignment = _code(e), b""
-    return build(mod, "SyncGroupResponse", throttle_time=ZERO_MS, error_code=err,
-                 protocol_type="consumer", protocol_name=getattr(req, "protocol_name", None),
-                 assignment=assignment)
+    return build(
+        mod,
+        "SyncGroupResponse",
+        throttle_time=ZERO_MS,
+        error_code=err,
+        protocol_type="consumer",
+        protocol_name=getattr(req, "protocol_name", None),
+        assignment=assignment,
+    )
 
 
 async def handle_heartbeat(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(12, version)
     try:
-        err = error_code(str(await ctx.groups.heartbeat(
-            HeartbeatRequest(req.group_id, req.member_id, int(req.generation_id)))))
+        err = error_code(
+            str(
+                await ctx.groups.heartbeat(
+                    HeartbeatRequest(req.group_id, req.member_id, int(req.generation_id))
+                )
+            )
+        )
     except CoordinatorError as e:
         err = _code(e)
     return build(mod, "HeartbeatResponse", throttle_time=ZERO_MS, error_code=err)
@@ -533,37 +713,71 @@ async def handle_leave_group(ctx: KafkaContext, version: int, req: Any) -> Any:
             err = top = _code(e)
         ctx.group_metadata.pop((req.group_id, mid), None)
         if version >= 3:  # v3+ (KIP-345) answers per member
-            results.append(build(mod, "MemberResponse", member_id=mid,
-                                 group_instance_id=None, error_code=err))
+            results.append(
+                build(mod, "MemberResponse", member_id=mid, group_instance_id=None, error_code=err)
+            )
         else:
             top = err
-    return build(mod, "LeaveGroupResponse", throttle_time=ZERO_MS, error_code=top,
-                 members=tuple(results))
+    return build(
+        mod, "LeaveGroupResponse", throttle_time=ZERO_MS, error_code=top, members=tuple(results)
+    )
 
 
 async def handle_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(8, version)
-    offsets = {TopicPartition(t.name, int(p.partition_index)):
-               OffsetAndMetadata(int(p.committed_offset), p.committed_metadata or "")
-               for t in req.topics for p in t.partitions}
-    generation = int(getattr(req, "generation_id_or_member_epoch",
-                             getattr(req, "generation_id", -1)))
+    offsets = {
+        TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
+            int(p.committed_offset), p.committed_metadata or ""
+        )
+        for t in req.topics
+        for p in t.partitions
+    }
+    generation = int(
+        getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
+    )
     try:
-        err = error_code(str(await ctx.groups.commit(OffsetCommitRequest(
-            req.group_id, offsets, member_id=req.member_id, generation=generation))))
+        err = error_code(
+            str(
+                await ctx.groups.commit(
+                    OffsetCommitRequest(
+                        req.group_id, offsets, member_id=req.member_id, generation=generation
+                    )
+                )
+            )
+        )
     except CoordinatorError as e:
         err = _code(e)
-    return build(mod, "OffsetCommitResponse", throttle_time=ZERO_MS, topics=tuple(
-        build(mod, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            build(mod, "OffsetCommitResponsePartition", partition_index=p.partition_index,
-                  error_code=err) for p in t.partitions))
-        for t in req.topics))
+    return build(
+        mod,
+        "OffsetCommitResponse",
+        throttle_time=ZERO_MS,
+        topics=tuple(
+            build(
+                mod,
+                "OffsetCommitResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        mod,
+                        "OffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=err,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        ),
+    )
 
 
 async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(9, version)
-    wanted = None if req.topics is None else [
-        TopicPartition(t.name, int(p)) for t in req.topics for p in t.partition_indexes]
+    wanted = (
+        None
+        if req.topics is None
+        else [TopicPartition(t.name, int(p)) for t in req.topics for p in t.partition_indexes]
+    )
     top = ErrorCode.none
     committed: dict[TopicPartition, Any] = {}
     try:
@@ -574,14 +788,27 @@ async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for tp in tps:
         c = committed.get(tp)
-        by_topic.setdefault(tp.topic, []).append(build(
-            mod, "OffsetFetchResponsePartition", partition_index=tp.partition,
-            committed_offset=-1 if c is None else c.offset, committed_leader_epoch=-1,
-            metadata="" if c is None else c.metadata,
-            error_code=top if version < 2 else ErrorCode.none))
-    return build(mod, "OffsetFetchResponse", throttle_time=ZERO_MS, error_code=top,
-                 topics=tuple(build(mod, "OffsetFetchResponseTopic", name=t,
-                                    partitions=tuple(ps)) for t, ps in by_topic.items()))
+        by_topic.setdefault(tp.topic, []).append(
+            build(
+                mod,
+                "OffsetFetchResponsePartition",
+                partition_index=tp.partition,
+                committed_offset=-1 if c is None else c.offset,
+                committed_leader_epoch=-1,
+                metadata="" if c is None else c.metadata,
+                error_code=top if version < 2 else ErrorCode.none,
+            )
+        )
+    return build(
+        mod,
+        "OffsetFetchResponse",
+        throttle_time=ZERO_MS,
+        error_code=top,
+        topics=tuple(
+            build(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        ),
+    )
 
 
 # ------------------------------------------------------------------------ topics
@@ -592,24 +819,42 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
     results = []
     for t in req.topics:
         err, msg = ErrorCode.none, None
-        assignments = ({int(a.partition_index): tuple(BrokerId(int(b)) for b in a.broker_ids)
-                        for a in t.assignments} or None)
+        assignments = {
+            int(a.partition_index): tuple(BrokerId(int(b)) for b in a.broker_ids)
+            for a in t.assignments
+        } or None
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         n, rf = int(t.num_partitions), int(t.replication_factor)
         try:
-            await ctx.execute(CreateTopic(
-                name=t.name, num_partitions=n if n > 0 else 1,
-                replication_factor=rf if rf > 0 else 1, assignments=assignments,
-                configs=configs, validate_only=bool(req.validate_only),
-                topic_id=None if req.validate_only else _random_topic_id()))
+            await ctx.execute(
+                CreateTopic(
+                    name=t.name,
+                    num_partitions=n if n > 0 else 1,
+                    replication_factor=rf if rf > 0 else 1,
+                    assignments=assignments,
+                    configs=configs,
+                    validate_only=bool(req.validate_only),
+                    topic_id=None if req.validate_only else _random_topic_id(),
+                )
+            )
         except MetadataError as e:
             err, msg = error_code(str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))), str(e)
         except Exception as e:  # no controller answered
             err, msg = ErrorCode.request_timed_out, str(e)
-        results.append(build(mod, "CreatableTopicResult", name=t.name, error_code=err,
-                             error_message=msg, topic_config_error_code=0,
-                             num_partitions=n, replication_factor=rf, configs=None,
-                             topic_id=uuid.UUID(int=0)))
+        results.append(
+            build(
+                mod,
+                "CreatableTopicResult",
+                name=t.name,
+                error_code=err,
+                error_message=msg,
+                topic_config_error_code=0,
+                num_partitions=n,
+                replication_factor=rf,
+                configs=None,
+                topic_id=uuid.UUID(int=0),
+            )
+        )
     return build(mod, "CreateTopicsResponse", throttle_time=ZERO_MS, topics=tuple(results))
 
 

@@ -35,21 +35,21 @@ API_VERSIONS = 18
 PRODUCE = 0
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    0: (0, 9),     # Produce (3-9 served; 0-2 refused, see the module docstring)
-    1: (4, 12),    # Fetch: record batch v2 needs >= 4; 13+ names topics by id
-    2: (1, 7),     # ListOffsets
-    3: (0, 12),    # Metadata
-    8: (2, 8),     # OffsetCommit
-    9: (1, 7),     # OffsetFetch (8+ batches groups)
-    10: (0, 4),    # FindCoordinator
-    11: (0, 7),    # JoinGroup
-    12: (0, 4),    # Heartbeat
-    13: (0, 4),    # LeaveGroup
-    14: (0, 5),    # SyncGroup
-    18: (0, 3),    # ApiVersions
-    19: (2, 5),    # CreateTopics
-    20: (1, 4),    # DeleteTopics
-    22: (0, 4),    # InitProducerId
+    0: (0, 9),  # Produce (3-9 served; 0-2 refused, see the module docstring)
+    1: (4, 12),  # Fetch: record batch v2 needs >= 4; 13+ names topics by id
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch (8+ batches groups)
+    10: (0, 4),  # FindCoordinator
+    11: (0, 7),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    18: (0, 3),  # ApiVersions
+    19: (2, 5),  # CreateTopics
+    20: (1, 4),  # DeleteTopics
+    22: (0, 4),  # InitProducerId
 }
 PRODUCE_SERVED_MIN = 3
 
@@ -102,7 +102,7 @@ def parse_header(frame: bytes) -> RequestHeader:
     if n >= 0:
         if pos + n > len(frame):
             raise MalformedRequestError("client_id runs past the frame")
-        client_id = frame[pos:pos + n].decode("utf-8", "replace")
+        client_id = frame[pos : pos + n].decode("utf-8", "replace")
         pos += n
     if supports(api_key, version) and is_flexible(api_key, version):
         count, pos = _read_uvarint(frame, pos)  # header tagged fields: none are known
@@ -127,7 +127,8 @@ def decode_request(header: RequestHeader, frame: bytes) -> Any:
         body, _size = entity_reader(cls)(frame, header.body_offset)
     except Exception as e:  # kio raises its own and the native reader's errors
         raise MalformedRequestError(
-            f"api {header.api_key} v{header.api_version} body does not parse: {e}") from e
+            f"api {header.api_key} v{header.api_version} body does not parse: {e}"
+        ) from e
     return body
 
 
@@ -166,17 +167,25 @@ def api_versions_body(version: int, error: ErrorCode = ErrorCode.none) -> Any:
     """The ApiVersions response for ``version``: the whole table, also with an error, as
     KIP-511 asks (the client then retries with a version from it)."""
     mod = response_module(API_VERSIONS, version)
-    keys = tuple(build(mod, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
-                 for k, (lo, hi) in sorted(SUPPORTED.items()))
-    return build(mod, "ApiVersionsResponse", error_code=error, api_keys=keys,
-                 throttle_time=datetime.timedelta(0))
+    keys = tuple(
+        build(mod, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(SUPPORTED.items())
+    )
+    return build(
+        mod,
+        "ApiVersionsResponse",
+        error_code=error,
+        api_keys=keys,
+        throttle_time=datetime.timedelta(0),
+    )
 
 
 def unsupported_api_versions_frame(correlation_id: int) -> bytes:
     """An ApiVersions request of a version above ours: answer in v0 with error 35
     (UNSUPPORTED_VERSION) and our ranges (KIP-511)."""
-    return encode_response(API_VERSIONS, 0, correlation_id,
-                           api_versions_body(0, ErrorCode.unsupported_version))
+    return encode_response(
+        API_VERSIONS, 0, correlation_id, api_versions_body(0, ErrorCode.unsupported_version)
+    )
 
 
 def error_code(name: str) -> ErrorCode:

@@ -41,8 +41,13 @@ REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes defaul
 class KafkaListener:
     """``start(host, port)`` binds; ``close()`` stops accepting and ends every connection."""
 
-    def __init__(self, ctx: KafkaContext, *, request_bytes_max: int = REQUEST_BYTES_MAX,
-                 connections_max: int = 1024) -> None:
+    def __init__(
+        self,
+        ctx: KafkaContext,
+        *,
+        request_bytes_max: int = REQUEST_BYTES_MAX,
+        connections_max: int = 1024,
+    ) -> None:
         self.ctx = ctx
         self.request_bytes_max = request_bytes_max
         self.connections_max = connections_max
@@ -94,7 +99,8 @@ class KafkaListener:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             if size < 8 or size > self.request_bytes_max:
                 raise MalformedRequestError(
-                    f"request size {size} outside [8, {self.request_bytes_max}]")
+                    f"request size {size} outside [8, {self.request_bytes_max}]"
+                )
             frame = await reader.readexactly(size)
             out = await self.handle_frame(frame)
             if out is not None:
@@ -109,8 +115,9 @@ class KafkaListener:
         if key == API_VERSIONS and not supports(key, version):
             return unsupported_api_versions_frame(header.correlation_id)
         if not supports(key, version) or (key == PRODUCE and version < PRODUCE_SERVED_MIN):
-            raise MalformedRequestError(f"api {key} v{version} is not served "
-                                        f"(client {header.client_id!r})")
+            raise MalformedRequestError(
+                f"api {key} v{version} is not served (client {header.client_id!r})"
+            )
         req = decode_request(header, frame)
         if key == API_VERSIONS:
             body = api_versions_body(version)

@@ -105,6 +105,7 @@ class BrokerServer:
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
         loop = asyncio.get_running_loop()
+
         # The data directory failing (an EIO on write or fsync) takes every log offline:
         # with one directory per broker, the broker can serve nothing, and stops, as Kafka's
         # does when its last log directory fails. Listeners run on the thread that failed.
@@ -120,9 +121,11 @@ class BrokerServer:
             self.essentials.watch(self.schemas.task, "schema registry")
         await self.follower.start()
         await self.lifecycle.start()
-        for task, what in ((self.groups.task, "group coordinator"),
-                           (self.follower.task, "metadata follower"),
-                           (self.lifecycle.task, "broker lifecycle")):
+        for task, what in (
+            (self.groups.task, "group coordinator"),
+            (self.follower.task, "metadata follower"),
+            (self.lifecycle.task, "broker lifecycle"),
+        ):
             assert task is not None, what
             self.essentials.watch(task, what)
 
@@ -145,17 +148,22 @@ class BrokerServer:
         if epoch is None:
             epoch = self.lifecycle.previous_broker_epoch
         if epoch is None or epoch < 0 or self.replicas.closed_cleanly is not True:
-            log.warning("broker %d: no clean-shutdown marker (broker epoch %s, logs closed "
-                        "cleanly: %s): the next start counts as unclean", self.config.node_id,
-                        epoch, self.replicas.closed_cleanly)
+            log.warning(
+                "broker %d: no clean-shutdown marker (broker epoch %s, logs closed "
+                "cleanly: %s): the next start counts as unclean",
+                self.config.node_id,
+                epoch,
+                self.replicas.closed_cleanly,
+            )
             return
         try:
             clean_shutdown.write_marker(self.config.data_dir, epoch)
         except OSError as e:
             log.warning("broker %d: clean-shutdown marker: %s", self.config.node_id, e)
             return
-        log.info("broker %d: clean-shutdown marker written (broker epoch %d)",
-                 self.config.node_id, epoch)
+        log.info(
+            "broker %d: clean-shutdown marker written (broker epoch %d)", self.config.node_id, epoch
+        )
 
 
 BROKER_KEY: web.AppKey[BrokerServer] = web.AppKey("broker", BrokerServer)
@@ -196,9 +204,13 @@ async def handle_metadata(request: web.Request) -> web.Response:
     return _json(out)
 
 
-def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = None,
-                 controlled_shutdown_timeout_s: float = 30.0,
-                 autostart: bool = True) -> tuple[web.Application, BrokerServer]:
+def build_broker(
+    config: NodeConfig,
+    *,
+    heartbeat_interval_s: float | None = None,
+    controlled_shutdown_timeout_s: float = 30.0,
+    autostart: bool = True,
+) -> tuple[web.Application, BrokerServer]:
     """The broker's app. With ``autostart`` the follower and the lifecycle start with the
     app (``cleanup_ctx``); without, the caller starts them (``serve_broker`` does once its
     port is bound, so a broker that cannot listen never registers). They stop with it."""
@@ -207,49 +219,81 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     # Before anything registers or opens a log: this process's own crash must never pass
     # for a clean shutdown (KIP-966).
     previous_epoch = clean_shutdown.take_marker(config.data_dir)
-    log.info("broker %d: %s", config.node_id,
-             "no clean-shutdown marker: the last stop was unclean" if previous_epoch is None
-             else f"clean-shutdown marker of broker epoch {previous_epoch}")
+    log.info(
+        "broker %d: %s",
+        config.node_id,
+        "no clean-shutdown marker: the last stop was unclean"
+        if previous_epoch is None
+        else f"clean-shutdown marker of broker epoch {previous_epoch}",
+    )
     policy = None
-    if (config.log_flush_interval_messages or config.log_flush_interval_ms is not None
-            or config.log_flush_interval_bytes):
-        policy = FlushPolicy(bytes_max=config.log_flush_interval_bytes,
-                             messages_max=config.log_flush_interval_messages,
-                             interval_ms=config.log_flush_interval_ms)
-    replicas = ReplicaManager(broker_id=config.node_id, data_dir=config.data_dir,
-                              controller_urls=urls,
-                              broker_epoch=lambda: lifecycle.broker_epoch,
-                              committer=GroupCommitter(policy=policy),
-                              replica_lag_time_max_ms=config.replica_lag_time_max_ms,
-                              retention_check_interval_ms=config.log_retention_check_interval_ms,
-                              cleaner_backoff_ms=config.log_cleaner_backoff_ms,
-                              acks_require_fsync=config.acks_require_fsync,
-                              page_cache=(None if config.log_page_cache_keep_bytes < 0
-                                          else PageCacheTrimmer(
-                                              config.log_page_cache_keep_bytes)))
+    if (
+        config.log_flush_interval_messages
+        or config.log_flush_interval_ms is not None
+        or config.log_flush_interval_bytes
+    ):
+        policy = FlushPolicy(
+            bytes_max=config.log_flush_interval_bytes,
+            messages_max=config.log_flush_interval_messages,
+            interval_ms=config.log_flush_interval_ms,
+        )
+    replicas = ReplicaManager(
+        broker_id=config.node_id,
+        data_dir=config.data_dir,
+        controller_urls=urls,
+        broker_epoch=lambda: lifecycle.broker_epoch,
+        committer=GroupCommitter(policy=policy),
+        replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+        retention_check_interval_ms=config.log_retention_check_interval_ms,
+        cleaner_backoff_ms=config.log_cleaner_backoff_ms,
+        acks_require_fsync=config.acks_require_fsync,
+        page_cache=(
+            None
+            if config.log_page_cache_keep_bytes < 0
+            else PageCacheTrimmer(config.log_page_cache_keep_bytes)
+        ),
+    )
     lifecycle = BrokerLifecycle(
-        LifecycleConfig(broker_id=config.node_id, endpoints=broker_endpoints(config),
-                        rack=config.rack,
-                        heartbeat_interval_s=(config.broker_heartbeat_interval_ms / 1000
-                                              if heartbeat_interval_s is None
-                                              else heartbeat_interval_s),
-                        controlled_shutdown_timeout_s=controlled_shutdown_timeout_s),
-        urls, follower, previous_broker_epoch=previous_epoch,
+        LifecycleConfig(
+            broker_id=config.node_id,
+            endpoints=broker_endpoints(config),
+            rack=config.rack,
+            heartbeat_interval_s=(
+                config.broker_heartbeat_interval_ms / 1000
+                if heartbeat_interval_s is None
+                else heartbeat_interval_s
+            ),
+            controlled_shutdown_timeout_s=controlled_shutdown_timeout_s,
+        ),
+        urls,
+        follower,
+        previous_broker_epoch=previous_epoch,
         replica_logs=replicas.replica_log_reports,
     )
     follower.subscribe(replicas.on_metadata)
-    app = web.Application(middlewares=[error_middleware],
-                          client_max_size=config.http_request_bytes_max)
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
+    )
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
     schemas = SchemaRegistry(
-        broker_id=config.node_id, leader_url=replicas.leader_url,
-        schemas_log=ReplicaSchemasLog(replicas, router, lambda: follower.image,
-                                      replicas.controller.execute))
+        broker_id=config.node_id,
+        leader_url=replicas.leader_url,
+        schemas_log=ReplicaSchemasLog(
+            replicas, router, lambda: follower.image, replicas.controller.execute
+        ),
+    )
     follower.subscribe(schemas.on_metadata)
-    srv = BrokerServer(config, follower, lifecycle, replicas, groups,
-                       Essentials(f"broker {config.node_id}"), schemas)
+    srv = BrokerServer(
+        config,
+        follower,
+        lifecycle,
+        replicas,
+        groups,
+        Essentials(f"broker {config.node_id}"),
+        schemas,
+    )
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
@@ -257,17 +301,28 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     add_group_routes(app, groups)
     add_registry_routes(app, schemas)
     add_schema_registry_routes(app)
-    pids = ProducerIdManager(config.node_id, lambda: lifecycle.broker_epoch, replicas.controller,
-                             ids_per_second_max=config.producer_ids_per_second_max)
+    pids = ProducerIdManager(
+        config.node_id,
+        lambda: lifecycle.broker_epoch,
+        replicas.controller,
+        ids_per_second_max=config.producer_ids_per_second_max,
+    )
     add_producer_id_routes(app, pids)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     if config.kafka_address is not None:
         srv.kafka = KafkaListener(
-            KafkaContext(broker_id=config.node_id, cluster_id=http.cluster_id,
-                         image_fn=lambda: follower.image, replicas=replicas, groups=groups,
-                         next_producer_id=pids.next_id, execute=http.controllers.execute),
+            KafkaContext(
+                broker_id=config.node_id,
+                cluster_id=http.cluster_id,
+                image_fn=lambda: follower.image,
+                replicas=replicas,
+                groups=groups,
+                next_producer_id=pids.next_id,
+                execute=http.controllers.execute,
+            ),
             request_bytes_max=config.kafka_request_bytes_max,
-            connections_max=config.http_connections_max)
+            connections_max=config.http_connections_max,
+        )
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:
@@ -279,11 +334,17 @@ def build_broker(config: NodeConfig, *, heartbeat_interval_s: float | None = Non
     return app, srv
 
 
-def _group_coordinator(config: NodeConfig, follower: MetadataFollower,
-                       replicas: ReplicaManager, router: PartitionRouter) -> GroupCoordinator:
+def _group_coordinator(
+    config: NodeConfig,
+    follower: MetadataFollower,
+    replicas: ReplicaManager,
+    router: PartitionRouter,
+) -> GroupCoordinator:
     return GroupCoordinator(
-        broker_id=config.node_id, offsets_log=ReplicaOffsetsLog(replicas),
-        image=lambda: follower.image, create_topic=replicas.controller.execute,
+        broker_id=config.node_id,
+        offsets_log=ReplicaOffsetsLog(replicas),
+        image=lambda: follower.image,
+        create_topic=replicas.controller.execute,
         end_offset=router_end_offset(router.list_offsets),
         config=CoordinatorConfig(
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
@@ -294,7 +355,10 @@ def _group_coordinator(config: NodeConfig, follower: MetadataFollower,
                 session_timeout_ms_max=config.group_max_session_timeout_ms,
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 offsets_retention_minutes=config.offsets_retention_minutes,
-                group_size_max=config.group_max_size)))
+                group_size_max=config.group_max_size,
+            ),
+        ),
+    )
 
 
 async def serve_broker(config: NodeConfig) -> bool:
@@ -321,8 +385,10 @@ async def serve_broker(config: NodeConfig) -> bool:
                 async with asyncio.timeout(LOG_DIR_FAILED_SHUTDOWN_TIMEOUT_S):
                     await srv.lifecycle.shutdown()
             except TimeoutError:
-                log.error("broker %d: controlled shutdown after the disk failure timed out",
-                          config.node_id)
+                log.error(
+                    "broker %d: controlled shutdown after the disk failure timed out",
+                    config.node_id,
+                )
         # Otherwise no controlled shutdown: what it needs (metadata, heartbeats) may be
         # what died.
         await cleanup_within(runner, FAILED_CLEANUP_TIMEOUT_S)
@@ -331,9 +397,15 @@ async def serve_broker(config: NodeConfig) -> bool:
     srv.essentials.expect_stop()  # the lifecycle task ends as part of it
     await srv.lifecycle.shutdown()
     outcome = srv.lifecycle.shutdown_clean
-    log.info("broker %d stopping (controlled shutdown %s)", config.node_id,
-             "never registered: nothing to shut down" if outcome is None
-             else "confirmed" if outcome else "not confirmed")
+    log.info(
+        "broker %d stopping (controlled shutdown %s)",
+        config.node_id,
+        "never registered: nothing to shut down"
+        if outcome is None
+        else "confirmed"
+        if outcome
+        else "not confirmed",
+    )
     clean = bool(outcome)
     await runner.cleanup()
     return clean

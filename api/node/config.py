@@ -51,11 +51,13 @@ def parse_quorum(spec: str) -> list[QuorumVoter]:
         if not sep or not node.isdigit() or not m:
             raise ConfigError(f"bad controller_quorum entry {part!r}: expected ID@HOST:PORT")
         if not 0 < int(node) <= NODE_ID_MAX:
-            raise ConfigError(f"bad controller_quorum entry {part!r}: a voter's id must be in "
-                              f"[1, {NODE_ID_MAX}]")
+            raise ConfigError(
+                f"bad controller_quorum entry {part!r}: a voter's id must be in [1, {NODE_ID_MAX}]"
+            )
         if not 0 < int(m["port"]) < 65536:
-            raise ConfigError(f"bad controller_quorum entry {part!r}: the port must be in "
-                              "[1, 65535]")
+            raise ConfigError(
+                f"bad controller_quorum entry {part!r}: the port must be in [1, 65535]"
+            )
         voters.append(QuorumVoter(node_id=int(node), host=m["host"], port=int(m["port"])))
     ids = [v.node_id for v in voters]
     if len(set(ids)) != len(ids):
@@ -208,7 +210,8 @@ class NodeConfig(BaseModel):
             raise ValueError(
                 f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
                 f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): no "
-                "session timeout could be accepted")
+                "session timeout could be accepted"
+            )
         return self
 
     @model_validator(mode="after")
@@ -268,6 +271,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         return NodeConfig.model_validate(data)
     except ValidationError as e:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in e.errors()
         )
         raise ConfigError(f"invalid node config: {problems}") from None

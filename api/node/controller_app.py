@@ -79,22 +79,32 @@ def image_summary(image: MetadataImage) -> dict[str, Any]:
     for tid, t in sorted(image.topics.by_id.items(), key=lambda kv: kv[1].name):
         parts = []
         for p, reg in sorted(t.partitions.items()):
-            parts.append({
-                "partition": p, "leader": reg.leader, "replicas": list(reg.replicas),
-                "isr": list(reg.isr), "leader_epoch": reg.leader_epoch,
-                "partition_epoch": reg.partition_epoch,
-                "eligible_leader_replicas": list(reg.elr),
-                "last_known_elr": list(reg.last_known_elr),
-                "leader_recovery_state": int(reg.leader_recovery_state),
-            })
+            parts.append(
+                {
+                    "partition": p,
+                    "leader": reg.leader,
+                    "replicas": list(reg.replicas),
+                    "isr": list(reg.isr),
+                    "leader_epoch": reg.leader_epoch,
+                    "partition_epoch": reg.partition_epoch,
+                    "eligible_leader_replicas": list(reg.elr),
+                    "last_known_elr": list(reg.last_known_elr),
+                    "leader_recovery_state": int(reg.leader_recovery_state),
+                }
+            )
         topics.append({"name": t.name, "topic_id": tid, "partitions": parts})
     brokers = []
     for bid, b in sorted(image.brokers.brokers.items()):
-        brokers.append({
-            "broker_id": bid, "epoch": b.broker_epoch, "fenced": b.fenced, "rack": b.rack,
-            "in_controlled_shutdown": b.in_controlled_shutdown,
-            "endpoints": [list(e) for e in b.endpoints],
-        })
+        brokers.append(
+            {
+                "broker_id": bid,
+                "epoch": b.broker_epoch,
+                "fenced": b.fenced,
+                "rack": b.rack,
+                "in_controlled_shutdown": b.in_controlled_shutdown,
+                "endpoints": [list(e) for e in b.endpoints],
+            }
+        )
     return {"offset": image.offset, "epoch": image.epoch, "topics": topics, "brokers": brokers}
 
 
@@ -141,8 +151,13 @@ async def handle_metadata_fetch(request: web.Request) -> web.Response:
         max_wait_ms = min(max(int(q.get("max_wait_ms", "0")), 0), FETCH_WAIT_MS_MAX)
         broker_id = int(q["broker_id"]) if "broker_id" in q else None
     except (KeyError, ValueError):
-        return _json({"error_code": 400,
-                      "message": "need integer offset (and optional max_wait_ms, broker_id)"}, 400)
+        return _json(
+            {
+                "error_code": 400,
+                "message": "need integer offset (and optional max_wait_ms, broker_id)",
+            },
+            400,
+        )
     if offset < 0:
         return _json({"error_code": 400, "message": "offset must be >= 0"}, 400)
     resp = await svc.fetch_metadata(offset, max_wait_ms=max_wait_ms, broker_id=broker_id)
@@ -179,8 +194,12 @@ def _peer_url(v: Any) -> str:
         port = u.port
     except ValueError as e:
         raise PeerBodyError(f"url {v!r:.80}: {e}") from None
-    if u.scheme not in ("http", "https") or not u.hostname or port is None or (
-            u.path or u.query or u.fragment or u.username or u.password):
+    if (
+        u.scheme not in ("http", "https")
+        or not u.hostname
+        or port is None
+        or (u.path or u.query or u.fragment or u.username or u.password)
+    ):
         raise PeerBodyError(f"url must be http(s)://HOST:PORT, got {v!r:.80}")
     return f"{u.scheme}://{u.netloc}"
 
@@ -207,8 +226,10 @@ def load_peers(data_dir: Path) -> dict[int, str]:
             raise PeerBodyError("not a JSON object")
         return {_node_id(int(k)): _peer_url(v) for k, v in raw.items()}
     except (orjson.JSONDecodeError, PeerBodyError, ValueError) as e:
-        raise ConfigError(f"{p} is damaged ({e}); restore it or remove it and let the "
-                          "leader teach this node its peers again") from None
+        raise ConfigError(
+            f"{p} is damaged ({e}); restore it or remove it and let the "
+            "leader teach this node its peers again"
+        ) from None
 
 
 def save_peers(data_dir: Path, peers: dict[int, str]) -> None:
@@ -246,15 +267,17 @@ async def _teach_members(app: web.Application, node_id: int, url: str) -> None:
     await _learn_peer(app, node_id, url)
     st = node.status()
     members = set(st.voters) | set(st.observers)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5),
-                                     connector=netbind.connector()) as http:
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=5), connector=netbind.connector()
+    ) as http:
         for m in members - {int(node.id), node_id}:
             murl = node.addresses.get(m)
             if murl is None:
                 continue
             try:
-                async with http.post(f"{murl}/internal/controller/v1/peers",
-                                     json={"node_id": node_id, "url": url}) as r:
+                async with http.post(
+                    f"{murl}/internal/controller/v1/peers", json={"node_id": node_id, "url": url}
+                ) as r:
                     r.raise_for_status()
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 # A member that is down learns it from its own config or a later add.
@@ -278,8 +301,15 @@ async def handle_membership(request: web.Request) -> web.Response:
         return _json({"error_code": 400, "message": str(e)}, 400)
     if node.role.value != "leader":
         leader = int(node.leader_id)
-        return _json({"error_code": 421, "message": "not the leader", "leader_id": leader,
-                      "leader_url": node.addresses.get(leader)}, 421)
+        return _json(
+            {
+                "error_code": 421,
+                "message": "not the leader",
+                "leader_id": leader,
+                "leader_url": node.addresses.get(leader),
+            },
+            421,
+        )
     try:
         if op == "add-voter":
             await _teach_members(request.app, node_id, url)
@@ -291,9 +321,14 @@ async def handle_membership(request: web.Request) -> web.Response:
                 if match >= st.commit:
                     break
                 if asyncio.get_running_loop().time() > deadline:
-                    return _json({"error_code": 504, "message":
-                                  f"node {node_id} did not catch up (match {match}, "
-                                  f"commit {st.commit}); it stays an observer"}, 504)
+                    return _json(
+                        {
+                            "error_code": 504,
+                            "message": f"node {node_id} did not catch up (match {match}, "
+                            f"commit {st.commit}); it stays an observer",
+                        },
+                        504,
+                    )
                 await asyncio.sleep(0.05)
             index = await node.add_voter(node_id, url)
         else:
@@ -316,11 +351,20 @@ async def handle_ready(request: web.Request) -> web.Response:
     entry it knows committed (a restarted voter replaying its log is not ready yet)."""
     st = request.app[SERVICE_KEY].node.status()
     failure = request.app[ESSENTIALS_KEY].failure
-    reasons = ([f"failed: {failure}"] if failure is not None else []) + (
-        ["no known leader"] if not st.leader_id else []) + (
-        [f"applied {st.applied} < commit {st.commit}"] if st.applied < st.commit else [])
-    body = {"ready": not reasons, "reasons": reasons, "role": st.role, "term": st.term,
-            "leader_id": st.leader_id, "commit": st.commit, "applied": st.applied}
+    reasons = (
+        ([f"failed: {failure}"] if failure is not None else [])
+        + (["no known leader"] if not st.leader_id else [])
+        + ([f"applied {st.applied} < commit {st.commit}"] if st.applied < st.commit else [])
+    )
+    body = {
+        "ready": not reasons,
+        "reasons": reasons,
+        "role": st.role,
+        "term": st.term,
+        "leader_id": st.leader_id,
+        "commit": st.commit,
+        "applied": st.applied,
+    }
     return _json(body, 503 if reasons else 200)
 
 
@@ -350,11 +394,16 @@ def build_controller(
         max_partitions=config.max_partitions,
         eligible_leader_replicas_enabled=config.eligible_leader_replicas_enable,
         unclean_recovery_strategy=config.unclean_recovery_strategy,
-        unclean_recovery_timeout_ms=config.unclean_recovery_timeout_ms)
-    svc = ControllerService(node_cfg, QuorumController(config.node_id, config=ctl_config),
-                            snapshot_records=snapshot_records)
-    app = web.Application(middlewares=[error_middleware],
-                          client_max_size=config.http_request_bytes_max)
+        unclean_recovery_timeout_ms=config.unclean_recovery_timeout_ms,
+    )
+    svc = ControllerService(
+        node_cfg,
+        QuorumController(config.node_id, config=ctl_config),
+        snapshot_records=snapshot_records,
+    )
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
+    )
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)
@@ -368,7 +417,8 @@ def build_controller(
     app.router.add_get("/v3/health/ready", handle_ready)
     essentials = app[ESSENTIALS_KEY] = Essentials(f"controller {config.node_id}")
     add_controller_metrics(
-        app, lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset})
+        app, lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset}
+    )
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await svc.start()

@@ -78,8 +78,9 @@ class _Counted(asyncio.Protocol):
 class GuardedSite(web.TCPSite):
     """``web.TCPSite`` that holds at most ``limits.connections_max`` connections."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, limits: ListenerLimits,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, limits: ListenerLimits, **kwargs: Any
+    ) -> None:
         super().__init__(runner, host, port, **kwargs)
         self.limits = limits
         self.connections: set[asyncio.BaseTransport] = set()
@@ -92,8 +93,11 @@ class GuardedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Counted(self, server()), self._host, self._port,
-            backlog=self._backlog, reuse_address=self._reuse_address,
+            lambda: _Counted(self, server()),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]
 
@@ -104,9 +108,13 @@ class GuardedSite(web.TCPSite):
         now = time.monotonic()
         if now - self._last_refusal_log >= 10.0:  # one line per 10 s under a flood
             self._last_refusal_log = now
-            log.warning("refusing connections on %s: %d open is the limit "
-                        "(http_connections_max); %d refused so far",
-                        self.name, len(self.connections), self.refused)
+            log.warning(
+                "refusing connections on %s: %d open is the limit "
+                "(http_connections_max); %d refused so far",
+                self.name,
+                len(self.connections),
+                self.refused,
+            )
 
 
 def limits_of(config: NodeConfig) -> ListenerLimits:
@@ -118,14 +126,18 @@ def limits_of(config: NodeConfig) -> ListenerLimits:
     )
 
 
-async def start_listener(app: web.Application, host: str, port: int,
-                         limits: ListenerLimits) -> tuple[web.AppRunner, GuardedSite]:
+async def start_listener(
+    app: web.Application, host: str, port: int, limits: ListenerLimits
+) -> tuple[web.AppRunner, GuardedSite]:
     """Set ``app`` up and listen on ``host:port`` within ``limits``. If the port cannot be
     bound, the runner is cleaned up and the ``OSError`` raised."""
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False,
+        app,
+        access_log=None,
+        handle_signals=False,
         keepalive_timeout=limits.keepalive_timeout_s,
-        max_line_size=limits.header_bytes_max, max_field_size=limits.header_bytes_max,
+        max_line_size=limits.header_bytes_max,
+        max_field_size=limits.header_bytes_max,
         max_headers=limits.headers_max,
     )
     await runner.setup()

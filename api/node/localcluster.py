@@ -35,8 +35,14 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def wait_for(what: str, cond: Callable[[], Any], timeout_s: float, *,
-             interval_s: float = 0.2, context: Callable[[], str] | None = None) -> Any:
+def wait_for(
+    what: str,
+    cond: Callable[[], Any],
+    timeout_s: float,
+    *,
+    interval_s: float = 0.2,
+    context: Callable[[], str] | None = None,
+) -> Any:
     """Poll ``cond`` until it returns something truthy (returned) or ``timeout_s`` passes
     (AssertionError naming ``what``, the last value, and ``context()`` such as log tails).
     An ``OSError`` from ``cond`` (a process not listening yet) counts as not yet."""
@@ -68,19 +74,40 @@ def stop_processes(procs: dict[int, subprocess.Popen[bytes]], timeout_s: float =
             p.wait()
 
 
-def _spawn_node(role: str, node_id: int, port: int, node_dir: Path, quorum: str,
-                extra_args: list[str], env: dict[str, str] | None = None
-                ) -> subprocess.Popen[bytes]:
+def _spawn_node(
+    role: str,
+    node_id: int,
+    port: int,
+    node_dir: Path,
+    quorum: str,
+    extra_args: list[str],
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """``python -m api <role> start`` for one node, in a session of its own, its data under
     ``node_dir/data``, its output appended to ``node_dir/<role>.log`` and ``env`` added to
     its environment."""
     node_dir.mkdir(parents=True, exist_ok=True)
     log = open(node_dir / f"{role}.log", "ab")  # noqa: SIM115 (owned by the process)
     return subprocess.Popen(
-        [sys.executable, "-m", "api", role, "start", "--node-id", str(node_id),
-         "--listen", f"127.0.0.1:{port}", "--data-dir", str(node_dir / "data"),
-         "--controller-quorum", quorum, *extra_args],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "api",
+            role,
+            "start",
+            "--node-id",
+            str(node_id),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(node_dir / "data"),
+            "--controller-quorum",
+            quorum,
+            *extra_args,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
@@ -100,8 +127,13 @@ def _tail(path: Path, lines: int) -> str:
 class Quorum:
     """N controller processes; ``start(i)``, ``kill(i)``, ``status(i)``, ``metadata(i)``."""
 
-    def __init__(self, root: Path, n: int = 3, extra_args: list[str] | None = None,
-                 ports: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        extra_args: list[str] | None = None,
+        ports: list[int] | None = None,
+    ) -> None:
         self.root = root
         self.extra_args = extra_args or []
         self.n = n
@@ -119,8 +151,14 @@ class Quorum:
         return [self.url(i) for i in range(1, self.n + 1)]
 
     def start(self, i: int) -> None:
-        self.procs[i] = _spawn_node("controller", i, self.ports[i - 1],
-                                    self.root / f"controller-{i}", self.quorum, self.extra_args)
+        self.procs[i] = _spawn_node(
+            "controller",
+            i,
+            self.ports[i - 1],
+            self.root / f"controller-{i}",
+            self.quorum,
+            self.extra_args,
+        )
 
     def start_all(self) -> None:
         for i in range(1, self.n + 1):
@@ -170,17 +208,24 @@ class Brokers:
     ``metadata(b)``.
     """
 
-    def __init__(self, root: Path, quorum: Quorum, n: int = 3, first_id: int = 101,
-                 extra_args: list[str] | None = None, ports: list[int] | None = None,
-                 kafka_ports: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        quorum: Quorum,
+        n: int = 3,
+        first_id: int = 101,
+        extra_args: list[str] | None = None,
+        ports: list[int] | None = None,
+        kafka_ports: list[int] | None = None,
+    ) -> None:
         self.root = root
         self.quorum = quorum
         self.ids = list(range(first_id, first_id + n))
-        self.ports = dict(zip(self.ids, ports if ports is not None else free_ports(n),
-                              strict=True))
+        self.ports = dict(zip(self.ids, ports if ports is not None else free_ports(n), strict=True))
         self.extra_args = extra_args or []
-        self.kafka_ports = (dict(zip(self.ids, kafka_ports, strict=True))
-                            if kafka_ports is not None else {})
+        self.kafka_ports = (
+            dict(zip(self.ids, kafka_ports, strict=True)) if kafka_ports is not None else {}
+        )
         """Each broker's Kafka listener port (``kafka_listen``); none when not given."""
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.env: dict[int, dict[str, str]] = {}
@@ -190,11 +235,18 @@ class Brokers:
         return f"http://127.0.0.1:{self.ports[b]}"
 
     def start(self, b: int) -> None:
-        kafka = (["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"]
-                 if b in self.kafka_ports else [])
-        self.procs[b] = _spawn_node("broker", b, self.ports[b], self.root / f"broker-{b}",
-                                    self.quorum.quorum, [*kafka, *self.extra_args],
-                                    self.env.get(b, {}))
+        kafka = (
+            ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"] if b in self.kafka_ports else []
+        )
+        self.procs[b] = _spawn_node(
+            "broker",
+            b,
+            self.ports[b],
+            self.root / f"broker-{b}",
+            self.quorum.quorum,
+            [*kafka, *self.extra_args],
+            self.env.get(b, {}),
+        )
 
     def start_all(self) -> None:
         for b in self.ids:
@@ -256,17 +308,23 @@ class Brokers:
 
 
 @contextmanager
-def running_cluster(root: Path, controllers: int = 3, brokers: int = 3, *,
-                    controller_args: list[str] | None = None,
-                    broker_args: list[str] | None = None,
-                    ready_timeout_s: float = 60.0,
-                    kafka: bool = False) -> Iterator[tuple[Quorum, Brokers]]:
+def running_cluster(
+    root: Path,
+    controllers: int = 3,
+    brokers: int = 3,
+    *,
+    controller_args: list[str] | None = None,
+    broker_args: list[str] | None = None,
+    ready_timeout_s: float = 60.0,
+    kafka: bool = False,
+) -> Iterator[tuple[Quorum, Brokers]]:
     """Controllers and brokers as processes under ``root``, every broker ready; all stopped
     on exit (brokers first, so their controlled shutdowns reach a controller). ``kafka``:
     each broker also serves Kafka's protocol on a free port (``Brokers.kafka_ports``)."""
     q = Quorum(root, controllers, extra_args=controller_args)
-    b = Brokers(root, q, brokers, extra_args=broker_args,
-                kafka_ports=free_ports(brokers) if kafka else None)
+    b = Brokers(
+        root, q, brokers, extra_args=broker_args, kafka_ports=free_ports(brokers) if kafka else None
+    )
     q.start_all()
     b.start_all()
     try:

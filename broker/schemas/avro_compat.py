@@ -99,8 +99,9 @@ def _deref(s: Any, names: Names) -> Any:
         t = s.get("type")
         if isinstance(t, str) and t in PRIMITIVES:
             return t
-        if isinstance(t, (dict, list)) or (isinstance(t, str) and t not in NAMED
-                                            and t not in ("array", "map")):
+        if isinstance(t, (dict, list)) or (
+            isinstance(t, str) and t not in NAMED and t not in ("array", "map")
+        ):
             return _deref(t, names)
     return s
 
@@ -112,8 +113,11 @@ def _unqualified(name: str) -> str:
 def _names_match(reader: Mapping[str, Any], writer: Mapping[str, Any]) -> bool:
     w_full = str(writer["name"])
     aliases = reader.get("aliases") or ()
-    return (_unqualified(w_full) == _unqualified(str(reader["name"])) or w_full in aliases
-            or _unqualified(w_full) in aliases)
+    return (
+        _unqualified(w_full) == _unqualified(str(reader["name"]))
+        or w_full in aliases
+        or _unqualified(w_full) in aliases
+    )
 
 
 class _Checker:
@@ -162,30 +166,44 @@ class _Checker:
                 if self.matches(branch, w):
                     self.check(branch, w, f"{path}/{i}")
                     return
-            self.fail("MISSING_UNION_BRANCH", path,
-                      f"reader union lacks a branch for writer type {_describe(w)}")
+            self.fail(
+                "MISSING_UNION_BRANCH",
+                path,
+                f"reader union lacks a branch for writer type {_describe(w)}",
+            )
             return
         if kr in PRIMITIVES or kw in PRIMITIVES:
             if not (kr == kw or kr in PROMOTIONS.get(kw, ())):
-                self.fail("TYPE_MISMATCH", path,
-                          f"reader type {_describe(r)} cannot read writer type {_describe(w)}")
+                self.fail(
+                    "TYPE_MISMATCH",
+                    path,
+                    f"reader type {_describe(r)} cannot read writer type {_describe(w)}",
+                )
             return
         if kr != kw:
-            self.fail("TYPE_MISMATCH", path,
-                      f"reader type {_describe(r)} cannot read writer type {_describe(w)}")
+            self.fail(
+                "TYPE_MISMATCH",
+                path,
+                f"reader type {_describe(r)} cannot read writer type {_describe(w)}",
+            )
             return
         if kr == "array":
             self.check(r["items"], w["items"], f"{path}/items")
         elif kr == "map":
             self.check(r["values"], w["values"], f"{path}/values")
         elif not _names_match(r, w):
-            self.fail("NAME_MISMATCH", f"{path}/name",
-                      f"reader name {r['name']!r} does not match writer name {w['name']!r}")
+            self.fail(
+                "NAME_MISMATCH",
+                f"{path}/name",
+                f"reader name {r['name']!r} does not match writer name {w['name']!r}",
+            )
         elif kr == "fixed":
             if r.get("size") != w.get("size"):
-                self.fail("FIXED_SIZE_MISMATCH", f"{path}/size",
-                          f"reader size {r.get('size')} differs from writer size "
-                          f"{w.get('size')}")
+                self.fail(
+                    "FIXED_SIZE_MISMATCH",
+                    f"{path}/size",
+                    f"reader size {r.get('size')} differs from writer size {w.get('size')}",
+                )
         elif kr == "enum":
             self._check_enum(r, w, path)
         else:
@@ -197,8 +215,11 @@ class _Checker:
         # fastavro's ``read_enum`` substitutes the default only when it is truthy; a symbol
         # is a non-empty string, so "has a default" is the same test.
         if missing and not r.get("default"):
-            self.fail("MISSING_ENUM_SYMBOLS", f"{path}/symbols",
-                      f"reader enum {r['name']!r} lacks writer symbols {missing}")
+            self.fail(
+                "MISSING_ENUM_SYMBOLS",
+                f"{path}/symbols",
+                f"reader enum {r['name']!r} lacks writer symbols {missing}",
+            )
 
     def _check_record(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> None:
         pair = (str(w["name"]), str(r["name"]))
@@ -218,16 +239,22 @@ class _Checker:
                 continue  # the writer's value is skipped
             i, rf = hit
             if rf["name"] not in unfilled:
-                self.fail("READER_FIELD_FILLED_TWICE", f"{path}/fields/{i}",
-                          f"reader field {rf['name']!r} matches two writer fields")
+                self.fail(
+                    "READER_FIELD_FILLED_TWICE",
+                    f"{path}/fields/{i}",
+                    f"reader field {rf['name']!r} matches two writer fields",
+                )
                 continue
             del unfilled[rf["name"]]
             self.check(rf["type"], wf["type"], f"{path}/fields/{i}/type")
         for i, rf in unfilled.values():
             if "default" not in rf:
-                self.fail("READER_FIELD_MISSING_DEFAULT_VALUE", f"{path}/fields/{i}",
-                          f"reader field {rf['name']!r} has no default value and is missing "
-                          f"in the writer's record {w['name']!r}")
+                self.fail(
+                    "READER_FIELD_MISSING_DEFAULT_VALUE",
+                    f"{path}/fields/{i}",
+                    f"reader field {rf['name']!r} has no default value and is missing "
+                    f"in the writer's record {w['name']!r}",
+                )
 
 
 def _describe(s: Any) -> str:
@@ -237,14 +264,16 @@ def _describe(s: Any) -> str:
     return k
 
 
-def read_incompatibilities(reader: Any, writer: Any, reader_names: Names | None = None,
-                           writer_names: Names | None = None) -> list[Incompatibility]:
+def read_incompatibilities(
+    reader: Any, writer: Any, reader_names: Names | None = None, writer_names: Names | None = None
+) -> list[Incompatibility]:
     """Why ``reader`` cannot read some datum written with ``writer`` (empty: it reads all)."""
     c = _Checker(reader_names or {}, writer_names or {})
     c.check(reader, writer, "")
     return c.found
 
 
-def can_read(reader: Any, writer: Any, reader_names: Names | None = None,
-             writer_names: Names | None = None) -> bool:
+def can_read(
+    reader: Any, writer: Any, reader_names: Names | None = None, writer_names: Names | None = None
+) -> bool:
     return not read_incompatibilities(reader, writer, reader_names, writer_names)

@@ -52,18 +52,60 @@ from referencing.jsonschema import DRAFT202012
 if TYPE_CHECKING:
     from referencing._core import Resolver
 
-ANNOTATIONS = frozenset({
-    "$schema", "$id", "id", "$comment", "$anchor", "$defs", "definitions", "title",
-    "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
-    "contentMediaType", "contentEncoding", "$vocabulary", "$dynamicAnchor",
-})
-HANDLED = frozenset({
-    "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "minLength", "maxLength", "pattern", "format", "items", "additionalItems",
-    "prefixItems", "minItems", "maxItems", "uniqueItems", "properties", "required",
-    "additionalProperties", "patternProperties", "minProperties", "maxProperties", "anyOf",
-    "oneOf", "allOf", "$ref",
-})
+ANNOTATIONS = frozenset(
+    {
+        "$schema",
+        "$id",
+        "id",
+        "$comment",
+        "$anchor",
+        "$defs",
+        "definitions",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+        "$vocabulary",
+        "$dynamicAnchor",
+    }
+)
+HANDLED = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "items",
+        "additionalItems",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "minProperties",
+        "maxProperties",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+    }
+)
 ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
 
 
@@ -166,19 +208,23 @@ class _Checker:
         if "allOf" in w:
             rest = {k: v for k, v in w.items() if k != "allOf"}
             candidates = [*w["allOf"], *([rest] if rest else [])]
-            if not any(self._holds(r_side, _Side(c, w_side.resolver), path)
-                       for c in candidates):
+            if not any(self._holds(r_side, _Side(c, w_side.resolver), path) for c in candidates):
                 # Merged, the branches may still fit; compared one by one they do not.
-                self.fail("ALL_OF_NOT_CONTAINED", path,
-                          "no part of the writer's allOf is accepted by the reader on its own")
+                self.fail(
+                    "ALL_OF_NOT_CONTAINED",
+                    path,
+                    "no part of the writer's allOf is accepted by the reader on its own",
+                )
             return
         for key in ("anyOf", "oneOf"):
             if key in r:
                 rest = {k: v for k, v in r.items() if k != key}
-                if not any(self._holds(_Side(b, r_side.resolver), w_side, path)
-                           for b in r[key]):
-                    self.fail("COMBINED_TYPE_NARROWED", f"{path}/{key}",
-                              f"no branch of the reader's {key} accepts the writer's schema")
+                if not any(self._holds(_Side(b, r_side.resolver), w_side, path) for b in r[key]):
+                    self.fail(
+                        "COMBINED_TYPE_NARROWED",
+                        f"{path}/{key}",
+                        f"no branch of the reader's {key} accepts the writer's schema",
+                    )
                 if rest:
                     self.check(_Side(rest, r_side.resolver), w_side, path)
                 return
@@ -192,8 +238,11 @@ class _Checker:
 
         for k, v in r.items():
             if k not in HANDLED and k not in ANNOTATIONS and w.get(k) != v:
-                self.fail("KEYWORD_CHANGED", f"{path}/{k}",
-                          f"the reader's {k!r} is not the writer's (not compared)")
+                self.fail(
+                    "KEYWORD_CHANGED",
+                    f"{path}/{k}",
+                    f"the reader's {k!r} is not the writer's (not compared)",
+                )
 
         self._check_types(r, w, path)
         self._check_values(r, w, path)
@@ -219,51 +268,71 @@ class _Checker:
             return
         if tw is None:
             tw = ALL_TYPES if "enum" not in w and "const" not in w else _value_types(w)
-        lost = sorted(t for t in tw
-                      if t not in tr and not (t == "integer" and "number" in tr))
+        lost = sorted(t for t in tw if t not in tr and not (t == "integer" and "number" in tr))
         if lost:
-            self.fail("TYPE_NARROWED", f"{path}/type",
-                      f"the reader does not accept type(s) {lost} the writer does")
+            self.fail(
+                "TYPE_NARROWED",
+                f"{path}/type",
+                f"the reader does not accept type(s) {lost} the writer does",
+            )
 
     def _check_values(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> None:
         allowed: list[Any] | None = None
         if "enum" in r:
             allowed = list(r["enum"])
         if "const" in r:
-            allowed = [r["const"]] if allowed is None else [
-                v for v in allowed if _json_eq(v, r["const"])]
+            allowed = (
+                [r["const"]] if allowed is None else [v for v in allowed if _json_eq(v, r["const"])]
+            )
         if allowed is None:
             return
         values = _writer_values(w)
         if values is None:
-            self.fail("ENUM_NARROWED", f"{path}/enum",
-                      "the reader accepts only listed values; the writer is not so limited")
+            self.fail(
+                "ENUM_NARROWED",
+                f"{path}/enum",
+                "the reader accepts only listed values; the writer is not so limited",
+            )
             return
         missing = [v for v in values if not any(_json_eq(v, a) for a in allowed)]
         if missing:
-            self.fail("ENUM_NARROWED", f"{path}/enum",
-                      f"the reader does not accept the writer's values {missing}")
+            self.fail(
+                "ENUM_NARROWED",
+                f"{path}/enum",
+                f"the reader does not accept the writer's values {missing}",
+            )
 
     def _check_numbers(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> None:
         if not _may_be(w, "number", "integer"):
             return
         r_lo, r_lo_x = _lower(r)
         w_lo, w_lo_x = _lower(w)
-        if r_lo is not None and (w_lo is None or w_lo < r_lo or (w_lo == r_lo and r_lo_x
-                                                                    and not w_lo_x)):
-            self.fail("MINIMUM_INCREASED", f"{path}/minimum",
-                      f"the reader's lower bound {r_lo} excludes values the writer accepts")
+        if r_lo is not None and (
+            w_lo is None or w_lo < r_lo or (w_lo == r_lo and r_lo_x and not w_lo_x)
+        ):
+            self.fail(
+                "MINIMUM_INCREASED",
+                f"{path}/minimum",
+                f"the reader's lower bound {r_lo} excludes values the writer accepts",
+            )
         r_hi, r_hi_x = _upper(r)
         w_hi, w_hi_x = _upper(w)
-        if r_hi is not None and (w_hi is None or w_hi > r_hi or (w_hi == r_hi and r_hi_x
-                                                                    and not w_hi_x)):
-            self.fail("MAXIMUM_DECREASED", f"{path}/maximum",
-                      f"the reader's upper bound {r_hi} excludes values the writer accepts")
+        if r_hi is not None and (
+            w_hi is None or w_hi > r_hi or (w_hi == r_hi and r_hi_x and not w_hi_x)
+        ):
+            self.fail(
+                "MAXIMUM_DECREASED",
+                f"{path}/maximum",
+                f"the reader's upper bound {r_hi} excludes values the writer accepts",
+            )
         if "multipleOf" in r:
             wm, rm = w.get("multipleOf"), r["multipleOf"]
             if wm is None or not _is_multiple(wm, rm):
-                self.fail("MULTIPLE_OF_CHANGED", f"{path}/multipleOf",
-                          f"the writer's numbers need not be multiples of {rm}")
+                self.fail(
+                    "MULTIPLE_OF_CHANGED",
+                    f"{path}/multipleOf",
+                    f"the writer's numbers need not be multiples of {rm}",
+                )
 
     def _check_strings(self, r: Mapping[str, Any], w: Mapping[str, Any], path: str) -> None:
         if not _may_be(w, "string"):
@@ -271,8 +340,11 @@ class _Checker:
         self._range(r, w, "minLength", "maxLength", path)
         for key in ("pattern", "format"):
             if key in r and w.get(key) != r[key]:
-                self.fail(f"{key.upper()}_CHANGED", f"{path}/{key}",
-                          f"the reader's {key} {r[key]!r} is not the writer's")
+                self.fail(
+                    f"{key.upper()}_CHANGED",
+                    f"{path}/{key}",
+                    f"the reader's {key} {r[key]!r} is not the writer's",
+                )
 
     def _check_arrays(self, rs: _Side, ws: _Side, path: str) -> None:
         r, w = rs.node, ws.node
@@ -280,8 +352,11 @@ class _Checker:
             return
         self._range(r, w, "minItems", "maxItems", path)
         if r.get("uniqueItems") and not w.get("uniqueItems"):
-            self.fail("UNIQUE_ITEMS_ADDED", f"{path}/uniqueItems",
-                      "the reader wants unique items; the writer allows repeats")
+            self.fail(
+                "UNIQUE_ITEMS_ADDED",
+                f"{path}/uniqueItems",
+                "the reader wants unique items; the writer allows repeats",
+            )
         r_prefix, r_rest = _array_shape(r)
         w_prefix, w_rest = _array_shape(w)
         n = max(len(r_prefix), len(w_prefix))
@@ -302,8 +377,11 @@ class _Checker:
         self._range(r, w, "minProperties", "maxProperties", path)
         added = sorted(set(r.get("required") or ()) - set(w.get("required") or ()))
         if added:
-            self.fail("REQUIRED_PROPERTY_ADDED", f"{path}/required",
-                      f"the reader requires {added}, which the writer does not")
+            self.fail(
+                "REQUIRED_PROPERTY_ADDED",
+                f"{path}/required",
+                f"the reader requires {added}, which the writer does not",
+            )
         r_props: Mapping[str, Any] = r.get("properties") or {}
         w_props: Mapping[str, Any] = w.get("properties") or {}
         for name in sorted(set(r_props) | set(w_props)):
@@ -312,48 +390,73 @@ class _Checker:
                 continue  # the writer never writes it
             rp = r_props[name] if name in r_props else _other_property(r, name)
             if name not in w_props and _trivial(wp) and not _trivial(rp):
-                self.fail("PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", f"{path}/properties/{name}",
-                          f"the writer accepts any value for property {name!r} (open "
-                          f"content model); the reader constrains it")
+                self.fail(
+                    "PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL",
+                    f"{path}/properties/{name}",
+                    f"the writer accepts any value for property {name!r} (open "
+                    f"content model); the reader constrains it",
+                )
                 continue
             if name not in r_props and rp is False:
-                self.fail("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL",
-                          f"{path}/properties/{name}",
-                          f"the writer may write property {name!r}; the reader's closed "
-                          f"content model refuses it")
+                self.fail(
+                    "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL",
+                    f"{path}/properties/{name}",
+                    f"the writer may write property {name!r}; the reader's closed "
+                    f"content model refuses it",
+                )
                 continue
-            self.check(_Side(rp, rs.resolver), _Side(wp, ws.resolver),
-                       f"{path}/properties/{name}")
+            self.check(_Side(rp, rs.resolver), _Side(wp, ws.resolver), f"{path}/properties/{name}")
         # Names neither declares: governed by the pattern and additional properties.
         r_pat: Mapping[str, Any] = r.get("patternProperties") or {}
         w_pat: Mapping[str, Any] = w.get("patternProperties") or {}
         if set(r_pat) == set(w_pat):
             for pat in w_pat:
-                self.check(_Side(r_pat[pat], rs.resolver), _Side(w_pat[pat], ws.resolver),
-                           f"{path}/patternProperties/{pat}")
+                self.check(
+                    _Side(r_pat[pat], rs.resolver),
+                    _Side(w_pat[pat], ws.resolver),
+                    f"{path}/patternProperties/{pat}",
+                )
         elif not r_pat:
             for pat in w_pat:  # names the writer's pattern takes fall to the reader's rest
-                self.check(_Side(r.get("additionalProperties", True), rs.resolver),
-                           _Side(w_pat[pat], ws.resolver), f"{path}/patternProperties/{pat}")
+                self.check(
+                    _Side(r.get("additionalProperties", True), rs.resolver),
+                    _Side(w_pat[pat], ws.resolver),
+                    f"{path}/patternProperties/{pat}",
+                )
         else:
-            self.fail("KEYWORD_CHANGED", f"{path}/patternProperties",
-                      "the reader's patternProperties are not the writer's (not compared)")
-        self.check(_Side(r.get("additionalProperties", True), rs.resolver),
-                   _Side(w.get("additionalProperties", True), ws.resolver),
-                   f"{path}/additionalProperties")
+            self.fail(
+                "KEYWORD_CHANGED",
+                f"{path}/patternProperties",
+                "the reader's patternProperties are not the writer's (not compared)",
+            )
+        self.check(
+            _Side(r.get("additionalProperties", True), rs.resolver),
+            _Side(w.get("additionalProperties", True), ws.resolver),
+            f"{path}/additionalProperties",
+        )
         for key in ("propertyNames", "dependencies", "dependentRequired"):
             if key in r and w.get(key) != r[key]:
-                self.fail("KEYWORD_CHANGED", f"{path}/{key}",
-                          f"the reader's {key!r} is not the writer's (not compared)")
+                self.fail(
+                    "KEYWORD_CHANGED",
+                    f"{path}/{key}",
+                    f"the reader's {key!r} is not the writer's (not compared)",
+                )
 
-    def _range(self, r: Mapping[str, Any], w: Mapping[str, Any], lo: str, hi: str,
-               path: str) -> None:
+    def _range(
+        self, r: Mapping[str, Any], w: Mapping[str, Any], lo: str, hi: str, path: str
+    ) -> None:
         if lo in r and w.get(lo, 0) < r[lo]:
-            self.fail(f"{lo.upper()}_INCREASED", f"{path}/{lo}",
-                      f"the reader's {lo} {r[lo]} is above the writer's {w.get(lo, 0)}")
+            self.fail(
+                f"{lo.upper()}_INCREASED",
+                f"{path}/{lo}",
+                f"the reader's {lo} {r[lo]} is above the writer's {w.get(lo, 0)}",
+            )
         if hi in r and (hi not in w or w[hi] > r[hi]):
-            self.fail(f"{hi.upper()}_DECREASED", f"{path}/{hi}",
-                      f"the reader's {hi} {r[hi]} is below the writer's {w.get(hi, 'none')}")
+            self.fail(
+                f"{hi.upper()}_DECREASED",
+                f"{path}/{hi}",
+                f"the reader's {hi} {r[hi]} is below the writer's {w.get(hi, 'none')}",
+            )
 
 
 # ---------------------------------------------------------------- helpers
@@ -367,8 +470,10 @@ def _json_eq(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
-    return bool(type(a) is type(b) or (isinstance(a, (int, float))
-                                       and isinstance(b, (int, float)))) and a == b
+    return (
+        bool(type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))))
+        and a == b
+    )
 
 
 def _writer_values(w: Mapping[str, Any]) -> list[Any] | None:
@@ -409,8 +514,9 @@ def _may_be(w: Mapping[str, Any], *types: str) -> bool:
         return not ("number" in types and "integer" in tw)
     values = _writer_values(w)
     if values is not None and "type" not in w:
-        return any(_type_of(v) in types or (_type_of(v) == "integer" and "number" in types)
-                   for v in values)
+        return any(
+            _type_of(v) in types or (_type_of(v) == "integer" and "number" in types) for v in values
+        )
     return True
 
 
@@ -452,8 +558,7 @@ def _array_shape(s: Mapping[str, Any]) -> tuple[list[Any], Any]:
 
 def _other_property(s: Mapping[str, Any], name: str) -> Any:
     """The schema ``s`` applies to property ``name`` it does not declare."""
-    matched = [v for p, v in (s.get("patternProperties") or {}).items()
-               if re.search(p, name)]
+    matched = [v for p, v in (s.get("patternProperties") or {}).items() if re.search(p, name)]
     if matched:
         return matched[0] if len(matched) == 1 else {"allOf": matched}
     return s.get("additionalProperties", True)
@@ -466,13 +571,19 @@ def root_resolver(schema: Any, registry: Registry[Any] | None = None) -> Resolve
     return (registry or Registry()).resolver_with_root(resource)
 
 
-def accept_incompatibilities(reader: Any, writer: Any, *,
-                             reader_resolver: Resolver[Any] | None = None,
-                             writer_resolver: Resolver[Any] | None = None
-                             ) -> list[Incompatibility]:
+def accept_incompatibilities(
+    reader: Any,
+    writer: Any,
+    *,
+    reader_resolver: Resolver[Any] | None = None,
+    writer_resolver: Resolver[Any] | None = None,
+) -> list[Incompatibility]:
     """Why some document valid under ``writer`` may be invalid under ``reader`` (empty: none
     is). Each resolver must have been made for its schema (``root_resolver``)."""
     c = _Checker()
-    c.check(_Side(reader, reader_resolver or root_resolver(reader)),
-            _Side(writer, writer_resolver or root_resolver(writer)), "")
+    c.check(
+        _Side(reader, reader_resolver or root_resolver(reader)),
+        _Side(writer, writer_resolver or root_resolver(writer)),
+        "",
+    )
     return c.found

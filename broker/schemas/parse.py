@@ -97,8 +97,7 @@ class ParsedSchema:
     def normalized(self) -> str:
         """The identity under ``normalize=true``."""
         if self.schema_type == AVRO:
-            return _identity_of(self.schema_type, _strip_fastavro(self.avro),
-                                self.text.references)
+            return _identity_of(self.schema_type, _strip_fastavro(self.avro), self.text.references)
         return identity(self.text)
 
 
@@ -111,8 +110,12 @@ def compact(obj: Any) -> str:
 
 
 def _identity_of(schema_type: str, obj: Any, refs: tuple[Reference, ...]) -> str:
-    return json.dumps([schema_type, obj, [r.to_json() for r in refs]], sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        [schema_type, obj, [r.to_json() for r in refs]],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
 
 
 def identity(text: SchemaText) -> str:
@@ -132,14 +135,16 @@ def _strip_fastavro(s: Any) -> Any:
     return s
 
 
-def text_of(schema_type: str | None, schema: str,
-            references: tuple[Reference, ...] = ()) -> SchemaText:
+def text_of(
+    schema_type: str | None, schema: str, references: tuple[Reference, ...] = ()
+) -> SchemaText:
     """The stored form of a request's schema: its type (AVRO if absent), its JSON compacted
     (key order kept); ``InvalidSchemaError`` if it is not JSON or the type is unknown."""
     t = (schema_type or AVRO).upper()
     if t == PROTOBUF:
-        raise InvalidSchemaError("schema type PROTOBUF is not supported by this registry "
-                                 "(AVRO and JSON are)")
+        raise InvalidSchemaError(
+            "schema type PROTOBUF is not supported by this registry (AVRO and JSON are)"
+        )
     if t not in SCHEMA_TYPES:
         raise InvalidSchemaError(f"unknown schema type {schema_type!r} (AVRO or JSON)")
     try:
@@ -163,8 +168,9 @@ def parse(text: SchemaText, lookup: Lookup) -> ParsedSchema:
     raise InvalidSchemaError(f"unknown schema type {text.schema_type!r}")
 
 
-def _references_in_order(text: SchemaText, lookup: Lookup, depth: int,
-                         seen: set[tuple[str, int]]) -> Iterator[tuple[Reference, SchemaText]]:
+def _references_in_order(
+    text: SchemaText, lookup: Lookup, depth: int, seen: set[tuple[str, int]]
+) -> Iterator[tuple[Reference, SchemaText]]:
     """Every reference (transitively), each after those it depends on, each once."""
     if depth > REFERENCE_DEPTH_MAX:
         raise InvalidSchemaError("references nest too deep (a cycle?)")
@@ -177,13 +183,15 @@ def _references_in_order(text: SchemaText, lookup: Lookup, depth: int,
         if target.schema_type != text.schema_type:
             raise InvalidSchemaError(
                 f"reference {ref.name!r} ({ref.subject} version {ref.version}) is a "
-                f"{target.schema_type} schema, not {text.schema_type}")
+                f"{target.schema_type} schema, not {text.schema_type}"
+            )
         yield from _references_in_order(target, lookup, depth + 1, seen)
         yield ref, target
 
 
-def _parse_avro(text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaText]]
-                ) -> ParsedSchema:
+def _parse_avro(
+    text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaText]]
+) -> ParsedSchema:
     names: dict[str, Any] = {}
     try:
         for _ref, target in refs:
@@ -194,8 +202,9 @@ def _parse_avro(text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaTe
     return ParsedSchema(text, avro=parsed, avro_names=names)
 
 
-def _parse_json(text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaText]]
-                ) -> ParsedSchema:
+def _parse_json(
+    text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaText]]
+) -> ParsedSchema:
     if not isinstance(obj, (dict, bool)):
         raise InvalidSchemaError("Invalid schema: a JSON Schema is an object or a boolean")
     try:
@@ -206,7 +215,8 @@ def _parse_json(text: SchemaText, obj: Any, refs: list[tuple[Reference, SchemaTe
             contents = json.loads(target.schema)
             cls.check_schema(contents)
             registry = registry.with_resource(
-                ref.name, Resource.from_contents(contents, default_specification=DRAFT202012))
+                ref.name, Resource.from_contents(contents, default_specification=DRAFT202012)
+            )
     except jsonschema.SchemaError as e:
         raise InvalidSchemaError(f"Invalid schema: {e.message}") from None
     except Exception as e:  # referencing: a resource it cannot take
@@ -224,11 +234,13 @@ def _check_json_refs(node: Any, resolver: Resolver[Any]) -> None:
             try:
                 resolver.lookup(ref)
             except Unresolvable as e:
-                raise InvalidSchemaError(f"Invalid schema: unresolvable $ref {ref!r}: {e}"
-                                         ) from None
+                raise InvalidSchemaError(
+                    f"Invalid schema: unresolvable $ref {ref!r}: {e}"
+                ) from None
         for k, v in node.items():
             if k not in ("enum", "const", "default", "examples") and not (
-                    isinstance(v, dict) and "$id" in v):
+                isinstance(v, dict) and "$id" in v
+            ):
                 _check_json_refs(v, resolver)
     elif isinstance(node, list):
         for v in node:
@@ -238,11 +250,22 @@ def _check_json_refs(node: Any, resolver: Resolver[Any]) -> None:
 def incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
     """Why data written with ``writer`` may not be read with ``reader`` (empty: none)."""
     if reader.schema_type != writer.schema_type:
-        return [f"TYPE_CHANGED: a {reader.schema_type} schema cannot read "
-                f"{writer.schema_type} data"]
+        return [
+            f"TYPE_CHANGED: a {reader.schema_type} schema cannot read {writer.schema_type} data"
+        ]
     if reader.schema_type == AVRO:
-        return [str(i) for i in avro_compat.read_incompatibilities(
-            reader.avro, writer.avro, reader.avro_names, writer.avro_names)]
-    return [str(i) for i in json_compat.accept_incompatibilities(
-        reader.json_schema, writer.json_schema, reader_resolver=reader.json_resolver(),
-        writer_resolver=writer.json_resolver())]
+        return [
+            str(i)
+            for i in avro_compat.read_incompatibilities(
+                reader.avro, writer.avro, reader.avro_names, writer.avro_names
+            )
+        ]
+    return [
+        str(i)
+        for i in json_compat.accept_incompatibilities(
+            reader.json_schema,
+            writer.json_schema,
+            reader_resolver=reader.json_resolver(),
+            writer_resolver=writer.json_resolver(),
+        )
+    ]

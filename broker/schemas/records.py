@@ -82,8 +82,7 @@ def _dump(obj: Any) -> bytes:
 
 def encode_record(rec: Record) -> KeyValue:
     if isinstance(rec, SchemaRecord):
-        key = _dump({"keytype": SCHEMA, "subject": rec.subject, "version": rec.version,
-                     "magic": 1})
+        key = _dump({"keytype": SCHEMA, "subject": rec.subject, "version": rec.version, "magic": 1})
         value: dict[str, Any] = {"subject": rec.subject, "version": rec.version, "id": rec.id}
         if rec.text.schema_type != AVRO:
             value["schemaType"] = rec.text.schema_type
@@ -93,8 +92,9 @@ def encode_record(rec: Record) -> KeyValue:
         value["deleted"] = rec.deleted
         return key, _dump(value)
     if isinstance(rec, SchemaTombstone):
-        return _dump({"keytype": SCHEMA, "subject": rec.subject, "version": rec.version,
-                      "magic": 1}), None
+        return _dump(
+            {"keytype": SCHEMA, "subject": rec.subject, "version": rec.version, "magic": 1}
+        ), None
     if isinstance(rec, ConfigRecord):
         key = _dump({"keytype": CONFIG, "subject": rec.subject, "magic": 0})
         return key, None if rec.level is None else _dump({"compatibilityLevel": rec.level})
@@ -150,13 +150,16 @@ def decode_record(key: bytes | None, value: bytes | None) -> Record | None:
         refs = v.get("references") or []
         if not isinstance(refs, list):
             raise CorruptRecordError("_schemas record: references must be a list")
-        text = SchemaText(_str(v, "schemaType") if "schemaType" in v else AVRO,
-                          _str(v, "schema"),
-                          tuple(_reference(r) for r in refs))
+        text = SchemaText(
+            _str(v, "schemaType") if "schemaType" in v else AVRO,
+            _str(v, "schema"),
+            tuple(_reference(r) for r in refs),
+        )
         return SchemaRecord(subject, version, _int(v, "id"), text, bool(v.get("deleted")))
     if kt == CONFIG:
-        return ConfigRecord(_subject_or_none(k),
-                            None if v is None else _str(v, "compatibilityLevel"))
+        return ConfigRecord(
+            _subject_or_none(k), None if v is None else _str(v, "compatibilityLevel")
+        )
     if kt == MODE:
         return ModeRecord(_subject_or_none(k), None if v is None else _str(v, "mode"))
     if kt == MAX_ID:

@@ -130,19 +130,17 @@ class SchemasLog(Protocol):
         """Append in ``lead`` with acks=all; the offset after the records, once committed."""
         ...
 
-    async def fetch(self, offset: int, max_wait_ms: int
-                    ) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
+    async def fetch(
+        self, offset: int, max_wait_ms: int
+    ) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
         """Committed records from ``offset`` (``(offset, key, value)``) and the next offset."""
         ...
 
-    async def high_watermark(self, timeout_ms: int) -> int:
-        ...
+    async def high_watermark(self, timeout_ms: int) -> int: ...
 
-    async def log_start(self) -> int:
-        ...
+    async def log_start(self) -> int: ...
 
-    async def create_topic(self) -> None:
-        ...
+    async def create_topic(self) -> None: ...
 
 
 # ---------------------------------------------------------------- write operations
@@ -160,28 +158,46 @@ def _opt_int(v: Any) -> int | None:
 
 OPS: dict[str, Callable[[RegistryState, Args], Decision[Any]]] = {
     "register": lambda st, a: st.decide_register(
-        str(a["subject"]), SchemaText(str(a["schema_type"]), str(a["schema"]), _refs(a)),
-        normalize=bool(a.get("normalize")), schema_id=_opt_int(a.get("id")),
-        version=_opt_int(a.get("version"))),
+        str(a["subject"]),
+        SchemaText(str(a["schema_type"]), str(a["schema"]), _refs(a)),
+        normalize=bool(a.get("normalize")),
+        schema_id=_opt_int(a.get("id")),
+        version=_opt_int(a.get("version")),
+    ),
     "delete_version": lambda st, a: st.decide_delete_version(
-        str(a["subject"]), int(a["version"]), bool(a.get("permanent"))),
+        str(a["subject"]), int(a["version"]), bool(a.get("permanent"))
+    ),
     "delete_subject": lambda st, a: st.decide_delete_subject(
-        str(a["subject"]), bool(a.get("permanent"))),
+        str(a["subject"]), bool(a.get("permanent"))
+    ),
     "set_config": lambda st, a: st.decide_set_config(a.get("subject"), a.get("level")),
     "delete_config": lambda st, a: st.decide_delete_config(a.get("subject")),
-    "set_mode": lambda st, a: st.decide_set_mode(a.get("subject"), a.get("mode"),
-                                                 bool(a.get("force"))),
+    "set_mode": lambda st, a: st.decide_set_mode(
+        a.get("subject"), a.get("mode"), bool(a.get("force"))
+    ),
     "delete_mode": lambda st, a: st.decide_delete_mode(str(a["subject"])),
 }
 """Each write the registry takes, as the core decides it. ``args`` is a msgpack-able map
 (a registration's references are ``[name, subject, version]`` triples)."""
 
 
-def register_args(subject: str, text: SchemaText, *, normalize: bool = False,
-                  schema_id: int | None = None, version: int | None = None) -> dict[str, Any]:
-    return {"subject": subject, "schema_type": text.schema_type, "schema": text.schema,
-            "references": [[r.name, r.subject, r.version] for r in text.references],
-            "normalize": normalize, "id": schema_id, "version": version}
+def register_args(
+    subject: str,
+    text: SchemaText,
+    *,
+    normalize: bool = False,
+    schema_id: int | None = None,
+    version: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "subject": subject,
+        "schema_type": text.schema_type,
+        "schema": text.schema,
+        "references": [[r.name, r.subject, r.version] for r in text.references],
+        "normalize": normalize,
+        "id": schema_id,
+        "version": version,
+    }
 
 
 # ---------------------------------------------------------------- the registry
@@ -190,9 +206,14 @@ def register_args(subject: str, text: SchemaText, *, normalize: bool = False,
 class SchemaRegistry:
     """See the module docstring. ``start()``, ``read``/``write``, ``stop()``."""
 
-    def __init__(self, *, broker_id: int, schemas_log: SchemasLog,
-                 leader_url: Callable[[int], str | None],
-                 config: RegistryConfig | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        schemas_log: SchemasLog,
+        leader_url: Callable[[int], str | None],
+        config: RegistryConfig | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.log = schemas_log
         self._leader_url = leader_url
@@ -214,8 +235,9 @@ class SchemaRegistry:
         return self._task
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run_tail(),
-                                                            name="schema-registry-tail")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run_tail(), name="schema-registry-tail"
+        )
 
     async def stop(self) -> None:
         for task in (self._task, self._creating):
@@ -248,8 +270,7 @@ class SchemaRegistry:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("broker %d: schema registry tail failed; retrying",
-                              self.broker_id)
+                log.exception("broker %d: schema registry tail failed; retrying", self.broker_id)
                 await asyncio.sleep(1.0)
 
     async def _tail_once(self) -> None:
@@ -261,16 +282,25 @@ class SchemaRegistry:
             await wait_event(self._image_changed, 0.5)
             return
         if tid != self._topic_id:
-            log.info("broker %d: reading %s (topic id %s) from the start", self.broker_id,
-                     SCHEMAS_TOPIC, tid)
+            log.info(
+                "broker %d: reading %s (topic id %s) from the start",
+                self.broker_id,
+                SCHEMAS_TOPIC,
+                tid,
+            )
             self._reset(tid, 0)
         try:
             records, nxt = await self.log.fetch(self.next_offset, TAIL_WAIT_MS)
         except ReplicaError as e:
             if e.error_code == "OFFSET_OUT_OF_RANGE":
                 start = await self.log.log_start()
-                log.warning("broker %d: %s offset %d out of range; replaying from %d",
-                            self.broker_id, SCHEMAS_TOPIC, self.next_offset, start)
+                log.warning(
+                    "broker %d: %s offset %d out of range; replaying from %d",
+                    self.broker_id,
+                    SCHEMAS_TOPIC,
+                    self.next_offset,
+                    start,
+                )
                 self._reset(tid, start)
             else:
                 await asyncio.sleep(BACKOFF_S)
@@ -284,8 +314,13 @@ class SchemaRegistry:
                 rec = decode_record(key, value)
             except Exception as e:  # a foreign or corrupt record must not wedge the registry
                 self.skipped_records += 1
-                log.warning("broker %d: %s offset %d: skipping a record that does not "
-                            "decode: %s", self.broker_id, SCHEMAS_TOPIC, offset, e)
+                log.warning(
+                    "broker %d: %s offset %d: skipping a record that does not decode: %s",
+                    self.broker_id,
+                    SCHEMAS_TOPIC,
+                    offset,
+                    e,
+                )
                 continue
             if rec is not None:
                 self.state.replay(rec)
@@ -313,8 +348,7 @@ class SchemaRegistry:
             try:
                 hw = await self.log.high_watermark(budget_ms)
             except (ReplicaError, BrokerError, StorageError) as e:
-                log.info("broker %d: schema read answered without a sync (%s)",
-                         self.broker_id, e)
+                log.info("broker %d: schema read answered without a sync (%s)", self.broker_id, e)
             else:
                 await self._wait_tail(hw, deadline)
         return fn(self.state)
@@ -344,8 +378,10 @@ class SchemaRegistry:
                 await self._wait_tail(offset, deadline)
                 return response
             if time.monotonic() + BACKOFF_S >= deadline:
-                raise RegistryError(FORWARDING_FAILED if leader >= 0 else STORE_ERROR,
-                                    f"the registry's writer did not answer in time ({last})")
+                raise RegistryError(
+                    FORWARDING_FAILED if leader >= 0 else STORE_ERROR,
+                    f"the registry's writer did not answer in time ({last})",
+                )
             await asyncio.sleep(BACKOFF_S)
 
     async def write_local(self, op: str, args: Args, deadline: float) -> tuple[Any, int]:
@@ -354,50 +390,57 @@ class SchemaRegistry:
         async with self._write_lock:
             lead = self.log.leadership()
             if lead is None:
-                raise NotWriterError(f"broker {self.broker_id} does not lead "
-                                     f"{SCHEMAS_TOPIC}-{PARTITION}")
+                raise NotWriterError(
+                    f"broker {self.broker_id} does not lead {SCHEMAS_TOPIC}-{PARTITION}"
+                )
             end = await self.log.wait_committed(lead)
             if not await self._wait_tail(end, deadline):
-                raise RegistryError(OPERATION_TIMEOUT, "the registry's writer is still "
-                                                       "reading the log")
+                raise RegistryError(
+                    OPERATION_TIMEOUT, "the registry's writer is still reading the log"
+                )
             decision = OPS[op](self.state, args)
             if not decision.records:
                 return decision.response, self.next_offset
             left_ms = max(int((deadline - time.monotonic()) * 1000), 1)
             try:
-                after = await self.log.append(lead, [encode_record(r) for r in decision.records],
-                                              left_ms)
+                after = await self.log.append(
+                    lead, [encode_record(r) for r in decision.records], left_ms
+                )
             except NotWriterError:
                 raise
             except (ReplicaError, BrokerError, StorageError) as e:
                 err = as_replica_error(e)
                 if err.error_code in ("NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH"):
                     raise NotWriterError(str(err)) from None
-                raise RegistryError(STORE_ERROR, f"writing {SCHEMAS_TOPIC}: {err.error_code}: "
-                                                 f"{err}") from None
+                raise RegistryError(
+                    STORE_ERROR, f"writing {SCHEMAS_TOPIC}: {err.error_code}: {err}"
+                ) from None
             await self._wait_tail(after, deadline)
             return decision.response, after
 
     def _sess(self) -> aiohttp.ClientSession:
         return self._session.get()
 
-    async def _forward(self, leader: int, op: str, args: Args, deadline: float
-                       ) -> tuple[Any, int]:
+    async def _forward(self, leader: int, op: str, args: Args, deadline: float) -> tuple[Any, int]:
         url = self._leader_url(leader)
         if url is None:
             raise NotWriterError(f"no endpoint for broker {leader}")
         left = deadline - time.monotonic()
-        body = msgpack.packb({"op": op, "args": dict(args), "timeout_ms": int(left * 1000)},
-                             use_bin_type=True)
+        body = msgpack.packb(
+            {"op": op, "args": dict(args), "timeout_ms": int(left * 1000)}, use_bin_type=True
+        )
         try:
             async with self._sess().post(
-                    f"{url}{WRITE_PATH}", data=body, headers={"Content-Type": MSGPACK},
-                    timeout=aiohttp.ClientTimeout(total=max(left, 0.05) + 1.0,
-                                                  sock_connect=CONNECT_TIMEOUT_S)) as resp:
+                f"{url}{WRITE_PATH}",
+                data=body,
+                headers={"Content-Type": MSGPACK},
+                timeout=aiohttp.ClientTimeout(
+                    total=max(left, 0.05) + 1.0, sock_connect=CONNECT_TIMEOUT_S
+                ),
+            ) as resp:
                 payload = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise NotWriterError(f"broker {leader} ({url}): {str(e) or type(e).__name__}"
-                                 ) from None
+            raise NotWriterError(f"broker {leader} ({url}): {str(e) or type(e).__name__}") from None
         try:
             out = msgpack.unpackb(payload, raw=False)
         except (msgpack.UnpackException, ValueError):
@@ -418,9 +461,9 @@ class SchemaRegistry:
         if self.log.topic_id() is None:
             if self._creating is None or self._creating.done():
                 self._creating = asyncio.get_running_loop().create_task(
-                    self.log.create_topic(), name="create-schemas-topic")
-                self._creating.add_done_callback(
-                    lambda t: None if t.cancelled() else t.exception())
+                    self.log.create_topic(), name="create-schemas-topic"
+                )
+                self._creating.add_done_callback(lambda t: None if t.cancelled() else t.exception())
             try:
                 await asyncio.shield(self._creating)
             except TopicExistsError:
@@ -442,10 +485,14 @@ class ReplicaSchemasLog:
     """``SchemasLog`` over this broker's ``ReplicaManager`` (local leadership, appends) and
     ``PartitionRouter`` (fetches and offsets wherever the partition is led)."""
 
-    def __init__(self, replicas: ReplicaManager, router: PartitionRouter,
-                 image: Callable[[], MetadataImage | None],
-                 create: Callable[[CreateTopic], Awaitable[Any]],
-                 config: RegistryConfig | None = None) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        router: PartitionRouter,
+        image: Callable[[], MetadataImage | None],
+        create: Callable[[CreateTopic], Awaitable[Any]],
+        config: RegistryConfig | None = None,
+    ) -> None:
         self.replicas = replicas
         self.router = router
         self.image = image
@@ -490,12 +537,18 @@ class ReplicaSchemasLog:
         out = await self.replicas.produce(SCHEMAS_TOPIC, PARTITION, ACKS_ALL, timeout_ms, batch)
         return int(out["last_offset"]) + 1
 
-    async def fetch(self, offset: int, max_wait_ms: int
-                    ) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
+    async def fetch(
+        self, offset: int, max_wait_ms: int
+    ) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
         try:
-            out = await self.router.fetch(SCHEMAS_TOPIC, PARTITION, offset,
-                                          max_bytes=FETCH_BYTES_MAX, max_wait_ms=max_wait_ms,
-                                          timeout_ms=max_wait_ms + 5_000)
+            out = await self.router.fetch(
+                SCHEMAS_TOPIC,
+                PARTITION,
+                offset,
+                max_bytes=FETCH_BYTES_MAX,
+                max_wait_ms=max_wait_ms,
+                timeout_ms=max_wait_ms + 5_000,
+            )
         except (BrokerError, StorageError) as e:
             raise as_replica_error(e) from None
         data = bytes(out["records"])
@@ -503,7 +556,7 @@ class ReplicaSchemasLog:
         nxt = offset
         for pos, h in iter_batches(data):
             if not h.is_control:
-                for r in decode_records(data[pos:pos + h.size]):
+                for r in decode_records(data[pos : pos + h.size]):
                     if r.offset >= offset:
                         recs.append((r.offset, r.key, r.value))
             nxt = max(nxt, h.next_offset)
@@ -511,8 +564,9 @@ class ReplicaSchemasLog:
 
     async def high_watermark(self, timeout_ms: int) -> int:
         try:
-            out = await self.router.list_offsets(SCHEMAS_TOPIC, PARTITION, -1,
-                                                 timeout_ms=timeout_ms)
+            out = await self.router.list_offsets(
+                SCHEMAS_TOPIC, PARTITION, -1, timeout_ms=timeout_ms
+            )
         except (BrokerError, StorageError) as e:
             raise as_replica_error(e) from None
         return int(out["offset"])
@@ -527,10 +581,15 @@ class ReplicaSchemasLog:
         rf = min(self.config.replication_factor, usable)
         if rf < 1:
             raise MetadataError("no usable broker registered yet")
-        cmd = CreateTopic(name=SCHEMAS_TOPIC, num_partitions=1, replication_factor=rf,
-                          configs={"cleanup.policy": "compact",
-                                   "min.insync.replicas": str(
-                                       min(self.config.min_insync_replicas, rf))})
+        cmd = CreateTopic(
+            name=SCHEMAS_TOPIC,
+            num_partitions=1,
+            replication_factor=rf,
+            configs={
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(min(self.config.min_insync_replicas, rf)),
+            },
+        )
         try:
             await self._create(cmd)
             log.info("created %s (replication factor %d)", SCHEMAS_TOPIC, rf)
@@ -538,5 +597,11 @@ class ReplicaSchemasLog:
             pass
 
 
-__all__ = ["SCHEMAS_TOPIC", "RegistryConfig", "ReplicaSchemasLog", "SchemaRegistry",
-           "register_args", "text_of"]
+__all__ = [
+    "SCHEMAS_TOPIC",
+    "RegistryConfig",
+    "ReplicaSchemasLog",
+    "SchemaRegistry",
+    "register_args",
+    "text_of",
+]

@@ -45,7 +45,8 @@ async def handle_write(request: web.Request) -> web.Response:
             raise ValueError("body must be a msgpack map with 'op' and 'args'")
         timeout_ms = min(max(int(body.get("timeout_ms", 10_000)), 1), TIMEOUT_MS_MAX)
         response, offset = await registry.write_local(
-            str(body["op"]), body["args"], time.monotonic() + timeout_ms / 1000)
+            str(body["op"]), body["args"], time.monotonic() + timeout_ms / 1000
+        )
         return _pack({"response": response, "offset": offset})
     except RegistryError as e:
         return _pack({"error_code": e.error_code, "message": e.message})

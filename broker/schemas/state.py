@@ -50,8 +50,15 @@ from broker.schemas.records import (
 
 R = TypeVar("R")
 
-LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
-          "FULL_TRANSITIVE")
+LEVELS = (
+    "NONE",
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+)
 DEFAULT_LEVEL = "BACKWARD"
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 DEFAULT_MODE = "READWRITE"
@@ -127,9 +134,11 @@ def parse_version(spec: str | int) -> int:
         v = spec
     if v == LATEST or 1 <= v <= VERSION_MAX:
         return v
-    raise RegistryError(INVALID_VERSION,
-                        f"The specified version '{spec}' is not a valid version id. Allowed "
-                        f"values are between [1, 2^31-1] and the string \"latest\"")
+    raise RegistryError(
+        INVALID_VERSION,
+        f"The specified version '{spec}' is not a valid version id. Allowed "
+        f'values are between [1, 2^31-1] and the string "latest"',
+    )
 
 
 def check_subject(subject: str) -> None:
@@ -140,16 +149,20 @@ def check_subject(subject: str) -> None:
 def check_level(level: Any) -> str:
     if isinstance(level, str) and level.upper() in LEVELS:
         return level.upper()
-    raise RegistryError(INVALID_COMPATIBILITY_LEVEL,
-                        "Invalid compatibility level. Valid values are none, backward, forward, "
-                        "full, backward_transitive, forward_transitive, and full_transitive")
+    raise RegistryError(
+        INVALID_COMPATIBILITY_LEVEL,
+        "Invalid compatibility level. Valid values are none, backward, forward, "
+        "full, backward_transitive, forward_transitive, and full_transitive",
+    )
 
 
 def check_mode(mode: Any) -> str:
     if isinstance(mode, str) and mode.upper() in MODES:
         return mode.upper()
-    raise RegistryError(INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
-                                      "READONLY_OVERRIDE and IMPORT.")
+    raise RegistryError(
+        INVALID_MODE,
+        "Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE and IMPORT.",
+    )
 
 
 def schema_json(text: SchemaText) -> dict[str, Any]:
@@ -224,8 +237,9 @@ class RegistryState:
     # ------------------------------------------------------------ lookups
 
     def versions_of(self, subject: str, deleted: bool = False) -> list[int]:
-        return sorted(v for v, e in self.subjects.get(subject, {}).items()
-                      if deleted or not e.deleted)
+        return sorted(
+            v for v, e in self.subjects.get(subject, {}).items() if deleted or not e.deleted
+        )
 
     def _versions_or_raise(self, subject: str, deleted: bool) -> list[int]:
         vs = self.versions_of(subject, deleted)
@@ -245,8 +259,10 @@ class RegistryState:
         v = vs[-1] if ref.version == LATEST and vs else ref.version
         entry = self.subjects.get(ref.subject, {}).get(v)
         if entry is None:
-            raise InvalidSchemaError(f"Invalid schema: reference {ref.name!r} to subject "
-                                     f"'{ref.subject}' version {ref.version} not found")
+            raise InvalidSchemaError(
+                f"Invalid schema: reference {ref.name!r} to subject "
+                f"'{ref.subject}' version {ref.version} not found"
+            )
         return self.texts[entry.id]
 
     def parsed(self, schema_id: int) -> ParsedSchema:
@@ -265,23 +281,35 @@ class RegistryState:
     # ------------------------------------------------------------ reads (the public API)
 
     def list_subjects(self, prefix: str = "", deleted: bool = False) -> list[str]:
-        return sorted(s for s in self.subjects
-                      if s.startswith(prefix) and self.versions_of(s, deleted))
+        return sorted(
+            s for s in self.subjects if s.startswith(prefix) and self.versions_of(s, deleted)
+        )
 
     def list_versions(self, subject: str, deleted: bool = False) -> list[int]:
         return self._versions_or_raise(subject, deleted)
 
     def get_version(self, subject: str, version: int, deleted: bool = False) -> dict[str, Any]:
         v, entry = self._version_or_raise(subject, version, deleted)
-        return {"subject": subject, "version": v, "id": entry.id,
-                **schema_json(self.texts[entry.id])}
+        return {
+            "subject": subject,
+            "version": v,
+            "id": entry.id,
+            **schema_json(self.texts[entry.id]),
+        }
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         v, _ = self._version_or_raise(subject, version, deleted=True)
-        return sorted({e.id for s, vs in self.subjects.items() for e in vs.values()
-                       if not e.deleted and any(
-                           r.subject == subject and r.version == v
-                           for r in self.texts[e.id].references)})
+        return sorted(
+            {
+                e.id
+                for s, vs in self.subjects.items()
+                for e in vs.values()
+                if not e.deleted
+                and any(
+                    r.subject == subject and r.version == v for r in self.texts[e.id].references
+                )
+            }
+        )
 
     def get_schema(self, schema_id: int) -> dict[str, Any]:
         """``GET /schemas/ids/{id}`` (its ``subject`` parameter names a context in Confluent's
@@ -297,11 +325,15 @@ class RegistryState:
     def versions_of_id(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
         if schema_id not in self.texts:
             raise RegistryError(SCHEMA_NOT_FOUND, "Schema not found")
-        return [{"subject": s, "version": v} for s, v in sorted(self._holders[schema_id])
-                if deleted or not self.subjects[s][v].deleted]
+        return [
+            {"subject": s, "version": v}
+            for s, v in sorted(self._holders[schema_id])
+            if deleted or not self.subjects[s][v].deleted
+        ]
 
-    def list_schemas(self, prefix: str = "", deleted: bool = False,
-                     latest_only: bool = False) -> list[dict[str, Any]]:
+    def list_schemas(
+        self, prefix: str = "", deleted: bool = False, latest_only: bool = False
+    ) -> list[dict[str, Any]]:
         out = []
         for s in self.list_subjects(prefix, deleted):
             vs = self.versions_of(s, deleted)
@@ -315,8 +347,9 @@ class RegistryState:
         except InvalidSchemaError as e:
             raise RegistryError(INVALID_SCHEMA, str(e)) from None
 
-    def _same_in_subject(self, subject: str, new: ParsedSchema, normalize: bool,
-                         deleted: bool) -> tuple[int, Entry] | None:
+    def _same_in_subject(
+        self, subject: str, new: ParsedSchema, normalize: bool, deleted: bool
+    ) -> tuple[int, Entry] | None:
         want = new.normalized() if normalize else identity(new.text)
         for v in reversed(self.versions_of(subject, deleted)):
             e = self.subjects[subject][v]
@@ -325,8 +358,9 @@ class RegistryState:
                 return v, e
         return None
 
-    def lookup(self, subject: str, text: SchemaText, normalize: bool = False,
-               deleted: bool = False) -> dict[str, Any]:
+    def lookup(
+        self, subject: str, text: SchemaText, normalize: bool = False, deleted: bool = False
+    ) -> dict[str, Any]:
         """``POST /subjects/{subject}``: the version holding this schema."""
         self._versions_or_raise(subject, deleted)
         new = self._parse_request(text)
@@ -336,8 +370,9 @@ class RegistryState:
         v, e = hit
         return {"subject": subject, "version": v, "id": e.id, **schema_json(self.texts[e.id])}
 
-    def compatibility(self, subject: str, text: SchemaText, version: int | None,
-                      normalize: bool = False) -> list[str]:
+    def compatibility(
+        self, subject: str, text: SchemaText, version: int | None, normalize: bool = False
+    ) -> list[str]:
         """Why ``text`` may not be registered next to ``version`` (None: as many versions as
         the subject's level asks for). Empty: compatible."""
         _ = normalize  # identity does not matter to the check
@@ -367,25 +402,41 @@ class RegistryState:
     def _writable_or_raise(self, subject: str | None) -> str:
         mode = self.mode(subject)
         if mode in ("READONLY", "READONLY_OVERRIDE"):
-            raise RegistryError(OPERATION_NOT_PERMITTED,
-                                f"Subject {subject} is in read-only mode" if subject
-                                else "The registry is in read-only mode")
+            raise RegistryError(
+                OPERATION_NOT_PERMITTED,
+                f"Subject {subject} is in read-only mode"
+                if subject
+                else "The registry is in read-only mode",
+            )
         return mode
 
-    def decide_register(self, subject: str, text: SchemaText, *, normalize: bool = False,
-                        schema_id: int | None = None, version: int | None = None
-                        ) -> Decision[dict[str, Any]]:
+    def decide_register(
+        self,
+        subject: str,
+        text: SchemaText,
+        *,
+        normalize: bool = False,
+        schema_id: int | None = None,
+        version: int | None = None,
+    ) -> Decision[dict[str, Any]]:
         """``POST /subjects/{subject}/versions``: answers ``{"id": ...}``."""
         check_subject(subject)
         mode = self._writable_or_raise(subject)
         if (schema_id is not None or version is not None) and mode != "IMPORT":
-            raise RegistryError(OPERATION_NOT_PERMITTED,
-                                f"Subject {subject} is not in import mode: a registration "
-                                f"cannot choose its id or version")
+            raise RegistryError(
+                OPERATION_NOT_PERMITTED,
+                f"Subject {subject} is not in import mode: a registration "
+                f"cannot choose its id or version",
+            )
         # References to "latest" are stored as the version they name now.
-        text = SchemaText(text.schema_type, text.schema, tuple(
-            Reference(r.name, r.subject, self._resolve_reference_version(r))
-            for r in text.references))
+        text = SchemaText(
+            text.schema_type,
+            text.schema,
+            tuple(
+                Reference(r.name, r.subject, self._resolve_reference_version(r))
+                for r in text.references
+            ),
+        )
         new = self._parse_request(text)
         same = self._same_in_subject(subject, new, normalize, deleted=False)
         if same is not None and (schema_id is None or same[1].id == schema_id):
@@ -393,18 +444,20 @@ class RegistryState:
         if mode != "IMPORT":
             problems = self._incompatibilities(subject, new, self.level(subject))
             if problems:
-                raise RegistryError(INCOMPATIBLE_SCHEMA,
-                                    "Schema being registered is incompatible with an earlier "
-                                    "schema for subject \"" + subject + "\", details: "
-                                    + "; ".join(problems))
+                raise RegistryError(
+                    INCOMPATIBLE_SCHEMA,
+                    "Schema being registered is incompatible with an earlier "
+                    'schema for subject "' + subject + '", details: ' + "; ".join(problems),
+                )
         wanted = identity(text)
         if schema_id is not None:
             if not 1 <= schema_id <= ID_MAX:
                 raise RegistryError(ID_DOES_NOT_MATCH, f"Invalid schema id {schema_id}")
             held = self._identity.get(schema_id)
             if held is not None and held != wanted:
-                raise RegistryError(ID_DOES_NOT_MATCH,
-                                    f"Overwrite new schema with id {schema_id} is not permitted.")
+                raise RegistryError(
+                    ID_DOES_NOT_MATCH, f"Overwrite new schema with id {schema_id} is not permitted."
+                )
             new_id = schema_id
         else:
             known = [i for i, ident in self._identity.items() if ident == wanted]
@@ -414,8 +467,9 @@ class RegistryState:
         every = self.versions_of(subject, deleted=True)
         if version is not None:
             if version == LATEST or version in every:
-                raise RegistryError(INVALID_VERSION,
-                                    f"Version {version} of subject {subject} cannot be set")
+                raise RegistryError(
+                    INVALID_VERSION, f"Version {version} of subject {subject} cannot be set"
+                )
             new_version = version
         else:
             new_version = (every[-1] if every else 0) + 1
@@ -429,19 +483,24 @@ class RegistryState:
             return ref.version
         vs = self.versions_of(ref.subject)
         if not vs:
-            raise RegistryError(INVALID_SCHEMA, f"Invalid schema: reference {ref.name!r} to "
-                                                f"subject '{ref.subject}' not found")
+            raise RegistryError(
+                INVALID_SCHEMA,
+                f"Invalid schema: reference {ref.name!r} to subject '{ref.subject}' not found",
+            )
         return vs[-1]
 
     def _not_referenced_or_raise(self, subject: str, versions: Iterable[int]) -> None:
         for v in versions:
             if self.referenced_by(subject, v):
-                raise RegistryError(REFERENCE_EXISTS,
-                                    f"One or more references exist to the schema "
-                                    f"{{subject={subject},version={v}}}.")
+                raise RegistryError(
+                    REFERENCE_EXISTS,
+                    f"One or more references exist to the schema "
+                    f"{{subject={subject},version={v}}}.",
+                )
 
-    def decide_delete_version(self, subject: str, version: int, permanent: bool = False
-                              ) -> Decision[int]:
+    def decide_delete_version(
+        self, subject: str, version: int, permanent: bool = False
+    ) -> Decision[int]:
         """``DELETE /subjects/{subject}/versions/{version}``: answers the version."""
         self._writable_or_raise(subject)
         every = self.versions_of(subject, deleted=True)
@@ -458,19 +517,23 @@ class RegistryState:
         self._not_referenced_or_raise(subject, [v])
         if permanent:
             if not entry.deleted:
-                raise RegistryError(SCHEMAVERSION_NOT_SOFT_DELETED,
-                                    f"Subject '{subject}' Version {v} was not deleted first "
-                                    f"before being permanently deleted")
+                raise RegistryError(
+                    SCHEMAVERSION_NOT_SOFT_DELETED,
+                    f"Subject '{subject}' Version {v} was not deleted first "
+                    f"before being permanently deleted",
+                )
             return Decision((SchemaTombstone(subject, v),), v)
         if entry.deleted:
-            raise RegistryError(SCHEMAVERSION_SOFT_DELETED,
-                                f"Subject '{subject}' Version {v} was soft deleted. Set "
-                                f"permanent=true to delete permanently")
-        return Decision((SchemaRecord(subject, v, entry.id, self.texts[entry.id],
-                                      deleted=True),), v)
+            raise RegistryError(
+                SCHEMAVERSION_SOFT_DELETED,
+                f"Subject '{subject}' Version {v} was soft deleted. Set "
+                f"permanent=true to delete permanently",
+            )
+        return Decision(
+            (SchemaRecord(subject, v, entry.id, self.texts[entry.id], deleted=True),), v
+        )
 
-    def decide_delete_subject(self, subject: str, permanent: bool = False
-                              ) -> Decision[list[int]]:
+    def decide_delete_subject(self, subject: str, permanent: bool = False) -> Decision[list[int]]:
         """``DELETE /subjects/{subject}``: answers the versions deleted."""
         self._writable_or_raise(subject)
         every = self.versions_of(subject, deleted=True)
@@ -480,9 +543,10 @@ class RegistryState:
         self._not_referenced_or_raise(subject, live if not permanent else every)
         if permanent:
             if live:
-                raise RegistryError(SUBJECT_NOT_SOFT_DELETED,
-                                    f"Subject '{subject}' was not deleted first before being "
-                                    f"permanently deleted")
+                raise RegistryError(
+                    SUBJECT_NOT_SOFT_DELETED,
+                    f"Subject '{subject}' was not deleted first before being permanently deleted",
+                )
             records: list[Record] = [SchemaTombstone(subject, v) for v in every]
             if subject in self.configs:
                 records.append(ConfigRecord(subject, None))
@@ -490,27 +554,46 @@ class RegistryState:
                 records.append(ModeRecord(subject, None))
             return Decision(tuple(records), every)
         if not live:
-            raise RegistryError(SUBJECT_SOFT_DELETED,
-                                f"Subject '{subject}' was soft deleted. Set permanent=true to "
-                                f"delete permanently")
-        return Decision(tuple(
-            SchemaRecord(subject, v, self.subjects[subject][v].id,
-                         self.texts[self.subjects[subject][v].id], deleted=True)
-            for v in live), live)
+            raise RegistryError(
+                SUBJECT_SOFT_DELETED,
+                f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
+            )
+        return Decision(
+            tuple(
+                SchemaRecord(
+                    subject,
+                    v,
+                    self.subjects[subject][v].id,
+                    self.texts[self.subjects[subject][v].id],
+                    deleted=True,
+                )
+                for v in live
+            ),
+            live,
+        )
 
     # ------------------------------------------------------------ configs and modes
 
-    def get_config(self, subject: str | None, default_to_global: bool = False
-                   ) -> dict[str, Any]:
-        level = self._subject_or_global(self.configs, self.level(None), subject,
-                                        default_to_global, SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-                                        "compatibility")
+    def get_config(self, subject: str | None, default_to_global: bool = False) -> dict[str, Any]:
+        level = self._subject_or_global(
+            self.configs,
+            self.level(None),
+            subject,
+            default_to_global,
+            SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+            "compatibility",
+        )
         return {"compatibilityLevel": level}
 
     @staticmethod
-    def _subject_or_global(per_subject: dict[str | None, str], global_value: str,
-                           subject: str | None, default_to_global: bool, code: int,
-                           what: str) -> str:
+    def _subject_or_global(
+        per_subject: dict[str | None, str],
+        global_value: str,
+        subject: str | None,
+        default_to_global: bool,
+        code: int,
+        what: str,
+    ) -> str:
         """A subject's own setting; the global one for no subject, or for a subject without
         one when ``default_to_global`` (``?defaultToGlobal=true``), else the registry's
         'not configured' error."""
@@ -520,8 +603,9 @@ class RegistryState:
         if value is not None:
             return value
         if not default_to_global:
-            raise RegistryError(code, f"Subject '{subject}' does not have subject-level "
-                                      f"{what} configured")
+            raise RegistryError(
+                code, f"Subject '{subject}' does not have subject-level {what} configured"
+            )
         return global_value
 
     def decide_set_config(self, subject: str | None, level: Any) -> Decision[dict[str, Any]]:
@@ -536,39 +620,47 @@ class RegistryState:
         if subject is not None and subject not in self.configs:
             if not self.versions_of(subject, deleted=True):
                 raise subject_not_found(subject)
-            raise RegistryError(SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-                                f"Subject '{subject}' does not have subject-level "
-                                f"compatibility configured")
+            raise RegistryError(
+                SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+                f"Subject '{subject}' does not have subject-level compatibility configured",
+            )
         old = self.level(subject)
         records = (ConfigRecord(subject, None),) if subject in self.configs else ()
         return Decision(records, {"compatibilityLevel": old})
 
-    def get_mode(self, subject: str | None, default_to_global: bool = False
-                 ) -> dict[str, Any]:
-        mode = self._subject_or_global(self.modes, self.mode(None), subject, default_to_global,
-                                       SUBJECT_MODE_NOT_CONFIGURED, "mode")
+    def get_mode(self, subject: str | None, default_to_global: bool = False) -> dict[str, Any]:
+        mode = self._subject_or_global(
+            self.modes,
+            self.mode(None),
+            subject,
+            default_to_global,
+            SUBJECT_MODE_NOT_CONFIGURED,
+            "mode",
+        )
         return {"mode": mode}
 
-    def decide_set_mode(self, subject: str | None, mode: Any, force: bool = False
-                        ) -> Decision[dict[str, Any]]:
+    def decide_set_mode(
+        self, subject: str | None, mode: Any, force: bool = False
+    ) -> Decision[dict[str, Any]]:
         if subject is not None:
             check_subject(subject)
         m = check_mode(mode)
         if m == "IMPORT" and not force and self.modes.get(subject) != "IMPORT":
-            has = (self.versions_of(subject, deleted=True) if subject is not None
-                   else self.subjects)
+            has = self.versions_of(subject, deleted=True) if subject is not None else self.subjects
             if has:
-                raise RegistryError(OPERATION_NOT_PERMITTED,
-                                    "Cannot import since found existing subjects")
+                raise RegistryError(
+                    OPERATION_NOT_PERMITTED, "Cannot import since found existing subjects"
+                )
         if self.modes.get(subject) == m:
             return Decision((), {"mode": m})
         return Decision((ModeRecord(subject, m),), {"mode": m})
 
     def decide_delete_mode(self, subject: str) -> Decision[dict[str, Any]]:
         if subject not in self.modes:
-            raise RegistryError(SUBJECT_MODE_NOT_CONFIGURED,
-                                f"Subject '{subject}' does not have subject-level mode "
-                                f"configured")
+            raise RegistryError(
+                SUBJECT_MODE_NOT_CONFIGURED,
+                f"Subject '{subject}' does not have subject-level mode configured",
+            )
         return Decision((ModeRecord(subject, None),), {"mode": self.modes[subject]})
 
 
@@ -581,11 +673,15 @@ def _level_check(level: str, new: ParsedSchema, olds: list[ParsedSchema]) -> lis
     forward = level.startswith(("FORWARD", "FULL"))
     for old in olds:
         if backward:
-            out += [f"the new schema cannot read data written with an earlier one: {p}"
-                    for p in incompatibilities(new, old)]
+            out += [
+                f"the new schema cannot read data written with an earlier one: {p}"
+                for p in incompatibilities(new, old)
+            ]
         if forward:
-            out += [f"an earlier schema cannot read data written with the new one: {p}"
-                    for p in incompatibilities(old, new)]
+            out += [
+                f"an earlier schema cannot read data written with the new one: {p}"
+                for p in incompatibilities(old, new)
+            ]
         if out:
             break
     return out

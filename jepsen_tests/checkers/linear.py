@@ -153,13 +153,19 @@ def check_ops(ops: list[LinOp], model: Model, max_states: int = 200_000) -> dict
         mask, state, order = stack.pop()
         explored += 1
         if mask & required_mask == required_mask:
-            return {"valid": True, "linearization": [ops[i].id for i in order],
-                    "states_explored": explored}
+            return {
+                "valid": True,
+                "linearization": [ops[i].id for i in order],
+                "states_explored": explored,
+            }
         if len(order) > len(best):
             best = order
         if explored > max_states:
-            return {"valid": "unknown", "reason": f"gave up after {max_states} states",
-                    "states_explored": explored}
+            return {
+                "valid": "unknown",
+                "reason": f"gave up after {max_states} states",
+                "states_explored": explored,
+            }
         pending = [i for i in range(n) if not mask >> i & 1]
         min_ret = min(ops[i].ret_ns for i in pending)
         for i in reversed(pending):  # reversed: earliest invocations are popped first
@@ -181,14 +187,18 @@ def check_ops(ops: list[LinOp], model: Model, max_states: int = 200_000) -> dict
         "states_explored": explored,
         "longest_linearizable_prefix_len": len(best),
         "prefix_tail": [ops[i].id for i in best[-5:]],
-        "not_linearizable": [{"id": o.id, "f": o.f, "input": o.input, "output": o.output}
-                             for o in stuck[:10]],
+        "not_linearizable": [
+            {"id": o.id, "f": o.f, "input": o.input, "output": o.output} for o in stuck[:10]
+        ],
     }
 
 
-def lin_ops(pairs: list[Pair], input_fn: Callable[[Pair], Any] = lambda p: p.invoke.value,
-            output_fn: Callable[[Pair], Any] = lambda p: p.complete.value if p.complete
-            else None, reads: tuple[str, ...] = ("read", DESCRIBE_TOPIC)) -> list[LinOp]:
+def lin_ops(
+    pairs: list[Pair],
+    input_fn: Callable[[Pair], Any] = lambda p: p.invoke.value,
+    output_fn: Callable[[Pair], Any] = lambda p: p.complete.value if p.complete else None,
+    reads: tuple[str, ...] = ("read", DESCRIBE_TOPIC),
+) -> list[LinOp]:
     out: list[LinOp] = []
     for p in pairs:
         if p.type == "fail":
@@ -197,52 +207,71 @@ def lin_ops(pairs: list[Pair], input_fn: Callable[[Pair], Any] = lambda p: p.inv
             continue  # a read of unknown outcome constrains nothing
         ok = p.type == "ok"
         assert p.complete is not None or not ok
-        out.append(LinOp(
-            id=p.invoke.index, call_ns=p.invoke.time_ns,
-            ret_ns=p.complete.time_ns if ok and p.complete is not None else INF,
-            f=p.f, input=input_fn(p), output=output_fn(p) if ok else UNKNOWN, required=ok))
+        out.append(
+            LinOp(
+                id=p.invoke.index,
+                call_ns=p.invoke.time_ns,
+                ret_ns=p.complete.time_ns if ok and p.complete is not None else INF,
+                f=p.f,
+                input=input_fn(p),
+                output=output_fn(p) if ok else UNKNOWN,
+                required=ok,
+            )
+        )
     return out
 
 
-def check_register_history(history: History, model_factory: Callable[[], Model],
-                           key_fn: Callable[[Pair], str],
-                           max_states: int = 200_000) -> dict[str, Any]:
+def check_register_history(
+    history: History,
+    model_factory: Callable[[], Model],
+    key_fn: Callable[[Pair], str],
+    max_states: int = 200_000,
+) -> dict[str, Any]:
     """Check each key's sub-history; valid iff all are (unknown if any search gave up)."""
     by_key: dict[str, list[Pair]] = defaultdict(list)
     for p in history.pairs():
         by_key[key_fn(p)].append(p)
-    results = {k: check_ops(lin_ops(ps), model_factory(), max_states)
-               for k, ps in sorted(by_key.items())}
+    results = {
+        k: check_ops(lin_ops(ps), model_factory(), max_states) for k, ps in sorted(by_key.items())
+    }
     verdicts = [r["valid"] for r in results.values()]
-    valid: bool | str = (False if False in verdicts else "unknown" if "unknown" in verdicts
-                         else True)
-    return {"valid": valid,
-            "failures": {k: r for k, r in results.items() if r["valid"] is not True},
-            "keys": len(results)}
+    valid: bool | str = False if False in verdicts else "unknown" if "unknown" in verdicts else True
+    return {
+        "valid": valid,
+        "failures": {k: r for k, r in results.items() if r["valid"] is not True},
+        "keys": len(results),
+    }
 
 
 def check_metadata(history: History, max_states: int = 200_000) -> dict[str, Any]:
     """The metadata workload: per-topic linearizability and no divergent definitions."""
-    topic_pairs = [p for p in history.pairs()
-                   if p.f in (CREATE_TOPIC, DELETE_TOPIC, DESCRIBE_TOPIC)]
-    lin = check_register_history(History([o for p in topic_pairs for o in
-                                          (p.invoke, p.complete) if o is not None]),
-                                 TopicModel, lambda p: str((p.invoke.value or {}).get("topic")),
-                                 max_states)
+    topic_pairs = [
+        p for p in history.pairs() if p.f in (CREATE_TOPIC, DELETE_TOPIC, DESCRIBE_TOPIC)
+    ]
+    lin = check_register_history(
+        History([o for p in topic_pairs for o in (p.invoke, p.complete) if o is not None]),
+        TopicModel,
+        lambda p: str((p.invoke.value or {}).get("topic")),
+        max_states,
+    )
     divergent = divergent_definitions(topic_pairs)
     valid: bool | str = lin["valid"]
     if divergent:
         valid = False
-    counts = {"nonlinearizable-topics": sum(1 for r in lin["failures"].values()
-                                            if r["valid"] is False),
-              "unknown-topics": sum(1 for r in lin["failures"].values()
-                                    if r["valid"] == "unknown"),
-              "divergent-definition": len(divergent)}
+    counts = {
+        "nonlinearizable-topics": sum(1 for r in lin["failures"].values() if r["valid"] is False),
+        "unknown-topics": sum(1 for r in lin["failures"].values() if r["valid"] == "unknown"),
+        "divergent-definition": len(divergent),
+    }
     counts = {k: n for k, n in counts.items() if n}
-    return {"valid": valid, "linearizable": lin, "divergent-definition": divergent,
-            "counts": counts,
-            "anomaly_types": sorted(k for k in counts if k != "unknown-topics"),
-            "anomalies": {"divergent-definition": divergent} if divergent else {}}
+    return {
+        "valid": valid,
+        "linearizable": lin,
+        "divergent-definition": divergent,
+        "counts": counts,
+        "anomaly_types": sorted(k for k in counts if k != "unknown-topics"),
+        "anomalies": {"divergent-definition": divergent} if divergent else {},
+    }
 
 
 def divergent_definitions(pairs: list[Pair]) -> list[dict[str, Any]]:
@@ -263,6 +292,12 @@ def divergent_definitions(pairs: list[Pair]) -> list[dict[str, Any]]:
         ident = str(d.get("topic_id", "")) if isinstance(d, dict) else ""
         original[canonical(d)] = d
         seen[(name, ident)].setdefault(canonical(d), []).append(p.complete.index)
-    return [{"topic": name, "topic_id": ident or None,
-             "definitions": [{"definition": original[d], "ops": ops} for d, ops in defs.items()]}
-            for (name, ident), defs in sorted(seen.items()) if len(defs) > 1]
+    return [
+        {
+            "topic": name,
+            "topic_id": ident or None,
+            "definitions": [{"definition": original[d], "ops": ops} for d, ops in defs.items()],
+        }
+        for (name, ident), defs in sorted(seen.items())
+        if len(defs) > 1
+    ]

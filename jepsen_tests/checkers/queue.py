@@ -91,10 +91,22 @@ from jepsen_tests.history import (
 )
 
 INVALIDATING = (
-    "lost-write", "lost-middle", "duplicate", "inconsistent-offsets", "G1a", "phantom",
-    "poll-skip", "nonmonotonic-poll", "int-poll-skip", "int-nonmonotonic-poll",
-    "nonmonotonic-send", "committed-offset-regression", "group-poll-unassigned",
-    "group-poll-skip", "group-nonmonotonic-poll", "group-resume-past-commit",
+    "lost-write",
+    "lost-middle",
+    "duplicate",
+    "inconsistent-offsets",
+    "G1a",
+    "phantom",
+    "poll-skip",
+    "nonmonotonic-poll",
+    "int-poll-skip",
+    "int-nonmonotonic-poll",
+    "nonmonotonic-send",
+    "committed-offset-regression",
+    "group-poll-unassigned",
+    "group-poll-skip",
+    "group-nonmonotonic-poll",
+    "group-resume-past-commit",
     "commit-past-high-watermark",
 )
 ALWAYS_ALLOWED = ("unseen", "lost-prefix", "lost-postfix")
@@ -121,9 +133,13 @@ class _Send:
         return (self.pair.complete or self.pair.invoke).time_ns
 
     def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"key": self.key, "value": self.value, "type": self.pair.type,
-                             "invoke_index": self.pair.invoke.index,
-                             "process": self.pair.process}
+        d: dict[str, Any] = {
+            "key": self.key,
+            "value": self.value,
+            "type": self.pair.type,
+            "invoke_index": self.pair.invoke.index,
+            "process": self.pair.process,
+        }
         if self.pair.complete is not None:
             d["complete_index"] = self.pair.complete.index
         if self.offset is not None:
@@ -143,8 +159,7 @@ def _reads(p: Pair) -> dict[str, list[tuple[int, Any]]]:
     return out
 
 
-def check(history: History, *, retention: bool = False, idempotent: bool = True
-          ) -> dict[str, Any]:
+def check(history: History, *, retention: bool = False, idempotent: bool = True) -> dict[str, Any]:
     """`retention`: the cluster may delete a log's oldest records, so a lost prefix is
     allowed. The harness's runs configure none, so by default a lost prefix is a loss.
     `idempotent`: the producers were idempotent; without that a retried send may be written
@@ -173,8 +188,9 @@ def check(history: History, *, retention: bool = False, idempotent: bool = True
 
     # ---- reads: who read what where
     polls = [p for p in pairs if p.f == POLL and p.type == "ok"]
-    final_polls = [p for p in polls if isinstance(p.invoke.value, dict)
-                   and p.invoke.value.get("final")]
+    final_polls = [
+        p for p in polls if isinstance(p.invoke.value, dict) and p.invoke.value.get("final")
+    ]
     read_values: dict[str, set[Any]] = defaultdict(set)
     final_values: dict[str, set[Any]] = defaultdict(set)
     max_read_offset: dict[str, int] = {}
@@ -203,20 +219,29 @@ def check(history: History, *, retention: bool = False, idempotent: bool = True
             for val in vals:
                 value_offsets[(k, val)].add(off)
             if len(vals) > 1:
-                add("inconsistent-offsets", {"key": k, "offset": off,
-                                             "values": {str(v): ops[:5] for v, ops
-                                                        in vals.items()},
-                                             "observations": {str(v): len(ops) for v, ops
-                                                              in vals.items()}})
+                add(
+                    "inconsistent-offsets",
+                    {
+                        "key": k,
+                        "offset": off,
+                        "values": {str(v): ops[:5] for v, ops in vals.items()},
+                        "observations": {str(v): len(ops) for v, ops in vals.items()},
+                    },
+                )
     for (k, val), offs in sorted(value_offsets.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if len(offs) > 1:
-            add("duplicate" if idempotent else "allowed-duplicate",
-                {"key": k, "value": val, "offsets": sorted(offs)})
+            add(
+                "duplicate" if idempotent else "allowed-duplicate",
+                {"key": k, "value": val, "offsets": sorted(offs)},
+            )
 
     # ---- committed sends, G1a, phantom
     all_read = {(k, v) for k, vs in read_values.items() for v in vs}
-    committed = [s for s in send_list
-                 if s.pair.type == "ok" or (s.pair.type == "info" and (s.key, s.value) in all_read)]
+    committed = [
+        s
+        for s in send_list
+        if s.pair.type == "ok" or (s.pair.type == "info" and (s.key, s.value) in all_read)
+    ]
     for k, vs in sorted(read_values.items()):
         for v in sorted(vs, key=str):
             sender = sends.get(v)
@@ -267,7 +292,8 @@ def check(history: History, *, retention: bool = False, idempotent: bool = True
 
     # ---- per-process poll and send order
     ranks: dict[str, dict[int, int]] = {
-        k: {off: i for i, off in enumerate(sorted(by_off))} for k, by_off in at.items()}
+        k: {off: i for i, off in enumerate(sorted(by_off))} for k, by_off in at.items()
+    }
     subscribed: set[int | str] = set()
     last_rank: dict[tuple[int | str, str], tuple[int, int]] = {}  # -> (rank, op index)
     last_send: dict[tuple[int | str, str], tuple[int, int]] = {}
@@ -289,20 +315,36 @@ def check(history: History, *, retention: bool = False, idempotent: bool = True
                 for i in range(1, len(recs)):
                     o1, r1, o2, r2 = recs[i - 1][0], rs[i - 1], recs[i][0], rs[i]
                     if r2 <= r1:
-                        add("int-nonmonotonic-poll", {"op": p.complete.index, "key": k,
-                                                      "offsets": [o1, o2]})
+                        add(
+                            "int-nonmonotonic-poll",
+                            {"op": p.complete.index, "key": k, "offsets": [o1, o2]},
+                        )
                     elif r2 > r1 + 1:
-                        add("int-poll-skip", {"op": p.complete.index, "key": k,
-                                              "offsets": [o1, o2]})
+                        add(
+                            "int-poll-skip", {"op": p.complete.index, "key": k, "offsets": [o1, o2]}
+                        )
                 prev = last_rank.get((p.process, k))
                 if prev is not None:
-                    kind = ("nonmonotonic-poll" if rs[0] <= prev[0]
-                            else "poll-skip" if rs[0] > prev[0] + 1 else None)
+                    kind = (
+                        "nonmonotonic-poll"
+                        if rs[0] <= prev[0]
+                        else "poll-skip"
+                        if rs[0] > prev[0] + 1
+                        else None
+                    )
                     if kind is not None:
-                        add(("allowed-" if sub else "") + kind,
-                            {"op": p.complete.index, "previous_op": prev[1], "key": k,
-                             "process": p.process, "from_rank": prev[0], "to_rank": rs[0],
-                             "offset": recs[0][0]})
+                        add(
+                            ("allowed-" if sub else "") + kind,
+                            {
+                                "op": p.complete.index,
+                                "previous_op": prev[1],
+                                "key": k,
+                                "process": p.process,
+                                "from_rank": prev[0],
+                                "to_rank": rs[0],
+                                "offset": recs[0][0],
+                            },
+                        )
                 last_rank[(p.process, k)] = (rs[-1], p.complete.index)
         elif p.f == SEND and p.type == "ok":
             assert p.complete is not None
@@ -312,26 +354,45 @@ def check(history: History, *, retention: bool = False, idempotent: bool = True
                 continue
             prev_s = last_send.get((p.process, s.key))
             if prev_s is not None and sent_off <= prev_s[0]:
-                add("nonmonotonic-send", {"op": p.complete.index, "previous_op": prev_s[1],
-                                          "key": s.key, "offsets": [prev_s[0], sent_off]})
+                add(
+                    "nonmonotonic-send",
+                    {
+                        "op": p.complete.index,
+                        "previous_op": prev_s[1],
+                        "key": s.key,
+                        "offsets": [prev_s[0], sent_off],
+                    },
+                )
             last_send[(p.process, s.key)] = (sent_off, p.complete.index)
 
     # ---- committed consumer-group offsets never go backwards in real time
-    commits = sorted((p for p in pairs if p.f == COMMIT and p.type == "ok"),
-                     key=lambda p: p.invoke.time_ns)
+    commits = sorted(
+        (p for p in pairs if p.f == COMMIT and p.type == "ok"), key=lambda p: p.invoke.time_ns
+    )
     done: list[tuple[int, str, str, int, int]] = []  # (complete_ns, group, key, offset, index)
     for p in commits:
         assert p.complete is not None
         v = p.complete.value or {}
         g = str(v.get("group"))
         for k, off in (v.get("offsets") or {}).items():
-            before = [d for d in done if d[1] == g and d[2] == str(k)
-                      and d[0] < p.invoke.time_ns and d[3] > int(off)]
+            before = [
+                d
+                for d in done
+                if d[1] == g and d[2] == str(k) and d[0] < p.invoke.time_ns and d[3] > int(off)
+            ]
             if before:
                 worst = max(before, key=lambda d: d[3])
-                add("committed-offset-regression",
-                    {"group": g, "key": str(k), "op": p.complete.index, "offset": int(off),
-                     "earlier_op": worst[4], "earlier_offset": worst[3]})
+                add(
+                    "committed-offset-regression",
+                    {
+                        "group": g,
+                        "key": str(k),
+                        "op": p.complete.index,
+                        "offset": int(off),
+                        "earlier_op": worst[4],
+                        "earlier_offset": worst[3],
+                    },
+                )
             done.append((p.complete.time_ns, g, str(k), int(off), p.complete.index))
 
     group_stats = _check_groups(pairs, polls, send_list, add)
@@ -383,20 +444,29 @@ class _Ownership:
     last: tuple[int, int] | None = None
 
 
-def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
-                  add: Callable[[str, dict[str, Any]], None]) -> dict[str, Any] | None:
+def _check_groups(
+    pairs: list[Pair],
+    polls: list[Pair],
+    send_list: list[_Send],
+    add: Callable[[str, dict[str, Any]], None],
+) -> dict[str, Any] | None:
     """The consumer-group anomalies; statistics, or None for a history without groups."""
     rebalances = [p for p in pairs if p.f == REBALANCE and p.type == "ok"]
-    group_polls = [p for p in polls if isinstance(p.invoke.value, dict)
-                   and p.invoke.value.get("member") is not None]
+    group_polls = [
+        p
+        for p in polls
+        if isinstance(p.invoke.value, dict) and p.invoke.value.get("member") is not None
+    ]
     commits = [p for p in pairs if p.f == COMMIT]
     if not rebalances and not group_polls and not commits:
         return None
 
     # Ownerships and the member's reads within them, in the order things happened: a poll's
     # records belong to the ownership open when the poll completed.
-    timeline = sorted([*rebalances, *group_polls],
-                      key=lambda p: p.complete.index if p.complete is not None else -1)
+    timeline = sorted(
+        [*rebalances, *group_polls],
+        key=lambda p: p.complete.index if p.complete is not None else -1,
+    )
     open_: dict[tuple[str, str], _Ownership] = {}
     ownerships: list[_Ownership] = []
     records = 0
@@ -408,8 +478,9 @@ def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
             for k in v.get("keys") or ():
                 open_.pop((member, str(k)), None)
                 if event == "assigned":
-                    new = _Ownership(str(v.get("group")), member, str(k), p.complete.time_ns,
-                                     p.complete.index)
+                    new = _Ownership(
+                        str(v.get("group")), member, str(k), p.complete.time_ns, p.complete.index
+                    )
                     open_[(member, str(k))] = new
                     ownerships.append(new)
             continue
@@ -420,19 +491,34 @@ def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
             records += len(recs)
             o = open_.get((member, k))
             if o is None:
-                add("group-poll-unassigned", {"op": p.complete.index, "process": p.process,
-                                              "member": member, "key": k,
-                                              "offsets": [recs[0][0], recs[-1][0]]})
+                add(
+                    "group-poll-unassigned",
+                    {
+                        "op": p.complete.index,
+                        "process": p.process,
+                        "member": member,
+                        "key": k,
+                        "offsets": [recs[0][0], recs[-1][0]],
+                    },
+                )
                 continue
             for off, _ in recs:
                 prev = o.last
                 if prev is None:
                     o.first = (off, p.complete.index)
                 elif off <= prev[0] or off > prev[0] + 1:
-                    add("group-nonmonotonic-poll" if off <= prev[0] else "group-poll-skip",
-                        {"op": p.complete.index, "previous_op": prev[1], "process": p.process,
-                         "member": member, "key": k, "offsets": [prev[0], off],
-                         "assigned_op": o.assigned_op})
+                    add(
+                        "group-nonmonotonic-poll" if off <= prev[0] else "group-poll-skip",
+                        {
+                            "op": p.complete.index,
+                            "previous_op": prev[1],
+                            "process": p.process,
+                            "member": member,
+                            "key": k,
+                            "offsets": [prev[0], off],
+                            "assigned_op": o.assigned_op,
+                        },
+                    )
                 o.last = (off, p.complete.index)
 
     # Commits that may have taken effect (ok, or unknown), per group and key.
@@ -443,7 +529,8 @@ def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
             continue
         for k, off in (v.get("offsets") or {}).items():
             may_commit[(str(v.get("group")), str(k))].append(
-                (p.invoke.time_ns, int(off), (p.complete or p.invoke).index))
+                (p.invoke.time_ns, int(off), (p.complete or p.invoke).index)
+            )
 
     for o in ownerships:
         if o.first is None:
@@ -452,12 +539,20 @@ def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
         latest = max(before, key=lambda c: c[1], default=None)
         allowed = latest[1] if latest is not None else 0
         if o.first[0] > allowed:
-            add("group-resume-past-commit",
-                {"group": o.group, "member": o.member, "key": o.key,
-                 "assigned_op": o.assigned_op, "op": o.first[1], "first_offset": o.first[0],
-                 "committed_offset_max": allowed,
-                 "commit_op": latest[2] if latest is not None else None,
-                 "skipped": [allowed, o.first[0] - 1]})
+            add(
+                "group-resume-past-commit",
+                {
+                    "group": o.group,
+                    "member": o.member,
+                    "key": o.key,
+                    "assigned_op": o.assigned_op,
+                    "op": o.first[1],
+                    "first_offset": o.first[0],
+                    "committed_offset_max": allowed,
+                    "commit_op": latest[2] if latest is not None else None,
+                    "skipped": [allowed, o.first[0] - 1],
+                },
+            )
 
     # The high watermark each key was seen to reach, over time.
     seen: dict[str, list[tuple[int, int]]] = defaultdict(list)  # key -> (complete_ns, end)
@@ -489,9 +584,17 @@ def _check_groups(pairs: list[Pair], polls: list[Pair], send_list: list[_Send],
             i = bisect_left(hw_times.get(k, []), p.complete.time_ns)
             hw = hw_max[k][i - 1] if i > 0 else 0
             if int(off) > hw:
-                add("commit-past-high-watermark",
-                    {"op": p.complete.index, "process": p.process, "group": v.get("group"),
-                     "key": k, "offset": int(off), "high_watermark_seen": hw})
+                add(
+                    "commit-past-high-watermark",
+                    {
+                        "op": p.complete.index,
+                        "process": p.process,
+                        "group": v.get("group"),
+                        "key": k,
+                        "offset": int(off),
+                        "high_watermark_seen": hw,
+                    },
+                )
 
     return {
         "polls": len(group_polls),

@@ -60,20 +60,31 @@ from typing import Any
 from jepsen_tests.history import NEMESIS, Recorder
 
 KINDS: dict[str, str] = {
-    "kill": "process", "pause": "process", "freeze": "process", "lose-unsynced": "process",
-    "partition-majority": "net", "partition-isolate": "net", "partition-ring": "net",
-    "partition-cut": "net", "partition-oneway": "net",
-    "delay": "proxy", "reorder": "proxy", "blackhole": "proxy",
+    "kill": "process",
+    "pause": "process",
+    "freeze": "process",
+    "lose-unsynced": "process",
+    "partition-majority": "net",
+    "partition-isolate": "net",
+    "partition-ring": "net",
+    "partition-cut": "net",
+    "partition-oneway": "net",
+    "delay": "proxy",
+    "reorder": "proxy",
+    "blackhole": "proxy",
     "clock-bump": "clock",
-    "clock-skew": "wallclock", "clock-strobe": "wallclock",
+    "clock-skew": "wallclock",
+    "clock-strobe": "wallclock",
     "membership": "membership",
-    "disk-full": "disk", "disk-eio": "disk", "disk-corrupt": "disk",
-    "lazy-fsync-eio": "lazydisk", "lazy-disk-full": "lazydisk",
+    "disk-full": "disk",
+    "disk-eio": "disk",
+    "disk-corrupt": "disk",
+    "lazy-fsync-eio": "lazydisk",
+    "lazy-disk-full": "lazydisk",
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "partition": ("partition-majority", "partition-isolate", "partition-ring",
-                  "partition-cut"),
+    "partition": ("partition-majority", "partition-isolate", "partition-ring", "partition-cut"),
     "process": ("kill", "pause"),
     "clock": ("clock-bump",),
     "disk": ("disk-full", "disk-eio", "disk-corrupt"),
@@ -184,8 +195,9 @@ class Composite(Nemesis):
         raise NotImplementedError
 
 
-def select_targets(spec: str, nodes: Sequence[str], rng: random.Random,
-                   leader: str | None = None) -> tuple[str, ...]:
+def select_targets(
+    spec: str, nodes: Sequence[str], rng: random.Random, leader: str | None = None
+) -> tuple[str, ...]:
     """Resolve a target spec: one, minority, majority, all, leader, or a node name."""
     nodes = list(nodes)
     n = len(nodes)

@@ -46,8 +46,11 @@ from pathlib import Path
 from jepsen_tests.history import NEMESIS, Recorder
 from jepsen_tests.nemesis import Fault, Nemesis
 
-LIB_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
-             "/usr/local/lib/faketime/libfaketime.so.1")
+LIB_GLOBS = (
+    "/usr/lib/*/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+)
 
 
 def find_libfaketime() -> str | None:
@@ -68,16 +71,20 @@ def faketime_unavailable_reason() -> str | None:
 class ClockNemesis(Nemesis):
     kinds = ("clock-bump",)
 
-    def __init__(self, nodes: Sequence[str], state_dir: str | Path,
-                 recorder: Recorder | None = None) -> None:
+    def __init__(
+        self, nodes: Sequence[str], state_dir: str | Path, recorder: Recorder | None = None
+    ) -> None:
         super().__init__(recorder)
         self.nodes = list(nodes)
         self.state_dir = Path(state_dir)
         self.lib = find_libfaketime()
         self.unavailable = faketime_unavailable_reason()
         if self.unavailable:
-            print(f"\n!!! clock nemesis UNAVAILABLE: {self.unavailable}. Clock faults in this "
-                  "run will be recorded as skipped and change nothing. !!!\n", file=sys.stderr)
+            print(
+                f"\n!!! clock nemesis UNAVAILABLE: {self.unavailable}. Clock faults in this "
+                "run will be recorded as skipped and change nothing. !!!\n",
+                file=sys.stderr,
+            )
 
     def offset_file(self, node: str) -> Path:
         return self.state_dir / f"faketime-{node}"
@@ -91,8 +98,11 @@ class ClockNemesis(Nemesis):
         if not f.exists():
             f.write_text("+0\n")
         preload = os.environ.get("LD_PRELOAD", "")
-        return {"LD_PRELOAD": f"{self.lib} {preload}".strip(),
-                "FAKETIME_TIMESTAMP_FILE": str(f), "FAKETIME_NO_CACHE": "1"}
+        return {
+            "LD_PRELOAD": f"{self.lib} {preload}".strip(),
+            "FAKETIME_TIMESTAMP_FILE": str(f),
+            "FAKETIME_NO_CACHE": "1",
+        }
 
     def _write(self, node: str, text: str) -> None:
         tmp = self.offset_file(node).with_suffix(".tmp")
@@ -102,8 +112,9 @@ class ClockNemesis(Nemesis):
     def _start(self, fault: Fault) -> None:
         if self.unavailable:
             if self.recorder is not None:
-                self.recorder.info(NEMESIS, "unavailable",
-                                   {**fault.describe(), "reason": self.unavailable})
+                self.recorder.info(
+                    NEMESIS, "unavailable", {**fault.describe(), "reason": self.unavailable}
+                )
             return
         delta = float(fault.params.get("delta_s", 5))
         for n in fault.targets:
@@ -138,12 +149,17 @@ def build_wallclock_shim(out_dir: Path) -> Path:
     """Compile the shim into out_dir; RuntimeError with the compiler's message if it fails."""
     cc = compiler()
     if cc is None:
-        raise RuntimeError("no C compiler (cc) to build the wall-clock shim; "
-                           "apt-get install -y gcc")
+        raise RuntimeError(
+            "no C compiler (cc) to build the wall-clock shim; apt-get install -y gcc"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / "libwallclock.so"
-    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(SHIM_SOURCE), "-ldl"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(SHIM_SOURCE), "-ldl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"building the wall-clock shim failed: {r.stderr.strip()}")
     return lib
@@ -157,8 +173,9 @@ class WallClockNemesis(Nemesis):
 
     kinds = ("clock-skew", "clock-strobe")
 
-    def __init__(self, nodes: Sequence[str], state_dir: str | Path,
-                 recorder: Recorder | None = None) -> None:
+    def __init__(
+        self, nodes: Sequence[str], state_dir: str | Path, recorder: Recorder | None = None
+    ) -> None:
         super().__init__(recorder)
         self.nodes = list(nodes)
         self.state_dir = Path(state_dir)
@@ -168,9 +185,11 @@ class WallClockNemesis(Nemesis):
             self.lib = build_wallclock_shim(self.state_dir)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             self.unavailable = str(e)
-            print(f"\n!!! wall-clock nemesis UNAVAILABLE: {e}. Skew and strobe faults in "
-                  "this run will be recorded as skipped and change nothing. !!!\n",
-                  file=sys.stderr)
+            print(
+                f"\n!!! wall-clock nemesis UNAVAILABLE: {e}. Skew and strobe faults in "
+                "this run will be recorded as skipped and change nothing. !!!\n",
+                file=sys.stderr,
+            )
         self._maps: dict[str, mmap.mmap] = {}
         self._shares: dict[str, dict[str, int]] = {n: {} for n in self.nodes}
         self._strobes: dict[str, tuple[threading.Event, threading.Thread]] = {}
@@ -215,8 +234,9 @@ class WallClockNemesis(Nemesis):
     def _start(self, fault: Fault) -> None:
         if self.unavailable:
             if self.recorder is not None:
-                self.recorder.info(NEMESIS, "unavailable",
-                                   {**fault.describe(), "reason": self.unavailable})
+                self.recorder.info(
+                    NEMESIS, "unavailable", {**fault.describe(), "reason": self.unavailable}
+                )
             return
         delta_ns = int(float(fault.params.get("delta_s", 5)) * 1e9)
         targets = [n for n in fault.targets if n in self._shares]

@@ -26,8 +26,13 @@ Wrap = Callable[[list[str]], list[str]]
 class MembershipNemesis(Nemesis):
     kinds = ("membership",)
 
-    def __init__(self, voters: Mapping[str, tuple[int, str]], wrap: Wrap,
-                 recorder: Recorder | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        voters: Mapping[str, tuple[int, str]],
+        wrap: Wrap,
+        recorder: Recorder | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
         """`voters`: controller name -> (node id, URL)."""
         super().__init__(recorder)
         self.voters = dict(voters)
@@ -41,11 +46,9 @@ class MembershipNemesis(Nemesis):
         # leader" with no leader to follow), so try each in turn.
         ok, outs = False, []
         for _, url in self.voters.values():
-            argv = self.wrap([sys.executable, "-m", "api", "quorum", *args,
-                              "--bootstrap", url])
+            argv = self.wrap([sys.executable, "-m", "api", "quorum", *args, "--bootstrap", url])
             try:
-                r = subprocess.run(argv, capture_output=True, text=True,
-                                   timeout=self.timeout_s)
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
                 ok, out = r.returncode == 0, (r.stdout + r.stderr).strip()
             except subprocess.TimeoutExpired:
                 ok, out = False, f"timed out after {self.timeout_s} s"
@@ -56,8 +59,9 @@ class MembershipNemesis(Nemesis):
         if not ok:
             print(f"membership {args[0]}: {out}", file=sys.stderr)
             if self.recorder is not None:
-                self.recorder.info(NEMESIS, "error", {**fault.describe(), "op": args[0],
-                                                      "output": out[-500:]})
+                self.recorder.info(
+                    NEMESIS, "error", {**fault.describe(), "op": args[0], "output": out[-500:]}
+                )
         return ok
 
     def _start(self, fault: Fault) -> None:
@@ -76,6 +80,12 @@ class MembershipNemesis(Nemesis):
     def _heal(self) -> None:
         for t in sorted(self.removed):
             node_id, url = self.voters[t]
-            if self._cli(Fault("membership", (t,), {"heal": True}), "add-voter",
-                         "--node-id", str(node_id), "--url", url):
+            if self._cli(
+                Fault("membership", (t,), {"heal": True}),
+                "add-voter",
+                "--node-id",
+                str(node_id),
+                "--url",
+                url,
+            ):
                 self.removed.discard(t)

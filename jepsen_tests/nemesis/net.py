@@ -235,8 +235,7 @@ hears everybody; ``split``: one half of the nodes does not hear the other half, 
 half hears them."""
 
 
-def one_way_shape(shape: str, node: str, among: Sequence[str],
-                  half: Sequence[str] = ()) -> Grudge:
+def one_way_shape(shape: str, node: str, among: Sequence[str], half: Sequence[str] = ()) -> Grudge:
     """The grudge of a one-way partition of `shape` (`ONE_WAY_SHAPES`): around `node` for
     ``deaf`` and ``mute``, `half` not hearing the rest of `among` for ``split``."""
     others = [n for n in among if n != node]
@@ -259,8 +258,13 @@ def merge(grudges: Sequence[Grudge]) -> Grudge:
 
 def nft_script(grudge: Grudge, addresses: Mapping[str, str]) -> str:
     """One atomic nft transaction that replaces the table with the grudge's drop rules."""
-    lines = [f"table inet {TABLE}", f"delete table inet {TABLE}", f"table inet {TABLE} {{",
-             "  chain input {", "    type filter hook input priority 0; policy accept;"]
+    lines = [
+        f"table inet {TABLE}",
+        f"delete table inet {TABLE}",
+        f"table inet {TABLE} {{",
+        "  chain input {",
+        "    type filter hook input priority 0; policy accept;",
+    ]
     for dst in sorted(grudge):
         for src in sorted(grudge[dst]):
             lines.append(f"    ip saddr {addresses[src]} ip daddr {addresses[dst]} drop")
@@ -293,11 +297,21 @@ class NetNemesis(Nemesis):
     them cut off too) to its 127.0.0.N address.
     """
 
-    kinds = ("partition-majority", "partition-isolate", "partition-ring", "partition-cut",
-             "partition-oneway")
+    kinds = (
+        "partition-majority",
+        "partition-isolate",
+        "partition-ring",
+        "partition-cut",
+        "partition-oneway",
+    )
 
-    def __init__(self, netns: NetNamespace, addresses: Mapping[str, str],
-                 nodes: Sequence[str], recorder: Recorder | None = None) -> None:
+    def __init__(
+        self,
+        netns: NetNamespace,
+        addresses: Mapping[str, str],
+        nodes: Sequence[str],
+        recorder: Recorder | None = None,
+    ) -> None:
         super().__init__(recorder)
         self.netns = netns
         self.addresses = dict(addresses)

@@ -40,8 +40,14 @@ LAZYFS_ENV = {"LONGBOAT_LAZYFS": "1"}
 class NodeProcess:
     """One node process that can be started, signalled, killed and restarted."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: str | Path,
-                 env: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: str | Path,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = Path(log_path)
@@ -65,12 +71,20 @@ class NodeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:
-            log.write(f"\n==== jepsen_tests: start #{self.starts + 1} of {self.name}: "
-                      f"{' '.join(self.argv)}\n".encode())
+            log.write(
+                f"\n==== jepsen_tests: start #{self.starts + 1} of {self.name}: "
+                f"{' '.join(self.argv)}\n".encode()
+            )
             log.flush()
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
         self.starts += 1
         self.paused = False
         if self._token is None:
@@ -207,8 +221,9 @@ class Freezer:
 class ProcessNemesis(Nemesis):
     kinds = ("kill", "pause", "freeze", "lose-unsynced")
 
-    def __init__(self, processes: Mapping[str, NodeProcess],
-                 recorder: Recorder | None = None) -> None:
+    def __init__(
+        self, processes: Mapping[str, NodeProcess], recorder: Recorder | None = None
+    ) -> None:
         super().__init__(recorder)
         self.processes = processes
         self.freezers = {name: Freezer(name) for name in processes}
@@ -226,7 +241,8 @@ class ProcessNemesis(Nemesis):
             if missing:
                 raise FaultInjectionUnavailable(
                     f"lose-unsynced: {missing} were not started with LONGBOAT_LAZYFS=1, so a "
-                    "kill would lose nothing (the page cache survives SIGKILL)")
+                    "kill would lose nothing (the page cache survives SIGKILL)"
+                )
         for p in procs:
             if fault.kind == "pause":
                 p.pause()

@@ -90,14 +90,17 @@ class _Conn:
             sock = w.get_extra_info("socket")
             if sock is not None:
                 with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                    struct.pack("ii", 1, 0))
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             w.transport.abort()
 
 
-async def _pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter,
-                state_of: Callable[[], LinkState], rng: random.Random,
-                count: Callable[[int], None]) -> None:
+async def _pipe(
+    r: asyncio.StreamReader,
+    w: asyncio.StreamWriter,
+    state_of: Callable[[], LinkState],
+    rng: random.Random,
+    count: Callable[[int], None],
+) -> None:
     """Copy r to w under the link's current state, read again for every chunk."""
     q: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
@@ -137,14 +140,21 @@ async def _pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter,
             await wt
 
 
-async def _splice(down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter,
-                  up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter,
-                  state_of: Callable[[], LinkState], rng: random.Random,
-                  count: Callable[[int], None]) -> None:
+async def _splice(
+    down_r: asyncio.StreamReader,
+    down_w: asyncio.StreamWriter,
+    up_r: asyncio.StreamReader,
+    up_w: asyncio.StreamWriter,
+    state_of: Callable[[], LinkState],
+    rng: random.Random,
+    count: Callable[[int], None],
+) -> None:
     try:
-        await asyncio.gather(_pipe(down_r, up_w, state_of, rng, count),
-                             _pipe(up_r, down_w, state_of, rng, count),
-                             return_exceptions=True)
+        await asyncio.gather(
+            _pipe(down_r, up_w, state_of, rng, count),
+            _pipe(up_r, down_w, state_of, rng, count),
+            return_exceptions=True,
+        )
     finally:
         for x in (down_w, up_w):
             x.close()
@@ -153,8 +163,13 @@ async def _splice(down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter,
 class LinkProxy:
     """One directed link's listener and its connections (lives on the ProxyNet loop)."""
 
-    def __init__(self, link: Link, listen: tuple[str, int], upstream: tuple[str, int],
-                 bind_upstream: str | None) -> None:
+    def __init__(
+        self,
+        link: Link,
+        listen: tuple[str, int],
+        upstream: tuple[str, int],
+        bind_upstream: str | None,
+    ) -> None:
         self.link = link
         self.listen = listen
         self.upstream = upstream
@@ -214,8 +229,7 @@ class _ProxyLoop:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="proxynet",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="proxynet", daemon=True)
         self._thread.start()
         self._token: int | None = cleanup.register("tcp proxies", self.close)
 
@@ -234,10 +248,12 @@ class _ProxyLoop:
     def _call_soon(self, fn: Callable[[], T]) -> T:
         async def wrap() -> T:
             return fn()
+
         return self._call(wrap())
 
-    def set_mode(self, links: Iterable[Link], mode: str, delay_ms: float = 0.0,
-                 jitter_ms: float = 0.0) -> None:
+    def set_mode(
+        self, links: Iterable[Link], mode: str, delay_ms: float = 0.0, jitter_ms: float = 0.0
+    ) -> None:
         raise NotImplementedError
 
     def links_touching(self, nodes: Iterable[str]) -> list[Link]:
@@ -280,8 +296,14 @@ class ProxyNet(_ProxyLoop):
         self.links: dict[Link, LinkProxy] = {}
         super().__init__()
 
-    def add_link(self, src: str, dst: str, upstream: tuple[str, int],
-                 bind_upstream: str | None = None, listen_port: int = 0) -> tuple[str, int]:
+    def add_link(
+        self,
+        src: str,
+        dst: str,
+        upstream: tuple[str, int],
+        bind_upstream: str | None = None,
+        listen_port: int = 0,
+    ) -> tuple[str, int]:
         p = LinkProxy((src, dst), (self.listen_host, listen_port), upstream, bind_upstream)
         self._call(p.start())
         self.links[(src, dst)] = p
@@ -292,8 +314,9 @@ class ProxyNet(_ProxyLoop):
         host, port = self.links[(src, dst)].listen
         return str(host), int(port)
 
-    def set_mode(self, links: Iterable[Link], mode: str, delay_ms: float = 0.0,
-                 jitter_ms: float = 0.0) -> None:
+    def set_mode(
+        self, links: Iterable[Link], mode: str, delay_ms: float = 0.0, jitter_ms: float = 0.0
+    ) -> None:
         ls = [self.links[link] for link in links if link in self.links]
         if self.closed:  # healing after a signal closed them: nothing left to set
             return
@@ -311,11 +334,18 @@ class ProxyNet(_ProxyLoop):
 def nat_script(redirects: Mapping[tuple[str, int], int]) -> str:
     """One nft transaction: new TCP connections to (host, port) go to (host, listen port),
     unless made by the interceptor itself (marked)."""
-    lines = [f"table ip {NAT_TABLE}", f"delete table ip {NAT_TABLE}", f"table ip {NAT_TABLE} {{",
-             "  chain output {", "    type nat hook output priority -100; policy accept;"]
+    lines = [
+        f"table ip {NAT_TABLE}",
+        f"delete table ip {NAT_TABLE}",
+        f"table ip {NAT_TABLE} {{",
+        "  chain output {",
+        "    type nat hook output priority -100; policy accept;",
+    ]
     for (host, port), listen_port in sorted(redirects.items()):
-        lines.append(f"    meta mark != {MARK:#x} ip daddr {host} tcp dport {port} "
-                     f"dnat to {host}:{listen_port}")
+        lines.append(
+            f"    meta mark != {MARK:#x} ip daddr {host} tcp dport {port} "
+            f"dnat to {host}:{listen_port}"
+        )
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -328,13 +358,15 @@ class InterceptNet(_ProxyLoop):
     pairs; each starts in ``pass``.
     """
 
-    def __init__(self, netns: NetNamespace, nodes: Mapping[str, tuple[str, int]],
-                 parties: Mapping[str, str]) -> None:
+    def __init__(
+        self, netns: NetNamespace, nodes: Mapping[str, tuple[str, int]], parties: Mapping[str, str]
+    ) -> None:
         self.netns = netns
         self.nodes = dict(nodes)
         self.by_address = {host: name for name, host in parties.items()}
         self.states: dict[Link, LinkState] = {
-            (src, dst): LinkState() for src in parties for dst in nodes if src != dst}
+            (src, dst): LinkState() for src in parties for dst in nodes if src != dst
+        }
         self.conns: dict[Link, set[_Conn]] = {}
         self.listeners: dict[str, asyncio.Server] = {}
         self.redirects: dict[tuple[str, int], int] = {}
@@ -345,6 +377,7 @@ class InterceptNet(_ProxyLoop):
 
     def start(self) -> None:
         """Listen for every node and install the redirects (before any node starts)."""
+
         async def listen_all() -> None:
             for name, (host, port) in self.nodes.items():
                 srv = await asyncio.start_server(functools.partial(self._accept, name), host, 0)
@@ -354,8 +387,9 @@ class InterceptNet(_ProxyLoop):
         self._call(listen_all())
         self.netns.run(["nft", "-f", "-"], input=nat_script(self.redirects))
 
-    def set_mode(self, links: Iterable[Link], mode: str, delay_ms: float = 0.0,
-                 jitter_ms: float = 0.0) -> None:
+    def set_mode(
+        self, links: Iterable[Link], mode: str, delay_ms: float = 0.0, jitter_ms: float = 0.0
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown proxy mode {mode!r}")
         ls = [link for link in links if link in self.states]
@@ -375,8 +409,7 @@ class InterceptNet(_ProxyLoop):
     def _count(self, n: int) -> None:
         self.bytes_forwarded += n
 
-    async def _accept(self, dst: str, r: asyncio.StreamReader,
-                      w: asyncio.StreamWriter) -> None:
+    async def _accept(self, dst: str, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         src_host = str(w.get_extra_info("peername")[0])
         link = (self.by_address.get(src_host, UNKNOWN), dst)
 
@@ -429,11 +462,24 @@ class ProxyNemesis(Nemesis):
     with a jitter much larger than the delay, so messages on different connections overtake
     each other. ``params.nodes_only``: only links between nodes (not clients')."""
 
-    kinds: tuple[str, ...] = ("delay", "reorder", "blackhole", "partition-majority",
-                              "partition-isolate", "partition-ring", "partition-cut")
+    kinds: tuple[str, ...] = (
+        "delay",
+        "reorder",
+        "blackhole",
+        "partition-majority",
+        "partition-isolate",
+        "partition-ring",
+        "partition-cut",
+    )
 
-    def __init__(self, net: _ProxyLoop, parties: Sequence[str], recorder: Recorder | None = None,
-                 partitions: bool = False, nodes: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        net: _ProxyLoop,
+        parties: Sequence[str],
+        recorder: Recorder | None = None,
+        partitions: bool = False,
+        nodes: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(recorder)
         self.net = net
         self.parties = list(parties)
@@ -445,10 +491,17 @@ class ProxyNemesis(Nemesis):
     def _links(self, fault: Fault) -> list[Link]:
         if fault.kind.startswith("partition-"):
             g = grudge_for(fault, self.parties)
-            return [(src, dst) for dst, srcs in g.items() for src in srcs
-                    if (src, dst) in self.net.links] + \
-                   [(dst, src) for dst, srcs in g.items() for src in srcs
-                    if (dst, src) in self.net.links]
+            return [
+                (src, dst)
+                for dst, srcs in g.items()
+                for src in srcs
+                if (src, dst) in self.net.links
+            ] + [
+                (dst, src)
+                for dst, srcs in g.items()
+                for src in srcs
+                if (dst, src) in self.net.links
+            ]
         links = self.net.links_touching(fault.targets)
         if fault.params.get("nodes_only"):
             links = [(a, b) for a, b in links if a in self.node_names and b in self.node_names]
@@ -458,8 +511,12 @@ class ProxyNemesis(Nemesis):
         links = self._links(fault)
         self._by_fault[fault.id] = links
         if fault.kind in ("delay", "reorder"):
-            self.net.set_mode(links, "delay", float(fault.params.get("delay_ms", 200)),
-                              float(fault.params.get("jitter_ms", 0)))
+            self.net.set_mode(
+                links,
+                "delay",
+                float(fault.params.get("delay_ms", 200)),
+                float(fault.params.get("jitter_ms", 0)),
+            )
         else:
             self.net.set_mode(links, "blackhole")
 
@@ -470,8 +527,12 @@ class ProxyNemesis(Nemesis):
         self.net.set_mode(list(self.net.links), "pass")
 
 
-def proxy_mesh(net: ProxyNet, sources: Sequence[str], targets: Mapping[str, tuple[str, int]],
-               bind: Mapping[str, str] | None = None) -> dict[Link, tuple[str, int]]:
+def proxy_mesh(
+    net: ProxyNet,
+    sources: Sequence[str],
+    targets: Mapping[str, tuple[str, int]],
+    bind: Mapping[str, str] | None = None,
+) -> dict[Link, tuple[str, int]]:
     """A proxy for every (source, target) pair; returns where each source should dial."""
     out = {}
     for s in sources:

@@ -34,8 +34,12 @@ class Step:
     params_at_start: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def describe(self) -> dict[str, Any]:
-        return {"at_s": round(self.at_s, 3), "duration_s": round(self.duration_s, 3),
-                "spec": self.target_spec, **self.fault.describe()}
+        return {
+            "at_s": round(self.at_s, 3),
+            "duration_s": round(self.duration_s, 3),
+            "spec": self.target_spec,
+            **self.fault.describe(),
+        }
 
 
 RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter"})
@@ -54,9 +58,14 @@ def _spec_targets(spec: str, nodes: Sequence[str], rng: random.Random) -> tuple[
     return () if spec in RUNTIME_SPECS else select_targets(spec, nodes, rng)
 
 
-def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
-               process_specs: Sequence[str] = PROCESS_SPECS,
-               disk_specs: Sequence[str] = DISK_SPECS) -> tuple[Fault, str]:
+def draw_fault(
+    kind: str,
+    nodes: Sequence[str],
+    rng: random.Random,
+    fid: str,
+    process_specs: Sequence[str] = PROCESS_SPECS,
+    disk_specs: Sequence[str] = DISK_SPECS,
+) -> tuple[Fault, str]:
     """One fault of `kind` with targets and parameters drawn from rng; `process_specs` and
     `disk_specs` are the target specs process and disk faults choose from
     (``--target-specs`` sets both)."""
@@ -95,11 +104,15 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
         targets = _spec_targets(spec, nodes, rng)
         params: dict[str, Any] = {}
         if kind == "delay":
-            params = {"delay_ms": rng.choice([50, 100, 200, 500]),
-                      "jitter_ms": rng.choice([0, 0, 20, 100])}
+            params = {
+                "delay_ms": rng.choice([50, 100, 200, 500]),
+                "jitter_ms": rng.choice([0, 0, 20, 100]),
+            }
         elif kind == "reorder":
-            params = {"delay_ms": rng.choice([0, 5, 20]),
-                      "jitter_ms": rng.choice([50, 100, 200, 400])}
+            params = {
+                "delay_ms": rng.choice([0, 5, 20]),
+                "jitter_ms": rng.choice([50, 100, 200, 400]),
+            }
         if kind != "blackhole":
             params["nodes_only"] = rng.random() < 0.5
         return Fault(kind, targets, params, fid), spec
@@ -109,16 +122,20 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
         if kind == "clock-skew":
             params = {"delta_s": sign * rng.choice([1, 5, 30, 120, 600])}
         else:
-            params = {"delta_s": sign * rng.choice([1, 5, 30, 120]),
-                      "period_ms": rng.choice([10, 50, 200])}
+            params = {
+                "delta_s": sign * rng.choice([1, 5, 30, 120]),
+                "period_ms": rng.choice([10, 50, 200]),
+            }
         return Fault(kind, _spec_targets(spec, nodes, rng), params, fid), spec
     if kind in ("disk-full", "disk-eio", "disk-corrupt", "lazy-fsync-eio", "lazy-disk-full"):
         spec = rng.choice(list(disk_specs))
         targets = _spec_targets(spec, nodes, rng)
         params = {}
         if kind == "disk-corrupt":
-            params = {"file": rng.choice(list(FILE_CLASSES)), "how": rng.choice(
-                ["flip", "flip", "truncate"])}
+            params = {
+                "file": rng.choice(list(FILE_CLASSES)),
+                "how": rng.choice(["flip", "flip", "truncate"]),
+            }
         elif kind == "lazy-fsync-eio":
             params = {"nth": rng.choice([1, 1, 2, 3]), "match": rng.choice(list(FSYNC_MATCHES))}
         elif kind == "lazy-disk-full":
@@ -134,11 +151,19 @@ def draw_fault(kind: str, nodes: Sequence[str], rng: random.Random, fid: str,
     raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(KINDS)}")
 
 
-def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s: float, *,
-             warmup_s: float = 1.0, duration_s: tuple[float, float] = (1.0, 4.0),
-             gap_s: tuple[float, float] = (0.5, 2.0), tracks: int = 1,
-             process_specs: Sequence[str] = PROCESS_SPECS,
-             disk_specs: Sequence[str] = DISK_SPECS) -> list[Step]:
+def generate(
+    seed: int,
+    kinds: Sequence[str],
+    nodes: Sequence[str],
+    time_limit_s: float,
+    *,
+    warmup_s: float = 1.0,
+    duration_s: tuple[float, float] = (1.0, 4.0),
+    gap_s: tuple[float, float] = (0.5, 2.0),
+    tracks: int = 1,
+    process_specs: Sequence[str] = PROCESS_SPECS,
+    disk_specs: Sequence[str] = DISK_SPECS,
+) -> list[Step]:
     if not kinds:
         return []
     steps: list[Step] = []
@@ -151,8 +176,7 @@ def generate(seed: int, kinds: Sequence[str], nodes: Sequence[str], time_limit_s
             if t + d > time_limit_s:
                 break
             kind = rng.choice(list(kinds))
-            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}", process_specs,
-                                     disk_specs)
+            fault, spec = draw_fault(kind, nodes, rng, f"{track}.{i}", process_specs, disk_specs)
             steps.append(Step(t, d, fault, spec))
             t += d + rng.uniform(*gap_s)
             i += 1

@@ -36,39 +36,64 @@ def free_port(host: str) -> int:
 
 
 class ToyCluster(Cluster):
-    def __init__(self, n_nodes: int = 3, n_keys: int = 6, mode: str = "correct",
-                 sync_interval_ms: float = 1000, base_port: int = 19100) -> None:
+    def __init__(
+        self,
+        n_nodes: int = 3,
+        n_keys: int = 6,
+        mode: str = "correct",
+        sync_interval_ms: float = 1000,
+        base_port: int = 19100,
+    ) -> None:
         self.mode = mode
         self.sync_interval_ms = sync_interval_ms
         self.keys = [f"k{i}" for i in range(n_keys)]
         names = [f"n{i + 1}" for i in range(n_nodes)]
         self.owner = {k: names[i % n_nodes] for i, k in enumerate(self.keys)}
         # Fixed ports: each node has its own address, so one port number serves all.
-        self.nodes = [NodeSpec(n, node_address(i + 1), base_port, Path(), ("broker",))
-                      for i, n in enumerate(names)]
+        self.nodes = [
+            NodeSpec(n, node_address(i + 1), base_port, Path(), ("broker",))
+            for i, n in enumerate(names)
+        ]
         self.processes = {}
         self.controller = names[0]
         self._wrap: Wrap = lambda argv: argv
 
     def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
         self._wrap = wrap
-        self.nodes = [NodeSpec(n.name, n.host, n.port, run_dir / "data" / n.name, n.roles)
-                      for n in self.nodes]
+        self.nodes = [
+            NodeSpec(n.name, n.host, n.port, run_dir / "data" / n.name, n.roles) for n in self.nodes
+        ]
         for n in self.nodes:
             keys = ",".join(k for k, o in self.owner.items() if o == n.name)
-            argv = [sys.executable, "-m", "jepsen_tests.toy.server", "--name", n.name,
-                    "--host", n.host, "--port", str(n.port), "--data-dir", str(n.data_dir),
-                    "--keys", keys, "--mode", self.mode,
-                    "--sync-interval-ms", str(self.sync_interval_ms)]
+            argv = [
+                sys.executable,
+                "-m",
+                "jepsen_tests.toy.server",
+                "--name",
+                n.name,
+                "--host",
+                n.host,
+                "--port",
+                str(n.port),
+                "--data-dir",
+                str(n.data_dir),
+                "--keys",
+                keys,
+                "--mode",
+                self.mode,
+                "--sync-interval-ms",
+                str(self.sync_interval_ms),
+            ]
             if n.name == self.controller:
                 argv.append("--controller")
-            self.processes[n.name] = NodeProcess(n.name, wrap(argv),
-                                                 run_dir / "logs" / f"{n.name}.log",
-                                                 env_for(n.name))
+            self.processes[n.name] = NodeProcess(
+                n.name, wrap(argv), run_dir / "logs" / f"{n.name}.log", env_for(n.name)
+            )
 
     def ready(self) -> bool:
-        probe = self._wrap([sys.executable, "-c", _PING, json.dumps(
-            [[n.host, n.port] for n in self.nodes])])
+        probe = self._wrap(
+            [sys.executable, "-c", _PING, json.dumps([[n.host, n.port] for n in self.nodes])]
+        )
         import subprocess  # local: only readiness probing shells out
 
         r = subprocess.run(probe, capture_output=True, timeout=10)
@@ -87,8 +112,13 @@ class ToyCluster(Cluster):
         return self._client(name, host, dial)
 
     def _client(self, name: str, host: str, dial: Dial) -> ToyClient:
-        return ToyClient(name, host, {n.name: dial(name, n.name) for n in self.nodes},
-                         dict(self.owner), controller=self.controller)
+        return ToyClient(
+            name,
+            host,
+            {n.name: dial(name, n.name) for n in self.nodes},
+            dict(self.owner),
+            controller=self.controller,
+        )
 
 
 # Run inside the namespace: exit 0 iff every node answers a ping.
@@ -108,9 +138,15 @@ for host, port in json.loads(sys.argv[1]):
 class ToyClient:
     """One connection per node, opened lazily; any error drops it."""
 
-    def __init__(self, name: str, host: str, addresses: dict[str, tuple[str, int]],
-                 owner: dict[str, str], timeout_s: float = 1.0,
-                 controller: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        addresses: dict[str, tuple[str, int]],
+        owner: dict[str, str],
+        timeout_s: float = 1.0,
+        controller: str | None = None,
+    ) -> None:
         self.controller = controller
         self.name = name
         self.host = host
@@ -127,8 +163,7 @@ class ToyClient:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             # (a Ctrl-C'd run's workers would go on to the time limit)
             async with asyncio.timeout(self.timeout_s):
-                c = await asyncio.open_connection(*self.addresses[node],
-                                                  local_addr=(self.host, 0))
+                c = await asyncio.open_connection(*self.addresses[node], local_addr=(self.host, 0))
         except (OSError, TimeoutError) as e:
             # nothing was sent: the op certainly did not happen
             raise DefiniteError(f"connect {node}: {e!r}") from e
@@ -164,8 +199,9 @@ class ToyClient:
         return int(resp["offset"]), resp.get("node")
 
     async def poll(self, key: str, offset: int, max_records: int) -> list[tuple[int, Any]]:
-        resp = await self._call(key, {"op": "poll", "key": key, "offset": offset,
-                                      "max": max_records})
+        resp = await self._call(
+            key, {"op": "poll", "key": key, "offset": offset, "max": max_records}
+        )
         return [(int(o), v) for o, v in resp["records"]]
 
     async def _meta(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -174,8 +210,7 @@ class ToyClient:
         return await self._call_node(self.controller, req)
 
     async def create_topic(self, topic: str, definition: dict[str, Any]) -> bool:
-        resp = await self._meta({"op": "create_topic", "topic": topic,
-                                 "definition": definition})
+        resp = await self._meta({"op": "create_topic", "topic": topic, "definition": definition})
         return bool(resp["created"])
 
     async def delete_topic(self, topic: str) -> bool:

@@ -76,8 +76,15 @@ class KeyLog:
 
 
 class Node:
-    def __init__(self, name: str, data_dir: Path, keys: list[str], mode: str,
-                 sync_interval_s: float, controller: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        data_dir: Path,
+        keys: list[str],
+        mode: str,
+        sync_interval_s: float,
+        controller: bool = False,
+    ) -> None:
         self.name = name
         self.mode = mode
         self.sync_interval_s = sync_interval_s
@@ -162,13 +169,21 @@ class Node:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    node = Node(args.name, Path(args.data_dir), args.keys.split(",") if args.keys else [],
-                args.mode, args.sync_interval_ms / 1000, args.controller)
+    node = Node(
+        args.name,
+        Path(args.data_dir),
+        args.keys.split(",") if args.keys else [],
+        args.mode,
+        args.sync_interval_ms / 1000,
+        args.controller,
+    )
     server = await asyncio.start_server(node.serve_conn, args.host, args.port)
     sync_task = asyncio.ensure_future(node.syncer())
-    print(f"toy node {args.name} ({args.mode}) on {args.host}:{args.port}, "
-          f"keys {sorted(node.logs)}, lazyfs={os.environ.get('LONGBOAT_LAZYFS') == '1'}",
-          flush=True)
+    print(
+        f"toy node {args.name} ({args.mode}) on {args.host}:{args.port}, "
+        f"keys {sorted(node.logs)}, lazyfs={os.environ.get('LONGBOAT_LAZYFS') == '1'}",
+        flush=True,
+    )
     try:
         async with server:
             await server.serve_forever()

@@ -24,8 +24,15 @@ _defs = itertools.count(1)
 
 
 class MetadataWorker:
-    def __init__(self, index: int, n_workers: int, client: MetadataClient,
-                 topics: Sequence[str], recorder: Recorder, rng: random.Random) -> None:
+    def __init__(
+        self,
+        index: int,
+        n_workers: int,
+        client: MetadataClient,
+        topics: Sequence[str],
+        recorder: Recorder,
+        rng: random.Random,
+    ) -> None:
         self.process = index
         self.n_workers = n_workers
         self.client = client
@@ -33,8 +40,9 @@ class MetadataWorker:
         self.rec = recorder
         self.rng = rng
 
-    async def _op(self, f: str, inv: dict[str, Any],
-                  call: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def _op(
+        self, f: str, inv: dict[str, Any], call: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> None:
         p = self.process
         self.rec.invoke(p, f, inv)
         try:
@@ -57,10 +65,13 @@ class MetadataWorker:
 
             async def create() -> dict[str, Any]:
                 return {"created": await self.client.create_topic(t, d)}
+
             await self._op(CREATE_TOPIC, {"topic": t, "definition": d}, create)
         elif r < 0.5:
+
             async def delete() -> dict[str, Any]:
                 return {"deleted": await self.client.delete_topic(t)}
+
             await self._op(DELETE_TOPIC, {"topic": t}, delete)
         else:
             await self.describe(t)
@@ -68,6 +79,7 @@ class MetadataWorker:
     async def describe(self, t: str) -> None:
         async def describe() -> dict[str, Any]:
             return {"definition": await self.client.describe_topic(t)}
+
         await self._op(DESCRIBE_TOPIC, {"topic": t}, describe)
 
     async def run(self, deadline: float, pause_s: float = 0.01) -> None:

@@ -53,8 +53,16 @@ MEMBER_RESTART_S = (8.0, 20.0)
 
 
 class QueueWorker:
-    def __init__(self, index: int, n_workers: int, client: QueueClient, keys: Sequence[str],
-                 recorder: Recorder, values: Callable[[], int], rng: random.Random) -> None:
+    def __init__(
+        self,
+        index: int,
+        n_workers: int,
+        client: QueueClient,
+        keys: Sequence[str],
+        recorder: Recorder,
+        values: Callable[[], int],
+        rng: random.Random,
+    ) -> None:
         self.index = index
         self.process = index
         self.n_workers = n_workers
@@ -76,8 +84,9 @@ class QueueWorker:
         self.positions = dict.fromkeys(keys, 0)
         self.rec.ok(self.process, ASSIGN, {"keys": keys})
 
-    async def _attempt(self, f: str, inv: dict[str, Any], call: Awaitable[T]
-                       ) -> tuple[int, T | None]:
+    async def _attempt(
+        self, f: str, inv: dict[str, Any], call: Awaitable[T]
+    ) -> tuple[int, T | None]:
         """Record ``f`` invoked and await ``call``: a definite error is recorded as ``fail``,
         an indefinite one as ``info`` (and this process has crashed); then None. Otherwise
         its result, for the caller to record ``ok`` under the process it returns."""
@@ -138,10 +147,20 @@ class QueueWorker:
 class GroupQueueWorker(QueueWorker):
     """Sends as `QueueWorker` does; consumes as a member of consumer group `group`."""
 
-    def __init__(self, index: int, n_workers: int, client: QueueClient,
-                 new_member: Callable[[str, OnRebalance], GroupMember], keys: Sequence[str],
-                 recorder: Recorder, values: Callable[[], int], rng: random.Random, *,
-                 group: str = GROUP, assignor: str = GROUP_ASSIGNORS[0]) -> None:
+    def __init__(
+        self,
+        index: int,
+        n_workers: int,
+        client: QueueClient,
+        new_member: Callable[[str, OnRebalance], GroupMember],
+        keys: Sequence[str],
+        recorder: Recorder,
+        values: Callable[[], int],
+        rng: random.Random,
+        *,
+        group: str = GROUP,
+        assignor: str = GROUP_ASSIGNORS[0],
+    ) -> None:
         super().__init__(index, n_workers, client, keys, recorder, values, rng)
         self.new_member = new_member
         self.group = group
@@ -151,8 +170,12 @@ class GroupQueueWorker(QueueWorker):
         self.incarnation = 0
 
     def _subscription(self) -> dict[str, Any]:
-        return {"keys": self.keys, "group": self.group, "member": self.member_name,
-                "assignor": self.assignor}
+        return {
+            "keys": self.keys,
+            "group": self.group,
+            "member": self.member_name,
+            "assignor": self.assignor,
+        }
 
     def _crashed(self) -> None:
         self.process += self.n_workers
@@ -167,6 +190,7 @@ class GroupQueueWorker(QueueWorker):
             v = {"group": self.group, "member": member, "event": event, "keys": keys}
             self.rec.invoke(member, REBALANCE, v)
             self.rec.ok(member, REBALANCE, v)
+
         return on_rebalance
 
     async def join(self) -> None:
@@ -203,8 +227,11 @@ class GroupQueueWorker(QueueWorker):
         except DefiniteError as e:
             self.rec.fail(p, POLL, inv, error=str(e))
             return
-        self.rec.ok(p, POLL, {**inv, "reads": {k: [[o, v] for o, v in recs]
-                                               for k, recs in sorted(got.items())}})
+        self.rec.ok(
+            p,
+            POLL,
+            {**inv, "reads": {k: [[o, v] for o, v in recs] for k, recs in sorted(got.items())}},
+        )
         # Recorded is processed: commit it. Nothing awaits between the poll's return and the
         # commit's first attempt, so the member still owns these keys in the generation the
         # commit is sent under (the coordinator fences a later generation's commits).
@@ -242,8 +269,13 @@ class GroupQueueWorker(QueueWorker):
             await self.leave()
 
 
-async def final_reads(client: QueueClient, keys: Sequence[str], recorder: Recorder,
-                      process: int, timeout_s: float = 15.0) -> dict[str, bool]:
+async def final_reads(
+    client: QueueClient,
+    keys: Sequence[str],
+    recorder: Recorder,
+    process: int,
+    timeout_s: float = 15.0,
+) -> dict[str, bool]:
     """Read every key from 0 to its end; returns which keys were read completely."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

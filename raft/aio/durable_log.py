@@ -283,8 +283,9 @@ class DurableLog:
         self.files.mkdir(self.snapshot_dir)
         hs = self.quorum_state.load()
         snap, corrupt = self._load_latest_snapshot()
-        plog = PartitionLog.open(os.path.join(self.data_dir, LOG_DIR), self.log_config,
-                                 self.files, log_dir=self.log_dir)
+        plog = PartitionLog.open(
+            os.path.join(self.data_dir, LOG_DIR), self.log_config, self.files, log_dir=self.log_dir
+        )
         self.plog = plog
         self._redo_truncation_intent(plog)
         entries: list[Entry] = []
@@ -363,8 +364,9 @@ class DurableLog:
         try:
             yield
         except OSError as e:
-            self.log_dir.fail(e, operation=operation,
-                              path=getattr(e, "filename", None) or self.data_dir)
+            self.log_dir.fail(
+                e, operation=operation, path=getattr(e, "filename", None) or self.data_dir
+            )
             raise self.log_dir.offline_error() from e
 
     def _persist(
@@ -479,7 +481,8 @@ class DurableLog:
             raise CorruptSnapshotError(
                 f"{path}: the journal of an interrupted truncation is damaged ({e}); refusing "
                 "to start rather than guess which entries to keep. Restore it, or remove this "
-                "node's data directory and add it back as a new member") from e
+                "node's data directory and add it back as a new member"
+            ) from e
 
     def _clear_truncation_intent(self) -> None:
         self.files.unlink(self._intent_path())
@@ -555,13 +558,24 @@ class DurableLog:
                 continue
             if snap.index == index and snap.term == term:
                 return snap, corrupt
-            corrupt.append((path, index, f"{path}: holds index {snap.index} and term "
-                                         f"{snap.term}, not what its name says"))
+            corrupt.append(
+                (
+                    path,
+                    index,
+                    f"{path}: holds index {snap.index} and term "
+                    f"{snap.term}, not what its name says",
+                )
+            )
         return None, corrupt
 
-    def _fall_back_or_raise(self, snap: Snapshot | None,
-                            corrupt: list[tuple[str, int, str]], plog: PartitionLog,
-                            entries: list[Entry], hs: HardState) -> None:
+    def _fall_back_or_raise(
+        self,
+        snap: Snapshot | None,
+        corrupt: list[tuple[str, int, str]],
+        plog: PartitionLog,
+        entries: list[Entry],
+        hs: HardState,
+    ) -> None:
         """Newer snapshots than ``snap`` are corrupt: go on from ``snap`` only if the log
         continues it past every corrupt one's index, and move those aside; else raise
         ``CorruptSnapshotError``. With no valid snapshot at all, only a node that has never
@@ -575,23 +589,31 @@ class DurableLog:
             needed = 0
         else:
             continues = plog.log_start_offset <= floor and (
-                not entries or _continues(entries, snap))
+                not entries or _continues(entries, snap)
+            )
         if not continues or last < needed:
             reasons = "; ".join(why for _, _, why in corrupt)
-            have = (f"the log holds entries {entries[0].index}..{last}" if entries
-                    else f"the log is empty from entry {plog.log_start_offset + 1}")
+            have = (
+                f"the log holds entries {entries[0].index}..{last}"
+                if entries
+                else f"the log is empty from entry {plog.log_start_offset + 1}"
+            )
             prev = f"snapshot at index {floor}" if snap is not None else "no older snapshot"
             raise CorruptSnapshotError(
                 f"{reasons}. Refusing to start: the fallback is {prev} and {have}, which "
                 f"does not reach index {needed}, so this node would lose state it may have "
                 "acknowledged. Restore the snapshot file, or remove this node's data "
                 "directory and add it back as a new member (docs/storage.md, "
-                "\"Error handling\").")
+                '"Error handling").'
+            )
         for path, _, why in corrupt:
             self.files.rename(path, path + CORRUPT_SUFFIX)
-            log.warning("%s; set aside as %s, starting from the %s and the log", why,
-                        path + CORRUPT_SUFFIX,
-                        f"snapshot at index {floor}" if snap is not None else "log alone")
+            log.warning(
+                "%s; set aside as %s, starting from the %s and the log",
+                why,
+                path + CORRUPT_SUFFIX,
+                f"snapshot at index {floor}" if snap is not None else "log alone",
+            )
         self.files.fsync_dir(self.snapshot_dir)
 
     def save_snapshot(self, snap: Snapshot) -> None:
@@ -634,5 +656,4 @@ def _continues(entries: Sequence[Entry], snap: Snapshot) -> bool:
     """Whether the log ``entries`` continue ``snap``: they start right after it, or hold
     its last entry in its term."""
     at_snap = next((e for e in entries if e.index == snap.index), None)
-    return entries[0].index == snap.index + 1 or (
-        at_snap is not None and at_snap.term == snap.term)
+    return entries[0].index == snap.index + 1 or (at_snap is not None and at_snap.term == snap.term)

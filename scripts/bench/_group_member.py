@@ -25,19 +25,25 @@ async def main() -> None:
     out = open(out_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
 
     def event(kind: str, tps: set[TopicPartition]) -> None:
-        out.write(f"{kind} {time.monotonic_ns()} "
-                  f"{','.join(str(tp.partition) for tp in sorted(tps))}\n")
+        out.write(
+            f"{kind} {time.monotonic_ns()} {','.join(str(tp.partition) for tp in sorted(tps))}\n"
+        )
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    c = AsyncGroupConsumer(bootstrap.split(","), group_id=group, auto_offset_reset="latest",
-                           session_timeout_ms=int(session_ms),
-                           heartbeat_interval_ms=int(heartbeat_ms),
-                           partition_assignment_strategy=strategy)
+    c = AsyncGroupConsumer(
+        bootstrap.split(","),
+        group_id=group,
+        auto_offset_reset="latest",
+        session_timeout_ms=int(session_ms),
+        heartbeat_interval_ms=int(heartbeat_ms),
+        partition_assignment_strategy=strategy,
+    )
     await c.start()
     out.write(f"J {time.monotonic_ns()} \n")
-    c.subscribe([topic], on_assigned=lambda tps: event("A", tps),
-                on_revoked=lambda tps: event("V", tps))
+    c.subscribe(
+        [topic], on_assigned=lambda tps: event("A", tps), on_revoked=lambda tps: event("V", tps)
+    )
     try:
         while not stop.is_set():
             await c.poll(200)

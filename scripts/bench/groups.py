@@ -69,14 +69,33 @@ SHAPES = {
 
 
 class Member:
-    def __init__(self, root: Path, bootstrap: str, group: str, topic: str, strategy: str,
-                 name: str, shape: Shape) -> None:
+    def __init__(
+        self,
+        root: Path,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        strategy: str,
+        name: str,
+        shape: Shape,
+    ) -> None:
         self.out = root / f"{group}-{name}.events"
         self.out.touch()
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "_group_member.py"), bootstrap, group, topic, strategy,
-             str(self.out), str(shape.session_ms), str(shape.heartbeat_ms)],
-            stdout=subprocess.DEVNULL, stderr=open(f"{self.out}.stderr", "wb"))  # noqa: SIM115
+            [
+                sys.executable,
+                str(HERE / "_group_member.py"),
+                bootstrap,
+                group,
+                topic,
+                strategy,
+                str(self.out),
+                str(shape.session_ms),
+                str(shape.heartbeat_ms),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(f"{self.out}.stderr", "wb"),  # noqa: SIM115
+        )
 
     def events(self) -> list[tuple[str, int, set[int]]]:
         evs = []
@@ -112,15 +131,17 @@ class Member:
 
 def stable(members: list[Member], partitions: int) -> bool:
     owned = [m.owned() for m in members]
-    return (set().union(*owned) == set(range(partitions))
-            and sum(map(len, owned)) == partitions and all(owned))
+    return (
+        set().union(*owned) == set(range(partitions))
+        and sum(map(len, owned)) == partitions
+        and all(owned)
+    )
 
 
 def wait_stable(members: list[Member], partitions: int, timeout_s: float = 120) -> int:
     """When the group became stable: the latest assignment event once it is (the events'
     own clock, not when this loop noticed)."""
-    wait_for("a stable group", lambda: stable(members, partitions), timeout_s,
-             interval_s=0.05)
+    wait_for("a stable group", lambda: stable(members, partitions), timeout_s, interval_s=0.05)
     return max(ts for m in members for k, ts, _ in m.events() if k in "AV")
 
 
@@ -143,20 +164,25 @@ def pause_ms(members: list[Member], since_ns: int) -> float:
     return worst / 1e6
 
 
-def scenario(root: Path, bootstrap: str, quorum_urls: list[str], strategy: str,
-             run: int, shape: Shape) -> dict[str, float]:
+def scenario(
+    root: Path, bootstrap: str, quorum_urls: list[str], strategy: str, run: int, shape: Shape
+) -> dict[str, float]:
     import asyncio
 
     topic = f"bench-groups-{strategy}-{run}"
 
     async def create() -> None:
         async with ControllerClient(quorum_urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=topic, num_partitions=shape.partitions,
-                                         replication_factor=1))
+            await cc.execute(
+                CreateTopic(name=topic, num_partitions=shape.partitions, replication_factor=1)
+            )
+
     asyncio.run(create())
     group = f"g-{strategy}-{run}"
-    members = [Member(root, bootstrap, group, topic, strategy, f"m{i}", shape)
-               for i in range(shape.members)]
+    members = [
+        Member(root, bootstrap, group, topic, strategy, f"m{i}", shape)
+        for i in range(shape.members)
+    ]
     try:
         wait_stable(members, shape.partitions)
         time.sleep(shape.settle_s)
@@ -170,8 +196,10 @@ def scenario(root: Path, bootstrap: str, quorum_urls: list[str], strategy: str,
         join_ms = (t_stable - t_join) / 1e6
         join_pause = pause_ms(members, t_join)
         time.sleep(shape.settle_s)
-        progress(f"  {strategy} run {run}: join stable in {join_ms:.0f} ms, "
-                 f"pause {join_pause:.0f} ms; killing one")
+        progress(
+            f"  {strategy} run {run}: join stable in {join_ms:.0f} ms, "
+            f"pause {join_pause:.0f} ms; killing one"
+        )
         victim = members.pop(0)
         t_kill = time.monotonic_ns()
         victim.proc.kill()
@@ -179,10 +207,15 @@ def scenario(root: Path, bootstrap: str, quorum_urls: list[str], strategy: str,
         t_stable = wait_stable(members, shape.partitions)
         kill_ms = (t_stable - t_kill) / 1e6
         kill_pause = pause_ms(members, t_kill)
-        progress(f"  {strategy} run {run}: kill stable in {kill_ms:.0f} ms, "
-                 f"pause {kill_pause:.0f} ms")
-        return {"join_ms": join_ms, "join_pause_ms": join_pause, "kill_ms": kill_ms,
-                "kill_pause_ms": kill_pause}
+        progress(
+            f"  {strategy} run {run}: kill stable in {kill_ms:.0f} ms, pause {kill_pause:.0f} ms"
+        )
+        return {
+            "join_ms": join_ms,
+            "join_pause_ms": join_pause,
+            "kill_ms": kill_ms,
+            "kill_pause_ms": kill_pause,
+        }
     finally:
         for m in members:
             m.stop()
@@ -199,32 +232,57 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        with running_cluster(root, broker_args=[
-                "--override", "group_initial_rebalance_delay_ms=0",
-                "--override", "group_min_session_timeout_ms=1000"]) as (q, b):
+        with running_cluster(
+            root,
+            broker_args=[
+                "--override",
+                "group_initial_rebalance_delay_ms=0",
+                "--override",
+                "group_min_session_timeout_ms=1000",
+            ],
+        ) as (q, b):
             bootstrap = ",".join(b.url(i) for i in b.ids)
             res: dict[str, list[dict[str, float]]] = {"sticky": [], "cooperative-sticky": []}
             for run in range(runs):
                 for strategy in res:
                     res[strategy].append(scenario(root, bootstrap, q.urls, strategy, run, shape))
     eager, coop = res["sticky"], res["cooperative-sticky"]
-    params = {"members": shape.members, "partitions": shape.partitions,
-              "session_timeout_ms": shape.session_ms,
-              "heartbeat_interval_ms": shape.heartbeat_ms, "cpus": os.cpu_count()}
+    params = {
+        "members": shape.members,
+        "partitions": shape.partitions,
+        "session_timeout_ms": shape.session_ms,
+        "heartbeat_interval_ms": shape.heartbeat_ms,
+        "cpus": os.cpu_count(),
+    }
     for what in ("join", "kill"):
-        figure(f"groups.pause_{what}.cooperative_vs_eager", "ms",
-               [r[f"{what}_pause_ms"] for r in coop], baseline="eager (sticky)",
-               baseline_values=[r[f"{what}_pause_ms"] for r in eager], higher_is_better=False,
-               params=params)
-        figure(f"groups.stable_after_{what}.cooperative_vs_eager", "ms",
-               [r[f"{what}_ms"] for r in coop], baseline="eager (sticky)",
-               baseline_values=[r[f"{what}_ms"] for r in eager], higher_is_better=False,
-               params=params)
+        figure(
+            f"groups.pause_{what}.cooperative_vs_eager",
+            "ms",
+            [r[f"{what}_pause_ms"] for r in coop],
+            baseline="eager (sticky)",
+            baseline_values=[r[f"{what}_pause_ms"] for r in eager],
+            higher_is_better=False,
+            params=params,
+        )
+        figure(
+            f"groups.stable_after_{what}.cooperative_vs_eager",
+            "ms",
+            [r[f"{what}_ms"] for r in coop],
+            baseline="eager (sticky)",
+            baseline_values=[r[f"{what}_ms"] for r in eager],
+            higher_is_better=False,
+            params=params,
+        )
     for name, rows in (("cooperative", coop), ("eager", eager)):
-        figure(f"groups.stable_after_kill.{name}.vs_session_timeout", "ms",
-               [r["kill_ms"] for r in rows], baseline="session timeout + 1 s",
-               baseline_values=[shape.session_ms + 1000.0] * len(rows), higher_is_better=False,
-               params=params)
+        figure(
+            f"groups.stable_after_kill.{name}.vs_session_timeout",
+            "ms",
+            [r["kill_ms"] for r in rows],
+            baseline="session timeout + 1 s",
+            baseline_values=[shape.session_ms + 1000.0] * len(rows),
+            higher_is_better=False,
+            params=params,
+        )
 
 
 if __name__ == "__main__":

@@ -52,12 +52,15 @@ def bodies(p: int) -> dict[str, tuple[bytes, str, int]]:
     one = orjson.dumps(json_record(p, 0))
     many = orjson.dumps([json_record(p, i) for i in range(1000)])
     now = int(time.time() * 1000)
-    batch = encode_batch([(None, f"{i:08d}{VALUE}".encode() + b"x" * 30, now, ())
-                          for i in range(1000)])
+    batch = encode_batch(
+        [(None, f"{i:08d}{VALUE}".encode() + b"x" * 30, now, ()) for i in range(1000)]
+    )
     binary = msgpack.packb({"partition_id": p, "batch": batch})
-    return {"json1": (one, "application/json", 1),
-            "json1000": (many, "application/json", 1000),
-            "binary": (binary, "application/msgpack", 1000)}
+    return {
+        "json1": (one, "application/json", 1),
+        "json1000": (many, "application/json", 1000),
+        "binary": (binary, "application/msgpack", 1000),
+    }
 
 
 # --------------------------------------------------------------------------- the ceiling
@@ -76,8 +79,9 @@ def bare_server(port: int) -> None:
         else:
             body = orjson.loads(raw)
             n = len(body) if isinstance(body, list) else 1
-        return web.Response(body=orjson.dumps({"error_code": 200, "count": n}),
-                            content_type="application/json")
+        return web.Response(
+            body=orjson.dumps({"error_code": 200, "count": n}), content_type="application/json"
+        )
 
     app = web.Application(client_max_size=64 << 20)
     app.router.add_post("/v3/clusters/{cid}/topics/{topic}/records", handle)
@@ -94,8 +98,9 @@ def bare_server(port: int) -> None:
 # --------------------------------------------------------------------------- load
 
 
-async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float
-               ) -> tuple[float, list[float], list[float]]:
+async def load(
+    targets: list[tuple[str, bytes, str]], per_request: int, seconds: float
+) -> tuple[float, list[float], list[float]]:
     """64 workers posting round-robin over ``targets`` (url, body, content type) for
     ``seconds``; (records/s, request latencies in ms, when each request ended in s from the
     start). A non-200 answer stops the run."""
@@ -105,8 +110,8 @@ async def load(targets: list[tuple[str, bytes, str]], per_request: int, seconds:
     started = time.monotonic()
     stop_at = started + seconds
     conn = aiohttp.TCPConnector(limit=CONCURRENCY)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)
-                                     ) as s:
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)) as s:
+
         async def worker(w: int) -> None:
             nonlocal done
             k = w
@@ -153,8 +158,12 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def measure(targets: list[tuple[str, bytes, str]], per_request: int, seconds: float,
-            per_second: bool = False) -> tuple[float, float, float]:
+def measure(
+    targets: list[tuple[str, bytes, str]],
+    per_request: int,
+    seconds: float,
+    per_second: bool = False,
+) -> tuple[float, float, float]:
     import uvloop
 
     rate, lat, ends = uvloop.run(load(targets, per_request, seconds))
@@ -175,14 +184,24 @@ def main() -> int:
     add_size_flags(ap)
     ap.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default="json1,json1000,binary")
-    ap.add_argument("--acks", default="all", choices=["all", "1", "0"],
-                    help="Diagnosis: acks=1 shows what replication costs.")
-    ap.add_argument("--cpu", action="store_true",
-                    help="Diagnosis: print each process's CPU time per record for every run "
-                         "(brokers, controllers, the bare server, this client).")
-    ap.add_argument("--per-second", action="store_true",
-                    help="Diagnosis: print the records acknowledged in each second of every "
-                         "run (a fall within a run: docs/benchmarks.md, History).")
+    ap.add_argument(
+        "--acks",
+        default="all",
+        choices=["all", "1", "0"],
+        help="Diagnosis: acks=1 shows what replication costs.",
+    )
+    ap.add_argument(
+        "--cpu",
+        action="store_true",
+        help="Diagnosis: print each process's CPU time per record for every run "
+        "(brokers, controllers, the bare server, this client).",
+    )
+    ap.add_argument(
+        "--per-second",
+        action="store_true",
+        help="Diagnosis: print the records acknowledged in each second of every "
+        "run (a fall within a run: docs/benchmarks.md, History).",
+    )
     args = ap.parse_args()
     if args.bare_server:
         bare_server(args.bare_server)
@@ -197,8 +216,9 @@ def main() -> int:
         q = Quorum(root, 3)
         brokers = Brokers(root, q, 3)
         (bare_port,) = free_ports(1)
-        bare = subprocess.Popen([sys.executable, __file__, "--bare-server", str(bare_port)],
-                                stdout=subprocess.DEVNULL)
+        bare = subprocess.Popen(
+            [sys.executable, __file__, "--bare-server", str(bare_port)], stdout=subprocess.DEVNULL
+        )
         try:
             progress("starting 3 controllers, 3 brokers and the bare server ...")
             q.start_all()
@@ -208,16 +228,26 @@ def main() -> int:
             import urllib.request
 
             def call(method: str, url: str, body: Any = None) -> Any:
-                req = urllib.request.Request(url, method=method, data=None if body is None
-                                             else orjson.dumps(body),
-                                             headers={"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    url,
+                    method=method,
+                    data=None if body is None else orjson.dumps(body),
+                    headers={"Content-Type": "application/json"},
+                )
                 with urllib.request.urlopen(req, timeout=30) as r:
                     return orjson.loads(r.read() or b"null")
 
             cid = call("GET", f"{b0}/v3/clusters")["data"][0]["cluster_id"]
-            call("POST", f"{b0}/v3/clusters/{cid}/topics", {
-                "topic_name": "bench", "partitions_count": PARTITIONS, "replication_factor": 3,
-                "configs": [{"name": "min.insync.replicas", "value": "2"}]})
+            call(
+                "POST",
+                f"{b0}/v3/clusters/{cid}/topics",
+                {
+                    "topic_name": "bench",
+                    "partitions_count": PARTITIONS,
+                    "replication_factor": 3,
+                    "configs": [{"name": "min.insync.replicas", "value": "2"}],
+                },
+            )
             parts = call("GET", f"{b0}/v3/clusters/{cid}/topics/bench/partitions")["data"]
             leaders = {p["partition_id"]: brokers.url(p["leader_id"]) for p in parts}
             per_p = {p: bodies(p) for p in range(PARTITIONS)}
@@ -231,42 +261,80 @@ def main() -> int:
                 ours: list[tuple[float, float, float]] = []
                 base: list[tuple[float, float, float]] = []
                 per_request = per_p[0][shape][2]
-                lb = [(f"{leaders[p]}/v3/clusters/{cid}/topics/bench/records?acks={args.acks}",
-                       per_p[p][shape][0], per_p[p][shape][1]) for p in range(PARTITIONS)]
-                bb = [(bare_url, per_p[p][shape][0], per_p[p][shape][1])
-                      for p in range(PARTITIONS)]
-                def run_once(targets: list[tuple[str, bytes, str]], pids: dict[str, int],
-                             label: str, n: int = per_request) -> tuple[float, float, float]:
+                lb = [
+                    (
+                        f"{leaders[p]}/v3/clusters/{cid}/topics/bench/records?acks={args.acks}",
+                        per_p[p][shape][0],
+                        per_p[p][shape][1],
+                    )
+                    for p in range(PARTITIONS)
+                ]
+                bb = [(bare_url, per_p[p][shape][0], per_p[p][shape][1]) for p in range(PARTITIONS)]
+
+                def run_once(
+                    targets: list[tuple[str, bytes, str]],
+                    pids: dict[str, int],
+                    label: str,
+                    n: int = per_request,
+                ) -> tuple[float, float, float]:
                     def go() -> tuple[float, float, float]:
                         return measure(targets, n, seconds, args.per_second)
+
                     if not args.cpu:
                         return go()
                     return cpu_report(label, pids, go, lambda out: out[0] * seconds)
 
-                cluster_pids = {**{f"broker{b}": p.pid for b, p in brokers.procs.items()},
-                                **{f"controller{c}": p.pid for c, p in q.procs.items()}}
+                cluster_pids = {
+                    **{f"broker{b}": p.pid for b, p in brokers.procs.items()},
+                    **{f"controller{c}": p.pid for c, p in q.procs.items()},
+                }
                 for r in range(runs):
                     progress(f"{shape}: run {r + 1}/{runs}: longboat ...")
                     ours.append(run_once(lb, cluster_pids, shape))
                     progress(f"{shape}: run {r + 1}/{runs}: bare aiohttp ...")
                     base.append(run_once(bb, {"bare": bare.pid}, f"{shape} bare"))
-                params = {"concurrency": CONCURRENCY, "records_per_request": per_request,
-                          "record_bytes": 100, "acks": args.acks, "replication_factor": 3,
-                          "partitions": PARTITIONS, "seconds": seconds}
+                params = {
+                    "concurrency": CONCURRENCY,
+                    "records_per_request": per_request,
+                    "record_bytes": 100,
+                    "acks": args.acks,
+                    "replication_factor": 3,
+                    "partitions": PARTITIONS,
+                    "seconds": seconds,
+                }
                 bl = "bare aiohttp endpoint parsing the same bodies, storing nothing"
-                figure(f"http.produce.{shape}", "records/s", [o[0] for o in ours], baseline=bl,
-                       baseline_values=[b[0] for b in base], params=params)
-                figure(f"http.produce.{shape}.p50", "ms", [o[1] for o in ours], baseline=bl,
-                       baseline_values=[b[1] for b in base], higher_is_better=False,
-                       params=params)
-                figure(f"http.produce.{shape}.p99", "ms", [o[2] for o in ours], baseline=bl,
-                       baseline_values=[b[2] for b in base], higher_is_better=False,
-                       params=params)
+                figure(
+                    f"http.produce.{shape}",
+                    "records/s",
+                    [o[0] for o in ours],
+                    baseline=bl,
+                    baseline_values=[b[0] for b in base],
+                    params=params,
+                )
+                figure(
+                    f"http.produce.{shape}.p50",
+                    "ms",
+                    [o[1] for o in ours],
+                    baseline=bl,
+                    baseline_values=[b[1] for b in base],
+                    higher_is_better=False,
+                    params=params,
+                )
+                figure(
+                    f"http.produce.{shape}.p99",
+                    "ms",
+                    [o[2] for o in ours],
+                    baseline=bl,
+                    baseline_values=[b[2] for b in base],
+                    higher_is_better=False,
+                    params=params,
+                )
             # Every acknowledged record is there: the log end offsets add up.
             total = 0
             for p in range(PARTITIONS):
-                total += call("GET", f"{b0}/v3/clusters/{cid}/topics/bench/partitions/{p}"
-                                     "/offset")["latest_offset"]
+                total += call("GET", f"{b0}/v3/clusters/{cid}/topics/bench/partitions/{p}/offset")[
+                    "latest_offset"
+                ]
             progress(f"records in the topic: {total}")
         finally:
             bare.terminate()

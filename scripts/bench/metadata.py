@@ -58,17 +58,22 @@ class Brokers:
 
     async def start(self) -> None:
         for b in (1, 2, 3):
-            r = await self.c.execute(RegisterBroker(
-                broker_id=b, incarnation_id=f"bench-{b}",
-                endpoints=(Endpoint("http", "127.0.0.1", 18000 + b),)))
+            r = await self.c.execute(
+                RegisterBroker(
+                    broker_id=b,
+                    incarnation_id=f"bench-{b}",
+                    endpoints=(Endpoint("http", "127.0.0.1", 18000 + b),),
+                )
+            )
             self.epochs[b] = r.broker_epoch
         await self.beat()
         self._task = asyncio.create_task(self._loop())
 
     async def beat(self) -> None:
         for b, e in self.epochs.items():
-            await self.c.execute(BrokerHeartbeat(broker_id=b, broker_epoch=e,
-                                                 current_metadata_offset=1 << 62))
+            await self.c.execute(
+                BrokerHeartbeat(broker_id=b, broker_epoch=e, current_metadata_offset=1 << 62)
+            )
 
     async def _loop(self) -> None:
         while True:
@@ -83,15 +88,17 @@ class Brokers:
             self._task.cancel()
 
 
-async def create_topics(c: ControllerClient, prefix: str, n: int, partitions: int,
-                        concurrency: int = 32) -> float:
+async def create_topics(
+    c: ControllerClient, prefix: str, n: int, partitions: int, concurrency: int = 32
+) -> float:
     names = iter(range(n))
     t0 = time.perf_counter()
 
     async def worker() -> None:
         for i in names:
-            await c.execute(CreateTopic(name=f"{prefix}-{i}", num_partitions=partitions,
-                                        replication_factor=3))
+            await c.execute(
+                CreateTopic(name=f"{prefix}-{i}", num_partitions=partitions, replication_factor=3)
+            )
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return n / (time.perf_counter() - t0)
@@ -112,9 +119,11 @@ def wait_caught_up(q: Quorum, node: int, leader: int, timeout_s: float) -> float
 
 
 async def run(args: argparse.Namespace, root: Path) -> None:
-    topics, big_partitions, kills, fsyncs = {"smoke": (10, 500, 1, 50),
-                                             "quick": (200, 10_000, 3, 500),
-                                             "full": (1000, 100_000, 5, 500)}[size(args)]
+    topics, big_partitions, kills, fsyncs = {
+        "smoke": (10, 500, 1, 50),
+        "quick": (200, 10_000, 3, 500),
+        "full": (1000, 100_000, 5, 500),
+    }[size(args)]
 
     base = [fsync_baseline(root / "fsync-baseline.bin", fsyncs) for _ in range(3)]
     q = Quorum(root / "quorum", 3)
@@ -126,11 +135,20 @@ async def run(args: argparse.Namespace, root: Path) -> None:
             await brokers.start()
             progress(f"creating {topics} topics x 6 partitions, RF 3 ...")
             rate = await create_topics(c, "t", topics, 6)
-            figure("metadata.topic_creations", "topics/s", [rate],
-                   baseline="fsync'd 1 KiB appends one at a time, same disk",
-                   baseline_values=base,
-                   params={"topics": topics, "partitions": 6, "replication_factor": 3,
-                           "concurrency": 32, "controllers": 3})
+            figure(
+                "metadata.topic_creations",
+                "topics/s",
+                [rate],
+                baseline="fsync'd 1 KiB appends one at a time, same disk",
+                baseline_values=base,
+                params={
+                    "topics": topics,
+                    "partitions": 6,
+                    "replication_factor": 3,
+                    "concurrency": 32,
+                    "controllers": 3,
+                },
+            )
 
             # Catch-up from snapshot: stop a follower, grow the image, restart it.
             follower = next(i for i in (1, 2, 3) if i != leader)
@@ -144,9 +162,16 @@ async def run(args: argparse.Namespace, root: Path) -> None:
             t_start = time.monotonic()
             await asyncio.to_thread(wait_caught_up, q, follower, leader, 300)
             catch_up = time.monotonic() - t_start
-            figure("metadata.snapshot_catch_up", "s", [catch_up], baseline=None,
-                   params={"partitions": have + n_big * per_topic,
-                           "note": "includes process start (~1 s of Python imports)"})
+            figure(
+                "metadata.snapshot_catch_up",
+                "s",
+                [catch_up],
+                baseline=None,
+                params={
+                    "partitions": have + n_big * per_topic,
+                    "note": "includes process start (~1 s of Python imports)",
+                },
+            )
 
             # Failover: kill the active controller; time until a create succeeds again.
             times = []
@@ -155,15 +180,21 @@ async def run(args: argparse.Namespace, root: Path) -> None:
                 await asyncio.sleep(1.5)  # let the quorum settle (followers caught up)
                 q.kill(leader)
                 t0 = time.perf_counter()
-                await c.execute(CreateTopic(name=f"after-kill-{k}", num_partitions=1,
-                                            replication_factor=3))
+                await c.execute(
+                    CreateTopic(name=f"after-kill-{k}", num_partitions=1, replication_factor=3)
+                )
                 times.append(time.perf_counter() - t0)
                 progress(f"  kill {k + 1}: {times[-1]:.2f} s")
                 q.start(leader)
                 await asyncio.to_thread(wait_caught_up, q, leader, q.wait_active_leader(), 60)
-            figure("metadata.controller_failover", "s", times, baseline=None,
-                   higher_is_better=False,
-                   params={"kills": kills, "election_timeout": "10-20 ticks of 50 ms"})
+            figure(
+                "metadata.controller_failover",
+                "s",
+                times,
+                baseline=None,
+                higher_is_better=False,
+                params={"kills": kills, "election_timeout": "10-20 ticks of 50 ms"},
+            )
             await brokers.stop()
     finally:
         q.stop_all()

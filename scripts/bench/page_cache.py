@@ -61,8 +61,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = ap.parse_args()
-    default_gb, default_runs, settle_s = {"smoke": (1 / 16, 1, 0.0), "quick": (0.5, 1, 2.0),
-                                          "full": (2.0, 3, 2.0)}[size(args)]
+    default_gb, default_runs, settle_s = {
+        "smoke": (1 / 16, 1, 0.0),
+        "quick": (0.5, 1, 2.0),
+        "full": (2.0, 3, 2.0),
+    }[size(args)]
     gb = args.gb if args.gb is not None else default_gb
     runs = args.runs if args.runs is not None else default_runs
     nbytes = int(gb * (1 << 30))
@@ -72,14 +75,23 @@ def main() -> None:
         for bounded in (True, False):
             mbs = one_run(args.dir, nbytes, bounded=bounded)
             (ours if bounded else base).append(mbs)
-            progress(f"run {i + 1}/{runs} {'bounded' if bounded else 'growing'}: "
-                     f"{mbs:,.0f} MB/s")
+            progress(f"run {i + 1}/{runs} {'bounded' if bounded else 'growing'}: {mbs:,.0f} MB/s")
             time.sleep(settle_s)  # let the last run's write-back settle before the next
-    figure("storage.page_cache.append", "MB/s", ours,
-           baseline="the same appends with the page cache left to grow (Kafka's way)",
-           baseline_values=base,
-           params={"keep_bytes": KEEP, "step_bytes": STEP, "bytes_per_run": nbytes,
-                   "batch_records": 1000, "record_bytes": 100, "fsync": False})
+    figure(
+        "storage.page_cache.append",
+        "MB/s",
+        ours,
+        baseline="the same appends with the page cache left to grow (Kafka's way)",
+        baseline_values=base,
+        params={
+            "keep_bytes": KEEP,
+            "step_bytes": STEP,
+            "bytes_per_run": nbytes,
+            "batch_records": 1000,
+            "record_bytes": 100,
+            "fsync": False,
+        },
+    )
 
 
 if __name__ == "__main__":

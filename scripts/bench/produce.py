@@ -75,11 +75,16 @@ def ensure_peers() -> bool:
         progress(f"installing {' '.join(missing)} with apt-get")
         sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run([*sudo, "apt-get", "update", "-q"], stdout=subprocess.DEVNULL,
-                       check=False, env=env)
-        r = subprocess.run([*sudo, "apt-get", "install", "-y", "-q", *missing],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env=env)
+        subprocess.run(
+            [*sudo, "apt-get", "update", "-q"], stdout=subprocess.DEVNULL, check=False, env=env
+        )
+        r = subprocess.run(
+            [*sudo, "apt-get", "install", "-y", "-q", *missing],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         if r.returncode != 0:
             progress(f"apt-get install failed: {r.stderr[-500:]}")
             return False
@@ -97,23 +102,46 @@ def ensure_peers() -> bool:
 # ----------------------------------------------------------------------------- longboat
 
 
-async def create_topic(urls: list[str], name: str, partitions: int, rf: int,
-                       configs: dict[str, str] | None = None,
-                       assignments: dict[int, tuple[int, ...]] | None = None) -> None:
+async def create_topic(
+    urls: list[str],
+    name: str,
+    partitions: int,
+    rf: int,
+    configs: dict[str, str] | None = None,
+    assignments: dict[int, tuple[int, ...]] | None = None,
+) -> None:
     async with ControllerClient(urls, timeout_s=30) as cc:
         if assignments:
-            await cc.execute(CreateTopic(name=name, assignments=assignments,  # type: ignore[arg-type]
-                                         configs=configs or {}))
+            await cc.execute(
+                CreateTopic(
+                    name=name,
+                    assignments=assignments,  # type: ignore[arg-type]
+                    configs=configs or {},
+                )
+            )
         else:
-            await cc.execute(CreateTopic(name=name, num_partitions=partitions,
-                                         replication_factor=rf, configs=configs or {}))
+            await cc.execute(
+                CreateTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=rf,
+                    configs=configs or {},
+                )
+            )
 
 
-async def produce_bulk(bootstrap: list[str], topic: str, n: int, *, acks: int | str,
-                       idempotent: bool) -> float:
+async def produce_bulk(
+    bootstrap: list[str], topic: str, n: int, *, acks: int | str, idempotent: bool
+) -> float:
     """Seconds to produce n records with send_batch (all acknowledged)."""
-    async with AsyncProducer(bootstrap, acks=acks, enable_idempotence=idempotent,
-                             linger_ms=2, batch_size=1 << 20, buffer_memory=256 << 20) as p:
+    async with AsyncProducer(
+        bootstrap,
+        acks=acks,
+        enable_idempotence=idempotent,
+        linger_ms=2,
+        batch_size=1 << 20,
+        buffer_memory=256 << 20,
+    ) as p:
         await p.send_batch(topic, [VALUE] * 1000)  # warm connections and metadata
         await p.flush()
         values = [VALUE] * CHUNK
@@ -155,8 +183,9 @@ async def latency(bootstrap: list[str], topic: str, n: int, rate: float) -> list
 
 
 async def consume_all(bootstrap: list[str], topic: str, partitions: int, n: int) -> float:
-    async with AsyncConsumer(bootstrap, fetch_max_bytes=8 << 20, auto_offset_reset="earliest",
-                             check_crcs=True) as c:
+    async with AsyncConsumer(
+        bootstrap, fetch_max_bytes=8 << 20, auto_offset_reset="earliest", check_crcs=True
+    ) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         got = 0
         t0 = time.perf_counter()
@@ -176,7 +205,7 @@ def raw_disk(path: Path, nbytes: int) -> float:
         t0 = time.perf_counter()
         left = nbytes
         while left > 0:
-            left -= os.write(fd, chunk[:min(left, len(chunk))])
+            left -= os.write(fd, chunk[: min(left, len(chunk))])
         os.fsync(fd)
         dt = time.perf_counter() - t0
     finally:
@@ -192,10 +221,27 @@ def start_redis(root: Path, fsync: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_ports(1)[0]
     d = root / f"redis-{fsync}"
     d.mkdir()
-    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                          "--dir", str(d), "--appendonly", "yes", "--appendfsync", fsync,
-                          "--save", "", "--protected-mode", "no"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(d),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            fsync,
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import redis
 
     r = redis.Redis(port=port)
@@ -231,11 +277,30 @@ def start_nats(root: Path) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
     for i in range(3):
         d = root / f"nats-{i}"
         d.mkdir()
-        procs.append(subprocess.Popen(
-            ["nats-server", "-js", "-sd", str(d), "-a", "127.0.0.1", "-p", str(client_ports[i]),
-             "-n", f"n{i}", "--cluster_name", "bench", "--cluster",
-             f"nats://127.0.0.1:{route_ports[i]}", "--routes", routes],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    "nats-server",
+                    "-js",
+                    "-sd",
+                    str(d),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(client_ports[i]),
+                    "-n",
+                    f"n{i}",
+                    "--cluster_name",
+                    "bench",
+                    "--cluster",
+                    f"nats://127.0.0.1:{route_ports[i]}",
+                    "--routes",
+                    routes,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return procs, client_ports
 
 
@@ -246,13 +311,20 @@ async def nats_rate(ports: list[int], n: int) -> float:
     async def quiet(e: Exception) -> None:  # connection attempts while servers start
         pass
 
-    nc = await nats.connect([f"nats://127.0.0.1:{p}" for p in ports], error_cb=quiet,
-                            max_reconnect_attempts=100, reconnect_time_wait=0.2)
+    nc = await nats.connect(
+        [f"nats://127.0.0.1:{p}" for p in ports],
+        error_cb=quiet,
+        max_reconnect_attempts=100,
+        reconnect_time_wait=0.2,
+    )
     js = nc.jetstream()
     for _ in range(100):  # the cluster elects its meta leader first
         try:
-            await js.add_stream(StreamConfig(name="bench", subjects=["bench"], num_replicas=3,
-                                             storage=StorageType.FILE))
+            await js.add_stream(
+                StreamConfig(
+                    name="bench", subjects=["bench"], num_replicas=3, storage=StorageType.FILE
+                )
+            )
             break
         except Exception:
             await asyncio.sleep(0.2)
@@ -274,13 +346,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_size_flags(ap)
     ap.add_argument("--skip-peers", action="store_true", help="Longboat and raw disk only")
-    ap.add_argument("--fsync", action="store_true",
-                    help="also measure a cluster with acks_require_fsync=true")
-    ap.add_argument("--partitions", type=int, default=6,
-                    help="partitions of the RF 3 topic (one request in flight per partition)")
+    ap.add_argument(
+        "--fsync", action="store_true", help="also measure a cluster with acks_require_fsync=true"
+    )
+    ap.add_argument(
+        "--partitions",
+        type=int,
+        default=6,
+        help="partitions of the RF 3 topic (one request in flight per partition)",
+    )
     args = ap.parse_args()
-    n, runs, samples = {"smoke": (20_000, 1, 200), "quick": (300_000, 1, 2000),
-                        "full": (2_000_000, 3, 5000)}[size(args)]
+    n, runs, samples = {
+        "smoke": (20_000, 1, 200),
+        "quick": (300_000, 1, 2000),
+        "full": (2_000_000, 3, 5000),
+    }[size(args)]
     peers = not args.skip_peers
     if peers and not ensure_peers():
         progress("the peers (Redis, NATS) cannot be had: fix that or pass --skip-peers")
@@ -298,8 +378,7 @@ def main() -> int:
     if args.fsync:
         (root / "fsync").mkdir()
         fq = Quorum(root / "fsync", 3)
-        fb = Brokers(root / "fsync", fq, 3,
-                     extra_args=["--override", "acks_require_fsync=true"])
+        fb = Brokers(root / "fsync", fq, 3, extra_args=["--override", "acks_require_fsync=true"])
     try:
         progress("starting 3 controllers and 3 brokers" + (" (twice)" if fb else ""))
         q.start_all()
@@ -314,10 +393,8 @@ def main() -> int:
         b1 = brokers.ids[0]
         for run in range(runs):
             t1, t3 = f"rf1-{run}", f"rf3-{run}"
-            asyncio.run(create_topic(q.urls, t1, 4, 1,
-                                     assignments={p: (b1,) for p in range(4)}))
-            asyncio.run(create_topic(q.urls, t3, args.partitions, 3,
-                                     {"min.insync.replicas": "2"}))
+            asyncio.run(create_topic(q.urls, t1, 4, 1, assignments={p: (b1,) for p in range(4)}))
+            asyncio.run(create_topic(q.urls, t3, args.partitions, 3, {"min.insync.replicas": "2"}))
             time.sleep(2)  # leaders elected, followers fetching
             progress(f"run {run + 1}/{runs}: RF1 acks=1, {n} records")
             dt = asyncio.run(produce_bulk(boot, t1, n, acks=1, idempotent=False))
@@ -327,8 +404,9 @@ def main() -> int:
             dt = asyncio.run(produce_bulk(boot, t3, n, acks="all", idempotent=True))
             add("rf3", n / dt)
             if fq is not None:
-                asyncio.run(create_topic(fq.urls, t3, args.partitions, 3,
-                                         {"min.insync.replicas": "2"}))
+                asyncio.run(
+                    create_topic(fq.urls, t3, args.partitions, 3, {"min.insync.replicas": "2"})
+                )
                 time.sleep(2)
                 progress(f"run {run + 1}/{runs}: RF3 acks=all, acks_require_fsync, {n} records")
                 dt = asyncio.run(produce_bulk(fboot, t3, n, acks="all", idempotent=True))
@@ -377,46 +455,107 @@ def main() -> int:
 
     params = {"record_bytes": RECORD, "records": n, "chunk": CHUNK}
     mb = [v * RECORD / 1e6 for v in figures["rf1"]]
-    figure("produce.rf1_acks1", "MB/s", mb, baseline="raw disk: 1 MiB os.write + one fsync, same bytes",
-           baseline_values=figures["raw"], params={**params, "partitions": 4, "brokers": 1,
-                                                   "records_per_s": round(statistics.median(figures["rf1"]))})
-    rf3_params = {**params, "partitions": args.partitions, "replication_factor": 3, "min_insync": 2,
-                  "idempotent": True, "MB_per_s": round(statistics.median(figures["rf3"]) * RECORD / 1e6, 1)}
+    figure(
+        "produce.rf1_acks1",
+        "MB/s",
+        mb,
+        baseline="raw disk: 1 MiB os.write + one fsync, same bytes",
+        baseline_values=figures["raw"],
+        params={
+            **params,
+            "partitions": 4,
+            "brokers": 1,
+            "records_per_s": round(statistics.median(figures["rf1"])),
+        },
+    )
+    rf3_params = {
+        **params,
+        "partitions": args.partitions,
+        "replication_factor": 3,
+        "min_insync": 2,
+        "idempotent": True,
+        "MB_per_s": round(statistics.median(figures["rf3"]) * RECORD / 1e6, 1),
+    }
     if peers:
-        figure("produce.rf3_acks_all", "records/s", figures["rf3"],
-               baseline="NATS JetStream 3 servers, R3 file stream, async publish (fsync every 2 min)",
-               baseline_values=figures["nats"], params=rf3_params)
-        figure("produce.rf3_acks_all.vs_redis_everysec", "records/s", figures["rf3"],
-               baseline="Redis Streams XADD pipelined x1000, appendfsync everysec, 1 node",
-               baseline_values=figures["redis_everysec"], params=rf3_params)
-        figure("produce.rf3_acks_all.vs_redis_always", "records/s", figures["rf3"],
-               baseline="Redis Streams XADD pipelined x1000, appendfsync always, 1 node",
-               baseline_values=figures["redis_always"], params=rf3_params)
+        figure(
+            "produce.rf3_acks_all",
+            "records/s",
+            figures["rf3"],
+            baseline="NATS JetStream 3 servers, R3 file stream, async publish (fsync every 2 min)",
+            baseline_values=figures["nats"],
+            params=rf3_params,
+        )
+        figure(
+            "produce.rf3_acks_all.vs_redis_everysec",
+            "records/s",
+            figures["rf3"],
+            baseline="Redis Streams XADD pipelined x1000, appendfsync everysec, 1 node",
+            baseline_values=figures["redis_everysec"],
+            params=rf3_params,
+        )
+        figure(
+            "produce.rf3_acks_all.vs_redis_always",
+            "records/s",
+            figures["rf3"],
+            baseline="Redis Streams XADD pipelined x1000, appendfsync always, 1 node",
+            baseline_values=figures["redis_always"],
+            params=rf3_params,
+        )
     else:
         figure("produce.rf3_acks_all", "records/s", figures["rf3"], params=rf3_params)
-    figure("produce.rf3_acks_all.send", "records/s", figures["rf3_send"],
-           baseline="send_batch, same cluster and settings", baseline_values=figures["rf3"],
-           params={**params, "api": "send() per record"})
-    lat_params = {"rate_per_s": 1000, "samples": len(lat), "linger_ms": 0, "acks": "all",
-                  "replication_factor": 3}
+    figure(
+        "produce.rf3_acks_all.send",
+        "records/s",
+        figures["rf3_send"],
+        baseline="send_batch, same cluster and settings",
+        baseline_values=figures["rf3"],
+        params={**params, "api": "send() per record"},
+    )
+    lat_params = {
+        "rate_per_s": 1000,
+        "samples": len(lat),
+        "linger_ms": 0,
+        "acks": "all",
+        "replication_factor": 3,
+    }
     figure("produce.latency_p50", "ms", [statistics.median(lat)], params=lat_params)
-    figure("produce.latency_p99", "ms", [statistics.quantiles(lat, n=100)[98]],
-           params=lat_params)
+    figure("produce.latency_p99", "ms", [statistics.quantiles(lat, n=100)[98]], params=lat_params)
     if fq is not None:
-        figure("produce.rf3_acks_all.acks_require_fsync", "records/s", figures["rf3_fsync"],
-               baseline="produce.rf3_acks_all: the same load, default brokers (no fsync in "
-                        "the ack path), runs interleaved",
-               baseline_values=figures["rf3"], params={**rf3_params, "acks_require_fsync": True})
-        figure("produce.latency_p50.acks_require_fsync", "ms", [statistics.median(flat)],
-               baseline="produce.latency_p50, default brokers", baseline_values=[
-                   statistics.median(lat)], higher_is_better=False, params=lat_params)
-        figure("produce.latency_p99.acks_require_fsync", "ms",
-               [statistics.quantiles(flat, n=100)[98]], baseline="produce.latency_p99, default "
-               "brokers", baseline_values=[statistics.quantiles(lat, n=100)[98]],
-               higher_is_better=False, params=lat_params)
-    figure("consume.rf3", "records/s", figures["consume"],
-           baseline="produce.rf3_acks_all (same records)", baseline_values=figures["rf3"],
-           params={"partitions": args.partitions, "fetch_max_bytes": 8 << 20})
+        figure(
+            "produce.rf3_acks_all.acks_require_fsync",
+            "records/s",
+            figures["rf3_fsync"],
+            baseline="produce.rf3_acks_all: the same load, default brokers (no fsync in "
+            "the ack path), runs interleaved",
+            baseline_values=figures["rf3"],
+            params={**rf3_params, "acks_require_fsync": True},
+        )
+        figure(
+            "produce.latency_p50.acks_require_fsync",
+            "ms",
+            [statistics.median(flat)],
+            baseline="produce.latency_p50, default brokers",
+            baseline_values=[statistics.median(lat)],
+            higher_is_better=False,
+            params=lat_params,
+        )
+        figure(
+            "produce.latency_p99.acks_require_fsync",
+            "ms",
+            [statistics.quantiles(flat, n=100)[98]],
+            baseline="produce.latency_p99, default brokers",
+            baseline_values=[statistics.quantiles(lat, n=100)[98]],
+            higher_is_better=False,
+            params=lat_params,
+        )
+    figure(
+        "consume.rf3",
+        "records/s",
+        figures["consume"],
+        baseline="produce.rf3_acks_all (same records)",
+        baseline_values=figures["rf3"],
+        params={"partitions": args.partitions, "fetch_max_bytes": 8 << 20},
+    )
     return 0
 
 

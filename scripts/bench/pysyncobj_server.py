@@ -93,8 +93,7 @@ def main() -> None:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/propose", propose)
     app.router.add_get("/status", status)
-    web.run_app(app, host="127.0.0.1", port=http_ports[node_id - 1], print=None,
-                access_log=None)
+    web.run_app(app, host="127.0.0.1", port=http_ports[node_id - 1], print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def ensure_pysyncobj() -> None:
         progress("installing pysyncobj from the package registry")
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "pysyncobj"],
-            check=True, stdout=sys.stderr,
+            check=True,
+            stdout=sys.stderr,
         )
 
 
@@ -83,7 +84,10 @@ class Cluster:
         # The servers import this checkout's packages, whatever else is installed.
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.procs[node] = subprocess.Popen(
-            self.argv_by_node[node], stdout=logf, stderr=subprocess.STDOUT, env=env,
+            self.argv_by_node[node],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
             cwd=ROOT,
         )
         logf.close()
@@ -117,8 +121,11 @@ def pysyncobj_cluster(workdir: Path) -> Cluster:
     raft_ports, http_ports = ports[:3], ports[3:]
     argv = {
         i: [
-            sys.executable, str(HERE / "pysyncobj_server.py"), str(i),
-            ",".join(map(str, raft_ports)), ",".join(map(str, http_ports)),
+            sys.executable,
+            str(HERE / "pysyncobj_server.py"),
+            str(i),
+            ",".join(map(str, raft_ports)),
+            ",".join(map(str, http_ports)),
         ]
         for i in (1, 2, 3)
     }
@@ -129,8 +136,11 @@ def longboat_cluster(workdir: Path) -> Cluster:
     http_ports = free_ports(3)
     argv = {
         i: [
-            sys.executable, str(HERE / "raft_server.py"), str(i),
-            ",".join(map(str, http_ports)), str(workdir / f"node-{i}"),
+            sys.executable,
+            str(HERE / "raft_server.py"),
+            str(i),
+            ",".join(map(str, http_ports)),
+            str(workdir / f"node-{i}"),
         ]
         for i in (1, 2, 3)
     }
@@ -141,7 +151,9 @@ def longboat_cluster(workdir: Path) -> Cluster:
 
 
 async def find_leader(
-    session: aiohttp.ClientSession, cluster: Cluster, timeout_s: float = 30.0,
+    session: aiohttp.ClientSession,
+    cluster: Cluster,
+    timeout_s: float = 30.0,
     exclude: int | None = None,
 ) -> str:
     deadline = time.monotonic() + timeout_s
@@ -245,7 +257,8 @@ async def measure_failover(cluster: Cluster, kills: int) -> list[float]:
                 for node in list(cluster.procs):
                     try:
                         async with session.post(
-                            cluster.url(node) + "/propose", data=body,
+                            cluster.url(node) + "/propose",
+                            data=body,
                             timeout=aiohttp.ClientTimeout(total=1.0),
                         ) as r:
                             await r.read()
@@ -304,11 +317,20 @@ def main() -> int:
     }[size(args)]
     concurrency = args.concurrency or concurrency
     per_request = args.per_request or per_request
-    params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES, "concurrency": concurrency,
-              "proposals_per_request": per_request, "duration_s": duration_s}
-    light_params = {"nodes": 3, "payload_bytes": PAYLOAD_BYTES,
-                    "concurrency": LIGHT_CONCURRENCY, "proposals_per_request": 1,
-                    "duration_s": light_s}
+    params = {
+        "nodes": 3,
+        "payload_bytes": PAYLOAD_BYTES,
+        "concurrency": concurrency,
+        "proposals_per_request": per_request,
+        "duration_s": duration_s,
+    }
+    light_params = {
+        "nodes": 3,
+        "payload_bytes": PAYLOAD_BYTES,
+        "concurrency": LIGHT_CONCURRENCY,
+        "proposals_per_request": 1,
+        "duration_s": light_s,
+    }
     results: dict[tuple[str, str], list[LoadResult]] = {}
     failovers: list[float] = []
     with tempfile.TemporaryDirectory(prefix="longboat-raft-bench-") as tmp:
@@ -345,17 +367,24 @@ def main() -> int:
     return 0
 
 
-def report(results: dict[tuple[str, str], list[LoadResult]], failovers: list[float],
-           params: dict[str, Any], light_params: dict[str, Any], kills: int) -> None:
+def report(
+    results: dict[tuple[str, str], list[LoadResult]],
+    failovers: list[float],
+    params: dict[str, Any],
+    light_params: dict[str, Any],
+    kills: int,
+) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         pysyncobj_version = version("pysyncobj")
     except PackageNotFoundError:
         pysyncobj_version = "?"
-    baseline = (f"PySyncObj {pysyncobj_version}, 3 nodes, default config, same client; it "
-                "never fsyncs (in-memory journal; mmap without fsync when a journal file is "
-                "set)")
+    baseline = (
+        f"PySyncObj {pysyncobj_version}, 3 nodes, default config, same client; it "
+        "never fsyncs (in-memory journal; mmap without fsync when a journal file is "
+        "set)"
+    )
     rows: list[tuple[str, str, Callable[[LoadResult], float], bool, str]] = [
         ("raft.propose_throughput", "proposals/s", lambda r: r.per_s, True, "load"),
         ("raft.commit_latency_p50", "ms", lambda r: r.pct(0.50), False, "load"),
@@ -368,16 +397,36 @@ def report(results: dict[tuple[str, str], list[LoadResult]], failovers: list[flo
         theirs = [of(r) for r in results.get(("pysyncobj", load), [])]
         prm = dict(params if load == "load" else light_params)
         if ours:
-            figure(bench, unit, ours, baseline=baseline if theirs else None,
-                   baseline_values=theirs or None, higher_is_better=higher_is_better,
-                   params=dict(prm, system="longboat"))
+            figure(
+                bench,
+                unit,
+                ours,
+                baseline=baseline if theirs else None,
+                baseline_values=theirs or None,
+                higher_is_better=higher_is_better,
+                params=dict(prm, system="longboat"),
+            )
         else:  # --only pysyncobj: the baseline's own figures, as values
-            figure(bench, unit, theirs, higher_is_better=higher_is_better,
-                   params=dict(prm, system="pysyncobj"))
+            figure(
+                bench,
+                unit,
+                theirs,
+                higher_is_better=higher_is_better,
+                params=dict(prm, system="pysyncobj"),
+            )
     if failovers:
-        figure("raft.failover", "ms", failovers, higher_is_better=False,
-               params={"nodes": 3, "kills": kills, "max_ms": round(max(failovers), 1),
-                       "min_ms": round(min(failovers), 1)})
+        figure(
+            "raft.failover",
+            "ms",
+            failovers,
+            higher_is_better=False,
+            params={
+                "nodes": 3,
+                "kills": kills,
+                "max_ms": round(max(failovers), 1),
+                "min_ms": round(min(failovers), 1),
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,9 @@ async def serve(node_id: int, http_ports: list[int], data_dir: str, tick_ms: int
     sm = Counter()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     node = RaftNode(
-        RaftNodeConfig(node_id=node_id, voters=urls, data_dir=data_dir, tick_ms=tick_ms,
-                       fsync=True),
+        RaftNodeConfig(
+            node_id=node_id, voters=urls, data_dir=data_dir, tick_ms=tick_ms, fsync=True
+        ),
         on_commit=sm.apply,
         on_snapshot=sm.restore,
     )
@@ -90,9 +91,15 @@ async def serve(node_id: int, http_ports: list[int], data_dir: str, tick_ms: int
 
     async def status(_request: web.Request) -> web.Response:
         st = node.status()
-        return web.json_response(dict(st.to_json(), leader=st.role == "leader",
-                                      applied_count=sm.count,
-                                      task=repr(node._task), transport=node.transport.stats()))
+        return web.json_response(
+            dict(
+                st.to_json(),
+                leader=st.role == "leader",
+                applied_count=sm.count,
+                task=repr(node._task),
+                transport=node.transport.stats(),
+            )
+        )
 
     app.router.add_post("/propose", propose)
     app.router.add_get("/status", status)

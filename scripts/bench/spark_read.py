@@ -72,9 +72,14 @@ def start_cluster(root: Path) -> tuple[Quorum, Brokers]:
         async with ControllerClient(q.urls, timeout_s=20) as cc:
             # The records carry 2023 timestamps (TS0), which the default retention.ms (7
             # days) would delete at the brokers' first retention check, 5 minutes in.
-            await cc.execute(CreateTopic(name=TOPIC, num_partitions=PARTITIONS,
-                                         replication_factor=1,
-                                         configs={"retention.ms": "-1"}))
+            await cc.execute(
+                CreateTopic(
+                    name=TOPIC,
+                    num_partitions=PARTITIONS,
+                    replication_factor=1,
+                    configs={"retention.ms": "-1"},
+                )
+            )
 
     asyncio.run(create())
 
@@ -92,10 +97,17 @@ def start_cluster(root: Path) -> tuple[Quorum, Brokers]:
 def load(bootstrap: str, n: int, parquet_path: Path) -> None:
     """The same records into the topic and into a Parquet file, chunk by chunk."""
     rng = random.Random(6)
-    schema = pa.schema([("key", pa.binary()), ("value", pa.string()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("offset", pa.int64()),
-                        ("timestamp", pa.timestamp("us", tz="UTC")),
-                        ("timestampType", pa.int32())])
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.string()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestampType", pa.int32()),
+        ]
+    )
     next_offset = [0] * PARTITIONS
     futures = []
     t0 = time.monotonic()
@@ -104,20 +116,28 @@ def load(bootstrap: str, n: int, parquet_path: Path) -> None:
             m = min(CHUNK, n - start)
             # base64 of random bytes: ASCII, so the JSON-lines copy holds the same value.
             blob = base64.b64encode(rng.randbytes(VALUE_BYTES * 3 // 4 * m))
-            values = [blob[i * VALUE_BYTES:(i + 1) * VALUE_BYTES] for i in range(m)]
+            values = [blob[i * VALUE_BYTES : (i + 1) * VALUE_BYTES] for i in range(m)]
             part = k % PARTITIONS
             ts = TS0 + k
             futures.append(p.send_batch(TOPIC, values, partition=part, timestamp_ms=ts))
             base = next_offset[part]
             next_offset[part] += m
-            w.write_table(pa.table({
-                "key": pa.nulls(m, pa.binary()),
-                "value": pa.array(values, pa.binary()).cast(pa.string()),
-                "topic": pa.repeat(pa.scalar(TOPIC), m),
-                "partition": pa.repeat(pa.scalar(part, pa.int32()), m),
-                "offset": pa.array(range(base, base + m), pa.int64()),
-                "timestamp": pa.repeat(pa.scalar(ts * 1000, pa.timestamp("us", tz="UTC")), m),
-                "timestampType": pa.repeat(pa.scalar(0, pa.int32()), m)}, schema=schema))
+            w.write_table(
+                pa.table(
+                    {
+                        "key": pa.nulls(m, pa.binary()),
+                        "value": pa.array(values, pa.binary()).cast(pa.string()),
+                        "topic": pa.repeat(pa.scalar(TOPIC), m),
+                        "partition": pa.repeat(pa.scalar(part, pa.int32()), m),
+                        "offset": pa.array(range(base, base + m), pa.int64()),
+                        "timestamp": pa.repeat(
+                            pa.scalar(ts * 1000, pa.timestamp("us", tz="UTC")), m
+                        ),
+                        "timestampType": pa.repeat(pa.scalar(0, pa.int32()), m),
+                    },
+                    schema=schema,
+                )
+            )
             if len(futures) >= 50:
                 for f in futures:
                     f.result(120)
@@ -137,10 +157,15 @@ def session() -> Any:
 
     import spark as longboat_spark
 
-    s = (SparkSession.builder.master("local[2]").appName("longboat-bench")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("longboat-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     s.sparkContext.setLogLevel("ERROR")
     longboat_spark.register(s)
     return s
@@ -158,8 +183,11 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     args = ap.parse_args()
-    default_n, default_runs = {"smoke": (10_000, 1), "quick": (200_000, 1),
-                               "full": (10_000_000, 3)}[size(args)]
+    default_n, default_runs = {
+        "smoke": (10_000, 1),
+        "quick": (200_000, 1),
+        "full": (10_000_000, 3),
+    }[size(args)]
     n = args.records or default_n
     runs = args.runs or default_runs
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-spark-"))
@@ -174,12 +202,19 @@ def main() -> int:
         spark = session()
         jsonl_in = root / "records.jsonl"
         spark.read.parquet(str(parquet_in)).write.json(str(jsonl_in))
-        ddl = ("key binary, value string, topic string, partition int, offset long, "
-               "timestamp timestamp, timestampType int")
+        ddl = (
+            "key binary, value string, topic string, partition int, offset long, "
+            "timestamp timestamp, timestampType int"
+        )
 
         def topic(fmt: str = "arrow") -> Any:
-            return (spark.read.format("longboat").option("bootstrap", bootstrap)
-                    .option("subscribe", TOPIC).option("fetchFormat", fmt).load())
+            return (
+                spark.read.format("longboat")
+                .option("bootstrap", bootstrap)
+                .option("subscribe", TOPIC)
+                .option("fetchFormat", fmt)
+                .load()
+            )
 
         sources: dict[str, Callable[[], Any]] = {
             "longboat": topic,
@@ -221,22 +256,49 @@ def main() -> int:
                 rates.setdefault((name, "read"), []).append(n / dt)
                 dt = timed(lambda df=df: df().write.mode("overwrite").parquet(str(out)))
                 rates.setdefault((name, "to_parquet"), []).append(n / dt)
-                progress(f"run {r + 1}/{runs} {name}: " + ", ".join(
-                    f"{op} {v[-1]:,.0f} rows/s" for (s, op), v in rates.items() if s == name))
-        params = {"records": n, "value_bytes": VALUE_BYTES, "partitions": PARTITIONS,
-                  "brokers": 2, "spark": "local[2]"}
-        for op, what in (("count", "count()"), ("read", "every column read (noop sink)"),
-                         ("to_parquet", "written to Parquet")):
-            figure(f"spark.{op}.vs_parquet", "rows/s", rates[("longboat", op)],
-                   baseline=f"Spark: the same records from a local Parquet file, {what}",
-                   baseline_values=rates[("parquet", op)], params=params)
-            figure(f"spark.{op}.vs_jsonl", "rows/s", rates[("longboat", op)],
-                   baseline=f"Spark: the same records from local JSON lines, {what}",
-                   baseline_values=rates[("jsonl", op)], params=params)
+                progress(
+                    f"run {r + 1}/{runs} {name}: "
+                    + ", ".join(
+                        f"{op} {v[-1]:,.0f} rows/s" for (s, op), v in rates.items() if s == name
+                    )
+                )
+        params = {
+            "records": n,
+            "value_bytes": VALUE_BYTES,
+            "partitions": PARTITIONS,
+            "brokers": 2,
+            "spark": "local[2]",
+        }
+        for op, what in (
+            ("count", "count()"),
+            ("read", "every column read (noop sink)"),
+            ("to_parquet", "written to Parquet"),
+        ):
+            figure(
+                f"spark.{op}.vs_parquet",
+                "rows/s",
+                rates[("longboat", op)],
+                baseline=f"Spark: the same records from a local Parquet file, {what}",
+                baseline_values=rates[("parquet", op)],
+                params=params,
+            )
+            figure(
+                f"spark.{op}.vs_jsonl",
+                "rows/s",
+                rates[("longboat", op)],
+                baseline=f"Spark: the same records from local JSON lines, {what}",
+                baseline_values=rates[("jsonl", op)],
+                params=params,
+            )
         for op in ("read", "to_parquet"):
-            figure(f"spark.{op}.workers_convert", "rows/s", rates[("longboat_batches", op)],
-                   baseline="longboat with the Arrow rows built on the brokers (the default)",
-                   baseline_values=rates[("longboat", op)], params=params)
+            figure(
+                f"spark.{op}.workers_convert",
+                "rows/s",
+                rates[("longboat_batches", op)],
+                baseline="longboat with the Arrow rows built on the brokers (the default)",
+                baseline_values=rates[("longboat", op)],
+                params=params,
+            )
     finally:
         if spark is not None:
             spark.stop()

@@ -59,7 +59,8 @@ def make_batches(count: int) -> list[bytes]:
     for b in range(count):
         recs: list[tuple[bytes | None, bytes | None, int, list[Header]]] = [
             (None, (b"%08d" % (b * BATCH_RECORDS + i)).ljust(RECORD_BYTES, b"x"), 1000 + b, [])
-            for i in range(BATCH_RECORDS)]
+            for i in range(BATCH_RECORDS)
+        ]
         out.append(encode_batch(recs))
     return out
 
@@ -204,9 +205,9 @@ def baseline_read_run(path: str) -> tuple[float, int]:
 
 def encode_figures(runs: int, reps: int) -> None:
     recs: list[tuple[bytes | None, bytes | None, int, list[Header]]] = [
-        (None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)]
-    body: list[list[object]] = [[i, i, None, b"x" * RECORD_BYTES, []]
-                                for i in range(BATCH_RECORDS)]
+        (None, b"x" * RECORD_BYTES, 1000 + i, []) for i in range(BATCH_RECORDS)
+    ]
+    body: list[list[object]] = [[i, i, None, b"x" * RECORD_BYTES, []] for i in range(BATCH_RECORDS)]
     enc, base = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -217,10 +218,15 @@ def encode_figures(runs: int, reps: int) -> None:
         for _ in range(reps):
             msgpack.packb(body, use_bin_type=True)
         base.append((time.perf_counter() - t0) / reps * 1e6)
-    figure("storage.encode_batch", "us", enc,
-           baseline="msgpack.packb of the same 1,000 records (body only)", baseline_values=base,
-           higher_is_better=False,
-           params={"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS})
+    figure(
+        "storage.encode_batch",
+        "us",
+        enc,
+        baseline="msgpack.packb of the same 1,000 records (body only)",
+        baseline_values=base,
+        higher_is_better=False,
+        params={"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS},
+    )
 
 
 def main() -> int:
@@ -228,12 +234,17 @@ def main() -> int:
     add_size_flags(ap)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
-    runs, total_mb, encode_reps = {"smoke": (1, 2, 5), "quick": (3, 48, 200),
-                                   "full": (5, 256, 200)}[size(args)]
+    runs, total_mb, encode_reps = {
+        "smoke": (1, 2, 5),
+        "quick": (3, 48, 200),
+        "full": (5, 256, 200),
+    }[size(args)]
     batch_bytes = len(make_batches(1)[0])
     count = max(PRODUCERS, total_mb * (1 << 20) // batch_bytes)
-    progress(f"storage bench: {count} batches of {BATCH_RECORDS} x {RECORD_BYTES} B "
-             f"({count * batch_bytes / 1e6:.0f} MB per run), {runs} runs")
+    progress(
+        f"storage bench: {count} batches of {BATCH_RECORDS} x {RECORD_BYTES} B "
+        f"({count * batch_bytes / 1e6:.0f} MB per run), {runs} runs"
+    )
     batches = make_batches(count)
     nbytes = sum(len(b) for b in batches)
     scratch = tempfile.mkdtemp(prefix="lb-bench-storage-", dir=args.dir)
@@ -270,33 +281,57 @@ def main() -> int:
                 plain.append(b_bytes / b_elapsed / 1e6)
             rd.append(statistics.median(ours))
             rd_base.append(statistics.median(plain))
-            progress(f"run {run + 1}/{runs}: append {app[-1]:.0f} MB/s ({fsyncs} fsyncs, "
-                     f"{rounds} rounds; plain {app_base[-1]:.0f}, {base_fsyncs} fsyncs; "
-                     f"plain {app_fewest[-1]:.0f}, {fewest_fsyncs} fsyncs), "
-                     f"read {rd[-1]:.0f} MB/s (plain {rd_base[-1]:.0f})")
+            progress(
+                f"run {run + 1}/{runs}: append {app[-1]:.0f} MB/s ({fsyncs} fsyncs, "
+                f"{rounds} rounds; plain {app_base[-1]:.0f}, {base_fsyncs} fsyncs; "
+                f"plain {app_fewest[-1]:.0f}, {fewest_fsyncs} fsyncs), "
+                f"read {rd[-1]:.0f} MB/s (plain {rd_base[-1]:.0f})"
+            )
             shutil.rmtree(d)
-        params = {"record_bytes": RECORD_BYTES, "batch_records": BATCH_RECORDS,
-                  "producers": PRODUCERS, "in_flight_per_producer": IN_FLIGHT,
-                  "mb_per_run": round(nbytes / 1e6),
-                  "fsyncs_per_run": statistics.median(fsync_counts),
-                  "baseline_fsyncs_per_run": statistics.median(base_fsync_counts),
-                  "group_commit_rounds_per_run": statistics.median(round_counts)}
-        figure("storage.append", "MB/s", app,
-               baseline="os.write loop, same bytes, same fsync cadence",
-               baseline_values=app_base, params=params)
-        figure("storage.append_fewest_fsyncs", "MB/s", app,
-               baseline="os.write loop, same bytes, one fsync per 40 batches (the fewest 8 x 5 "
-                        "in-flight acks allow)",
-               baseline_values=app_fewest,
-               params={**params, "baseline_fsyncs_per_run": fewest_fsyncs})
+        params = {
+            "record_bytes": RECORD_BYTES,
+            "batch_records": BATCH_RECORDS,
+            "producers": PRODUCERS,
+            "in_flight_per_producer": IN_FLIGHT,
+            "mb_per_run": round(nbytes / 1e6),
+            "fsyncs_per_run": statistics.median(fsync_counts),
+            "baseline_fsyncs_per_run": statistics.median(base_fsync_counts),
+            "group_commit_rounds_per_run": statistics.median(round_counts),
+        }
+        figure(
+            "storage.append",
+            "MB/s",
+            app,
+            baseline="os.write loop, same bytes, same fsync cadence",
+            baseline_values=app_base,
+            params=params,
+        )
+        figure(
+            "storage.append_fewest_fsyncs",
+            "MB/s",
+            app,
+            baseline="os.write loop, same bytes, one fsync per 40 batches (the fewest 8 x 5 "
+            "in-flight acks allow)",
+            baseline_values=app_fewest,
+            params={**params, "baseline_fsyncs_per_run": fewest_fsyncs},
+        )
         per_mb = BATCH_RECORDS * count / (nbytes / 1e6)
-        figure("storage.append_records", "records/s", [a * per_mb for a in app],
-               baseline="os.write loop, same bytes, same fsync cadence",
-               baseline_values=[b * per_mb for b in app_base], params=params)
-        figure("storage.read", "MB/s", rd,
-               baseline="sequential os.pread of the same file, 1 MiB chunks, page cache",
-               baseline_values=rd_base,
-               params={"max_bytes": READ_CHUNK_BYTES, "mb_per_run": round(nbytes / 1e6)})
+        figure(
+            "storage.append_records",
+            "records/s",
+            [a * per_mb for a in app],
+            baseline="os.write loop, same bytes, same fsync cadence",
+            baseline_values=[b * per_mb for b in app_base],
+            params=params,
+        )
+        figure(
+            "storage.read",
+            "MB/s",
+            rd,
+            baseline="sequential os.pread of the same file, 1 MiB chunks, page cache",
+            baseline_values=rd_base,
+            params={"max_bytes": READ_CHUNK_BYTES, "mb_per_run": round(nbytes / 1e6)},
+        )
         encode_figures(runs, encode_reps)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -20,9 +20,13 @@ def session(app: str) -> Any:
 
     from spark import register
 
-    s = (SparkSession.builder.appName(app).master(os.environ.get("SPARK_MASTER", "local[2]"))
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .getOrCreate())
+    s = (
+        SparkSession.builder.appName(app)
+        .master(os.environ.get("SPARK_MASTER", "local[2]"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     s.sparkContext.setLogLevel("WARN")
     register(s)
     return s
@@ -34,8 +38,12 @@ def ensure_topic(bootstrap: str, name: str, partitions: int) -> None:
     with urllib.request.urlopen(f"{url}/v3/clusters", timeout=10) as r:
         cid = json.loads(r.read())["data"][0]["cluster_id"]
     body = json.dumps({"topic_name": name, "partitions_count": partitions}).encode()
-    req = urllib.request.Request(f"{url}/v3/clusters/{cid}/topics", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/v3/clusters/{cid}/topics",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         urllib.request.urlopen(req, timeout=30).close()
     except urllib.error.HTTPError as e:

@@ -20,8 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default="http://127.0.0.1:8082")
     ap.add_argument("--topic", default="clicks")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--demo", type=int, default=0, metavar="N",
-                    help="create the topic and produce N records first")
+    ap.add_argument(
+        "--demo",
+        type=int,
+        default=0,
+        metavar="N",
+        help="create the topic and produce N records first",
+    )
     args = ap.parse_args(argv)
     if args.demo:
         from api.client import Producer
@@ -33,10 +38,21 @@ def main(argv: list[str] | None = None) -> int:
             p.flush()
     spark = session("longboat-topic-to-parquet")
     t0 = time.monotonic()
-    df = (spark.read.format("longboat").option("bootstrap", args.bootstrap)
-          .option("subscribe", args.topic).option("startingOffsets", "earliest").load()
-          .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic",
-                      "partition", "offset", "timestamp"))
+    df = (
+        spark.read.format("longboat")
+        .option("bootstrap", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr(
+            "CAST(key AS STRING) AS key",
+            "CAST(value AS STRING) AS value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+        )
+    )
     df.write.mode("overwrite").parquet(args.out)
     n = spark.read.parquet(args.out).count()
     print(f"wrote {n} records of {args.topic} to {args.out} in {time.monotonic() - t0:.1f} s")

@@ -18,8 +18,13 @@ import sys
 
 from spark.examples._common import ensure_topic, session
 
-DEMO = ["the quick brown fox", "jumps over the lazy dog", "the dog barks",
-        "a fox is quick", "the end"]
+DEMO = [
+    "the quick brown fox",
+    "jumps over the lazy dog",
+    "the dog barks",
+    "a fox is quick",
+    "the end",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,15 +46,29 @@ def main(argv: list[str] | None = None) -> int:
                 p.send(args.input, line.encode())
             p.flush()
     spark = session("longboat-word-count")
-    lines = (spark.readStream.format("longboat").option("bootstrap", args.bootstrap)
-             .option("subscribe", args.input).option("startingOffsets", "earliest").load())
-    counts = (lines.selectExpr("explode(split(lower(CAST(value AS STRING)), '\\\\W+')) AS word")
-              .where("word != ''").groupBy("word").count())
-    writer = (counts.selectExpr("CAST(word AS BINARY) AS key",
-                                "CAST(CAST(count AS STRING) AS BINARY) AS value")
-              .writeStream.format("longboat").option("bootstrap", args.bootstrap)
-              .option("topic", args.output).option("checkpointLocation", args.checkpoint)
-              .outputMode("complete"))
+    lines = (
+        spark.readStream.format("longboat")
+        .option("bootstrap", args.bootstrap)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    counts = (
+        lines.selectExpr("explode(split(lower(CAST(value AS STRING)), '\\\\W+')) AS word")
+        .where("word != ''")
+        .groupBy("word")
+        .count()
+    )
+    writer = (
+        counts.selectExpr(
+            "CAST(word AS BINARY) AS key", "CAST(CAST(count AS STRING) AS BINARY) AS value"
+        )
+        .writeStream.format("longboat")
+        .option("bootstrap", args.bootstrap)
+        .option("topic", args.output)
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("complete")
+    )
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     query = writer.start()
@@ -58,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         query.stop()
     progress = query.recentProgress
-    print(f"word count: {sum(p['numInputRows'] for p in progress)} lines in "
-          f"{len(progress)} micro-batches -> topic {args.output}")
+    print(
+        f"word count: {sum(p['numInputRows'] for p in progress)} lines in "
+        f"{len(progress)} micro-batches -> topic {args.output}"
+    )
     spark.stop()
     return 0
 

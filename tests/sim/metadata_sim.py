@@ -248,15 +248,17 @@ class SimBroker:
 
 # ------------------------------------------------------------------------------ simulation
 class MetadataSimulation(Simulation):
-    def __init__(self, seed: int, steps: int, *, verbose: bool = False,
-                 faults: frozenset[str] | None = None) -> None:
+    def __init__(
+        self, seed: int, steps: int, *, verbose: bool = False, faults: frozenset[str] | None = None
+    ) -> None:
         super().__init__(seed, steps, verbose=verbose)
         # Rebuild the cluster as controller nodes (the raft simulation's own nodes go).
         f = self.faults
         self.faults_override = faults
         if faults is None:
-            self.faults = Faults(f.enabled - DISABLED_FAULTS, f.loss_rate, f.duplicate_rate,
-                                 f.delay_units_max)
+            self.faults = Faults(
+                f.enabled - DISABLED_FAULTS, f.loss_rate, f.duplicate_rate, f.delay_units_max
+            )
         else:
             self.faults = Faults(
                 faults,
@@ -424,8 +426,11 @@ class MetadataSimulation(Simulation):
             node.activation_ctx = b"activate/%d/%d/%d" % (node.id, node.incarnation, c.term)
             c.read_index(node.activation_ctx)
         term = driver.activating_term
-        if (term is not None and driver.activation_index is None
-                and now - node.activation_started_ms > ACTIVATION_TIMEOUT_MS):
+        if (
+            term is not None
+            and driver.activation_index is None
+            and now - node.activation_started_ms > ACTIVATION_TIMEOUT_MS
+        ):
             driver.abandon_activation(term)  # read_index timed out; retried on the next tick
         if tick.data is not None:
             self._propose_entry(node, tick.data, lambda index: None, lambda: None)
@@ -433,8 +438,13 @@ class MetadataSimulation(Simulation):
             self._snapshot(node)
         self._drive(node)
 
-    def _propose_entry(self, node: MetaNode, data: bytes, on_commit: Callable[[int], None],
-                       on_fail: Callable[[], None]) -> None:
+    def _propose_entry(
+        self,
+        node: MetaNode,
+        data: bytes,
+        on_commit: Callable[[int], None],
+        on_fail: Callable[[], None],
+    ) -> None:
         """``RaftNode.propose`` and the service's handling of its failure."""
         c, driver = node.core, node.driver
         assert c is not None and driver is not None
@@ -463,13 +473,17 @@ class MetadataSimulation(Simulation):
             if node.busy or node.core.log.has_pending_snapshot():
                 return
             if node.ctl_index != node.core.log.applied:
-                self._fail(f"n{node.id}: controller at {node.ctl_index}, Raft applied "
-                           f"{node.core.log.applied}")
+                self._fail(
+                    f"n{node.id}: controller at {node.ctl_index}, Raft applied "
+                    f"{node.core.log.applied}"
+                )
             data = encode_snapshot(node.ctl.image)
             got = self.snap_images.setdefault(node.ctl_index, data)
             if got != data:
-                self._fail(f"snapshot divergence: n{node.id}'s image at Raft index "
-                           f"{node.ctl_index} differs from another node's snapshot there")
+                self._fail(
+                    f"snapshot divergence: n{node.id}'s image at Raft index "
+                    f"{node.ctl_index} differs from another node's snapshot there"
+                )
         super()._snapshot(node)
 
     # ------------------------------------------------------------------ requests
@@ -516,8 +530,12 @@ class MetadataSimulation(Simulation):
                 self._check_registration_response(node, req, resp)
             reply(resp)
 
-        self._propose_entry(node, proposal.data, committed,
-                            lambda: reply(NotControllerError("leadership lost while committing")))
+        self._propose_entry(
+            node,
+            proposal.data,
+            committed,
+            lambda: reply(NotControllerError("leadership lost while committing")),
+        )
 
     # ------------------------------------------------------------------ brokers
     def _broker_up(self, b: SimBroker) -> None:
@@ -546,21 +564,27 @@ class MetadataSimulation(Simulation):
             b.offset_seen = max(b.offset_seen, node.next_offset - 1)
         cmd: Command
         if b.epoch is None:
-            cmd = RegisterBroker(broker_id=b.id, incarnation_id=b.incarnation_id,
-                                 endpoints=(Endpoint("http", "127.0.0.1", 9000 + b.id),),
-                                 previous_broker_epoch=BrokerEpoch(
-                                     -1 if b.previous_epoch is None else b.previous_epoch))
+            cmd = RegisterBroker(
+                broker_id=b.id,
+                incarnation_id=b.incarnation_id,
+                endpoints=(Endpoint("http", "127.0.0.1", 9000 + b.id),),
+                previous_broker_epoch=BrokerEpoch(
+                    -1 if b.previous_epoch is None else b.previous_epoch
+                ),
+            )
         else:
             if b.shutdown_by_ms is not None and self.now_ms >= b.shutdown_by_ms:
                 self._broker_down(b)  # controlled shutdown took too long: just stop
                 return
-            cmd = BrokerHeartbeat(broker_id=b.id, broker_epoch=BrokerEpoch(b.epoch),
-                                  current_metadata_offset=b.offset_seen,
-                                  want_shutdown=b.shutdown_by_ms is not None,
-                                  replica_logs=self._replica_logs(b))
+            cmd = BrokerHeartbeat(
+                broker_id=b.id,
+                broker_epoch=BrokerEpoch(b.epoch),
+                current_metadata_offset=b.offset_seen,
+                want_shutdown=b.shutdown_by_ms is not None,
+                replica_logs=self._replica_logs(b),
+            )
         b.awaiting = self.rid
-        self._send_request(Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation),
-                           b.target)
+        self._send_request(Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation), b.target)
         if b.epoch is not None and self.rng.random() < 0.5:
             self._alter_partition(b)
         self._at(HEARTBEAT_INTERVAL_MS // MS_PER_UNIT, "btimer", b.id, b.gen)
@@ -574,15 +598,19 @@ class MetadataSimulation(Simulation):
         if not isinstance(node, MetaNode) or node.ctl is None:
             return ()
         out = []
-        for t, p, reg in sorted(node.ctl.image.topics.partitions(),
-                                key=lambda tpr: (tpr[0].topic_id, tpr[1])):
-            if (b.id in reg.replicas and reg.leader == NO_LEADER and not reg.isr
-                    and not reg.elr):
-                out.append(ReplicaLogInfo(
-                    topic_id=t.topic_id, partition=p,
-                    partition_epoch=PartitionEpoch(reg.partition_epoch),
-                    last_leader_epoch=LeaderEpoch(reg.leader_epoch - b.id % 2),
-                    log_end_offset=(b.id * 7 + p) % 11))
+        for t, p, reg in sorted(
+            node.ctl.image.topics.partitions(), key=lambda tpr: (tpr[0].topic_id, tpr[1])
+        ):
+            if b.id in reg.replicas and reg.leader == NO_LEADER and not reg.isr and not reg.elr:
+                out.append(
+                    ReplicaLogInfo(
+                        topic_id=t.topic_id,
+                        partition=p,
+                        partition_epoch=PartitionEpoch(reg.partition_epoch),
+                        last_leader_epoch=LeaderEpoch(reg.leader_epoch - b.id % 2),
+                        log_end_offset=(b.id * 7 + p) % 11,
+                    )
+                )
         if out:
             self._count("replica_log_reports")
         return tuple(out)
@@ -615,14 +643,19 @@ class MetadataSimulation(Simulation):
             for r in isr:
                 rb = view.brokers.get(r)
                 members.append(IsrMember(r, BrokerEpoch(rb.broker_epoch if rb else -1)))
-            changes.append(PartitionStateChange(t.topic_id, p, reg.leader_epoch,
-                                                reg.partition_epoch, tuple(members)))
+            changes.append(
+                PartitionStateChange(
+                    t.topic_id, p, reg.leader_epoch, reg.partition_epoch, tuple(members)
+                )
+            )
         if changes:
             self.rid += 1
-            cmd = AlterPartition(broker_id=b.id, broker_epoch=BrokerEpoch(b.epoch),
-                                 partitions=tuple(changes))
-            self._send_request(Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation),
-                               b.target)
+            cmd = AlterPartition(
+                broker_id=b.id, broker_epoch=BrokerEpoch(b.epoch), partitions=tuple(changes)
+            )
+            self._send_request(
+                Request(f"b{b.id}", self.rid, cmd, self.now_ms, b.incarnation), b.target
+            )
             self._count("alter_partitions")
 
     def _on_response(self, req: Request, resp: Any, from_node: NodeId) -> None:
@@ -661,8 +694,10 @@ class MetadataSimulation(Simulation):
                 if r.error is None:
                     assert r.registration is not None
                     if r.registration.leader != b.id:
-                        self._fail(f"AlterPartition by {b.id} answered with leader "
-                                   f"{r.registration.leader} for {r.topic_id}-{r.partition}")
+                        self._fail(
+                            f"AlterPartition by {b.id} answered with leader "
+                            f"{r.registration.leader} for {r.topic_id}-{r.partition}"
+                        )
                     self._count("isr_changes")
 
     # ------------------------------------------------------------------ clients
@@ -676,19 +711,26 @@ class MetadataSimulation(Simulation):
             # Some topics keep an ELR above one member (min.insync.replicas 2), chosen from
             # the draws above so that every seed keeps the schedule it had.
             min_isr = {"min.insync.replicas": "2"} if rf == 3 and partitions != 2 else {}
-            cmd = CreateTopic(name=name, num_partitions=partitions, replication_factor=rf,
-                              configs={**unclean, **min_isr})
+            cmd = CreateTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=rf,
+                configs={**unclean, **min_isr},
+            )
         elif r < 0.85:
             cmd = DeleteTopic(name=name)
         elif r < 0.93:
-            cmd = AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name=name,
-                               ops={"unclean.leader.election.enable":
-                                    self.rng.choice(["true", "false", None])})
+            cmd = AlterConfigs(
+                resource_type=ConfigResourceType.TOPIC,
+                resource_name=name,
+                ops={"unclean.leader.election.enable": self.rng.choice(["true", "false", None])},
+            )
         else:
             cmd = ElectLeaders(election=ElectionType.PREFERRED)
         self.rid += 1
-        target = self.client_target if self.rng.random() < 0.8 else self.rng.choice(
-            sorted(self.nodes))
+        target = (
+            self.client_target if self.rng.random() < 0.8 else self.rng.choice(sorted(self.nodes))
+        )
         self._send_request(Request("client", self.rid, cmd, self.now_ms), target)
 
     # ------------------------------------------------------------------ chaos
@@ -739,11 +781,15 @@ class MetadataSimulation(Simulation):
         image = ctl.image
         idx = node.ctl_index
         if idx > c.log.committed:
-            self._fail(f"committed only: n{node.id} applied index {idx} beyond its commit "
-                       f"{c.log.committed}")
+            self._fail(
+                f"committed only: n{node.id} applied index {idx} beyond its commit "
+                f"{c.log.committed}"
+            )
         if image.offset != node.next_offset - 1:
-            self._fail(f"n{node.id}: image offset {image.offset} but {node.next_offset} "
-                       "records were replayed")
+            self._fail(
+                f"n{node.id}: image offset {image.offset} but {node.next_offset} "
+                "records were replayed"
+            )
         d = self._digest(node, image)
         got = self.digest_at.setdefault(idx, (*d, node.id))
         if got[:3] != d:
@@ -754,7 +800,8 @@ class MetadataSimulation(Simulation):
             )
         parts = (image.topics, image.brokers)
         if node.checked_parts is not None and all(
-                a is b for a, b in zip(parts, node.checked_parts, strict=True)):
+            a is b for a, b in zip(parts, node.checked_parts, strict=True)
+        ):
             return
         node.checked_parts = parts
         self._check_partitions(node, image)
@@ -763,7 +810,8 @@ class MetadataSimulation(Simulation):
     def _digest(self, node: MetaNode, image: MetadataImage) -> tuple[int, int, bytes]:
         key = (image.topics, image.brokers, image.configs, image.producer_ids, image.features)
         if node.digest_key is None or not all(
-                a is b for a, b in zip(key, node.digest_key, strict=True)):
+            a is b for a, b in zip(key, node.digest_key, strict=True)
+        ):
             node.digest_key = key
             body = encode_snapshot(replace(image, offset=0, epoch=0))
             node.digest_body = hashlib.blake2b(body, digest_size=8).digest()
@@ -781,55 +829,80 @@ class MetadataSimulation(Simulation):
             if tid in node.deleted_topics:
                 self._fail(f"{where}: deleted topic {t.name} ({tid}) is back")
             tp = f"{t.name}-{p} ({tid})"
-            if not set(reg.isr) <= set(reg.replicas) or (not reg.isr
-                                                           and reg.leader != NO_LEADER):
-                self._fail(f"{where}: {tp} ISR {reg.isr} not a subset of replicas "
-                           f"{reg.replicas}, or empty with leader {reg.leader}")
+            if not set(reg.isr) <= set(reg.replicas) or (not reg.isr and reg.leader != NO_LEADER):
+                self._fail(
+                    f"{where}: {tp} ISR {reg.isr} not a subset of replicas "
+                    f"{reg.replicas}, or empty with leader {reg.leader}"
+                )
             if not set(reg.elr) <= set(reg.replicas) - set(reg.isr) or not set(
-                    reg.last_known_elr) <= set(reg.replicas) - set(reg.isr) - set(reg.elr):
-                self._fail(f"{where}: {tp} ELR {reg.elr} / last known ELR "
-                           f"{reg.last_known_elr} overlap ISR {reg.isr} or leave replicas "
-                           f"{reg.replicas}")
+                reg.last_known_elr
+            ) <= set(reg.replicas) - set(reg.isr) - set(reg.elr):
+                self._fail(
+                    f"{where}: {tp} ELR {reg.elr} / last known ELR "
+                    f"{reg.last_known_elr} overlap ISR {reg.isr} or leave replicas "
+                    f"{reg.replicas}"
+                )
             usable_isr = [r for r in reg.isr if image.brokers.is_usable(r)]
             usable_elr = [r for r in reg.elr if image.brokers.is_usable(r)]
             if reg.leader == NO_LEADER:
                 if usable_isr:
-                    self._fail(f"{where}: {tp} has no leader but ISR members {usable_isr} are "
-                               f"usable (ISR {reg.isr})")
+                    self._fail(
+                        f"{where}: {tp} has no leader but ISR members {usable_isr} are "
+                        f"usable (ISR {reg.isr})"
+                    )
                 if not reg.isr and usable_elr:
-                    self._fail(f"{where}: {tp} has no leader and no ISR but ELR members "
-                               f"{usable_elr} are usable (ELR {reg.elr})")
+                    self._fail(
+                        f"{where}: {tp} has no leader and no ISR but ELR members "
+                        f"{usable_elr} are usable (ELR {reg.elr})"
+                    )
             elif reg.leader not in reg.isr:
                 self._fail(f"{where}: {tp} leader {reg.leader} not in ISR {reg.isr}")
             elif not image.brokers.is_usable(reg.leader):
-                self._fail(f"{where}: {tp} leader {reg.leader} is fenced, shutting down or "
-                           f"unregistered: {image.brokers.get(reg.leader)}")
+                self._fail(
+                    f"{where}: {tp} leader {reg.leader} is fenced, shutting down or "
+                    f"unregistered: {image.brokers.get(reg.leader)}"
+                )
             prev = node.seen_partitions.get((tid, p))
             if prev is not None:
                 if reg.leader_epoch < prev.leader_epoch or (
-                        reg.partition_epoch < prev.partition_epoch):
-                    self._fail(f"{where}: {tp} epochs went back: leader epoch "
-                               f"{prev.leader_epoch} -> {reg.leader_epoch}, partition epoch "
-                               f"{prev.partition_epoch} -> {reg.partition_epoch}")
+                    reg.partition_epoch < prev.partition_epoch
+                ):
+                    self._fail(
+                        f"{where}: {tp} epochs went back: leader epoch "
+                        f"{prev.leader_epoch} -> {reg.leader_epoch}, partition epoch "
+                        f"{prev.partition_epoch} -> {reg.partition_epoch}"
+                    )
                 if reg != prev and reg.partition_epoch == prev.partition_epoch:
-                    self._fail(f"{where}: {tp} changed {prev} -> {reg} without a partition "
-                               "epoch bump")
+                    self._fail(
+                        f"{where}: {tp} changed {prev} -> {reg} without a partition epoch bump"
+                    )
                 if reg.leader != prev.leader and reg.leader_epoch == prev.leader_epoch:
-                    self._fail(f"{where}: {tp} leader {prev.leader} -> {reg.leader} without "
-                               f"a leader epoch bump (still {reg.leader_epoch})")
-                if (node.id == min(self.nodes) and reg.leader != NO_LEADER
-                        and prev.leader == NO_LEADER):
-                    self._count("elected_from_elr" if reg.leader in prev.elr
-                                else "unclean_recoveries" if not prev.isr and not prev.elr
-                                else "elected_offline")
+                    self._fail(
+                        f"{where}: {tp} leader {prev.leader} -> {reg.leader} without "
+                        f"a leader epoch bump (still {reg.leader_epoch})"
+                    )
+                if (
+                    node.id == min(self.nodes)
+                    and reg.leader != NO_LEADER
+                    and prev.leader == NO_LEADER
+                ):
+                    self._count(
+                        "elected_from_elr"
+                        if reg.leader in prev.elr
+                        else "unclean_recoveries"
+                        if not prev.isr and not prev.elr
+                        else "elected_offline"
+                    )
             node.seen_partitions[(tid, p)] = reg
             # Across nodes and restarts: epochs are monotonic in the Raft index.
             i = node.ctl_index
             far = self.partition_at.get((tid, p))
             if far is not None:
                 lo, hi = (far, (i, reg)) if far[0] <= i else ((i, reg), far)
-                if (hi[1].leader_epoch < lo[1].leader_epoch
-                        or hi[1].partition_epoch < lo[1].partition_epoch):
+                if (
+                    hi[1].leader_epoch < lo[1].leader_epoch
+                    or hi[1].partition_epoch < lo[1].partition_epoch
+                ):
                     self._fail(
                         f"{where}: {tp} has leader/partition epochs "
                         f"{hi[1].leader_epoch}/{hi[1].partition_epoch} at Raft index {hi[0]} "
@@ -847,12 +920,15 @@ class MetadataSimulation(Simulation):
         for bid, reg in image.brokers.brokers.items():
             e = reg.broker_epoch
             if e < 0 or e > image.offset:
-                self._fail(f"n{node.id}: broker {bid} has epoch {e} outside [0, offset "
-                           f"{image.offset}]")
+                self._fail(
+                    f"n{node.id}: broker {bid} has epoch {e} outside [0, offset {image.offset}]"
+                )
             owner = self.epoch_owner.setdefault(e, (bid, reg.incarnation_id))
             if owner != (bid, reg.incarnation_id):
-                self._fail(f"n{node.id}: broker epoch {e} names {bid}/{reg.incarnation_id} "
-                           f"and also {owner[0]}/{owner[1]}")
+                self._fail(
+                    f"n{node.id}: broker epoch {e} names {bid}/{reg.incarnation_id} "
+                    f"and also {owner[0]}/{owner[1]}"
+                )
             prev = node.seen_broker_epochs.get(bid)
             if prev is not None and e < prev:
                 self._fail(f"n{node.id}: broker {bid} epoch went back {prev} -> {e}")
@@ -862,18 +938,26 @@ class MetadataSimulation(Simulation):
         assert node.ctl is not None
         reg = node.ctl.image.brokers.get(r.broker_id)
         if reg is None or reg.broker_epoch != offset:
-            self._fail(f"n{node.id}: RegisterBrokerRecord of {r.broker_id} at offset {offset} "
-                       f"gave epoch {None if reg is None else reg.broker_epoch}")
+            self._fail(
+                f"n{node.id}: RegisterBrokerRecord of {r.broker_id} at offset {offset} "
+                f"gave epoch {None if reg is None else reg.broker_epoch}"
+            )
 
-    def _check_registration_response(self, node: MetaNode, req: Request,
-                                     resp: BrokerRegistrationResponse) -> None:
+    def _check_registration_response(
+        self, node: MetaNode, req: Request, resp: BrokerRegistrationResponse
+    ) -> None:
         """Check 4: the epoch a broker is told is the one its committed record got."""
         assert node.ctl is not None and isinstance(req.cmd, RegisterBroker)
         reg = node.ctl.image.brokers.get(req.cmd.broker_id)
-        if (reg is None or reg.broker_epoch != resp.broker_epoch
-                or reg.incarnation_id != req.cmd.incarnation_id):
-            self._fail(f"registration of {req.cmd.incarnation_id} answered with epoch "
-                       f"{resp.broker_epoch} by n{node.id}, whose committed image has {reg}")
+        if (
+            reg is None
+            or reg.broker_epoch != resp.broker_epoch
+            or reg.incarnation_id != req.cmd.incarnation_id
+        ):
+            self._fail(
+                f"registration of {req.cmd.incarnation_id} answered with epoch "
+                f"{resp.broker_epoch} by n{node.id}, whose committed image has {reg}"
+            )
 
     def _check_active_controllers(self) -> None:
         """Check 5 (an active leader has applied every entry of earlier terms in its log) and
@@ -956,8 +1040,10 @@ class MetadataSimulation(Simulation):
         self._check_nodes()
 
     def run(self) -> dict[str, Any]:
-        self._log(f"seed {self.seed} faults {sorted(self.faults.enabled)} "
-                  f"nodes {sorted(self.nodes)} brokers {sorted(self.brokers)}")
+        self._log(
+            f"seed {self.seed} faults {sorted(self.faults.enabled)} "
+            f"nodes {sorted(self.nodes)} brokers {sorted(self.brokers)}"
+        )
         self._at(1, "chaos")
         for _ in range(self.steps):
             self._event(self._pop())
@@ -1021,8 +1107,10 @@ class MetadataSimulation(Simulation):
                 img = a.ctl.image
                 ok = all(
                     (reg := img.brokers.get(b.id)) is not None
-                    and reg.incarnation_id == b.incarnation_id and not reg.fenced
-                    for b in self.brokers.values() if b.alive
+                    and reg.incarnation_id == b.incarnation_id
+                    and not reg.fenced
+                    for b in self.brokers.values()
+                    if b.alive
                 )
                 if dead is not None:
                     reg = img.brokers.get(dead.id)
@@ -1053,8 +1141,10 @@ class MetadataSimulation(Simulation):
                     caught_up_by = self.now_ms + CATCH_UP_BOUND_MS
                 elif resp is not None or self.now_ms > create_sent + CREATE_BOUND_MS:
                     if create_node is a and resp is None:
-                        self._fail(f"liveness: topic creation sent to active n{a.id} at "
-                                   f"{create_sent} ms not answered within {CREATE_BOUND_MS} ms")
+                        self._fail(
+                            f"liveness: topic creation sent to active n{a.id} at "
+                            f"{create_sent} ms not answered within {CREATE_BOUND_MS} ms"
+                        )
                     if isinstance(resp, TopicExistsError) and attempts > 1:
                         phase = "catch_up"  # an earlier attempt committed after all
                         caught_up_by = self.now_ms + CATCH_UP_BOUND_MS
@@ -1066,11 +1156,14 @@ class MetadataSimulation(Simulation):
                 if self._caught_up(name, dead):
                     return
                 if self.now_ms > caught_up_by:
-                    self._fail(f"liveness: {CATCH_UP_BOUND_MS} ms after topic {name} committed, "
-                               f"nodes have not all applied it with live leaders: "
-                               + self._describe_meta())
-        self._fail(f"liveness: not settled {LIVENESS_MS} ms after healing (phase {phase}); "
-                   + self._describe_meta())
+                    self._fail(
+                        f"liveness: {CATCH_UP_BOUND_MS} ms after topic {name} committed, "
+                        f"nodes have not all applied it with live leaders: " + self._describe_meta()
+                    )
+        self._fail(
+            f"liveness: not settled {LIVENESS_MS} ms after healing (phase {phase}); "
+            + self._describe_meta()
+        )
 
     def _caught_up(self, name: str, dead: SimBroker | None) -> bool:
         metas = self._metas()
@@ -1086,14 +1179,17 @@ class MetadataSimulation(Simulation):
                 live_elr = [r for r in reg.elr if dead is None or r != dead.id]
                 # Unclean recovery (balanced) waits for the last known ELR, or every replica.
                 awaited = reg.last_known_elr or reg.replicas
-                recoverable = (not reg.isr and not reg.elr
-                               and (dead is None or dead.id not in awaited))
+                recoverable = (
+                    not reg.isr and not reg.elr and (dead is None or dead.id not in awaited)
+                )
                 if (live_isr or (not reg.isr and live_elr) or recoverable) and (
-                        reg.leader == NO_LEADER or (dead and reg.leader == dead.id)):
+                    reg.leader == NO_LEADER or (dead and reg.leader == dead.id)
+                ):
                     return False
                 if reg.isr and not live_isr and reg.leader != NO_LEADER:
-                    self._fail(f"n{n.id}: {t.name}-{p} led by {reg.leader} with only dead "
-                               f"ISR {reg.isr}")
+                    self._fail(
+                        f"n{n.id}: {t.name}-{p} led by {reg.leader} with only dead ISR {reg.isr}"
+                    )
         self._count_offline(metas[0])
         return True
 
@@ -1107,16 +1203,24 @@ class MetadataSimulation(Simulation):
         out = [self.describe()]
         for n in self._metas():
             if n.ctl is not None:
-                out.append(f"\n  n{n.id}: applied {n.ctl_index} offset {n.next_offset - 1} "
-                           f"active={n.ctl.is_active} epoch={n.ctl.controller_epoch}")
+                out.append(
+                    f"\n  n{n.id}: applied {n.ctl_index} offset {n.next_offset - 1} "
+                    f"active={n.ctl.is_active} epoch={n.ctl.controller_epoch}"
+                )
         for b in self.brokers.values():
-            out.append(f"\n  broker {b.id}: alive={b.alive} {b.incarnation_id} epoch={b.epoch} "
-                       f"target=n{b.target}")
+            out.append(
+                f"\n  broker {b.id}: alive={b.alive} {b.incarnation_id} epoch={b.epoch} "
+                f"target=n{b.target}"
+            )
         return "".join(out)
 
 
-def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False,
-             faults: frozenset[str] | None = None) -> dict[str, Any]:
+def run_seed(
+    seed: int,
+    steps: int = DEFAULT_STEPS,
+    verbose: bool = False,
+    faults: frozenset[str] | None = None,
+) -> dict[str, Any]:
     """Run one seed; any failure (a broken property, or an exception such as an
     ``InvariantError`` from the controller or Raft) is raised as ``SimulationFailure``
     whose message ends with the one reproduction line. ``faults`` replaces the seed's drawn
@@ -1126,17 +1230,26 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, verbose: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.sim.metadata_sim",
-                                description="Deterministic simulation of the metadata quorum.")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.sim.metadata_sim",
+        description="Deterministic simulation of the metadata quorum.",
+    )
     add_seed_arguments(p, steps_default=DEFAULT_STEPS)
-    p.add_argument("--faults", default=None,
-                   help="comma-separated fault kinds instead of the seed's draw (raft_sim's "
-                        "FAULT_KINDS, plus transfer_storm: leadership handed back and forth)")
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="comma-separated fault kinds instead of the seed's draw (raft_sim's "
+        "FAULT_KINDS, plus transfer_storm: leadership handed back and forth)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="trace events")
     a = p.parse_args(argv)
     faults = None if a.faults is None else frozenset(k for k in a.faults.split(",") if k)
-    failures = run_seeds(lambda seed: run_seed(seed, a.steps, verbose=a.verbose, faults=faults),
-                         a.seed, a.seeds, verbose=a.verbose)
+    failures = run_seeds(
+        lambda seed: run_seed(seed, a.steps, verbose=a.verbose, faults=faults),
+        a.seed,
+        a.seeds,
+        verbose=a.verbose,
+    )
     if a.seeds > 1:
         print(json.dumps({"seeds": a.seeds, "failures": failures}))
     return 1 if failures else 0

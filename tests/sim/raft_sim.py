@@ -844,8 +844,9 @@ def add_seed_arguments(p: argparse.ArgumentParser, steps_default: int = DEFAULT_
     p.add_argument("--steps", type=int, default=steps_default, help="events in the fault phase")
 
 
-def run_seeds(run_one: Callable[[int], dict[str, Any]], first: int, count: int, *,
-              verbose: bool) -> int:
+def run_seeds(
+    run_one: Callable[[int], dict[str, Any]], first: int, count: int, *, verbose: bool
+) -> int:
     """Run seeds ``first`` to ``first + count - 1``: a seed's summary as one JSON line when it
     is the only seed or ``verbose``, a failure as a ``FAIL`` line on stderr; how many failed."""
     failures = 0

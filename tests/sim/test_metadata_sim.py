@@ -89,8 +89,12 @@ def test_a_seed_runs_the_same_in_any_process() -> None:
     for hash_seed in ("1", "2"):
         run = subprocess.run(
             [sys.executable, "-m", "tests.sim.metadata_sim", "--seed", "10"],
-            env={**os.environ, "PYTHONHASHSEED": hash_seed}, cwd=Path(__file__).parents[2],
-            capture_output=True, text=True, timeout=300, check=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            cwd=Path(__file__).parents[2],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
         )
         outputs.add(run.stdout)
     assert len(outputs) == 1, outputs
@@ -112,8 +116,11 @@ def test_the_stale_epoch_bug_put_back_into_the_shipping_glue_fails_the_simulatio
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Seed 73's bug: a controller still active in epoch T while its node leads T+2."""
-    monkeypatch.setattr(driver, "stale_controller",
-                        lambda is_leader, term, epoch: epoch is not None and not is_leader)
+    monkeypatch.setattr(
+        driver,
+        "stale_controller",
+        lambda is_leader, term, epoch: epoch is not None and not is_leader,
+    )
     with pytest.raises(SimulationFailure, match="proposes records decided by its controller"):
         run_seed(73, 4000, faults=frozenset({"clock_skew", "transfer_storm"}))
 
@@ -142,8 +149,13 @@ def test_activation_index_covers_the_read_index_and_the_whole_log() -> None:
 
 @pytest.mark.parametrize(
     ("is_leader", "term", "epoch", "stale"),
-    [(True, 5, 5, False), (True, 7, 5, True), (False, 5, 5, True), (False, 5, None, False),
-     (True, 5, None, False)],
+    [
+        (True, 5, 5, False),
+        (True, 7, 5, True),
+        (False, 5, 5, True),
+        (False, 5, None, False),
+        (True, 5, None, False),
+    ],
 )
 def test_stale_controller(is_leader: bool, term: int, epoch: int | None, stale: bool) -> None:
     assert stale_controller(is_leader, term, epoch) is stale

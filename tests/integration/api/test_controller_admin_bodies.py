@@ -27,15 +27,26 @@ BAD = [
     ("/internal/controller/v1/peers", b'{"node_id": 7, "url": "http://h:99999"}', "url"),
     ("/internal/controller/v1/membership", b'{"op": "add-voter", "node_id": 0}', "node_id"),
     ("/internal/controller/v1/membership", b'{"op": "grow", "node_id": 2}', "op"),
-    ("/internal/controller/v1/membership",
-     b'{"op": "add-voter", "node_id": 2, "url": "http://h:1", "timeout_s": 1e308}', "timeout_s"),
+    (
+        "/internal/controller/v1/membership",
+        b'{"op": "add-voter", "node_id": 2, "url": "http://h:1", "timeout_s": 1e308}',
+        "timeout_s",
+    ),
     ("/internal/controller/v1/membership", b'"add-voter"', "JSON object"),
 ]
 
 
 async def _post_all(tmp: Path, port: int) -> tuple[list[tuple[int, dict[str, Any]]], Any, Any]:
-    cfg = load_config(None, {"node_id": 1, "roles": ["controller"], "listen": f"127.0.0.1:{port}",
-                             "data_dir": str(tmp), "controller_quorum": f"1@127.0.0.1:{port}"})
+    cfg = load_config(
+        None,
+        {
+            "node_id": 1,
+            "roles": ["controller"],
+            "listen": f"127.0.0.1:{port}",
+            "data_dir": str(tmp),
+            "controller_quorum": f"1@127.0.0.1:{port}",
+        },
+    )
     app, svc = build_controller(cfg)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
@@ -45,8 +56,9 @@ async def _post_all(tmp: Path, port: int) -> tuple[list[tuple[int, dict[str, Any
         async with aiohttp.ClientSession() as s:
             out = []
             for path, body, _ in BAD:
-                async with s.post(base + path, data=body,
-                                  headers={"Content-Type": "application/json"}) as r:
+                async with s.post(
+                    base + path, data=body, headers={"Content-Type": "application/json"}
+                ) as r:
                     out.append((r.status, await r.json()))
             async with s.get(base + "/v3/health") as r:
                 health = r.status

@@ -46,15 +46,35 @@ def _free_run(n: int) -> int:
     raise RuntimeError(f"no run of {n} free ports")
 
 
-def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(
+    tmp_path: Path,
+) -> None:
     # dev up takes consecutive ports from each base: search for two free runs.
     c_port, b_port, k_port = _free_run(3), _free_run(2), _free_run(2)
     data = tmp_path / "dev"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api", "dev", "up", "--controllers", "3", "--brokers", "2",
-         "--data-dir", str(data), "--controller-port", str(c_port), "--broker-port",
-         str(b_port), "--kafka-port", str(k_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "dev",
+            "up",
+            "--controllers",
+            "3",
+            "--brokers",
+            "2",
+            "--data-dir",
+            str(data),
+            "--controller-port",
+            str(c_port),
+            "--broker-port",
+            str(b_port),
+            "--kafka-port",
+            str(k_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     cluster_file = data / "cluster.json"
     try:
@@ -65,11 +85,15 @@ def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp
             time.sleep(0.2)
         desc = json.loads(cluster_file.read_text())
         assert [b["url"] for b in desc["brokers"]] == [
-            f"http://127.0.0.1:{b_port}", f"http://127.0.0.1:{b_port + 1}"]
+            f"http://127.0.0.1:{b_port}",
+            f"http://127.0.0.1:{b_port + 1}",
+        ]
         assert len(desc["controllers"]) == 3 and desc["cluster_id"]
         # Each broker serves Kafka's protocol too, and Metadata names both listeners.
         assert [b["kafka"] for b in desc["brokers"]] == [
-            f"127.0.0.1:{k_port}", f"127.0.0.1:{k_port + 1}"]
+            f"127.0.0.1:{k_port}",
+            f"127.0.0.1:{k_port + 1}",
+        ]
         from confluent_kafka.admin import AdminClient
 
         md = AdminClient({"bootstrap.servers": f"127.0.0.1:{k_port}"}).list_topics(timeout=10)
@@ -80,11 +104,14 @@ def test_dev_up_starts_a_cluster_writes_the_cluster_file_and_ctrl_c_stops_it(tmp
             # The HTTP API names the cluster as the cluster file does.
             with urllib.request.urlopen(b["url"] + "/v3/clusters", timeout=5) as r:
                 assert [c["cluster_id"] for c in json.loads(r.read())["data"]] == [
-                    desc["cluster_id"]]
+                    desc["cluster_id"]
+                ]
         # Other commands find the cluster through the cluster file.
         out = subprocess.run(
             [sys.executable, "-m", "api", "quorum", "status", "--json"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
             env={**os.environ, "LONGBOAT_CLUSTER_FILE": str(cluster_file)},
         )
         assert out.returncode == 0, out.stderr
@@ -113,9 +140,20 @@ def test_dev_up_refuses_busy_ports(tmp_path: Path) -> None:
         s.listen()
         port = s.getsockname()[1]
         out = subprocess.run(
-            [sys.executable, "-m", "api", "dev", "up", "--data-dir", str(tmp_path / "d"),
-             "--controller-port", str(port)],
-            capture_output=True, text=True, timeout=30,
+            [
+                sys.executable,
+                "-m",
+                "api",
+                "dev",
+                "up",
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--controller-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert out.returncode == 1
     assert str(port) in out.stderr and "in use" in out.stderr

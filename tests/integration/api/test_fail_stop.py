@@ -33,8 +33,16 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
 
 
 async def _poison_a_running_controller(data_dir: Path, port: int) -> dict[str, Any]:
-    cfg = load_config(None, {"node_id": 1, "roles": ["controller"], "listen": f"127.0.0.1:{port}",
-                             "data_dir": str(data_dir), "controller_quorum": f"1@127.0.0.1:{port}"})
+    cfg = load_config(
+        None,
+        {
+            "node_id": 1,
+            "roles": ["controller"],
+            "listen": f"127.0.0.1:{port}",
+            "data_dir": str(data_dir),
+            "controller_quorum": f"1@127.0.0.1:{port}",
+        },
+    )
     app, _ = build_controller(cfg)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -68,7 +76,9 @@ def test_a_controller_whose_raft_loop_dies_turns_unhealthy_and_its_process_exits
     seen = asyncio.run(_poison_a_running_controller(tmp_path, port))
     assert seen["health_before"] == (200, {"status": "ok"})
     assert seen["proposal"] == "NodeStoppedError", seen
-    assert seen["failure"].startswith("raft node loop: MetadataApplyError: committed Raft entry"), seen
+    assert seen["failure"].startswith("raft node loop: MetadataApplyError: committed Raft entry"), (
+        seen
+    )
     assert "does not decode: UnknownRecordTypeError" in seen["failure"], seen
     status, body = seen["health_after"]
     assert status == 503 and body["status"] == "failed", seen
@@ -80,11 +90,29 @@ def test_a_controller_whose_raft_loop_dies_turns_unhealthy_and_its_process_exits
     # and exits with status 70 saying which task died and why (it never serves as healthy).
     (port,) = free_ports(1)
     proc = subprocess.run(
-        [sys.executable, "-m", "api", "controller", "start", "--node-id", "1",
-         "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path),
-         "--controller-quorum", f"1@127.0.0.1:{port}"],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "controller",
+            "start",
+            "--node-id",
+            "1",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path),
+            "--controller-quorum",
+            f"1@127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 70, proc.stderr[-3000:]
-    assert "essential task raft node loop died: MetadataApplyError: committed Raft entry" in proc.stderr
+    assert (
+        "essential task raft node loop died: MetadataApplyError: committed Raft entry"
+        in proc.stderr
+    )
     assert "does not decode: UnknownRecordTypeError" in proc.stderr
     assert "longboat: node failed: controller 1: raft node loop" in proc.stderr

@@ -45,8 +45,7 @@ def _status_and_json(resp: bytes) -> tuple[int, dict[str, object]]:
 
 
 async def _run_connection_cap() -> tuple[bytes, bytes, int, int]:
-    runner, site = await start_listener(_app(), "127.0.0.1", 0,
-                                        ListenerLimits(connections_max=2))
+    runner, site = await start_listener(_app(), "127.0.0.1", 0, ListenerLimits(connections_max=2))
     try:
         loop = asyncio.get_running_loop()
         held = [socket.create_connection(("127.0.0.1", site.port)) for _ in range(2)]
@@ -62,7 +61,11 @@ async def _run_connection_cap() -> tuple[bytes, bytes, int, int]:
         while site.connections and time.monotonic() - t0 < 5:
             await asyncio.sleep(0.01)
         again = await loop.run_in_executor(
-            None, _request, site.port, b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            None,
+            _request,
+            site.port,
+            b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
         return refused, again, site.refused, len(site.connections)
     finally:
         await runner.cleanup()
@@ -76,19 +79,29 @@ def test_a_connection_beyond_the_limit_is_closed_at_once_and_the_listener_serves
 
 
 async def _run_sizes() -> tuple[bytes, bytes, bytes]:
-    runner, site = await start_listener(_app(body_max=1 << 20), "127.0.0.1", 0,
-                                        ListenerLimits(header_bytes_max=2048))
+    runner, site = await start_listener(
+        _app(body_max=1 << 20), "127.0.0.1", 0, ListenerLimits(header_bytes_max=2048)
+    )
     loop = asyncio.get_running_loop()
     try:
-        big_header = (b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096
-                      + b"\r\nConnection: close\r\n\r\n")
+        big_header = (
+            b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: "
+            + b"a" * 4096
+            + b"\r\nConnection: close\r\n\r\n"
+        )
         header_resp = await loop.run_in_executor(None, _request, site.port, big_header)
         body = b"x" * ((1 << 20) + 1)
-        big_body = (b"POST /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        big_body = (
+            b"POST /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         body_resp = await loop.run_in_executor(None, _request, site.port, big_body)
         ok = await loop.run_in_executor(
-            None, _request, site.port, b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            None,
+            _request,
+            site.port,
+            b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
         return header_resp, body_resp, ok
     finally:
         await runner.cleanup()

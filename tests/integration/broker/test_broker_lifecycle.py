@@ -43,8 +43,9 @@ class Cluster:
     def create_topic(self, name: str, partitions: int, rf: int) -> None:
         async def go() -> None:
             async with ControllerClient(self.quorum.urls, timeout_s=20) as c:
-                await c.execute(CreateTopic(name=name, num_partitions=partitions,
-                                            replication_factor=rf))
+                await c.execute(
+                    CreateTopic(name=name, num_partitions=partitions, replication_factor=rf)
+                )
 
         asyncio.run(go())
 
@@ -94,15 +95,28 @@ def test_a_new_topic_reaches_every_broker_with_the_same_assignment(cluster: Clus
     for i in cluster.brokers.ids:
         got = cluster.wait_for(
             f"topic on broker {i}",
-            lambda i=i: _assignment(cluster.brokers.metadata(i), "orders"), 10)
+            lambda i=i: _assignment(cluster.brokers.metadata(i), "orders"),
+            10,
+        )
         assert got == expected
 
 
 def _quorum_status(cluster: Cluster) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "api", "quorum", "status", "--json",
-         "--bootstrap", ",".join(cluster.quorum.urls)],
-        capture_output=True, text=True, timeout=30)
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "quorum",
+            "status",
+            "--json",
+            "--bootstrap",
+            ",".join(cluster.quorum.urls),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
@@ -123,16 +137,21 @@ def test_a_paused_broker_is_fenced_and_unfenced_when_it_resumes(cluster: Cluster
     b.send_signal(paused, signal.SIGSTOP)
     t0 = time.monotonic()
     try:
-        cluster.wait_for("fenced by the controller",
-                         lambda: cluster.controller_brokers()[paused]["fenced"],
-                         SESSION_TIMEOUT_S + 6)
+        cluster.wait_for(
+            "fenced by the controller",
+            lambda: cluster.controller_brokers()[paused]["fenced"],
+            SESSION_TIMEOUT_S + 6,
+        )
         fenced_after_s = time.monotonic() - t0
         # The session is 9 s from its last heartbeat, ~2 s (more on a loaded machine) before the stop.
         assert fenced_after_s > SESSION_TIMEOUT_S - 4, fenced_after_s
         # The other brokers see it fenced in their own images.
         other = b.ids[0]
-        cluster.wait_for("fence visible on another broker", lambda: {
-            x["broker_id"]: x["fenced"] for x in b.metadata(other)["brokers"]}[paused], 5)
+        cluster.wait_for(
+            "fence visible on another broker",
+            lambda: {x["broker_id"]: x["fenced"] for x in b.metadata(other)["brokers"]}[paused],
+            5,
+        )
         for t in cluster.controller_metadata()["topics"]:
             for p in t["partitions"]:
                 assert p["leader"] != paused, p
@@ -143,7 +162,8 @@ def test_a_paused_broker_is_fenced_and_unfenced_when_it_resumes(cluster: Cluster
 
 
 def test_brokers_keep_following_and_stay_unfenced_when_the_active_controller_dies(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     q, b = cluster.quorum, cluster.brokers
     old = q.wait_active_leader()
     epochs = {i: b.ready(i)[1]["broker_epoch"] for i in b.ids}
@@ -152,8 +172,9 @@ def test_brokers_keep_following_and_stay_unfenced_when_the_active_controller_die
     new = q.wait_active_leader(exclude=old)
     cluster.create_topic("after-failover", 3, 3)
     for i in b.ids:
-        cluster.wait_for(f"new topic on broker {i}",
-                         lambda i=i: _assignment(b.metadata(i), "after-failover"), 10)
+        cluster.wait_for(
+            f"new topic on broker {i}", lambda i=i: _assignment(b.metadata(i), "after-failover"), 10
+        )
     # Past a whole session timeout after the kill: heartbeats found the new controller.
     while time.monotonic() < t0 + SESSION_TIMEOUT_S + 2:
         regs = {x["broker_id"]: x for x in q.metadata(new)["brokers"]}
@@ -167,19 +188,23 @@ def test_brokers_keep_following_and_stay_unfenced_when_the_active_controller_die
 
 
 def test_sigterm_shuts_a_broker_down_in_a_controlled_way_and_a_restart_gets_a_new_epoch(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     b = cluster.brokers
     meta = cluster.controller_metadata()
-    leads = {i: sum(p["leader"] == i for t in meta["topics"] for p in t["partitions"])
-             for i in b.ids}
+    leads = {
+        i: sum(p["leader"] == i for t in meta["topics"] for p in t["partitions"]) for i in b.ids
+    }
     victim = max(leads, key=lambda i: leads[i])
     assert leads[victim] > 0, leads
     old_state = b.ready(victim)[1]
     assert b.kill(victim, signal.SIGTERM) == 0, b.log_tail(victim)
     assert "controlled shutdown confirmed" in b.log_tail(victim, 10)
     # KIP-966: every log closed cleanly, so the next process may say so when it registers.
-    assert (f"clean-shutdown marker written (broker epoch {old_state['broker_epoch']})"
-            in b.log_tail(victim, 10))
+    assert (
+        f"clean-shutdown marker written (broker epoch {old_state['broker_epoch']})"
+        in b.log_tail(victim, 10)
+    )
     meta = cluster.controller_metadata()
     for t in meta["topics"]:
         for p in t["partitions"]:
@@ -195,8 +220,9 @@ def test_sigterm_shuts_a_broker_down_in_a_controlled_way_and_a_restart_gets_a_ne
     assert new_state["broker_epoch"] > old_state["broker_epoch"]
     assert new_state["incarnation_id"] != old_state["incarnation_id"]
     assert cluster.controller_brokers()[victim]["fenced"] is False
-    assert (f"clean-shutdown marker of broker epoch {old_state['broker_epoch']}"
-            in b.log_tail(victim, 200))
+    assert f"clean-shutdown marker of broker epoch {old_state['broker_epoch']}" in b.log_tail(
+        victim, 200
+    )
 
 
 def test_a_broker_whose_registration_is_removed_registers_again(cluster: Cluster) -> None:
@@ -209,8 +235,11 @@ def test_a_broker_whose_registration_is_removed_registers_again(cluster: Cluster
 
     asyncio.run(unregister())
     # Its next heartbeat is refused (BROKER_ID_NOT_REGISTERED): same process, new epoch.
-    after = cluster.wait_for("re-registered", lambda: (
-        (s := b.ready(victim))[0] == 200 and s[1]["registrations"] == 2 and s[1]), 15)
+    after = cluster.wait_for(
+        "re-registered",
+        lambda: (s := b.ready(victim))[0] == 200 and s[1]["registrations"] == 2 and s[1],
+        15,
+    )
     assert after["incarnation_id"] == before["incarnation_id"]
     assert after["broker_epoch"] > before["broker_epoch"]
     assert cluster.controller_brokers()[victim]["epoch"] == after["broker_epoch"]

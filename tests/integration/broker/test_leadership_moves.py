@@ -30,9 +30,15 @@ TOPIC = "moves"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
     root: Path = tmp_path_factory.mktemp("moves-cluster")
     with running_cluster(
-            root, controller_args=["--override", "leader_imbalance_check_interval_ms=1000",
-                                   "--override", "broker_session_timeout_ms=4000"],
-            broker_args=["--override", "broker_heartbeat_interval_ms=500"]) as cluster:
+        root,
+        controller_args=[
+            "--override",
+            "leader_imbalance_check_interval_ms=1000",
+            "--override",
+            "broker_session_timeout_ms=4000",
+        ],
+        broker_args=["--override", "broker_heartbeat_interval_ms=500"],
+    ) as cluster:
         yield cluster
 
 
@@ -43,14 +49,20 @@ def partitions(b: Brokers, via: int) -> list[dict[str, Any]]:
     return []
 
 
-def test_controlled_shutdown_rejoin_and_preferred_leaders(
-        cluster: tuple[Quorum, Brokers]) -> None:
+def test_controlled_shutdown_rejoin_and_preferred_leaders(cluster: tuple[Quorum, Brokers]) -> None:
     q, b = cluster
 
     async def create() -> None:
         async with ControllerClient(q.urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=TOPIC, num_partitions=3, replication_factor=3,
-                                         configs={"min.insync.replicas": "2"}))
+            await cc.execute(
+                CreateTopic(
+                    name=TOPIC,
+                    num_partitions=3,
+                    replication_factor=3,
+                    configs={"min.insync.replicas": "2"},
+                )
+            )
+
     asyncio.run(create())
     watcher = b.ids[0]
 

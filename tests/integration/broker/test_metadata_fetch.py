@@ -18,10 +18,17 @@ from metalog.records import Endpoint
 from metalog.service import ControllerService
 
 
-async def _controller(tmp_path: Path, snapshot_records: int) -> tuple[web.AppRunner, str, ControllerService]:
+async def _controller(
+    tmp_path: Path, snapshot_records: int
+) -> tuple[web.AppRunner, str, ControllerService]:
     port = free_ports(1)[0]
-    cfg = NodeConfig(node_id=1, roles=("controller",), listen=f"127.0.0.1:{port}",
-                     controller_quorum=f"1@127.0.0.1:{port}", data_dir=tmp_path / "c1")
+    cfg = NodeConfig(
+        node_id=1,
+        roles=("controller",),
+        listen=f"127.0.0.1:{port}",
+        controller_quorum=f"1@127.0.0.1:{port}",
+        data_dir=tmp_path / "c1",
+    )
     app, svc = build_controller(cfg, snapshot_records=snapshot_records)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -29,19 +36,25 @@ async def _controller(tmp_path: Path, snapshot_records: int) -> tuple[web.AppRun
     return runner, cfg.url, svc
 
 
-def test_a_follower_starting_after_a_snapshot_loads_it_then_follows_the_log(
-        tmp_path: Path) -> None:
+def test_a_follower_starting_after_a_snapshot_loads_it_then_follows_the_log(tmp_path: Path) -> None:
     async def go() -> None:
         runner, url, svc = await _controller(tmp_path, snapshot_records=20)
         try:
             async with ControllerClient([url], timeout_s=20) as c:
-                reg = await c.execute(RegisterBroker(
-                    broker_id=7, incarnation_id="x", endpoints=(Endpoint("http", "h", 1),)))
-                await c.execute(BrokerHeartbeat(broker_id=7, broker_epoch=reg.broker_epoch,
-                                                current_metadata_offset=10**9))
+                reg = await c.execute(
+                    RegisterBroker(
+                        broker_id=7, incarnation_id="x", endpoints=(Endpoint("http", "h", 1),)
+                    )
+                )
+                await c.execute(
+                    BrokerHeartbeat(
+                        broker_id=7, broker_epoch=reg.broker_epoch, current_metadata_offset=10**9
+                    )
+                )
                 for i in range(25):
-                    await c.execute(CreateTopic(name=f"t{i}", num_partitions=1,
-                                                replication_factor=1))
+                    await c.execute(
+                        CreateTopic(name=f"t{i}", num_partitions=1, replication_factor=1)
+                    )
                 for _ in range(100):  # the service snapshots on its next poll
                     if svc._snapshot is not None:
                         break
@@ -54,8 +67,9 @@ def test_a_follower_starting_after_a_snapshot_loads_it_then_follows_the_log(
                 assert all(b.base_offset + b.count > snap_offset for b in resp.batches)
 
                 # A dead controller first: the follower rotates to the live one.
-                f = MetadataFollower(["http://127.0.0.1:9", url], broker_id=8,
-                                     max_wait_ms=200, retry_backoff_s=0.05)
+                f = MetadataFollower(
+                    ["http://127.0.0.1:9", url], broker_id=8, max_wait_ms=200, retry_backoff_s=0.05
+                )
                 updates: list[MetadataUpdate] = []
 
                 async def listen(u: MetadataUpdate) -> None:
@@ -65,8 +79,9 @@ def test_a_follower_starting_after_a_snapshot_loads_it_then_follows_the_log(
                 await f.start()
                 try:
                     await f.wait_for_offset(snap_offset, timeout_s=10)
-                    await c.execute(CreateTopic(name="after", num_partitions=2,
-                                                replication_factor=1))
+                    await c.execute(
+                        CreateTopic(name="after", num_partitions=2, replication_factor=1)
+                    )
                     target = svc.metadata_offset
                     await f.wait_for_offset(target, timeout_s=10)
                 finally:
@@ -75,8 +90,11 @@ def test_a_follower_starting_after_a_snapshot_loads_it_then_follows_the_log(
                 first = updates[0]
                 assert first.is_snapshot and first.delta is not None
                 assert {f"t{i}" for i in range(25)} <= set(first.delta.created_topics.values())
-                later = [u for u in updates[1:] if u.delta is not None
-                         and "after" in u.delta.created_topics.values()]
+                later = [
+                    u
+                    for u in updates[1:]
+                    if u.delta is not None and "after" in u.delta.created_topics.values()
+                ]
                 assert len(later) == 1 and not later[0].is_snapshot
                 assert len(later[0].delta.local_changes(7).leaders) == 2
                 mine = image_summary(f.image)

@@ -30,8 +30,9 @@ VALUE = 1000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers, Path]]:
     root: Path = tmp_path_factory.mktemp("page-cache-cluster")
-    with running_cluster(root, controllers=1, broker_args=[
-            "--override", f"log_page_cache_keep_bytes={KEEP}"]) as (q, b):
+    with running_cluster(
+        root, controllers=1, broker_args=["--override", f"log_page_cache_keep_bytes={KEEP}"]
+    ) as (q, b):
         yield q, b, root
 
 
@@ -40,23 +41,35 @@ def segment_files(root: Path, topic: str) -> list[Path]:
 
 
 def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
-        cluster: tuple[Quorum, Brokers, Path]) -> None:
+    cluster: tuple[Quorum, Brokers, Path],
+) -> None:
     q, b, root = cluster
     boot = [b.url(x) for x in b.ids]
     topic = "cached"
 
     async def create_and_produce() -> None:
         async with ControllerClient(q.urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=topic, num_partitions=1, replication_factor=3,
-                                         configs={"min.insync.replicas": "3"}))
+            await cc.execute(
+                CreateTopic(
+                    name=topic,
+                    num_partitions=1,
+                    replication_factor=3,
+                    configs={"min.insync.replicas": "3"},
+                )
+            )
         async with AsyncProducer(boot, acks="all", linger_ms=5) as p:
             for i in range(0, RECORDS, 100):
-                await p.send_batch(topic, [b"%06d" % j + b"." * (VALUE - 6)
-                                           for j in range(i, i + 100)])
+                await p.send_batch(
+                    topic, [b"%06d" % j + b"." * (VALUE - 6) for j in range(i, i + 100)]
+                )
             await p.flush()
+
     asyncio.run(create_and_produce())
-    files = wait_for("a segment file on each of the three replicas",
-                     lambda: (fs := segment_files(root, topic)) and len(fs) == 3 and fs, 30)
+    files = wait_for(
+        "a segment file on each of the three replicas",
+        lambda: (fs := segment_files(root, topic)) and len(fs) == 3 and fs,
+        30,
+    )
 
     def dropped() -> bool:
         for f in files:
@@ -66,6 +79,7 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
             if size < RECORDS * VALUE or resident_pages(str(f), 0, size - KEEP - 2 * MIB):
                 return False
         return True
+
     wait_for("every replica's log out of the page cache but for its tail", dropped, 30)
     for f in files:
         size = f.stat().st_size
@@ -73,8 +87,9 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
     for x in b.ids:  # each broker holds a replica and says how much it asked out
         with urllib.request.urlopen(f"{b.url(x)}/metrics", timeout=5) as r:
             text = r.read().decode()
-        (line,) = [ln for ln in text.splitlines()
-                   if ln.startswith("longboat_page_cache_asked_bytes ")]
+        (line,) = [
+            ln for ln in text.splitlines() if ln.startswith("longboat_page_cache_asked_bytes ")
+        ]
         assert float(line.split()[1]) >= RECORDS * VALUE - KEEP - 2 * MIB, line
 
     async def consume() -> list[bytes]:
@@ -86,5 +101,6 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
                 assert recs
                 got += [r.value or b"" for r in recs]
             return got
+
     values = asyncio.run(consume())
     assert [v[:6] for v in values] == [b"%06d" % j for j in range(RECORDS)]

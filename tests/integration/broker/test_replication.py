@@ -41,14 +41,17 @@ class Cluster:
         req = urllib.request.Request(
             f"{self.brokers.url(b)}/internal/broker/v1/{route}",
             data=msgpack.packb(body, use_bin_type=True),
-            headers={"Content-Type": "application/msgpack"}, method="POST")
+            headers={"Content-Type": "application/msgpack"},
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return msgpack.unpackb(r.read(), raw=False)
 
     def replica(self, b: int) -> dict[str, Any] | None:
         try:
             with urllib.request.urlopen(
-                    f"{self.brokers.url(b)}/internal/broker/v1/replicas", timeout=2) as r:
+                f"{self.brokers.url(b)}/internal/broker/v1/replicas", timeout=2
+            ) as r:
                 reps = json.loads(r.read())
         except (OSError, urllib.error.URLError):
             return None
@@ -56,8 +59,17 @@ class Cluster:
 
     def produce(self, b: int, value: bytes, acks: int = -1, timeout_ms: int = 10_000) -> Any:
         batch = encode_batch([(None, value, int(time.time() * 1000), ())])
-        return self.call(b, "produce", {"topic": TOPIC, "partition": 0, "acks": acks,
-                                        "timeout_ms": timeout_ms, "batch": batch})
+        return self.call(
+            b,
+            "produce",
+            {
+                "topic": TOPIC,
+                "partition": 0,
+                "acks": acks,
+                "timeout_ms": timeout_ms,
+                "batch": batch,
+            },
+        )
 
     def read_all(self, b: int, replica_id: int) -> tuple[list[bytes | None], dict[str, Any]]:
         """Every record value of broker ``b``'s log from offset 0 (consumer: below the HW)."""
@@ -65,20 +77,35 @@ class Cluster:
         offset = 0
         last: dict[str, Any] = {}
         while True:
-            last = self.call(b, "fetch", {"topic": TOPIC, "partition": 0,
-                                          "replica_id": replica_id, "fetch_offset": offset,
-                                          "max_bytes": 1 << 20, "max_wait_ms": 0})
+            last = self.call(
+                b,
+                "fetch",
+                {
+                    "topic": TOPIC,
+                    "partition": 0,
+                    "replica_id": replica_id,
+                    "fetch_offset": offset,
+                    "max_bytes": 1 << 20,
+                    "max_wait_ms": 0,
+                },
+            )
             assert not last.get("error"), last
             data = last["records"]
             if not data:
                 return values, last
             for pos, h in iter_batches(data):
-                values += [r.value for r in decode_records(data[pos:pos + h.size])]
+                values += [r.value for r in decode_records(data[pos : pos + h.size])]
                 offset = h.next_offset
 
     def wait_for(self, what: str, cond: Any, timeout_s: float) -> Any:
-        return wait_for(what, cond, timeout_s, context=lambda: "\n".join(
-            f"--- broker {b}\n{self.brokers.log_tail(b, 15)}" for b in self.brokers.ids))
+        return wait_for(
+            what,
+            cond,
+            timeout_s,
+            context=lambda: "\n".join(
+                f"--- broker {b}\n{self.brokers.log_tail(b, 15)}" for b in self.brokers.ids
+            ),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +118,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def _create_topic(c: Cluster) -> None:
     async def go() -> None:
         async with ControllerClient(c.quorum.urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=TOPIC, num_partitions=1, replication_factor=3,
-                                         configs={"min.insync.replicas": "2"}))
+            await cc.execute(
+                CreateTopic(
+                    name=TOPIC,
+                    num_partitions=1,
+                    replication_factor=3,
+                    configs={"min.insync.replicas": "2"},
+                )
+            )
 
     asyncio.run(go())
 
@@ -112,9 +145,18 @@ def test_replicate_fail_over_and_rejoin(cluster: Cluster) -> None:
     leader = c.wait_for("a leader with ISR of 3", leader_with_full_isr, 30)
     followers = [b for b in ids if b != leader]
     # A follower does not serve a produce another broker forwarded: it names the leader.
-    ans = c.call(followers[0], "produce", {
-        "topic": TOPIC, "partition": 0, "acks": -1, "timeout_ms": 10_000, "forwarded": True,
-        "batch": encode_batch([(None, b"nope", int(time.time() * 1000), ())])})
+    ans = c.call(
+        followers[0],
+        "produce",
+        {
+            "topic": TOPIC,
+            "partition": 0,
+            "acks": -1,
+            "timeout_ms": 10_000,
+            "forwarded": True,
+            "batch": encode_batch([(None, b"nope", int(time.time() * 1000), ())]),
+        },
+    )
     assert ans["error"] == "NOT_LEADER_OR_FOLLOWER" and ans["leader_id"] == leader
 
     acked: list[bytes | None] = []
@@ -132,9 +174,16 @@ def test_replicate_fail_over_and_rejoin(cluster: Cluster) -> None:
         acked.append(v)
 
     n = len(acked)
-    c.wait_for("every replica at the same log end and HW",
-               lambda: all((r := c.replica(b)) is not None and r["log_end_offset"] == n
-                           and r["high_watermark"] == n for b in ids), 20)
+    c.wait_for(
+        "every replica at the same log end and HW",
+        lambda: all(
+            (r := c.replica(b)) is not None
+            and r["log_end_offset"] == n
+            and r["high_watermark"] == n
+            for b in ids
+        ),
+        20,
+    )
     for b in ids:
         values, _ = c.read_all(b, replica_id=-2)
         assert values == acked, f"broker {b}"
@@ -192,9 +241,16 @@ def test_replicate_fail_over_and_rejoin(cluster: Cluster) -> None:
     # in the ISR, the controller may make it leader again: it is the preferred replica.)
     c.brokers.start(leader)
     n = len(acked)
-    c.wait_for("the old leader caught up and back in the ISR",
-               lambda: (o := c.replica(leader)) is not None and leader in o["isr"]
-               and o["log_end_offset"] == n and len(o["isr"]) == 3, 40)
+    c.wait_for(
+        "the old leader caught up and back in the ISR",
+        lambda: (
+            (o := c.replica(leader)) is not None
+            and leader in o["isr"]
+            and o["log_end_offset"] == n
+            and len(o["isr"]) == 3
+        ),
+        40,
+    )
     assert "truncated to" in c.brokers.log_tail(leader, 200)
     for b in ids:
         values, _ = c.read_all(b, replica_id=-2)
@@ -229,12 +285,16 @@ def test_a_paused_follower_leaves_the_isr_and_returns(cluster: Cluster) -> None:
         assert waited > 1.0  # it had to wait for the ISR to shrink
     finally:
         c.brokers.send_signal(paused, signal.SIGCONT)
-    c.wait_for("the paused follower back in the ISR",
-               lambda: (r := c.replica(leader)) is not None and len(r["isr"]) == 3, 40)
+    c.wait_for(
+        "the paused follower back in the ISR",
+        lambda: (r := c.replica(leader)) is not None and len(r["isr"]) == 3,
+        40,
+    )
     expected = [*base, b"while-paused"]
     for b in ids:
-        c.wait_for(f"broker {b} caught up",
-                   lambda b=b: c.read_all(b, replica_id=-2)[0] == expected, 20)
+        c.wait_for(
+            f"broker {b} caught up", lambda b=b: c.read_all(b, replica_id=-2)[0] == expected, 20
+        )
 
 
 def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluster) -> None:
@@ -253,16 +313,21 @@ def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluste
 
     # An idempotent producer's retry is answered with the original offsets, not appended.
     ts = int(time.time() * 1000)
-    batch = encode_batch([(None, b"idem-0", ts, ()), (None, b"idem-1", ts, ())],
-                         producer_id=4242, producer_epoch=0, base_sequence=0)
+    batch = encode_batch(
+        [(None, b"idem-0", ts, ()), (None, b"idem-1", ts, ())],
+        producer_id=4242,
+        producer_epoch=0,
+        base_sequence=0,
+    )
     body = {"topic": TOPIC, "partition": 0, "acks": -1, "timeout_ms": 10_000, "batch": batch}
     first = c.call(leader, "produce", body)
     again = c.call(leader, "produce", body)
     assert not first.get("error") and not again.get("error"), (first, again)
     assert first["base_offset"] == hw and not first["duplicate"]
     assert (again["base_offset"], again["last_offset"]) == (hw, hw + 1) and again["duplicate"]
-    gap = encode_batch([(None, b"gap", ts, ())], producer_id=4242, producer_epoch=0,
-                       base_sequence=7)
+    gap = encode_batch(
+        [(None, b"gap", ts, ())], producer_id=4242, producer_epoch=0, base_sequence=7
+    )
     ans = c.call(leader, "produce", {**body, "batch": gap})
     assert ans["error"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
     corrupt = bytearray(batch)
@@ -271,8 +336,7 @@ def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluste
     assert ans["error"] == "CORRUPT_MESSAGE"
 
     def offsets(timestamp: int) -> int:
-        a = c.call(leader, "list_offsets", {"topic": TOPIC, "partition": 0,
-                                            "timestamp": timestamp})
+        a = c.call(leader, "list_offsets", {"topic": TOPIC, "partition": 0, "timestamp": timestamp})
         assert not a.get("error"), a
         return int(a["offset"])
 
@@ -283,13 +347,32 @@ def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluste
 
     # A consumer fetch at the HW long-polls, then gets what a producer writes meanwhile.
     t0 = time.monotonic()
-    a = c.call(leader, "fetch", {"topic": TOPIC, "partition": 0, "replica_id": -1,
-                                 "fetch_offset": hw + 2, "max_wait_ms": 300})
+    a = c.call(
+        leader,
+        "fetch",
+        {
+            "topic": TOPIC,
+            "partition": 0,
+            "replica_id": -1,
+            "fetch_offset": hw + 2,
+            "max_wait_ms": 300,
+        },
+    )
     assert a["records"] == b"" and time.monotonic() - t0 >= 0.25
 
     # An epoch-fenced fetch is refused.
-    a = c.call(leader, "fetch", {"topic": TOPIC, "partition": 0, "replica_id": -1,
-                                 "fetch_offset": 0, "leader_epoch": 0, "max_wait_ms": 0})
+    a = c.call(
+        leader,
+        "fetch",
+        {
+            "topic": TOPIC,
+            "partition": 0,
+            "replica_id": -1,
+            "fetch_offset": 0,
+            "leader_epoch": 0,
+            "max_wait_ms": 0,
+        },
+    )
     epoch = c.replica(leader)["leader_epoch"]  # type: ignore[index]
     assert (a.get("error") == "FENCED_LEADER_EPOCH") == (epoch > 0)
 
@@ -299,7 +382,12 @@ def test_idempotent_retries_offsets_long_poll_and_topic_deletion(cluster: Cluste
             await cc.execute(DeleteTopic(name=TOPIC))
 
     asyncio.run(delete())
-    c.wait_for("every replica deleted",
-               lambda: all(c.replica(b) is None and not (
-                   c.brokers.root / f"broker-{b}" / "data" / f"{TOPIC}-0").exists()
-                   for b in ids), 20)
+    c.wait_for(
+        "every replica deleted",
+        lambda: all(
+            c.replica(b) is None
+            and not (c.brokers.root / f"broker-{b}" / "data" / f"{TOPIC}-0").exists()
+            for b in ids
+        ),
+        20,
+    )

@@ -40,8 +40,10 @@ async def _serve(app: web.Application, port: int) -> web.AppRunner:
 
 
 async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
-    async with aiohttp.ClientSession() as s, s.post(
-            f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r,
+    ):
         return msgpack.unpackb(await r.read(), raw=False)
 
 
@@ -61,7 +63,7 @@ def _values(log: PartitionLog) -> list[bytes | None]:
     while offset < log.log_end_offset:  # a read stays within one segment
         data = log.read(offset, 1 << 20).data
         for pos, h in iter_batches(data):
-            out += [r.value for r in decode_records(data[pos:pos + h.size])]
+            out += [r.value for r in decode_records(data[pos : pos + h.size])]
             offset = h.next_offset
     return out
 
@@ -70,27 +72,47 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
     async def go() -> None:
         cport, p1, p2 = free_ports(3)
         quorum = f"1@127.0.0.1:{cport}"
-        ccfg = NodeConfig(node_id=1, roles=("controller",), listen=f"127.0.0.1:{cport}",
-                          controller_quorum=quorum, data_dir=tmp_path / "c1")
+        ccfg = NodeConfig(
+            node_id=1,
+            roles=("controller",),
+            listen=f"127.0.0.1:{cport}",
+            controller_quorum=quorum,
+            data_dir=tmp_path / "c1",
+        )
         capp, _ = build_controller(ccfg)
         runners = [await _serve(capp, cport)]
         mgrs: dict[int, ReplicaManager] = {}
         urls: dict[int, str] = {}
         for bid, port in ((11, p1), (12, p2)):
-            cfg = NodeConfig(node_id=bid, listen=f"127.0.0.1:{port}", controller_quorum=quorum,
-                             data_dir=tmp_path / f"b{bid}")
+            cfg = NodeConfig(
+                node_id=bid,
+                listen=f"127.0.0.1:{port}",
+                controller_quorum=quorum,
+                data_dir=tmp_path / f"b{bid}",
+            )
             app, srv = build_broker(cfg, heartbeat_interval_s=0.2)
             runners.append(await _serve(app, port))
             mgrs[bid] = srv.replicas
             urls[bid] = f"http://127.0.0.1:{port}"
         try:
-            await _wait("both brokers registered", lambda: all(
-                m.image is not None and len(m.image.brokers) == 2
-                and not any(b.fenced for b in m.image.brokers.brokers.values())
-                for m in mgrs.values()))
+            await _wait(
+                "both brokers registered",
+                lambda: all(
+                    m.image is not None
+                    and len(m.image.brokers) == 2
+                    and not any(b.fenced for b in m.image.brokers.brokers.values())
+                    for m in mgrs.values()
+                ),
+            )
             async with ControllerClient([ccfg.url], timeout_s=10) as c:
-                await c.execute(CreateTopic(name="t", num_partitions=1, replication_factor=2,
-                                            configs={"min.insync.replicas": "2"}))
+                await c.execute(
+                    CreateTopic(
+                        name="t",
+                        num_partitions=1,
+                        replication_factor=2,
+                        configs={"min.insync.replicas": "2"},
+                    )
+                )
 
             def leader() -> int | None:
                 for bid, m in mgrs.items():
@@ -106,9 +128,11 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             for i in range(10):
                 v = f"v{i}".encode()
                 batch = encode_batch([(None, v, ts0 + i, ())])
-                ans = await _call(urls[lid], "produce", {
-                    "topic": "t", "partition": 0, "acks": -1, "timeout_ms": 5_000,
-                    "batch": batch})
+                ans = await _call(
+                    urls[lid],
+                    "produce",
+                    {"topic": "t", "partition": 0, "acks": -1, "timeout_ms": 5_000, "batch": batch},
+                )
                 assert not ans.get("error") and ans["base_offset"] == i, ans
                 sent.append(v)
             frep = mgrs[fid].by_name[("t", 0)]
@@ -121,24 +145,38 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
 
             # A follower whose log of the leader's epoch goes past where the leader's ends
             # diverges there (and its state is not updated).
-            ans = await _call(urls[lid], "fetch", {
-                "topic": "t", "partition": 0, "replica_id": fid, "fetch_offset": 12,
-                "leader_epoch": lrep.registration.leader_epoch,
-                "last_fetched_epoch": lrep.registration.leader_epoch, "max_wait_ms": 0})
+            ans = await _call(
+                urls[lid],
+                "fetch",
+                {
+                    "topic": "t",
+                    "partition": 0,
+                    "replica_id": fid,
+                    "fetch_offset": 12,
+                    "leader_epoch": lrep.registration.leader_epoch,
+                    "last_fetched_epoch": lrep.registration.leader_epoch,
+                    "max_wait_ms": 0,
+                },
+            )
             assert ans["diverging_epoch"] == [lrep.registration.leader_epoch, 10], ans
             assert lrep.leader is not None
             progress = lrep.leader.follower(BrokerId(fid))
             assert progress is not None and progress.log_end_offset == 10
             # Consumers see the HW; a non-leader forwards to the leader, and refuses (naming
             # the leader) a request another broker already forwarded.
-            ans = await _call(urls[fid], "list_offsets", {"topic": "t", "partition": 0,
-                                                          "timestamp": -1})
+            ans = await _call(
+                urls[fid], "list_offsets", {"topic": "t", "partition": 0, "timestamp": -1}
+            )
             assert ans["offset"] == 10, ans
-            ans = await _call(urls[fid], "list_offsets", {"topic": "t", "partition": 0,
-                                                          "timestamp": -1, "forwarded": True})
+            ans = await _call(
+                urls[fid],
+                "list_offsets",
+                {"topic": "t", "partition": 0, "timestamp": -1, "forwarded": True},
+            )
             assert ans["error"] == "NOT_LEADER_OR_FOLLOWER" and ans["leader_id"] == lid
-            ans = await _call(urls[lid], "list_offsets", {"topic": "t", "partition": 0,
-                                                          "timestamp": ts0 + 5})
+            ans = await _call(
+                urls[lid], "list_offsets", {"topic": "t", "partition": 0, "timestamp": ts0 + 5}
+            )
             assert ans["offset"] == 5
 
             # ISR shrink by lag, by the leader (replica.lag.time.max.ms made short here: the
@@ -147,36 +185,73 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             # refused below min.insync.replicas; the fetches resume and the leader adds
             # the follower back.
             assert lrep.leader is not None
-            lrep.leader.config = dataclasses.replace(lrep.leader.config,
-                                                     replica_lag_time_ms_max=300)
+            lrep.leader.config = dataclasses.replace(
+                lrep.leader.config, replica_lag_time_ms_max=300
+            )
             # The follower loses its way to the leader (its fetcher retries, unanswered).
             fmgr: Any = mgrs[fid]
             fmgr.leader_url = lambda broker_id: None
             # A follower at the leader's LEO is in sync however long ago it fetched: the log
             # must grow past it.
-            ans = await _call(urls[lid], "produce", {
-                "topic": "t", "partition": 0, "acks": 1, "timeout_ms": 5_000,
-                "batch": encode_batch([(None, b"acks1", ts0, ())])})
+            ans = await _call(
+                urls[lid],
+                "produce",
+                {
+                    "topic": "t",
+                    "partition": 0,
+                    "acks": 1,
+                    "timeout_ms": 5_000,
+                    "batch": encode_batch([(None, b"acks1", ts0, ())]),
+                },
+            )
             assert not ans.get("error"), ans
-            await _wait("the ISR shrunk by the leader", lambda: lrep.leader is not None
-                        and lrep.leader.isr == (lid,) and lrep.leader.pending is None)
-            ans = await _call(urls[lid], "produce", {
-                "topic": "t", "partition": 0, "acks": -1, "timeout_ms": 5_000,
-                "batch": encode_batch([(None, b"refused", ts0, ())])})
+            await _wait(
+                "the ISR shrunk by the leader",
+                lambda: (
+                    lrep.leader is not None
+                    and lrep.leader.isr == (lid,)
+                    and lrep.leader.pending is None
+                ),
+            )
+            ans = await _call(
+                urls[lid],
+                "produce",
+                {
+                    "topic": "t",
+                    "partition": 0,
+                    "acks": -1,
+                    "timeout_ms": 5_000,
+                    "batch": encode_batch([(None, b"refused", ts0, ())]),
+                },
+            )
             assert ans["error"] == "NOT_ENOUGH_REPLICAS", ans
             assert lrep.high_watermark == 10  # KIP-966: no HW progress below min ISR
             del fmgr.leader_url
-            await _wait("the follower back in the ISR", lambda: lrep.leader is not None
-                        and sorted(lrep.leader.isr) == sorted((lid, fid)))
+            await _wait(
+                "the follower back in the ISR",
+                lambda: lrep.leader is not None and sorted(lrep.leader.isr) == sorted((lid, fid)),
+            )
             await _wait("the HW past the acks=1 batch", lambda: lrep.high_watermark == 11)
             assert _values(frep.log) == [*sent, b"acks1"]
 
             # A clean shutdown snapshots producer state; the next open loads it (and the
             # headers after it) instead of rebuilding, and the result is the same.
-            ans = await _call(urls[lid], "produce", {
-                "topic": "t", "partition": 0, "acks": 1, "timeout_ms": 5_000,
-                "batch": encode_batch([(None, b"idem", ts0, ())], producer_id=77,
-                                      producer_epoch=3, base_sequence=0)})
+            ans = await _call(
+                urls[lid],
+                "produce",
+                {
+                    "topic": "t",
+                    "partition": 0,
+                    "acks": 1,
+                    "timeout_ms": 5_000,
+                    "batch": encode_batch(
+                        [(None, b"idem", ts0, ())],
+                        producer_id=77,
+                        producer_epoch=3,
+                        base_sequence=0,
+                    ),
+                },
+            )
             assert not ans.get("error"), ans
             ldir = lrep.log.dir_path
             await mgrs[lid].stop()

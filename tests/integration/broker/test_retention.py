@@ -32,34 +32,51 @@ TP = TopicPartition(TOPIC, 0)
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
     root: Path = tmp_path_factory.mktemp("retention-cluster")
     with running_cluster(
-            root, controllers=1,
-            controller_args=["--override", "broker_session_timeout_ms=4000"],
-            broker_args=["--override", "log_retention_check_interval_ms=300",
-                         "--override", "replica_lag_time_max_ms=2000",
-                         "--override", "broker_heartbeat_interval_ms=500"]) as cluster:
+        root,
+        controllers=1,
+        controller_args=["--override", "broker_session_timeout_ms=4000"],
+        broker_args=[
+            "--override",
+            "log_retention_check_interval_ms=300",
+            "--override",
+            "replica_lag_time_max_ms=2000",
+            "--override",
+            "broker_heartbeat_interval_ms=500",
+        ],
+    ) as cluster:
         yield cluster
 
 
 def replica(b: Brokers, broker: int) -> dict[str, Any] | None:
     import json
     import urllib.request
-    with urllib.request.urlopen(f"{b.url(broker)}/internal/broker/v1/replicas",
-                                timeout=2) as r:
+
+    with urllib.request.urlopen(f"{b.url(broker)}/internal/broker/v1/replicas", timeout=2) as r:
         reps = json.loads(r.read())
     return next((x for x in reps if x["topic"] == TOPIC), None)
 
 
 def test_retention_moves_the_log_start_and_a_lagging_follower_restarts_there(
-        cluster: tuple[Quorum, Brokers]) -> None:
+    cluster: tuple[Quorum, Brokers],
+) -> None:
     q, b = cluster
     boot = [b.url(x) for x in b.ids]
 
     async def create() -> None:
         async with ControllerClient(q.urls, timeout_s=20) as cc:
-            await cc.execute(CreateTopic(name=TOPIC, num_partitions=1, replication_factor=3,
-                                         configs={"segment.bytes": "20000",
-                                                  "retention.bytes": "60000",
-                                                  "min.insync.replicas": "1"}))
+            await cc.execute(
+                CreateTopic(
+                    name=TOPIC,
+                    num_partitions=1,
+                    replication_factor=3,
+                    configs={
+                        "segment.bytes": "20000",
+                        "retention.bytes": "60000",
+                        "min.insync.replicas": "1",
+                    },
+                )
+            )
+
     asyncio.run(create())
 
     def leader() -> int | None:
@@ -81,17 +98,24 @@ def test_retention_moves_the_log_start_and_a_lagging_follower_restarts_there(
     asyncio.run(produce(200, 0))
     b.send_signal(lagger, signal.SIGSTOP)  # it stops fetching at some offset below 1200
     try:
-        asyncio.run(produce(1000, 200))    # ~250 kB: retention keeps ~60 kB of it
-        wait_for("the leader's log start past the paused follower's end", lambda: (
-            (lr := replica(b, lead)) is not None and lr["log_start_offset"] > 400), 30)
+        asyncio.run(produce(1000, 200))  # ~250 kB: retention keeps ~60 kB of it
+        wait_for(
+            "the leader's log start past the paused follower's end",
+            lambda: (lr := replica(b, lead)) is not None and lr["log_start_offset"] > 400,
+            30,
+        )
     finally:
         b.send_signal(lagger, signal.SIGCONT)
 
     def caught_up() -> bool:
         lr, fr = replica(b, lead), replica(b, lagger)
-        return (lr is not None and fr is not None
-                and fr["log_end_offset"] == lr["log_end_offset"]
-                and fr["log_start_offset"] >= lr["log_start_offset"] - 200)
+        return (
+            lr is not None
+            and fr is not None
+            and fr["log_end_offset"] == lr["log_end_offset"]
+            and fr["log_start_offset"] >= lr["log_start_offset"] - 200
+        )
+
     wait_for("the follower restarted at the leader's log start and caught up", caught_up, 30)
     assert "restarting the log there" in b.log_tail(lagger, 200)
 
@@ -108,7 +132,8 @@ def test_retention_moves_the_log_start_and_a_lagging_follower_restarts_there(
                     raise AssertionError(
                         f"no more records after {len(got)} (first offset "
                         f"{got[0].offset if got else None}); log start {start} before the "
-                        f"reset, {now} now")
+                        f"reset, {now} now"
+                    )
                 got += recs
             return start, got
 

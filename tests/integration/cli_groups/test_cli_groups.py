@@ -48,8 +48,11 @@ def active(c: HttpCluster) -> Iterator[Consumers]:
     """Group "cli" with one member (instance "m") that has consumed 10 of 30 records per
     partition and committed that; topic "cli-t" has 3 partitions."""
     c.create_topic("cli-t", partitions=3, rf=3)
-    produce(c, "cli-t", [{"partition_id": i % 3, "value": {"type": "JSON", "data": i}}
-                         for i in range(30)])
+    produce(
+        c,
+        "cli-t",
+        [{"partition_id": i % 3, "value": {"type": "JSON", "data": i}} for i in range(30)],
+    )
     v2 = Consumers(c)
     v2.committed_member("cli", "m", "cli-t", 30, {p: 1 for p in range(3)})
     yield v2
@@ -66,72 +69,113 @@ def test_list_and_describe_an_active_group(c: HttpCluster, active: Consumers) ->
     assert lines[0].startswith("Group cli: STABLE, generation ")
     assert "assignor range, 1 member(s), coordinator 10" in lines[0]
     header = next(i for i, ln in enumerate(lines) if ln.startswith("GROUP"))
-    assert lines[header].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
-                                     "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]
-    rows = [ln.split() for ln in lines[header + 1:header + 4]]
-    assert [r[:6] for r in rows] == [["cli", "cli-t", str(p), "2", "10", "8"]
-                                     for p in range(3)]
+    assert lines[header].split() == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+    ]
+    rows = [ln.split() for ln in lines[header + 1 : header + 4]]
+    assert [r[:6] for r in rows] == [["cli", "cli-t", str(p), "2", "10", "8"] for p in range(3)]
     assert "CLIENT-ID" in out and " m " in out
     assert "does not exist" in run(c, "describe", "no-such").output
 
 
-def test_reset_and_delete_refuse_a_group_with_members(c: HttpCluster,
-                                                      active: Consumers) -> None:
-    r = run(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest",
-            "--execute")
+def test_reset_and_delete_refuse_a_group_with_members(c: HttpCluster, active: Consumers) -> None:
+    r = run(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest", "--execute")
     assert r.exit_code == 1 and "1 active member(s)" in r.output, r.output
     r = run(c, "delete", "cli", "--yes")
     assert r.exit_code == 1 and "active member(s)" in r.output, r.output
     assert committed(c, "cli") == {0: 2, 1: 2, 2: 2}
 
 
-def test_reset_offsets_dry_run_then_execute_each_target(c: HttpCluster,
-                                                        active: Consumers) -> None:
+def test_reset_offsets_dry_run_then_execute_each_target(c: HttpCluster, active: Consumers) -> None:
     assert active.call("DELETE", "cli", "m")[0] == 204
     wait_group(c, "cli", lambda g: g["state"] == "EMPTY")
-    r = run(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest",
-            "--to-latest")
+    r = run(
+        c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest", "--to-latest"
+    )
     assert r.exit_code == 2 and "exactly one of" in r.output
 
     out = ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest")
     assert "dry run: nothing changed" in out
     assert [ln.split() for ln in out.splitlines()[1:4]] == [
-        ["cli", "cli-t", str(p), "2", "0"] for p in range(3)]
+        ["cli", "cli-t", str(p), "2", "0"] for p in range(3)
+    ]
     assert committed(c, "cli") == {0: 2, 1: 2, 2: 2}
 
-    out = ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest",
-             "--execute")
+    out = ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-earliest", "--execute")
     assert "reset 3 partition(s) of group cli" in out
     assert committed(c, "cli") == {0: 0, 1: 0, 2: 0}
-    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--partition", "1",
-       "--to-latest", "--execute")
+    ok(
+        c,
+        "reset-offsets",
+        "--group",
+        "cli",
+        "--topic",
+        "cli-t",
+        "--partition",
+        "1",
+        "--to-latest",
+        "--execute",
+    )
     assert committed(c, "cli") == {0: 0, 1: 10, 2: 0}
-    r = run(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "99",
-            "--execute")
+    r = run(
+        c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "99", "--execute"
+    )
     assert r.exit_code == 0 and "outside" in r.output
     assert committed(c, "cli") == {0: 10, 1: 10, 2: 10}
-    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "4",
-       "--execute")
+    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "4", "--execute")
     assert committed(c, "cli") == {0: 4, 1: 4, 2: 4}
-    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-datetime",
-       "2000-01-01T00:00:00Z", "--execute")
+    ok(
+        c,
+        "reset-offsets",
+        "--group",
+        "cli",
+        "--topic",
+        "cli-t",
+        "--to-datetime",
+        "2000-01-01T00:00:00Z",
+        "--execute",
+    )
     assert committed(c, "cli") == {0: 0, 1: 0, 2: 0}
     future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
-    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-datetime", future,
-       "--execute")
+    ok(
+        c,
+        "reset-offsets",
+        "--group",
+        "cli",
+        "--topic",
+        "cli-t",
+        "--to-datetime",
+        future,
+        "--execute",
+    )
     assert committed(c, "cli") == {0: 10, 1: 10, 2: 10}
-    r = run(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--partition", "7",
-            "--to-earliest")
+    r = run(
+        c,
+        "reset-offsets",
+        "--group",
+        "cli",
+        "--topic",
+        "cli-t",
+        "--partition",
+        "7",
+        "--to-earliest",
+    )
     assert r.exit_code == 1 and "no partition(s) 7" in r.output
 
     # A new member starts where the reset put the group.
-    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "8",
-       "--execute")
+    ok(c, "reset-offsets", "--group", "cli", "--topic", "cli-t", "--to-offset", "8", "--execute")
     assert active.create("cli", "m2", format="json")[0] == 200
     assert active.call("POST", "cli", "m2", "/subscription", {"topics": ["cli-t"]})[0] == 204
     recs = active.poll_until("cli", "m2", 6)
     assert sorted((r["partition"], r["offset"]) for r in recs) == [
-        (p, o) for p in range(3) for o in (8, 9)]
+        (p, o) for p in range(3) for o in (8, 9)
+    ]
     assert active.call("DELETE", "cli", "m2")[0] == 204
 
 

@@ -61,11 +61,17 @@ def test_async_round_trip_keys_headers_and_bulk(cluster: Cluster) -> None:
     async def go() -> None:
         async with AsyncProducer(cluster.bootstrap, linger_ms=2) as p:
             assert p.producer_id >= 0  # idempotent by default
-            keyed = [await p.send("rt", f"k{i}".encode(), key=f"key-{i % 17}".encode(),
-                                  headers=[("n", str(i).encode())]) for i in range(500)]
+            keyed = [
+                await p.send(
+                    "rt",
+                    f"k{i}".encode(),
+                    key=f"key-{i % 17}".encode(),
+                    headers=[("n", str(i).encode())],
+                )
+                for i in range(500)
+            ]
             loose = [await p.send("rt", f"n{i}".encode()) for i in range(500)]
-            bulk = await p.send_batch("rt", [f"b{i}".encode() for i in range(3000)],
-                                      partition=1)
+            bulk = await p.send_batch("rt", [f"b{i}".encode() for i in range(3000)], partition=1)
             reports = [await f for f in keyed + loose]
             deliveries = await bulk
         # Keys land where Kafka's murmur2 partitioner puts them.
@@ -107,8 +113,7 @@ def test_sync_clients_seek_timestamps_and_errors(cluster: Cluster) -> None:
     tp = TopicPartition("sync", 0)
     base = int(time.time() * 1000)
     with Producer(cluster.bootstrap[0], linger_ms=0) as p:
-        futs = [p.send("sync", f"v{i}".encode(), timestamp_ms=base + i * 10)
-                for i in range(100)]
+        futs = [p.send("sync", f"v{i}".encode(), timestamp_ms=base + i * 10) for i in range(100)]
         p.flush()
         offsets = [f.result(5).offset for f in futs]
     assert offsets == list(range(100))
@@ -138,11 +143,16 @@ def test_sync_clients_seek_timestamps_and_errors(cluster: Cluster) -> None:
         Producer(cluster.bootstrap, acks=1)
 
 
-def _longboat(args: list[str], stdin: bytes | None = None, timeout: float = 60
-              ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "api", *args], input=stdin,
-                          capture_output=True, timeout=timeout,
-                          env={**os.environ, "LONGBOAT_CLUSTER_FILE": "/nonexistent"})
+def _longboat(
+    args: list[str], stdin: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "api", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, "LONGBOAT_CLUSTER_FILE": "/nonexistent"},
+    )
 
 
 def test_console_produce_and_consume(cluster: Cluster) -> None:
@@ -152,17 +162,29 @@ def test_console_produce_and_consume(cluster: Cluster) -> None:
     r = _longboat(["produce", "console", "--bootstrap", boot, "--key-separator", ":"], lines)
     assert r.returncode == 0, r.stderr.decode()
     assert b"produced 51 record(s)" in r.stderr
-    r = _longboat(["consume", "console", "--bootstrap", boot, "--from-beginning",
-                   "--max-messages", "51", "--print-key"])
+    r = _longboat(
+        [
+            "consume",
+            "console",
+            "--bootstrap",
+            boot,
+            "--from-beginning",
+            "--max-messages",
+            "51",
+            "--print-key",
+        ]
+    )
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode().splitlines()
-    assert sorted(out) == sorted([f"user{i % 3}\tevent {i}" for i in range(50)]
-                                 + ["last\tno newline"])
+    assert sorted(out) == sorted(
+        [f"user{i % 3}\tevent {i}" for i in range(50)] + ["last\tno newline"]
+    )
     # Per key (one partition each), the order of production is kept.
     user0 = [line for line in out if line.startswith("user0\t")]
     assert user0 == [f"user0\tevent {i}" for i in range(0, 50, 3)]
-    r = _longboat(["produce", "console", "--bootstrap", boot, "--key-separator", ":"],
-                  b"no separator here\n")
+    r = _longboat(
+        ["produce", "console", "--bootstrap", boot, "--key-separator", ":"], b"no separator here\n"
+    )
     assert r.returncode != 0 and b"no key separator" in r.stderr
     r = _longboat(["consume", "console"])
     assert r.returncode != 0 and b"--bootstrap" in r.stderr
@@ -182,14 +204,15 @@ def test_acks_all_through_a_sigkilled_leader_every_ack_once_in_order(cluster: Cl
     async def produce() -> tuple[list[int], list[int]]:
         acked: list[int] = []
         failed: list[int] = []
-        async with AsyncProducer(c.bootstrap, linger_ms=1, request_timeout_ms=5000,
-                                 delivery_timeout_ms=60_000) as p:
+        async with AsyncProducer(
+            c.bootstrap, linger_ms=1, request_timeout_ms=5000, delivery_timeout_ms=60_000
+        ) as p:
             futs = []
             for i in range(total):
                 futs.append(await p.send("failover", str(i).encode()))
                 if i == total // 3:
                     await asyncio.gather(*futs)  # the first third is acknowledged ...
-                    c.brokers.kill(leader)        # ... then the leader dies mid-stream
+                    c.brokers.kill(leader)  # ... then the leader dies mid-stream
                 await asyncio.sleep(0.002)
             for i, f in enumerate(futs):
                 try:

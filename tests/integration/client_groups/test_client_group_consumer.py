@@ -36,25 +36,35 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 60.0
 OPTS: dict[str, Any] = dict(
-    heartbeat_interval_ms=200, session_timeout_ms=6000, auto_commit_interval_ms=200,
-    max_wait_ms=200, max_poll_interval_ms=30_000, request_timeout_ms=15_000,
-    auto_offset_reset="earliest")
+    heartbeat_interval_ms=200,
+    session_timeout_ms=6000,
+    auto_commit_interval_ms=200,
+    max_wait_ms=200,
+    max_poll_interval_ms=30_000,
+    request_timeout_ms=15_000,
+    auto_offset_reset="earliest",
+)
 
 
 class Cluster(ClientCluster):
-    def create_topic(self, name: str, partitions: int, rf: int = 2,
-                     configs: dict[str, str] | None = None) -> set[TopicPartition]:
+    def create_topic(
+        self, name: str, partitions: int, rf: int = 2, configs: dict[str, str] | None = None
+    ) -> set[TopicPartition]:
         tps = super().create_topic(name, partitions, rf, configs)
         for b in self.brokers.ids:  # every coordinator must know the topic to assign it
-            wait_for(f"broker {b} to see {name} with leaders",
-                     lambda b=b: self._has_leaders(b, name, partitions), 30)
+            wait_for(
+                f"broker {b} to see {name} with leaders",
+                lambda b=b: self._has_leaders(b, name, partitions),
+                30,
+            )
         return tps
 
     def _has_leaders(self, b: int, name: str, partitions: int) -> bool:
         for t in self.brokers.metadata(b)["topics"]:
             if t["name"] == name:
-                return (len(t["partitions"]) == partitions
-                        and all(p["leader"] >= 0 for p in t["partitions"]))
+                return len(t["partitions"]) == partitions and all(
+                    p["leader"] >= 0 for p in t["partitions"]
+                )
         return False
 
 
@@ -62,12 +72,21 @@ class Cluster(ClientCluster):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("client-groups-cluster")
     with running_cluster(
-            root, controllers=1, brokers=3,
-            controller_args=["--override", "broker_session_timeout_ms=3000"],
-            broker_args=["--override", "broker_heartbeat_interval_ms=500",
-                         "--override", "offsets_topic_num_partitions=3",
-                         "--override", "group_initial_rebalance_delay_ms=300",
-                         "--override", "group_min_session_timeout_ms=500"]) as (q, b):
+        root,
+        controllers=1,
+        brokers=3,
+        controller_args=["--override", "broker_session_timeout_ms=3000"],
+        broker_args=[
+            "--override",
+            "broker_heartbeat_interval_ms=500",
+            "--override",
+            "offsets_topic_num_partitions=3",
+            "--override",
+            "group_initial_rebalance_delay_ms=300",
+            "--override",
+            "group_min_session_timeout_ms=500",
+        ],
+    ) as (q, b):
         yield Cluster(q, b)
 
 
@@ -75,11 +94,13 @@ def run(coro: Coroutine[Any, Any, None], timeout_s: float = 180) -> None:
     async def go() -> None:
         async with asyncio.timeout(timeout_s):
             await coro
+
     asyncio.run(go())
 
 
-async def produce(bootstrap: list[str], topic: str, partitions: int, per_partition: int,
-                  tag: str) -> set[bytes]:
+async def produce(
+    bootstrap: list[str], topic: str, partitions: int, per_partition: int, tag: str
+) -> set[bytes]:
     sent: set[bytes] = set()
     async with AsyncProducer(bootstrap, linger_ms=2) as p:
         futs = []
@@ -92,15 +113,15 @@ async def produce(bootstrap: list[str], topic: str, partitions: int, per_partiti
     return sent
 
 
-async def committed_offsets(bootstrap: list[str], group: str,
-                            tps: set[TopicPartition]) -> dict[TopicPartition, int | None]:
+async def committed_offsets(
+    bootstrap: list[str], group: str, tps: set[TopicPartition]
+) -> dict[TopicPartition, int | None]:
     probe = AsyncGroupConsumer(bootstrap, group_id=group, **OPTS)
     async with probe:
         return await probe.committed(tps)
 
 
-async def end_offsets(bootstrap: list[str], tps: set[TopicPartition]
-                      ) -> dict[TopicPartition, int]:
+async def end_offsets(bootstrap: list[str], tps: set[TopicPartition]) -> dict[TopicPartition, int]:
     probe = AsyncGroupConsumer(bootstrap, group_id="unused", **OPTS)
     async with probe:
         return await probe.end_offsets(tps)
@@ -111,18 +132,20 @@ def test_three_members_share_six_partitions_and_read_every_record(cluster: Clust
 
     async def go() -> None:
         sent = await produce(cluster.bootstrap, "shared", 6, 100, "before")
-        ms = [await Member(cluster.bootstrap, "sharers", n, topics=["shared"], **OPTS).start()
-              for n in ("a", "b", "c")]
+        ms = [
+            await Member(cluster.bootstrap, "sharers", n, topics=["shared"], **OPTS).start()
+            for n in ("a", "b", "c")
+        ]
         await until(lambda: assigned_together(ms, tps), "three members to share", TIMEOUT_S)
         sent |= await produce(cluster.bootstrap, "shared", 6, 20, "after")
-        await until(lambda: set().union(*(m.seen() for m in ms)) >= sent,
-                    "every record consumed", TIMEOUT_S)
+        await until(
+            lambda: set().union(*(m.seen() for m in ms)) >= sent, "every record consumed", TIMEOUT_S
+        )
         assert sorted(len(m.c.assignment()) for m in ms) == [2, 2, 2]
         assert len({m.c.generation for m in ms}) == 1
         t = Transport()
         try:
-            groups = await list_groups(t, MetadataCache(t, normalize_bootstrap(
-                cluster.bootstrap)))
+            groups = await list_groups(t, MetadataCache(t, normalize_bootstrap(cluster.bootstrap)))
         finally:
             await t.close()
         assert {"group": "sharers", "state": "STABLE", "is_simple": False} in groups
@@ -151,8 +174,11 @@ def test_committed_offsets_resume_after_a_member_closes(cluster: Cluster) -> Non
         await until(lambda: b.c.assignment() == tps, "b to take everything", TIMEOUT_S)
         new = await produce(cluster.bootstrap, "resume", 6, 5, "new")
         await until(lambda: b.seen() >= new, "the new records", TIMEOUT_S)
-        from_a = {r.value for r in b.records
-                  if TopicPartition(r.topic, r.partition) in a_held and r.value in old}
+        from_a = {
+            r.value
+            for r in b.records
+            if TopicPartition(r.topic, r.partition) in a_held and r.value in old
+        }
         assert not from_a & a.seen()
         await b.close()
         # A new member of the group starts from the commits, not from auto_offset_reset.
@@ -167,7 +193,8 @@ def test_committed_offsets_resume_after_a_member_closes(cluster: Cluster) -> Non
 
 
 def test_cooperative_member_keeps_reading_its_partitions_while_another_joins(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     tps = cluster.create_topic("coop", 6)
 
     async def go() -> None:
@@ -184,19 +211,26 @@ def test_cooperative_member_keeps_reading_its_partitions_while_another_joins(
 
         producer = asyncio.get_running_loop().create_task(keep_producing())
         coop = "cooperative-sticky"
-        a = await Member(cluster.bootstrap, "coopers", "a", coop, topics=["coop"],
-                         with_lost=True, **OPTS).start()
-        b = await Member(cluster.bootstrap, "coopers", "b", coop, topics=["coop"],
-                         with_lost=True, **OPTS).start()
+        a = await Member(
+            cluster.bootstrap, "coopers", "a", coop, topics=["coop"], with_lost=True, **OPTS
+        ).start()
+        b = await Member(
+            cluster.bootstrap, "coopers", "b", coop, topics=["coop"], with_lost=True, **OPTS
+        ).start()
         await until(lambda: assigned_together([a, b], tps), "a and b to share", TIMEOUT_S)
         before = {m.name: m.c.assignment() for m in (a, b)}
         events_before = {m.name: len(m.events) for m in (a, b)}
         # c heartbeats rarely, so the follow-up join phase (where it gets its partitions)
         # waits a while for it: a wide window in which a and b must keep reading.
         t_join = time.monotonic()
-        c = await Member(cluster.bootstrap, "coopers", "c", coop, topics=["coop"],
-                         **{**OPTS, "heartbeat_interval_ms": 1500,
-                            "session_timeout_ms": 10_000}).start()
+        c = await Member(
+            cluster.bootstrap,
+            "coopers",
+            "c",
+            coop,
+            topics=["coop"],
+            **{**OPTS, "heartbeat_interval_ms": 1500, "session_timeout_ms": 10_000},
+        ).start()
         await until(lambda: assigned_together([a, b, c], tps), "the hand-over to c", TIMEOUT_S)
         t_done = time.monotonic()
         stop.set()
@@ -204,14 +238,17 @@ def test_cooperative_member_keeps_reading_its_partitions_while_another_joins(
         for m in (a, b):
             kept = m.c.assignment()
             assert kept < before[m.name] and len(kept) == 2
-            new_events = m.events[events_before[m.name]:]
+            new_events = m.events[events_before[m.name] :]
             # Only the moved partition was revoked; what stayed was never given up.
             assert all(kind != "lost" for kind, _ in new_events), new_events
-            assert set().union(*(tps_ for kind, tps_ in new_events if kind == "revoked")) \
+            assert (
+                set().union(*(tps_ for kind, tps_ in new_events if kind == "revoked"))
                 == before[m.name] - kept
+            )
             # ... and was read all through the rebalance.
-            during = {TopicPartition(r.topic, r.partition)
-                      for t, r in m.arrivals if t_join < t < t_done}
+            during = {
+                TopicPartition(r.topic, r.partition) for t, r in m.arrivals if t_join < t < t_done
+            }
             assert kept <= during, (m.name, kept, during, t_done - t_join)
         for m in (a, b, c):
             await m.close()
@@ -223,14 +260,17 @@ def test_eager_rebalance_revokes_everything(cluster: Cluster) -> None:
     tps = cluster.create_topic("eager", 6)
 
     async def go() -> None:
-        a = await Member(cluster.bootstrap, "eagers", "a", "range", topics=["eager"],
-                         **OPTS).start()
-        b = await Member(cluster.bootstrap, "eagers", "b", "range", topics=["eager"],
-                         **OPTS).start()
+        a = await Member(
+            cluster.bootstrap, "eagers", "a", "range", topics=["eager"], **OPTS
+        ).start()
+        b = await Member(
+            cluster.bootstrap, "eagers", "b", "range", topics=["eager"], **OPTS
+        ).start()
         await until(lambda: assigned_together([a, b], tps), "a and b to share", TIMEOUT_S)
         before = {m.name: (m.c.assignment(), len(m.events)) for m in (a, b)}
-        c = await Member(cluster.bootstrap, "eagers", "c", "range", topics=["eager"],
-                         **OPTS).start()
+        c = await Member(
+            cluster.bootstrap, "eagers", "c", "range", topics=["eager"], **OPTS
+        ).start()
         await until(lambda: assigned_together([a, b, c], tps), "three members", TIMEOUT_S)
         for m in (a, b):
             held, n = before[m.name]
@@ -249,11 +289,14 @@ def test_sync_group_consumer_commits_and_resumes(cluster: Cluster) -> None:
     opts = {k: v for k, v in OPTS.items() if k != "auto_commit_interval_ms"}
     got: list[bytes | None] = []
     revoked: list[set[TopicPartition]] = []
-    with GroupConsumer(cluster.bootstrap, group_id="syncers", enable_auto_commit=False,
-                       **opts) as c:
+    with GroupConsumer(
+        cluster.bootstrap, group_id="syncers", enable_auto_commit=False, **opts
+    ) as c:
+
         def on_revoked(tps_: set[TopicPartition]) -> None:
             c.commit()  # calling back into the consumer from its callback
             revoked.append(tps_)
+
         c.subscribe(["synced"], on_revoked=on_revoked)
         deadline = time.monotonic() + TIMEOUT_S
         while len(got) < 20 and time.monotonic() < deadline:
@@ -271,29 +314,54 @@ def test_sync_group_consumer_commits_and_resumes(cluster: Cluster) -> None:
 
 
 def _longboat(args: list[str], timeout: float = 90) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "api", *args], capture_output=True,
-                          timeout=timeout,
-                          env={**os.environ, "LONGBOAT_CLUSTER_FILE": "/nonexistent"})
+    return subprocess.run(
+        [sys.executable, "-m", "api", *args],
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, "LONGBOAT_CLUSTER_FILE": "/nonexistent"},
+    )
 
 
-def test_console_consume_with_a_group_resumes_where_the_group_stopped(
-        cluster: Cluster) -> None:
+def test_console_consume_with_a_group_resumes_where_the_group_stopped(cluster: Cluster) -> None:
     cluster.create_topic("cli-group", 3)
     sent = asyncio.run(produce(cluster.bootstrap, "cli-group", 3, 10, "line"))
     boot = ",".join(cluster.bootstrap)
-    r = _longboat(["consume", "cli-group", "--bootstrap", boot, "--group", "console",
-                   "--from-beginning", "--max-messages", "20"])
+    r = _longboat(
+        [
+            "consume",
+            "cli-group",
+            "--bootstrap",
+            boot,
+            "--group",
+            "console",
+            "--from-beginning",
+            "--max-messages",
+            "20",
+        ]
+    )
     assert r.returncode == 0, r.stderr.decode()
     first = r.stdout.decode().splitlines()
     assert len(first) == 20 and b"Processed a total of 20 messages" in r.stderr
     # The group committed exactly what was printed: the next run prints the other ten.
-    r = _longboat(["consume", "cli-group", "--bootstrap", boot, "--group", "console",
-                   "--from-beginning", "--timeout-ms", "3000"])
+    r = _longboat(
+        [
+            "consume",
+            "cli-group",
+            "--bootstrap",
+            boot,
+            "--group",
+            "console",
+            "--from-beginning",
+            "--timeout-ms",
+            "3000",
+        ]
+    )
     assert r.returncode == 0, r.stderr.decode()
     rest = r.stdout.decode().splitlines()
     assert sorted(first + rest) == sorted(v.decode() for v in sent)
-    r = _longboat(["consume", "cli-group", "--bootstrap", boot, "--group", "console",
-                   "--partition", "0"])
+    r = _longboat(
+        ["consume", "cli-group", "--bootstrap", boot, "--group", "console", "--partition", "0"]
+    )
     assert r.returncode != 0 and b"--group" in r.stderr
 
 
@@ -306,8 +374,7 @@ def test_a_thread_per_member_sync_group(cluster: Cluster) -> None:
     stop = threading.Event()
 
     def member(name: str) -> None:
-        with GroupConsumer(cluster.bootstrap, group_id="threaders", client_id=name,
-                           **OPTS) as c:
+        with GroupConsumer(cluster.bootstrap, group_id="threaders", client_id=name, **OPTS) as c:
             c.subscribe(["threads"])
             while not stop.is_set():
                 got[name] += [r.value for r in c.poll(100)]
@@ -316,9 +383,15 @@ def test_a_thread_per_member_sync_group(cluster: Cluster) -> None:
     threads = [threading.Thread(target=member, args=(n,)) for n in ("a", "b")]
     for t in threads:
         t.start()
-    wait_for("both threads to read everything",
-             lambda: set(got["a"]) | set(got["b"]) >= sent
-             and len(held.get("a", ())) == 3 and len(held.get("b", ())) == 3, TIMEOUT_S)
+    wait_for(
+        "both threads to read everything",
+        lambda: (
+            set(got["a"]) | set(got["b"]) >= sent
+            and len(held.get("a", ())) == 3
+            and len(held.get("b", ())) == 3
+        ),
+        TIMEOUT_S,
+    )
     stop.set()
     for t in threads:
         t.join(30)
@@ -329,7 +402,8 @@ def _offsets_topic_in_sync(b: Brokers) -> bool:
     for t in b.metadata(b.ids[0])["topics"]:
         if t["name"] == "__consumer_offsets":
             return bool(t["partitions"]) and all(
-                p["leader"] >= 0 and len(p["isr"]) == len(p["replicas"]) for p in t["partitions"])
+                p["leader"] >= 0 and len(p["isr"]) == len(p["replicas"]) for p in t["partitions"]
+            )
     return False
 
 
@@ -342,18 +416,22 @@ def test_members_carry_on_through_a_sigkilled_coordinator(cluster: Cluster) -> N
     async def go() -> None:
         nonlocal victim
         sent = await produce(cluster.bootstrap, "through-failover", 6, 30, "pre")
-        a = await Member(cluster.bootstrap, group, "a", "cooperative-sticky",
-                         topics=["through-failover"], **OPTS).start()
-        b = await Member(cluster.bootstrap, group, "b", "cooperative-sticky",
-                         topics=["through-failover"], **OPTS).start()
+        a = await Member(
+            cluster.bootstrap, group, "a", "cooperative-sticky", topics=["through-failover"], **OPTS
+        ).start()
+        b = await Member(
+            cluster.bootstrap, group, "b", "cooperative-sticky", topics=["through-failover"], **OPTS
+        ).start()
         await until(lambda: assigned_together([a, b], tps), "a and b to share", TIMEOUT_S)
         await until(lambda: a.seen() | b.seen() >= sent, "the first records", TIMEOUT_S)
-        wait_for("__consumer_offsets in sync", lambda: _offsets_topic_in_sync(cluster.brokers),
-                 TIMEOUT_S)
+        wait_for(
+            "__consumer_offsets in sync", lambda: _offsets_topic_in_sync(cluster.brokers), TIMEOUT_S
+        )
         t = Transport()
         try:
-            cc = CoordinatorClient(t, MetadataCache(t, normalize_bootstrap(cluster.bootstrap)),
-                                   group)
+            cc = CoordinatorClient(
+                t, MetadataCache(t, normalize_bootstrap(cluster.bootstrap)), group
+            )
             await cc.call("describe", {})
             assert cc.coordinator_id is not None
             victim = cc.coordinator_id
@@ -363,8 +441,7 @@ def test_members_carry_on_through_a_sigkilled_coordinator(cluster: Cluster) -> N
         # The members find the new coordinator (heartbeats, commits) and keep consuming,
         # including partitions whose leader died with the coordinator.
         sent |= await produce(cluster.bootstrap, "through-failover", 6, 30, "post")
-        await until(lambda: a.seen() | b.seen() >= sent, "every record after the failover",
-                    90)
+        await until(lambda: a.seen() | b.seen() >= sent, "every record after the failover", 90)
         await until(lambda: assigned_together([a, b], tps), "a and b still sharing", TIMEOUT_S)
         for m in (a, b):
             await m.close()

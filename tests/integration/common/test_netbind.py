@@ -75,8 +75,9 @@ def _wait_sources(rec: SourceRecorder, timeout_s: float, log: Path) -> list[str]
 
 
 @pytest.mark.parametrize("role,host", [("controller", "127.0.0.2"), ("broker", "127.0.0.3")])
-def test_node_on_its_own_loopback_address_connects_from_it(tmp_path: Path, role: str,
-                                                          host: str) -> None:
+def test_node_on_its_own_loopback_address_connects_from_it(
+    tmp_path: Path, role: str, host: str
+) -> None:
     rec = SourceRecorder(PEER_HOST)
     port = _free_port(host)
     if role == "controller":
@@ -91,11 +92,26 @@ def test_node_on_its_own_loopback_address_connects_from_it(tmp_path: Path, role:
     procs: dict[int, subprocess.Popen[bytes]] = {}
     with open(log, "ab") as out:
         procs[0] = subprocess.Popen(
-            [sys.executable, "-m", "api", role, "start", "--node-id", node_id,
-             "--listen", f"{host}:{port}", "--data-dir", str(tmp_path / "data"),
-             "--controller-quorum", quorum],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [
+                sys.executable,
+                "-m",
+                "api",
+                role,
+                "start",
+                "--node-id",
+                node_id,
+                "--listen",
+                f"{host}:{port}",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--controller-quorum",
+                quorum,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     try:
         sources = _wait_sources(rec, 30, log)
     finally:

@@ -55,8 +55,7 @@ I32, I64 = 2**31 - 1, 2**63 - 1
 
 
 def examples(n: int) -> Any:
-    return settings(max_examples=n * SCALE, deadline=None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(max_examples=n * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 # ------------------------------------------------------------------------ the cluster
@@ -98,17 +97,22 @@ class Fuzzed:
         del metadata["offset"]
         return {
             "metadata": metadata,
-            "replicas": {b: self.brokers.get(b, f"{BROKER_PREFIX}/replicas")
-                         for b in self.brokers.ids},
-            "raft": {i: (s["term"], s["leader_id"]) for i in self.controller_ids
-                     for s in [self.raft_status(i)]},
+            "replicas": {
+                b: self.brokers.get(b, f"{BROKER_PREFIX}/replicas") for b in self.brokers.ids
+            },
+            "raft": {
+                i: (s["term"], s["leader_id"])
+                for i in self.controller_ids
+                for s in [self.raft_status(i)]
+            },
         }
 
     def assert_healthy(self) -> None:
         for url in [*self.q.urls, *(self.brokers.url(b) for b in self.brokers.ids)]:
             for path in ("/v3/health", "/v3/health/ready"):
-                conn = http.client.HTTPConnection(url.removeprefix("http://").split(":")[0],
-                                                  int(url.rsplit(":", 1)[1]), timeout=5)
+                conn = http.client.HTTPConnection(
+                    url.removeprefix("http://").split(":")[0], int(url.rsplit(":", 1)[1]), timeout=5
+                )
                 try:
                     conn.request("GET", path)
                     r = conn.getresponse()
@@ -121,13 +125,17 @@ class Fuzzed:
 def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     root: Path = tmp_path_factory.mktemp("fuzz")
     # No initial rebalance delay: a junk join that happens to be valid answers at once.
-    with running_cluster(root, broker_args=["--override", "group_initial_rebalance_delay_ms=0"]
-                         ) as (q, brokers):
+    with running_cluster(
+        root, broker_args=["--override", "group_initial_rebalance_delay_ms=0"]
+    ) as (q, brokers):
         c = HttpCluster(q, brokers)
         c.create_topic(TOPIC, partitions=PARTITIONS, rf=3)
         for p in range(PARTITIONS):
-            st_, _, body = c.call("POST", f"{c.v3()}/topics/{TOPIC}/records",
-                                  {"partition_id": p, "value": {"type": "JSON", "data": p}})
+            st_, _, body = c.call(
+                "POST",
+                f"{c.v3()}/topics/{TOPIC}/records",
+                {"partition_id": p, "value": {"type": "JSON", "data": p}},
+            )
             assert st_ == 200 and body["error_code"] == 200, body
         fz = Fuzzed(c)
         # Let the high watermarks settle (followers fetch the records) before the baseline.
@@ -145,17 +153,28 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
 # ------------------------------------------------------------------------ values
 
 junk_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
-    st.text(max_size=12), st.binary(max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=12),
+    st.binary(max_size=12),
     st.sampled_from([-2, -1, 0, 1, 2, I32, I32 + 1, 2**62, 2**62 + 1, I64, "fuzz", GROUP]),
 )
-junk = st.recursive(junk_scalars, lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=10)
+junk = st.recursive(
+    junk_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
 
-NOT_MSGPACK = st.sampled_from([b"", b"\xc1", b"\x81", b"\x92\x01", msgpack.packb({"a": 1}) + b"x",
-                               b"\xdf\xff\xff\xff\xff"])
+NOT_MSGPACK = st.sampled_from(
+    [b"", b"\xc1", b"\x81", b"\x92\x01", msgpack.packb({"a": 1}) + b"x", b"\xdf\xff\xff\xff\xff"]
+)
 NOT_A_MAP = st.one_of(junk_scalars, st.lists(junk_scalars, max_size=3)).map(
-    lambda v: msgpack.packb(v, use_bin_type=True))
+    lambda v: msgpack.packb(v, use_bin_type=True)
+)
 
 
 def bad_ints(lo: int, hi: int) -> st.SearchStrategy[Any]:
@@ -165,9 +184,11 @@ def bad_ints(lo: int, hi: int) -> st.SearchStrategy[Any]:
         out.append(lo - 1)
     if hi < 2**64 - 1:
         out.append(hi + 1)
-    return st.one_of(st.sampled_from(out),
-                     st.integers(hi + 1, 2**64 - 1) if hi < 2**64 - 1 else st.nothing(),
-                     st.integers(-(2**63), lo - 1) if lo > -(2**63) else st.nothing())
+    return st.one_of(
+        st.sampled_from(out),
+        st.integers(hi + 1, 2**64 - 1) if hi < 2**64 - 1 else st.nothing(),
+        st.integers(-(2**63), lo - 1) if lo > -(2**63) else st.nothing(),
+    )
 
 
 # ------------------------------------------------------------------------ the Raft route
@@ -190,33 +211,77 @@ def broken_raft_bodies(draw: st.DrawFn, f: Fuzzed) -> tuple[int, bytes, str]:
     term, last = Term(st_["term"]), st_["last_index"]
     m = draw(messages(src=st.just(NodeId(frm)), dst=st.just(NodeId(to)), term=st.just(term)))
     w = m.to_wire()
-    how = draw(st.sampled_from(["field", "remove", "add", "type", "entries", "snapshot",
-                                "src", "dst", "sender", "envelope", "commit", "body"]))
+    how = draw(
+        st.sampled_from(
+            [
+                "field",
+                "remove",
+                "add",
+                "type",
+                "entries",
+                "snapshot",
+                "src",
+                "dst",
+                "sender",
+                "envelope",
+                "commit",
+                "body",
+            ]
+        )
+    )
     envelope: Any = {"from": frm, "msgs": [w]}
     fields = {fl.name: str(fl.type) for fl in dataclasses.fields(type(m))}
     if how == "field":
         name = draw(st.sampled_from(sorted(n for n, t in fields.items() if t in RAFT_BAD)))
         w[name] = draw(RAFT_BAD[fields[name]])
     elif how == "remove":
-        required = [fl.name for fl in dataclasses.fields(type(m))
-                    if fl.default is dataclasses.MISSING]
+        required = [
+            fl.name for fl in dataclasses.fields(type(m)) if fl.default is dataclasses.MISSING
+        ]
         del w[draw(st.sampled_from(required))]
     elif how == "add":
         w[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in w))] = draw(junk)
     elif how == "type":
-        w["type"] = draw(st.one_of(st.text(max_size=20).filter(lambda t: t not in rm._TYPES),
-                                   junk_scalars.filter(lambda t: not isinstance(t, str))))
+        w["type"] = draw(
+            st.one_of(
+                st.text(max_size=20).filter(lambda t: t not in rm._TYPES),
+                junk_scalars.filter(lambda t: not isinstance(t, str)),
+            )
+        )
     elif how == "entries" and isinstance(m, rm.AppendEntries):
         pi, n = m.prev_log_index, len(m.entries)
-        w["entries"] = draw(st.sampled_from([
-            "x", {}, [[pi + 1]], [{"index": pi + 1}], [[pi + 2, term, 0, b""]],
-            [[pi + 1, term + 1, 0, b""]], [[pi + 1, term, 2, b""]], [[pi + 1, term, 0, "s"]],
-            [[pi + 1, term, 1, b"\x00\x01"]], [[pi + 1, 0, 0, b""]],
-            [*w["entries"], [pi + n + 2, term, 0, b""]]]))
+        w["entries"] = draw(
+            st.sampled_from(
+                [
+                    "x",
+                    {},
+                    [[pi + 1]],
+                    [{"index": pi + 1}],
+                    [[pi + 2, term, 0, b""]],
+                    [[pi + 1, term + 1, 0, b""]],
+                    [[pi + 1, term, 2, b""]],
+                    [[pi + 1, term, 0, "s"]],
+                    [[pi + 1, term, 1, b"\x00\x01"]],
+                    [[pi + 1, 0, 0, b""]],
+                    [*w["entries"], [pi + n + 2, term, 0, b""]],
+                ]
+            )
+        )
     elif how == "snapshot" and isinstance(m, rm.InstallSnapshot):
-        w["snapshot"] = draw(st.sampled_from([
-            None, [], {"index": 1}, [0, 1, [[1], []], b""], [1, 1, [[], [1]], b""],
-            [1, 1, [[1], [1]], b""], [1, term + 1, [[1], []], b""], [1, 1, [[1], []], "x"]]))
+        w["snapshot"] = draw(
+            st.sampled_from(
+                [
+                    None,
+                    [],
+                    {"index": 1},
+                    [0, 1, [[1], []], b""],
+                    [1, 1, [[], [1]], b""],
+                    [1, 1, [[1], [1]], b""],
+                    [1, term + 1, [[1], []], b""],
+                    [1, 1, [[1], []], "x"],
+                ]
+            )
+        )
     elif how == "src":
         w["src"] = draw(st.sampled_from([i for i in (*f.controller_ids, 99) if i != frm]))
     elif how == "dst":
@@ -225,9 +290,18 @@ def broken_raft_bodies(draw: st.DrawFn, f: Fuzzed) -> tuple[int, bytes, str]:
         envelope["from"] = draw(st.one_of(st.just(99), RAFT_BAD["NodeId"]))
         w["src"] = envelope["from"] if type(envelope["from"]) is int else w["src"]
     elif how == "envelope":
-        envelope = draw(st.sampled_from([
-            {"msgs": [w]}, {"from": frm}, {"from": frm, "msgs": w}, {"from": frm, "msgs": "x"},
-            {"from": frm, "msgs": [w, 5]}, [frm, [w]]]))
+        envelope = draw(
+            st.sampled_from(
+                [
+                    {"msgs": [w]},
+                    {"from": frm},
+                    {"from": frm, "msgs": w},
+                    {"from": frm, "msgs": "x"},
+                    {"from": frm, "msgs": [w, 5]},
+                    [frm, [w]],
+                ]
+            )
+        )
     elif how == "commit":
         # Well formed, from a voter, in the current term: a commit no log here holds.
         w = rm.Heartbeat(NodeId(frm), NodeId(to), term, rm.LogIndex(last + 10**6)).to_wire()
@@ -242,8 +316,7 @@ def broken_raft_bodies(draw: st.DrawFn, f: Fuzzed) -> tuple[int, bytes, str]:
 
 @examples(150)
 @given(data=st.data())
-def test_the_raft_route_refuses_every_broken_body_with_400(f: Fuzzed, data: st.DataObject
-                                                           ) -> None:
+def test_the_raft_route_refuses_every_broken_body_with_400(f: Fuzzed, data: st.DataObject) -> None:
     to, body, how = data.draw(broken_raft_bodies(f))
     status, text = f.post(f.q.url(to), RAFT_ROUTE, body, "application/x-msgpack")
     assert status == 400, (how, body[:200], status, text)
@@ -259,58 +332,113 @@ TPS = ("tps", False)
 
 def _routes() -> dict[str, tuple[dict[str, Any], Spec]]:
     batch = encode_batch([(b"k", b"v", 1_700_000_000_000, ())])
-    group_member: Spec = {"group": ("str", True), "member_id": ("str", True),
-                          "generation": (("int", -1, I32), True)}
+    group_member: Spec = {
+        "group": ("str", True),
+        "member_id": ("str", True),
+        "generation": (("int", -1, I32), True),
+    }
     return {
         "produce": (
             {"topic": TOPIC, "partition": 0, "acks": -1, "timeout_ms": 2000, "batch": batch},
-            {"topic": ("topic", True), "partition": ("partition", True),
-             "acks": (("choice", (-1, 0, 1)), False), "timeout_ms": (("int", 0, I32), False),
-             "batch": ("bytes", True), "forwarded": ("bool", False)}),
+            {
+                "topic": ("topic", True),
+                "partition": ("partition", True),
+                "acks": (("choice", (-1, 0, 1)), False),
+                "timeout_ms": (("int", 0, I32), False),
+                "batch": ("bytes", True),
+                "forwarded": ("bool", False),
+            },
+        ),
         "fetch": (
-            {"topic": TOPIC, "partition": 0, "fetch_offset": 0, "max_bytes": 1000,
-             "max_wait_ms": 0, "replica_id": -1},
-            {"topic": ("topic", True), "partition": ("partition", True),
-             "replica_id": (("int", -2, I32), False), "fetch_offset": (("int", 0, I64), True),
-             "leader_epoch": (("int", -1, I32), False),
-             "last_fetched_epoch": (("int", -1, I32), False),
-             "max_bytes": (("int", 0, I32), False), "max_wait_ms": (("int", 0, I32), False),
-             "min_bytes": (("int", 0, I32), False),
-             "high_watermark": (("int", -1, I64), False),
-             "broker_epoch": (("int", -1, I64), False), "timeout_ms": (("int", 0, I32), False),
-             "forwarded": ("bool", False)}),
+            {
+                "topic": TOPIC,
+                "partition": 0,
+                "fetch_offset": 0,
+                "max_bytes": 1000,
+                "max_wait_ms": 0,
+                "replica_id": -1,
+            },
+            {
+                "topic": ("topic", True),
+                "partition": ("partition", True),
+                "replica_id": (("int", -2, I32), False),
+                "fetch_offset": (("int", 0, I64), True),
+                "leader_epoch": (("int", -1, I32), False),
+                "last_fetched_epoch": (("int", -1, I32), False),
+                "max_bytes": (("int", 0, I32), False),
+                "max_wait_ms": (("int", 0, I32), False),
+                "min_bytes": (("int", 0, I32), False),
+                "high_watermark": (("int", -1, I64), False),
+                "broker_epoch": (("int", -1, I64), False),
+                "timeout_ms": (("int", 0, I32), False),
+                "forwarded": ("bool", False),
+            },
+        ),
         "offsets_for_leader_epoch": (
             {"topic": TOPIC, "partition": 0, "current_leader_epoch": -1, "epoch": 0},
-            {"topic": ("topic", True), "partition": ("partition", True),
-             "current_leader_epoch": (("int", -1, I32), False),
-             "epoch": (("int", 0, I32), True)}),
+            {
+                "topic": ("topic", True),
+                "partition": ("partition", True),
+                "current_leader_epoch": (("int", -1, I32), False),
+                "epoch": (("int", 0, I32), True),
+            },
+        ),
         "list_offsets": (
             {"topic": TOPIC, "partition": 0, "timestamp": -1},
-            {"topic": ("topic", True), "partition": ("partition", True),
-             "timestamp": (("int", -2, I64), True), "timeout_ms": (("int", 0, I32), False),
-             "forwarded": ("bool", False)}),
+            {
+                "topic": ("topic", True),
+                "partition": ("partition", True),
+                "timestamp": (("int", -2, I64), True),
+                "timeout_ms": (("int", 0, I32), False),
+                "forwarded": ("bool", False),
+            },
+        ),
         "group/find_coordinator": ({"group": GROUP}, {"group": ("str", True)}),
         "group/join": (
-            {"group": GROUP, "topics": [TOPIC], "session_timeout_ms": 10_000,
-             "rebalance_timeout_ms": 10_000, "owned": [[TOPIC, 0]]},
-            {"group": ("str", True), "member_id": ("str", False), "topics": ("topics", False),
-             "protocol": ("protocol", False), "assignor": ("str", False),
-             "client_id": ("str", False), "session_timeout_ms": (("int", 0, I32), False),
-             "rebalance_timeout_ms": (("int", 0, I32), False), "owned": TPS}),
+            {
+                "group": GROUP,
+                "topics": [TOPIC],
+                "session_timeout_ms": 10_000,
+                "rebalance_timeout_ms": 10_000,
+                "owned": [[TOPIC, 0]],
+            },
+            {
+                "group": ("str", True),
+                "member_id": ("str", False),
+                "topics": ("topics", False),
+                "protocol": ("protocol", False),
+                "assignor": ("str", False),
+                "client_id": ("str", False),
+                "session_timeout_ms": (("int", 0, I32), False),
+                "rebalance_timeout_ms": (("int", 0, I32), False),
+                "owned": TPS,
+            },
+        ),
         "group/sync": ({"group": GROUP, "member_id": "m", "generation": 1}, group_member),
         "group/heartbeat": ({"group": GROUP, "member_id": "m", "generation": 1}, group_member),
-        "group/leave": ({"group": GROUP, "member_id": "m"},
-                        {"group": ("str", True), "member_id": ("str", True)}),
+        "group/leave": (
+            {"group": GROUP, "member_id": "m"},
+            {"group": ("str", True), "member_id": ("str", True)},
+        ),
         "group/commit": (
             {"group": GROUP, "offsets": [[TOPIC, 0, 1, "m"]]},
-            {"group": ("str", True), "offsets": ("commit_offsets", False),
-             "member_id": ("str", False), "generation": (("int", -1, I32), False)}),
-        "group/fetch_offsets": ({"group": GROUP, "partitions": [[TOPIC, 0]]},
-                                {"group": ("str", True), "partitions": TPS}),
+            {
+                "group": ("str", True),
+                "offsets": ("commit_offsets", False),
+                "member_id": ("str", False),
+                "generation": (("int", -1, I32), False),
+            },
+        ),
+        "group/fetch_offsets": (
+            {"group": GROUP, "partitions": [[TOPIC, 0]]},
+            {"group": ("str", True), "partitions": TPS},
+        ),
         "group/describe": ({"group": GROUP}, {"group": ("str", True)}),
         "group/lag": ({"group": GROUP}, {"group": ("str", True)}),
-        "group/reset_offsets": ({"group": GROUP, "offsets": [[TOPIC, 0, 1]]},
-                                {"group": ("str", True), "offsets": ("reset_offsets", False)}),
+        "group/reset_offsets": (
+            {"group": GROUP, "offsets": [[TOPIC, 0, 1]]},
+            {"group": ("str", True), "offsets": ("reset_offsets", False)},
+        ),
         "group/delete": ({"group": GROUP}, {"group": ("str", True)}),
         "group/list": ({}, {}),
         "init_producer_id": ({}, {}),
@@ -334,13 +462,34 @@ def bad_values(kind: Any) -> st.SearchStrategy[Any]:
         "bytes": ["x", 10**9, 2**63, [1, 2], True, {}],
         "topics": ["t", 5, {"a": 1}, [5], ["a b"], [TOPIC, None]],
         "protocol": ["lazy", "EAGER", 5, b"eager"],
-        "tps": ["x", 5, [[TOPIC]], [[TOPIC, -1]], [[1, 0]], [[TOPIC, 0, 1]], [{"t": 1}],
-                [TOPIC, 0]],
-        "commit_offsets": ["x", [5], [[TOPIC, 0]], [[TOPIC, 0, -1]], [[TOPIC, 0, 1, 5]],
-                           [[TOPIC, 0, 1, "m" * 4097]], [["a b", 0, 1]], [[TOPIC, 0, 1.5]],
-                           [[TOPIC, 0, 1, "m", 5]]],
-        "reset_offsets": ["x", [[TOPIC, 0, 1, "m"]], [[TOPIC, 0]], [[TOPIC, 0, -1]],
-                          [[TOPIC, "0", 1]]],
+        "tps": [
+            "x",
+            5,
+            [[TOPIC]],
+            [[TOPIC, -1]],
+            [[1, 0]],
+            [[TOPIC, 0, 1]],
+            [{"t": 1}],
+            [TOPIC, 0],
+        ],
+        "commit_offsets": [
+            "x",
+            [5],
+            [[TOPIC, 0]],
+            [[TOPIC, 0, -1]],
+            [[TOPIC, 0, 1, 5]],
+            [[TOPIC, 0, 1, "m" * 4097]],
+            [["a b", 0, 1]],
+            [[TOPIC, 0, 1.5]],
+            [[TOPIC, 0, 1, "m", 5]],
+        ],
+        "reset_offsets": [
+            "x",
+            [[TOPIC, 0, 1, "m"]],
+            [[TOPIC, 0]],
+            [[TOPIC, 0, -1]],
+            [[TOPIC, "0", 1]],
+        ],
     }
     return st.sampled_from(tables[kind])
 
@@ -368,11 +517,11 @@ def broken_broker_bodies(draw: st.DrawFn) -> tuple[str, bytes, str]:
 
 @examples(300)
 @given(broken=broken_broker_bodies(), broker=st.integers(0, 2))
-def test_the_broker_routes_refuse_every_broken_body_with_400(f: Fuzzed, broken: tuple[str, bytes,
-                                                             str], broker: int) -> None:
+def test_the_broker_routes_refuse_every_broken_body_with_400(
+    f: Fuzzed, broken: tuple[str, bytes, str], broker: int
+) -> None:
     route, body, how = broken
-    status, answer = f.post(f.brokers.url(f.brokers.ids[broker]), f"{BROKER_PREFIX}/{route}",
-                            body)
+    status, answer = f.post(f.brokers.url(f.brokers.ids[broker]), f"{BROKER_PREFIX}/{route}", body)
     assert status == 400, (route, how, status, answer)
     assert answer["error"] == "INVALID_REQUEST" and answer["message"], answer
 
@@ -391,23 +540,34 @@ def test_no_broken_body_changed_anything_and_every_node_is_healthy(f: Fuzzed) ->
 
 @examples(100)
 @given(data=st.data())
-def test_stale_raft_messages_and_junk_are_answered_and_harmless(f: Fuzzed,
-                                                                data: st.DataObject) -> None:
+def test_stale_raft_messages_and_junk_are_answered_and_harmless(
+    f: Fuzzed, data: st.DataObject
+) -> None:
     to = data.draw(st.sampled_from(f.controller_ids))
     frm = data.draw(st.sampled_from([i for i in f.controller_ids if i != to]))
     kind = data.draw(st.sampled_from(["stale", "junk", "junk map"]))
     if kind == "stale":
         # Well formed, from a voter, of term 0: Raft answers or ignores them, nothing moves.
-        ms = data.draw(st.lists(messages(src=st.just(NodeId(frm)), dst=st.just(NodeId(to)),
-                                         term=st.just(Term(0))).filter(lambda m: m.term == 0),
-                                min_size=1, max_size=4))
-        body = msgpack.packb({"from": frm, "msgs": [m.to_wire() for m in ms]},
-                             use_bin_type=True)
+        ms = data.draw(
+            st.lists(
+                messages(
+                    src=st.just(NodeId(frm)), dst=st.just(NodeId(to)), term=st.just(Term(0))
+                ).filter(lambda m: m.term == 0),
+                min_size=1,
+                max_size=4,
+            )
+        )
+        body = msgpack.packb({"from": frm, "msgs": [m.to_wire() for m in ms]}, use_bin_type=True)
     elif kind == "junk":
         body = msgpack.packb(data.draw(junk), use_bin_type=True)
     else:
-        body = msgpack.packb({"from": data.draw(st.one_of(st.just(frm), junk_scalars)),
-                              "msgs": data.draw(st.lists(junk, max_size=3))}, use_bin_type=True)
+        body = msgpack.packb(
+            {
+                "from": data.draw(st.one_of(st.just(frm), junk_scalars)),
+                "msgs": data.draw(st.lists(junk, max_size=3)),
+            },
+            use_bin_type=True,
+        )
     status, text = f.post(f.q.url(to), RAFT_ROUTE, body, "application/x-msgpack")
     if kind == "stale":
         assert status == 204, (text, body[:200])
@@ -417,21 +577,31 @@ def test_stale_raft_messages_and_junk_are_answered_and_harmless(f: Fuzzed,
 
 # Keys each route reads, so junk maps meet the readers rather than only unknown keys.
 FIELD_NAMES = sorted({k for _, spec in ROUTES.values() for k in spec} | {"extra"})
-FAST = {"max_wait_ms": 50, "timeout_ms": 500, "session_timeout_ms": 6000,
-        "rebalance_timeout_ms": 500}
+FAST = {
+    "max_wait_ms": 50,
+    "timeout_ms": 500,
+    "session_timeout_ms": 6000,
+    "rebalance_timeout_ms": 500,
+}
 
 
 @examples(200)
 @given(route=st.sampled_from(sorted(ROUTES)), broker=st.integers(0, 2), data=st.data())
-def test_junk_bodies_never_get_a_server_error(f: Fuzzed, route: str, broker: int,
-                                              data: st.DataObject) -> None:
+def test_junk_bodies_never_get_a_server_error(
+    f: Fuzzed, route: str, broker: int, data: st.DataObject
+) -> None:
     # A real body with junk added or replaced (its batch is not one: produce may not append).
     real = {**ROUTES[route][0], **({"batch": b"\x00" * 61} if route == "produce" else {})}
-    body: Any = data.draw(st.one_of(
-        st.dictionaries(st.sampled_from(FIELD_NAMES), junk, max_size=6),
-        st.builds(lambda extra: {**real, **extra},
-                  st.dictionaries(st.sampled_from(FIELD_NAMES), junk, max_size=2)),
-        junk))
+    body: Any = data.draw(
+        st.one_of(
+            st.dictionaries(st.sampled_from(FIELD_NAMES), junk, max_size=6),
+            st.builds(
+                lambda extra: {**real, **extra},
+                st.dictionaries(st.sampled_from(FIELD_NAMES), junk, max_size=2),
+            ),
+            junk,
+        )
+    )
     if isinstance(body, dict):
         # Long polls and waits that happen to be valid end quickly; a valid join is the
         # first member of its own group (a rebalance of a crowded one waits for everyone).
@@ -440,8 +610,11 @@ def test_junk_bodies_never_get_a_server_error(f: Fuzzed, route: str, broker: int
                 body[k] = v
         if route == "group/join" and isinstance(body.get("group"), str):
             body["group"] = f"junk-{data.draw(st.uuids())}"
-    status, answer = f.post(f.brokers.url(f.brokers.ids[broker]), f"{BROKER_PREFIX}/{route}",
-                            msgpack.packb(body, use_bin_type=True))
+    status, answer = f.post(
+        f.brokers.url(f.brokers.ids[broker]),
+        f"{BROKER_PREFIX}/{route}",
+        msgpack.packb(body, use_bin_type=True),
+    )
     assert status in (200, 400), (route, body, status, answer)
     assert answer.get("error") != "UNKNOWN_SERVER_ERROR", (route, body, answer)
 
@@ -454,5 +627,4 @@ def test_after_the_junk_every_node_is_healthy_and_the_data_is_untouched(f: Fuzze
     assert data_topic == [t for t in f.before["metadata"]["topics"] if t["name"] == TOPIC]
     for b, replicas in after["replicas"].items():
         mine = [r for r in replicas if r["topic"] == TOPIC]
-        assert mine == [r for r in f.before["replicas"][b] if r["topic"] == TOPIC], json.dumps(
-            mine)
+        assert mine == [r for r in f.before["replicas"][b] if r["topic"] == TOPIC], json.dumps(mine)

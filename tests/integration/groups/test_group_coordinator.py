@@ -46,22 +46,38 @@ TIMEOUT_S = 60.0
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
     root: Path = tmp_path_factory.mktemp("groups-cluster")
     with running_cluster(
-            root, controllers=1, brokers=3,
-            controller_args=["--override", "broker_session_timeout_ms=3000"],
-            broker_args=["--override", "broker_heartbeat_interval_ms=500",
-                         "--override", f"offsets_topic_num_partitions={OFFSETS_PARTITIONS}",
-                         "--override", "group_initial_rebalance_delay_ms=300",
-                         "--override", "group_min_session_timeout_ms=500"]) as (q, b):
+        root,
+        controllers=1,
+        brokers=3,
+        controller_args=["--override", "broker_session_timeout_ms=3000"],
+        broker_args=[
+            "--override",
+            "broker_heartbeat_interval_ms=500",
+            "--override",
+            f"offsets_topic_num_partitions={OFFSETS_PARTITIONS}",
+            "--override",
+            "group_initial_rebalance_delay_ms=300",
+            "--override",
+            "group_min_session_timeout_ms=500",
+        ],
+    ) as (q, b):
 
         async def create() -> None:
             async with ControllerClient(q.urls, timeout_s=20) as cc:
-                await cc.execute(CreateTopic(name=TOPIC, num_partitions=TOPIC_PARTITIONS,
-                                             replication_factor=2))
+                await cc.execute(
+                    CreateTopic(name=TOPIC, num_partitions=TOPIC_PARTITIONS, replication_factor=2)
+                )
+
         asyncio.run(create())
         for x in b.ids:  # every coordinator must know the topic to assign it
-            wait_for(f"broker {x} sees {TOPIC} with leaders",
-                     lambda x=x: all(p["leader"] >= 0 for p in topic_partitions(b, x, TOPIC))
-                     and topic_partitions(b, x, TOPIC), 30)
+            wait_for(
+                f"broker {x} sees {TOPIC} with leaders",
+                lambda x=x: (
+                    all(p["leader"] >= 0 for p in topic_partitions(b, x, TOPIC))
+                    and topic_partitions(b, x, TOPIC)
+                ),
+                30,
+            )
         yield q, b
 
 
@@ -84,9 +100,11 @@ class Wire:
         return [self.b.url(x) for x in self.b.ids if x in self.b.procs]
 
     async def raw(self, url: str, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        async with self.session.post(f"{url}/internal/broker/v1/group/{op}",
-                                     data=msgpack.packb(body, use_bin_type=True),
-                                     headers={"Content-Type": "application/msgpack"}) as r:
+        async with self.session.post(
+            f"{url}/internal/broker/v1/group/{op}",
+            data=msgpack.packb(body, use_bin_type=True),
+            headers={"Content-Type": "application/msgpack"},
+        ) as r:
             assert r.status == 200
             out = msgpack.unpackb(await r.read(), raw=False)
         assert isinstance(out, dict) and "error" in out, out
@@ -121,36 +139,58 @@ class Wire:
             assert time.monotonic() < deadline, f"{op} of {group!r} kept failing: {out}"
             await asyncio.sleep(0.1)
 
-    async def join(self, group: str, member_id: str = "", *, protocol: str = "eager",
-                   assignor: str = "range", session_timeout_ms: int = 10_000,
-                   rebalance_timeout_ms: int = 30_000, owned: list[list[Any]] | None = None,
-                   client_id: str = "test") -> dict[str, Any]:
-        return await self.call(group, "join", {
-            "member_id": member_id, "topics": [TOPIC], "protocol": protocol,
-            "assignor": assignor, "client_id": client_id,
-            "session_timeout_ms": session_timeout_ms,
-            "rebalance_timeout_ms": rebalance_timeout_ms, "owned": owned})
+    async def join(
+        self,
+        group: str,
+        member_id: str = "",
+        *,
+        protocol: str = "eager",
+        assignor: str = "range",
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+        owned: list[list[Any]] | None = None,
+        client_id: str = "test",
+    ) -> dict[str, Any]:
+        return await self.call(
+            group,
+            "join",
+            {
+                "member_id": member_id,
+                "topics": [TOPIC],
+                "protocol": protocol,
+                "assignor": assignor,
+                "client_id": client_id,
+                "session_timeout_ms": session_timeout_ms,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+                "owned": owned,
+            },
+        )
 
     async def sync(self, group: str, joined: dict[str, Any]) -> dict[str, Any]:
-        return await self.call(group, "sync", {"member_id": joined["member_id"],
-                                               "generation": joined["generation"]})
+        return await self.call(
+            group, "sync", {"member_id": joined["member_id"], "generation": joined["generation"]}
+        )
 
     async def heartbeat(self, group: str, member_id: str, generation: int) -> str:
-        out = await self.call(group, "heartbeat", {"member_id": member_id,
-                                                   "generation": generation})
+        out = await self.call(
+            group, "heartbeat", {"member_id": member_id, "generation": generation}
+        )
         return str(out["error"])
 
 
 def run(b: Brokers, fn: Callable[[Wire], Awaitable[Any]]) -> Any:
     async def main() -> Any:
         async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=TIMEOUT_S, sock_connect=2)) as s:
+            timeout=aiohttp.ClientTimeout(total=TIMEOUT_S, sock_connect=2)
+        ) as s:
             return await fn(Wire(s, b))
+
     return asyncio.run(main())
 
 
-async def eventually(what: str, fn: Callable[[], Awaitable[Any]],
-                     timeout_s: float = TIMEOUT_S) -> Any:
+async def eventually(
+    what: str, fn: Callable[[], Awaitable[Any]], timeout_s: float = TIMEOUT_S
+) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -163,12 +203,12 @@ async def eventually(what: str, fn: Callable[[], Awaitable[Any]],
 
 async def join_two(w: Wire, group: str, **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Two new members in one join phase (both within the initial rebalance delay)."""
-    a, b = await asyncio.gather(w.join(group, client_id="a", **kw),
-                                w.join(group, client_id="b", **kw))
+    a, b = await asyncio.gather(
+        w.join(group, client_id="a", **kw), w.join(group, client_id="b", **kw)
+    )
     assert a["error"] == b["error"] == "NONE", (a, b)
     assert a["generation"] == b["generation"] >= 1
-    assert sorted(a["members"]) == sorted(b["members"]) == sorted([a["member_id"],
-                                                                   b["member_id"]])
+    assert sorted(a["members"]) == sorted(b["members"]) == sorted([a["member_id"], b["member_id"]])
     assert a["leader"] == b["leader"] in a["members"]
     return a, b
 
@@ -181,7 +221,8 @@ def tps(out: dict[str, Any], key: str = "assignment") -> set[tuple[str, int]]:
 
 
 def test_find_coordinator_creates_the_compacted_offsets_topic(
-        cluster: tuple[Quorum, Brokers]) -> None:
+    cluster: tuple[Quorum, Brokers],
+) -> None:
     _, b = cluster
     info = run(b, lambda w: w.find("billing"))
     assert info["partition"] == partition_for("billing", OFFSETS_PARTITIONS)
@@ -192,8 +233,10 @@ def test_find_coordinator_creates_the_compacted_offsets_topic(
     assert info["url"] == b.url(info["coordinator_id"])
     with urllib.request.urlopen(b.url(b.ids[0]) + "/v3/clusters", timeout=5) as r:
         cid = json.loads(r.read())["data"][0]["cluster_id"]
-    with urllib.request.urlopen(f"{b.url(b.ids[0])}/v3/clusters/{cid}/topics/"
-                                "__consumer_offsets/configs/cleanup.policy", timeout=5) as r:
+    with urllib.request.urlopen(
+        f"{b.url(b.ids[0])}/v3/clusters/{cid}/topics/__consumer_offsets/configs/cleanup.policy",
+        timeout=5,
+    ) as r:
         assert json.loads(r.read())["value"] == "compact"
     # Every broker answers, and the same.
     for x in b.ids:
@@ -209,18 +252,22 @@ def test_not_coordinator_names_the_coordinator(cluster: tuple[Quorum, Brokers]) 
         for x in b.ids:
             if x == info["coordinator_id"]:
                 continue
-            for op, body in [("describe", {}), ("heartbeat", {"member_id": "m",
-                                                              "generation": 1}),
-                             ("fetch_offsets", {"partitions": None})]:
+            for op, body in [
+                ("describe", {}),
+                ("heartbeat", {"member_id": "m", "generation": 1}),
+                ("fetch_offsets", {"partitions": None}),
+            ]:
                 out = await w.raw(b.url(x), op, {"group": "audit", **body})
                 assert out["error"] == "NOT_COORDINATOR", out
                 assert out["coordinator_id"] == info["coordinator_id"], out
                 assert out["message"]
+
     run(b, scenario)
 
 
 def test_eager_group_joins_syncs_commits_and_fences_a_stale_generation(
-        cluster: tuple[Quorum, Brokers]) -> None:
+    cluster: tuple[Quorum, Brokers],
+) -> None:
     _, b = cluster
     g = "eager-group"
 
@@ -234,8 +281,9 @@ def test_eager_group_joins_syncs_commits_and_fences_a_stale_generation(
         assert await w.heartbeat(g, ja["member_id"], gen) == "NONE"
         assert await w.heartbeat(g, jb["member_id"], gen) == "NONE"
         commit = [[t, p, 10 + p, f"by-a-{p}"] for t, p in sorted(tps(sa))]
-        out = await w.call(g, "commit", {"member_id": ja["member_id"], "generation": gen,
-                                         "offsets": commit})
+        out = await w.call(
+            g, "commit", {"member_id": ja["member_id"], "generation": gen, "offsets": commit}
+        )
         assert out == {"error": "NONE"}
         got = await w.call(g, "fetch_offsets", {"partitions": None})
         assert [o[:4] for o in got["offsets"]] == commit
@@ -250,20 +298,28 @@ def test_eager_group_joins_syncs_commits_and_fences_a_stale_generation(
         sa2 = await w.sync(g, ja2)
         assert tps(sa2) == {(TOPIC, p) for p in range(4)}
         # A commit from the previous generation is refused (Kafka's validateOffsetCommit).
-        stale = await w.call(g, "commit", {"member_id": ja["member_id"], "generation": gen,
-                                           "offsets": [[TOPIC, 0, 99, ""]]})
+        stale = await w.call(
+            g,
+            "commit",
+            {"member_id": ja["member_id"], "generation": gen, "offsets": [[TOPIC, 0, 99, ""]]},
+        )
         assert stale["error"] == "ILLEGAL_GENERATION"
-        gone = await w.call(g, "commit", {"member_id": jb["member_id"], "generation": gen + 1,
-                                          "offsets": [[TOPIC, 0, 99, ""]]})
+        gone = await w.call(
+            g,
+            "commit",
+            {"member_id": jb["member_id"], "generation": gen + 1, "offsets": [[TOPIC, 0, 99, ""]]},
+        )
         assert gone["error"] == "UNKNOWN_MEMBER_ID"
         got = await w.call(g, "fetch_offsets", {"partitions": [[TOPIC, 0]]})
         assert got["offsets"][0][:3] == [TOPIC, 0, 10]
         assert await w.heartbeat(g, jb["member_id"], gen) == "UNKNOWN_MEMBER_ID"
+
     run(b, scenario)
 
 
 def test_cooperative_group_hands_over_only_after_the_owner_gave_up(
-        cluster: tuple[Quorum, Brokers]) -> None:
+    cluster: tuple[Quorum, Brokers],
+) -> None:
     _, b = cluster
     g = "coop-group"
     kw: dict[str, Any] = {"protocol": "cooperative", "assignor": "cooperative-sticky"}
@@ -275,8 +331,7 @@ def test_cooperative_group_hands_over_only_after_the_owner_gave_up(
         # b joins and is parked until a rejoins; a learns it from its heartbeat.
         b_join = asyncio.create_task(w.join(g, client_id="b", **kw))
         await eventually("a told to rejoin", lambda: _rebalancing(w, g, ja))
-        ja2, jb2 = await asyncio.gather(w.join(g, ja["member_id"], client_id="a", **kw),
-                                        b_join)
+        ja2, jb2 = await asyncio.gather(w.join(g, ja["member_id"], client_id="a", **kw), b_join)
         assert ja2["generation"] == jb2["generation"] == ja["generation"] + 1
         assert ja2["protocol"] == "cooperative"
         sa2, sb2 = await w.sync(g, ja2), await w.sync(g, jb2)
@@ -285,11 +340,13 @@ def test_cooperative_group_hands_over_only_after_the_owner_gave_up(
         assert tps(sa2) | tps(sa2, "revoked") == tps(sa)
         assert tps(sb2) == set()
         # The follow-up rebalance hands the revoked partitions to b.
-        a_join = asyncio.create_task(w.join(g, ja["member_id"], client_id="a",
-                                            owned=sorted([list(x) for x in tps(sa2)]), **kw))
+        a_join = asyncio.create_task(
+            w.join(
+                g, ja["member_id"], client_id="a", owned=sorted([list(x) for x in tps(sa2)]), **kw
+            )
+        )
         await eventually("b told to rejoin", lambda: _rebalancing(w, g, jb2))
-        ja3, jb3 = await asyncio.gather(a_join, w.join(g, jb2["member_id"], client_id="b",
-                                                       **kw))
+        ja3, jb3 = await asyncio.gather(a_join, w.join(g, jb2["member_id"], client_id="b", **kw))
         assert ja3["generation"] == jb3["generation"] == ja2["generation"] + 1
         sa3, sb3 = await w.sync(g, ja3), await w.sync(g, jb3)
         assert tps(sa3) == tps(sa2) and tps(sa3, "revoked") == set() and not sa3["rejoin"]
@@ -297,23 +354,25 @@ def test_cooperative_group_hands_over_only_after_the_owner_gave_up(
         d = await w.call(g, "describe", {})
         assert d["state"] == "STABLE" and d["protocol"] == "cooperative"
         assert d["assignor"] == "cooperative-sticky"
+
     run(b, scenario)
 
 
 async def _rebalancing(w: Wire, g: str, joined: dict[str, Any]) -> bool:
     return await w.heartbeat(g, joined["member_id"], joined["generation"]) == (
-        "REBALANCE_IN_PROGRESS")
+        "REBALANCE_IN_PROGRESS"
+    )
 
 
-def test_member_silent_past_its_session_timeout_is_removed(
-        cluster: tuple[Quorum, Brokers]) -> None:
+def test_member_silent_past_its_session_timeout_is_removed(cluster: tuple[Quorum, Brokers]) -> None:
     _, b = cluster
     g = "expiry-group"
 
     async def scenario(w: Wire) -> None:
         ja, jb = await asyncio.gather(
             w.join(g, client_id="a", session_timeout_ms=10_000),
-            w.join(g, client_id="b", session_timeout_ms=1_000))
+            w.join(g, client_id="b", session_timeout_ms=1_000),
+        )
         assert ja["generation"] == jb["generation"]
         await w.sync(g, ja)
         await w.sync(g, jb)
@@ -327,6 +386,7 @@ def test_member_silent_past_its_session_timeout_is_removed(
         d = await w.call(g, "describe", {})
         assert [m["member_id"] for m in d["members"]] == [ja["member_id"]]
         assert await w.heartbeat(g, jb["member_id"], jb["generation"]) == "UNKNOWN_MEMBER_ID"
+
     run(b, scenario)
 
 
@@ -336,28 +396,36 @@ def test_describe_list_lag_reset_and_delete(cluster: tuple[Quorum, Brokers]) -> 
 
     async def produce() -> None:
         async with AsyncProducer([b.url(x) for x in b.ids], linger_ms=1) as p:
-            futs = [await p.send(TOPIC, f"v{i}".encode(), partition=i % TOPIC_PARTITIONS)
-                    for i in range(40)]
+            futs = [
+                await p.send(TOPIC, f"v{i}".encode(), partition=i % TOPIC_PARTITIONS)
+                for i in range(40)
+            ]
             for f in futs:
                 await f
 
     async def scenario(w: Wire) -> None:
-        before = {tuple(x[:2]): x[3] for x in
-                  (await w.call(g, "lag", {}))["partitions"]}
+        before = {tuple(x[:2]): x[3] for x in (await w.call(g, "lag", {}))["partitions"]}
         assert before == {}  # no offsets, no members: nothing to show
         ja = await w.join(g, client_id="admin-a")
         sa = await w.sync(g, ja)
         assert tps(sa) == {(TOPIC, p) for p in range(4)}
         await produce()
-        out = await w.call(g, "commit", {"member_id": ja["member_id"],
-                                         "generation": ja["generation"],
-                                         "offsets": [[TOPIC, 0, 3, ""], [TOPIC, 1, 5, "x"]]})
+        out = await w.call(
+            g,
+            "commit",
+            {
+                "member_id": ja["member_id"],
+                "generation": ja["generation"],
+                "offsets": [[TOPIC, 0, 3, ""], [TOPIC, 1, 5, "x"]],
+            },
+        )
         assert out["error"] == "NONE"
 
         # Lag: every assigned partition; the log end is the high watermark.
         async def lag_settled() -> Any:
             rows = (await w.call(g, "lag", {}))["partitions"]
             return rows if rows and all(r[3] >= 10 for r in rows) else None
+
         rows = await eventually("lag with every record", lag_settled)
         ends = {r[1]: r[3] for r in rows}
         assert [r[:2] for r in rows] == ALL_TPS
@@ -369,9 +437,15 @@ def test_describe_list_lag_reset_and_delete(cluster: tuple[Quorum, Brokers]) -> 
         d = await w.call(g, "describe", {})
         assert d["state"] == "STABLE" and not d["is_simple"]
         assert d["generation"] == ja["generation"] and d["leader"] == ja["member_id"]
-        assert d["members"] == [{"member_id": ja["member_id"], "client_id": "admin-a",
-                                 "protocol": "eager", "topics": [TOPIC],
-                                 "assignment": ALL_TPS}]
+        assert d["members"] == [
+            {
+                "member_id": ja["member_id"],
+                "client_id": "admin-a",
+                "protocol": "eager",
+                "topics": [TOPIC],
+                "assignment": ALL_TPS,
+            }
+        ]
 
         # list: only the coordinator of the group lists it; callers ask every broker.
         info = await w.find(g)
@@ -402,16 +476,21 @@ def test_describe_list_lag_reset_and_delete(cluster: tuple[Quorum, Brokers]) -> 
         assert (await w.call(g, "delete", {}))["error"] == "GROUP_ID_NOT_FOUND"
 
         # A commit without a member creates a simple group.
-        simple = await w.call("simple-group", "commit", {
-            "member_id": "", "generation": -1, "offsets": [[TOPIC, 2, 7, ""]]})
+        simple = await w.call(
+            "simple-group",
+            "commit",
+            {"member_id": "", "generation": -1, "offsets": [[TOPIC, 2, 7, ""]]},
+        )
         assert simple["error"] == "NONE"
         d = await w.call("simple-group", "describe", {})
         assert d["is_simple"] and d["state"] == "EMPTY"
+
     run(b, scenario)
 
 
 def test_parked_join_is_answered_not_coordinator_when_leadership_moves(
-        cluster: tuple[Quorum, Brokers]) -> None:
+    cluster: tuple[Quorum, Brokers],
+) -> None:
     _, b = cluster
     g = "moving-group"
 
@@ -421,10 +500,23 @@ def test_parked_join_is_answered_not_coordinator_when_leadership_moves(
         info = await w.find(g)
         url = info["url"]
         # b's join waits for a to rejoin, which it never does (rebalance timeout 30 s).
-        b_join = asyncio.create_task(w.raw(url, "join", {
-            "group": g, "member_id": "", "topics": [TOPIC], "protocol": "eager",
-            "assignor": "range", "client_id": "b", "session_timeout_ms": 10_000,
-            "rebalance_timeout_ms": 30_000, "owned": None}))
+        b_join = asyncio.create_task(
+            w.raw(
+                url,
+                "join",
+                {
+                    "group": g,
+                    "member_id": "",
+                    "topics": [TOPIC],
+                    "protocol": "eager",
+                    "assignor": "range",
+                    "client_id": "b",
+                    "session_timeout_ms": 10_000,
+                    "rebalance_timeout_ms": 30_000,
+                    "owned": None,
+                },
+            )
+        )
         await eventually("a told to rejoin", lambda: _rebalancing(w, g, ja))
         assert not b_join.done()
         # A controlled shutdown moves the leadership of the offsets partition away.
@@ -458,8 +550,11 @@ def test_coordinator_failover_keeps_committed_offsets(cluster: tuple[Quorum, Bro
         await w.sync(g, ja)
         await w.sync(g, jb)
         commit = [[TOPIC, p, 100 + p, f"m{p}"] for p in range(TOPIC_PARTITIONS)]
-        out = await w.call(g, "commit", {"member_id": ja["member_id"],
-                                         "generation": ja["generation"], "offsets": commit})
+        out = await w.call(
+            g,
+            "commit",
+            {"member_id": ja["member_id"], "generation": ja["generation"], "offsets": commit},
+        )
         assert out["error"] == "NONE"
         info = await w.find(g)
         return ja, jb, commit, int(info["coordinator_id"])
@@ -475,15 +570,23 @@ def test_coordinator_failover_keeps_committed_offsets(cluster: tuple[Quorum, Bro
         d = await w.call(g, "describe", {})
         assert d["state"] == "STABLE" and d["generation"] == ja["generation"]
         assert sorted(m["member_id"] for m in d["members"]) == sorted(
-            [ja["member_id"], jb["member_id"]])
+            [ja["member_id"], jb["member_id"]]
+        )
         # The members carry on with the new coordinator, in the same generation.
         assert await w.heartbeat(g, ja["member_id"], ja["generation"]) == "NONE"
-        out = await w.call(g, "commit", {"member_id": jb["member_id"],
-                                         "generation": jb["generation"],
-                                         "offsets": [[TOPIC, 0, 200, ""]]})
+        out = await w.call(
+            g,
+            "commit",
+            {
+                "member_id": jb["member_id"],
+                "generation": jb["generation"],
+                "offsets": [[TOPIC, 0, 200, ""]],
+            },
+        )
         assert out["error"] == "NONE"
         got = await w.call(g, "fetch_offsets", {"partitions": [[TOPIC, 0]]})
         assert got["offsets"][0][2] == 200
+
     run(b, after)
 
 

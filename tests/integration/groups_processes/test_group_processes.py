@@ -93,6 +93,7 @@ class Steady:
                         self._collect(pending)
                 p.flush()
                 self._collect(pending)
+
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
         return self
@@ -123,8 +124,10 @@ class Cluster:
     def create_topic(self, name: str) -> None:
         async def go() -> None:
             async with ControllerClient(self.quorum.urls, timeout_s=20) as cc:
-                await cc.execute(CreateTopic(name=name, num_partitions=PARTITIONS,
-                                             replication_factor=3))
+                await cc.execute(
+                    CreateTopic(name=name, num_partitions=PARTITIONS, replication_factor=3)
+                )
+
         asyncio.run(go())
 
     def spawn(self, group: str, topic: str, strategy: str, name: str) -> Member:
@@ -132,9 +135,20 @@ class Cluster:
         out.touch()
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
-            [sys.executable, str(MEMBER), ",".join(self.bootstrap), group, topic, strategy,
-             str(out), str(SESSION_MS)],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(f"{out}.stderr", "wb"))  # noqa: SIM115
+            [
+                sys.executable,
+                str(MEMBER),
+                ",".join(self.bootstrap),
+                group,
+                topic,
+                strategy,
+                str(out),
+                str(SESSION_MS),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(f"{out}.stderr", "wb"),  # noqa: SIM115
+        )
         m = Member(proc, out)
         self.members.append(m)
         return m
@@ -157,7 +171,9 @@ class Cluster:
                 continue
             req = urllib.request.Request(
                 f"{self.brokers.url(b)}/internal/broker/v1/group/find_coordinator",
-                data=msgpack.packb({"group": group}), method="POST")
+                data=msgpack.packb({"group": group}),
+                method="POST",
+            )
             with urllib.request.urlopen(req, timeout=10) as r:
                 ans = msgpack.unpackb(r.read())
             if ans.get("coordinator_id", -1) >= 0:
@@ -168,9 +184,15 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("group-procs")
-    with running_cluster(root, broker_args=[
-            "--override", "group_initial_rebalance_delay_ms=0",
-            "--override", "group_min_session_timeout_ms=1000"]) as (q, b):
+    with running_cluster(
+        root,
+        broker_args=[
+            "--override",
+            "group_initial_rebalance_delay_ms=0",
+            "--override",
+            "group_min_session_timeout_ms=1000",
+        ],
+    ) as (q, b):
         c = Cluster(root, q, b)
         try:
             yield c
@@ -188,13 +210,22 @@ def _stop_members_after_each_test(cluster: Cluster) -> Iterator[None]:
 def _wait_covering(members: list[Member], timeout_s: float, *, each: bool = True) -> float:
     """Wait until the members' owned partitions are disjoint and cover the topic (each member
     holding at least one when ``each``); returns when that first held (monotonic s)."""
+
     def covered() -> bool:
         owned = [m.owned() for m in members]
         union = set().union(*owned)
-        return (union == set(range(PARTITIONS)) and sum(map(len, owned)) == PARTITIONS
-                and (not each or all(owned)))
-    wait_for("the group to cover every partition", covered, timeout_s,
-             context=lambda: _members_report(members))
+        return (
+            union == set(range(PARTITIONS))
+            and sum(map(len, owned)) == PARTITIONS
+            and (not each or all(owned))
+        )
+
+    wait_for(
+        "the group to cover every partition",
+        covered,
+        timeout_s,
+        context=lambda: _members_report(members),
+    )
     return time.monotonic()
 
 
@@ -233,6 +264,7 @@ def _drain(members: list[Member], steady: Steady, timeout_s: float = 90) -> None
             for p, o in m.processed():
                 seen.setdefault(p, set()).add(o)
         return all(offs <= seen.get(p, set()) for p, offs in steady.acked.items())
+
     wait_for("every acknowledged record to be processed", done, timeout_s)
 
 
@@ -277,19 +309,24 @@ def test_cooperative_members_keep_consuming_while_another_joins(cluster: Cluster
             if kind == "V" and rest and at >= joined_at:
                 revoked |= {int(p) for p in rest[0].split(",") if p}
         # What a member keeps is never revoked, not even for a moment (KIP-429)...
-        assert not (kept & revoked), (f"kept partitions {kept & revoked} were revoked\n"
-                                      + _members_report(ms))
+        assert not (kept & revoked), (
+            f"kept partitions {kept & revoked} were revoked\n" + _members_report(ms)
+        )
         # ... and it keeps consuming it: no pause longer than 1.5 s across the rebalance (the
         # producer writes to every partition every ~15 ms; an eager rebalance stops every
         # member for its whole join and sync, and the slack is for a loaded 2-core machine
         # starting a fifth Python process meanwhile).
         for p in kept:
-            ts = sorted(t for k, t, r in m.events() if k == "R" and int(r[0]) == p
-                        and joined_at - 2e9 <= t <= settled_at)
+            ts = sorted(
+                t
+                for k, t, r in m.events()
+                if k == "R" and int(r[0]) == p and joined_at - 2e9 <= t <= settled_at
+            )
             gaps = [b - a for a, b in itertools.pairwise(ts)]
             assert ts and max(gaps, default=0) < 1.5e9, (
                 f"partition {p}: a {max(gaps, default=0) / 1e9:.2f} s pause in a member that "
-                f"kept it\n" + _members_report(ms))
+                f"kept it\n" + _members_report(ms)
+            )
     steady.stop()
     _drain(ms, steady)
     _check_every_ack_processed(ms, steady)

@@ -22,10 +22,13 @@ V2 = "application/vnd.kafka.v2+json"
 
 
 @contextmanager
-def cluster_with_groups(root: Path, instance_timeout_ms: int = 300_000
-                        ) -> Iterator[HttpCluster]:
-    args = ["--override", f"consumer_instance_timeout_ms={instance_timeout_ms}",
-            "--override", "group_initial_rebalance_delay_ms=300"]
+def cluster_with_groups(root: Path, instance_timeout_ms: int = 300_000) -> Iterator[HttpCluster]:
+    args = [
+        "--override",
+        f"consumer_instance_timeout_ms={instance_timeout_ms}",
+        "--override",
+        "group_initial_rebalance_delay_ms=300",
+    ]
     with running_cluster(root, broker_args=args) as (q, brokers):
         yield HttpCluster(q, brokers)
 
@@ -41,25 +44,46 @@ class Consumers:
         return f"{self.url}/consumers/{group}/instances/{name}"
 
     def create(self, group: str, name: str, **config: Any) -> tuple[int, Any]:
-        st, _, body = self.c.call("POST", f"{self.url}/consumers/{group}",
-                                  {"name": name, **config}, headers={"Content-Type": V2})
+        st, _, body = self.c.call(
+            "POST",
+            f"{self.url}/consumers/{group}",
+            {"name": name, **config},
+            headers={"Content-Type": V2},
+        )
         return st, body
 
-    def call(self, method: str, group: str, name: str, path: str = "", body: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        group: str,
+        name: str,
+        path: str = "",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         hdrs = {"Content-Type": V2, **(headers or {})}
         st, _, out = self.c.call(method, self.inst(group, name) + path, body, headers=hdrs)
         return st, out
 
-    def records(self, group: str, name: str, fmt: str = "json", timeout_ms: int = 1000,
-                max_bytes: int | None = None) -> tuple[int, Any]:
+    def records(
+        self,
+        group: str,
+        name: str,
+        fmt: str = "json",
+        timeout_ms: int = 1000,
+        max_bytes: int | None = None,
+    ) -> tuple[int, Any]:
         q = f"?timeout={timeout_ms}" + (f"&max_bytes={max_bytes}" if max_bytes else "")
-        st, _, out = self.c.call("GET", self.inst(group, name) + "/records" + q,
-                                 headers={"Accept": f"application/vnd.kafka.{fmt}.v2+json"})
+        st, _, out = self.c.call(
+            "GET",
+            self.inst(group, name) + "/records" + q,
+            headers={"Accept": f"application/vnd.kafka.{fmt}.v2+json"},
+        )
         return st, out
 
-    def poll_until(self, group: str, name: str, n: int, fmt: str = "json",
-                   timeout_s: float = 30) -> list[dict[str, Any]]:
+    def poll_until(
+        self, group: str, name: str, n: int, fmt: str = "json", timeout_s: float = 30
+    ) -> list[dict[str, Any]]:
         """Records until at least ``n`` arrived."""
         out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout_s
@@ -70,17 +94,37 @@ class Consumers:
             out += recs
         return out
 
-    def committed_member(self, group: str, name: str, topic: str, n: int,
-                         offsets: dict[int, int]) -> None:
+    def committed_member(
+        self, group: str, name: str, topic: str, n: int, offsets: dict[int, int]
+    ) -> None:
         """Member ``name`` of ``group`` (JSON, from the earliest offset, no auto-commit) on
         ``topic``, once it has read ``n`` records and committed ``offsets`` (partition ->
         offset) by hand."""
-        assert self.create(group, name, format="json", **{"auto.offset.reset": "earliest",
-                                                          "auto.commit.enable": False})[0] == 200
+        assert (
+            self.create(
+                group,
+                name,
+                format="json",
+                **{"auto.offset.reset": "earliest", "auto.commit.enable": False},
+            )[0]
+            == 200
+        )
         assert self.call("POST", group, name, "/subscription", {"topics": [topic]})[0] == 204
         self.poll_until(group, name, n)
-        assert self.call("POST", group, name, "/offsets", {"offsets": [
-            {"topic": topic, "partition": p, "offset": o} for p, o in offsets.items()]})[0] == 200
+        assert (
+            self.call(
+                "POST",
+                group,
+                name,
+                "/offsets",
+                {
+                    "offsets": [
+                        {"topic": topic, "partition": p, "offset": o} for p, o in offsets.items()
+                    ]
+                },
+            )[0]
+            == 200
+        )
 
     def assignment(self, group: str, name: str) -> set[tuple[str, int]]:
         st, body = self.call("GET", group, name, "/assignments")

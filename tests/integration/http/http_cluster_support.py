@@ -26,16 +26,24 @@ class HttpCluster:
         self.quorum = quorum
         self.brokers = brokers
         self.urls = [brokers.url(b) for b in brokers.ids]
-        self.cluster_id = str(self.call("GET", self.urls[0] + "/v3/clusters")[2]["data"][0][
-            "cluster_id"])
+        self.cluster_id = str(
+            self.call("GET", self.urls[0] + "/v3/clusters")[2]["data"][0]["cluster_id"]
+        )
 
     def v3(self, i: int = 0) -> str:
         return f"{self.urls[i]}/v3/clusters/{self.cluster_id}"
 
-    def call(self, method: str, url: str, body: Any = None, *,
-             headers: dict[str, str] | None = None, raw: bytes | None = None,
-             chunks: list[bytes] | None = None, timeout_s: float = 40
-             ) -> tuple[int, dict[str, str], Any]:
+    def call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        chunks: list[bytes] | None = None,
+        timeout_s: float = 40,
+    ) -> tuple[int, dict[str, str], Any]:
         u = urllib.parse.urlsplit(url)
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
         hdrs = dict(headers or {})
@@ -71,19 +79,30 @@ class HttpCluster:
             parsed = msgpack.unpackb(payload, raw=False)
         return resp.status, rh, parsed
 
-    def create_topic(self, name: str, partitions: int = 3, rf: int = 3,
-                     configs: dict[str, str] | None = None) -> Any:
-        st, _, body = self.call("POST", f"{self.v3()}/topics", {
-            "topic_name": name, "partitions_count": partitions, "replication_factor": rf,
-            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]})
+    def create_topic(
+        self, name: str, partitions: int = 3, rf: int = 3, configs: dict[str, str] | None = None
+    ) -> Any:
+        st, _, body = self.call(
+            "POST",
+            f"{self.v3()}/topics",
+            {
+                "topic_name": name,
+                "partitions_count": partitions,
+                "replication_factor": rf,
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+            },
+        )
         assert st == 201, body
         # Every broker sees the topic with leaders before the test uses it.
         deadline = time.monotonic() + 20
         for i in range(len(self.urls)):
             while True:
                 s, _, parts = self.call("GET", f"{self.v3(i)}/topics/{name}/partitions")
-                if s == 200 and len(parts["data"]) == partitions and all(
-                        p["leader_id"] >= 0 for p in parts["data"]):
+                if (
+                    s == 200
+                    and len(parts["data"]) == partitions
+                    and all(p["leader_id"] >= 0 for p in parts["data"])
+                ):
                     break
                 assert time.monotonic() < deadline, (s, parts)
                 time.sleep(0.05)
@@ -93,14 +112,22 @@ class HttpCluster:
         _, _, p = self.call("GET", f"{self.v3()}/topics/{topic}/partitions/{partition}")
         return self.brokers.ids.index(p["leader_id"])
 
-    def read_all(self, topic: str, partition: int, i: int = 0, fmt: str = "binary",
-                 key_fmt: str | None = None) -> list[dict[str, Any]]:
+    def read_all(
+        self,
+        topic: str,
+        partition: int,
+        i: int = 0,
+        fmt: str = "binary",
+        key_fmt: str | None = None,
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         offset = 0
         while True:
             st, _, body = self.call(
-                "GET", f"{self.v3(i)}/topics/{topic}/partitions/{partition}/records"
-                       f"?offset={offset}&timeout_ms=0&format={fmt}&key_format={key_fmt or fmt}")
+                "GET",
+                f"{self.v3(i)}/topics/{topic}/partitions/{partition}/records"
+                f"?offset={offset}&timeout_ms=0&format={fmt}&key_format={key_fmt or fmt}",
+            )
             assert st == 200, body
             if not body["records"]:
                 return out

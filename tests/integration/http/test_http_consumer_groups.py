@@ -31,10 +31,15 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpCluster]:
 
 
 def _records(n: int, start: int = 0, partitions: int = 3) -> list[dict[str, Any]]:
-    return [{"partition_id": i % partitions, "key": {"type": "STRING", "data": f"k{i}"},
-             "value": {"type": "JSON", "data": {"n": i}},
-             "headers": [{"name": "h", "value": base64.b64encode(b"v").decode()}]}
-            for i in range(start, start + n)]
+    return [
+        {
+            "partition_id": i % partitions,
+            "key": {"type": "STRING", "data": f"k{i}"},
+            "value": {"type": "JSON", "data": {"n": i}},
+            "headers": [{"name": "h", "value": base64.b64encode(b"v").decode()}],
+        }
+        for i in range(start, start + n)
+    ]
 
 
 def _ends(c: HttpCluster, topic: str, partitions: int = 3) -> dict[int, int]:
@@ -52,11 +57,17 @@ def test_instance_lifecycle_subscribe_poll_commit_share_and_delete(c: HttpCluste
     c.create_topic("v2-orders", partitions=3, rf=3)
     produce(c, "v2-orders", _records(30))
     v2 = Consumers(c)
-    st, created = v2.create("billing", "c1", format="json", **{
-        "auto.offset.reset": "earliest", "auto.commit.enable": "false"})
+    st, created = v2.create(
+        "billing",
+        "c1",
+        format="json",
+        **{"auto.offset.reset": "earliest", "auto.commit.enable": "false"},
+    )
     assert st == 200, created
-    assert created == {"instance_id": "c1",
-                       "base_uri": f"{c.urls[0]}/consumers/billing/instances/c1"}
+    assert created == {
+        "instance_id": "c1",
+        "base_uri": f"{c.urls[0]}/consumers/billing/instances/c1",
+    }
     st, err = v2.create("billing", "c1")
     assert st == 409 and err["error_code"] == 40902
 
@@ -73,14 +84,18 @@ def test_instance_lifecycle_subscribe_poll_commit_share_and_delete(c: HttpCluste
     assert st == 406 and err["error_code"] == 40601
 
     # A named offset is the last record processed: the commit is the next one (+1).
-    st, body = v2.call("POST", "billing", "c1", "/offsets",
-                       {"offsets": [{"topic": "v2-orders", "partition": 0, "offset": 3}]})
+    st, body = v2.call(
+        "POST",
+        "billing",
+        "c1",
+        "/offsets",
+        {"offsets": [{"topic": "v2-orders", "partition": 0, "offset": 3}]},
+    )
     assert st == 200 and body == []
     parts = {"partitions": [{"topic": "v2-orders", "partition": p} for p in range(3)]}
     st, got = v2.call("GET", "billing", "c1", "/offsets", parts)
     assert st == 200
-    assert got["offsets"] == [{"topic": "v2-orders", "partition": 0, "offset": 4,
-                               "metadata": ""}]
+    assert got["offsets"] == [{"topic": "v2-orders", "partition": 0, "offset": 4, "metadata": ""}]
     # No body: everything consumed.
     assert v2.call("POST", "billing", "c1", "/offsets")[0] == 200
     st, got = v2.call("GET", "billing", "c1", "/offsets", parts)
@@ -142,8 +157,12 @@ def test_manual_assignment_seeks_and_simple_commits_resume(c: HttpCluster) -> No
     c.create_topic("v2-assign", partitions=3, rf=3)
     produce(c, "v2-assign", _records(30))
     v2 = Consumers(c)
-    assert v2.create("manual", "a1", **{"auto.offset.reset": "earliest",
-                                        "auto.commit.enable": False})[0] == 200
+    assert (
+        v2.create("manual", "a1", **{"auto.offset.reset": "earliest", "auto.commit.enable": False})[
+            0
+        ]
+        == 200
+    )
     two = {"partitions": [{"topic": "v2-assign", "partition": p} for p in (0, 1)]}
     assert v2.call("POST", "manual", "a1", "/assignments", two)[0] == 204
     assert v2.call("GET", "manual", "a1", "/assignments") == (200, two)
@@ -158,20 +177,34 @@ def test_manual_assignment_seeks_and_simple_commits_resume(c: HttpCluster) -> No
     assert v2.call("POST", "manual", "a1", "/positions", seek)[0] == 204
     recs = v2.poll_until("manual", "a1", 5, fmt="binary")
     assert [r["offset"] for r in recs] == [5, 6, 7, 8, 9]
-    assert v2.call("POST", "manual", "a1", "/positions/beginning",
-                   {"partitions": [{"topic": "v2-assign", "partition": 1}]})[0] == 204
+    assert (
+        v2.call(
+            "POST",
+            "manual",
+            "a1",
+            "/positions/beginning",
+            {"partitions": [{"topic": "v2-assign", "partition": 1}]},
+        )[0]
+        == 204
+    )
     recs = v2.poll_until("manual", "a1", 10, fmt="binary")
     assert [(r["partition"], r["offset"]) for r in recs] == [(1, o) for o in range(10)]
     assert v2.call("POST", "manual", "a1", "/positions/end", two)[0] == 204
     assert v2.records("manual", "a1", "binary", timeout_ms=200) == (200, [])
-    stamps = {"timestamps": [{"topic": "v2-assign", "partition": 0,
-                              "timestamp": "2000-01-01T00:00:00Z"}]}
+    stamps = {
+        "timestamps": [{"topic": "v2-assign", "partition": 0, "timestamp": "2000-01-01T00:00:00Z"}]
+    }
     assert v2.call("POST", "manual", "a1", "/positions", stamps)[0] == 204
     recs = v2.poll_until("manual", "a1", 10, fmt="binary")
     assert [r["offset"] for r in recs] == list(range(10))
 
-    st, err = v2.call("POST", "manual", "a1", "/positions",
-                      {"offsets": [{"topic": "v2-assign", "partition": 2, "offset": 0}]})
+    st, err = v2.call(
+        "POST",
+        "manual",
+        "a1",
+        "/positions",
+        {"offsets": [{"topic": "v2-assign", "partition": 2, "offset": 0}]},
+    )
     assert st == 409 and err["error_code"] == 40903
 
     # max_bytes cuts an answer; what was cut is answered next, nothing is skipped.
@@ -186,14 +219,30 @@ def test_manual_assignment_seeks_and_simple_commits_resume(c: HttpCluster) -> No
     assert sorted(seen) == [(p, o) for p in (0, 1) for o in range(10)]
 
     # Simple-consumer commits (the group has no members); a new instance resumes there.
-    assert v2.call("POST", "manual", "a1", "/offsets",
-                   {"offsets": [{"topic": "v2-assign", "partition": 0, "offset": 7}]})[0] == 200
+    assert (
+        v2.call(
+            "POST",
+            "manual",
+            "a1",
+            "/offsets",
+            {"offsets": [{"topic": "v2-assign", "partition": 0, "offset": 7}]},
+        )[0]
+        == 200
+    )
     assert v2.call("DELETE", "manual", "a1")[0] == 204
     g = wait_group(c, "manual", lambda g: True)
     assert g["is_simple"] is True and g["state"] == "EMPTY"
     assert v2.create("manual", "a2", format="json")[0] == 200
-    assert v2.call("POST", "manual", "a2", "/assignments",
-                   {"partitions": [{"topic": "v2-assign", "partition": 0}]})[0] == 204
+    assert (
+        v2.call(
+            "POST",
+            "manual",
+            "a2",
+            "/assignments",
+            {"partitions": [{"topic": "v2-assign", "partition": 0}]},
+        )[0]
+        == 204
+    )
     recs = v2.poll_until("manual", "a2", 2)
     assert recs[0]["offset"] == 8
     v2.call("DELETE", "manual", "a2")
@@ -206,9 +255,13 @@ def test_auto_commit_commits_what_was_consumed(c: HttpCluster) -> None:
     # A member (subscribe) and a simple consumer (assign): with auto.commit.enable (the
     # default) both commit what the answers handed out, at the latest when deleted.
     for grp, how, body in [
-            ("auto-sub", "/subscription", {"topics": ["v2-auto"]}),
-            ("auto-asg", "/assignments", {"partitions": [{"topic": "v2-auto", "partition": p}
-                                                         for p in (0, 1)]})]:
+        ("auto-sub", "/subscription", {"topics": ["v2-auto"]}),
+        (
+            "auto-asg",
+            "/assignments",
+            {"partitions": [{"topic": "v2-auto", "partition": p} for p in (0, 1)]},
+        ),
+    ]:
         assert v2.create(grp, "a", format="json", **{"auto.offset.reset": "earliest"})[0] == 200
         assert v2.call("POST", grp, "a", how, body)[0] == 204
         # A max_bytes cut: the records not answered are not committed.
@@ -218,8 +271,10 @@ def test_auto_commit_commits_what_was_consumed(c: HttpCluster) -> None:
         st, own = v2.call("GET", grp, "a", "/offsets")  # no body: the assignment
         assert st == 200 and isinstance(own["offsets"], list)
         assert v2.call("DELETE", grp, "a")[0] == 204
-        expect = {p: 1 + max((r["offset"] for r in got if r["partition"] == p), default=-1)
-                  for p in (0, 1)}
+        expect = {
+            p: 1 + max((r["offset"] for r in got if r["partition"] == p), default=-1)
+            for p in (0, 1)
+        }
         st, lags = group(c, grp, "/lags")
         assert st == 200, lags
         committed = {x["partition_id"]: x["current_offset"] for x in lags["data"]}
@@ -237,18 +292,33 @@ def test_pattern_subscription_and_unsubscribe(c: HttpCluster) -> None:
     assert v2.call("POST", "pat", "p1", "/subscription", {"topic_pattern": "v2pat-.*"})[0] == 204
     recs = v2.poll_until("pat", "p1", 4)
     assert {r["topic"] for r in recs} == {"v2pat-a", "v2pat-b"}
-    assert v2.call("GET", "pat", "p1", "/subscription") == (200, {"topics": ["v2pat-a",
-                                                                             "v2pat-b"]})
+    assert v2.call("GET", "pat", "p1", "/subscription") == (200, {"topics": ["v2pat-a", "v2pat-b"]})
     st, err = v2.call("POST", "pat", "p1", "/subscription", {"topics": ["v2pat-a"]})
     assert st == 409 and err["error_code"] == 40901
-    assert v2.call("POST", "pat", "p1", "/assignments",
-                   {"partitions": [{"topic": "v2pat-a", "partition": 0}]})[0] == 409
+    assert (
+        v2.call(
+            "POST",
+            "pat",
+            "p1",
+            "/assignments",
+            {"partitions": [{"topic": "v2pat-a", "partition": 0}]},
+        )[0]
+        == 409
+    )
     assert v2.call("DELETE", "pat", "p1", "/subscription")[0] == 204
     assert v2.call("GET", "pat", "p1", "/subscription") == (200, {"topics": []})
     wait_group(c, "pat", lambda g: g["state"] == "EMPTY", timeout_s=10)
     # Unsubscribed, the instance may assign instead.
-    assert v2.call("POST", "pat", "p1", "/assignments",
-                   {"partitions": [{"topic": "v2pat-a", "partition": 0}]})[0] == 204
+    assert (
+        v2.call(
+            "POST",
+            "pat",
+            "p1",
+            "/assignments",
+            {"partitions": [{"topic": "v2pat-a", "partition": 0}]},
+        )[0]
+        == 204
+    )
     v2.call("DELETE", "pat", "p1")
 
 
@@ -321,8 +391,13 @@ def test_concurrent_requests_on_one_instance_are_serialized(c: HttpCluster) -> N
     t = threading.Thread(target=long_poll)
     t.start()
     time.sleep(0.5)
-    st, _ = v2.call("POST", "conc", "x", "/positions/beginning", {"partitions": [
-        {"topic": "v2-conc", "partition": p} for p in range(3)]})
+    st, _ = v2.call(
+        "POST",
+        "conc",
+        "x",
+        "/positions/beginning",
+        {"partitions": [{"topic": "v2-conc", "partition": p} for p in range(3)]},
+    )
     done["seek"] = (time.monotonic(), st)
     t.join(30)
     assert done["poll"][1] == (200, [])
@@ -335,16 +410,25 @@ def test_v2_errors(c: HttpCluster) -> None:
     v2 = Consumers(c)
     parts: dict[str, Any] = {"partitions": []}
     calls: list[tuple[str, str, Any]] = [
-            ("GET", "/records", None), ("POST", "/subscription", {"topics": ["x"]}),
-            ("GET", "/subscription", None), ("DELETE", "/subscription", None),
-            ("POST", "/assignments", parts), ("GET", "/assignments", None),
-            ("POST", "/positions", {"offsets": []}), ("POST", "/positions/beginning", parts),
-            ("POST", "/positions/end", parts), ("POST", "/offsets", None),
-            ("GET", "/offsets", None), ("DELETE", "", None)]
+        ("GET", "/records", None),
+        ("POST", "/subscription", {"topics": ["x"]}),
+        ("GET", "/subscription", None),
+        ("DELETE", "/subscription", None),
+        ("POST", "/assignments", parts),
+        ("GET", "/assignments", None),
+        ("POST", "/positions", {"offsets": []}),
+        ("POST", "/positions/beginning", parts),
+        ("POST", "/positions/end", parts),
+        ("POST", "/offsets", None),
+        ("GET", "/offsets", None),
+        ("DELETE", "", None),
+    ]
     for method, path, body in calls:
         st, err = v2.call(method, "nogroup", "nobody", path, body)
-        assert (st, err) == (404, {"error_code": 40403,
-                                   "message": "Consumer instance not found."}), (method, path)
+        assert (st, err) == (
+            404,
+            {"error_code": 40403, "message": "Consumer instance not found."},
+        ), (method, path)
     st, err = v2.create("errs", "e1", format="avro")
     assert st == 422 and err["error_code"] == 42204
     st, err = v2.create("errs", "e1", **{"auto.offset.reset": "sometimes"})
@@ -352,36 +436,85 @@ def test_v2_errors(c: HttpCluster) -> None:
     assert v2.create("errs", "e1", format="string")[0] == 200
     st, err = v2.records("errs", "e1", "string")
     assert st == 409 and err["error_code"] == 40903  # neither subscribed nor assigned
-    st, err = v2.call("POST", "errs", "e1", "/subscription",
-                      {"topics": ["a"], "topic_pattern": "b"})
+    st, err = v2.call(
+        "POST", "errs", "e1", "/subscription", {"topics": ["a"], "topic_pattern": "b"}
+    )
     assert st == 422
-    st, err = v2.call("POST", "errs", "e1", "/assignments",
-                      {"partitions": [{"topic": "no-such-topic", "partition": 0}]})
+    st, err = v2.call(
+        "POST",
+        "errs",
+        "e1",
+        "/assignments",
+        {"partitions": [{"topic": "no-such-topic", "partition": 0}]},
+    )
     assert st == 404 and err["error_code"] == 40401
     st, err = v2.records("errs", "e1", "json")
     assert st == 406 and err["error_code"] == 40601
     # Without an embedded format in Accept, the instance's own format is used.
     c.create_topic("v2-err", partitions=1, rf=3)
-    produce(c, "v2-err", [{"value": {"type": "BINARY", "data": base64.b64encode(
-        b"\xff not json").decode()}}])
-    assert v2.call("POST", "errs", "e1", "/assignments",
-                   {"partitions": [{"topic": "v2-err", "partition": 0}]})[0] == 204
-    assert v2.call("POST", "errs", "e1", "/positions/beginning",
-                   {"partitions": [{"topic": "v2-err", "partition": 0}]})[0] == 204
+    produce(
+        c,
+        "v2-err",
+        [{"value": {"type": "BINARY", "data": base64.b64encode(b"\xff not json").decode()}}],
+    )
+    assert (
+        v2.call(
+            "POST",
+            "errs",
+            "e1",
+            "/assignments",
+            {"partitions": [{"topic": "v2-err", "partition": 0}]},
+        )[0]
+        == 204
+    )
+    assert (
+        v2.call(
+            "POST",
+            "errs",
+            "e1",
+            "/positions/beginning",
+            {"partitions": [{"topic": "v2-err", "partition": 0}]},
+        )[0]
+        == 204
+    )
     st, hdrs, recs = c.call("GET", v2.inst("errs", "e1") + "/records?timeout=5000")
     assert st == 200 and len(recs) == 1, recs
     assert hdrs["content-type"].startswith("application/vnd.kafka.string.v2+json")
     # A json instance meeting a record that is not JSON answers 42203 and consumes nothing.
     assert v2.create("errs", "j1", format="json")[0] == 200
-    assert v2.call("POST", "errs", "j1", "/assignments",
-                   {"partitions": [{"topic": "v2-err", "partition": 0}]})[0] == 204
-    assert v2.call("POST", "errs", "j1", "/positions/beginning",
-                   {"partitions": [{"topic": "v2-err", "partition": 0}]})[0] == 204
+    assert (
+        v2.call(
+            "POST",
+            "errs",
+            "j1",
+            "/assignments",
+            {"partitions": [{"topic": "v2-err", "partition": 0}]},
+        )[0]
+        == 204
+    )
+    assert (
+        v2.call(
+            "POST",
+            "errs",
+            "j1",
+            "/positions/beginning",
+            {"partitions": [{"topic": "v2-err", "partition": 0}]},
+        )[0]
+        == 204
+    )
     for _ in range(2):
         st, err = v2.records("errs", "j1", "json", timeout_ms=5000)
         assert st == 422 and err["error_code"] == 42203, err
-    assert v2.call("POST", "errs", "j1", "/positions",
-                   {"offsets": [{"topic": "v2-err", "partition": 0, "offset": 1}]})[0] == 204
+    assert (
+        v2.call(
+            "POST",
+            "errs",
+            "j1",
+            "/positions",
+            {"offsets": [{"topic": "v2-err", "partition": 0, "offset": 1}]},
+        )[0]
+        == 204
+    )
     assert v2.records("errs", "j1", "json", timeout_ms=100) == (200, [])
     for n in ("e1", "j1"):
         v2.call("DELETE", "errs", n)
@@ -405,8 +538,7 @@ def test_v3_consumer_groups_describe_members_and_lags(c: HttpCluster) -> None:
     assert st == 200
     assert g["kind"] == "KafkaConsumerGroup" and g["consumer_group_id"] == "lagging"
     assert g["metadata"]["self"] == f"{c.v3(2)}/consumer-groups/lagging"
-    assert g["metadata"]["resource_name"] == \
-        f"crn:///kafka={c.cluster_id}/consumer-group=lagging"
+    assert g["metadata"]["resource_name"] == f"crn:///kafka={c.cluster_id}/consumer-group=lagging"
     assert g["cluster_id"] == c.cluster_id and g["is_simple"] is False
     assert g["partition_assignor"] == "range" and g["state"] == "STABLE"
     assert g["coordinator"]["related"].startswith(f"{c.v3(2)}/brokers/")
@@ -457,8 +589,9 @@ def test_clients_cannot_append_to_the_offsets_topic(c: HttpCluster) -> None:
     # as Kafka refuses appends to internal topics, and nothing lands in its partitions.
     cons = Consumers(c)
     assert cons.create("internal-g", "i1", format="json")[0] == 200
-    assert cons.call("POST", "internal-g", "i1", "/subscription",
-                     {"topics": ["internal-src"]})[0] in (200, 204)
+    assert cons.call("POST", "internal-g", "i1", "/subscription", {"topics": ["internal-src"]})[
+        0
+    ] in (200, 204)
     deadline = time.monotonic() + 30
     while c.call("GET", f"{c.v3()}/topics/__consumer_offsets")[0] != 200:
         cons.records("internal-g", "i1", timeout_ms=200)
@@ -469,16 +602,23 @@ def test_clients_cannot_append_to_the_offsets_topic(c: HttpCluster) -> None:
     assert "internal topic" in err["message"]
     st, _, err = c.call("POST", f"{topic}/records", [{"value": {"data": i}} for i in range(3)])
     assert st == 400 and err["error_code"] == 40002, (st, err)
-    st, _, err = c.call("POST", f"{c.urls[0]}/topics/__consumer_offsets",
-                        {"records": [{"value": {"a": 1}}]},
-                        headers={"Content-Type": "application/vnd.kafka.json.v2+json"})
+    st, _, err = c.call(
+        "POST",
+        f"{c.urls[0]}/topics/__consumer_offsets",
+        {"records": [{"value": {"a": 1}}]},
+        headers={"Content-Type": "application/vnd.kafka.json.v2+json"},
+    )
     assert st == 400 and err["error_code"] == 40002, (st, err)
     import msgpack
 
     from storage.batch import encode_batch
+
     batch = encode_batch([(None, b"x", 0, ())])
-    st, _, err = c.call("POST", f"{topic}/records",
-                        raw=msgpack.packb({"partition_id": 0, "batch": batch}),
-                        headers={"Content-Type": "application/msgpack"})
+    st, _, err = c.call(
+        "POST",
+        f"{topic}/records",
+        raw=msgpack.packb({"partition_id": 0, "batch": batch}),
+        headers={"Content-Type": "application/msgpack"},
+    )
     assert st == 400 and err["error_code"] == 40002, (st, err)
     assert cons.call("DELETE", "internal-g", "i1")[0] == 204

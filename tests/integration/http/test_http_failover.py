@@ -31,8 +31,9 @@ def test_produce_rides_through_a_leader_kill(c: HttpCluster) -> None:
     c.create_topic("strict", partitions=1, rf=3, configs={"min.insync.replicas": "3"})
     leader = c.leader_index("fo", 0)
     lid = c.brokers.ids[leader]
-    st, _, _ = c.call("POST", f"{c.v3()}/topics", {
-        "topic_name": "solo", "replicas_assignments": {"0": [lid]}})
+    st, _, _ = c.call(
+        "POST", f"{c.v3()}/topics", {"topic_name": "solo", "replicas_assignments": {"0": [lid]}}
+    )
     assert st == 201
     via = (leader + 1) % 3
     other = (leader + 2) % 3
@@ -43,8 +44,12 @@ def test_produce_rides_through_a_leader_kill(c: HttpCluster) -> None:
     def producer() -> None:
         n = 0
         while not stop.is_set():
-            st, _, rep = c.call("POST", f"{c.v3(via)}/topics/fo/records?timeout_ms=40000",
-                                {"value": {"data": n}}, timeout_s=60)
+            st, _, rep = c.call(
+                "POST",
+                f"{c.v3(via)}/topics/fo/records?timeout_ms=40000",
+                {"value": {"data": n}},
+                timeout_s=60,
+            )
             if st == 200:
                 assert rep["offset"] == len(acked), rep
                 acked.append(n)
@@ -84,30 +89,36 @@ def test_produce_rides_through_a_leader_kill(c: HttpCluster) -> None:
             break
         time.sleep(0.2)
     assert st == 503 and "NOT_ENOUGH_REPLICAS" in err["message"] and err["error_code"] == 50003
-    st, _, rep = c.call("POST", f"{c.v3(via)}/topics/strict/records?acks=1",
-                        {"value": {"data": 1}})
+    st, _, rep = c.call("POST", f"{c.v3(via)}/topics/strict/records?acks=1", {"value": {"data": 1}})
     assert st == 200, rep
     # The only replica of "solo" is dead: no leader within the budget.
     t0 = time.monotonic()
-    st, _, err = c.call("POST", f"{c.v3(via)}/topics/solo/records?timeout_ms=1500",
-                        {"value": {"data": 1}})
+    st, _, err = c.call(
+        "POST", f"{c.v3(via)}/topics/solo/records?timeout_ms=1500", {"value": {"data": 1}}
+    )
     assert st == 408 and err["error_code"] == 40801 and "REQUEST_TIMED_OUT" in err["message"]
     assert time.monotonic() - t0 < 5
-    st, _, err = c.call("GET", f"{c.v3(via)}/topics/solo/partitions/0/records?offset=0"
-                               "&timeout_ms=500")
+    st, _, err = c.call(
+        "GET", f"{c.v3(via)}/topics/solo/partitions/0/records?offset=0&timeout_ms=500"
+    )
     assert st == 408, err
     # The new leader counts an under-replicated partition and the ISR shrink.
     new_leader = c.leader_index("fo", 0)
     _, _, text = c.call("GET", f"{c.urls[new_leader]}/metrics")
-    lines = dict(line.rsplit(" ", 1) for line in text.decode().splitlines()
-                 if line and not line.startswith("#"))
+    lines = dict(
+        line.rsplit(" ", 1)
+        for line in text.decode().splitlines()
+        if line and not line.startswith("#")
+    )
     assert float(lines["longboat_under_replicated_partitions"]) >= 1
     assert float(lines["longboat_isr_shrinks_total"]) >= 1
     # The broker that forwarded the produces stamped them with producer ids (so a retry of
     # a batch the old leader had appended was answered as a duplicate, not appended again).
     _, _, text = c.call("GET", f"{c.urls[via]}/metrics")
-    lines = dict(line.rsplit(" ", 1) for line in text.decode().splitlines()
-                 if line and not line.startswith("#"))
+    lines = dict(
+        line.rsplit(" ", 1)
+        for line in text.decode().splitlines()
+        if line and not line.startswith("#")
+    )
     assert float(lines["longboat_produce_lanes_created"]) >= 1
     assert float(lines["longboat_produce_batches_without_producer_id"]) == 0
-

@@ -29,43 +29,67 @@ ACKED: dict[tuple[int, int], tuple[bytes | None, bytes | None]] = {}
 def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpCluster]:
     root: Path = tmp_path_factory.mktemp("http-fuzz")
     with http_cluster(root) as cl:
-        cl.create_topic(TOPIC, partitions=PARTITIONS, rf=3,
-                        configs={"max.message.bytes": "2000"})
+        cl.create_topic(TOPIC, partitions=PARTITIONS, rf=3, configs={"max.message.bytes": "2000"})
         yield cl
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
-    max_leaves=8)
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
 
-junk = st.one_of(json_values, st.text(max_size=30), st.integers(), st.binary(max_size=10).map(
-    lambda b: base64.b64encode(b).decode()))
+junk = st.one_of(
+    json_values,
+    st.text(max_size=30),
+    st.integers(),
+    st.binary(max_size=10).map(lambda b: base64.b64encode(b).decode()),
+)
 
 data_fields = st.one_of(
     st.none(),
     st.fixed_dictionaries({"type": st.just("JSON"), "data": json_values}),
     st.fixed_dictionaries({"type": st.just("STRING"), "data": st.text(max_size=3000)}),
-    st.fixed_dictionaries({"type": st.just("BINARY"),
-                           "data": st.binary(max_size=50).map(
-                               lambda b: base64.b64encode(b).decode())}),
-    st.fixed_dictionaries({"type": st.sampled_from(["BINARY", "STRING", "AVRO", "json", "xyz",
-                                                    7]), "data": junk}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("BINARY"),
+            "data": st.binary(max_size=50).map(lambda b: base64.b64encode(b).decode()),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["BINARY", "STRING", "AVRO", "json", "xyz", 7]), "data": junk}
+    ),
     junk,
 )
 
-records = st.fixed_dictionaries({}, optional={
-    "partition_id": st.one_of(st.integers(-2, PARTITIONS + 1), junk),
-    "key": data_fields,
-    "value": data_fields,
-    "headers": st.one_of(st.lists(st.fixed_dictionaries(
-        {"name": st.text(max_size=5)}, optional={"value": st.one_of(st.none(), junk)}),
-        max_size=3), junk),
-    "timestamp": st.one_of(st.integers(0, 2**41), st.sampled_from(
-        ["2024-01-02T03:04:05Z", "yesterday", "2024-01-02T03:04:05"]), junk),
-})
+records = st.fixed_dictionaries(
+    {},
+    optional={
+        "partition_id": st.one_of(st.integers(-2, PARTITIONS + 1), junk),
+        "key": data_fields,
+        "value": data_fields,
+        "headers": st.one_of(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"name": st.text(max_size=5)}, optional={"value": st.one_of(st.none(), junk)}
+                ),
+                max_size=3,
+            ),
+            junk,
+        ),
+        "timestamp": st.one_of(
+            st.integers(0, 2**41),
+            st.sampled_from(["2024-01-02T03:04:05Z", "yesterday", "2024-01-02T03:04:05"]),
+            junk,
+        ),
+    },
+)
 
 
 def expected_bytes(field: Any) -> bytes | None:
@@ -96,18 +120,23 @@ def note_reports(sent: list[Any], reports: list[dict[str, Any]]) -> None:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
-@given(batch=st.lists(records, min_size=1, max_size=6), shape=st.sampled_from(
-    ["single", "array", "ndjson", "batch", "chunked"]), broker=st.integers(0, 2))
-def test_fuzz_produce_never_500_and_reports_match(c: HttpCluster, batch: list[Any], shape: str,
-                                                  broker: int) -> None:
+@given(
+    batch=st.lists(records, min_size=1, max_size=6),
+    shape=st.sampled_from(["single", "array", "ndjson", "batch", "chunked"]),
+    broker=st.integers(0, 2),
+)
+def test_fuzz_produce_never_500_and_reports_match(
+    c: HttpCluster, batch: list[Any], shape: str, broker: int
+) -> None:
     url = f"{c.v3(broker)}/topics/{TOPIC}/records"
     try:
         lines = [json.dumps(r).encode() for r in batch]
     except ValueError:
         return
     if shape == "single":
-        status, _, body = c.call("POST", url, raw=lines[0],
-                                 headers={"Content-Type": "application/json"})
+        status, _, body = c.call(
+            "POST", url, raw=lines[0], headers={"Content-Type": "application/json"}
+        )
         assert status < 500, body
         if status == 200:
             note_reports(batch[:1], [body])
@@ -121,47 +150,67 @@ def test_fuzz_produce_never_500_and_reports_match(c: HttpCluster, batch: list[An
             note_reports(batch, reps)
         return
     if shape == "array":
-        status, _, body = c.call("POST", url, raw=b"[" + b",".join(lines) + b"]",
-                                 headers={"Content-Type": "application/json"})
+        status, _, body = c.call(
+            "POST",
+            url,
+            raw=b"[" + b",".join(lines) + b"]",
+            headers={"Content-Type": "application/json"},
+        )
     elif shape == "ndjson":
-        status, _, body = c.call("POST", url, raw=b"\n".join(lines),
-                                 headers={"Content-Type": "application/json"})
+        status, _, body = c.call(
+            "POST", url, raw=b"\n".join(lines), headers={"Content-Type": "application/json"}
+        )
     else:
         blob = b"\n".join(lines) + b"\n"
-        status, _, body = c.call("POST", url, chunks=[blob[i:i + 23]
-                                                      for i in range(0, len(blob), 23)])
+        status, _, body = c.call(
+            "POST", url, chunks=[blob[i : i + 23] for i in range(0, len(blob), 23)]
+        )
     assert status < 500, body
     if status == 200:
         note_reports(batch, body if isinstance(body, list) else [body])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)),
-       ctype=st.sampled_from(["application/json", "application/msgpack",
-                              "application/vnd.kafka.json.v2+json",
-                              "application/vnd.kafka.binary.v2+json", "text/plain", ""]),
-       path=st.sampled_from(["v3", "v3batch", "v2"]))
-def test_fuzz_garbage_bodies_never_500(c: HttpCluster, raw: bytes, ctype: str,
-                                       path: str) -> None:
-    url = {"v3": f"{c.v3()}/topics/{TOPIC}/records",
-           "v3batch": f"{c.v3()}/topics/{TOPIC}/records:batch",
-           "v2": f"{c.urls[1]}/topics/{TOPIC}"}[path]
-    status, _, body = c.call("POST", url, raw=raw, headers={"Content-Type": ctype} if ctype
-                             else {})
+@given(
+    raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)),
+    ctype=st.sampled_from(
+        [
+            "application/json",
+            "application/msgpack",
+            "application/vnd.kafka.json.v2+json",
+            "application/vnd.kafka.binary.v2+json",
+            "text/plain",
+            "",
+        ]
+    ),
+    path=st.sampled_from(["v3", "v3batch", "v2"]),
+)
+def test_fuzz_garbage_bodies_never_500(c: HttpCluster, raw: bytes, ctype: str, path: str) -> None:
+    url = {
+        "v3": f"{c.v3()}/topics/{TOPIC}/records",
+        "v3batch": f"{c.v3()}/topics/{TOPIC}/records:batch",
+        "v2": f"{c.urls[1]}/topics/{TOPIC}",
+    }[path]
+    status, _, body = c.call("POST", url, raw=raw, headers={"Content-Type": ctype} if ctype else {})
     # What garbage that happens to parse appends is not tracked: the read-back check is
     # that every tracked acknowledgement is there, not that nothing else is.
     assert status < 500, body
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(offset=st.one_of(st.integers(-5, 10_000), st.sampled_from(["earliest", "latest", "x"])),
-       p=st.integers(-1, PARTITIONS + 1), max_bytes=st.integers(-1, 1 << 21),
-       fmt=st.sampled_from(["binary", "json", "string", "bogus"]))
-def test_fuzz_read_never_500(c: HttpCluster, offset: Any, p: int, max_bytes: int,
-                             fmt: str) -> None:
-    status, _, body = c.call("GET", f"{c.v3()}/topics/{TOPIC}/partitions/{p}/records?"
-                                    f"offset={offset}&max_bytes={max_bytes}&timeout_ms=0"
-                                    f"&format={fmt}")
+@given(
+    offset=st.one_of(st.integers(-5, 10_000), st.sampled_from(["earliest", "latest", "x"])),
+    p=st.integers(-1, PARTITIONS + 1),
+    max_bytes=st.integers(-1, 1 << 21),
+    fmt=st.sampled_from(["binary", "json", "string", "bogus"]),
+)
+def test_fuzz_read_never_500(c: HttpCluster, offset: Any, p: int, max_bytes: int, fmt: str) -> None:
+    status, _, body = c.call(
+        "GET",
+        f"{c.v3()}/topics/{TOPIC}/partitions/{p}/records?"
+        f"offset={offset}&max_bytes={max_bytes}&timeout_ms=0"
+        f"&format={fmt}",
+    )
     assert status < 500, body
 
 
@@ -172,6 +221,7 @@ def test_every_acknowledged_record_reads_back(c: HttpCluster) -> None:
         for r in c.read_all(TOPIC, p, i=p % 3):
             got[(p, r["offset"])] = (
                 None if r["key"] is None else base64.b64decode(r["key"]),
-                None if r["value"] is None else base64.b64decode(r["value"]))
+                None if r["value"] is None else base64.b64decode(r["value"]),
+            )
     missing = {k: v for k, v in ACKED.items() if got.get(k) != v}
     assert not missing, {k: (v, got.get(k)) for k, v in list(missing.items())[:5]}

@@ -46,7 +46,7 @@ def _closed_within(s: socket.socket, seconds: float, trickle: bytes = b"") -> fl
             return time.monotonic() - t0
         if i < len(trickle):
             try:
-                s.send(trickle[i:i + 1])
+                s.send(trickle[i : i + 1])
             except OSError:
                 return time.monotonic() - t0
             i += 1
@@ -79,16 +79,19 @@ def test_idle_keepalive_closes_but_a_long_request_is_not_cut(broker: tuple[str, 
         s.sendall(b"GET /v3/clusters HTTP/1.1\r\nHost: x\r\n\r\n")
         body = _read_response(s)
         cid = body.split(b'"cluster_id":"', 1)[1].split(b'"', 1)[0].decode()
-        topic_req = (b'{"topic_name": "slowc", "partitions_count": 1, '
-                     b'"replication_factor": 1}')
-        s.sendall(f"POST /v3/clusters/{cid}/topics HTTP/1.1\r\nHost: x\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(topic_req)}\r\n\r\n"
-                  .encode() + topic_req)
+        topic_req = b'{"topic_name": "slowc", "partitions_count": 1, "replication_factor": 1}'
+        s.sendall(
+            f"POST /v3/clusters/{cid}/topics HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(topic_req)}\r\n\r\n".encode()
+            + topic_req
+        )
         assert b"slowc" in _read_response(s)
         t0 = time.monotonic()
         wait_ms = int(KEEPALIVE_S * 2000)
-        s.sendall(f"GET /v3/clusters/{cid}/topics/slowc/partitions/0/records?offset=0"
-                  f"&timeout_ms={wait_ms} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        s.sendall(
+            f"GET /v3/clusters/{cid}/topics/slowc/partitions/0/records?offset=0"
+            f"&timeout_ms={wait_ms} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
         head = _read_response(s)
         took = time.monotonic() - t0
         assert head.startswith(b"HTTP/1.1 200"), head[:200]

@@ -57,8 +57,12 @@ def echo_argv(host: str, port: int) -> list[str]:
     return [sys.executable, "-c", ECHO, host, str(port)]
 
 
-def wait_listening(proc: subprocess.Popen[bytes] | None = None, host: str = "127.0.0.1",
-                   port: int = 0, timeout_s: float = 5.0) -> None:
+def wait_listening(
+    proc: subprocess.Popen[bytes] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout_s: float = 5.0,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -88,16 +92,19 @@ def round_trip(src: str, dst: tuple[str, int], timeout_s: float = 0.5) -> str:
 
 def produce_to_partition0(c: LongboatCluster, values: range) -> None:
     """acks=all writes of ``values`` (as decimal text) to partition 0, all acknowledged."""
+
     async def go() -> None:
         async with AsyncProducer(c.broker_urls(), acks=-1, linger_ms=2) as p:
             futs = [await p.send(c.topic, str(v).encode(), partition=0) for v in values]
             for f in futs:
                 await f
+
     asyncio.run(go())
 
 
 def read_partition0(c: LongboatCluster, timeout_s: float = 30) -> set[int]:
     """Every value in partition 0, from offset 0 to its end offset now."""
+
     async def go() -> set[int]:
         tp = TopicPartition(c.topic, 0)
         async with AsyncConsumer(c.broker_urls(), auto_offset_reset="earliest") as k:
@@ -109,6 +116,7 @@ def read_partition0(c: LongboatCluster, timeout_s: float = 30) -> set[int]:
             while len(out) < end and time.monotonic() < deadline:
                 out += [int(r.value) for r in await k.poll(1000) if r.value is not None]
             return set(out)
+
     return asyncio.run(go())
 
 

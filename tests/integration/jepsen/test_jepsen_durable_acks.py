@@ -42,17 +42,17 @@ def _lost_after_power_cut_of_every_broker(run: Path, fsync: bool) -> list[int]:
         deadline = time.monotonic() + 90
         while not c.healthy() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert c.healthy(), (f"the cluster did not recover from the power cut: "
-                             f"{c.partition_table()}\n" + "\n".join(
-                                 (run / "logs" / f"{b}.log").read_text()[-1500:]
-                                 for b in c.brokers))
+        assert c.healthy(), (
+            f"the cluster did not recover from the power cut: "
+            f"{c.partition_table()}\n"
+            + "\n".join((run / "logs" / f"{b}.log").read_text()[-1500:] for b in c.brokers)
+        )
         return sorted(set(range(200)) - read_partition0(c))
     finally:
         c.stop()
 
 
-def test_with_acks_require_fsync_a_power_cut_of_every_replica_loses_nothing(
-        tmp_path: Path) -> None:
+def test_with_acks_require_fsync_a_power_cut_of_every_replica_loses_nothing(tmp_path: Path) -> None:
     lost = _lost_after_power_cut_of_every_broker(tmp_path, fsync=True)
     assert lost == [], f"{len(lost)} acknowledged writes lost: {lost[:10]}..."
 

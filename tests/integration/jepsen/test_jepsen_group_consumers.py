@@ -29,23 +29,50 @@ from jepsen_tests.history import History
 
 pytestmark = pytest.mark.slow
 
-ARGS = ("--consumers", "group", "--nemesis", "kill", "--seed", "7", "--time-limit", "30",
-        "--fault-duration", "2,6", "--fault-gap", "4,8")
+ARGS = (
+    "--consumers",
+    "group",
+    "--nemesis",
+    "kill",
+    "--seed",
+    "7",
+    "--time-limit",
+    "30",
+    "--fault-duration",
+    "2,6",
+    "--fault-gap",
+    "4,8",
+)
 
 
 def test_group_consumers_lose_and_skip_nothing_under_kills(tmp_path: Path) -> None:
     require_netns()
     out = tmp_path / "group-kill"
-    p = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--cluster", "longboat",
-                        "--out", str(out), *ARGS],
-                       capture_output=True, text=True, timeout=150)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jepsen_tests",
+            "run",
+            "--cluster",
+            "longboat",
+            "--out",
+            str(out),
+            *ARGS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     log = p.stdout + p.stderr[-4000:]
     res_path = out / "results.json"
     assert res_path.exists(), f"no results in {out}:\n{log}"
     res = json.loads(res_path.read_text())
     r = res["result"]
-    where = (f"run dir {out}; rerun: python -m jepsen_tests run {' '.join(ARGS)}\n"
-             f"{json.dumps(r, indent=1)[:3000]}")
+    where = (
+        f"run dir {out}; rerun: python -m jepsen_tests run {' '.join(ARGS)}\n"
+        f"{json.dumps(r, indent=1)[:3000]}"
+    )
     assert r["valid"] is True and r["anomaly_types"] == [], where
     assert p.returncode == 0, log
     assert all(res["final_reads_complete"].values()), where
@@ -54,9 +81,14 @@ def test_group_consumers_lose_and_skip_nothing_under_kills(tmp_path: Path) -> No
     history = History.load(out / "history.jsonl")
     pairs = history.pairs()
     # (completion index, member, reads) of every ok poll by a group member
-    group_polls = sorted((q.complete.index, q.invoke.value["member"], q.value["reads"])
-                         for q in pairs if q.f == "poll" and q.complete is not None
-                         and q.type == "ok" and "member" in (q.invoke.value or {}))
+    group_polls = sorted(
+        (q.complete.index, q.invoke.value["member"], q.value["reads"])
+        for q in pairs
+        if q.f == "poll"
+        and q.complete is not None
+        and q.type == "ok"
+        and "member" in (q.invoke.value or {})
+    )
     records = sum(len(recs) for _, _, reads in group_polls for recs in reads.values())
     commits = [q for q in pairs if q.f == "commit" and q.type == "ok"]
     assert records >= 100 and len(commits) >= 50, (len(group_polls), records, len(commits))

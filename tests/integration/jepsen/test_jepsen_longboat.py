@@ -33,9 +33,25 @@ SCHEDULE = ("--fault-duration", "2,8", "--fault-gap", "1,3")
 
 
 def _run(out: Path, *args: str, timeout_s: float = 150) -> tuple[int, str, dict[str, Any]]:
-    p = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--cluster", "longboat",
-                        "--out", str(out), "--time-limit", TIME_LIMIT_S, *SCHEDULE, *args],
-                       capture_output=True, text=True, timeout=timeout_s)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jepsen_tests",
+            "run",
+            "--cluster",
+            "longboat",
+            "--out",
+            str(out),
+            "--time-limit",
+            TIME_LIMIT_S,
+            *SCHEDULE,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     res_path = out / "results.json"
     results = json.loads(res_path.read_text()) if res_path.exists() else {}
     return p.returncode, p.stdout + p.stderr[-4000:], results
@@ -46,15 +62,19 @@ def _check_run(out: Path, nemesis: str, seed: str, specs: set[str]) -> dict[str,
     rc, log, res = _run(out, "--nemesis", nemesis, "--seed", seed)
     assert res, f"no results in {out}:\n{log}"
     r = res["result"]
-    where = (f"run dir {out}; rerun: python -m jepsen_tests run --nemesis {nemesis} "
-             f"--seed {seed} --time-limit {TIME_LIMIT_S} {' '.join(SCHEDULE)}\n"
-             f"{json.dumps(r, indent=1)[:3000]}")
+    where = (
+        f"run dir {out}; rerun: python -m jepsen_tests run --nemesis {nemesis} "
+        f"--seed {seed} --time-limit {TIME_LIMIT_S} {' '.join(SCHEDULE)}\n"
+        f"{json.dumps(r, indent=1)[:3000]}"
+    )
     assert r["valid"] is True and r["anomaly_types"] == [], where
     assert rc == 0, log
     assert all(res["final_reads_complete"].values()), where
     assert r["stats"]["sends"]["ok"] > 100, where
-    assert r["stats"]["committed"] == r["stats"]["values_read"] or \
-        r["stats"]["values_read"] >= r["stats"]["sends"]["ok"], where
+    assert (
+        r["stats"]["committed"] == r["stats"]["values_read"]
+        or r["stats"]["values_read"] >= r["stats"]["sends"]["ok"]
+    ), where
     schedule = json.loads((out / "schedule.json").read_text())
     assert specs <= {s["spec"] for s in schedule} | {s["kind"] for s in schedule}, schedule
     windows = History.load(out / "history.jsonl").fault_windows()
@@ -66,8 +86,9 @@ def _check_run(out: Path, nemesis: str, seed: str, specs: set[str]) -> dict[str,
 def test_no_acknowledged_write_lost_under_kills(tmp_path: Path) -> None:
     res = _check_run(tmp_path / "kill", "kill", "120", {"leader", "controller", "majority"})
     stats = res["result"]["stats"]
-    assert stats["sends"].get("info", 0) + stats["polls"].get("fail", 0) > 0, \
+    assert stats["sends"].get("info", 0) + stats["polls"].get("fail", 0) > 0, (
         f"the kills hurt nobody: {stats}"
+    )
 
 
 def test_no_acknowledged_write_lost_under_pauses(tmp_path: Path) -> None:
@@ -75,6 +96,10 @@ def test_no_acknowledged_write_lost_under_pauses(tmp_path: Path) -> None:
 
 
 def test_no_acknowledged_write_lost_under_partitions(tmp_path: Path) -> None:
-    res = _check_run(tmp_path / "partition", "partition", "11",
-                     {"partition-isolate", "partition-majority", "leader-followers"})
+    res = _check_run(
+        tmp_path / "partition",
+        "partition",
+        "11",
+        {"partition-isolate", "partition-majority", "leader-followers"},
+    )
     assert res["netns"], "partitions ran without a namespace"

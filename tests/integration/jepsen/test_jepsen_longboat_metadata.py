@@ -37,9 +37,24 @@ pytestmark = pytest.mark.slow
 
 def _run(out: Path, *args: str) -> dict[str, Any]:
     require_netns()
-    p = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--cluster", "longboat",
-                        "--workload", "metadata", "--out", str(out), *args],
-                       capture_output=True, text=True, timeout=200)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jepsen_tests",
+            "run",
+            "--cluster",
+            "longboat",
+            "--workload",
+            "metadata",
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     res: dict[str, Any] = json.loads((out / "results.json").read_text())
     assert res["ops"] > 400, p.stdout + p.stderr[-2000:]
     return res
@@ -54,8 +69,19 @@ def test_topic_admin_is_linearizable_under_kills_and_partitions(tmp_path: Path) 
     # Seed 3 twice showed "finding 5": a delete recorded as refused had been applied. Its
     # first attempt reached a broker killed mid-request and aiohttp's resend was refused;
     # the client now records such a delete as unknown (tests/unit/jepsen).
-    r = _run(tmp_path / "meta", "--nemesis", "kill,partition", "--time-limit", "30",
-             "--seed", "3", "--fault-duration", "2,8", "--fault-gap", "1,3")["result"]
+    r = _run(
+        tmp_path / "meta",
+        "--nemesis",
+        "kill,partition",
+        "--time-limit",
+        "30",
+        "--seed",
+        "3",
+        "--fault-duration",
+        "2,8",
+        "--fault-gap",
+        "1,3",
+    )["result"]
     assert r["valid"] is True, json.dumps(r["counts"])
 
 
@@ -65,6 +91,17 @@ def test_topic_deletes_are_linearizable_across_a_controller_failover(tmp_path: P
     # seed (and seed 3 of the test above) once showed finding 4: a create's retry brought
     # back a topic deleted after the create's first attempt took effect (fixed: the image
     # remembers deleted topic ids and the retry answers "created").
-    r = _run(tmp_path / "meta", "--nemesis", "kill,partition", "--time-limit", "30",
-             "--seed", "5", "--fault-duration", "2,8", "--fault-gap", "1,3")["result"]
+    r = _run(
+        tmp_path / "meta",
+        "--nemesis",
+        "kill,partition",
+        "--time-limit",
+        "30",
+        "--seed",
+        "5",
+        "--fault-duration",
+        "2,8",
+        "--fault-gap",
+        "1,3",
+    )["result"]
     assert r["valid"] is True, json.dumps(r["counts"])

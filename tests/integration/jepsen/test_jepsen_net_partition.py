@@ -16,12 +16,15 @@ from jepsen_tests.nemesis.process import NodeProcess, wait_until
 
 
 def test_partition_times_out_connects_and_stalls_open_connections_until_heal(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     require_netns()
     ns = NetNamespace.create()
     a, b = node_address(1), node_address(2)
-    procs = [NodeProcess(n, ns.wrap(echo_argv(h, 7000)), tmp_path / f"{n}.log")
-             for n, h in (("a", a), ("b", b))]
+    procs = [
+        NodeProcess(n, ns.wrap(echo_argv(h, 7000)), tmp_path / f"{n}.log")
+        for n, h in (("a", a), ("b", b))
+    ]
     rec = Recorder()
     try:
         for p in procs:
@@ -32,8 +35,7 @@ def test_partition_times_out_connects_and_stalls_open_connections_until_heal(
             wait_listening(host=b, port=7000)
             assert round_trip(a, (b, 7000)) == "ok"
             assert round_trip(b, (a, 7000)) == "ok"
-            open_conn = socket.create_connection((b, 7000), timeout=0.5,
-                                                 source_address=(a, 0))
+            open_conn = socket.create_connection((b, 7000), timeout=0.5, source_address=(a, 0))
 
             fault = Fault("partition-isolate", ("a",), {"among": ["a", "b"]})
             nem.start(fault)

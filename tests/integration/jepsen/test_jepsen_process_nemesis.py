@@ -86,9 +86,11 @@ def test_freeze_stops_the_whole_tree_and_thaw_removes_the_cgroup(tmp_path: Path)
     out = tmp_path / "ticks"
     child_out = tmp_path / "child-ticks"
     # a parent that runs a ticking child and ticks itself: the freezer must stop both
-    tree = ("import subprocess, sys\n"
-            f"subprocess.Popen([sys.executable, '-c', {TICKER!r}, {str(child_out)!r}])\n"
-            f"exec(compile({TICKER!r}, 't', 'exec'), {{}}, {{}})\n")
+    tree = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {TICKER!r}, {str(child_out)!r}])\n"
+        f"exec(compile({TICKER!r}, 't', 'exec'), {{}}, {{}})\n"
+    )
     p = NodeProcess("t", [sys.executable, "-c", tree, str(out)], tmp_path / "t.log")
     rec = Recorder()
     nem = ProcessNemesis({"t": p}, rec)
@@ -111,8 +113,7 @@ def test_freeze_stops_the_whole_tree_and_thaw_removes_the_cgroup(tmp_path: Path)
 
 
 def test_lose_unsynced_refuses_nodes_started_without_lazyfs(tmp_path: Path) -> None:
-    p = NodeProcess("t", [sys.executable, "-c", "import time; time.sleep(30)"],
-                    tmp_path / "t.log")
+    p = NodeProcess("t", [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "t.log")
     nem = ProcessNemesis({"t": p}, Recorder())
     try:
         p.start()
@@ -131,8 +132,9 @@ def test_clock_bump_moves_one_process_clock_and_back(tmp_path: Path) -> None:
     rec = Recorder()
     clock = ClockNemesis(["t"], tmp_path / "clock", rec)
     out = tmp_path / "ticks"
-    p = NodeProcess("t", [sys.executable, "-c", TICKER, str(out)], tmp_path / "t.log",
-                    env=clock.env_for("t"))
+    p = NodeProcess(
+        "t", [sys.executable, "-c", TICKER, str(out)], tmp_path / "t.log", env=clock.env_for("t")
+    )
     try:
         p.start()
         assert wait_until(lambda: len(_ticks(out)) > 3, 5)

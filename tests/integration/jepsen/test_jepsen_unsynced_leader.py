@@ -57,21 +57,24 @@ def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[
             time.sleep(0.5)
         asyncio.run(produce(range(100, 110)))
         lost = sorted(set(range(110)) - read_partition0(c, timeout_s=20))
-        logs = "\n".join(line for b in c.brokers for line in
-                         (run / "logs" / f"{b}.log").read_text().splitlines()
-                         if "truncat" in line or "leader of" in line)
+        logs = "\n".join(
+            line
+            for b in c.brokers
+            for line in (run / "logs" / f"{b}.log").read_text().splitlines()
+            if "truncat" in line or "leader of" in line
+        )
         return lost, logs
     finally:
         c.stop()
 
 
-def test_leader_losing_unsynced_writes_and_restarting_at_once_loses_nothing(
-        tmp_path: Path) -> None:
+def test_leader_losing_unsynced_writes_and_restarting_at_once_loses_nothing(tmp_path: Path) -> None:
     lost, logs = _lost_after_leader_restart(tmp_path, restart_after_s=1.0)
     assert lost == [], f"{len(lost)} acknowledged writes lost: {lost[:10]}...\n{logs}"
 
 
 def test_leader_losing_unsynced_writes_after_the_session_timeout_loses_nothing(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     lost, logs = _lost_after_leader_restart(tmp_path, restart_after_s=12.0)
     assert lost == [], f"{len(lost)} acknowledged writes lost: {lost[:10]}...\n{logs}"

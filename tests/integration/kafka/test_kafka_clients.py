@@ -63,20 +63,26 @@ class Cluster:
     def http(self) -> list[str]:
         return [self.brokers.url(b) for b in self.brokers.ids]
 
-    def create_topic(self, name: str, partitions: int = 3, rf: int = 3,
-                     configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 3, rf: int = 3, configs: dict[str, str] | None = None
+    ) -> None:
         """Through Kafka's CreateTopics, so that API is exercised on every run."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        fut = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})],
-                                  operation_timeout=20)[name]
+        fut = admin.create_topics(
+            [NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=20
+        )[name]
         fut.result(timeout=30)
         wait_for(f"{name} has leaders", lambda: self._led(name, partitions), 20)
 
     def _led(self, name: str, partitions: int) -> bool:
         md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(name, timeout=5)
         t = md.topics.get(name)
-        return (t is not None and t.error is None and len(t.partitions) == partitions
-                and all(p.leader >= 0 for p in t.partitions.values()))
+        return (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 for p in t.partitions.values())
+        )
 
     def cluster_id(self) -> str:
         with urllib.request.urlopen(self.http[0] + "/v3/clusters", timeout=5) as r:
@@ -86,25 +92,37 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("kafka-cluster")
-    with running_cluster(root, controllers=1, brokers=3, kafka=True,
-                         broker_args=["--replica-lag-time-max-ms", "2000"]) as (q, brokers):
+    with running_cluster(
+        root,
+        controllers=1,
+        brokers=3,
+        kafka=True,
+        broker_args=["--replica-lag-time-max-ms", "2000"],
+    ) as (q, brokers):
         yield Cluster(q, brokers)
 
 
 @pytest.fixture(scope="module")
 def kcat() -> str:
     if shutil.which("kcat") is None:
-        subprocess.run([str(REPO / "scripts" / "setup-kafka-clients.sh")], check=True,
-                       timeout=600)
+        subprocess.run([str(REPO / "scripts" / "setup-kafka-clients.sh")], check=True, timeout=600)
     path = shutil.which("kcat")
     assert path is not None, "scripts/setup-kafka-clients.sh did not install kcat"
     return path
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, n: int,
-                timeout_s: float = 30, **conf: Any) -> list[Any]:
-    c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                    "enable.auto.commit": False, "auto.offset.reset": "earliest", **conf})
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, n: int, timeout_s: float = 30, **conf: Any
+) -> list[Any]:
+    c = CKConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[Any] = []
     deadline = time.monotonic() + timeout_s
@@ -126,12 +144,14 @@ def consume_all(bootstrap: str, topic: str, partitions: int, n: int,
 def test_metadata_names_every_brokers_kafka_listener(cluster: Cluster, kcat: str) -> None:
     md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
     assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
-        b: ("127.0.0.1", p) for b, p in cluster.brokers.kafka_ports.items()}
+        b: ("127.0.0.1", p) for b, p in cluster.brokers.kafka_ports.items()
+    }
     assert md.cluster_id == cluster.cluster_id()
     # Bootstrapping from any one broker finds them all (kcat: librdkafka again, as users run it).
     one = f"127.0.0.1:{cluster.brokers.kafka_ports[cluster.brokers.ids[-1]]}"
-    out = subprocess.run([kcat, "-b", one, "-L", "-J"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+    out = subprocess.run(
+        [kcat, "-b", one, "-L", "-J"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     assert sorted(b["id"] for b in json.loads(out)["brokers"]) == cluster.brokers.ids
 
 
@@ -142,14 +162,26 @@ def test_metadata_names_every_brokers_kafka_listener(cluster: Cluster, kcat: str
 def test_confluent_kafka_idempotent_acks_all_each_codec(cluster: Cluster, codec: str) -> None:
     topic = f"ck-{codec}"
     cluster.create_topic(topic)
-    p = CKProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
-                    "acks": "all", "compression.type": codec, "linger.ms": 5})
+    p = CKProducer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": codec,
+            "linger.ms": 5,
+        }
+    )
     ts0 = int(time.time() * 1000) - 60_000
     reports: list[Any] = []
     for i in range(300):
-        p.produce(topic, key=f"k{i % 7}".encode(), value=f"value-{i}-{codec * 20}".encode(),
-                  headers=[("i", str(i).encode()), ("null", None)], timestamp=ts0 + i,
-                  on_delivery=lambda e, m: reports.append((e, m)))
+        p.produce(
+            topic,
+            key=f"k{i % 7}".encode(),
+            value=f"value-{i}-{codec * 20}".encode(),
+            headers=[("i", str(i).encode()), ("null", None)],
+            timestamp=ts0 + i,
+            on_delivery=lambda e, m: reports.append((e, m)),
+        )
     assert p.flush(30) == 0
     assert [e for e, _ in reports if e is not None] == []
     got = consume_all(cluster.bootstrap, topic, 3, 300)
@@ -162,8 +194,9 @@ def test_confluent_kafka_idempotent_acks_all_each_codec(cluster: Cluster, codec:
         assert m.timestamp()[1] == ts0 + i
         assert m.headers() == [("i", str(i).encode()), ("null", None)]
     # Same key, same partition (librdkafka's partitioner; the broker must not move records).
-    assert all(len({m.partition() for m in got if m.key() == k}) == 1
-               for k in {m.key() for m in got})
+    assert all(
+        len({m.partition() for m in got if m.key() == k}) == 1 for k in {m.key() for m in got}
+    )
     # Delivery reports carry the offsets the consumer sees.
     delivered = {(m.partition(), m.offset()) for _, m in reports}
     assert delivered == {(m.partition(), m.offset()) for m in got}
@@ -173,8 +206,14 @@ def test_confluent_kafka_idempotent_acks_all_each_codec(cluster: Cluster, codec:
 def test_confluent_kafka_each_acks_without_idempotence(cluster: Cluster, acks: str) -> None:
     topic = f"acks-{acks}"
     cluster.create_topic(topic, partitions=1)
-    p = CKProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": False,
-                    "acks": acks, "linger.ms": 1})
+    p = CKProducer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": False,
+            "acks": acks,
+            "linger.ms": 1,
+        }
+    )
     for i in range(50):
         p.produce(topic, value=str(i).encode())
         if i % 10 == 9:
@@ -195,11 +234,28 @@ def test_min_insync_replicas_refuses_acks_all(cluster: Cluster) -> None:
     cluster.brokers.send_signal(follower, signal.SIGSTOP)
     try:
         # The follower falls out of the ISR after replica_lag_time_max_ms (2 s here).
-        wait_for("ISR shrinks to the leader", lambda: list(AdminClient(
-            {"bootstrap.servers": cluster.bootstrap}).list_topics("mir", timeout=5)
-            .topics["mir"].partitions[0].isrs) == [part.leader], 30)
-        p = CKProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                        "enable.idempotence": False, "message.timeout.ms": 2000})
+        wait_for(
+            "ISR shrinks to the leader",
+            lambda: (
+                list(
+                    AdminClient({"bootstrap.servers": cluster.bootstrap})
+                    .list_topics("mir", timeout=5)
+                    .topics["mir"]
+                    .partitions[0]
+                    .isrs
+                )
+                == [part.leader]
+            ),
+            30,
+        )
+        p = CKProducer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "acks": "all",
+                "enable.idempotence": False,
+                "message.timeout.ms": 2000,
+            }
+        )
         errs: list[Any] = []
         p.produce("mir", value=b"x", on_delivery=lambda e, m: errs.append(e))
         p.flush(15)
@@ -220,17 +276,31 @@ def test_kafka_python_produce_and_consume(cluster: Cluster) -> None:
     from kafka import TopicPartition as KPTopicPartition
 
     cluster.create_topic("kp", partitions=2)
-    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all",
-                      compression_type="gzip", linger_ms=5)
-    futs = [p.send("kp", key=f"k{i}".encode(), value=f"v{i}".encode(),
-                   headers=[("h", b"kp")], partition=i % 2) for i in range(100)]
+    p = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap, acks="all", compression_type="gzip", linger_ms=5
+    )
+    futs = [
+        p.send(
+            "kp",
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("h", b"kp")],
+            partition=i % 2,
+        )
+        for i in range(100)
+    ]
     p.flush(20)
     mds = [f.get(timeout=10) for f in futs]
     p.close()
     assert sorted((m.partition, m.offset) for m in mds) == sorted(
-        [(0, i) for i in range(50)] + [(1, i) for i in range(50)])
-    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, consumer_timeout_ms=5000)
+        [(0, i) for i in range(50)] + [(1, i) for i in range(50)]
+    )
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
     c.assign([KPTopicPartition("kp", 0), KPTopicPartition("kp", 1)])
     c.seek_to_beginning()
     got = list(c)
@@ -242,11 +312,32 @@ def test_kafka_python_produce_and_consume(cluster: Cluster) -> None:
 def test_kcat_produce_and_consume(cluster: Cluster, kcat: str) -> None:
     cluster.create_topic("kc", partitions=1)
     lines = "".join(f"key{i}:line {i}\n" for i in range(20))
-    subprocess.run([kcat, "-b", cluster.bootstrap, "-P", "-t", "kc", "-K:", "-z", "zstd"],
-                   input=lines, text=True, timeout=30, check=True)
-    out = subprocess.run([kcat, "-b", cluster.bootstrap, "-C", "-t", "kc", "-o", "beginning",
-                          "-e", "-f", "%o %k=%s\n"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+    subprocess.run(
+        [kcat, "-b", cluster.bootstrap, "-P", "-t", "kc", "-K:", "-z", "zstd"],
+        input=lines,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    out = subprocess.run(
+        [
+            kcat,
+            "-b",
+            cluster.bootstrap,
+            "-C",
+            "-t",
+            "kc",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %k=%s\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     assert out.splitlines() == [f"{i} key{i}=line {i}" for i in range(20)]
 
 
@@ -285,9 +376,14 @@ def test_group_subscribe_commit_and_resume(cluster: Cluster) -> None:
     for i in range(90):
         p.produce("grp", key=str(i).encode(), value=str(i).encode())
     assert p.flush(20) == 0
-    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g1",
-            "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    conf = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": "g1",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    }
     c = CKConsumer(conf)
     c.subscribe(["grp"])
     seen: list[Any] = []
@@ -299,8 +395,10 @@ def test_group_subscribe_commit_and_resume(cluster: Cluster) -> None:
     assert len(seen) >= 60, f"the group consumer got {len(seen)} of 60"
     assert {tp.partition for tp in c.assignment()} == {0, 1, 2}
     c.commit(asynchronous=False)
-    committed = {tp.partition: tp.offset for tp in c.committed(
-        [TopicPartition("grp", i) for i in range(3)], timeout=10)}
+    committed = {
+        tp.partition: tp.offset
+        for tp in c.committed([TopicPartition("grp", i) for i in range(3)], timeout=10)
+    }
     consumed_to = {}
     for m in seen:
         consumed_to[m.partition()] = max(consumed_to.get(m.partition(), 0), m.offset() + 1)
@@ -326,19 +424,28 @@ def test_kafka_written_reads_through_http_and_the_python_client(cluster: Cluster
     cluster.create_topic("x1", partitions=1)
     p = CKProducer({"bootstrap.servers": cluster.bootstrap, "compression.type": "lz4"})
     for i in range(10):
-        p.produce("x1", key=f"k{i}".encode(), value=f"v{i}".encode(),
-                  headers=[("src", b"kafka")], timestamp=1_700_000_000_000 + i)
+        p.produce(
+            "x1",
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("src", b"kafka")],
+            timestamp=1_700_000_000_000 + i,
+        )
     assert p.flush(20) == 0
-    url = (f"{cluster.http[0]}/v3/clusters/{cluster.cluster_id()}/topics/x1/partitions/0/"
-           "records?offset=0&format=binary&key_format=string&timeout_ms=0")
+    url = (
+        f"{cluster.http[0]}/v3/clusters/{cluster.cluster_id()}/topics/x1/partitions/0/"
+        "records?offset=0&format=binary&key_format=string&timeout_ms=0"
+    )
     with urllib.request.urlopen(url, timeout=10) as r:
         body = json.loads(r.read())
     recs = body["records"]
     assert [base64.b64decode(r["value"]) for r in recs] == [f"v{i}".encode() for i in range(10)]
     assert [r["timestamp"] for r in recs] == [1_700_000_000_000 + i for i in range(10)]
     assert [r["key"] for r in recs] == [f"k{i}" for i in range(10)]
-    assert all(r["headers"] == [{"name": "src", "value": base64.b64encode(b"kafka").decode()}]
-               for r in recs)
+    assert all(
+        r["headers"] == [{"name": "src", "value": base64.b64encode(b"kafka").decode()}]
+        for r in recs
+    )
     with LBConsumer(cluster.http, auto_offset_reset="earliest") as c:
         c.assign([LBTopicPartition("x1", 0)])
         got: list[Any] = []
@@ -346,19 +453,23 @@ def test_kafka_written_reads_through_http_and_the_python_client(cluster: Cluster
         while len(got) < 10 and time.monotonic() < deadline:
             got += c.poll(1000)
     assert [(r.key, r.value, r.headers) for r in got] == [
-        (f"k{i}".encode(), f"v{i}".encode(), (("src", b"kafka"),)) for i in range(10)]
+        (f"k{i}".encode(), f"v{i}".encode(), (("src", b"kafka"),)) for i in range(10)
+    ]
 
 
 def test_python_client_written_reads_through_kafka_clients(cluster: Cluster) -> None:
     cluster.create_topic("x2", partitions=1)
     with LBProducer(cluster.http[0], linger_ms=0, compression="snappy") as p:
-        futs = [p.send("x2", f"v{i}".encode(), key=f"k{i}".encode(),
-                       headers=[("src", b"longboat")]) for i in range(10)]
+        futs = [
+            p.send("x2", f"v{i}".encode(), key=f"k{i}".encode(), headers=[("src", b"longboat")])
+            for i in range(10)
+        ]
         p.flush()
         assert [f.result(10).offset for f in futs] == list(range(10))
     got = consume_all(cluster.bootstrap, "x2", 1, 10)
     assert [(m.key(), m.value(), m.headers()) for m in got] == [
-        (f"k{i}".encode(), f"v{i}".encode(), [("src", b"longboat")]) for i in range(10)]
+        (f"k{i}".encode(), f"v{i}".encode(), [("src", b"longboat")]) for i in range(10)
+    ]
 
 
 # ------------------------------------------------------------------ the wire itself
@@ -427,8 +538,7 @@ def test_api_versions_from_the_future_gets_error_35_and_our_ranges(cluster: Clus
         assert resp is not None and struct.unpack(">i", resp[:4])[0] == 7
         body = entity_reader(ApiVersionsResponse)(resp, 4)[0]  # response header v0, body v0
         assert body.error_code == 35
-        ranges = {int(k.api_key): (int(k.min_version), int(k.max_version))
-                  for k in body.api_keys}
+        ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
         assert ranges[18] == (0, 3) and ranges[0][0] == 0 and ranges[1][0] == 4
     finally:
         raw.close()
@@ -451,7 +561,8 @@ def test_oversize_and_malformed_frames_close_the_connection(cluster: Cluster) ->
 
 
 def test_produce_to_a_follower_is_not_leader_and_fetch_mid_batch_returns_the_batch(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     from kio.schema.produce.v9.request import (
         PartitionProduceData,
@@ -466,16 +577,28 @@ def test_produce_to_a_follower_is_not_leader_and_fetch_mid_batch_returns_the_bat
     md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("raw", timeout=5)
     leader = md.topics["raw"].partitions[0].leader
     follower = next(b for b in cluster.brokers.ids if b != leader)
-    batch = encode_batch([(None, f"r{i}".encode(), 1000 + i, ()) for i in range(10)],
-                         magic=MAGIC_KAFKA)
+    batch = encode_batch(
+        [(None, f"r{i}".encode(), 1000 + i, ()) for i in range(10)], magic=MAGIC_KAFKA
+    )
 
     def produce(port: int) -> Any:
         raw = Raw(port)
         try:
-            return raw.call(0, 9, ProduceRequest(
-                transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
-                topic_data=(TopicProduceData(name="raw", partition_data=(
-                    PartitionProduceData(index=0, records=Records(batch)),)),)))
+            return raw.call(
+                0,
+                9,
+                ProduceRequest(
+                    transactional_id=None,
+                    acks=-1,
+                    timeout=datetime.timedelta(seconds=10),
+                    topic_data=(
+                        TopicProduceData(
+                            name="raw",
+                            partition_data=(PartitionProduceData(index=0, records=Records(batch)),),
+                        ),
+                    ),
+                ),
+            )
         finally:
             raw.close()
 
@@ -485,12 +608,30 @@ def test_produce_to_a_follower_is_not_leader_and_fetch_mid_batch_returns_the_bat
     assert (ok.error_code, ok.base_offset) == (0, 0)
     raw = Raw(_port(cluster, leader))
     try:
-        resp = raw.call(1, 12, FetchRequest(
-            max_wait=datetime.timedelta(milliseconds=100), min_bytes=1, max_bytes=1 << 20,
-            isolation_level=0, session_id=0, session_epoch=-1, topics=(FetchTopic(
-                topic="raw", partitions=(FetchPartition(
-                    partition=0, fetch_offset=5, partition_max_bytes=1 << 20),)),),
-            forgotten_topics_data=(), rack_id=""))
+        resp = raw.call(
+            1,
+            12,
+            FetchRequest(
+                max_wait=datetime.timedelta(milliseconds=100),
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=(
+                    FetchTopic(
+                        topic="raw",
+                        partitions=(
+                            FetchPartition(
+                                partition=0, fetch_offset=5, partition_max_bytes=1 << 20
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+                rack_id="",
+            ),
+        )
     finally:
         raw.close()
     part = resp.responses[0].partitions[0]
@@ -503,8 +644,14 @@ def test_produce_to_a_follower_is_not_leader_and_fetch_mid_batch_returns_the_bat
 
 def test_long_poll_fetch_waits_for_data(cluster: Cluster) -> None:
     cluster.create_topic("lp", partitions=1)
-    c = CKConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "lp",
-                    "fetch.wait.max.ms": 5000, "enable.auto.commit": False})
+    c = CKConsumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "lp",
+            "fetch.wait.max.ms": 5000,
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition("lp", 0, 0)])
     assert c.poll(1.0) is None
 

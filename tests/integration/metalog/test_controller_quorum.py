@@ -29,14 +29,19 @@ def quorum(tmp_path: Path) -> Iterator[Quorum]:
 async def _register_and_unfence(c: ControllerClient, broker_ids: list[int]) -> dict[int, int]:
     epochs = {}
     for b in broker_ids:
-        resp = await c.execute(RegisterBroker(
-            broker_id=b, incarnation_id=f"inc-{b}",
-            endpoints=(Endpoint("http", "127.0.0.1", 18000 + b),)))
+        resp = await c.execute(
+            RegisterBroker(
+                broker_id=b,
+                incarnation_id=f"inc-{b}",
+                endpoints=(Endpoint("http", "127.0.0.1", 18000 + b),),
+            )
+        )
         epochs[b] = resp.broker_epoch
     for b, epoch in epochs.items():
         # Caught up (offset past its registration): the controller unfences it (KIP-631).
-        await c.execute(BrokerHeartbeat(broker_id=b, broker_epoch=epoch,
-                                        current_metadata_offset=10**9))
+        await c.execute(
+            BrokerHeartbeat(broker_id=b, broker_epoch=epoch, current_metadata_offset=10**9)
+        )
     return epochs
 
 
@@ -44,15 +49,18 @@ def _topics(meta: dict) -> dict[str, int]:
     return {t["name"]: len(t["partitions"]) for t in meta["topics"]}
 
 
-def test_topics_commit_through_raft_and_survive_killing_the_active_controller(quorum: Quorum) -> None:
+def test_topics_commit_through_raft_and_survive_killing_the_active_controller(
+    quorum: Quorum,
+) -> None:
     leader = quorum.wait_active_leader()
 
     async def phase1() -> None:
         async with ControllerClient(quorum.urls) as c:
             epochs = await _register_and_unfence(c, [1, 2, 3])
             assert len(set(epochs.values())) == 3, epochs  # epoch = offset of the record
-            created = await c.execute(CreateTopic(name="orders", num_partitions=6,
-                                                  replication_factor=3))
+            created = await c.execute(
+                CreateTopic(name="orders", num_partitions=6, replication_factor=3)
+            )
             assert created.num_partitions == 6
             with pytest.raises(TopicExistsError):
                 await c.execute(CreateTopic(name="orders", num_partitions=1))
@@ -119,15 +127,34 @@ def test_a_voter_is_added_and_removed_on_a_running_quorum(quorum: Quorum, tmp_pa
     d.mkdir()
     log = open(d / "controller.log", "ab")  # noqa: SIM115
     p4 = subprocess.Popen(
-        [sys.executable, "-m", "api", "controller", "start", "--node-id", "4", "--join",
-         "--listen", f"127.0.0.1:{port}", "--data-dir", str(d / "data"),
-         "--controller-quorum", quorum.quorum + f",4@127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "controller",
+            "start",
+            "--node-id",
+            "4",
+            "--join",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(d / "data"),
+            "--controller-quorum",
+            quorum.quorum + f",4@127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         cli = [sys.executable, "-m", "api", "quorum"]
-        out = subprocess.run([*cli, "add-voter", "--node-id", "4", "--url", url4,
-                              "--bootstrap", quorum.url(leader)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*cli, "add-voter", "--node-id", "4", "--url", url4, "--bootstrap", quorum.url(leader)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert "voters: [1, 2, 3, 4]" in out.stdout
         deadline = time.monotonic() + 20
@@ -146,18 +173,31 @@ def test_a_voter_is_added_and_removed_on_a_running_quorum(quorum: Quorum, tmp_pa
             time.sleep(0.2)
 
         # Remove the current leader: it resigns, and the 3 remaining voters go on.
-        out = subprocess.run([*cli, "remove-voter", "--node-id", str(leader),
-                              "--bootstrap", quorum.url(leader)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*cli, "remove-voter", "--node-id", str(leader), "--bootstrap", quorum.url(leader)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         remaining = sorted({1, 2, 3, 4} - {leader})
         assert f"voters: {remaining}" in out.stdout
         # The removed node, first in --bootstrap, may not know the leader: the command asks
         # the others (jepsen_tests' membership nemesis found it failing here).
         others = ",".join(quorum.url(i) for i in (1, 2, 3) if i != leader)
-        out = subprocess.run([*cli, "remove-voter", "--node-id", "4", "--bootstrap",
-                              f"{quorum.url(leader)},{others}"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                *cli,
+                "remove-voter",
+                "--node-id",
+                "4",
+                "--bootstrap",
+                f"{quorum.url(leader)},{others}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert f"voters: {sorted(set(remaining) - {4})}" in out.stdout
         quorum.kill(leader)

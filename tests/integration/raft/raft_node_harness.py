@@ -29,7 +29,9 @@ class Cluster:
     ) -> None:
         ids = [*voters, *observers, *extra]
         self.root = root
-        self.urls = {i: f"http://127.0.0.1:{p}" for i, p in zip(ids, free_ports(len(ids)), strict=True)}
+        self.urls = {
+            i: f"http://127.0.0.1:{p}" for i, p in zip(ids, free_ports(len(ids)), strict=True)
+        }
         self.voters = voters
         self.observers = list(observers)
         self.extra = list(extra)
@@ -114,11 +116,14 @@ class Cluster:
                 if all(n.leader_id == lead.id for n in self.nodes.values()):
                     return lead
             await asyncio.sleep(0.01)
-        raise AssertionError(f"no single leader within {timeout_s} s: "
-                             f"{[(i, n.role, n.leader_id) for i, n in self.nodes.items()]}")
+        raise AssertionError(
+            f"no single leader within {timeout_s} s: "
+            f"{[(i, n.role, n.leader_id) for i, n in self.nodes.items()]}"
+        )
 
-    async def wait_for(self, cond: Callable[[], bool], timeout_s: float = 10.0,
-                       what: str = "condition") -> None:
+    async def wait_for(
+        self, cond: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while not cond():
             if time.monotonic() > deadline:

@@ -29,7 +29,9 @@ CS = ConfState(frozenset({NodeId(1), NodeId(2), NodeId(3)}))
 
 
 def ents(lo: int, hi: int, term: int, tag: bytes = b"") -> list[Entry]:
-    return [Entry(LogIndex(i), Term(term), EntryKind.NORMAL, tag + b"%d" % i) for i in range(lo, hi + 1)]
+    return [
+        Entry(LogIndex(i), Term(term), EntryKind.NORMAL, tag + b"%d" % i) for i in range(lo, hi + 1)
+    ]
 
 
 def reopen(path) -> DurableLog:  # type: ignore[no-untyped-def]
@@ -78,7 +80,8 @@ def snapshot_at(d: DurableLog, index: int, data: bytes) -> Snapshot:
 
 
 def test_snapshot_moves_log_start_to_the_previous_one_and_restart_resumes_after_it(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     d = reopen(tmp_path)
     persist(d, ents(1, 20, 1))
     snap = snapshot_at(d, 15, b"state@15")
@@ -89,7 +92,8 @@ def test_snapshot_moves_log_start_to_the_previous_one_and_restart_resumes_after_
     assert d.log_start_offset() == 15
     assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [
         "00000000000000000015-0000000001.checkpoint",
-        "00000000000000000025-0000000001.checkpoint"]
+        "00000000000000000025-0000000001.checkpoint",
+    ]
     d.close()
     d2 = reopen(tmp_path)
     assert d2.memory.snapshot() == snap
@@ -105,7 +109,8 @@ def corrupt_newest_snapshot(tmp_path) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_keeps_the_log(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     d = reopen(tmp_path)
     persist(d, ents(1, 20, 1), HardState(Term(1), NodeId(1), LogIndex(20)))
     snapshot_at(d, 10, b"state@10")
@@ -123,7 +128,8 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_keeps_the_
     assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == [
         "00000000000000000010-0000000001.checkpoint",
         "00000000000000000025-0000000001.checkpoint.corrupt",
-        "00000000000000000033-0000000001.checkpoint"]
+        "00000000000000000033-0000000001.checkpoint",
+    ]
 
 
 def test_a_corrupt_installed_snapshot_refuses_to_start_and_discards_nothing(tmp_path) -> None:
@@ -137,6 +143,7 @@ def test_a_corrupt_installed_snapshot_refuses_to_start_and_discards_nothing(tmp_
     persist(d, ents(41, 45, 3))
     d.close()
     path = corrupt_newest_snapshot(tmp_path)
+
     def segments() -> list[tuple[str, bytes]]:
         return sorted((p.name, p.read_bytes()) for p in (tmp_path / "log").glob("*.log"))
 
@@ -193,14 +200,19 @@ def test_entry_batches_are_byte_identical_to_the_storage_codec() -> None:
     from storage.batch import encode_batch
 
     run = [
-        Entry(LogIndex(i), Term(4), EntryKind.CONF_CHANGE if i % 5 == 0 else EntryKind.NORMAL,
-              b"v" * (i % 7))
+        Entry(
+            LogIndex(i),
+            Term(4),
+            EntryKind.CONF_CHANGE if i % 5 == 0 else EntryKind.NORMAL,
+            b"v" * (i % 7),
+        )
         for i in range(11, 40)
     ]
     (batch,) = encode_entries(run, 1_700_000_000_000)
     ref = encode_batch(
         [(bytes([int(e.kind)]), e.data, 1_700_000_000_000, ()) for e in run],
-        base_offset=10, leader_epoch=4,
+        base_offset=10,
+        leader_epoch=4,
     )
     assert batch == ref
     assert decode_entries(batch) == run
@@ -218,7 +230,9 @@ class _TruncateReachesDisk:
         return 0
 
 
-def test_a_crash_inside_a_mid_batch_cut_keeps_the_acknowledged_prefix(tmp_path, monkeypatch) -> None:
+def test_a_crash_inside_a_mid_batch_cut_keeps_the_acknowledged_prefix(
+    tmp_path, monkeypatch
+) -> None:
     from storage.fileio import LazyFileLayer
 
     files = LazyFileLayer()

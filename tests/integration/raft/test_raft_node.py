@@ -18,6 +18,7 @@ def run(coro):  # type: ignore[no-untyped-def]
     async def limited():  # type: ignore[no-untyped-def]
         async with asyncio.timeout(30):
             return await coro
+
     return asyncio.run(limited())
 
 
@@ -32,8 +33,10 @@ def test_three_nodes_elect_one_leader_and_commit_proposals(tmp_path) -> None:
             assert indexes == list(range(idx + 1, idx + 301))
             want = [b"first", *(b"p%d" % i for i in range(300))]
             assert c.data(lead.id) == want  # applied before propose returned
-            await c.wait_for(lambda: all(c.data(i) == want for i in (1, 2, 3)),
-                             what="followers to apply everything")
+            await c.wait_for(
+                lambda: all(c.data(i) == want for i in (1, 2, 3)),
+                what="followers to apply everything",
+            )
             st = lead.status()
             assert st.role == "leader" and st.commit >= indexes[-1]
             assert {f.node_id for f in st.followers} == {1, 2, 3} - {lead.id}
@@ -101,11 +104,18 @@ def test_restarted_node_keeps_its_term_and_vote_and_does_not_vote_twice(tmp_path
             sent: list[object] = []
             orig = node.transport.send
             node.transport.send = lambda to, m: sent.append(m) or orig(to, m)  # type: ignore[method-assign]
-            node._on_messages(other, [RequestVote(
-                NodeId(other), NodeId(voter), Term(term), LogIndex(10**9), Term(term)
-            ).to_wire()])
-            await c.wait_for(lambda: any(m["type"] == "RequestVoteResponse" for m in sent),
-                             what="a vote response")
+            node._on_messages(
+                other,
+                [
+                    RequestVote(
+                        NodeId(other), NodeId(voter), Term(term), LogIndex(10**9), Term(term)
+                    ).to_wire()
+                ],
+            )
+            await c.wait_for(
+                lambda: any(m["type"] == "RequestVoteResponse" for m in sent),
+                what="a vote response",
+            )
             resp = next(m for m in sent if m["type"] == "RequestVoteResponse")
             assert resp["granted"] is False and resp["term"] == term
             assert isinstance(RequestVoteResponse.from_wire(resp), RequestVoteResponse)
@@ -214,8 +224,10 @@ def test_leadership_transfer_moves_the_leader_and_it_commits(tmp_path) -> None:
             await new.propose(b"after")
             ri = await new.read_index()
             assert ri >= new.applied - 0 and c.data(to)[-1] == b"after"
-            await c.wait_for(lambda: all(c.data(i)[-2:] == [b"before", b"after"]
-                                         for i in (1, 2, 3)), what="all to apply")
+            await c.wait_for(
+                lambda: all(c.data(i)[-2:] == [b"before", b"after"] for i in (1, 2, 3)),
+                what="all to apply",
+            )
         finally:
             await c.stop_all()
 
@@ -255,8 +267,10 @@ def test_power_cut_keeps_every_acknowledged_entry_and_every_term_and_vote(tmp_pa
                 assert (st.term, st.vote) == before[i], f"node {i} forgot its term or vote"
             new = await c.leader()
             await new.propose(b"after-cut")
-            await c.wait_for(lambda: all(b"after-cut" in c.data(i) for i in (1, 2, 3)),
-                             what="every node to apply after the cut")
+            await c.wait_for(
+                lambda: all(b"after-cut" in c.data(i) for i in (1, 2, 3)),
+                what="every node to apply after the cut",
+            )
             for i in (1, 2, 3):
                 data = c.data(i)
                 assert data[: len(acked)] == acked, f"node {i} lost acknowledged entries"

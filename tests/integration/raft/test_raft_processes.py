@@ -29,9 +29,19 @@ def test_sigkilled_leader_is_replaced_and_restarts_from_disk(tmp_path) -> None:
     def start(i: int) -> None:
         log = open(tmp_path / f"node-{i}.log", "ab")  # noqa: SIM115
         procs[i] = subprocess.Popen(
-            [sys.executable, "-P", str(SERVER), str(i), ",".join(map(str, ports)),
-             str(tmp_path / f"node-{i}"), TICK_MS],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-P",
+                str(SERVER),
+                str(i),
+                ",".join(map(str, ports)),
+                str(tmp_path / f"node-{i}"),
+                TICK_MS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
         )
         log.close()
 
@@ -84,9 +94,11 @@ def test_sigkilled_leader_is_replaced_and_restarts_from_disk(tmp_path) -> None:
     for i in (1, 2, 3):
         start(i)
     try:
+
         async def limited() -> None:
             async with asyncio.timeout(60):
                 await main()
+
         asyncio.run(limited())
     finally:
         for p in procs.values():

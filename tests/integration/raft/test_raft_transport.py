@@ -68,8 +68,13 @@ def test_send_to_a_dead_peer_drops_and_recovers_when_it_comes_up() -> None:
     async def main() -> None:
         pb = free_port()
         got: list[dict] = []
-        a = RaftTransport(1, {2: f"http://127.0.0.1:{pb}"}, lambda s, m: None,
-                          queue_messages_max=8, backoff_ms_max=100)
+        a = RaftTransport(
+            1,
+            {2: f"http://127.0.0.1:{pb}"},
+            lambda s, m: None,
+            queue_messages_max=8,
+            backoff_ms_max=100,
+        )
         for i in range(100):
             a.send(2, {"i": i})  # nobody listens: must not block or raise
         await asyncio.sleep(0.2)

@@ -43,28 +43,49 @@ CT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 
 
 def record(name: str, *fields: dict[str, Any]) -> str:
-    return json.dumps({"type": "record", "name": name, "namespace": "demo",
-                       "fields": [{"name": "name", "type": "string"}, *fields]})
+    return json.dumps(
+        {
+            "type": "record",
+            "name": name,
+            "namespace": "demo",
+            "fields": [{"name": "name", "type": "string"}, *fields],
+        }
+    )
 
 
 V1 = record("User")
 V2 = record("User", {"name": "age", "type": "int", "default": 0})
 NO_DEFAULT = record("User", {"name": "email", "type": "string"})
-ORDER = json.dumps({"type": "record", "name": "Order", "fields": [
-    {"name": "id", "type": "long"}, {"name": "amount", "type": "double"},
-    {"name": "note", "type": ["null", "string"], "default": None}]})
-POINT = json.dumps({"type": "object", "properties": {"x": {"type": "integer"},
-                                                     "y": {"type": "integer"}},
-                    "required": ["x", "y"]})
+ORDER = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "amount", "type": "double"},
+            {"name": "note", "type": ["null", "string"], "default": None},
+        ],
+    }
+)
+POINT = json.dumps(
+    {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+        "required": ["x", "y"],
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpCluster]:
     root: Path = tmp_path_factory.mktemp("schemas")
-    with running_cluster(root, controllers=1, brokers=3,
-                         controller_args=["--override", "broker_session_timeout_ms=3000"],
-                         broker_args=["--override", "broker_heartbeat_interval_ms=500"]
-                         ) as (q, brokers):
+    with running_cluster(
+        root,
+        controllers=1,
+        brokers=3,
+        controller_args=["--override", "broker_session_timeout_ms=3000"],
+        broker_args=["--override", "broker_heartbeat_interval_ms=500"],
+    ) as (q, brokers):
         yield HttpCluster(q, brokers)
 
 
@@ -84,8 +105,12 @@ def test_confluent_client_registers_looks_up_evolves_and_refuses(c: HttpCluster)
     # The same schema again, through other brokers and fresh clients: the same id, no version.
     assert cf(c, 1).register_schema("users-value", Schema(V1, "AVRO")) == first
     # Formatting is not identity: the same schema re-indented is still the same one.
-    assert cf(c, 2).register_schema(
-        "users-value", Schema(json.dumps(json.loads(V1), indent=2), "AVRO")) == first
+    assert (
+        cf(c, 2).register_schema(
+            "users-value", Schema(json.dumps(json.loads(V1), indent=2), "AVRO")
+        )
+        == first
+    )
     # Read-your-writes through a broker the write did not go through.
     found = cf(c, 2).lookup_schema("users-value", Schema(V1, "AVRO"))
     assert (found.schema_id, found.version) == (first, 1)
@@ -114,8 +139,13 @@ def test_confluent_client_registers_looks_up_evolves_and_refuses(c: HttpCluster)
     # FULL_TRANSITIVE against v1..v3: dropping "name" breaks every one of them.
     a.set_compatibility("users-value", "FULL_TRANSITIVE")
     with pytest.raises(SchemaRegistryError) as e:
-        a.register_schema("users-value", Schema(json.dumps(
-            {"type": "record", "name": "User", "namespace": "demo", "fields": []}), "AVRO"))
+        a.register_schema(
+            "users-value",
+            Schema(
+                json.dumps({"type": "record", "name": "User", "namespace": "demo", "fields": []}),
+                "AVRO",
+            ),
+        )
     assert e.value.error_code == 409
 
     # The same schema in another subject has the same id; the id lists both.
@@ -139,8 +169,7 @@ def test_serdes_interoperate_with_confluent_across_brokers_and_the_log(c: HttpCl
     assert AvroDeserializer(lb0)(cf_bytes) == order
     lb_bytes = AvroSerializer(lb1, ORDER)({"id": 8, "amount": 1.0, "note": None}, "orders")
     assert lb_bytes[:5] == cf_bytes[:5]  # same subject, same schema: the same id in the header
-    assert CfAvroDeserializer(cf(c, 2))(lb_bytes, ctx) == {"id": 8, "amount": 1.0,
-                                                            "note": None}
+    assert CfAvroDeserializer(cf(c, 2))(lb_bytes, ctx) == {"id": 8, "amount": 1.0, "note": None}
     # A reader schema resolves older data (Avro's rules): a field added with a default.
     newer = json.loads(ORDER)
     newer["fields"].append({"name": "currency", "type": "string", "default": "EUR"})
@@ -154,7 +183,9 @@ def test_serdes_interoperate_with_confluent_across_brokers_and_the_log(c: HttpCl
     assert JSONDeserializer(lb0)(cf_json) == point
     lb_json = JSONSerializer(lb1, POINT)({"x": 3, "y": 4}, "points")
     assert CfJSONDeserializer(None, schema_registry_client=cf(c, 0))(lb_json, jctx) == {
-        "x": 3, "y": 4}
+        "x": 3,
+        "y": 4,
+    }
     with pytest.raises(SerializationError):
         JSONSerializer(lb1, POINT)({"x": 3}, "points")
 
@@ -182,8 +213,13 @@ def test_serdes_interoperate_with_confluent_across_brokers_and_the_log(c: HttpCl
 
 def test_deletes_and_errors_and_ids_never_reused(c: HttpCluster) -> None:
     s = "gone-value"
-    st, out = sr(c, "POST", 0, f"/subjects/{s}/versions",
-                 {"schema": record("Gone", {"name": "v", "type": "long"})})
+    st, out = sr(
+        c,
+        "POST",
+        0,
+        f"/subjects/{s}/versions",
+        {"schema": record("Gone", {"name": "v", "type": "long"})},
+    )
     assert st == 200, out
     gone_id = out["id"]
     st, out = sr(c, "POST", 1, f"/subjects/{s}/versions", {"schema": record("Gone")})
@@ -210,31 +246,40 @@ def test_deletes_and_errors_and_ids_never_reused(c: HttpCluster) -> None:
         st, _ = sr(c, "GET", 0, f"/schemas/ids/{i}")
         if st == 200:
             every.add(i)
-    st, out = sr(c, "POST", 2, f"/subjects/{s}/versions",
-                 {"schema": record("Gone", {"name": "v", "type": "long"})})
+    st, out = sr(
+        c,
+        "POST",
+        2,
+        f"/subjects/{s}/versions",
+        {"schema": record("Gone", {"name": "v", "type": "long"})},
+    )
     assert st == 200 and out["id"] > max(every), (out, every)
     assert sr(c, "GET", 0, f"/subjects/{s}/versions") == (200, [1])  # versions restart
 
     # Version-level deletes, and the registry's error codes.
     assert sr(c, "DELETE", 0, f"/subjects/{s}/versions/1/?permanent=true")[0] == 404
-    assert sr(c, "DELETE", 0, f"/subjects/{s}/versions/1?permanent=true")[1][
-        "error_code"] == 40407
+    assert sr(c, "DELETE", 0, f"/subjects/{s}/versions/1?permanent=true")[1]["error_code"] == 40407
     assert sr(c, "DELETE", 1, f"/subjects/{s}/versions/latest") == (200, 1)
     assert sr(c, "DELETE", 2, f"/subjects/{s}/versions/1")[1]["error_code"] == 40406
     assert sr(c, "GET", 0, f"/subjects/{s}/versions/abc")[1]["error_code"] == 42202
     assert sr(c, "GET", 0, "/subjects/users-value/versions/99")[1]["error_code"] == 40402
     assert sr(c, "GET", 0, "/subjects/nobody/versions/1")[1]["error_code"] == 40401
-    st, out = sr(c, "POST", 0, "/subjects/bad-value/versions", {"schema": "{\"type\": 1}"})
+    st, out = sr(c, "POST", 0, "/subjects/bad-value/versions", {"schema": '{"type": 1}'})
     assert (st, out["error_code"]) == (422, 42201)
-    st, out = sr(c, "POST", 0, "/subjects/bad-value/versions",
-                 {"schema": "{}", "schemaType": "PROTOBUF"})
+    st, out = sr(
+        c, "POST", 0, "/subjects/bad-value/versions", {"schema": "{}", "schemaType": "PROTOBUF"}
+    )
     assert (st, out["error_code"]) == (422, 42201)
     assert sr(c, "PUT", 1, "/config", {"compatibility": "SIDEWAYS"})[1]["error_code"] == 42203
     assert sr(c, "GET", 1, "/config/others-value")[1]["error_code"] == 40408
     assert sr(c, "GET", 1, "/config/others-value?defaultToGlobal=true") == (
-        200, {"compatibilityLevel": "BACKWARD"})
+        200,
+        {"compatibilityLevel": "BACKWARD"},
+    )
     assert sr(c, "PUT", 2, "/mode/others-value", {"mode": "READONLY"}) == (
-        200, {"mode": "READONLY"})
+        200,
+        {"mode": "READONLY"},
+    )
     st, out = sr(c, "POST", 0, "/subjects/others-value/versions", {"schema": V2})
     assert (st, out["error_code"]) == (422, 42205)
     assert sr(c, "DELETE", 0, "/mode/others-value") == (200, {"mode": "READONLY"})
@@ -261,9 +306,12 @@ def test_acknowledged_registration_survives_killing_the_writer(c: HttpCluster) -
         st, out = sr(c, "POST", i, "/subjects/durable-value", {"schema": ORDER})
         assert (st, out["id"], out["version"]) == (200, durable, 1), out
     # The next writer continues above every id written before it.
-    st, out = sr(c, "POST", other, "/subjects/after-kill-value/versions",
-                 {"schema": record("After")})
+    st, out = sr(
+        c, "POST", other, "/subjects/after-kill-value/versions", {"schema": record("After")}
+    )
     assert st == 200, out
     assert out["id"] > max(ids) and out["id"] > durable
     assert sr(c, "POST", via, "/subjects/durable-value/versions", {"schema": ORDER}) == (
-        200, {"id": durable})
+        200,
+        {"id": durable},
+    )

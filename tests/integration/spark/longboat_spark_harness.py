@@ -20,8 +20,9 @@ class LocalCluster:
         self.quorum = Quorum(root, 3)
         # Retention checked every 200 ms (Kafka's default is 5 minutes), so a test can watch
         # it delete segments under a reader.
-        self.brokers = Brokers(root, self.quorum, 3, extra_args=[
-            "--override", "log_retention_check_interval_ms=200"])
+        self.brokers = Brokers(
+            root, self.quorum, 3, extra_args=["--override", "log_retention_check_interval_ms=200"]
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -36,12 +37,19 @@ class LocalCluster:
         self.brokers.stop_all()
         self.quorum.stop_all()
 
-    def create_topic(self, name: str, partitions: int, rf: int = 3,
-                     configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int, rf: int = 3, configs: dict[str, str] | None = None
+    ) -> None:
         # The tests' records carry 2023 timestamps (fixed, so reads by timestamp are exact),
         # which the default retention.ms (7 days) would delete at the next retention check.
-        self._execute(CreateTopic(name=name, num_partitions=partitions, replication_factor=rf,
-                                  configs={"retention.ms": "-1", **(configs or {})}))
+        self._execute(
+            CreateTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=rf,
+                configs={"retention.ms": "-1", **(configs or {})},
+            )
+        )
         self._wait_leaders(name, partitions)
 
     def grow_topic(self, name: str, partitions: int) -> None:
@@ -61,8 +69,11 @@ class LocalCluster:
             for b in self.brokers.ids:
                 md = self.brokers.metadata(b)
                 t = next((t for t in md["topics"] if t["name"] == name), None)
-                if t is None or len(t["partitions"]) != partitions or any(
-                        p["leader"] < 0 for p in t["partitions"]):
+                if (
+                    t is None
+                    or len(t["partitions"]) != partitions
+                    or any(p["leader"] < 0 for p in t["partitions"])
+                ):
                     return False
             return True
 
@@ -86,13 +97,16 @@ def spark_session(tmp: Path) -> Any:
 
     import spark as longboat_spark
 
-    s = (SparkSession.builder.master("local[2]").appName("longboat-tests")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-         .config("spark.driver.memory", "1g")
-         .getOrCreate())
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("longboat-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
     s.sparkContext.setLogLevel("ERROR")
     longboat_spark.register(s)
     return s

@@ -43,8 +43,10 @@ def main() -> None:
     i = 0
     while True:
         n = 1 + i % 7
-        recs = [(b"k%d" % ((seq + j) % 10), b"value-%d" % (seq + j) + b"x" * (i % 50), seq + j, [])
-                for j in range(n)]
+        recs = [
+            (b"k%d" % ((seq + j) % 10), b"value-%d" % (seq + j) + b"x" * (i % 50), seq + j, [])
+            for j in range(n)
+        ]
         base, last = log.append(encode_batch(recs), leader_epoch=1 + i // 100)
         assert base == seq
         seq = last + 1

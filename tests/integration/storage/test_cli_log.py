@@ -16,8 +16,9 @@ def _log(tmp_path) -> str:
     d = str(tmp_path / "t-0")
     log = PartitionLog.open(d, LogConfig(segment_bytes=400))
     for i in range(10):
-        log.append(encode_batch([(b"k%d" % i, b"v%d" % i, 1000 + i, [("h", b"x")])]),
-                   leader_epoch=i // 5)
+        log.append(
+            encode_batch([(b"k%d" % i, b"v%d" % i, 1000 + i, [("h", b"x")])]), leader_epoch=i // 5
+        )
     log.close()
     return d
 

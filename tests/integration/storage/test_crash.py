@@ -35,7 +35,7 @@ def _check_prefix(log: PartitionLog) -> int:
         data = log.read(offset, 1 << 20).data
         assert data, f"no data at {offset} below the log end {log.log_end_offset}"
         for pos, h in iter_batches(data):
-            for r in decode_records(data[pos:pos + h.size]):
+            for r in decode_records(data[pos : pos + h.size]):
                 assert r.offset == n and r.value is not None
                 assert r.value.startswith(b"value-%d" % r.offset)
                 n += 1
@@ -50,8 +50,12 @@ def _run_and_kill(log_dir: Path, lazy: bool, acks_wanted: int, *extra: str) -> i
         env[LAZYFS_ENV] = "1"
     else:
         env.pop(LAZYFS_ENV, None)
-    proc = subprocess.Popen([sys.executable, str(CHILD), str(log_dir), *extra], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), str(log_dir), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     acked = 0
     seen = 0
     deadline = time.monotonic() + 30
@@ -124,8 +128,10 @@ def test_lazy_crash_loses_only_unsynced_bytes_and_recovers_a_clean_prefix(tmp_pa
         for _ in range(rng.randrange(1, 40)):
             seq = log.log_end_offset
             n = rng.randrange(1, 6)
-            log.append(encode_batch([(None, b"value-%d" % (seq + j), 0, []) for j in range(n)]),
-                       leader_epoch=round_)
+            log.append(
+                encode_batch([(None, b"value-%d" % (seq + j), 0, []) for j in range(n)]),
+                leader_epoch=round_,
+            )
             if rng.random() < 0.2:
                 synced = log.flush()
         written = log.log_end_offset

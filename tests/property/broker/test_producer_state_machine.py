@@ -80,7 +80,7 @@ class ProducerMachine(RuleBasedStateMachine):
     def start(self, start_seq) -> None:
         self.state = ProducerState()
         self.log: list[Stored] = []
-        self.sent: list[Batch] = []           # every batch ever made: retries pick from here
+        self.sent: list[Batch] = []  # every batch ever made: retries pick from here
         self.epoch = dict.fromkeys(PIDS, 0)
         self.next_seq = dict.fromkeys(PIDS, start_seq)
         self.hw = 0
@@ -92,9 +92,18 @@ class ProducerMachine(RuleBasedStateMachine):
         return self.log[-1].last + 1 if self.log else 0
 
     def headers(self, upto: int | None = None):
-        return [header(s.batch.pid, s.batch.epoch, s.batch.first_seq, s.batch.count,
-                       base_offset=s.base, timestamp_ms=s.base)
-                for s in self.log if upto is None or s.base < upto]
+        return [
+            header(
+                s.batch.pid,
+                s.batch.epoch,
+                s.batch.first_seq,
+                s.batch.count,
+                base_offset=s.base,
+                timestamp_ms=s.base,
+            )
+            for s in self.log
+            if upto is None or s.base < upto
+        ]
 
     def _send(self, b: Batch) -> None:
         want = expected(self.log, b)

@@ -31,19 +31,19 @@ LAG = 1_000
 
 
 class LeaderMachine(RuleBasedStateMachine):
-    @initialize(min_isr=st.integers(1, 3), isr_size=st.integers(1, 4),
-                gate=st.booleans())
+    @initialize(min_isr=st.integers(1, 3), isr_size=st.integers(1, 4), gate=st.booleans())
     def start(self, min_isr, isr_size, gate) -> None:
         isr = (1, 2, 3, 4)[:isr_size]
-        self.s = make_leader((1, 2, 3, 4), isr, leo=0, lag_ms=LAG, min_isr=min_isr,
-                             hw_requires_min_isr=gate)
+        self.s = make_leader(
+            (1, 2, 3, 4), isr, leo=0, lag_ms=LAG, min_isr=min_isr, hw_requires_min_isr=gate
+        )
         self.now = 0
-        self.true_leo = dict.fromkeys(FOLLOWERS, 0)   # what each follower really holds
-        self.controller = self.s.registration           # the controller's truth
+        self.true_leo = dict.fromkeys(FOLLOWERS, 0)  # what each follower really holds
+        self.controller = self.s.registration  # the controller's truth
         self.fenced: set[int] = set()
-        self.in_flight = None                           # request sent, not answered
-        self.answers: list = []                         # (request, result) not delivered
-        self.waiters: dict[int, int] = {}               # id -> last_offset
+        self.in_flight = None  # request sent, not answered
+        self.answers: list = []  # (request, result) not delivered
+        self.waiters: dict[int, int] = {}  # id -> last_offset
         self.prev_hw = self.s.high_watermark
 
     # ---------------------------------------------------------------- the world
@@ -67,8 +67,9 @@ class LeaderMachine(RuleBasedStateMachine):
         if f in self.fenced:
             return
         # The fetch reports what it holds; the response then gives it up to n more records.
-        self.s.on_follower_fetch(BrokerId(f), self.true_leo[f],
-                                 leader_epoch=self.s.leader_epoch, now_ms=self.now)
+        self.s.on_follower_fetch(
+            BrokerId(f), self.true_leo[f], leader_epoch=self.s.leader_epoch, now_ms=self.now
+        )
         self.true_leo[f] = min(self.s.log_end_offset, self.true_leo[f] + n)
 
     @rule(dt=st.integers(1, LAG))
@@ -99,17 +100,20 @@ class LeaderMachine(RuleBasedStateMachine):
             result = AlterPartitionResult(TOPIC, 0, error=IneligibleReplicaError("fenced"))
         else:
             self.controller = dataclasses.replace(
-                reg, isr=tuple(m.broker_id for m in req.new_isr),
+                reg,
+                isr=tuple(m.broker_id for m in req.new_isr),
                 partition_epoch=PartitionEpoch(reg.partition_epoch + 1),
-                leader_recovery_state=req.leader_recovery_state)
+                leader_recovery_state=req.leader_recovery_state,
+            )
             result = AlterPartitionResult(TOPIC, 0, registration=self.controller)
         self.answers.append((req, result))
 
     @precondition(lambda self: self.s.pending is not None)
     @rule()
     def controller_unreachable(self) -> None:
-        self.answers.append((self.s.pending.request,
-                             AlterPartitionResult(TOPIC, 0, error=NotControllerError("x"))))
+        self.answers.append(
+            (self.s.pending.request, AlterPartitionResult(TOPIC, 0, error=NotControllerError("x")))
+        )
 
     @precondition(lambda self: bool(self.answers))
     @rule(lost=st.booleans())
@@ -125,8 +129,10 @@ class LeaderMachine(RuleBasedStateMachine):
         reg = self.controller
         if f in reg.isr:
             self.controller = dataclasses.replace(
-                reg, isr=tuple(b for b in reg.isr if b != f),
-                partition_epoch=PartitionEpoch(reg.partition_epoch + 1))
+                reg,
+                isr=tuple(b for b in reg.isr if b != f),
+                partition_epoch=PartitionEpoch(reg.partition_epoch + 1),
+            )
 
     @rule(f=st.sampled_from(FOLLOWERS))
     def controller_unfences(self, f) -> None:

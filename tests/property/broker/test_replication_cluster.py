@@ -70,15 +70,21 @@ class Cluster(RuleBasedStateMachine):
         self.alive = set(R)
         self.hw = dict.fromkeys(R, 0)
         self.reg = PartitionRegistration(
-            replicas=tuple(BrokerId(r) for r in R), isr=tuple(BrokerId(r) for r in R),
-            leader=BrokerId(1), leader_epoch=LeaderEpoch(0), partition_epoch=PartitionEpoch(0))
-        self.seen = self.reg   # what the brokers last saw        self.leader: LeaderState | None = None
+            replicas=tuple(BrokerId(r) for r in R),
+            isr=tuple(BrokerId(r) for r in R),
+            leader=BrokerId(1),
+            leader_epoch=LeaderEpoch(0),
+            partition_epoch=PartitionEpoch(0),
+        )
+        self.seen = (
+            self.reg
+        )  # what the brokers last saw        self.leader: LeaderState | None = None
         self.followers: dict[int, FollowerState] = {}
         self.acked: dict[int, int] = {}
         self.waiting: dict[int, tuple[int, int]] = {}
         self.next_value = 0
         self.last_hw = (-1, 0)  # (leader epoch, hw)
-        self.request: PartitionStateChange | None = None   # sent, not handled
+        self.request: PartitionStateChange | None = None  # sent, not handled
         self.answer: tuple[PartitionStateChange, AlterPartitionResult] | None = None
         self._become_leader(1)
         for r in (2, 3):
@@ -95,15 +101,24 @@ class Cluster(RuleBasedStateMachine):
         log.assign(self.reg.leader_epoch, log.log_end_offset)  # before any follower asks
         self.followers.pop(r, None)
         self.leader = LeaderState(
-            topic_id=TOPIC, partition=0, local_broker_id=BrokerId(r), registration=self.reg,
-            log_end_offset=log.log_end_offset, high_watermark=self.hw[r], now_ms=self.now,
-            config=ReplicationConfig(replica_lag_time_ms_max=LAG,
-                                     min_insync_replicas=self.min_isr),
-            ineligible_replicas=[BrokerId(b) for b in R if b not in self.alive])
+            topic_id=TOPIC,
+            partition=0,
+            local_broker_id=BrokerId(r),
+            registration=self.reg,
+            log_end_offset=log.log_end_offset,
+            high_watermark=self.hw[r],
+            now_ms=self.now,
+            config=ReplicationConfig(replica_lag_time_ms_max=LAG, min_insync_replicas=self.min_isr),
+            ineligible_replicas=[BrokerId(b) for b in R if b not in self.alive],
+        )
 
     def _become_follower(self, r: int) -> None:
-        fs = FollowerState(leader_id=self.reg.leader, leader_epoch=self.reg.leader_epoch,
-                           high_watermark=self.hw[r], log=self.logs[r])
+        fs = FollowerState(
+            leader_id=self.reg.leader,
+            leader_epoch=self.reg.leader_epoch,
+            high_watermark=self.hw[r],
+            log=self.logs[r],
+        )
         self.followers[r] = fs
         self._apply(r, fs.first_step)
 
@@ -146,16 +161,17 @@ class Cluster(RuleBasedStateMachine):
         if change is None:
             return
         reg = self.reg
-        if (change.partition_epoch, change.leader_epoch) != (reg.partition_epoch,
-                                                             reg.leader_epoch):
+        if (change.partition_epoch, change.leader_epoch) != (reg.partition_epoch, reg.leader_epoch):
             result = AlterPartitionResult(TOPIC, 0, error=InvalidUpdateVersionError("stale"))
         elif any(m.broker_id not in self.alive for m in change.new_isr):
             result = AlterPartitionResult(TOPIC, 0, error=IneligibleReplicaError("fenced"))
         else:
             # Committed: the controller's truth changes now, the brokers learn it later.
             self.reg = dataclasses.replace(
-                reg, isr=tuple(m.broker_id for m in change.new_isr),
-                partition_epoch=PartitionEpoch(reg.partition_epoch + 1))
+                reg,
+                isr=tuple(m.broker_id for m in change.new_isr),
+                partition_epoch=PartitionEpoch(reg.partition_epoch + 1),
+            )
             result = AlterPartitionResult(TOPIC, 0, registration=self.reg)
         self.answer = (change, result)
 
@@ -198,8 +214,9 @@ class Cluster(RuleBasedStateMachine):
             assert fs.query_epoch is not None
             epoch, end = leader_log.end_offset_for_epoch(fs.query_epoch)
             self._apply(r, fs.on_epoch_end_offset(epoch, end, log))
-        self.leader.on_follower_fetch(BrokerId(r), log.log_end_offset,
-                                      leader_epoch=fs.leader_epoch, now_ms=self.now)
+        self.leader.on_follower_fetch(
+            BrokerId(r), log.log_end_offset, leader_epoch=fs.leader_epoch, now_ms=self.now
+        )
         self._collect_acks()
         change = self.leader.maybe_expand_isr(BrokerId(r))
         if change is not None:
@@ -235,7 +252,8 @@ class Cluster(RuleBasedStateMachine):
             self.leader = None
         elif self.leader is not None:
             self.leader.set_ineligible_replicas(
-                [BrokerId(b) for b in R if b not in self.alive], self.now)
+                [BrokerId(b) for b in R if b not in self.alive], self.now
+            )
             self._collect_acks()
         reg = self.reg
         isr = tuple(b for b in reg.isr if b != r)
@@ -244,12 +262,16 @@ class Cluster(RuleBasedStateMachine):
             candidates = [b for b in isr if b in self.alive]
             leader = candidates[pick % len(candidates)] if candidates else NO_LEADER
             new = dataclasses.replace(
-                reg, leader=leader, isr=isr if candidates else reg.isr,
+                reg,
+                leader=leader,
+                isr=isr if candidates else reg.isr,
                 leader_epoch=LeaderEpoch(reg.leader_epoch + 1),
-                partition_epoch=PartitionEpoch(reg.partition_epoch + 1))
+                partition_epoch=PartitionEpoch(reg.partition_epoch + 1),
+            )
         elif r in reg.isr:
-            new = dataclasses.replace(reg, isr=isr,
-                                      partition_epoch=PartitionEpoch(reg.partition_epoch + 1))
+            new = dataclasses.replace(
+                reg, isr=isr, partition_epoch=PartitionEpoch(reg.partition_epoch + 1)
+            )
         else:
             return
         self._publish(new)
@@ -262,14 +284,20 @@ class Cluster(RuleBasedStateMachine):
         reg = self.reg
         if reg.leader == NO_LEADER:
             if r in reg.isr:
-                self._publish(dataclasses.replace(
-                    reg, leader=BrokerId(r), isr=(BrokerId(r),),
-                    leader_epoch=LeaderEpoch(reg.leader_epoch + 1),
-                    partition_epoch=PartitionEpoch(reg.partition_epoch + 1)))
+                self._publish(
+                    dataclasses.replace(
+                        reg,
+                        leader=BrokerId(r),
+                        isr=(BrokerId(r),),
+                        leader_epoch=LeaderEpoch(reg.leader_epoch + 1),
+                        partition_epoch=PartitionEpoch(reg.partition_epoch + 1),
+                    )
+                )
             return
         assert self.leader is not None
-        self.leader.set_ineligible_replicas([BrokerId(b) for b in R if b not in self.alive],
-                                            self.now)
+        self.leader.set_ineligible_replicas(
+            [BrokerId(b) for b in R if b not in self.alive], self.now
+        )
         self._collect_acks()
         self._become_follower(r)
 

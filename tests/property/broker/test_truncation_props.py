@@ -23,11 +23,12 @@ from storage.epoch_cache import LeaderEpochCache
 
 rounds = st.lists(
     st.tuples(
-        st.integers(0, 2),                                # who leads the new epoch
-        st.integers(0, 4),                                # records it appends
+        st.integers(0, 2),  # who leads the new epoch
+        st.integers(0, 4),  # records it appends
         st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1)), max_size=3),  # who copies how much
     ),
-    min_size=1, max_size=8,
+    min_size=1,
+    max_size=8,
 )
 
 
@@ -72,7 +73,8 @@ def test_follower_keeps_exactly_the_prefix_it_shares_with_the_leader(history, f,
 
 
 entries = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=6).map(
-    lambda deltas: _monotonic(deltas))
+    lambda deltas: _monotonic(deltas)
+)
 
 
 def _monotonic(deltas: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -88,4 +90,6 @@ def _monotonic(deltas: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def test_model_epoch_history_answers_as_the_storage_epoch_cache(es, extra, epoch) -> None:
     leo = (es[-1][1] if es else 0) + extra
     cache = LeaderEpochCache("unused", None, es)  # type: ignore[arg-type]  # queries only
-    assert EpochHistory(es, leo).end_offset_for_epoch(epoch) == cache.end_offset_for_epoch(epoch, leo)
+    assert EpochHistory(es, leo).end_offset_for_epoch(epoch) == cache.end_offset_for_epoch(
+        epoch, leo
+    )

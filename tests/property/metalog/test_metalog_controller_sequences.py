@@ -130,16 +130,24 @@ class World:
     def bootstrap(self, brokers: int, racks: bool) -> None:
         """Register, commit and unfence ``brokers`` brokers: a cluster worth commanding."""
         for b in range(brokers):
-            self.submit(RegisterBroker(broker_id=BrokerId(b), incarnation_id="x",
-                                       rack=f"r{b % 2}" if racks else None))
+            self.submit(
+                RegisterBroker(
+                    broker_id=BrokerId(b), incarnation_id="x", rack=f"r{b % 2}" if racks else None
+                )
+            )
         self.commit(len(self.in_flight))
         self.heartbeat_all()
 
     def heartbeat_all(self) -> None:
         for b, reg in sorted(self.image.brokers.brokers.items()):
             if reg.broker_epoch >= 0:
-                self.submit(BrokerHeartbeat(broker_id=b, broker_epoch=reg.broker_epoch,
-                                            current_metadata_offset=self.offset))
+                self.submit(
+                    BrokerHeartbeat(
+                        broker_id=b,
+                        broker_epoch=reg.broker_epoch,
+                        current_metadata_offset=self.offset,
+                    )
+                )
         self.commit(len(self.in_flight))
 
     def failover(self, keep: int) -> None:

@@ -53,9 +53,25 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
     m = Model()
     out: list[MetadataRecord] = []
     for _ in range(draw(st.integers(min_value=1, max_value=40))):
-        kind = draw(st.sampled_from(
-            ["topic", "part", "change", "remove", "config", "register", "fence", "unfence",
-             "regchange", "unregister", "pids", "feature", "noop"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "topic",
+                    "part",
+                    "change",
+                    "remove",
+                    "config",
+                    "register",
+                    "fence",
+                    "unfence",
+                    "regchange",
+                    "unregister",
+                    "pids",
+                    "feature",
+                    "noop",
+                ]
+            )
+        )
         if kind == "topic":
             free = [n for n in NAMES if not m.name_taken(n)]
             if not free:
@@ -70,10 +86,18 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
             replicas = tuple(draw(st.permutations(BROKERS))[: draw(st.integers(1, 3))])
             isr = replicas[: draw(st.integers(1, len(replicas)))]
             leader = draw(st.sampled_from([-1, *isr]))
-            m.topics[tid]["parts"][p] = {"replicas": replicas, "isr": isr, "leader": leader,
-                                         "le": 0, "pe": 0}
-            out.append(PartitionRecord(topic_id=tid, partition=p, replicas=replicas, isr=isr,
-                                       leader=leader))
+            m.topics[tid]["parts"][p] = {
+                "replicas": replicas,
+                "isr": isr,
+                "leader": leader,
+                "le": 0,
+                "pe": 0,
+            }
+            out.append(
+                PartitionRecord(
+                    topic_id=tid, partition=p, replicas=replicas, isr=isr, leader=leader
+                )
+            )
         elif kind == "change":
             cands = [(t, p) for t in sorted(m.topics) for p in sorted(m.topics[t]["parts"])]
             if not cands:
@@ -90,8 +114,11 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
             if leader != -2:
                 part["leader"] = leader
                 part["le"] += 1
-            out.append(PartitionChangeRecord(topic_id=tid, partition=p,
-                                             isr=isr if set_isr else None, leader=leader))
+            out.append(
+                PartitionChangeRecord(
+                    topic_id=tid, partition=p, isr=isr if set_isr else None, leader=leader
+                )
+            )
         elif kind == "remove" and m.topics:
             tid = draw(st.sampled_from(sorted(m.topics)))
             name = m.topics.pop(tid)["name"]
@@ -109,8 +136,9 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
                 kv[key] = value
             if not kv:
                 del m.configs[(rtype, rname)]
-            out.append(ConfigRecord(resource_type=rtype, resource_name=rname, name=key,
-                                    value=value))
+            out.append(
+                ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=value)
+            )
         elif kind == "register":
             b = draw(st.sampled_from(BROKERS))
             epoch = draw(st.integers(0, 10**6))
@@ -129,15 +157,17 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
                 cs = draw(st.none() | st.booleans())
                 if cs is not None:
                     m.brokers[b]["cs"] = cs
-                out.append(BrokerRegistrationChangeRecord(broker_id=b, broker_epoch=e,
-                                                          in_controlled_shutdown=cs))
+                out.append(
+                    BrokerRegistrationChangeRecord(
+                        broker_id=b, broker_epoch=e, in_controlled_shutdown=cs
+                    )
+                )
             else:
                 del m.brokers[b]
                 out.append(UnregisterBrokerRecord(broker_id=b, broker_epoch=e))
         elif kind == "pids":
             m.next_pid += draw(st.integers(0, 2000))
-            out.append(ProducerIdsRecord(broker_id=0, broker_epoch=0,
-                                         next_producer_id=m.next_pid))
+            out.append(ProducerIdsRecord(broker_id=0, broker_epoch=0, next_producer_id=m.next_pid))
         elif kind == "feature":
             name, level = draw(st.sampled_from(["f", "g"])), draw(st.integers(0, 3))
             if level:
@@ -154,17 +184,22 @@ def record_sequences(draw: st.DrawFn) -> tuple[list[MetadataRecord], Model]:
 def assert_matches(image: MetadataImage, m: Model) -> None:
     image.check()
     assert {tid: t.name for tid, t in image.topics.by_id.items()} == {
-        tid: t["name"] for tid, t in m.topics.items()}
+        tid: t["name"] for tid, t in m.topics.items()
+    }
     for tid, t in m.topics.items():
         got = image.topics.by_id[tid].partitions
-        assert {p: (r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch)
-                for p, r in got.items()} == {
+        assert {
+            p: (r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch)
+            for p, r in got.items()
+        } == {
             p: (x["replicas"], x["isr"], x["leader"], x["le"], x["pe"])
-            for p, x in t["parts"].items()}
+            for p, x in t["parts"].items()
+        }
         assert image.topics.get(t["name"]) is image.topics.by_id[tid]
-    assert {b: (r.broker_epoch, r.fenced, r.in_controlled_shutdown)
-            for b, r in image.brokers.brokers.items()} == {
-        b: (x["epoch"], x["fenced"], x["cs"]) for b, x in m.brokers.items()}
+    assert {
+        b: (r.broker_epoch, r.fenced, r.in_controlled_shutdown)
+        for b, r in image.brokers.brokers.items()
+    } == {b: (x["epoch"], x["fenced"], x["cs"]) for b, x in m.brokers.items()}
     assert {res: kv.to_dict() for res, kv in image.configs.resources.items()} == m.configs
     assert image.producer_ids.next_producer_id == m.next_pid
     assert image.features.levels.to_dict() == m.features
@@ -184,7 +219,7 @@ def test_delta_apply_matches_dict_model(
         n = cuts[len(history) % len(cuts)]
         before = copy.deepcopy(snapshot_of(image))
         delta = MetadataDelta(image)
-        for rec in seq[i: i + n]:
+        for rec in seq[i : i + n]:
             delta.replay(rec, offset, epoch=1)
             offset += 1
         new = delta.apply()
@@ -212,12 +247,20 @@ def assert_change_sets(delta: MetadataDelta, old: MetadataImage, new: MetadataIm
     for b in BROKERS:
         local = delta.local_changes(b)
         assert {k for k, r in changed.items() if b in r.replicas and r.leader == b} == set(
-            local.leaders)
+            local.leaders
+        )
         assert {k for k, r in changed.items() if b in r.replicas and r.leader != b} == set(
-            local.followers)
-        gone = {(t.topic_id, p) for t, p, r in old.topics.partitions() if b in r.replicas
-                and (new.topics.partition(t.topic_id, p) is None
-                     or b not in new.topics.partition(t.topic_id, p).replicas)}  # type: ignore[union-attr]
+            local.followers
+        )
+        gone = {
+            (t.topic_id, p)
+            for t, p, r in old.topics.partitions()
+            if b in r.replicas
+            and (
+                new.topics.partition(t.topic_id, p) is None
+                or b not in new.topics.partition(t.topic_id, p).replicas
+            )
+        }  # type: ignore[union-attr]
         assert local.deletes == gone
 
 

@@ -56,27 +56,61 @@ endpoints = st.lists(
 ).map(tuple)
 
 records = st.one_of(
-    st.builds(RegisterBrokerRecord, broker_id=small, incarnation_id=text, broker_epoch=ints,
-              endpoints=endpoints, rack=st.none() | text, fenced=st.booleans(),
-              in_controlled_shutdown=st.booleans()),
+    st.builds(
+        RegisterBrokerRecord,
+        broker_id=small,
+        incarnation_id=text,
+        broker_epoch=ints,
+        endpoints=endpoints,
+        rack=st.none() | text,
+        fenced=st.booleans(),
+        in_controlled_shutdown=st.booleans(),
+    ),
     st.builds(UnregisterBrokerRecord, broker_id=small, broker_epoch=ints),
     st.builds(TopicRecord, name=text, topic_id=text),
-    st.builds(PartitionRecord, topic_id=text, partition=small, replicas=id_tuple, isr=id_tuple,
-              leader=small, leader_epoch=ints, partition_epoch=ints,
-              leader_recovery_state=st.sampled_from([0, 1]), eligible_leader_replicas=opt_ids,
-              last_known_elr=opt_ids),
-    st.builds(ConfigRecord, resource_type=st.sampled_from([2, 4, 16]), resource_name=text,
-              name=text, value=st.none() | text),
-    st.builds(PartitionChangeRecord, topic_id=text, partition=small, isr=opt_ids, leader=small,
-              replicas=opt_ids, leader_recovery_state=st.none() | st.sampled_from([0, 1]),
-              eligible_leader_replicas=opt_ids, last_known_elr=opt_ids),
+    st.builds(
+        PartitionRecord,
+        topic_id=text,
+        partition=small,
+        replicas=id_tuple,
+        isr=id_tuple,
+        leader=small,
+        leader_epoch=ints,
+        partition_epoch=ints,
+        leader_recovery_state=st.sampled_from([0, 1]),
+        eligible_leader_replicas=opt_ids,
+        last_known_elr=opt_ids,
+    ),
+    st.builds(
+        ConfigRecord,
+        resource_type=st.sampled_from([2, 4, 16]),
+        resource_name=text,
+        name=text,
+        value=st.none() | text,
+    ),
+    st.builds(
+        PartitionChangeRecord,
+        topic_id=text,
+        partition=small,
+        isr=opt_ids,
+        leader=small,
+        replicas=opt_ids,
+        leader_recovery_state=st.none() | st.sampled_from([0, 1]),
+        eligible_leader_replicas=opt_ids,
+        last_known_elr=opt_ids,
+    ),
     st.builds(FenceBrokerRecord, broker_id=small, broker_epoch=ints),
     st.builds(UnfenceBrokerRecord, broker_id=small, broker_epoch=ints),
     st.builds(RemoveTopicRecord, topic_id=text),
     st.builds(FeatureLevelRecord, name=text, feature_level=small),
     st.builds(ProducerIdsRecord, broker_id=small, broker_epoch=ints, next_producer_id=ints),
-    st.builds(BrokerRegistrationChangeRecord, broker_id=small, broker_epoch=ints,
-              fenced=st.none() | st.booleans(), in_controlled_shutdown=st.none() | st.booleans()),
+    st.builds(
+        BrokerRegistrationChangeRecord,
+        broker_id=small,
+        broker_epoch=ints,
+        fenced=st.none() | st.booleans(),
+        in_controlled_shutdown=st.none() | st.booleans(),
+    ),
     st.just(NoOpRecord()),
     st.builds(RetiredTopicRecord, topic_id=text, deleted_at=ints),
 )
@@ -94,7 +128,9 @@ def test_record_lists_round_trip(recs: list[object]) -> None:
 
 @settings(max_examples=300)
 @given(records, st.data())
-def test_any_corruption_decodes_or_raises_metadata_record_error(rec: object, data: st.DataObject) -> None:
+def test_any_corruption_decodes_or_raises_metadata_record_error(
+    rec: object, data: st.DataObject
+) -> None:
     raw = bytearray(encode_record(rec))  # type: ignore[arg-type]
     i = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
     raw[i] ^= data.draw(st.integers(min_value=1, max_value=255))
@@ -161,23 +197,40 @@ def test_old_version_decodes_with_defaults() -> None:
 
 
 def test_encoding_at_a_version_that_would_lose_a_field_is_refused() -> None:
-    rec = PartitionRecord(topic_id="t", partition=0, replicas=(1,), isr=(1,), leader=1,
-                          eligible_leader_replicas=(1,), version=0)
+    rec = PartitionRecord(
+        topic_id="t",
+        partition=0,
+        replicas=(1,),
+        isr=(1,),
+        leader=1,
+        eligible_leader_replicas=(1,),
+        version=0,
+    )
     with pytest.raises(RecordVersionError):
         encode_record(rec)
     with pytest.raises(RecordVersionError):
-        encode_record(PartitionChangeRecord(topic_id="t", partition=0, last_known_elr=(1,),
-                                            version=1))
+        encode_record(
+            PartitionChangeRecord(topic_id="t", partition=0, last_known_elr=(1,), version=1)
+        )
 
 
 def test_type_ids_are_stable() -> None:
     # These numbers are on disk forever; they follow Kafka's metadata record ids.
     assert {t.__name__: t.TYPE_ID for t in RECORD_TYPES} == {
-        "RegisterBrokerRecord": 0, "UnregisterBrokerRecord": 1, "TopicRecord": 2,
-        "PartitionRecord": 3, "ConfigRecord": 4, "PartitionChangeRecord": 5,
-        "FenceBrokerRecord": 7, "UnfenceBrokerRecord": 8, "RemoveTopicRecord": 9,
-        "FeatureLevelRecord": 12, "ProducerIdsRecord": 15,
-        "BrokerRegistrationChangeRecord": 17, "NoOpRecord": 20, "RetiredTopicRecord": 21,
+        "RegisterBrokerRecord": 0,
+        "UnregisterBrokerRecord": 1,
+        "TopicRecord": 2,
+        "PartitionRecord": 3,
+        "ConfigRecord": 4,
+        "PartitionChangeRecord": 5,
+        "FenceBrokerRecord": 7,
+        "UnfenceBrokerRecord": 8,
+        "RemoveTopicRecord": 9,
+        "FeatureLevelRecord": 12,
+        "ProducerIdsRecord": 15,
+        "BrokerRegistrationChangeRecord": 17,
+        "NoOpRecord": 20,
+        "RetiredTopicRecord": 21,
     }
 
 
@@ -270,21 +323,38 @@ def test_whatever_the_decoder_accepts_encodes_and_round_trips(
 @pytest.mark.parametrize(
     ("record", "message"),
     [
-        (RegisterBrokerRecord(broker_id=1, incarnation_id=12345),  # type: ignore[arg-type]
-         "RegisterBrokerRecord.incarnation_id: expected str, got 12345"),
-        (PartitionRecord(topic_id="t", partition=0, replicas=[1, 2], isr=(1,), leader=1),  # type: ignore[arg-type]
-         "PartitionRecord.replicas: expected array of int, got [1, 2]"),
-        (PartitionRecord(topic_id="t", partition=0, replicas=(1, True), isr=(1,), leader=1),  # type: ignore[arg-type]
-         "PartitionRecord.replicas: expected array of int, got (1, True)"),
-        (FenceBrokerRecord(broker_id=1, broker_epoch=True),  # type: ignore[arg-type]
-         "FenceBrokerRecord.broker_epoch: expected int, got True"),
-        (FenceBrokerRecord(broker_id=1, broker_epoch=2**64),  # type: ignore[arg-type]
-         "FenceBrokerRecord.broker_epoch: Integer value out of range"),
-        (TopicRecord(name="a\ud800", topic_id="t"),  # type: ignore[arg-type]
-         "TopicRecord.name: 'utf-8' codec can't encode"),
-        (RegisterBrokerRecord(broker_id=1, incarnation_id="i",  # type: ignore[arg-type]
-                              endpoints=(("http", "h", "80"),)),  # type: ignore[arg-type]
-         "RegisterBrokerRecord.endpoints: expected int, got '80'"),
+        (
+            RegisterBrokerRecord(broker_id=1, incarnation_id=12345),  # type: ignore[arg-type]
+            "RegisterBrokerRecord.incarnation_id: expected str, got 12345",
+        ),
+        (
+            PartitionRecord(topic_id="t", partition=0, replicas=[1, 2], isr=(1,), leader=1),  # type: ignore[arg-type]
+            "PartitionRecord.replicas: expected array of int, got [1, 2]",
+        ),
+        (
+            PartitionRecord(topic_id="t", partition=0, replicas=(1, True), isr=(1,), leader=1),  # type: ignore[arg-type]
+            "PartitionRecord.replicas: expected array of int, got (1, True)",
+        ),
+        (
+            FenceBrokerRecord(broker_id=1, broker_epoch=True),  # type: ignore[arg-type]
+            "FenceBrokerRecord.broker_epoch: expected int, got True",
+        ),
+        (
+            FenceBrokerRecord(broker_id=1, broker_epoch=2**64),  # type: ignore[arg-type]
+            "FenceBrokerRecord.broker_epoch: Integer value out of range",
+        ),
+        (
+            TopicRecord(name="a\ud800", topic_id="t"),  # type: ignore[arg-type]
+            "TopicRecord.name: 'utf-8' codec can't encode",
+        ),
+        (
+            RegisterBrokerRecord(
+                broker_id=1,
+                incarnation_id="i",  # type: ignore[arg-type]
+                endpoints=(("http", "h", "80"),),
+            ),  # type: ignore[arg-type]
+            "RegisterBrokerRecord.endpoints: expected int, got '80'",
+        ),
     ],
 )
 def test_an_ill_typed_field_is_refused_by_the_encoder_naming_it(
@@ -296,8 +366,9 @@ def test_an_ill_typed_field_is_refused_by_the_encoder_naming_it(
 
 
 def test_an_int_enum_encodes_as_its_int() -> None:
-    as_enum = ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name="t", name="k",
-                           value=None)
+    as_enum = ConfigRecord(
+        resource_type=ConfigResourceType.TOPIC, resource_name="t", name="k", value=None
+    )
     as_int = dataclasses.replace(as_enum, resource_type=2)
     assert encode_record(as_enum) == encode_record(as_int)
     assert decode_record(encode_record(as_enum)) == as_enum

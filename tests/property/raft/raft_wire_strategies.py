@@ -82,21 +82,35 @@ def messages(
         return AppendEntries(s, d, t, pi, Term(pt), tuple(ents), draw(indexes))
     if kind == 1:
         return AppendEntriesResponse(
-            s, d, t, draw(indexes), draw(st.booleans()), draw(indexes),
-            Term(draw(st.integers(0, t))))
+            s,
+            d,
+            t,
+            draw(indexes),
+            draw(st.booleans()),
+            draw(indexes),
+            Term(draw(st.integers(0, t))),
+        )
     if kind == 2:
         return Heartbeat(s, d, t, draw(indexes), draw(contexts))
     if kind == 3:
         return HeartbeatResponse(s, d, t, draw(contexts))
     if kind == 4:
-        return RequestVote(s, d, t, draw(indexes), Term(draw(st.integers(0, t))),
-                           draw(st.booleans()), draw(st.booleans()))
+        return RequestVote(
+            s,
+            d,
+            t,
+            draw(indexes),
+            Term(draw(st.integers(0, t))),
+            draw(st.booleans()),
+            draw(st.booleans()),
+        )
     if kind == 5:
         return RequestVoteResponse(s, d, t, draw(st.booleans()), draw(st.booleans()))
     if kind == 6:
         t = max(t, Term(1))
-        meta = SnapshotMetadata(draw(indexes.filter(bool)), Term(draw(st.integers(1, t))),
-                                draw(conf_states(node_ids)))
+        meta = SnapshotMetadata(
+            draw(indexes.filter(bool)), Term(draw(st.integers(1, t))), draw(conf_states(node_ids))
+        )
         return InstallSnapshot(s, d, t, Snapshot(meta, draw(st.binary(max_size=16))))
     if kind == 7:
         return InstallSnapshotResponse(s, d, t, draw(indexes))

@@ -93,8 +93,16 @@ def default_for(s: Any) -> Any:
     if isinstance(s, list):
         return default_for(s[0])
     if isinstance(s, str):
-        return {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0,
-                "double": 0.0, "bytes": "", "string": ""}[s]
+        return {
+            "null": None,
+            "boolean": False,
+            "int": 0,
+            "long": 0,
+            "float": 0.0,
+            "double": 0.0,
+            "bytes": "",
+            "string": "",
+        }[s]
     t = s["type"]
     if t == "enum":
         return s["symbols"][0]
@@ -114,7 +122,7 @@ def repair(s: Any) -> Any:
         flat: list[Any] = []
         for b in s:
             b = repair(b)
-            for x in (b if isinstance(b, list) else [b]):
+            for x in b if isinstance(b, list) else [b]:
                 if _union_key(x) not in {_union_key(y) for y in flat}:
                     flat.append(x)
         return flat
@@ -157,8 +165,7 @@ def edited(draw: st.DrawFn, s: Any, namer: Namer) -> Any:
     if t == "map":
         return {**s, "values": draw(edited(s["values"], namer))}
     if t == "record":
-        return {**s, "fields": [{**f, "type": draw(edited(f["type"], namer))}
-                                for f in s["fields"]]}
+        return {**s, "fields": [{**f, "type": draw(edited(f["type"], namer))} for f in s["fields"]]}
     return s
 
 
@@ -170,7 +177,7 @@ def _edit_here(draw: st.DrawFn, s: Any, namer: Namer) -> Any:
             return [*s, draw(avro_type(namer, 1, in_union=True))]
         if op == "remove" and len(s) > 1:
             i = draw(st.integers(0, len(s) - 1))
-            return s[:i] + s[i + 1:]
+            return s[:i] + s[i + 1 :]
         if op == "reorder":
             return draw(st.permutations(s))
         return draw(st.sampled_from(s))
@@ -203,8 +210,11 @@ def _edit_here(draw: st.DrawFn, s: Any, namer: Namer) -> Any:
             return {**s, "size": s["size"] + 1}
         return {**s, "name": namer.fresh()}
     if t == "record":
-        op = draw(st.sampled_from(["add", "add", "remove", "default", "nodefault",
-                                   "alias", "rename", "retype"]))
+        op = draw(
+            st.sampled_from(
+                ["add", "add", "remove", "default", "nodefault", "alias", "rename", "retype"]
+            )
+        )
         fields = [dict(f) for f in s["fields"]]
         used = {f["name"] for f in fields}
         free = [n for n in FIELD_NAMES if n not in used]
@@ -236,8 +246,7 @@ def _edit_here(draw: st.DrawFn, s: Any, namer: Namer) -> Any:
         return {**s, "fields": fields}
     # array or map: turn it into the other kind around the same element type
     inner = s.get("items", s.get("values"))
-    return ({"type": "map", "values": inner} if t == "array"
-            else {"type": "array", "items": inner})
+    return {"type": "map", "values": inner} if t == "array" else {"type": "array", "items": inner}
 
 
 # ---------------------------------------------------------------- the oracle
@@ -253,8 +262,18 @@ def cover(s: Any) -> list[Any]:
             out += [(name, d) for d in cover(b)]
         return out
     if isinstance(s, str):
-        return [{"null": None, "boolean": True, "int": 1, "long": 2, "float": 1.5,
-                 "double": 2.5, "bytes": b"x", "string": "s"}[s]]
+        return [
+            {
+                "null": None,
+                "boolean": True,
+                "int": 1,
+                "long": 2,
+                "float": 1.5,
+                "double": 2.5,
+                "bytes": b"x",
+                "string": "s",
+            }[s]
+        ]
     t = s["type"]
     if t == "enum":
         return list(s["symbols"])

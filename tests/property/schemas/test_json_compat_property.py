@@ -26,11 +26,17 @@ def json_schema(draw: st.DrawFn, depth: int = 2) -> dict[str, Any]:
         kinds += ["object", "object", "array", "anyOf"]
     kind = draw(st.sampled_from(kinds))
     if kind == "enum":
-        return {"enum": draw(st.lists(st.sampled_from([1, 2, 3, "x", "y", None]), min_size=1,
-                                      max_size=3, unique=True))}
+        return {
+            "enum": draw(
+                st.lists(
+                    st.sampled_from([1, 2, 3, "x", "y", None]), min_size=1, max_size=3, unique=True
+                )
+            )
+        }
     if kind == "multi":
-        return {"type": draw(st.lists(st.sampled_from(SCALARS), min_size=1, max_size=3,
-                                      unique=True))}
+        return {
+            "type": draw(st.lists(st.sampled_from(SCALARS), min_size=1, max_size=3, unique=True))
+        }
     if kind == "scalar":
         t = draw(st.sampled_from(SCALARS))
         out: dict[str, Any] = {"type": t}
@@ -49,8 +55,7 @@ def json_schema(draw: st.DrawFn, depth: int = 2) -> dict[str, Any]:
     if kind == "anyOf":
         return {"anyOf": [draw(json_schema(depth - 1)) for _ in range(2)]}
     names = draw(st.lists(st.sampled_from(PROPS), max_size=3, unique=True))
-    out = {"type": "object",
-           "properties": {n: draw(json_schema(depth - 1)) for n in names}}
+    out = {"type": "object", "properties": {n: draw(json_schema(depth - 1)) for n in names}}
     req = [n for n in names if draw(st.booleans())]
     if req:
         out["required"] = req
@@ -68,8 +73,10 @@ def edited(draw: st.DrawFn, s: dict[str, Any], depth: int = 2) -> dict[str, Any]
         return draw(json_schema(depth))  # replaced outright
     out = dict(s)
     if "properties" in s:
-        props = {k: (draw(edited(v, depth - 1)) if draw(st.booleans()) else v)
-                 for k, v in s["properties"].items()}
+        props = {
+            k: (draw(edited(v, depth - 1)) if draw(st.booleans()) else v)
+            for k, v in s["properties"].items()
+        }
         op = draw(st.sampled_from(["none", "add", "remove", "require", "unrequire", "ap"]))
         free = [p for p in PROPS if p not in props]
         if op == "add" and free:
@@ -77,8 +84,7 @@ def edited(draw: st.DrawFn, s: dict[str, Any], depth: int = 2) -> dict[str, Any]
         elif op == "remove" and props:
             del props[draw(st.sampled_from(sorted(props)))]
         elif op == "require" and props:
-            out["required"] = sorted({*s.get("required", []), draw(st.sampled_from(
-                sorted(props)))})
+            out["required"] = sorted({*s.get("required", []), draw(st.sampled_from(sorted(props)))})
         elif op == "unrequire":
             out.pop("required", None)
         elif op == "ap":
@@ -94,25 +100,37 @@ def edited(draw: st.DrawFn, s: dict[str, Any], depth: int = 2) -> dict[str, Any]
             if not out["required"]:
                 del out["required"]
     t = out.get("type")
-    for key, lo, hi, types in (("minimum", -3, 3, ("integer", "number")),
-                               ("maximum", 2, 7, ("integer", "number")),
-                               ("maxLength", 1, 4, ("string",)), ("maxItems", 1, 4, ("array",))):
+    for key, lo, hi, types in (
+        ("minimum", -3, 3, ("integer", "number")),
+        ("maximum", 2, 7, ("integer", "number")),
+        ("maxLength", 1, 4, ("string",)),
+        ("maxItems", 1, 4, ("array",)),
+    ):
         if (key in out or t in types) and draw(st.booleans()):
             out[key] = draw(st.integers(lo, hi))  # a bound moved, added or tightened
     if "items" in out:
         out["items"] = draw(edited(out["items"], depth - 1))
     if "enum" in out and draw(st.booleans()):
-        out["enum"] = draw(st.lists(st.sampled_from([1, 2, 3, "x", "y", None]), min_size=1,
-                                    max_size=4, unique=True))
+        out["enum"] = draw(
+            st.lists(
+                st.sampled_from([1, 2, 3, "x", "y", None]), min_size=1, max_size=4, unique=True
+            )
+        )
     return out
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 8) | st.sampled_from([0.5, 2.5, -1.5])
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 8)
+    | st.sampled_from([0.5, 2.5, -1.5])
     | st.text("xy", max_size=4),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.sampled_from([*PROPS, "z"]), inner, max_size=4),
-    max_leaves=8)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from([*PROPS, "z"]), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
 
 
 @st.composite
@@ -138,8 +156,9 @@ def instance_of(draw: st.DrawFn, s: dict[str, Any]) -> Any:
     if t == "array":
         return draw(st.lists(instance_of(s["items"]), max_size=3))
     if t in ("integer", "number"):
-        return draw(st.integers(-4, 8) | (st.sampled_from([0.5, 4.5]) if t == "number"
-                                          else st.nothing()))
+        return draw(
+            st.integers(-4, 8) | (st.sampled_from([0.5, 4.5]) if t == "number" else st.nothing())
+        )
     if t == "string":
         return draw(st.text("xy", max_size=4))
     if t == "boolean":
@@ -159,7 +178,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
 @settings(max_examples=300)
 @given(cases())
 def test_compatible_means_every_writer_document_is_a_reader_document(
-        case: tuple[dict[str, Any], dict[str, Any], list[Any]]) -> None:
+    case: tuple[dict[str, Any], dict[str, Any], list[Any]],
+) -> None:
     writer, reader, docs = case
     found = accept_incompatibilities(reader, writer)
     assume(not found)

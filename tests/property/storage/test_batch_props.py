@@ -28,19 +28,33 @@ from storage.errors import CorruptRecordError
 
 keys = st.one_of(st.none(), st.binary(max_size=20))
 values = st.one_of(st.none(), st.binary(max_size=200))
-headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))),
-                   max_size=3)
-records = st.lists(
-    st.tuples(keys, values, st.integers(0, 2**40), headers), min_size=1, max_size=20)
+headers = st.lists(
+    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3
+)
+records = st.lists(st.tuples(keys, values, st.integers(0, 2**40), headers), min_size=1, max_size=20)
 codecs = st.sampled_from(list(Compression))
 
 
 @settings(max_examples=100)
-@given(records, codecs, st.integers(0, 2**62), st.integers(-1, 2**31 - 1),
-       st.integers(-1, 2**62), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1))
+@given(
+    records,
+    codecs,
+    st.integers(0, 2**62),
+    st.integers(-1, 2**31 - 1),
+    st.integers(-1, 2**62),
+    st.integers(-1, 2**15 - 1),
+    st.integers(-1, 2**31 - 1),
+)
 def test_encode_decode_round_trip(recs, codec, base, epoch, pid, pepoch, seq) -> None:
-    b = encode_batch(recs, base_offset=base, leader_epoch=epoch, compression=codec,
-                     producer_id=pid, producer_epoch=pepoch, base_sequence=seq)
+    b = encode_batch(
+        recs,
+        base_offset=base,
+        leader_epoch=epoch,
+        compression=codec,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=seq,
+    )
     h = verify_batch(b)
     assert (h.base_offset, h.leader_epoch, h.compression) == (base, epoch, codec)
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (pid, pepoch, seq)
@@ -48,14 +62,16 @@ def test_encode_decode_round_trip(recs, codec, base, epoch, pid, pepoch, seq) ->
     assert h.max_timestamp == max(r[2] for r in recs)
     out = decode_records(b)
     assert [(r.key, r.value, r.timestamp, list(r.headers)) for r in out] == [
-        (k, v, ts, [tuple(x) for x in hs]) for k, v, ts, hs in recs]
+        (k, v, ts, [tuple(x) for x in hs]) for k, v, ts, hs in recs
+    ]
     assert [r.offset for r in out] == list(range(base, base + len(recs)))
 
 
 @settings(max_examples=200)
 @given(records, codecs, st.data())
 def test_a_flipped_byte_is_corruption_unless_in_base_offset_or_leader_epoch(
-        recs, codec, data) -> None:
+    recs, codec, data
+) -> None:
     b = bytearray(encode_batch(recs, compression=codec, base_offset=5, leader_epoch=2))
     i = data.draw(st.integers(0, len(b) - 1), label="position")
     bit = data.draw(st.integers(0, 7), label="bit")

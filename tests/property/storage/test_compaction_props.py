@@ -12,13 +12,22 @@ from storage.config import LogConfig
 from storage.fileio import LazyFileLayer
 from storage.log import PartitionLog
 
-CONFIG = LogConfig.from_kafka({"cleanup.policy": "compact", "segment.bytes": "500",
-                               "delete.retention.ms": "0"})
+CONFIG = LogConfig.from_kafka(
+    {"cleanup.policy": "compact", "segment.bytes": "500", "delete.retention.ms": "0"}
+)
 
 batches = st.lists(
-    st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", None]),
-                       st.one_of(st.none(), st.binary(max_size=30))), min_size=1, max_size=5),
-    min_size=1, max_size=25)
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"a", b"b", b"c", b"d", None]),
+            st.one_of(st.none(), st.binary(max_size=30)),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 @settings(max_examples=60)
@@ -39,12 +48,15 @@ def test_compaction_keeps_exactly_the_latest_record_per_key(items) -> None:
             if not data:
                 break
             for pos, h in iter_batches(data):
-                got += [(r.offset, r.key, r.value) for r in decode_records(data[pos:pos + h.size])]
+                got += [
+                    (r.offset, r.key, r.value) for r in decode_records(data[pos : pos + h.size])
+                ]
                 offset = h.next_offset
         latest = {k: (o, k, v) for o, k, v in model if k is not None}
         # Tombstones older than delete.retention.ms (0 here) go too.
-        expect = sorted([r for r in latest.values() if r[2] is not None]
-                        + [r for r in model if r[1] is None])
+        expect = sorted(
+            [r for r in latest.values() if r[2] is not None] + [r for r in model if r[1] is None]
+        )
         assert got == expect
         assert log.log_end_offset == len(model)
         log.abandon()

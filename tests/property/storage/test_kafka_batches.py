@@ -34,16 +34,22 @@ keys = st.one_of(st.none(), st.binary(max_size=40))
 values = st.one_of(st.none(), st.binary(max_size=300))
 names = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
 headers = st.lists(st.tuples(names, st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
-records = st.lists(st.tuples(keys, values, st.integers(0, 2**41), headers),
-                   min_size=1, max_size=30)
+records = st.lists(st.tuples(keys, values, st.integers(0, 2**41), headers), min_size=1, max_size=30)
 codecs = st.sampled_from(list(Compression))
 
 
-def reference_batch(recs: list, codec: Compression, *, pid: int = -1, pepoch: int = -1,
-                    seq: int = -1) -> bytes:
+def reference_batch(
+    recs: list, codec: Compression, *, pid: int = -1, pepoch: int = -1, seq: int = -1
+) -> bytes:
     b = kafka_record.DefaultRecordBatchBuilder(
-        magic=2, compression_type=int(codec), is_transactional=False,
-        producer_id=pid, producer_epoch=pepoch, base_sequence=seq, batch_size=1 << 30)
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=False,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=seq,
+        batch_size=1 << 30,
+    )
     for i, (k, v, ts, hs) in enumerate(recs):
         assert b.append(i, timestamp=ts, key=k, value=v, headers=list(hs)) is not None
     return bytes(b.build())
@@ -58,15 +64,17 @@ def read_with_reference(batch: bytes) -> list[tuple]:
 @settings(max_examples=150, deadline=None)
 @given(records, codecs, st.integers(-1, 2**40), st.integers(0, 2**31 - 1))
 def test_a_kafka_clients_batch_decodes_to_its_records(recs, codec, pid, seq) -> None:
-    raw = reference_batch(recs, codec, pid=pid, pepoch=0 if pid >= 0 else -1,
-                          seq=seq if pid >= 0 else -1)
+    raw = reference_batch(
+        recs, codec, pid=pid, pepoch=0 if pid >= 0 else -1, seq=seq if pid >= 0 else -1
+    )
     h = verify_batch(raw)
     assert (h.magic, h.record_count, h.producer_id) == (MAGIC_KAFKA, len(recs), pid)
     # kafka-python sends a batch uncompressed when compressing would grow it.
     assert h.compression in (codec, Compression.NONE)
     out = decode_records(raw)
     assert [(r.offset, r.key, r.value, r.timestamp, list(r.headers)) for r in out] == [
-        (i, k, v, ts, [tuple(x) for x in hs]) for i, (k, v, ts, hs) in enumerate(recs)]
+        (i, k, v, ts, [tuple(x) for x in hs]) for i, (k, v, ts, hs) in enumerate(recs)
+    ]
 
 
 @settings(max_examples=100, deadline=None)
@@ -76,9 +84,14 @@ def test_a_msgpack_batch_served_to_kafka_reads_the_same(recs, codec, base, epoch
     kb = as_kafka_batch(ours)
     h = verify_batch(kb)
     assert (h.magic, h.base_offset, h.leader_epoch, h.compression) == (
-        MAGIC_KAFKA, base, epoch, codec)
+        MAGIC_KAFKA,
+        base,
+        epoch,
+        codec,
+    )
     assert read_with_reference(kb) == [
-        (base + i, ts, k, v, list(hs)) for i, (k, v, ts, hs) in enumerate(recs)]
+        (base + i, ts, k, v, list(hs)) for i, (k, v, ts, hs) in enumerate(recs)
+    ]
     assert decode_records(kb) == decode_records(ours)
 
 
@@ -105,8 +118,9 @@ def test_both_encodings_walk_in_one_buffer() -> None:
 
 
 def test_encode_batch_writes_kafka_records_when_asked() -> None:
-    b = encode_batch([(b"k", None, 7, [("a", None)])], magic=MAGIC_KAFKA,
-                     compression=Compression.SNAPPY)
+    b = encode_batch(
+        [(b"k", None, 7, [("a", None)])], magic=MAGIC_KAFKA, compression=Compression.SNAPPY
+    )
     assert read_with_reference(b) == [(0, 7, b"k", None, [("a", None)])]
 
 

@@ -43,8 +43,13 @@ def _read_log(log: PartitionLog) -> list[Batch]:
         if not data:
             break
         for pos, h in iter_batches(data):
-            out.append((h.base_offset, h.last_offset,
-                        [r.value for r in decode_records(data[pos:pos + h.size])]))
+            out.append(
+                (
+                    h.base_offset,
+                    h.last_offset,
+                    [r.value for r in decode_records(data[pos : pos + h.size])],
+                )
+            )
             offset = h.next_offset
     return out
 
@@ -87,8 +92,9 @@ class FaultyLogMachine(RuleBasedStateMachine):
 
     @rule(nth=st.integers(1, 4), any_file=st.booleans(), enospc=st.booleans())
     def arm_fsync_error(self, nth: int, any_file: bool, enospc: bool) -> None:
-        self.files.fail_fsync(nth, error=errno.ENOSPC if enospc else errno.EIO,
-                              match="" if any_file else ".log")
+        self.files.fail_fsync(
+            nth, error=errno.ENOSPC if enospc else errno.EIO, match="" if any_file else ".log"
+        )
 
     @rule(nth=st.integers(1, 4), partial=st.integers(0, 80), any_file=st.booleans())
     def arm_write_error(self, nth: int, partial: int, any_file: bool) -> None:
@@ -96,8 +102,9 @@ class FaultyLogMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ operations
 
-    @rule(n=st.integers(1, 4), size=st.integers(0, 90), leader=st.booleans(),
-          new_epoch=st.booleans())
+    @rule(
+        n=st.integers(1, 4), size=st.integers(0, 90), leader=st.booleans(), new_epoch=st.booleans()
+    )
     def append(self, n: int, size: int, leader: bool, new_epoch: bool) -> None:
         self.epoch += new_epoch
         values = []
@@ -152,7 +159,7 @@ class FaultyLogMachine(RuleBasedStateMachine):
         self.files = LazyFileLayer()  # a fresh disk, faults disarmed, a fresh directory
         self.log = PartitionLog.open(self.dir, CONFIG, self.files)
         got = _read_log(self.log)
-        assert got == self.batches[:len(got)], "recovery yields a prefix of the model"
+        assert got == self.batches[: len(got)], "recovery yields a prefix of the model"
         assert self.log.log_end_offset >= self.durable, "every flushed batch survives"
         self.batches = got
         self.leo = self.log.log_end_offset
@@ -184,6 +191,7 @@ class FaultyLogMachine(RuleBasedStateMachine):
             assert seg.log.size() == seg.size_bytes
 
 
-FaultyLogMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
-                                              deadline=None)
+FaultyLogMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
 TestFaultyPartitionLog = FaultyLogMachine.TestCase

@@ -38,11 +38,16 @@ from storage.log import PartitionLog
 Rec = tuple[int, bytes | None, bytes | None, int]
 Batch = tuple[int, int, int, list[Rec]]
 
-CONFIG = LogConfig.from_kafka({
-    "segment.bytes": "700", "index.interval.bytes": "150",
-    "cleanup.policy": "compact,delete", "retention.ms": "-1",
-    "delete.retention.ms": str(10**12), "min.compaction.lag.ms": "0",
-})
+CONFIG = LogConfig.from_kafka(
+    {
+        "segment.bytes": "700",
+        "index.interval.bytes": "150",
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "-1",
+        "delete.retention.ms": str(10**12),
+        "min.compaction.lag.ms": "0",
+    }
+)
 
 
 def _read_log(log: PartitionLog) -> list[Batch]:
@@ -53,9 +58,15 @@ def _read_log(log: PartitionLog) -> list[Batch]:
         if not data:
             break
         for pos, h in iter_batches(data):
-            recs = decode_records(data[pos:pos + h.size])
-            out.append((h.base_offset, h.last_offset, h.leader_epoch,
-                        [(r.offset, r.key, r.value, r.timestamp) for r in recs]))
+            recs = decode_records(data[pos : pos + h.size])
+            out.append(
+                (
+                    h.base_offset,
+                    h.last_offset,
+                    h.leader_epoch,
+                    [(r.offset, r.key, r.value, r.timestamp) for r in recs],
+                )
+            )
             offset = h.next_offset
     return out
 
@@ -88,13 +99,16 @@ class LogMachine(RuleBasedStateMachine):
         before = [i for i, (_, o) in enumerate(self.epochs) if o <= start]
         if before:
             i = before[-1]
-            self.epochs = [(self.epochs[i][0], start), *self.epochs[i + 1:]]
+            self.epochs = [(self.epochs[i][0], start), *self.epochs[i + 1 :]]
 
     # ------------------------------------------------------------------ rules
 
-    @rule(n=st.integers(1, 6), keys=st.lists(st.sampled_from([b"a", b"b", b"c", None]),
-                                             min_size=6, max_size=6),
-          size=st.integers(0, 60), leader=st.booleans())
+    @rule(
+        n=st.integers(1, 6),
+        keys=st.lists(st.sampled_from([b"a", b"b", b"c", None]), min_size=6, max_size=6),
+        size=st.integers(0, 60),
+        leader=st.booleans(),
+    )
     def append(self, n: int, keys: list[bytes | None], size: int, leader: bool) -> None:
         recs = []
         for i in range(n):
@@ -110,8 +124,14 @@ class LogMachine(RuleBasedStateMachine):
             stamp(b, base, self.epoch)
             got = self.log.append_as_follower(bytes(b))
         assert got == (base, base + n - 1)
-        self.batches.append((base, base + n - 1, self.epoch,
-                             [(base + i, k, v, ts) for i, (k, v, ts, _) in enumerate(recs)]))
+        self.batches.append(
+            (
+                base,
+                base + n - 1,
+                self.epoch,
+                [(base + i, k, v, ts) for i, (k, v, ts, _) in enumerate(recs)],
+            )
+        )
         if not self.epochs or self.epochs[-1][0] != self.epoch:
             # Kafka's assign: entries at or after the new start (no data) are replaced.
             self.epochs = [(e, o) for e, o in self.epochs if o < base and e < self.epoch]
@@ -133,7 +153,7 @@ class LogMachine(RuleBasedStateMachine):
             assert got == []
             return
         assert got, "a read below the log end returns at least one batch"
-        assert got == [(b[0], b[1]) for b in expect[:len(got)]]
+        assert got == [(b[0], b[1]) for b in expect[: len(got)]]
         assert len(got) == 1 or len(data) <= max_bytes
 
     @rule(data=st.data())
@@ -177,8 +197,8 @@ class LogMachine(RuleBasedStateMachine):
         self.log.update_config(CONFIG)
         got = _read_log(self.log)
         active_base = self.log.active_segment.base_offset
-        dropped = self.batches[:len(self.batches) - len(got)]
-        assert self.batches[len(dropped):] == got, "retention removes a prefix only"
+        dropped = self.batches[: len(self.batches) - len(got)]
+        assert self.batches[len(dropped) :] == got, "retention removes a prefix only"
         assert all(b[1] < active_base for b in dropped), "never the active segment"
         self.batches = got
         assert self.log.log_start_offset >= self.lso
@@ -205,9 +225,11 @@ class LogMachine(RuleBasedStateMachine):
                 assert latest[r[1]] > off, "only superseded records go"
                 assert off < active_base, "the active segment is not compacted"
         assert set(after) <= set(before)
-        assert [(b[0], b[1]) for b in got] == [(b[0], b[1]) for b in self.batches
-                                               if any(r[0] in after for r in b[3])
-                                               or (b[0], b[1]) in {(g[0], g[1]) for g in got}]
+        assert [(b[0], b[1]) for b in got] == [
+            (b[0], b[1])
+            for b in self.batches
+            if any(r[0] in after for r in b[3]) or (b[0], b[1]) in {(g[0], g[1]) for g in got}
+        ]
         self.batches = got
 
     @rule()
@@ -225,7 +247,7 @@ class LogMachine(RuleBasedStateMachine):
         self.files = LazyFileLayer()
         self.log = PartitionLog.open(self.dir, CONFIG, self.files)
         got = _read_log(self.log)
-        assert got == self.batches[:len(got)], "recovery yields a prefix of the model"
+        assert got == self.batches[: len(got)], "recovery yields a prefix of the model"
         assert all(b[1] < self.log.log_end_offset for b in got)
         new_leo = self.log.log_end_offset
         assert new_leo >= flushed, "every flushed record survives"

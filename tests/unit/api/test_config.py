@@ -35,9 +35,7 @@ def test_controller_must_be_a_voter(tmp_path: Path) -> None:
         load_config(p)
 
 
-@pytest.mark.parametrize(
-    "spec", ["1@127.0.0.1", "x@h:1", "1@h:1,1@h:2", "1-h:2"]
-)
+@pytest.mark.parametrize("spec", ["1@127.0.0.1", "x@h:1", "1@h:1,1@h:2", "1-h:2"])
 def test_bad_quorum_specs_are_refused(spec: str) -> None:
     with pytest.raises(ConfigError):
         parse_quorum(spec)
@@ -56,46 +54,62 @@ def test_unknown_keys_and_bad_toml_are_clear_errors(tmp_path: Path) -> None:
 def test_page_cache_keep_bytes_builds_a_trimmer_or_none(tmp_path: Path) -> None:
     from api.node.broker_app import build_broker
 
-    base = {"node_id": 1, "roles": "broker", "controller_quorum": "9@127.0.0.1:9309",
-            "data_dir": str(tmp_path)}
+    base = {
+        "node_id": 1,
+        "roles": "broker",
+        "controller_quorum": "9@127.0.0.1:9309",
+        "data_dir": str(tmp_path),
+    }
     _, srv = build_broker(load_config(None, base), autostart=False)
     assert srv.replicas.page_cache is not None
     assert srv.replicas.page_cache.keep_bytes == 64 << 20  # the default
-    _, srv = build_broker(load_config(None, {**base, "log_page_cache_keep_bytes": -1}),
-                          autostart=False)
+    _, srv = build_broker(
+        load_config(None, {**base, "log_page_cache_keep_bytes": -1}), autostart=False
+    )
     assert srv.replicas.page_cache is None  # -1: the kernel's page cache, as Kafka
     with pytest.raises(ConfigError, match="log_page_cache_keep_bytes"):
         load_config(None, {**base, "log_page_cache_keep_bytes": -2})
 
 
-_BASE = {"node_id": 1, "roles": ["controller"], "listen": "127.0.0.1:9301",
-         "controller_quorum": "1@127.0.0.1:9301", "data_dir": "d"}
+_BASE = {
+    "node_id": 1,
+    "roles": ["controller"],
+    "listen": "127.0.0.1:9301",
+    "controller_quorum": "1@127.0.0.1:9301",
+    "data_dir": "d",
+}
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    # TOML booleans are never numbers (lax parsing read ``node_id = true`` as node 1).
-    ({"node_id": True}, "node_id must be a number, got true"),
-    ({"log_flush_interval_messages": False}, "log_flush_interval_messages must be a number"),
-    # Node ids are Kafka's int32; a Raft voter's id is at least 1 (0 is "nobody").
-    ({"node_id": 2**31}, "node_id: Input should be less than or equal to 2147483647"),
-    ({"node_id": -1}, "node_id: Input should be greater than or equal to 0"),
-    ({"node_id": 0, "controller_quorum": "0@127.0.0.1:9301"}, "a voter's id must be in [1,"),
-    ({"controller_quorum": "1@127.0.0.1:9301,2147483648@h:1"}, "a voter's id must be in [1,"),
-    ({"controller_quorum": "1@127.0.0.1:70000"}, "the port must be in [1, 65535]"),
-    ({"controller_quorum": "1@127.0.0.1:0"}, "the port must be in [1, 65535]"),
-    ({"listen": "127.0.0.1:0"}, "listen must be HOST:PORT"),
-    ({"node_id": 1.5}, "node_id: Input should be a valid integer"),
-    ({"node_id": {"a": 1}}, "node_id: Input should be a valid integer"),
-    ({"node_id": "one"}, "node_id: Input should be a valid integer"),
-    ({"roles": ["broker", "zookeeper"]}, "roles.1: Input should be 'broker' or 'controller'"),
-    ({"roles": 5}, "roles: Input should be a valid tuple"),
-    ({"rack": 5}, "rack: Input should be a valid string"),
-    ({"broker_session_timeout_ms": -5}, "broker_session_timeout_ms: Input should be greater"),
-    ({"group_min_session_timeout_ms": 10_000, "group_max_session_timeout_ms": 5_000},
-     "group_min_session_timeout_ms (10000) is above group_max_session_timeout_ms (5000)"),
-])
-def test_wrong_types_and_ranges_are_config_errors_naming_the_key(change: dict[str, object],
-                                                                 says: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        # TOML booleans are never numbers (lax parsing read ``node_id = true`` as node 1).
+        ({"node_id": True}, "node_id must be a number, got true"),
+        ({"log_flush_interval_messages": False}, "log_flush_interval_messages must be a number"),
+        # Node ids are Kafka's int32; a Raft voter's id is at least 1 (0 is "nobody").
+        ({"node_id": 2**31}, "node_id: Input should be less than or equal to 2147483647"),
+        ({"node_id": -1}, "node_id: Input should be greater than or equal to 0"),
+        ({"node_id": 0, "controller_quorum": "0@127.0.0.1:9301"}, "a voter's id must be in [1,"),
+        ({"controller_quorum": "1@127.0.0.1:9301,2147483648@h:1"}, "a voter's id must be in [1,"),
+        ({"controller_quorum": "1@127.0.0.1:70000"}, "the port must be in [1, 65535]"),
+        ({"controller_quorum": "1@127.0.0.1:0"}, "the port must be in [1, 65535]"),
+        ({"listen": "127.0.0.1:0"}, "listen must be HOST:PORT"),
+        ({"node_id": 1.5}, "node_id: Input should be a valid integer"),
+        ({"node_id": {"a": 1}}, "node_id: Input should be a valid integer"),
+        ({"node_id": "one"}, "node_id: Input should be a valid integer"),
+        ({"roles": ["broker", "zookeeper"]}, "roles.1: Input should be 'broker' or 'controller'"),
+        ({"roles": 5}, "roles: Input should be a valid tuple"),
+        ({"rack": 5}, "rack: Input should be a valid string"),
+        ({"broker_session_timeout_ms": -5}, "broker_session_timeout_ms: Input should be greater"),
+        (
+            {"group_min_session_timeout_ms": 10_000, "group_max_session_timeout_ms": 5_000},
+            "group_min_session_timeout_ms (10000) is above group_max_session_timeout_ms (5000)",
+        ),
+    ],
+)
+def test_wrong_types_and_ranges_are_config_errors_naming_the_key(
+    change: dict[str, object], says: str
+) -> None:
     with pytest.raises(ConfigError) as ei:
         load_config(None, {**_BASE, **change})
     assert says in str(ei.value)
@@ -103,8 +117,9 @@ def test_wrong_types_and_ranges_are_config_errors_naming_the_key(change: dict[st
 
 def test_command_line_overrides_may_be_strings_of_numbers() -> None:
     # ``--override broker_session_timeout_ms=3000`` hands over the string.
-    c = load_config(None, {**_BASE, "broker_session_timeout_ms": "3000",
-                           "acks_require_fsync": "true"})
+    c = load_config(
+        None, {**_BASE, "broker_session_timeout_ms": "3000", "acks_require_fsync": "true"}
+    )
     assert (c.broker_session_timeout_ms, c.acks_require_fsync) == (3000, True)
 
 
@@ -120,14 +135,20 @@ def test_an_unreadable_or_undecodable_file_is_a_config_error(tmp_path: Path) -> 
 def test_kafka_listen_is_off_by_default_and_registers_a_kafka_endpoint() -> None:
     from api.node.broker_app import broker_endpoints
 
-    base = {"node_id": 101, "controller_quorum": "1@127.0.0.1:9301", "data_dir": "/tmp/x",
-            "listen": "127.0.0.1:8082"}
+    base = {
+        "node_id": 101,
+        "controller_quorum": "1@127.0.0.1:9301",
+        "data_dir": "/tmp/x",
+        "listen": "127.0.0.1:8082",
+    }
     off = load_config(None, base)
     assert off.kafka_address is None
     assert [e.name for e in broker_endpoints(off)] == ["http"]
     on = load_config(None, {**base, "kafka_listen": "127.0.0.1:9092"})
     assert on.kafka_address == ("127.0.0.1", 9092)
     assert [tuple(e) for e in broker_endpoints(on)] == [
-        ("http", "127.0.0.1", 8082), ("kafka", "127.0.0.1", 9092)]
+        ("http", "127.0.0.1", 8082),
+        ("kafka", "127.0.0.1", 9092),
+    ]
     with pytest.raises(ConfigError, match="kafka_listen"):
         load_config(None, {**base, "kafka_listen": "nowhere"})

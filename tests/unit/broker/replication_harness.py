@@ -31,35 +31,69 @@ def b(*ids: int) -> tuple[BrokerId, ...]:
     return tuple(BrokerId(i) for i in ids)
 
 
-def registration(replicas: Iterable[int], isr: Iterable[int], leader: int, *,
-                 leader_epoch: int = 1, partition_epoch: int = 0,
-                 recovery: int = 0) -> PartitionRegistration:
+def registration(
+    replicas: Iterable[int],
+    isr: Iterable[int],
+    leader: int,
+    *,
+    leader_epoch: int = 1,
+    partition_epoch: int = 0,
+    recovery: int = 0,
+) -> PartitionRegistration:
     return PartitionRegistration(
-        replicas=b(*replicas), isr=b(*isr), leader=BrokerId(leader),
-        leader_epoch=LeaderEpoch(leader_epoch), partition_epoch=PartitionEpoch(partition_epoch),
-        leader_recovery_state=recovery)
+        replicas=b(*replicas),
+        isr=b(*isr),
+        leader=BrokerId(leader),
+        leader_epoch=LeaderEpoch(leader_epoch),
+        partition_epoch=PartitionEpoch(partition_epoch),
+        leader_recovery_state=recovery,
+    )
 
 
-def make_leader(replicas: Iterable[int] = (1, 2, 3), isr: Iterable[int] | None = None, *,
-                leader: int = 1, leo: int = 0, hw: int = 0, now_ms: int = 0,
-                min_isr: int = 1, lag_ms: int = 30_000, hw_requires_min_isr: bool = True,
-                leader_epoch: int = 1, partition_epoch: int = 0,
-                recovery: int = 0) -> LeaderState:
+def make_leader(
+    replicas: Iterable[int] = (1, 2, 3),
+    isr: Iterable[int] | None = None,
+    *,
+    leader: int = 1,
+    leo: int = 0,
+    hw: int = 0,
+    now_ms: int = 0,
+    min_isr: int = 1,
+    lag_ms: int = 30_000,
+    hw_requires_min_isr: bool = True,
+    leader_epoch: int = 1,
+    partition_epoch: int = 0,
+    recovery: int = 0,
+) -> LeaderState:
     replicas = tuple(replicas)
-    reg = registration(replicas, replicas if isr is None else isr, leader,
-                       leader_epoch=leader_epoch, partition_epoch=partition_epoch,
-                       recovery=recovery)
+    reg = registration(
+        replicas,
+        replicas if isr is None else isr,
+        leader,
+        leader_epoch=leader_epoch,
+        partition_epoch=partition_epoch,
+        recovery=recovery,
+    )
     return LeaderState(
-        topic_id=TOPIC, partition=0, local_broker_id=BrokerId(leader), registration=reg,
-        log_end_offset=leo, high_watermark=hw, now_ms=now_ms,
-        config=ReplicationConfig(replica_lag_time_ms_max=lag_ms, min_insync_replicas=min_isr,
-                                 hw_requires_min_isr=hw_requires_min_isr),
+        topic_id=TOPIC,
+        partition=0,
+        local_broker_id=BrokerId(leader),
+        registration=reg,
+        log_end_offset=leo,
+        high_watermark=hw,
+        now_ms=now_ms,
+        config=ReplicationConfig(
+            replica_lag_time_ms_max=lag_ms,
+            min_insync_replicas=min_isr,
+            hw_requires_min_isr=hw_requires_min_isr,
+        ),
     )
 
 
 def fetch(state: LeaderState, follower: int, offset: int, now_ms: int = 0) -> bool:
-    return state.on_follower_fetch(BrokerId(follower), offset, leader_epoch=state.leader_epoch,
-                                   now_ms=now_ms)
+    return state.on_follower_fetch(
+        BrokerId(follower), offset, leader_epoch=state.leader_epoch, now_ms=now_ms
+    )
 
 
 class EpochHistory:
@@ -127,14 +161,22 @@ class EpochHistory:
         return floor[-1][0], higher[1]
 
 
-def run_truncation(follower: EpochHistory, leader: EpochHistory, *, hw: int = 0,
-                   leader_id: int = 1, leader_epoch: int | None = None
-                   ) -> tuple[FollowerState, list[TruncationStep]]:
+def run_truncation(
+    follower: EpochHistory,
+    leader: EpochHistory,
+    *,
+    hw: int = 0,
+    leader_id: int = 1,
+    leader_epoch: int | None = None,
+) -> tuple[FollowerState, list[TruncationStep]]:
     """Become follower of ``leader`` and run OffsetsForLeaderEpoch rounds to the end,
     truncating ``follower`` as told. Returns the state and every step taken."""
-    fs = FollowerState(leader_id=BrokerId(leader_id),
-                       leader_epoch=leader.latest_epoch if leader_epoch is None else leader_epoch,
-                       high_watermark=hw, log=follower)
+    fs = FollowerState(
+        leader_id=BrokerId(leader_id),
+        leader_epoch=leader.latest_epoch if leader_epoch is None else leader_epoch,
+        high_watermark=hw,
+        log=follower,
+    )
     steps = [fs.first_step]
     step = fs.first_step
     for _ in range(100):
@@ -149,11 +191,28 @@ def run_truncation(follower: EpochHistory, leader: EpochHistory, *, hw: int = 0,
     raise AssertionError("truncation did not converge")
 
 
-def header(producer_id: int = 7, producer_epoch: int = 0, base_sequence: int = 0,
-           count: int = 1, *, base_offset: int = 0, timestamp_ms: int = 0) -> BatchHeader:
+def header(
+    producer_id: int = 7,
+    producer_epoch: int = 0,
+    base_sequence: int = 0,
+    count: int = 1,
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int = 0,
+) -> BatchHeader:
     """A batch header as a client sends it (or, with ``base_offset``, as the log holds it)."""
     return BatchHeader(
-        base_offset=base_offset, batch_length=49 + count, leader_epoch=0, magic=0x4C, crc=0,
-        attributes=0, last_offset_delta=count - 1, first_timestamp=timestamp_ms,
-        max_timestamp=timestamp_ms, producer_id=producer_id, producer_epoch=producer_epoch,
-        base_sequence=base_sequence, record_count=count)
+        base_offset=base_offset,
+        batch_length=49 + count,
+        leader_epoch=0,
+        magic=0x4C,
+        crc=0,
+        attributes=0,
+        last_offset_delta=count - 1,
+        first_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=count,
+    )

@@ -31,6 +31,9 @@ def test_error_carries_its_kafka_code(name, code_retriable) -> None:
 
 
 def test_every_broker_error_is_listed() -> None:
-    defined = {n for n, v in vars(errors).items()
-               if isinstance(v, type) and issubclass(v, errors.BrokerError)}
+    defined = {
+        n
+        for n, v in vars(errors).items()
+        if isinstance(v, type) and issubclass(v, errors.BrokerError)
+    }
     assert defined - {"BrokerError"} == set(EXPECTED)

@@ -47,11 +47,19 @@ TP0 = TopicPartition("orders", 0)
 # ---------------------------------------------------------------- group -> partition
 
 
-@pytest.mark.parametrize(("s", "h"), [
-    ("", 0), ("a", 97), ("hello", 99162322), ("Aa", 2112), ("BB", 2112),
-    ("polygenelubricants", -(2**31)), ("my-group", -1906497762),
-    ("\U0001F600", 0xD83D * 31 + 0xDE00),  # a surrogate pair: two UTF-16 code units
-])
+@pytest.mark.parametrize(
+    ("s", "h"),
+    [
+        ("", 0),
+        ("a", 97),
+        ("hello", 99162322),
+        ("Aa", 2112),
+        ("BB", 2112),
+        ("polygenelubricants", -(2**31)),
+        ("my-group", -1906497762),
+        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # a surrogate pair: two UTF-16 code units
+    ],
+)
 def test_java_string_hash_is_javas(s: str, h: int) -> None:
     assert java_string_hash(s) == h
 
@@ -96,8 +104,14 @@ class FakeLog:
     async def wait_high_watermark(self, partition: int, lead: Leadership, offset: int) -> None:
         return None
 
-    async def append(self, partition: int, lead: Leadership, records: list[KeyValue],
-                     timestamp_ms: int, timeout_ms: int) -> None:
+    async def append(
+        self,
+        partition: int,
+        lead: Leadership,
+        records: list[KeyValue],
+        timestamp_ms: int,
+        timeout_ms: int,
+    ) -> None:
         self.appends.append(records)
         await self.gate.wait()
         if self.fail is not None:
@@ -108,18 +122,31 @@ class FakeLog:
 def image(offsets_partitions: int = 1, leader: int = 1) -> MetadataImage:
     d = MetadataDelta(MetadataImage.EMPTY)
     for b in (1, 2):
-        d.replay(RegisterBrokerRecord(broker_id=b, incarnation_id="x", fenced=False,
-                                      endpoints=(Endpoint("http", "127.0.0.1", 9090 + b),)), b)
+        d.replay(
+            RegisterBrokerRecord(
+                broker_id=b,
+                incarnation_id="x",
+                fenced=False,
+                endpoints=(Endpoint("http", "127.0.0.1", 9090 + b),),
+            ),
+            b,
+        )
     d.replay(TopicRecord(name=OFFSETS_TOPIC, topic_id="tid"), 3)
     off = 3
     for p in range(offsets_partitions):
         off += 1
-        d.replay(PartitionRecord(topic_id="tid", partition=p, replicas=(1, 2), isr=(1, 2),
-                                 leader=leader), off)
+        d.replay(
+            PartitionRecord(
+                topic_id="tid", partition=p, replicas=(1, 2), isr=(1, 2), leader=leader
+            ),
+            off,
+        )
     d.replay(TopicRecord(name="orders", topic_id="oid"), off + 1)
     for p in range(2):
-        d.replay(PartitionRecord(topic_id="oid", partition=p, replicas=(1,), isr=(1,),
-                                 leader=1), off + 2 + p)
+        d.replay(
+            PartitionRecord(topic_id="oid", partition=p, replicas=(1,), isr=(1,), leader=1),
+            off + 2 + p,
+        )
     return d.apply()
 
 
@@ -137,9 +164,15 @@ async def started(fake: FakeLog, *, delay_ms: int = 0) -> GroupCoordinator:
         return 42
 
     c = GroupCoordinator(
-        broker_id=1, offsets_log=fake, image=image, create_topic=create, end_offset=end_offset,
-        config=CoordinatorConfig(group=GroupConfig(session_timeout_ms_min=50,
-                                                   initial_rebalance_delay_ms=delay_ms)))
+        broker_id=1,
+        offsets_log=fake,
+        image=image,
+        create_topic=create,
+        end_offset=end_offset,
+        config=CoordinatorConfig(
+            group=GroupConfig(session_timeout_ms_min=50, initial_rebalance_delay_ms=delay_ms)
+        ),
+    )
     await c.start()
     await until(lambda: 0 in c.shards and c.shards[0].state is not None)
     return c
@@ -164,6 +197,7 @@ def run_async(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
     @functools.wraps(fn)
     def test() -> None:
         asyncio.run(fn())  # type: ignore[arg-type]
+
     return test
 
 
@@ -174,8 +208,9 @@ async def test_answers_wait_for_the_append_and_go_out_in_order() -> None:
     try:
         member, gen = await stable_member(c)
         fake.gate.clear()
-        commit = asyncio.create_task(c.commit(OffsetCommitRequest(
-            "g", {TP0: OffsetAndMetadata(5)}, member, gen)))
+        commit = asyncio.create_task(
+            c.commit(OffsetCommitRequest("g", {TP0: OffsetAndMetadata(5)}, member, gen))
+        )
         await until(lambda: len(fake.appends) == 2)  # the join's plan, then this commit
         # A heartbeat writes nothing, but it comes after the commit: it waits too.
         beat = asyncio.create_task(c.heartbeat(HeartbeatRequest("g", member, gen)))
@@ -186,8 +221,9 @@ async def test_answers_wait_for_the_append_and_go_out_in_order() -> None:
         assert await commit == ErrorCode.NONE
         assert await beat == ErrorCode.NONE
         assert (await read)[TP0].offset == 5
-        assert fake.logs[0][-1] == encode_record(OffsetCommitRecord(
-            "g", "orders", 0, 5, "", (await read)[TP0].commit_ts_ms))
+        assert fake.logs[0][-1] == encode_record(
+            OffsetCommitRecord("g", "orders", 0, 5, "", (await read)[TP0].commit_ts_ms)
+        )
     finally:
         await c.stop()
 
@@ -256,11 +292,11 @@ async def test_losing_leadership_answers_parked_joins_not_coordinator() -> None:
 async def test_a_new_leader_replays_the_log_and_answers_load_in_progress_meanwhile() -> None:
     fake = FakeLog()
     # Committed just now: a simple group's offsets expire a retention period after commit.
-    fake.logs[0] = [encode_record(OffsetCommitRecord("g", "orders", 1, 9, "m",
-                                                     wall_clock_ms()))]
+    fake.logs[0] = [encode_record(OffsetCommitRecord("g", "orders", 1, 9, "m", wall_clock_ms()))]
     fake.read_gate.clear()
     c = GroupCoordinator(
-        broker_id=1, offsets_log=fake, image=image, create_topic=_never, end_offset=_end_42)
+        broker_id=1, offsets_log=fake, image=image, create_topic=_never, end_offset=_end_42
+    )
     await c.start()
     try:
         await until(lambda: 0 in c.shards)
@@ -277,8 +313,9 @@ async def test_a_new_leader_replays_the_log_and_answers_load_in_progress_meanwhi
         old = c.shards[0]
         fake.leaders[0] = Leadership("tid", 1)
         await c.on_metadata(None)
-        await until(lambda: 0 in c.shards and c.shards[0] is not old
-                    and c.shards[0].state is not None)
+        await until(
+            lambda: 0 in c.shards and c.shards[0] is not old and c.shards[0].state is not None
+        )
         assert old.closed
     finally:
         await c.stop()
@@ -292,8 +329,12 @@ async def test_the_session_timer_removes_a_silent_member() -> None:
         j = await c.join(join_req(session_ms=100))
         await c.sync(SyncRequest("g", j.member_id, j.generation))
         # With an offset the group outlives its last member (EMPTY, not DEAD).
-        assert await c.commit(OffsetCommitRequest("g", {TP0: OffsetAndMetadata(1)},
-                                                  j.member_id, j.generation)) == ErrorCode.NONE
+        assert (
+            await c.commit(
+                OffsetCommitRequest("g", {TP0: OffsetAndMetadata(1)}, j.member_id, j.generation)
+            )
+            == ErrorCode.NONE
+        )
 
         async def empty() -> bool:
             return (await c.describe("g")).state == GroupState.EMPTY
@@ -302,7 +343,8 @@ async def test_the_session_timer_removes_a_silent_member() -> None:
             while not await empty():
                 await asyncio.sleep(0.01)
         assert await c.heartbeat(HeartbeatRequest("g", j.member_id, j.generation)) == (
-            ErrorCode.UNKNOWN_MEMBER_ID)
+            ErrorCode.UNKNOWN_MEMBER_ID
+        )
     finally:
         await c.stop()
 
@@ -311,8 +353,9 @@ async def test_the_session_timer_removes_a_silent_member() -> None:
 async def test_requests_for_a_partition_led_elsewhere_are_not_coordinator() -> None:
     fake = FakeLog()
     fake.leaders.clear()
-    c = GroupCoordinator(broker_id=2, offsets_log=fake, image=image, create_topic=_never,
-                         end_offset=_end_42)
+    c = GroupCoordinator(
+        broker_id=2, offsets_log=fake, image=image, create_topic=_never, end_offset=_end_42
+    )
     await c.start()
     try:
         with pytest.raises(CoordinatorError) as e:

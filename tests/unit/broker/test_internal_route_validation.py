@@ -60,7 +60,8 @@ class Recorder:
             answers: dict[str, Any] = {
                 "join": JoinResponse(ErrorCode.NONE, "m-1", 1),
                 "sync": SyncResponse(ErrorCode.NONE, frozenset()),
-                "heartbeat": ErrorCode.NONE, "commit": ErrorCode.NONE,
+                "heartbeat": ErrorCode.NONE,
+                "commit": ErrorCode.NONE,
                 "next_id": 7,
             }
             out = answers.get(name, {})
@@ -69,7 +70,9 @@ class Recorder:
 
             async def coro() -> Any:
                 return out
+
             return coro()
+
         return call
 
 
@@ -90,8 +93,9 @@ def _post_all(requests: list[tuple[str, Any]]) -> tuple[list[tuple[int, Any]], R
         async with TestClient(TestServer(_app(stub))) as c:
             for route, body in requests:
                 data = body if isinstance(body, bytes) else msgpack.packb(body)
-                r = await c.post(f"{P}/{route}", data=data,
-                                 headers={"Content-Type": "application/msgpack"})
+                r = await c.post(
+                    f"{P}/{route}", data=data, headers={"Content-Type": "application/msgpack"}
+                )
                 out.append((r.status, msgpack.unpackb(await r.read(), raw=False)))
         return out
 
@@ -103,8 +107,7 @@ GOOD: dict[str, dict[str, Any]] = {
     "fetch": {"topic": "t", "partition": 1, "fetch_offset": 5, "max_bytes": 100},
     "offsets_for_leader_epoch": {"topic": "t", "partition": 0, "epoch": 3},
     "list_offsets": {"topic": "t", "partition": 0, "timestamp": -2},
-    "group/join": {"group": "g", "topics": ["t"], "protocol": "cooperative",
-                   "owned": [["t", 0]]},
+    "group/join": {"group": "g", "topics": ["t"], "protocol": "cooperative", "owned": [["t", 0]]},
     "group/sync": {"group": "g", "member_id": "m-1", "generation": 1},
     "group/heartbeat": {"group": "g", "member_id": "m-1", "generation": 1},
     "group/commit": {"group": "g", "offsets": [["t", 0, 10, "meta"], ["t", 1, 11]]},
@@ -117,22 +120,35 @@ def test_good_bodies_reach_what_is_behind_the_route_with_typed_values() -> None:
     assert [s for s, _ in answers] == [200] * len(GOOD), answers
     calls = {name: (args, kw) for name, args, kw in stub.calls}
     assert calls["produce"] == (("t", 0, 1, 500, b"x"), {"forwarded": False})
-    assert calls["fetch"] == (("t", 1, 5), {
-        "max_bytes": 100, "max_wait_ms": 0, "min_bytes": 1, "timeout_ms": 30_000,
-        "forwarded": False, "leader_epoch": -1})
+    assert calls["fetch"] == (
+        ("t", 1, 5),
+        {
+            "max_bytes": 100,
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "timeout_ms": 30_000,
+            "forwarded": False,
+            "leader_epoch": -1,
+        },
+    )
     assert calls["offsets_for_leader_epoch"] == (("t", 0, -1, 3), {})
     assert calls["list_offsets"] == (("t", 0, -2), {"timeout_ms": 10_000, "forwarded": False})
     (join,), _ = calls["join"]
     assert isinstance(join, JoinRequest)
     assert (join.group, join.topics, join.protocol, join.owned) == (
-        "g", frozenset({"t"}), RebalanceProtocol.COOPERATIVE,
-        frozenset({TopicPartition("t", 0)}))
+        "g",
+        frozenset({"t"}),
+        RebalanceProtocol.COOPERATIVE,
+        frozenset({TopicPartition("t", 0)}),
+    )
     assert calls["sync"] == ((SyncRequest("g", "m-1", 1),), {})
     assert calls["heartbeat"] == ((HeartbeatRequest("g", "m-1", 1),), {})
     (commit,), _ = calls["commit"]
     assert isinstance(commit, OffsetCommitRequest)
     assert {tp: (o.offset, o.metadata) for tp, o in commit.offsets.items()} == {
-        TopicPartition("t", 0): (10, "meta"), TopicPartition("t", 1): (11, "")}
+        TopicPartition("t", 0): (10, "meta"),
+        TopicPartition("t", 1): (11, ""),
+    }
     assert answers[-1][1] == {"producer_id": 7, "producer_epoch": 0}
 
 
@@ -182,22 +198,30 @@ BAD: list[tuple[tuple[str, Any], str]] = [
     (_with("group/heartbeat", member_id=b"m"), "'member_id' must be a string"),
     (_with("group/commit", offsets=[["t", 0]]), "'offsets[0]' must be [topic, partition, offset"),
     (_with("group/commit", offsets=[["t", 0, -5]]), "'offsets[0][2]' must be an integer in [0,"),
-    (_with("group/commit", offsets=[["t", 0, 1, "m" * 4097]]),
-     "'offsets[0][3]' must be a string of at most 4096"),
+    (
+        _with("group/commit", offsets=[["t", 0, 1, "m" * 4097]]),
+        "'offsets[0][3]' must be a string of at most 4096",
+    ),
     (_with("group/commit", offsets={"t": 1}), "'offsets' must be a list"),
-    (("group/reset_offsets", {"group": "g", "offsets": [["t", 0, 1, "m"]]}),
-     "'offsets[0]' must be [topic, partition, offset]"),
-    (("group/fetch_offsets", {"group": "g", "partitions": [["t", "0"]]}),
-     "'partitions[0][1]' must be an integer"),
+    (
+        ("group/reset_offsets", {"group": "g", "offsets": [["t", 0, 1, "m"]]}),
+        "'offsets[0]' must be [topic, partition, offset]",
+    ),
+    (
+        ("group/fetch_offsets", {"group": "g", "partitions": [["t", "0"]]}),
+        "'partitions[0][1]' must be an integer",
+    ),
     (("init_producer_id", b"\xc1"), "the body is not msgpack"),
     (("init_producer_id", "x"), "the body must be a msgpack map, got str"),
 ]
 
 
-@pytest.mark.parametrize(("request_", "says"), BAD, ids=[f"{r[0]}-{i}" for i, (r, _) in
-                                                          enumerate(BAD)])
-def test_bad_bodies_get_400_naming_the_field_and_reach_nothing(request_: tuple[str, Any],
-                                                              says: str) -> None:
+@pytest.mark.parametrize(
+    ("request_", "says"), BAD, ids=[f"{r[0]}-{i}" for i, (r, _) in enumerate(BAD)]
+)
+def test_bad_bodies_get_400_naming_the_field_and_reach_nothing(
+    request_: tuple[str, Any], says: str
+) -> None:
     ((status, answer),), stub = _post_all([request_])
     assert status == 400, answer
     assert answer["error"] == "INVALID_REQUEST"
@@ -219,8 +243,12 @@ def test_a_missing_or_nil_field_takes_its_default_and_a_required_one_is_refused(
     assert bool_field(b, "a", default=True) is True
     assert str_field(b, "a", default="x") == "x"
     assert list_field(b, "a", default=None) is None
-    for read in (lambda: int_field(b, "a"), lambda: str_field({}, "a"),
-                 lambda: topic_field({}), lambda: int_field({}, "a", default=REQUIRED)):
+    for read in (
+        lambda: int_field(b, "a"),
+        lambda: str_field({}, "a"),
+        lambda: topic_field({}),
+        lambda: int_field({}, "a", default=REQUIRED),
+    ):
         with pytest.raises(InvalidRequestError, match=r"'a' is required|'topic' is required"):
             read()
 
@@ -234,8 +262,13 @@ def test_integers_are_ints_not_bools_floats_or_strings() -> None:
 
 def test_a_body_must_be_a_msgpack_map() -> None:
     assert body_or_raise(msgpack.packb({"a": 1})) == {"a": 1}
-    for raw in (b"", b"\xc1", msgpack.packb(1), msgpack.packb({"a": 1}) + b"\x00",
-                msgpack.packb([{"a": 1}])):
+    for raw in (
+        b"",
+        b"\xc1",
+        msgpack.packb(1),
+        msgpack.packb({"a": 1}) + b"\x00",
+        msgpack.packb([{"a": 1}]),
+    ):
         with pytest.raises(InvalidRequestError):
             body_or_raise(raw)
 
@@ -243,10 +276,15 @@ def test_a_body_must_be_a_msgpack_map() -> None:
 def test_a_fetch_asking_for_more_than_a_broker_gives_is_clamped_not_refused() -> None:
     from broker.data_routes import FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX
 
-    body = {"topic": "t", "partition": 0, "fetch_offset": 0, "max_bytes": 2**31 - 1,
-            "max_wait_ms": 2**31 - 1}
+    body = {
+        "topic": "t",
+        "partition": 0,
+        "fetch_offset": 0,
+        "max_bytes": 2**31 - 1,
+        "max_wait_ms": 2**31 - 1,
+    }
     answers, stub = _post_all([("fetch", body)])
     assert answers[0][0] == 200
-    (_, _args, kw), = [c for c in stub.calls if c[0] == "fetch"]
+    ((_, _args, kw),) = [c for c in stub.calls if c[0] == "fetch"]
     assert kw["max_bytes"] == FETCH_RESPONSE_BYTES_MAX
     assert kw["max_wait_ms"] == FETCH_WAIT_MS_MAX

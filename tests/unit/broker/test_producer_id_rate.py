@@ -33,8 +33,9 @@ class FakeController:
         self.next = 0
 
     async def execute(self, command: Any) -> ProducerIdsBlock:
-        block = ProducerIdsBlock(broker_id=command.broker_id, first_producer_id=self.next,
-                                 size=1000)
+        block = ProducerIdsBlock(
+            broker_id=command.broker_id, first_producer_id=self.next, size=1000
+        )
         self.next += 1000
         return block
 
@@ -48,8 +49,13 @@ class Clock:
 
 
 def _manager(clock: Clock) -> ProducerIdManager:
-    return ProducerIdManager(1, lambda: 5, FakeController(),  # type: ignore[arg-type]
-                             ids_per_second_max=2, clock_s=clock)
+    return ProducerIdManager(
+        1,
+        lambda: 5,
+        FakeController(),  # type: ignore[arg-type]
+        ids_per_second_max=2,
+        clock_s=clock,
+    )
 
 
 def test_ids_beyond_the_rate_are_refused_with_the_wait_and_come_again_later() -> None:

@@ -98,10 +98,17 @@ def test_newer_epoch_resets_sequences_and_must_start_at_zero() -> None:
         p.send(header(producer_epoch=0, base_sequence=0, count=5))  # old retry: fenced
 
 
-@pytest.mark.parametrize(("last", "nxt", "ok"), [
-    (4, 5, True), (4, 6, False), (4, 4, False), (INT32_MAX, 0, True), (INT32_MAX - 1, 0, False),
-    (-1, 0, True),
-])
+@pytest.mark.parametrize(
+    ("last", "nxt", "ok"),
+    [
+        (4, 5, True),
+        (4, 6, False),
+        (4, 4, False),
+        (INT32_MAX, 0, True),
+        (INT32_MAX - 1, 0, False),
+        (-1, 0, True),
+    ],
+)
 def test_in_sequence_wraps_at_int32_max(last, nxt, ok) -> None:
     assert in_sequence(last, nxt) == ok
 
@@ -146,11 +153,11 @@ def test_applying_a_batch_twice_is_a_bug() -> None:
 
 def _three_producers() -> Leader:
     p = Leader()
-    p.send(header(producer_id=1, base_sequence=0, count=2))     # 0-1
-    p.send(header(producer_id=2, base_sequence=0))               # 2
-    p.send(header(producer_id=1, base_sequence=2))               # 3
+    p.send(header(producer_id=1, base_sequence=0, count=2))  # 0-1
+    p.send(header(producer_id=2, base_sequence=0))  # 2
+    p.send(header(producer_id=1, base_sequence=2))  # 3
     p.send(header(producer_id=1, producer_epoch=1, base_sequence=0))  # 4: epoch bump
-    p.send(header(producer_id=3, base_sequence=9))               # 5
+    p.send(header(producer_id=3, base_sequence=9))  # 5
     return p
 
 
@@ -204,7 +211,7 @@ def test_producers_idle_past_the_expiration_are_forgotten_and_stay_forgotten() -
     s.on_append(header(producer_id=2, timestamp_ms=500, base_offset=1))
     s.on_append(header(producer_id=1, base_sequence=1, timestamp_ms=100, base_offset=2))
     assert not s.maybe_expire_producers(now_ms=1099)
-    assert s.maybe_expire_producers(now_ms=1100)   # >= expiration: Kafka's rule
+    assert s.maybe_expire_producers(now_ms=1100)  # >= expiration: Kafka's rule
     assert set(s.producers) == {2}
     s.truncate_to(2)  # the batch of 1 at offset 2 goes; 1 does not come back
     assert set(s.producers) == {2}
@@ -213,8 +220,10 @@ def test_producers_idle_past_the_expiration_are_forgotten_and_stay_forgotten() -
 
 
 def test_expiration_config_from_kafka_names() -> None:
-    assert ProducerStateConfig.from_kafka({"producer.id.expiration.ms": "5"}) \
-        .producer_id_expiration_ms == 5
+    assert (
+        ProducerStateConfig.from_kafka({"producer.id.expiration.ms": "5"}).producer_id_expiration_ms
+        == 5
+    )
     assert ProducerStateConfig.from_kafka({}).producer_id_expiration_ms == 86_400_000
 
 

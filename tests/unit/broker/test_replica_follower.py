@@ -49,7 +49,8 @@ def log(*runs: tuple[int, int]) -> EpochHistory:
     ],
 )
 def test_truncation_reaches_the_point_where_both_logs_agree(
-        name, follower, leader, hw, expected_end, rounds) -> None:
+    name, follower, leader, hw, expected_end, rounds
+) -> None:
     f, lead = log(*follower), log(*leader)
     fs, steps = run_truncation(f, lead, hw=hw)
     assert f.log_end_offset == expected_end, (name, steps)
@@ -109,8 +110,8 @@ def test_truncation_below_the_high_watermark_is_flagged_and_lowers_it() -> None:
 def test_diverging_epoch_in_a_fetch_response_goes_back_to_truncating() -> None:
     f, lead = log((0, 3)), log((0, 3))
     fs, _ = run_truncation(f, lead)
-    f.append(0, 2)           # we fetched more from an old leader (a stale fetch)
-    lead.append(2, 4)        # meanwhile the leader moved on in a new epoch
+    f.append(0, 2)  # we fetched more from an old leader (a stale fetch)
+    lead.append(2, 4)  # meanwhile the leader moved on in a new epoch
     step = fs.on_epoch_end_offset(*lead.end_offset_for_epoch(0), f)  # DivergingEpoch(0, 3)
     assert step.truncate_to == 3 and step.query_epoch is None
 
@@ -122,7 +123,9 @@ def test_follower_hw_is_min_of_leader_hw_and_own_leo_and_never_moves_back() -> N
     assert fs.high_watermark == 3
     assert fs.on_fetch_response(leader_high_watermark=8, log_end_offset=6)
     assert fs.high_watermark == 6
-    assert not fs.on_fetch_response(leader_high_watermark=4, log_end_offset=9)  # a lagging new leader
+    assert not fs.on_fetch_response(
+        leader_high_watermark=4, log_end_offset=9
+    )  # a lagging new leader
     assert fs.high_watermark == 6
 
 
@@ -144,8 +147,9 @@ def test_old_leader_returns_truncates_its_unreplicated_tail_and_rejoins() -> Non
     a.append(1, 8)  # 5..12, never replicated
     # B becomes leader in epoch 2 at its LEO 5.
     bb.assign(2, bb.log_end_offset)
-    leader = make_leader((2, 1, 3), (2, 3), leader=2, leo=5, hw=5, leader_epoch=2,
-                         partition_epoch=3)
+    leader = make_leader(
+        (2, 1, 3), (2, 3), leader=2, leo=5, hw=5, leader_epoch=2, partition_epoch=3
+    )
     assert leader.epoch_start_offset == 5
     bb.append(2, 3)
     leader.on_local_append(bb.log_end_offset, now_ms=10)
@@ -169,6 +173,7 @@ def test_old_leader_returns_truncates_its_unreplicated_tail_and_rejoins() -> Non
     assert a.epochs() == bb.epochs() == c.epochs()
     # The epochs tell the story: A's 5..12 of epoch 1 are gone.
     assert a.epochs() == [1] * 5 + [2] * 3
-    leader.on_registration(registration((2, 1, 3), (2, 3, 1), 2, leader_epoch=2,
-                                        partition_epoch=4), now_ms=14)
+    leader.on_registration(
+        registration((2, 1, 3), (2, 3, 1), 2, leader_epoch=2, partition_epoch=4), now_ms=14
+    )
     assert leader.isr == (2, 3, 1) and leader.pending is None

@@ -34,11 +34,11 @@ LAG = 30_000
 @pytest.mark.parametrize(
     ("isr", "fetches", "expected_hw"),
     [
-        ((1, 2, 3), {2: 10, 3: 7}, 7),          # min over the ISR
-        ((1, 2, 3), {2: 10, 3: 10}, 10),        # everyone at the leader's LEO
-        ((1, 2, 3), {2: 10}, 0),                # 3 has not fetched from this leader yet
-        ((1, 2), {2: 6, 3: 1}, 6),              # 3 is outside the ISR and never caught up
-        ((1,), {}, 10),                         # the leader alone
+        ((1, 2, 3), {2: 10, 3: 7}, 7),  # min over the ISR
+        ((1, 2, 3), {2: 10, 3: 10}, 10),  # everyone at the leader's LEO
+        ((1, 2, 3), {2: 10}, 0),  # 3 has not fetched from this leader yet
+        ((1, 2), {2: 6, 3: 1}, 6),  # 3 is outside the ISR and never caught up
+        ((1,), {}, 10),  # the leader alone
     ],
 )
 def test_hw_is_the_smallest_leo_over_the_isr(isr, fetches, expected_hw) -> None:
@@ -97,9 +97,16 @@ def test_hw_stands_still_while_the_isr_is_below_min_insync_replicas(gate, expect
 
 def test_hw_waits_for_the_leader_flush_when_configured() -> None:
     s = make_leader((1, 2), leo=0)
-    s = type(s)(topic_id=s.topic_id, partition=0, local_broker_id=BrokerId(1),
-                registration=s.registration, log_end_offset=0, high_watermark=0, now_ms=0,
-                config=dataclasses.replace(s.config, hw_requires_leader_flush=True))
+    s = type(s)(
+        topic_id=s.topic_id,
+        partition=0,
+        local_broker_id=BrokerId(1),
+        registration=s.registration,
+        log_end_offset=0,
+        high_watermark=0,
+        now_ms=0,
+        config=dataclasses.replace(s.config, hw_requires_leader_flush=True),
+    )
     s.on_local_append(5, now_ms=0)
     fetch(s, 2, 5)
     assert s.high_watermark == 0
@@ -141,8 +148,10 @@ def test_hw_keeps_counting_a_follower_until_its_removal_commits() -> None:
     assert change is not None and [m.broker_id for m in change.new_isr] == [1, 2]
     assert s.maximal_isr == {1, 2, 3}
     assert s.high_watermark == 10  # the shrink is not committed: 3 still counts
-    assert s.on_alter_partition_result(change, _ok(s, isr=(1, 2)), now_ms=LAG + 5) \
+    assert (
+        s.on_alter_partition_result(change, _ok(s, isr=(1, 2)), now_ms=LAG + 5)
         is AlterOutcome.APPLIED
+    )
     assert s.isr == (1, 2) and s.high_watermark == 20
 
 
@@ -150,13 +159,13 @@ def test_hw_waits_for_a_caught_up_replica_outside_the_isr_but_not_an_ineligible_
     # Kafka's shouldWaitForReplicaToJoinIsr: without it a follower chasing a busy leader
     # whose ISR is just itself never reaches the HW, so never joins.
     s = make_leader((1, 2), (1,), leo=10, hw=10)
-    fetch(s, 2, 10, now_ms=0)           # 2 caught up at t=0 (but not in the ISR)
+    fetch(s, 2, 10, now_ms=0)  # 2 caught up at t=0 (but not in the ISR)
     s.on_local_append(20, now_ms=1)
-    assert s.high_watermark == 10       # held for 2
+    assert s.high_watermark == 10  # held for 2
     fetch(s, 2, 15, now_ms=2)
     assert s.high_watermark == 15
     assert s.set_ineligible_replicas([BrokerId(2)], now_ms=3)
-    assert s.high_watermark == 20       # a fenced replica does not hold the HW
+    assert s.high_watermark == 20  # a fenced replica does not hold the HW
     assert s.maybe_expand_isr(BrokerId(2)) is None
 
 
@@ -166,15 +175,16 @@ def test_hw_waits_for_a_caught_up_replica_outside_the_isr_but_not_an_ineligible_
 @pytest.mark.parametrize(
     ("scenario", "now_ms", "shrunk"),
     [
-        ("stuck", LAG, False),       # no fetch for exactly the lag: still in
-        ("stuck", LAG + 1, True),    # one ms more: out
+        ("stuck", LAG, False),  # no fetch for exactly the lag: still in
+        ("stuck", LAG + 1, True),  # one ms more: out
         ("at_leo", 10 * LAG, False),  # at the leader's LEO: in sync however long ago
         ("slow", LAG + 3_000, True),  # fetching, but never reaching the LEO of the last fetch
         ("keeping_up", LAG + 3_000, False),  # reaches the LEO of the previous fetch each time
     ],
 )
 def test_followers_that_did_not_catch_up_within_the_lag_time_are_shrunk(
-        scenario, now_ms, shrunk) -> None:
+    scenario, now_ms, shrunk
+) -> None:
     s = make_leader((1, 2), leo=10, now_ms=0)
     if scenario == "at_leo":
         fetch(s, 2, 10, now_ms=0)
@@ -201,8 +211,12 @@ def test_shrink_proposal_carries_our_epochs_and_the_broker_epochs_we_know() -> N
     s.on_follower_fetch(BrokerId(2), 5, leader_epoch=4, now_ms=0, broker_epoch=200)
     change = s.maybe_shrink_isr(now_ms=LAG + 1)
     assert change is not None
-    assert (change.topic_id, change.partition, change.leader_epoch, change.partition_epoch) \
-        == (TOPIC, 0, 4, 9)
+    assert (change.topic_id, change.partition, change.leader_epoch, change.partition_epoch) == (
+        TOPIC,
+        0,
+        4,
+        9,
+    )
     assert change.new_isr == (IsrMember(BrokerId(1), 100), IsrMember(BrokerId(2), 200))
     assert s.pending is not None and s.pending.kind is IsrChangeKind.SHRINK
 
@@ -226,9 +240,9 @@ def test_shrink_never_removes_the_leader() -> None:
 @pytest.mark.parametrize(
     ("follower_leo", "expands"),
     [
-        (3, False),   # below the HW (5)
-        (7, False),   # at or above the HW, below this epoch's start (10)
-        (10, True),   # at both
+        (3, False),  # below the HW (5)
+        (7, False),  # at or above the HW, below this epoch's start (10)
+        (10, True),  # at both
         (12, True),
     ],
 )
@@ -248,8 +262,8 @@ def test_follower_joins_the_isr_at_hw_and_this_epochs_start(follower_leo, expand
 
 def test_expand_refuses_isr_members_non_replicas_and_ineligible_brokers() -> None:
     s = make_leader((1, 2, 3), (1, 2), leo=0)
-    assert s.maybe_expand_isr(BrokerId(2)) is None     # already in
-    assert s.maybe_expand_isr(BrokerId(9)) is None     # not a replica
+    assert s.maybe_expand_isr(BrokerId(2)) is None  # already in
+    assert s.maybe_expand_isr(BrokerId(9)) is None  # not a replica
     fetch(s, 3, 0)
     s.set_ineligible_replicas([BrokerId(3)], now_ms=0)
     assert s.maybe_expand_isr(BrokerId(3)) is None
@@ -275,10 +289,13 @@ def test_recovering_leader_marks_itself_recovered_before_anyone_joins() -> None:
 
 def _ok(s, *, isr, recovery=None, partition_epoch=None, leader_epoch=None):
     reg = registration(
-        s.replicas, isr, s.local_broker_id,
+        s.replicas,
+        isr,
+        s.local_broker_id,
         leader_epoch=s.leader_epoch if leader_epoch is None else leader_epoch,
         partition_epoch=s.partition_epoch + 1 if partition_epoch is None else partition_epoch,
-        recovery=s.registration.leader_recovery_state if recovery is None else recovery)
+        recovery=s.registration.leader_recovery_state if recovery is None else recovery,
+    )
     return AlterPartitionResult(TOPIC, 0, registration=reg)
 
 
@@ -297,8 +314,9 @@ def _pending_expand():
 
 def test_a_committed_expansion_updates_isr_and_partition_epoch() -> None:
     s, change = _pending_expand()
-    assert s.on_alter_partition_result(change, _ok(s, isr=(1, 2, 3)), now_ms=0) \
-        is AlterOutcome.APPLIED
+    assert (
+        s.on_alter_partition_result(change, _ok(s, isr=(1, 2, 3)), now_ms=0) is AlterOutcome.APPLIED
+    )
     assert s.isr == b(1, 2, 3) and s.partition_epoch == 1 and s.pending is None
 
 
@@ -340,19 +358,22 @@ def test_a_newer_registration_overrides_the_change_in_flight() -> None:
     assert s.on_registration(newer, now_ms=0)
     assert s.pending is None and s.isr == b(1) and s.partition_epoch == 1
     assert not s.on_registration(newer, now_ms=0)  # seen
-    assert not s.on_registration(registration((1, 2, 3), (1, 2, 3), 1, leader_epoch=0,
-                                              partition_epoch=7), now_ms=0)  # older leader epoch
+    assert not s.on_registration(
+        registration((1, 2, 3), (1, 2, 3), 1, leader_epoch=0, partition_epoch=7), now_ms=0
+    )  # older leader epoch
     # The answer to the overridden request is stale now.
-    assert s.on_alter_partition_result(change, _ok(s, isr=(1, 2, 3)), now_ms=0) \
-        is AlterOutcome.IGNORED
+    assert (
+        s.on_alter_partition_result(change, _ok(s, isr=(1, 2, 3)), now_ms=0) is AlterOutcome.IGNORED
+    )
 
 
 def test_reelection_in_a_new_epoch_restarts_the_epoch_at_our_leo() -> None:
     s = make_leader((1, 2), leo=5)
     fetch(s, 2, 5)
     s.on_local_append(8, now_ms=0)
-    assert s.on_registration(registration((1, 2), (1, 2), 1, leader_epoch=2,
-                                          partition_epoch=1), now_ms=100)
+    assert s.on_registration(
+        registration((1, 2), (1, 2), 1, leader_epoch=2, partition_epoch=1), now_ms=100
+    )
     assert s.epoch_start_offset == 8 and s.leader_epoch == 2
     with pytest.raises(FencedLeaderEpochError):
         s.on_follower_fetch(BrokerId(2), 8, leader_epoch=1, now_ms=101)
@@ -378,14 +399,15 @@ def test_registration_adding_and_removing_replicas_tracks_exactly_the_followers(
         ((1, 2, 3), (1, 2, 3), 2, -1, None),
         ((1, 2, 3), (1, 2), 2, -1, None),
         ((1, 2, 3), (1,), 2, -1, NotEnoughReplicasError),
-        ((1, 2, 3), (1,), 2, 1, None),      # acks=1 does not care
+        ((1, 2, 3), (1,), 2, 1, None),  # acks=1 does not care
         ((1, 2, 3), (1,), 2, 0, None),
-        ((1,), (1,), 2, -1, None),          # min.insync capped by replication factor
+        ((1,), (1,), 2, -1, None),  # min.insync capped by replication factor
         ((1, 2, 3), (1, 2, 3), 1, 2, InvalidRequiredAcksError),
     ],
 )
 def test_min_insync_replicas_refuses_acks_all_before_the_append(
-        replicas, isr, min_isr, acks, error) -> None:
+    replicas, isr, min_isr, acks, error
+) -> None:
     s = make_leader(replicas, isr, min_isr=min_isr)
     if error is None:
         s.check_append_or_raise(acks)
@@ -448,10 +470,13 @@ def test_all_waiters_fail_when_leadership_is_lost() -> None:
     assert s.maybe_shrink_isr(now_ms=10 * LAG) is None
 
 
-@pytest.mark.parametrize(("gate", "outcome"), [
-    (True, RequestTimedOutError),                  # KIP-966: the HW waits for the ISR
-    (False, NotEnoughReplicasAfterAppendError),    # Kafka 3.x: committed by too few
-])
+@pytest.mark.parametrize(
+    ("gate", "outcome"),
+    [
+        (True, RequestTimedOutError),  # KIP-966: the HW waits for the ISR
+        (False, NotEnoughReplicasAfterAppendError),  # Kafka 3.x: committed by too few
+    ],
+)
 def test_isr_shrinking_below_min_after_the_append(gate, outcome) -> None:
     s = make_leader((1, 2, 3), min_isr=2, leo=0, hw_requires_min_isr=gate)
     s.check_append_or_raise(-1)

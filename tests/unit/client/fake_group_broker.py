@@ -56,18 +56,26 @@ def _pairs(tps: Any) -> list[list[Any]]:
 
 
 class FakeGroupBroker:
-    def __init__(self, topics: dict[str, int], *, initial_rebalance_delay_ms: int = 0,
-                 session_timeout_ms_min: int = 100) -> None:
+    def __init__(
+        self,
+        topics: dict[str, int],
+        *,
+        initial_rebalance_delay_ms: int = 0,
+        session_timeout_ms_min: int = 100,
+    ) -> None:
         self.topics = dict(topics)
         self.logs: dict[tuple[str, int], list[tuple[int, bytes]]] = defaultdict(list)
         self.ends: dict[tuple[str, int], int] = defaultdict(int)
         self.metadata_offset = 1
         ids = itertools.count(1)
         self.state = GroupCoordinatorState(
-            GroupConfig(session_timeout_ms_min=session_timeout_ms_min,
-                        initial_rebalance_delay_ms=initial_rebalance_delay_ms),
+            GroupConfig(
+                session_timeout_ms_min=session_timeout_ms_min,
+                initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+            ),
             new_member_id=lambda client: f"{client}-{next(ids)}",
-            partitions_per_topic=self.topics)
+            partitions_per_topic=self.topics,
+        )
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.refuse_next: list[str] = []
         """Coordinator errors to answer the next group calls with, one per call."""
@@ -139,8 +147,9 @@ class FakeGroupBroker:
 
     async def append_everywhere(self, topic: str, per_partition: int, tag: str = "") -> None:
         for p in range(self.topics[topic]):
-            await self.append(topic, p, [f"{tag}{topic}-{p}-{i}".encode()
-                                         for i in range(per_partition)])
+            await self.append(
+                topic, p, [f"{tag}{topic}-{p}-{i}".encode() for i in range(per_partition)]
+            )
 
     # ------------------------------------------------------------ groups, for tests
 
@@ -159,7 +168,8 @@ class FakeGroupBroker:
 
     def parked_members(self) -> set[str]:
         return {mid for (_, mid), futs in self._parked.items() if futs} | {
-            mid for (_, mid) in self._held}
+            mid for (_, mid) in self._held
+        }
 
     def ops(self, op: str) -> list[dict[str, Any]]:
         return [b for o, b in self.calls if o == op]
@@ -168,14 +178,30 @@ class FakeGroupBroker:
 
     async def _metadata(self, request: web.Request) -> web.Response:
         host, port = self.url.split("://")[1].split(":")
-        return web.json_response({
-            "offset": self.metadata_offset,
-            "brokers": [{"broker_id": 1, "endpoints": [["http", host, int(port)]],
-                         "fenced": False}],
-            "topics": [{"name": t, "partitions": [
-                {"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}
-                for p in range(n)]} for t, n in sorted(self.topics.items())],
-        })
+        return web.json_response(
+            {
+                "offset": self.metadata_offset,
+                "brokers": [
+                    {"broker_id": 1, "endpoints": [["http", host, int(port)]], "fenced": False}
+                ],
+                "topics": [
+                    {
+                        "name": t,
+                        "partitions": [
+                            {
+                                "partition": p,
+                                "leader": 1,
+                                "leader_epoch": 0,
+                                "replicas": [1],
+                                "isr": [1],
+                            }
+                            for p in range(n)
+                        ],
+                    }
+                    for t, n in sorted(self.topics.items())
+                ],
+            }
+        )
 
     async def _fetch(self, request: web.Request) -> web.Response:
         b = msgpack.unpackb(await request.read(), raw=False)
@@ -185,10 +211,18 @@ class FakeGroupBroker:
         while True:
             end = self.ends[key]
             if offset > end or key[0] not in self.topics:
-                return _pack({"error": "OFFSET_OUT_OF_RANGE" if key[0] in self.topics
-                              else "UNKNOWN_TOPIC_OR_PARTITION", "message": "", "leader_id": 1})
-            data = b"".join(batch for base, batch in self.logs[key]
-                            if base + _count(batch) > offset)
+                return _pack(
+                    {
+                        "error": "OFFSET_OUT_OF_RANGE"
+                        if key[0] in self.topics
+                        else "UNKNOWN_TOPIC_OR_PARTITION",
+                        "message": "",
+                        "leader_id": 1,
+                    }
+                )
+            data = b"".join(
+                batch for base, batch in self.logs[key] if base + _count(batch) > offset
+            )
             left = deadline - time.monotonic()
             if data or left <= 0:
                 return _pack({"records": data, "high_watermark": end})
@@ -223,11 +257,17 @@ class FakeGroupBroker:
     async def _op_join(self, b: dict[str, Any]) -> dict[str, Any]:
         owned = b.get("owned")
         req = JoinRequest(
-            str(b["group"]), str(b.get("member_id") or ""), frozenset(b["topics"]),
-            RebalanceProtocol(b.get("protocol", "eager")), str(b.get("assignor", "range")),
-            str(b.get("client_id", "")), int(b["session_timeout_ms"]),
-            int(b["rebalance_timeout_ms"]), None,
-            None if owned is None else frozenset(TopicPartition(t, p) for t, p in owned))
+            str(b["group"]),
+            str(b.get("member_id") or ""),
+            frozenset(b["topics"]),
+            RebalanceProtocol(b.get("protocol", "eager")),
+            str(b.get("assignor", "range")),
+            str(b.get("client_id", "")),
+            int(b["session_timeout_ms"]),
+            int(b["rebalance_timeout_ms"]),
+            None,
+            None if owned is None else frozenset(TopicPartition(t, p) for t, p in owned),
+        )
         out = self.state.handle_join(req, _now_ms())
         fut: asyncio.Future[JoinResponse] | None = None
         if out.response is None:
@@ -244,43 +284,60 @@ class FakeGroupBroker:
         self._deliver(out)
         resp = out.response if fut is None else await fut
         assert resp is not None
-        return {"error": str(resp.error), "member_id": resp.member_id,
-                "generation": resp.generation,
-                "protocol": None if resp.protocol is None else str(resp.protocol),
-                "assignor": resp.assignor, "leader": resp.leader, "members": list(resp.members)}
+        return {
+            "error": str(resp.error),
+            "member_id": resp.member_id,
+            "generation": resp.generation,
+            "protocol": None if resp.protocol is None else str(resp.protocol),
+            "assignor": resp.assignor,
+            "leader": resp.leader,
+            "members": list(resp.members),
+        }
 
     async def _op_sync(self, b: dict[str, Any]) -> dict[str, Any]:
         if self.sync_delay_s:
             await asyncio.sleep(self.sync_delay_s)
         out = self.state.handle_sync(
-            SyncRequest(str(b["group"]), str(b["member_id"]), int(b["generation"])), _now_ms())
+            SyncRequest(str(b["group"]), str(b["member_id"]), int(b["generation"])), _now_ms()
+        )
         self._deliver(out)
         r = out.response
         assert r is not None
-        return {"error": str(r.error), "assignment": _pairs(r.assignment),
-                "revoked": _pairs(r.revoked), "rejoin": r.rejoin}
+        return {
+            "error": str(r.error),
+            "assignment": _pairs(r.assignment),
+            "revoked": _pairs(r.revoked),
+            "rejoin": r.rejoin,
+        }
 
     async def _op_heartbeat(self, b: dict[str, Any]) -> dict[str, Any]:
         out = self.state.handle_heartbeat(
-            HeartbeatRequest(str(b["group"]), str(b["member_id"]), int(b["generation"])),
-            _now_ms())
+            HeartbeatRequest(str(b["group"]), str(b["member_id"]), int(b["generation"])), _now_ms()
+        )
         self._deliver(out)
         return {"error": str(out.response)}
 
     async def _op_leave(self, b: dict[str, Any]) -> dict[str, Any]:
-        out = self.state.handle_leave(LeaveRequest(str(b["group"]), str(b["member_id"])),
-                                      _now_ms())
+        out = self.state.handle_leave(LeaveRequest(str(b["group"]), str(b["member_id"])), _now_ms())
         self._deliver(out)
         return {"error": str(out.response)}
 
     async def _op_commit(self, b: dict[str, Any]) -> dict[str, Any]:
         if self.commit_gate is not None:
             await self.commit_gate.wait()
-        offsets = {TopicPartition(str(t), int(p)): OffsetAndMetadata(int(o), str(md or ""))
-                   for t, p, o, md in b["offsets"]}
+        offsets = {
+            TopicPartition(str(t), int(p)): OffsetAndMetadata(int(o), str(md or ""))
+            for t, p, o, md in b["offsets"]
+        }
         out = self.state.handle_offset_commit(
-            OffsetCommitRequest(str(b["group"]), offsets, str(b.get("member_id") or ""),
-                                int(b.get("generation", -1))), _now_ms())
+            OffsetCommitRequest(
+                str(b["group"]),
+                offsets,
+                str(b.get("member_id") or ""),
+                int(b.get("generation", -1)),
+            ),
+            _now_ms(),
+        )
         self._deliver(out)
         return {"error": str(out.response)}
 
@@ -288,14 +345,26 @@ class FakeGroupBroker:
         parts = b.get("partitions")
         got = self.state.fetch_offsets(
             str(b["group"]),
-            None if parts is None else [TopicPartition(str(t), int(p)) for t, p in parts])
-        return {"offsets": [[tp.topic, tp.partition, c.offset, c.metadata, c.commit_ts_ms]
-                            for tp, c in got.items()]}
+            None if parts is None else [TopicPartition(str(t), int(p)) for t, p in parts],
+        )
+        return {
+            "offsets": [
+                [tp.topic, tp.partition, c.offset, c.metadata, c.commit_ts_ms]
+                for tp, c in got.items()
+            ]
+        }
 
     async def _op_list(self, b: dict[str, Any]) -> dict[str, Any]:
-        return {"groups": [{"group": g, "state": str(self.state.describe(g).state),
-                            "is_simple": self.state.describe(g).is_simple}
-                           for g in sorted(self.state.groups)]}
+        return {
+            "groups": [
+                {
+                    "group": g,
+                    "state": str(self.state.describe(g).state),
+                    "is_simple": self.state.describe(g).is_simple,
+                }
+                for g in sorted(self.state.groups)
+            ]
+        }
 
     # ------------------------------------------------------------ outcomes
 
@@ -314,6 +383,7 @@ class FakeGroupBroker:
 
 def _count(batch: bytes) -> int:
     from storage.batch import parse_header
+
     return parse_header(batch).record_count
 
 

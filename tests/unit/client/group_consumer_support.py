@@ -24,13 +24,26 @@ class Member:
     """An ``AsyncGroupConsumer`` polled in a background task. Every poll is checked to return
     only records of partitions assigned at that moment."""
 
-    def __init__(self, bootstrap: str | Sequence[str], group: str, name: str,
-                 strategy: str = "range", *, topics: list[str] | None = None,
-                 pattern: str | None = None, with_lost: bool = False,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        name: str,
+        strategy: str = "range",
+        *,
+        topics: list[str] | None = None,
+        pattern: str | None = None,
+        with_lost: bool = False,
+        **options: Any,
+    ) -> None:
         self.name = name
-        self.c = AsyncGroupConsumer(bootstrap, group_id=group, client_id=name,
-                                    partition_assignment_strategy=strategy, **options)
+        self.c = AsyncGroupConsumer(
+            bootstrap,
+            group_id=group,
+            client_id=name,
+            partition_assignment_strategy=strategy,
+            **options,
+        )
         self.records: list[ConsumerRecord] = []
         self.arrivals: list[tuple[float, ConsumerRecord]] = []
         self.events: list[tuple[str, frozenset[TopicPartition]]] = []
@@ -51,10 +64,13 @@ class Member:
     async def start(self) -> Member:
         await self.c.start()
         lost = (lambda tps: self._event("lost", tps)) if self._with_lost else None
-        self.c.subscribe(self._topics, pattern=self._pattern,
-                         on_revoked=lambda tps: self._event("revoked", tps),
-                         on_assigned=lambda tps: self._event("assigned", tps),
-                         on_lost=lost)
+        self.c.subscribe(
+            self._topics,
+            pattern=self._pattern,
+            on_revoked=lambda tps: self._event("revoked", tps),
+            on_assigned=lambda tps: self._event("assigned", tps),
+            on_lost=lost,
+        )
         self._task = asyncio.get_running_loop().create_task(self._poll_loop())
         return self
 
@@ -66,7 +82,10 @@ class Member:
             got = await self.c.poll(50)
             held = self.c.assignment()
             assert all(TopicPartition(r.topic, r.partition) in held for r in got), (
-                self.name, [(r.topic, r.partition) for r in got], held)
+                self.name,
+                [(r.topic, r.partition) for r in got],
+                held,
+            )
             now = time.monotonic()
             self.records += got
             self.arrivals += [(now, r) for r in got]
@@ -91,5 +110,8 @@ class Member:
 def assigned_together(members: Sequence[Member], everything: set[TopicPartition]) -> bool:
     """Every member holds something, nobody holds a partition twice, all is held."""
     held = [m.c.assignment() for m in members]
-    return (all(held) and sum(len(h) for h in held) == len(everything)
-            and set().union(*held) == everything)
+    return (
+        all(held)
+        and sum(len(h) for h in held) == len(everything)
+        and set().union(*held) == everything
+    )

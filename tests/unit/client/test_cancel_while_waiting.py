@@ -23,8 +23,7 @@ def test_a_poll_cancelled_as_records_arrive_is_cancelled() -> None:
         fake = FakeGroupBroker({T: 1})
         await fake.start()
         try:
-            async with AsyncConsumer(fake.url, max_wait_ms=50,
-                                     auto_offset_reset="earliest") as c:
+            async with AsyncConsumer(fake.url, max_wait_ms=50, auto_offset_reset="earliest") as c:
                 c.assign([TopicPartition(T, 0)])
                 assert await c.poll(200) == []
                 for _ in range(20):  # each round: the wake-up and the cancel in one iteration
@@ -38,5 +37,5 @@ def test_a_poll_cancelled_as_records_arrive_is_cancelled() -> None:
                     assert task.cancelled(), task
         finally:
             await fake.stop()
-    asyncio.run(go())
 
+    asyncio.run(go())

@@ -36,13 +36,22 @@ T = "t"
 SIX = {TopicPartition(T, p) for p in range(6)}
 
 FAST: dict[str, Any] = dict(
-    heartbeat_interval_ms=50, session_timeout_ms=2000, auto_commit_interval_ms=100,
-    max_wait_ms=50, max_poll_interval_ms=10_000, auto_offset_reset="earliest",
-    retry_backoff_ms=20, request_timeout_ms=5000)
+    heartbeat_interval_ms=50,
+    session_timeout_ms=2000,
+    auto_commit_interval_ms=100,
+    max_wait_ms=50,
+    max_poll_interval_ms=10_000,
+    auto_offset_reset="earliest",
+    retry_backoff_ms=20,
+    request_timeout_ms=5000,
+)
 
 
-def run(test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
-        topics: dict[str, int] | None = None, **broker: Any) -> None:
+def run(
+    test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
+    topics: dict[str, int] | None = None,
+    **broker: Any,
+) -> None:
     async def go() -> None:
         fake = FakeGroupBroker({T: 6} if topics is None else topics, **broker)
         await fake.start()
@@ -51,15 +60,30 @@ def run(test: Callable[[FakeGroupBroker], Coroutine[Any, Any, None]],
                 await test(fake)
         finally:
             await fake.stop()
+
     asyncio.run(go())
 
 
-def member(fake: FakeGroupBroker, name: str, strategy: str = "range", *,
-           topics: list[str] | None = None, pattern: str | None = None,
-           with_lost: bool = False, **options: Any) -> Member:
-    return Member(fake.url, G, name, strategy,
-                  topics=topics if topics is not None or pattern is not None else [T],
-                  pattern=pattern, with_lost=with_lost, **{**FAST, **options})
+def member(
+    fake: FakeGroupBroker,
+    name: str,
+    strategy: str = "range",
+    *,
+    topics: list[str] | None = None,
+    pattern: str | None = None,
+    with_lost: bool = False,
+    **options: Any,
+) -> Member:
+    return Member(
+        fake.url,
+        G,
+        name,
+        strategy,
+        topics=topics if topics is not None or pattern is not None else [T],
+        pattern=pattern,
+        with_lost=with_lost,
+        **{**FAST, **options},
+    )
 
 
 def values(topic: str, partitions: range, n: int, tag: str = "") -> set[bytes]:
@@ -80,8 +104,10 @@ def test_members_share_partitions_and_every_record_is_consumed() -> None:
         b = await member(fake, "b").start()
         c = await member(fake, "c").start()
         await until(lambda: assigned_together(a, b, c), "three members to share t")
-        await until(lambda: a.seen() | b.seen() | c.seen() >= values(T, range(6), 10),
-                    "every record consumed")
+        await until(
+            lambda: a.seen() | b.seen() | c.seen() >= values(T, range(6), 10),
+            "every record consumed",
+        )
         assert {len(m.c.assignment()) for m in (a, b, c)} == {2}  # range: 6 / 3
         assert a.c.generation == b.c.generation == c.c.generation >= 1
         assert len({a.c.member_id, b.c.member_id, c.c.member_id}) == 3
@@ -127,8 +153,13 @@ def test_auto_commit_commits_only_what_earlier_polls_returned() -> None:
             await asyncio.sleep(0.5)
             assert (await c.committed([tp]))[tp] in (None, 0)
             assert await c.poll(10) == []  # ... polling again says they are done
-            await until(lambda: fake.state.fetch_offsets(G).get(tp) is not None
-                        and fake.state.fetch_offsets(G)[tp].offset == 4, "the auto-commit")
+            await until(
+                lambda: (
+                    fake.state.fetch_offsets(G).get(tp) is not None
+                    and fake.state.fetch_offsets(G)[tp].offset == 4
+                ),
+                "the auto-commit",
+            )
             assert (await c.committed([tp]))[tp] == 4
 
     run(go, topics={"one": 1})
@@ -144,8 +175,10 @@ def test_eager_revokes_everything_and_pauses_the_group(strategy: str) -> None:
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
         fake.hold_joins = True
         b = await member(fake, "b", strategy).start()
-        await until(lambda: fake.parked_members() >= {a.c.member_id}
-                    and len(fake.parked_members()) == 2, "both joins parked")
+        await until(
+            lambda: fake.parked_members() >= {a.c.member_id} and len(fake.parked_members()) == 2,
+            "both joins parked",
+        )
         # Eager: a gave everything up before rejoining and reads nothing until the plan.
         assert a.c.assignment() == set()
         assert a.events[-1] == ("revoked", frozenset(SIX))
@@ -155,8 +188,10 @@ def test_eager_revokes_everything_and_pauses_the_group(strategy: str) -> None:
         assert len(a.records) == before
         fake.release_joins()
         await until(lambda: assigned_together(a, b), "the plan")
-        await until(lambda: a.seen() | b.seen() >= values(T, range(6), 2, "during-"),
-                    "the records produced during the rebalance")
+        await until(
+            lambda: a.seen() | b.seen() >= values(T, range(6), 2, "during-"),
+            "the records produced during the rebalance",
+        )
         await a.close()
         await b.close()
 
@@ -175,8 +210,10 @@ def test_cooperative_member_keeps_reading_its_partitions_during_a_join() -> None
         a_joins = [j for j in fake.ops("join") if j["member_id"] == a.c.member_id]
         assert len(a_joins[-1]["owned"]) == 6
         await fake.append_everywhere(T, 2, "during-")
-        await until(lambda: a.seen() >= values(T, range(6), 2, "during-"),
-                    "a to read every partition during the join")
+        await until(
+            lambda: a.seen() >= values(T, range(6), 2, "during-"),
+            "a to read every partition during the join",
+        )
         fake.release_joins()
         await until(lambda: assigned_together(a, b), "the hand-over (two rounds)")
         kept = a.c.assignment()
@@ -189,8 +226,10 @@ def test_cooperative_member_keeps_reading_its_partitions_during_a_join() -> None
         b_assigned = [tps for kind, tps in b.events if kind == "assigned"]
         assert b_assigned[-1] == SIX - kept
         await fake.append_everywhere(T, 1, "after-")
-        await until(lambda: a.seen() | b.seen() >= values(T, range(6), 1, "after-"),
-                    "records after the hand-over")
+        await until(
+            lambda: a.seen() | b.seen() >= values(T, range(6), 1, "after-"),
+            "records after the hand-over",
+        )
         await a.close()
         await b.close()
 
@@ -228,8 +267,10 @@ def test_a_member_the_group_dropped_loses_its_partitions_and_rejoins() -> None:
         fake.kick(G, old_id)  # as a session expiry would
         await until(lambda: ("lost", frozenset(SIX)) in a.events, "on_lost")
         assert ("revoked", frozenset(SIX)) not in a.events
-        await until(lambda: a.c.assignment() == SIX and a.c.member_id not in ("", old_id),
-                    "a to rejoin under a new member id")
+        await until(
+            lambda: a.c.assignment() == SIX and a.c.member_id not in ("", old_id),
+            "a to rejoin under a new member id",
+        )
         await a.close()
 
     run(go)
@@ -239,8 +280,11 @@ def test_commit_from_a_fenced_member_raises_commit_failed() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         await fake.append_everywhere(T, 1)
         # Heartbeats rare enough that the commit is what finds out.
-        c = AsyncGroupConsumer(fake.url, group_id=G, **{**FAST, "heartbeat_interval_ms": 1500,
-                                                         "enable_auto_commit": False})
+        c = AsyncGroupConsumer(
+            fake.url,
+            group_id=G,
+            **{**FAST, "heartbeat_interval_ms": 1500, "enable_auto_commit": False},
+        )
         async with c:
             c.subscribe([T])
             got: list[ConsumerRecord] = []
@@ -285,9 +329,17 @@ def test_pattern_subscription_follows_new_topics() -> None:
         assert a.c.subscription() == {"orders-1"}
         fake.create_topic("orders-2", 2)
         fake.create_topic("other", 2)
-        await until(lambda: a.c.assignment() == {TopicPartition("orders-1", 0),
-                                                 TopicPartition("orders-2", 0),
-                                                 TopicPartition("orders-2", 1)}, "orders-2")
+        await until(
+            lambda: (
+                a.c.assignment()
+                == {
+                    TopicPartition("orders-1", 0),
+                    TopicPartition("orders-2", 0),
+                    TopicPartition("orders-2", 1),
+                }
+            ),
+            "orders-2",
+        )
         assert a.c.subscription() == {"orders-1", "orders-2"}
         await a.close()
 
@@ -305,7 +357,8 @@ def test_unsubscribe_commits_revokes_and_leaves() -> None:
         await until(lambda: fake.members(G) == {}, "a to leave")
         await until(lambda: ("revoked", frozenset(SIX)) in a.events, "on_revoked")
         assert fake.state.fetch_offsets(G) and all(
-            c.offset == 2 for c in fake.state.fetch_offsets(G).values())
+            c.offset == 2 for c in fake.state.fetch_offsets(G).values()
+        )
         with pytest.raises(ClientError):
             await a.c.poll(10)  # not subscribed
         await a.c.close()
@@ -317,8 +370,10 @@ def test_rebalance_callback_errors_surface_in_poll() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         c = AsyncGroupConsumer(fake.url, group_id=G, **FAST)
         async with c:
+
             async def boom(tps: set[TopicPartition]) -> None:
                 raise RuntimeError("listener failed")
+
             c.subscribe([T], on_assigned=boom)
             with pytest.raises(RuntimeError, match="listener failed"):
                 deadline = time.monotonic() + 10
@@ -338,8 +393,11 @@ def test_coordinator_client_follows_coordinator_errors_then_gives_up() -> None:
         md = MetadataCache(t, [fake.url])
         try:
             cc = CoordinatorClient(t, md, G, retry_timeout_s=5)
-            fake.refuse_next = ["COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR",
-                                "COORDINATOR_NOT_AVAILABLE"]
+            fake.refuse_next = [
+                "COORDINATOR_LOAD_IN_PROGRESS",
+                "NOT_COORDINATOR",
+                "COORDINATOR_NOT_AVAILABLE",
+            ]
             ans = await cc.call("heartbeat", {"member_id": "nobody", "generation": 1})
             assert ans["error"] == "UNKNOWN_MEMBER_ID"  # a group outcome: returned
             assert not fake.refuse_next
@@ -385,7 +443,9 @@ def test_commit_async_reports_to_its_callback() -> None:
             await c.commit_async({tp: 7}, lambda o, e: seen.append((o, e)))
             assert seen == [({tp: 7}, None)]
             assert (await c.committed([tp, TopicPartition(T, 1)])) == {
-                tp: 7, TopicPartition(T, 1): None}
+                tp: 7,
+                TopicPartition(T, 1): None,
+            }
             fake.kick(G, c.member_id)
             await c.commit_async({tp: 8}, lambda o, e: seen.append((o, e)))
             assert isinstance(seen[-1][1], CommitFailedError)
@@ -404,12 +464,17 @@ def test_sync_group_consumer_callbacks_may_call_back_into_the_consumer() -> None
 
         def app() -> None:
             # Kafka's idiom: commit what was processed from inside on_revoked.
-            with GroupConsumer(fake.url, group_id=G, enable_auto_commit=False,
-                               **{k: v for k, v in FAST.items()
-                                  if k != "auto_commit_interval_ms"}) as c:
+            with GroupConsumer(
+                fake.url,
+                group_id=G,
+                enable_auto_commit=False,
+                **{k: v for k, v in FAST.items() if k != "auto_commit_interval_ms"},
+            ) as c:
+
                 def on_revoked(tps: set[TopicPartition]) -> None:
                     c.commit()
                     result["revoked"] = tps
+
                 c.subscribe([T], on_revoked=on_revoked)
                 got: list[ConsumerRecord] = []
                 deadline = time.monotonic() + 20
@@ -432,13 +497,13 @@ def test_sync_group_consumer_callbacks_may_call_back_into_the_consumer() -> None
     run(go)
 
 
-
 def test_a_join_the_group_refuses_for_good_raises_from_poll() -> None:
     async def go(fake: FakeGroupBroker) -> None:
         a = await member(fake, "a", "range").start()
         await until(lambda: a.c.assignment() == SIX, "a to own everything")
-        b = AsyncGroupConsumer(fake.url, group_id=G, partition_assignment_strategy="roundrobin",
-                               **FAST)
+        b = AsyncGroupConsumer(
+            fake.url, group_id=G, partition_assignment_strategy="roundrobin", **FAST
+        )
         async with b:
             b.subscribe([T])
             with pytest.raises(ClientError) as e:
@@ -458,8 +523,11 @@ def test_cooperative_subscription_change_revokes_only_the_dropped_topic() -> Non
         a = await member(fake, "a", "cooperative-sticky", topics=[T, "u"]).start()
         await until(lambda: a.c.assignment() == two, "a to own both topics")
         n = len(a.events)
-        a.c.subscribe([T], on_revoked=lambda tps: a.events.append(("revoked", frozenset(tps))),
-                      on_assigned=lambda tps: a.events.append(("assigned", frozenset(tps))))
+        a.c.subscribe(
+            [T],
+            on_revoked=lambda tps: a.events.append(("revoked", frozenset(tps))),
+            on_assigned=lambda tps: a.events.append(("assigned", frozenset(tps))),
+        )
         await until(lambda: a.c.assignment() == SIX, "u to be given up")
         assert a.events[n] == ("revoked", frozenset(two - SIX))  # t was kept throughout
         assert a.c.subscription() == {T}
@@ -519,8 +587,14 @@ def test_a_commit_in_flight_across_a_rebalance_does_not_land_after_it() -> None:
             # out, loses everything and joins again as a new member, getting all back.
             old_member = c.member_id
             fake.kick(G, old_member)
-            await until(lambda: c.member_id not in ("", old_member) and c.generation > gen
-                        and c.assignment() == SIX, "c back with everything")
+            await until(
+                lambda: (
+                    c.member_id not in ("", old_member)
+                    and c.generation > gen
+                    and c.assignment() == SIX
+                ),
+                "c back with everything",
+            )
             polling = False
             await poller
             fake.commit_gate.set()

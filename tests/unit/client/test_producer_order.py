@@ -53,8 +53,9 @@ class GatedMetadata:
 
 
 def _producer(**options: Any) -> tuple[AsyncProducer, GatedMetadata, FakeLeader]:
-    p = AsyncProducer("http://127.0.0.1:1", enable_idempotence=False, acks=1, linger_ms=0,
-                      **options)
+    p = AsyncProducer(
+        "http://127.0.0.1:1", enable_idempotence=False, acks=1, linger_ms=0, **options
+    )
     md, leader = GatedMetadata(), FakeLeader()
     p.metadata = md  # type: ignore[assignment]
     p.transport = leader  # type: ignore[assignment]
@@ -113,6 +114,7 @@ def test_the_sync_producer_stores_a_threads_sends_in_call_order() -> None:
             self._loop = asyncio.get_running_loop()
 
     import api.client.sync as sync
+
     real, sync.AsyncProducer = sync.AsyncProducer, Fake  # type: ignore[misc]
     try:
         p = Producer("http://127.0.0.1:1", enable_idempotence=False, acks=1, linger_ms=0)

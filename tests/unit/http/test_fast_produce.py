@@ -43,8 +43,9 @@ class RecordingRouter:
     logs: dict[int, list[bytes]] = field(default_factory=dict)
     next_offset: dict[int, int] = field(default_factory=dict)
 
-    async def produce(self, topic: str, p: int, acks: int, timeout_ms: int, batch: bytes
-                      ) -> dict[str, Any]:
+    async def produce(
+        self, topic: str, p: int, acks: int, timeout_ms: int, batch: bytes
+    ) -> dict[str, Any]:
         await asyncio.sleep(0)  # let the partitions interleave, as real produces do
         if p in self.failing:
             raise ReplicaError("NOT_ENOUGH_REPLICAS", f"partition {p}: 1 in sync, 2 needed")
@@ -52,8 +53,11 @@ class RecordingRouter:
         n = len(decode_records(batch))
         self.next_offset[p] = base + n
         self.logs.setdefault(p, []).append(batch)
-        return {"base_offset": base, "last_offset": base + n - 1,
-                "log_append_time": self.append_time_ms}
+        return {
+            "base_offset": base,
+            "last_offset": base + n - 1,
+            "log_append_time": self.append_time_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -70,15 +74,23 @@ class Setup:
 
 
 def context(s: Setup) -> HttpContext:
-    configs = {} if s.max_message_bytes is None else {
-        "max.message.bytes": str(s.max_message_bytes)}
+    configs = {} if s.max_message_bytes is None else {"max.message.bytes": str(s.max_message_bytes)}
     image = SimpleNamespace(
         topics={TOPIC: SimpleNamespace(partitions=dict.fromkeys(range(s.partitions)))},
-        configs=SimpleNamespace(topic_config=lambda topic, key: configs.get(key)))
-    ctx = HttpContext(broker_id=1, cluster_id=CLUSTER_ID, image_fn=lambda: image,
-                      router=RecordingRouter(s.failing, s.append_time_ms,  # type: ignore[arg-type]
-                                             s.first_offset),
-                      controllers=None, metrics=BrokerMetrics())  # type: ignore[arg-type]
+        configs=SimpleNamespace(topic_config=lambda topic, key: configs.get(key)),
+    )
+    ctx = HttpContext(
+        broker_id=1,
+        cluster_id=CLUSTER_ID,
+        image_fn=lambda: image,
+        router=RecordingRouter(
+            s.failing,
+            s.append_time_ms,  # type: ignore[arg-type]
+            s.first_offset,
+        ),
+        controllers=None,
+        metrics=BrokerMetrics(),
+    )  # type: ignore[arg-type]
     if s.sticky_before >= 0:
         ctx._rr[TOPIC] = s.sticky_before
     return ctx
@@ -90,22 +102,36 @@ def run(s: Setup, raw: bytes, *, fast: bool) -> dict[str, Any]:
     ctx = context(s)
     with mock.patch("api.http.produce.now_ms", lambda: NOW_MS):
         try:
-            resp = asyncio.run(produce_body(ctx, TOPIC, raw, acks=s.acks, timeout_ms=1000,
-                                            fast=fast))
+            resp = asyncio.run(
+                produce_body(ctx, TOPIC, raw, acks=s.acks, timeout_ms=1000, fast=fast)
+            )
             answer: tuple[Any, ...] = (resp.status, resp.content_type, resp.body)
         except HttpError as e:
             answer = ("raised", e.status, e.error_code, e.message)
     m = ctx.metrics
-    return {"answer": answer, "logs": ctx.router.logs,  # type: ignore[attr-defined]
-            "sticky": dict(ctx._rr),
-            "metrics": (m.produce_records._value.get(), m.bytes_in._value.get(),
-                        m.produce_record_errors._value.get())}
+    return {
+        "answer": answer,
+        "logs": ctx.router.logs,  # type: ignore[attr-defined]
+        "sticky": dict(ctx._rr),
+        "metrics": (
+            m.produce_records._value.get(),
+            m.bytes_in._value.get(),
+            m.produce_record_errors._value.get(),
+        ),
+    }
 
 
 def taken(s: Setup, raw: bytes) -> bool:
-    return fast_produce.plan(raw, partitions=s.partitions,
-                             limit=s.max_message_bytes or 1048588, timestamp_ms=NOW_MS,
-                             next_sticky=lambda: 0) is not None
+    return (
+        fast_produce.plan(
+            raw,
+            partitions=s.partitions,
+            limit=s.max_message_bytes or 1048588,
+            timestamp_ms=NOW_MS,
+            next_sticky=lambda: 0,
+        )
+        is not None
+    )
 
 
 def same_as_general_path(s: Setup, raw: bytes) -> bool:
@@ -124,12 +150,15 @@ write (bad UTF-8, an encoded surrogate, an escaped lone surrogate, a NUL)."""
 
 texts = st.text(st.characters(exclude_categories=("Cs",), exclude_characters=MARK), max_size=40)
 json_values = st.recursive(
-    st.none() | st.booleans()
+    st.none()
+    | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**64 - 1)
-    | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | texts,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 plain_strings = texts | st.from_regex(r"[a-z0-9 ]{0,60}", fullmatch=True)
 
@@ -147,12 +176,25 @@ def data_field(draw: st.DrawFn, *, plain: bool) -> Any:
     if kind is not None:
         f["type"] = kind
     if not plain:
-        f = draw(st.sampled_from([
-            f, f, f, {"type": kind or "JSON"}, {"type": "string", "data": "x"},
-            {"type": "AVRO", "data": 1}, {"type": None, "data": 1}, {"type": "STRING", "data": 7},
-            {"type": "BINARY", "data": "not base64!"}, {"type": "JSON", "data": 2**64},
-            {"data": 1, "extra": 2}, "text", {"type": "STRING", "data": f"a{MARK}b"},
-        ]))
+        f = draw(
+            st.sampled_from(
+                [
+                    f,
+                    f,
+                    f,
+                    {"type": kind or "JSON"},
+                    {"type": "string", "data": "x"},
+                    {"type": "AVRO", "data": 1},
+                    {"type": None, "data": 1},
+                    {"type": "STRING", "data": 7},
+                    {"type": "BINARY", "data": "not base64!"},
+                    {"type": "JSON", "data": 2**64},
+                    {"data": 1, "extra": 2},
+                    "text",
+                    {"type": "STRING", "data": f"a{MARK}b"},
+                ]
+            )
+        )
     return f
 
 
@@ -160,16 +202,29 @@ def data_field(draw: st.DrawFn, *, plain: bool) -> Any:
 def json_record(draw: st.DrawFn, *, plain: bool) -> Any:
     r: dict[str, Any] = {}
     if draw(st.booleans()):
-        r["partition_id"] = draw(st.integers(0, 2) if plain else st.sampled_from(
-            [0, 1, 2, 3, -1, 2**70, True, 1.0, "1", None]))
+        r["partition_id"] = draw(
+            st.integers(0, 2)
+            if plain
+            else st.sampled_from([0, 1, 2, 3, -1, 2**70, True, 1.0, "1", None])
+        )
     if draw(st.booleans()):
-        r["key"] = draw(data_field(plain=plain) if plain
-                        else st.none() | data_field(plain=False))
+        r["key"] = draw(data_field(plain=plain) if plain else st.none() | data_field(plain=False))
     if plain or draw(st.integers(0, 9)) > 0:
         r["value"] = draw(data_field(plain=plain))
     if not plain:
-        extra = draw(st.sampled_from([None, "headers", "null headers", "timestamp",
-                                      "null timestamp", "unknown", "not an object"]))
+        extra = draw(
+            st.sampled_from(
+                [
+                    None,
+                    "headers",
+                    "null headers",
+                    "timestamp",
+                    "null timestamp",
+                    "unknown",
+                    "not an object",
+                ]
+            )
+        )
         if extra == "headers":
             r["headers"] = [{"name": "h", "value": "aGk="}]
         elif extra == "null headers":
@@ -213,12 +268,17 @@ def body(draw: st.DrawFn) -> tuple[bytes, bool]:
     else:
         recs = draw(st.lists(json_record(plain=False), min_size=0, max_size=12))
     single = len(recs) == 1 and draw(st.booleans())
-    style = draw(st.sampled_from(["orjson", "compact", "ascii", "spaced", "indented"]
-                                 + ([] if plain else ["ndjson"])))
+    style = draw(
+        st.sampled_from(
+            ["orjson", "compact", "ascii", "spaced", "indented"] + ([] if plain else ["ndjson"])
+        )
+    )
     raw = serialise(recs[0] if single else recs, style)
     if MARK.encode() in raw:
-        raw = raw.replace(MARK.encode(), draw(st.sampled_from(
-            [b"\xff", b"\xed\xa0\x80", b"\\ud800", b"\x00", MARK.encode()])))
+        raw = raw.replace(
+            MARK.encode(),
+            draw(st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\\ud800", b"\x00", MARK.encode()])),
+        )
     return raw, plain and style != "ndjson"
 
 
@@ -230,7 +290,8 @@ setups = st.builds(
     append_time_ms=st.sampled_from([-1, 1_700_000_000_000]),
     acks=st.sampled_from([-1, 1, 0]),
     sticky_before=st.integers(-1, 5),
-    first_offset=st.sampled_from([0, 995, 999_996, 123_456_789_998]))
+    first_offset=st.sampled_from([0, 995, 999_996, 123_456_789_998]),
+)
 
 
 @given(st.integers(0, 10**13), st.integers(0, 2500))
@@ -239,21 +300,20 @@ def test_offsets_are_written_in_runs_as_decimal_as_percent_d(base: int, n: int) 
     assert fast_produce.offset_texts(base, n) == expected
     head, rest = b'{"offset":', b',"x":1}\n'
     assert fast_produce.lines_with_offsets(head, rest, base, n) == b"".join(
-        head + o + rest for o in expected)
+        head + o + rest for o in expected
+    )
 
 
 @settings(max_examples=400)
 @given(setups, body())
-def test_fast_path_declines_or_matches_the_general_path(s: Setup, b: tuple[bytes, bool]
-                                                        ) -> None:
+def test_fast_path_declines_or_matches_the_general_path(s: Setup, b: tuple[bytes, bool]) -> None:
     raw, _ = b
     same_as_general_path(s, raw)
 
 
 @settings(max_examples=200)
 @given(body().filter(lambda b: b[1]), st.integers(3, 4))  # plain ids are 0-2
-def test_fast_path_takes_bodies_of_plain_records(b: tuple[bytes, bool], partitions: int
-                                                 ) -> None:
+def test_fast_path_takes_bodies_of_plain_records(b: tuple[bytes, bool], partitions: int) -> None:
     raw, _ = b
     assert same_as_general_path(Setup(partitions=partitions), raw), raw
 
@@ -262,25 +322,33 @@ def test_fast_path_takes_bodies_of_plain_records(b: tuple[bytes, bool], partitio
 
 
 def records(n: int, **fields: Any) -> list[dict[str, Any]]:
-    return [{"value": {"type": "STRING", "data": f"{i:08d}" + "x" * 62}, **fields}
-            for i in range(n)]
+    return [
+        {"value": {"type": "STRING", "data": f"{i:08d}" + "x" * 62}, **fields} for i in range(n)
+    ]
 
 
-@pytest.mark.parametrize("raw", [
-    orjson.dumps(records(1000, partition_id=1)),  # the benchmark's body
-    orjson.dumps(records(300)),  # keyless: one sticky partition
-    orjson.dumps([{"key": {"type": "STRING", "data": f"k{i}"}, "value": {"data": {"i": i}}}
-                  for i in range(300)]),
-    orjson.dumps([{"value": {"type": "BINARY", "data": "aGVsbG8="}}] * 3),
-    orjson.dumps({"value": {"data": [1, 2.5, "é"]}}),  # one object: one report, not NDJSON
-    orjson.dumps([{"value": {"data": [1, 2.5, "é"]}}]),
-    b'[{"value": {"data": {"b": 1.0E3, "a": "\\u00e9\\/"}}}]',  # re-encoded as orjson would
-    b'[{"value": {"data": {"a": 1, "a": 2}}}]',  # duplicate names: the last, as orjson
-    b'[{"value": {"data": 1}, "value": {"data": 2}}]',
-    b'[{"value": {"data": 18446744073709551616}}]',  # beyond 64 bits: orjson reads a float
-    b'[{"value": {"type": "STRING", "data": "\\ud83d\\ude00 \\"q\\" \\\\"}}]',
-    b'[{"value": {"type": "STRING", "data": ""}}, {"value": {"type": "STRING", "data": ""}}]',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        orjson.dumps(records(1000, partition_id=1)),  # the benchmark's body
+        orjson.dumps(records(300)),  # keyless: one sticky partition
+        orjson.dumps(
+            [
+                {"key": {"type": "STRING", "data": f"k{i}"}, "value": {"data": {"i": i}}}
+                for i in range(300)
+            ]
+        ),
+        orjson.dumps([{"value": {"type": "BINARY", "data": "aGVsbG8="}}] * 3),
+        orjson.dumps({"value": {"data": [1, 2.5, "é"]}}),  # one object: one report, not NDJSON
+        orjson.dumps([{"value": {"data": [1, 2.5, "é"]}}]),
+        b'[{"value": {"data": {"b": 1.0E3, "a": "\\u00e9\\/"}}}]',  # re-encoded as orjson would
+        b'[{"value": {"data": {"a": 1, "a": 2}}}]',  # duplicate names: the last, as orjson
+        b'[{"value": {"data": 1}, "value": {"data": 2}}]',
+        b'[{"value": {"data": 18446744073709551616}}]',  # beyond 64 bits: orjson reads a float
+        b'[{"value": {"type": "STRING", "data": "\\ud83d\\ude00 \\"q\\" \\\\"}}]',
+        b'[{"value": {"type": "STRING", "data": ""}}, {"value": {"type": "STRING", "data": ""}}]',
+    ],
+)
 def test_fast_path_takes_and_matches(raw: bytes) -> None:
     assert same_as_general_path(Setup(), raw)
 
@@ -294,8 +362,9 @@ def test_batches_are_cut_at_max_message_bytes_as_the_general_path_cuts_them() ->
 
 def test_a_refused_batch_fails_its_records_and_a_single_record_raises() -> None:
     s = Setup(failing=frozenset({1}))
-    assert same_as_general_path(s, orjson.dumps(records(10, partition_id=1)
-                                                + records(10, partition_id=0)))
+    assert same_as_general_path(
+        s, orjson.dumps(records(10, partition_id=1) + records(10, partition_id=0))
+    )
     assert same_as_general_path(s, orjson.dumps(records(1, partition_id=1)))
     assert run(s, orjson.dumps(records(1, partition_id=1)), fast=True)["answer"][0] == "raised"
 
@@ -306,18 +375,21 @@ def test_deep_data_near_orjson_depth_limit(depth: int) -> None:
     same_as_general_path(Setup(), raw)
 
 
-@pytest.mark.parametrize("raw", [
-    b'[{"value": {"type": "STRING", "data": "a\xffb"}}]',  # bad UTF-8: orjson refuses
-    b'[{"value": {"type": "STRING", "data": "\xed\xa0\x80"}}]',  # an encoded surrogate
-    b'[{"value": {"type": "STRING", "data": "\\ud800"}}]',  # a lone surrogate
-    b'[{"value": {"type": "STRING", "data": 5}}]',
-    b'[{"value": {"type": "STRING", "data": "a"}}, {"value": {"type": "STRING", "data": 5}},'
-    b' {"value": {"type": "STRING", "data": ["x"]}}, {"value": {"type": "STRING", "data": "b"}}]',
-    b'[{"value": {"type": "STRING"}}]',  # a tombstone
-    b'[{"value": {"data": "x"}, "timestamp": 5}]',
-    b'[{"partition_id": 3, "value": {"data": "x"}}]',
-    b'[{"value": {"data": "x"}}]\n[{"value": {"data": "y"}}]',
-    b"[]",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'[{"value": {"type": "STRING", "data": "a\xffb"}}]',  # bad UTF-8: orjson refuses
+        b'[{"value": {"type": "STRING", "data": "\xed\xa0\x80"}}]',  # an encoded surrogate
+        b'[{"value": {"type": "STRING", "data": "\\ud800"}}]',  # a lone surrogate
+        b'[{"value": {"type": "STRING", "data": 5}}]',
+        b'[{"value": {"type": "STRING", "data": "a"}}, {"value": {"type": "STRING", "data": 5}},'
+        b' {"value": {"type": "STRING", "data": ["x"]}}, {"value": {"type": "STRING", "data": "b"}}]',
+        b'[{"value": {"type": "STRING"}}]',  # a tombstone
+        b'[{"value": {"data": "x"}, "timestamp": 5}]',
+        b'[{"partition_id": 3, "value": {"data": "x"}}]',
+        b'[{"value": {"data": "x"}}]\n[{"value": {"data": "y"}}]',
+        b"[]",
+    ],
+)
 def test_fast_path_declines(raw: bytes) -> None:
     assert not same_as_general_path(Setup(), raw)

@@ -43,8 +43,11 @@ class Leader:
         h = parse_header(batch)
         plan = self.state.check_and_plan(h)
         if isinstance(plan, Duplicate):
-            return {"base_offset": plan.base_offset, "last_offset": plan.last_offset,
-                    "duplicate": True}
+            return {
+                "base_offset": plan.base_offset,
+                "last_offset": plan.last_offset,
+                "duplicate": True,
+            }
         base = self.end
         self.log.append((base, batch))
         self.state.on_append(h, base)
@@ -62,8 +65,9 @@ class LosingRouter:
     leader: Leader = field(default_factory=Leader)
     calls: int = 0
 
-    async def produce(self, topic: str, p: int, acks: int, timeout_ms: int, batch: bytes
-                      ) -> dict[str, Any]:
+    async def produce(
+        self, topic: str, p: int, acks: int, timeout_ms: int, batch: bytes
+    ) -> dict[str, Any]:
         await asyncio.sleep(0)
         if self.refuse:
             raise ReplicaError("NOT_ENOUGH_REPLICAS", "1 in sync, 2 needed")
@@ -76,11 +80,17 @@ class LosingRouter:
 def context(router: LosingRouter, lanes: ProduceLanes | None) -> HttpContext:
     image = SimpleNamespace(
         topics={TOPIC: SimpleNamespace(partitions=dict.fromkeys(range(1)))},
-        configs=SimpleNamespace(topic_config=lambda topic, key: None))
-    return HttpContext(broker_id=1, cluster_id="c", image_fn=lambda: image,
-                       router=router,  # type: ignore[arg-type]
-                       controllers=None, metrics=BrokerMetrics(),  # type: ignore[arg-type]
-                       lanes=lanes)
+        configs=SimpleNamespace(topic_config=lambda topic, key: None),
+    )
+    return HttpContext(
+        broker_id=1,
+        cluster_id="c",
+        image_fn=lambda: image,
+        router=router,  # type: ignore[arg-type]
+        controllers=None,
+        metrics=BrokerMetrics(),  # type: ignore[arg-type]
+        lanes=lanes,
+    )
 
 
 def lanes() -> ProduceLanes:
@@ -157,8 +167,9 @@ def test_concurrent_requests_to_one_partition_take_separate_lanes() -> None:
 
     async def go() -> None:
         raws = [orjson.dumps({"value": {"type": "JSON", "data": v}}) for v in range(8)]
-        await asyncio.gather(*(produce_body(ctx, TOPIC, raw, acks=-1, timeout_ms=1000,
-                                            fast=True) for raw in raws))
+        await asyncio.gather(
+            *(produce_body(ctx, TOPIC, raw, acks=-1, timeout_ms=1000, fast=True) for raw in raws)
+        )
 
     asyncio.run(go())
     assert sorted(stored(router.leader)) == list(range(8))

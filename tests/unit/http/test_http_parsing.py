@@ -31,22 +31,27 @@ def test_encode_data_types() -> None:
     assert encode_data({"type": "JSON", "data": {"a": [1]}}, "value") == (b'{"a":[1]}', "JSON")
     assert encode_data({"data": 5}, "value") == (b"5", "JSON")  # no type: JSON
     assert encode_data({"type": "string", "data": "hé"}, "key") == ("hé".encode(), "STRING")
-    assert encode_data({"type": "BINARY", "data": base64.b64encode(b"\0\1").decode()},
-                       "value") == (b"\0\1", "BINARY")
+    assert encode_data({"type": "BINARY", "data": base64.b64encode(b"\0\1").decode()}, "value") == (
+        b"\0\1",
+        "BINARY",
+    )
     assert encode_data({"type": "BINARY"}, "value") == (None, "BINARY")  # tombstone
     assert encode_data(None, "key") == (None, None)
 
 
-@pytest.mark.parametrize(("field", "code"), [
-    ({"type": "BINARY", "data": "***"}, 400),
-    ({"type": "BINARY", "data": 12}, 400),
-    ({"type": "STRING", "data": 12}, 42206),
-    ({"type": "AVRO", "data": 1}, 42202),
-    ({"type": "PROTOBUF"}, 42202),
-    ({"type": "XML", "data": 1}, 42206),
-    ({"type": 3, "data": 1}, 42206),
-    ("just a string", 42206),
-])
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [
+        ({"type": "BINARY", "data": "***"}, 400),
+        ({"type": "BINARY", "data": 12}, 400),
+        ({"type": "STRING", "data": 12}, 42206),
+        ({"type": "AVRO", "data": 1}, 42202),
+        ({"type": "PROTOBUF"}, 42202),
+        ({"type": "XML", "data": 1}, 42206),
+        ({"type": 3, "data": 1}, 42206),
+        ("just a string", 42206),
+    ],
+)
 def test_encode_data_errors(field: object, code: int) -> None:
     with pytest.raises(HttpError) as e:
         encode_data(field, "value")
@@ -60,27 +65,42 @@ def test_schema_types_on_the_key_say_key_schema() -> None:
 
 
 def test_parse_v3_record_fields_and_defaults() -> None:
-    r = parse_v3_record({"partition_id": 2, "key": {"type": "STRING", "data": "k"},
-                         "headers": [{"name": "h", "value": base64.b64encode(b"v").decode()},
-                                     {"name": "n", "value": None}],
-                         "timestamp": "2021-02-05T19:14:42Z"}, 7)
+    r = parse_v3_record(
+        {
+            "partition_id": 2,
+            "key": {"type": "STRING", "data": "k"},
+            "headers": [
+                {"name": "h", "value": base64.b64encode(b"v").decode()},
+                {"name": "n", "value": None},
+            ],
+            "timestamp": "2021-02-05T19:14:42Z",
+        },
+        7,
+    )
     assert (r.partition, r.key, r.value) == (2, b"k", None)
     assert r.headers == (("h", b"v"), ("n", None))
     assert r.timestamp_ms == 1612552482000
     assert parse_v3_record({}, 7).timestamp_ms == 7
 
 
-@pytest.mark.parametrize("ts", [-1, TIMESTAMP_MS_MAX + 1, "2021-02-05T19:14:42", "soon", 1.5,
-                                True])
+@pytest.mark.parametrize("ts", [-1, TIMESTAMP_MS_MAX + 1, "2021-02-05T19:14:42", "soon", 1.5, True])
 def test_bad_timestamps_are_refused(ts: object) -> None:
     with pytest.raises(HttpError) as e:
         parse_timestamp(ts)
     assert e.value.status == 422
 
 
-@pytest.mark.parametrize("rec", [{"partition_id": -1}, {"partition_id": "0"},
-                                 {"partition_id": True}, {"headers": {"a": 1}},
-                                 {"headers": [{"value": "AA=="}]}, [1, 2]])
+@pytest.mark.parametrize(
+    "rec",
+    [
+        {"partition_id": -1},
+        {"partition_id": "0"},
+        {"partition_id": True},
+        {"headers": {"a": 1}},
+        {"headers": [{"value": "AA=="}]},
+        [1, 2],
+    ],
+)
 def test_parse_v3_record_errors(rec: object) -> None:
     with pytest.raises(HttpError):
         parse_v3_record(rec, 0)
@@ -89,19 +109,27 @@ def test_parse_v3_record_errors(rec: object) -> None:
 def test_parse_msgpack_record_fields() -> None:
     r = parse_msgpack_record([b"k", None, 5, [["h", b"v"], ["n", None]]], 0, 2)
     assert (r.key, r.value, r.timestamp_ms, r.headers, r.partition) == (
-        b"k", None, 5, (("h", b"v"), ("n", None)), 2)
+        b"k",
+        None,
+        5,
+        (("h", b"v"), ("n", None)),
+        2,
+    )
 
 
-@pytest.mark.parametrize("rec", [
-    [b"k", b"v", None, [["h", 10**9]]],  # bytes(10**9): a gigabyte of zeros
-    [b"k", b"v", None, [["h", 2**63]]],  # bytes(2**63): OverflowError, once a 500
-    [b"k", b"v", None, [[7, b"v"]]],  # str(7) once made a header name of anything
-    [b"k", b"v", None, [["h", "text"]]],
-    [b"k", b"v", None, [["h"]]],
-    [b"k", b"v", None, 5],
-    ["k", b"v", None, []],
-    [b"k", b"v"],
-])
+@pytest.mark.parametrize(
+    "rec",
+    [
+        [b"k", b"v", None, [["h", 10**9]]],  # bytes(10**9): a gigabyte of zeros
+        [b"k", b"v", None, [["h", 2**63]]],  # bytes(2**63): OverflowError, once a 500
+        [b"k", b"v", None, [[7, b"v"]]],  # str(7) once made a header name of anything
+        [b"k", b"v", None, [["h", "text"]]],
+        [b"k", b"v", None, [["h"]]],
+        [b"k", b"v", None, 5],
+        ["k", b"v", None, []],
+        [b"k", b"v"],
+    ],
+)
 def test_parse_msgpack_record_errors(rec: object) -> None:
     with pytest.raises(HttpError) as e:
         parse_msgpack_record(rec, 0, None)
@@ -111,8 +139,9 @@ def test_parse_msgpack_record_errors(rec: object) -> None:
 def test_parse_v2_record_formats() -> None:
     r = parse_v2_record({"key": "a", "value": {"x": 1}}, "json", 0, None)
     assert (r.key, r.value, r.partition) == (b'"a"', b'{"x":1}', None)
-    r = parse_v2_record({"value": base64.b64encode(b"b").decode(), "partition": 1}, "binary", 0,
-                        None)
+    r = parse_v2_record(
+        {"value": base64.b64encode(b"b").decode(), "partition": 1}, "binary", 0, None
+    )
     assert (r.value, r.partition) == (b"b", 1)
     with pytest.raises(HttpError):
         parse_v2_record({"value": "*"}, "binary", 0, None)
@@ -123,7 +152,7 @@ def test_json_stream_joins_split_records_and_isolates_a_bad_line() -> None:
     data = b'{"a": 1}\n{"b": "\xc3\xa9"}\n{oops\n{"c": 3}\n[{"d": 4}, {"e": 5}]'
     out = []
     for i in range(0, len(data), 3):  # cut through records and a UTF-8 sequence
-        out += s.feed(data[i:i + 3])
+        out += s.feed(data[i : i + 3])
     out += s.feed(b"", final=True)
     errors = [o for o in out if isinstance(o, HttpError)]
     good = [o for o in out if not isinstance(o, HttpError)]
@@ -143,25 +172,34 @@ def test_json_stream_concatenated_without_newlines() -> None:
     assert s.feed(b'{"a":1}{"a":2} {"a":3}', final=True) == [{"a": 1}, {"a": 2}, {"a": 3}]
 
 
-@given(st.lists(st.dictionaries(st.text(max_size=5), st.integers(-2**63, 2**63 - 1)
-                                | st.text(max_size=5),
-                                max_size=3), min_size=1, max_size=8),
-       st.integers(1, 17))
-def test_json_stream_any_chunking_gives_the_same_values(values: list[dict[str, object]],
-                                                        cut: int) -> None:
+@given(
+    st.lists(
+        st.dictionaries(
+            st.text(max_size=5), st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5), max_size=3
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 17),
+)
+def test_json_stream_any_chunking_gives_the_same_values(
+    values: list[dict[str, object]], cut: int
+) -> None:
     data = b"\n".join(orjson.dumps(v) for v in values)
     s = JsonStream(max_bytes=1 << 20)
     out = []
     for i in range(0, len(data), cut):
-        out += s.feed(data[i:i + cut])
+        out += s.feed(data[i : i + cut])
     out += s.feed(b"", final=True)
     assert out == values
     assert split_body(data) == values
 
 
 def test_kafka_errors_map_to_statuses() -> None:
-    assert (kafka_error("NOT_ENOUGH_REPLICAS", "x").status, kafka_error(
-        "NOT_ENOUGH_REPLICAS", "x").error_code) == (503, 50003)
+    assert (
+        kafka_error("NOT_ENOUGH_REPLICAS", "x").status,
+        kafka_error("NOT_ENOUGH_REPLICAS", "x").error_code,
+    ) == (503, 50003)
     assert kafka_error("REQUEST_TIMED_OUT", "").error_code == 40801
     assert kafka_error("OFFSET_OUT_OF_RANGE", "m").message == "OFFSET_OUT_OF_RANGE: m"
     assert kafka_error("SOMETHING_NEW", "m").status == 500
@@ -191,13 +229,18 @@ def test_openapi_document_matches_the_broker_routes(tmp_path: Path) -> None:
     from api.node.broker_app import build_broker
     from api.node.config import NodeConfig
 
-    app, _srv = build_broker(NodeConfig(node_id=101, controller_quorum="1@127.0.0.1:1",
-                                        data_dir=tmp_path), autostart=False)
+    app, _srv = build_broker(
+        NodeConfig(node_id=101, controller_quorum="1@127.0.0.1:1", data_dir=tmp_path),
+        autostart=False,
+    )
     routed = set()
     for route in app.router.routes():
         path = route.resource.canonical if route.resource is not None else ""
-        if route.method == "HEAD" or path.startswith("/internal") or path in (
-                "/v3/broker/metadata",):
+        if (
+            route.method == "HEAD"
+            or path.startswith("/internal")
+            or path in ("/v3/broker/metadata",)
+        ):
             continue
         routed.add((route.method.lower(), path))
     doc = openapi_document()

@@ -8,7 +8,8 @@ from jepsen_tests import cleanup
 
 
 def test_run_all_undoes_newest_first_and_skips_unregistered(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     done: list[str] = []
 
     def boom() -> None:

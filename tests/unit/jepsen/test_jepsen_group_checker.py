@@ -36,8 +36,13 @@ def test_a_handover_that_resumes_at_the_commit_is_valid() -> None:
     r = check(_handover(2).history())
     assert r["valid"], r
     g = r["stats"]["group"]
-    assert (g["polls"], g["records"], g["commits"], g["rebalances"], g["ownerships"]) == \
-        (2, 5, {"ok": 1}, 3, 2)
+    assert (g["polls"], g["records"], g["commits"], g["rebalances"], g["ownerships"]) == (
+        2,
+        5,
+        {"ok": 1},
+        3,
+        2,
+    )
 
 
 def test_resuming_before_the_commit_is_redelivery_not_an_anomaly() -> None:
@@ -48,8 +53,13 @@ def test_resuming_past_the_last_commit_skips_records() -> None:
     r = check(_handover(3).history())
     assert r["anomaly_types"] == ["group-resume-past-commit"], r
     [e] = r["anomalies"]["group-resume-past-commit"]
-    assert (e["member"], e["key"], e["first_offset"], e["committed_offset_max"],
-            e["skipped"]) == ("m2", "k", 3, 2, [2, 2])
+    assert (e["member"], e["key"], e["first_offset"], e["committed_offset_max"], e["skipped"]) == (
+        "m2",
+        "k",
+        3,
+        2,
+        [2, 2],
+    )
     assert e["commit_op"] is not None and e["assigned_op"] < e["op"]
 
 
@@ -182,8 +192,9 @@ def _group_model(seed: int, skip_on_resume: bool) -> tuple[H, bool]:
                 if owner[k] != m:
                     continue
                 start = pos[(m, k)]
-                recs = [(o, log[k][o]) for o in range(start, min(start + rng.randrange(4),
-                                                                   len(log[k])))]
+                recs = [
+                    (o, log[k][o]) for o in range(start, min(start + rng.randrange(4), len(log[k])))
+                ]
                 if recs:
                     reads[k] = recs
                     pos[(m, k)] = recs[-1][0] + 1

@@ -40,12 +40,27 @@ class _Coordinator:
     async def metadata(self, request: web.Request) -> web.Response:
         self.remotes.add(request.remote)
         port = int(self.url.rsplit(":", 1)[1])
-        return web.json_response({
-            "brokers": [{"broker_id": 101, "endpoints": [["http", "127.0.0.1", port]]}],
-            "topics": [{"name": "jepsen", "partitions": [
-                {"partition": p, "leader": 101, "leader_epoch": 0, "replicas": [101],
-                 "isr": [101]} for p in (0, 1)]}],
-            "offset": 1})
+        return web.json_response(
+            {
+                "brokers": [{"broker_id": 101, "endpoints": [["http", "127.0.0.1", port]]}],
+                "topics": [
+                    {
+                        "name": "jepsen",
+                        "partitions": [
+                            {
+                                "partition": p,
+                                "leader": 101,
+                                "leader_epoch": 0,
+                                "replicas": [101],
+                                "isr": [101],
+                            }
+                            for p in (0, 1)
+                        ],
+                    }
+                ],
+                "offset": 1,
+            }
+        )
 
     async def group(self, request: web.Request) -> web.Response:
         self.remotes.add(request.remote)
@@ -63,8 +78,12 @@ class _Coordinator:
 
 
 def _cluster(url: str) -> Any:
-    return SimpleNamespace(topic="jepsen", keys=["k0", "k1"], broker_urls=lambda: [url],
-                           key_partition=lambda k: int(k[1:]))
+    return SimpleNamespace(
+        topic="jepsen",
+        keys=["k0", "k1"],
+        broker_urls=lambda: [url],
+        key_partition=lambda k: int(k[1:]),
+    )
 
 
 async def _wait_for(cond: Any, what: str, timeout_s: float = 15.0) -> None:
@@ -83,9 +102,14 @@ async def _member_against_a_scripted_coordinator() -> None:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     coord.url = f"http://127.0.0.1:{port}"
     events: list[tuple[str, list[str]]] = []
-    member = LongboatGroupMember(_cluster(coord.url), "c0-m0.1", SOURCE, group="g",
-                                 assignor="range",
-                                 on_rebalance=lambda e, keys: events.append((e, keys)))
+    member = LongboatGroupMember(
+        _cluster(coord.url),
+        "c0-m0.1",
+        SOURCE,
+        group="g",
+        assignor="range",
+        on_rebalance=lambda e, keys: events.append((e, keys)),
+    )
     try:
         await member.start()
         await _wait_for(lambda: events, "the first assignment")
@@ -130,10 +154,15 @@ class _FailingConsumer:
 
 def test_a_failed_poll_is_definite_and_a_failed_commit_is_not() -> None:
     async def go() -> None:
-        member = LongboatGroupMember(_cluster("http://127.0.0.1:1"), "c0-m0.1", SOURCE,
-                                     group="g", assignor="range",
-                                     on_rebalance=lambda e, keys: None,
-                                     consumer=_FailingConsumer())  # type: ignore[arg-type]
+        member = LongboatGroupMember(
+            _cluster("http://127.0.0.1:1"),
+            "c0-m0.1",
+            SOURCE,
+            group="g",
+            assignor="range",
+            on_rebalance=lambda e, keys: None,
+            consumer=_FailingConsumer(),
+        )  # type: ignore[arg-type]
         with pytest.raises(DefiniteError):
             await member.poll(10)
         with pytest.raises(IndefiniteError):

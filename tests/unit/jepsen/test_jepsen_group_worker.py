@@ -64,17 +64,29 @@ def test_group_worker_records_polls_commits_and_crashes() -> None:
         members.append(_Member(name, on_rebalance))
         return members[-1]
 
-    w = GroupQueueWorker(1, 4, _Producer(), new_member, ["k0", "k1"], rec, lambda: 0,
-                         random.Random(0), group="g", assignor="range")
+    w = GroupQueueWorker(
+        1,
+        4,
+        _Producer(),
+        new_member,
+        ["k0", "k1"],
+        rec,
+        lambda: 0,
+        random.Random(0),
+        group="g",
+        assignor="range",
+    )
 
     async def go() -> None:
         await w.join()
         m = members[0]
-        m.polls = [{"k0": [(3, 30), (4, 40)], "k1": [(0, 7)]},
-                   DefiniteError("leader moved"),
-                   {"k0": [(5, 50)]},
-                   {"k1": [(1, 8)]},
-                   {}]
+        m.polls = [
+            {"k0": [(3, 30), (4, 40)], "k1": [(0, 7)]},
+            DefiniteError("leader moved"),
+            {"k0": [(5, 50)]},
+            {"k1": [(1, 8)]},
+            {},
+        ]
         m.commits = [None, DefiniteError("not in a generation"), IndefiniteError("timeout")]
         await w.poll()  # ok, commit ok
         await w.poll()  # failed poll: no commit
@@ -90,23 +102,41 @@ def test_group_worker_records_polls_commits_and_crashes() -> None:
     ops = [(o.process, o.type, o.f) for o in rec.history().ops]
     assert ops == [
         (1, "invoke", "subscribe"),
-        ("m1.1", "invoke", "rebalance"), ("m1.1", "ok", "rebalance"),
+        ("m1.1", "invoke", "rebalance"),
+        ("m1.1", "ok", "rebalance"),
         (1, "ok", "subscribe"),
-        (1, "invoke", "poll"), (1, "ok", "poll"), (1, "invoke", "commit"), (1, "ok", "commit"),
-        (1, "invoke", "poll"), (1, "fail", "poll"),
-        (1, "invoke", "poll"), (1, "ok", "poll"), (1, "invoke", "commit"),
+        (1, "invoke", "poll"),
+        (1, "ok", "poll"),
+        (1, "invoke", "commit"),
+        (1, "ok", "commit"),
+        (1, "invoke", "poll"),
+        (1, "fail", "poll"),
+        (1, "invoke", "poll"),
+        (1, "ok", "poll"),
+        (1, "invoke", "commit"),
         (1, "fail", "commit"),
-        (1, "invoke", "poll"), (1, "ok", "poll"), (1, "invoke", "commit"),
+        (1, "invoke", "poll"),
+        (1, "ok", "poll"),
+        (1, "invoke", "commit"),
         (1, "info", "commit"),
-        (5, "invoke", "subscribe"), (5, "ok", "subscribe"),  # the member carries on as p5
-        (5, "invoke", "poll"), (5, "ok", "poll"),
+        (5, "invoke", "subscribe"),
+        (5, "ok", "subscribe"),  # the member carries on as p5
+        (5, "invoke", "poll"),
+        (5, "ok", "poll"),
     ]
     h = rec.history()
     first_poll = next(o for o in h.ops if o.f == "poll" and o.type == "ok")
-    assert first_poll.value == {"group": "g", "member": "m1.1",
-                                "reads": {"k0": [[3, 30], [4, 40]], "k1": [[0, 7]]}}
-    assert h.ops[1].value == {"group": "g", "member": "m1.1", "event": "assigned",
-                              "keys": ["k0", "k1"]}
+    assert first_poll.value == {
+        "group": "g",
+        "member": "m1.1",
+        "reads": {"k0": [[3, 30], [4, 40]], "k1": [[0, 7]]},
+    }
+    assert h.ops[1].value == {
+        "group": "g",
+        "member": "m1.1",
+        "event": "assigned",
+        "keys": ["k0", "k1"],
+    }
     r = check(h)
     assert r["stats"]["group"]["commits"] == {"ok": 1, "fail": 1, "info": 1}
     assert r["stats"]["group"]["polls"] == 4

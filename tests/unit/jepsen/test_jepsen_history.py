@@ -22,8 +22,9 @@ def test_recorder_round_trips_through_jsonl(tmp_path: Path) -> None:
     h.save(tmp_path / "h.jsonl")
     loaded = History.load(tmp_path / "h.jsonl")
     assert [o.to_json() for o in loaded] == [o.to_json() for o in h]
-    assert [o.to_json() for o in History.load(tmp_path / "stream.jsonl")] == \
-        [o.to_json() for o in h]
+    assert [o.to_json() for o in History.load(tmp_path / "stream.jsonl")] == [
+        o.to_json() for o in h
+    ]
     assert loaded.ops[1].node == "n1" and loaded.ops[3].error == "timeout"
     times = [o.time_ns for o in loaded]
     assert times == sorted(times)

@@ -14,15 +14,32 @@ from jepsen_tests.checkers.linear import (
 )
 
 
-def op(i: int, call: int, ret: int | None, f: str, inp: object = None, out: object = None,
-       ) -> LinOp:
-    return LinOp(i, call, INF if ret is None else ret, f, inp,
-                 UNKNOWN if ret is None else out, ret is not None)
+def op(
+    i: int,
+    call: int,
+    ret: int | None,
+    f: str,
+    inp: object = None,
+    out: object = None,
+) -> LinOp:
+    return LinOp(
+        i,
+        call,
+        INF if ret is None else ret,
+        f,
+        inp,
+        UNKNOWN if ret is None else out,
+        ret is not None,
+    )
 
 
 def test_sequential_register_is_linearizable() -> None:
-    ops = [op(0, 0, 1, "write", 1), op(1, 2, 3, "read", out=1), op(2, 4, 5, "write", 2),
-           op(3, 6, 7, "read", out=2)]
+    ops = [
+        op(0, 0, 1, "write", 1),
+        op(1, 2, 3, "read", out=1),
+        op(2, 4, 5, "write", 2),
+        op(3, 6, 7, "read", out=2),
+    ]
     assert check_ops(ops, RegisterModel())["valid"] is True
 
 
@@ -42,8 +59,12 @@ def test_concurrent_write_may_be_read_either_way() -> None:
 
 def test_reads_must_not_flip_back() -> None:
     # Two sequential reads inside a concurrent write: new then old is not linearizable.
-    ops = [op(0, 0, 1, "write", 1), op(1, 2, 10, "write", 2), op(2, 3, 4, "read", out=2),
-           op(3, 5, 6, "read", out=1)]
+    ops = [
+        op(0, 0, 1, "write", 1),
+        op(1, 2, 10, "write", 2),
+        op(2, 3, 4, "read", out=2),
+        op(3, 5, 6, "read", out=1),
+    ]
     assert check_ops(ops, RegisterModel())["valid"] is False
 
 
@@ -55,10 +76,17 @@ def test_info_write_may_take_effect_later_or_never() -> None:
 
 
 def test_cas_register() -> None:
-    ok = [op(0, 0, 1, "write", 0), op(1, 2, 3, "cas", [0, 1], True),
-          op(2, 4, 5, "cas", [0, 2], False), op(3, 6, 7, "read", out=1)]
-    bad = [op(0, 0, 1, "write", 0), op(1, 2, 3, "cas", [0, 1], True),
-           op(2, 4, 5, "cas", [0, 2], True)]
+    ok = [
+        op(0, 0, 1, "write", 0),
+        op(1, 2, 3, "cas", [0, 1], True),
+        op(2, 4, 5, "cas", [0, 2], False),
+        op(3, 6, 7, "read", out=1),
+    ]
+    bad = [
+        op(0, 0, 1, "write", 0),
+        op(1, 2, 3, "cas", [0, 1], True),
+        op(2, 4, 5, "cas", [0, 2], True),
+    ]
     assert check_ops(ok, RegisterModel())["valid"] is True
     assert check_ops(bad, RegisterModel())["valid"] is False
 
@@ -76,8 +104,15 @@ def test_memoization_keeps_wide_concurrency_fast() -> None:
     assert r["valid"] is True
 
 
-def _topic(h: H, p: int, f: str, topic: str, result: dict | None, type: str = "ok",
-           definition: dict | None = None) -> None:
+def _topic(
+    h: H,
+    p: int,
+    f: str,
+    topic: str,
+    result: dict | None,
+    type: str = "ok",
+    definition: dict | None = None,
+) -> None:
     inv: dict = {"topic": topic}
     if definition is not None:
         inv["definition"] = definition

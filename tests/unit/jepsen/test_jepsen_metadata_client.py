@@ -37,8 +37,10 @@ class _DyingBroker:
                     self.server.close()  # the port now refuses connections
                     writer.transport.abort()
                     return
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 2\r\n\r\n{}")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 2\r\n\r\n{}"
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()

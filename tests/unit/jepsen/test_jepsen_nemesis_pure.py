@@ -62,8 +62,11 @@ def test_nft_script_drops_each_grudged_pair_once() -> None:
 
 
 def test_grudge_for_partition_faults() -> None:
-    f = Fault("partition-majority", ("n4", "n5"),
-              {"majority": ["n1", "n2", "n3"], "minority": ["n4", "n5"]})
+    f = Fault(
+        "partition-majority",
+        ("n4", "n5"),
+        {"majority": ["n1", "n2", "n3"], "minority": ["n4", "n5"]},
+    )
     assert grudge_for(f, NODES)["n4"] == {"n1", "n2", "n3"}
     f2 = Fault("partition-cut", ("n1",), {"node": "n1", "cut_from": ["n2"]})
     assert grudge_for(f2, NODES) == {"n1": {"n2"}, "n2": {"n1"}}

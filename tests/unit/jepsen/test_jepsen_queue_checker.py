@@ -43,8 +43,10 @@ def test_lost_split_prefix_middle_postfix_against_final_reads() -> None:
     # final reads see offsets 2 and 4 only (say, a replica that lost the rest)
     h.poll(1, {"k": [(2, 12), (4, 14)]}, final=True)
     r = check(h.history())
-    lost = {k: sorted(e["value"] for e in r["anomalies"].get(k, []))
-            for k in ("lost-prefix", "lost-middle", "lost-postfix")}
+    lost = {
+        k: sorted(e["value"] for e in r["anomalies"].get(k, []))
+        for k in ("lost-prefix", "lost-middle", "lost-postfix")
+    }
     assert lost == {"lost-prefix": [10, 11], "lost-middle": [13], "lost-postfix": [15]}
     assert "lost-middle" in r["anomaly_types"]
     assert "lost-postfix" not in r["anomaly_types"]  # may be slow final reads

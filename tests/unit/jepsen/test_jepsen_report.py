@@ -18,8 +18,11 @@ def test_report_shows_verdict_anomalies_windows_and_plots() -> None:
     h.send(0, "k", 3, offset=2, node="n1")
     h.poll(2, {"k": [(0, 1), (2, 3)]}, final=True)
     history = h.history()
-    results = {"config": {"workload": "queue", "nemeses": ["kill"], "seed": 1},
-               "warnings": ["clock nemesis unavailable: test"], "result": check(history)}
+    results = {
+        "config": {"workload": "queue", "nemeses": ["kill"], "seed": 1},
+        "warnings": ["clock nemesis unavailable: test"],
+        "result": check(history),
+    }
     page = report.render(results, history)
     assert "INVALID" in page
     assert "lost-write" in page and "lost-middle" in page and "invalidates" in page

@@ -25,8 +25,7 @@ class _Writer:
 
 def test_a_call_cancelled_as_its_answer_arrives_is_cancelled() -> None:
     async def go() -> None:
-        client = ToyClient("c1", "127.0.0.1", {"n1": ("127.0.0.1", 1)}, {"k0": "n1"},
-                           timeout_s=30)
+        client = ToyClient("c1", "127.0.0.1", {"n1": ("127.0.0.1", 1)}, {"k0": "n1"}, timeout_s=30)
         for _ in range(20):  # each round: the answer and the cancel in one loop iteration
             reader = asyncio.StreamReader()
             writer: Any = _Writer()

@@ -36,8 +36,14 @@ class FakeGroups:
 
     async def join(self, req: Any) -> JoinResponse:
         self.calls.append(req)
-        return JoinResponse(GroupError.NONE, member_id="m1", generation=3,
-                            assignor=req.assignor, leader="m1", members=("m1",))
+        return JoinResponse(
+            GroupError.NONE,
+            member_id="m1",
+            generation=3,
+            assignor=req.assignor,
+            leader="m1",
+            members=("m1",),
+        )
 
     async def sync(self, req: Any) -> SyncResponse:
         return SyncResponse(GroupError.NONE, assignment=frozenset({TopicPartition("t", 1)}))
@@ -63,9 +69,15 @@ def ctx() -> h.KafkaContext:
     async def execute(cmd: Any) -> Any:
         return None
 
-    return h.KafkaContext(broker_id=101, cluster_id="c", image_fn=lambda: MetadataImage.EMPTY,
-                          replicas=None, groups=FakeGroups([]),  # type: ignore[arg-type]
-                          next_producer_id=pid, execute=execute)
+    return h.KafkaContext(
+        broker_id=101,
+        cluster_id="c",
+        image_fn=lambda: MetadataImage.EMPTY,
+        replicas=None,
+        groups=FakeGroups([]),  # type: ignore[arg-type]
+        next_producer_id=pid,
+        execute=execute,
+    )
 
 
 def subscription(topics: list[str]) -> bytes:
@@ -76,8 +88,9 @@ def subscription(topics: list[str]) -> bytes:
 
     buf = io.BytesIO()
     buf.write(b"\0\1")
-    entity_writer(ConsumerProtocolSubscription)(buf, ConsumerProtocolSubscription(
-        topics=tuple(topics), user_data=None, owned_partitions=()))
+    entity_writer(ConsumerProtocolSubscription)(
+        buf, ConsumerProtocolSubscription(topics=tuple(topics), user_data=None, owned_partitions=())
+    )
     return buf.getvalue()
 
 
@@ -104,8 +117,13 @@ def versions(api_key: int) -> list[int]:
 def test_leave_group_every_version(version: int) -> None:
     from kio.schema.leave_group.v4.request import MemberIdentity
 
-    req = request(13, version, group_id="g", member_id="m1",
-                  members=(MemberIdentity(member_id="m1", group_instance_id=None),))
+    req = request(
+        13,
+        version,
+        group_id="g",
+        member_id="m1",
+        members=(MemberIdentity(member_id="m1", group_instance_id=None),),
+    )
     out = round_trip(13, version, asyncio.run(h.handle_leave_group(ctx(), version, req)))
     assert out.error_code == ErrorCode.none
 
@@ -114,31 +132,52 @@ def test_leave_group_every_version(version: int) -> None:
 def test_join_then_sync_every_version(version: int) -> None:
     c = ctx()
     mod = __import__(f"kio.schema.join_group.v{version}.request", fromlist=["x"])
-    protos = (mod.JoinGroupRequestProtocol(name="cooperative-sticky",
-                                           metadata=subscription(["t"])),)
-    req = request(11, version, group_id="g", session_timeout=datetime.timedelta(seconds=10),
-                  rebalance_timeout=datetime.timedelta(seconds=30), member_id="",
-                  group_instance_id=None, protocol_type="consumer", protocols=protos)
+    protos = (
+        mod.JoinGroupRequestProtocol(name="cooperative-sticky", metadata=subscription(["t"])),
+    )
+    req = request(
+        11,
+        version,
+        group_id="g",
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=protos,
+    )
     out = round_trip(11, version, asyncio.run(h.handle_join_group(c, version, req)))
     assert (out.error_code, out.member_id, out.leader, out.generation_id) == (
-        ErrorCode.none, "m1", "m1", 3)
+        ErrorCode.none,
+        "m1",
+        "m1",
+        3,
+    )
     assert [m.metadata for m in out.members] == [subscription(["t"])]
     join = c.groups.calls[0]  # type: ignore[attr-defined]
     assert (join.topics, join.assignor) == (frozenset({"t"}), "cooperative-sticky")
     for sv in versions(14):
-        sreq = request(14, sv, group_id="g", generation_id=3, member_id="m1",
-                       group_instance_id=None, protocol_type="consumer",
-                       protocol_name="cooperative-sticky", assignments=())
+        sreq = request(
+            14,
+            sv,
+            group_id="g",
+            generation_id=3,
+            member_id="m1",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="cooperative-sticky",
+            assignments=(),
+        )
         sout = round_trip(14, sv, asyncio.run(h.handle_sync_group(c, sv, sreq)))
         assert sout.error_code == ErrorCode.none
-        assert sout.assignment == b"\0\0" + bytes.fromhex("00000001" "0001" "74" "00000001"
-                                                          "00000001" "ffffffff")
+        assert sout.assignment == b"\0\0" + bytes.fromhex("000000010001740000000100000001ffffffff")
 
 
 @pytest.mark.parametrize("version", versions(12))
 def test_heartbeat_every_version(version: int) -> None:
-    req = request(12, version, group_id="g", generation_id=3, member_id="m1",
-                  group_instance_id=None)
+    req = request(
+        12, version, group_id="g", generation_id=3, member_id="m1", group_instance_id=None
+    )
     out = round_trip(12, version, asyncio.run(h.handle_heartbeat(ctx(), version, req)))
     assert out.error_code == ErrorCode.rebalance_in_progress
 
@@ -153,9 +192,14 @@ def test_find_coordinator_every_version_names_no_listener_as_unavailable(version
 
 @pytest.mark.parametrize("version", versions(22))
 def test_init_producer_id_every_version(version: int) -> None:
-    req = request(22, version, transactional_id=None,
-                  transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
-                  producer_epoch=-1)
+    req = request(
+        22,
+        version,
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
     out = round_trip(22, version, asyncio.run(h.handle_init_producer_id(ctx(), version, req)))
     assert (out.error_code, out.producer_id, out.producer_epoch) == (ErrorCode.none, 77, 0)
 
@@ -163,13 +207,34 @@ def test_init_producer_id_every_version(version: int) -> None:
 @pytest.mark.parametrize("version", versions(8))
 def test_offset_commit_every_version(version: int) -> None:
     mod = __import__(f"kio.schema.offset_commit.v{version}.request", fromlist=["x"])
-    topic = h.build(mod, "OffsetCommitRequestTopic", name="t", partitions=(h.build(
-        mod, "OffsetCommitRequestPartition", partition_index=0, committed_offset=5,
-        committed_leader_epoch=-1, commit_timestamp=-1, committed_metadata="meta"),))
+    topic = h.build(
+        mod,
+        "OffsetCommitRequestTopic",
+        name="t",
+        partitions=(
+            h.build(
+                mod,
+                "OffsetCommitRequestPartition",
+                partition_index=0,
+                committed_offset=5,
+                committed_leader_epoch=-1,
+                commit_timestamp=-1,
+                committed_metadata="meta",
+            ),
+        ),
+    )
     c = ctx()
-    req = request(8, version, group_id="g", generation_id_or_member_epoch=3,
-                  generation_id=3, member_id="m1", group_instance_id=None,
-                  retention_time=datetime.timedelta(0), topics=(topic,))
+    req = request(
+        8,
+        version,
+        group_id="g",
+        generation_id_or_member_epoch=3,
+        generation_id=3,
+        member_id="m1",
+        group_instance_id=None,
+        retention_time=datetime.timedelta(0),
+        topics=(topic,),
+    )
     out = round_trip(8, version, asyncio.run(h.handle_offset_commit(c, version, req)))
     assert out.topics[0].partitions[0].error_code == ErrorCode.none
     commit = c.groups.calls[0]  # type: ignore[attr-defined]
@@ -179,8 +244,13 @@ def test_offset_commit_every_version(version: int) -> None:
 @pytest.mark.parametrize("version", versions(9))
 def test_offset_fetch_every_version(version: int) -> None:
     mod = __import__(f"kio.schema.offset_fetch.v{version}.request", fromlist=["x"])
-    req = request(9, version, group_id="g", require_stable=False, topics=(
-        h.build(mod, "OffsetFetchRequestTopic", name="t", partition_indexes=(0,)),))
+    req = request(
+        9,
+        version,
+        group_id="g",
+        require_stable=False,
+        topics=(h.build(mod, "OffsetFetchRequestTopic", name="t", partition_indexes=(0,)),),
+    )
     out = round_trip(9, version, asyncio.run(h.handle_offset_fetch(ctx(), version, req)))
     assert out.topics[0].partitions[0].committed_offset == -1
 
@@ -195,8 +265,9 @@ class FakeReplicas:
 
         self.batch = encode_batch([(b"k", b"v", 5, [])], magic=MAGIC_KAFKA)
 
-    async def produce(self, topic: str, partition: int, acks: int, timeout_ms: int,
-                      batch: bytes) -> dict[str, Any]:
+    async def produce(
+        self, topic: str, partition: int, acks: int, timeout_ms: int, batch: bytes
+    ) -> dict[str, Any]:
         from broker.replica_manager import ReplicaError
 
         if partition != 0:
@@ -221,43 +292,99 @@ def test_produce_every_served_version(version: int) -> None:
     from kio.static.primitive import Records
 
     mod = __import__(f"kio.schema.produce.v{version}.request", fromlist=["x"])
-    req = request(0, version, transactional_id=None, acks=-1,
-                  timeout=datetime.timedelta(seconds=5), topic_data=(mod.TopicProduceData(
-                      name="t", partition_data=tuple(mod.PartitionProduceData(
-                          index=i, records=Records(b"x")) for i in (0, 1))),))
+    req = request(
+        0,
+        version,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            mod.TopicProduceData(
+                name="t",
+                partition_data=tuple(
+                    mod.PartitionProduceData(index=i, records=Records(b"x")) for i in (0, 1)
+                ),
+            ),
+        ),
+    )
     out = round_trip(0, version, asyncio.run(h.handle_produce(data_ctx(), version, req)))
     [p0, p1] = out.responses[0].partition_responses
     assert (p0.error_code, p0.base_offset) == (ErrorCode.none, 41)
     assert p1.error_code == ErrorCode.not_leader_or_follower
-    acks0 = request(0, version, transactional_id=None, acks=0,
-                    timeout=datetime.timedelta(seconds=5), topic_data=req.topic_data)
+    acks0 = request(
+        0,
+        version,
+        transactional_id=None,
+        acks=0,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=req.topic_data,
+    )
     assert asyncio.run(h.handle_produce(data_ctx(), version, acks0)) is None
 
 
 @pytest.mark.parametrize("version", versions(1))
 def test_fetch_every_version(version: int) -> None:
     mod = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["x"])
-    part = h.build(mod, "FetchPartition", partition=0, current_leader_epoch=-1,
-                   fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
-                   partition_max_bytes=1 << 20)
-    req = request(1, version, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
-                  max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
-                  topics=(h.build(mod, "FetchTopic", topic="t", partitions=(part,)),),
-                  forgotten_topics_data=(), rack_id="")
+    part = h.build(
+        mod,
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    req = request(
+        1,
+        version,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=(h.build(mod, "FetchTopic", topic="t", partitions=(part,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
     c = data_ctx()
     out = round_trip(1, version, asyncio.run(h.handle_fetch(c, version, req)))
     p = out.responses[0].partitions[0]
     assert (p.error_code, p.high_watermark, bytes(p.records)) == (
-        ErrorCode.none, 1, c.replicas.batch)  # type: ignore[attr-defined]
+        ErrorCode.none,
+        1,
+        c.replicas.batch,
+    )  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("version", versions(2))
 def test_list_offsets_every_version(version: int) -> None:
     mod = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["x"])
-    req = request(2, version, replica_id=-1, isolation_level=0, topics=(h.build(
-        mod, "ListOffsetsTopic", name="t", partitions=(h.build(
-            mod, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
-            timestamp=-1, max_num_offsets=1),)),))
+    req = request(
+        2,
+        version,
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            h.build(
+                mod,
+                "ListOffsetsTopic",
+                name="t",
+                partitions=(
+                    h.build(
+                        mod,
+                        "ListOffsetsPartition",
+                        partition_index=0,
+                        current_leader_epoch=-1,
+                        timestamp=-1,
+                        max_num_offsets=1,
+                    ),
+                ),
+            ),
+        ),
+    )
     out = round_trip(2, version, asyncio.run(h.handle_list_offsets(data_ctx(), version, req)))
     p = out.topics[0].partitions[0]
     assert (p.error_code, p.offset) == (ErrorCode.none, 9)
@@ -266,13 +393,18 @@ def test_list_offsets_every_version(version: int) -> None:
 @pytest.mark.parametrize("version", versions(3))
 def test_metadata_every_version_names_an_unknown_topic(version: int) -> None:
     mod = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["x"])
-    req = request(3, version, topics=(h.build(mod, "MetadataRequestTopic", name="nope",
-                                              topic_id=None),),
-                  allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-                  include_topic_authorized_operations=False)
+    req = request(
+        3,
+        version,
+        topics=(h.build(mod, "MetadataRequestTopic", name="nope", topic_id=None),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
     out = round_trip(3, version, asyncio.run(h.handle_metadata(data_ctx(), version, req)))
     assert [(t.name, t.error_code) for t in out.topics] == [
-        ("nope", ErrorCode.unknown_topic_or_partition)]
+        ("nope", ErrorCode.unknown_topic_or_partition)
+    ]
     assert out.brokers == ()
 
 
@@ -284,8 +416,14 @@ def test_init_producer_id_throttled_is_throttling_quota_exceeded() -> None:
 
     c = ctx()
     c.next_producer_id = throttled
-    req = request(22, 4, transactional_id=None, transaction_timeout=datetime.timedelta(0),
-                  producer_id=-1, producer_epoch=-1)
+    req = request(
+        22,
+        4,
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(0),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
     out = round_trip(22, 4, asyncio.run(h.handle_init_producer_id(c, 4, req)))
     assert out.error_code == ErrorCode.throttling_quota_exceeded
     assert out.throttle_time == datetime.timedelta(milliseconds=250)

@@ -30,9 +30,11 @@ kp = pytest.importorskip("kafka.protocol.metadata")
 def test_a_flexible_request_from_kafka_python_parses_header_and_body() -> None:
     from kafka.protocol.metadata import MetadataRequest
 
-    req = MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(
-        topic_id=None, name="orders")], allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False)
+    req = MetadataRequest[12](
+        topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name="orders")],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     req.with_header(correlation_id=42, client_id="kp")
     frame = bytes(req.encode(version=12, header=True))
     h = parse_header(frame)
@@ -84,11 +86,30 @@ def test_flexible_responses_carry_the_header_tag_byte() -> None:
     from api.kafka.protocol import build, response_module
 
     mod = response_module(12, 4)  # Heartbeat v4: flexible
-    out = encode_response(12, 4, 1, build(mod, "HeartbeatResponse", throttle_time=ZERO_MS,
-                                             error_code=ErrorCode.none, not_a_field_in_v4=1))
+    out = encode_response(
+        12,
+        4,
+        1,
+        build(
+            mod,
+            "HeartbeatResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.none,
+            not_a_field_in_v4=1,
+        ),
+    )
     assert out[8] == 0  # response header v1's empty tagged fields
-    legacy = encode_response(12, 0, 1, build(response_module(12, 0), "HeartbeatResponse",
-                                             throttle_time=ZERO_MS, error_code=ErrorCode.none))
+    legacy = encode_response(
+        12,
+        0,
+        1,
+        build(
+            response_module(12, 0),
+            "HeartbeatResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.none,
+        ),
+    )
     assert legacy == struct.pack(">iih", 6, 1, 0)
 
 

@@ -63,13 +63,22 @@ class Harness:
 
     # ---------------------------------------------------------------- brokers
 
-    def register(self, broker_id: int, rack: str | None = None, incarnation: str = "i0",
-                 previous_broker_epoch: int = -1) -> BrokerEpoch:
-        resp = self.run(RegisterBroker(
-            broker_id=BrokerId(broker_id), incarnation_id=incarnation, rack=rack,
-            endpoints=(Endpoint("http", "127.0.0.1", 9000 + broker_id),),
-            previous_broker_epoch=BrokerEpoch(previous_broker_epoch),
-        ))
+    def register(
+        self,
+        broker_id: int,
+        rack: str | None = None,
+        incarnation: str = "i0",
+        previous_broker_epoch: int = -1,
+    ) -> BrokerEpoch:
+        resp = self.run(
+            RegisterBroker(
+                broker_id=BrokerId(broker_id),
+                incarnation_id=incarnation,
+                rack=rack,
+                endpoints=(Endpoint("http", "127.0.0.1", 9000 + broker_id),),
+                previous_broker_epoch=BrokerEpoch(previous_broker_epoch),
+            )
+        )
         self.epochs[BrokerId(broker_id)] = resp.broker_epoch
         return resp.broker_epoch  # type: ignore[no-any-return]
 

@@ -66,22 +66,39 @@ def cluster(*ids: int, **kw: object) -> Harness:
     return h
 
 
-def alter(h: Harness, name: str, p: int, isr: tuple[int, ...], *, sender: int | None = None,
-          leader_epoch: int | None = None, partition_epoch: int | None = None,
-          epochs: dict[int, int] | None = None, recovery: int = 0) -> object:
+def alter(
+    h: Harness,
+    name: str,
+    p: int,
+    isr: tuple[int, ...],
+    *,
+    sender: int | None = None,
+    leader_epoch: int | None = None,
+    partition_epoch: int | None = None,
+    epochs: dict[int, int] | None = None,
+    recovery: int = 0,
+) -> object:
     reg = h.part(name, p)
     tid = h.image.topics.by_name[name]
     sender = reg.leader if sender is None else sender
-    resp = h.run(AlterPartition(
-        broker_id=sender, broker_epoch=h.epochs[sender],
-        partitions=(PartitionStateChange(
-            topic_id=tid, partition=p,
-            leader_epoch=reg.leader_epoch if leader_epoch is None else leader_epoch,
-            partition_epoch=reg.partition_epoch if partition_epoch is None else partition_epoch,
-            new_isr=tuple(IsrMember(b, (epochs or {}).get(b, -1)) for b in isr),
-            leader_recovery_state=recovery,
-        ),),
-    ))
+    resp = h.run(
+        AlterPartition(
+            broker_id=sender,
+            broker_epoch=h.epochs[sender],
+            partitions=(
+                PartitionStateChange(
+                    topic_id=tid,
+                    partition=p,
+                    leader_epoch=reg.leader_epoch if leader_epoch is None else leader_epoch,
+                    partition_epoch=reg.partition_epoch
+                    if partition_epoch is None
+                    else partition_epoch,
+                    new_isr=tuple(IsrMember(b, (epochs or {}).get(b, -1)) for b in isr),
+                    leader_recovery_state=recovery,
+                ),
+            ),
+        )
+    )
     (result,) = resp.results
     return result
 
@@ -91,8 +108,11 @@ def alter(h: Harness, name: str, p: int, isr: tuple[int, ...], *, sender: int | 
 
 def test_create_topic_writes_topic_then_partitions_with_leader_first_isr_member() -> None:
     h = cluster(1, 2, 3)
-    res = h.submit(CreateTopic(name="orders", num_partitions=3, replication_factor=2,
-                               configs={"retention.ms": "1000"}))
+    res = h.submit(
+        CreateTopic(
+            name="orders", num_partitions=3, replication_factor=2, configs={"retention.ms": "1000"}
+        )
+    )
     kinds = [type(r).__name__ for r in res.records]
     assert kinds == ["TopicRecord", "ConfigRecord", *["PartitionRecord"] * 3]
     h.commit()
@@ -108,8 +128,11 @@ def test_create_topic_writes_topic_then_partitions_with_leader_first_isr_member(
 
 
 def test_create_topic_uses_cluster_defaults_for_partitions_and_replication() -> None:
-    h = Harness(ControllerConfig(default_num_partitions=4, default_replication_factor=2,
-                                 noop_interval_ms=None))
+    h = Harness(
+        ControllerConfig(
+            default_num_partitions=4, default_replication_factor=2, noop_interval_ms=None
+        )
+    )
     h.add_brokers(1, 2)
     resp = h.run(CreateTopic(name="t"))
     assert (resp.num_partitions, resp.replication_factor) == (4, 2)
@@ -119,15 +142,30 @@ def test_create_with_a_caller_chosen_id_is_idempotent() -> None:
     """The retry of a create whose first attempt took effect (answer lost in a failover) is
     answered as created; another create of the name, or reuse of the id, is refused."""
     h = cluster(1, 2, 3)
-    first = h.run(CreateTopic(name="t", num_partitions=2, replication_factor=3,
-                              topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
+    first = h.run(
+        CreateTopic(
+            name="t",
+            num_partitions=2,
+            replication_factor=3,
+            topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA"),
+        )
+    )
     assert first.topic_id == "AAAAAAAAAAAAAAAAAAAAAA"
     assert h.image.topics.get("t").topic_id == first.topic_id  # type: ignore[union-attr]
-    again = h.submit(CreateTopic(name="t", num_partitions=2, replication_factor=3,
-                                 topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA")))
+    again = h.submit(
+        CreateTopic(
+            name="t",
+            num_partitions=2,
+            replication_factor=3,
+            topic_id=TopicId("AAAAAAAAAAAAAAAAAAAAAA"),
+        )
+    )
     assert again.records == ()
-    assert (again.response.topic_id, again.response.num_partitions,
-            again.response.replication_factor) == (first.topic_id, 2, 3)
+    assert (
+        again.response.topic_id,
+        again.response.num_partitions,
+        again.response.replication_factor,
+    ) == (first.topic_id, 2, 3)
     assert again.response.assignments == first.assignments
     with pytest.raises(TopicExistsError):
         h.submit(CreateTopic(name="t", topic_id=TopicId("BBBBBBBBBBBBBBBBBBBBBB")))
@@ -148,8 +186,7 @@ def test_a_create_retried_after_its_topic_was_deleted_does_not_bring_it_back() -
     h.run(DeleteTopic(name="t"))
     for _ in range(2):
         with pytest.raises(TopicIdRetiredError):
-            h.submit(CreateTopic(name="t", num_partitions=1, replication_factor=1,
-                                 topic_id=tid))
+            h.submit(CreateTopic(name="t", num_partitions=1, replication_factor=1, topic_id=tid))
         assert h.image.topics.get("t") is None
         # A controller that starts from a snapshot of this image remembers the id as well.
         restored = decode_snapshot(encode_snapshot(h.image))
@@ -235,11 +272,18 @@ def test_create_topic_refuses_zero_replication_factor() -> None:
         h.run(CreateTopic(name="t", replication_factor=0))
 
 
-@pytest.mark.parametrize("configs", [
-    {"retention.ms": "soon"}, {"retention.ms": "-2"}, {"cleanup.policy": "keep"},
-    {"min.insync.replicas": "0"}, {"unclean.leader.election.enable": "yes"},
-    {"no.such.config": "1"}, {"min.cleanable.dirty.ratio": "2"},
-])
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"retention.ms": "soon"},
+        {"retention.ms": "-2"},
+        {"cleanup.policy": "keep"},
+        {"min.insync.replicas": "0"},
+        {"unclean.leader.election.enable": "yes"},
+        {"no.such.config": "1"},
+        {"min.cleanable.dirty.ratio": "2"},
+    ],
+)
 def test_create_topic_refuses_invalid_configs(configs: dict[str, str]) -> None:
     h = cluster(1)
     with pytest.raises(InvalidConfigurationError) as e:
@@ -261,14 +305,17 @@ def test_create_topic_assignment_leaves_fenced_replicas_out_of_isr() -> None:
     assert h.part("t").isr == (1,) and h.part("t").leader == 1
 
 
-@pytest.mark.parametrize("assignments", [
-    {0: (1,), 2: (2,)},      # gap
-    {1: (1,)},               # does not start at 0
-    {0: (1, 1)},             # duplicate replica
-    {0: ()},                 # empty
-    {0: (1, 9)},             # unregistered broker
-    {0: (1, 2), 1: (1,)},    # mixed replication factors
-])
+@pytest.mark.parametrize(
+    "assignments",
+    [
+        {0: (1,), 2: (2,)},  # gap
+        {1: (1,)},  # does not start at 0
+        {0: (1, 1)},  # duplicate replica
+        {0: ()},  # empty
+        {0: (1, 9)},  # unregistered broker
+        {0: (1, 2), 1: (1,)},  # mixed replication factors
+    ],
+)
 def test_create_topic_refuses_bad_assignments(assignments: dict[int, tuple[int, ...]]) -> None:
     h = cluster(1, 2)
     with pytest.raises(InvalidReplicaAssignmentError):
@@ -369,18 +416,28 @@ def test_create_partitions_of_unknown_topic_is_refused() -> None:
 def test_alter_configs_sets_and_deletes_incrementally() -> None:
     h = cluster(1)
     h.create("t", configs={"retention.ms": "5", "segment.bytes": "1000"})
-    resp = h.run(AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name="t",
-                              ops={"retention.ms": None, "cleanup.policy": "compact"}))
+    resp = h.run(
+        AlterConfigs(
+            resource_type=ConfigResourceType.TOPIC,
+            resource_name="t",
+            ops={"retention.ms": None, "cleanup.policy": "compact"},
+        )
+    )
     assert resp.changed == {"retention.ms": None, "cleanup.policy": "compact"}
     assert h.image.configs.get(ConfigResourceType.TOPIC, "t") == {
-        "segment.bytes": "1000", "cleanup.policy": "compact"}
+        "segment.bytes": "1000",
+        "cleanup.policy": "compact",
+    }
 
 
 def test_alter_configs_without_change_writes_nothing() -> None:
     h = cluster(1)
     h.create("t", configs={"retention.ms": "5"})
-    res = h.submit(AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name="t",
-                                ops={"retention.ms": "5"}))
+    res = h.submit(
+        AlterConfigs(
+            resource_type=ConfigResourceType.TOPIC, resource_name="t", ops={"retention.ms": "5"}
+        )
+    )
     assert res.records == ()
 
 
@@ -388,23 +445,30 @@ def test_cluster_config_is_the_default_for_every_topic() -> None:
     h = cluster(1)
     h.create("a")
     h.create("b", configs={"retention.ms": "7"})
-    h.run(AlterConfigs(resource_type=ConfigResourceType.CLUSTER, resource_name="",
-                       ops={"retention.ms": "99"}))
+    h.run(
+        AlterConfigs(
+            resource_type=ConfigResourceType.CLUSTER, resource_name="", ops={"retention.ms": "99"}
+        )
+    )
     assert h.image.configs.topic_config("a", "retention.ms") == "99"
     assert h.image.configs.topic_config("b", "retention.ms") == "7"
     assert h.image.configs.topic_configs("a")["retention.ms"] == "99"
 
 
-@pytest.mark.parametrize(("rtype", "rname", "ops", "error"), [
-    (ConfigResourceType.TOPIC, "nope", {"retention.ms": "1"}, UnknownTopicOrPartitionError),
-    (ConfigResourceType.TOPIC, "t", {"retention.ms": "x"}, InvalidConfigurationError),
-    (ConfigResourceType.TOPIC, "t", {"bogus": "1"}, InvalidConfigurationError),
-    (ConfigResourceType.BROKER, "abc", {"x": "1"}, InvalidRequestError),
-    (ConfigResourceType.CLUSTER, "x", {"x": "1"}, InvalidRequestError),
-    (ConfigResourceType.CLUSTER, "", {"segment.bytes": "1"}, InvalidConfigurationError),
-])
-def test_alter_configs_refusals(rtype: ConfigResourceType, rname: str,
-                                ops: dict[str, str | None], error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("rtype", "rname", "ops", "error"),
+    [
+        (ConfigResourceType.TOPIC, "nope", {"retention.ms": "1"}, UnknownTopicOrPartitionError),
+        (ConfigResourceType.TOPIC, "t", {"retention.ms": "x"}, InvalidConfigurationError),
+        (ConfigResourceType.TOPIC, "t", {"bogus": "1"}, InvalidConfigurationError),
+        (ConfigResourceType.BROKER, "abc", {"x": "1"}, InvalidRequestError),
+        (ConfigResourceType.CLUSTER, "x", {"x": "1"}, InvalidRequestError),
+        (ConfigResourceType.CLUSTER, "", {"segment.bytes": "1"}, InvalidConfigurationError),
+    ],
+)
+def test_alter_configs_refusals(
+    rtype: ConfigResourceType, rname: str, ops: dict[str, str | None], error: type[Exception]
+) -> None:
     h = cluster(1)
     h.create("t")
     with pytest.raises(error):
@@ -413,8 +477,11 @@ def test_alter_configs_refusals(rtype: ConfigResourceType, rname: str,
 
 def test_alter_configs_broker_resource_accepts_any_key() -> None:
     h = cluster(1)
-    h.run(AlterConfigs(resource_type=ConfigResourceType.BROKER, resource_name="1",
-                       ops={"log.dirs": "/x"}))
+    h.run(
+        AlterConfigs(
+            resource_type=ConfigResourceType.BROKER, resource_name="1", ops={"log.dirs": "/x"}
+        )
+    )
     assert h.image.configs.get(ConfigResourceType.BROKER, "1") == {"log.dirs": "/x"}
 
 
@@ -450,8 +517,11 @@ def test_broker_stays_fenced_until_its_metadata_offset_reaches_its_registration(
 def test_heartbeat_with_stale_epoch_is_refused() -> None:
     h = cluster(1)
     with pytest.raises(StaleBrokerEpochError) as e:
-        h.run(BrokerHeartbeat(broker_id=1, broker_epoch=h.epochs[1] + 1,
-                              current_metadata_offset=h.offset))
+        h.run(
+            BrokerHeartbeat(
+                broker_id=1, broker_epoch=h.epochs[1] + 1, current_metadata_offset=h.offset
+            )
+        )
     assert e.value.code == "STALE_BROKER_EPOCH"
 
 
@@ -495,8 +565,9 @@ def test_session_expiry_fences_and_moves_leadership_within_the_isr() -> None:
 
 
 def test_without_elr_fencing_the_last_isr_member_leaves_it_in_the_isr_without_leader() -> None:
-    h = cluster(1, 2, config=ControllerConfig(noop_interval_ms=None,
-                                              eligible_leader_replicas_enabled=False))
+    h = cluster(
+        1, 2, config=ControllerConfig(noop_interval_ms=None, eligible_leader_replicas_enabled=False)
+    )
     h.run(CreateTopic(name="t", assignments={0: (1, 2)}))
     alter(h, "t", 0, (1,))
     h.now_ms = 5_000
@@ -515,8 +586,11 @@ def test_without_elr_fencing_the_last_isr_member_leaves_it_in_the_isr_without_le
 
 def test_unclean_election_picks_a_live_replica_and_marks_recovering() -> None:
     h = cluster(1, 2)
-    h.run(CreateTopic(name="t", assignments={0: (1, 2)},
-                      configs={"unclean.leader.election.enable": "true"}))
+    h.run(
+        CreateTopic(
+            name="t", assignments={0: (1, 2)}, configs={"unclean.leader.election.enable": "true"}
+        )
+    )
     alter(h, "t", 0, (1,))
     h.now_ms = 5_000
     h.heartbeat(2)
@@ -534,8 +608,13 @@ def test_enabling_unclean_election_revives_offline_partitions() -> None:
     h.heartbeat(2)
     h.poll(9_000)
     assert h.part("t").leader == NO_LEADER
-    h.run(AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name="t",
-                       ops={"unclean.leader.election.enable": "true"}))
+    h.run(
+        AlterConfigs(
+            resource_type=ConfigResourceType.TOPIC,
+            resource_name="t",
+            ops={"unclean.leader.election.enable": "true"},
+        )
+    )
     assert h.part("t").leader == 2
 
 
@@ -549,8 +628,14 @@ def test_want_fence_fences_at_once() -> None:
 def test_controlled_shutdown_moves_leadership_then_fences() -> None:
     h = cluster(1, 2, 3)
     h.run(CreateTopic(name="t", assignments={0: (1, 2), 1: (2, 1), 2: (1, 3)}))
-    res = h.submit(BrokerHeartbeat(broker_id=1, broker_epoch=h.epochs[1],
-                                   current_metadata_offset=h.offset, want_shutdown=True))
+    res = h.submit(
+        BrokerHeartbeat(
+            broker_id=1,
+            broker_epoch=h.epochs[1],
+            current_metadata_offset=h.offset,
+            want_shutdown=True,
+        )
+    )
     kinds = [type(r).__name__ for r in res.records]
     assert kinds[0] == "BrokerRegistrationChangeRecord" and kinds[-1] == "FenceBrokerRecord"
     h.commit()
@@ -564,8 +649,11 @@ def test_controlled_shutdown_moves_leadership_then_fences() -> None:
 
 def test_controlled_shutdown_never_elects_uncleanly() -> None:
     h = cluster(1, 2)
-    h.run(CreateTopic(name="t", assignments={0: (1, 2)},
-                      configs={"unclean.leader.election.enable": "true"}))
+    h.run(
+        CreateTopic(
+            name="t", assignments={0: (1, 2)}, configs={"unclean.leader.election.enable": "true"}
+        )
+    )
     alter(h, "t", 0, (1,))
     h.heartbeat(1, want_shutdown=True)
     reg = h.part("t")
@@ -594,8 +682,7 @@ def test_unregister_broker_removes_it() -> None:
 
 
 def test_preferred_leader_is_restored_by_the_periodic_rebalance() -> None:
-    h = Harness(ControllerConfig(noop_interval_ms=None,
-                                 leader_imbalance_check_interval_ms=60_000))
+    h = Harness(ControllerConfig(noop_interval_ms=None, leader_imbalance_check_interval_ms=60_000))
     h.add_brokers(1, 2)
     h.run(CreateTopic(name="t", assignments={0: (1, 2)}))
     h.heartbeat(1, want_fence=True)
@@ -729,21 +816,49 @@ def test_alter_partition_from_stale_broker_epoch_is_refused_whole() -> None:
     h = cluster(1, 2)
     tid = h.create("t", 1, 1)
     with pytest.raises(StaleBrokerEpochError):
-        h.run(AlterPartition(broker_id=1, broker_epoch=h.epochs[1] - 1, partitions=(
-            PartitionStateChange(topic_id=tid, partition=0, leader_epoch=0, partition_epoch=0,
-                                 new_isr=(IsrMember(1),)),)))
+        h.run(
+            AlterPartition(
+                broker_id=1,
+                broker_epoch=h.epochs[1] - 1,
+                partitions=(
+                    PartitionStateChange(
+                        topic_id=tid,
+                        partition=0,
+                        leader_epoch=0,
+                        partition_epoch=0,
+                        new_isr=(IsrMember(1),),
+                    ),
+                ),
+            )
+        )
 
 
 def test_alter_partition_errors_are_per_partition() -> None:
     h = cluster(1, 2)
     tid = h.create("t", 1, 1)
     leader = h.part("t").leader
-    resp = h.run(AlterPartition(broker_id=leader, broker_epoch=h.epochs[leader], partitions=(
-        PartitionStateChange(topic_id=tid, partition=0, leader_epoch=0, partition_epoch=0,
-                             new_isr=(IsrMember(leader),)),
-        PartitionStateChange(topic_id=tid, partition=9, leader_epoch=0, partition_epoch=0,
-                             new_isr=(IsrMember(leader),)),
-    )))
+    resp = h.run(
+        AlterPartition(
+            broker_id=leader,
+            broker_epoch=h.epochs[leader],
+            partitions=(
+                PartitionStateChange(
+                    topic_id=tid,
+                    partition=0,
+                    leader_epoch=0,
+                    partition_epoch=0,
+                    new_isr=(IsrMember(leader),),
+                ),
+                PartitionStateChange(
+                    topic_id=tid,
+                    partition=9,
+                    leader_epoch=0,
+                    partition_epoch=0,
+                    new_isr=(IsrMember(leader),),
+                ),
+            ),
+        )
+    )
     assert resp.results[0].error is None
     assert isinstance(resp.results[1].error, UnknownTopicOrPartitionError)
 
@@ -838,11 +953,21 @@ def test_replay_builds_the_same_image_on_a_standby() -> None:
 def test_partition_change_record_only_when_something_changes() -> None:
     h = cluster(1, 2)
     h.run(CreateTopic(name="t", assignments={0: (1, 2)}))
-    res = h.submit(AlterPartition(
-        broker_id=1, broker_epoch=h.epochs[1],
-        partitions=(PartitionStateChange(topic_id=h.image.topics.by_name["t"], partition=0,
-                                         leader_epoch=0, partition_epoch=0,
-                                         new_isr=(IsrMember(1), IsrMember(2))),)))
+    res = h.submit(
+        AlterPartition(
+            broker_id=1,
+            broker_epoch=h.epochs[1],
+            partitions=(
+                PartitionStateChange(
+                    topic_id=h.image.topics.by_name["t"],
+                    partition=0,
+                    leader_epoch=0,
+                    partition_epoch=0,
+                    new_isr=(IsrMember(1), IsrMember(2)),
+                ),
+            ),
+        )
+    )
     assert res.records == ()
     assert not any(isinstance(r, PartitionChangeRecord) for r in res.records)
 
@@ -852,8 +977,10 @@ def test_records_that_went_through_the_codec_still_match_the_pending_ones() -> N
     # mismatch would make the controller drop its pending view.
     h = Harness()
     for b in (1, 2):
-        h.ctl.handle(RegisterBroker(broker_id=b, incarnation_id="a",
-                                    endpoints=[["http", "h", b]], rack="r"), 0)  # type: ignore[list-item]
+        h.ctl.handle(
+            RegisterBroker(broker_id=b, incarnation_id="a", endpoints=[["http", "h", b]], rack="r"),
+            0,
+        )  # type: ignore[list-item]
     pending = list(h.ctl._pending)
     h.offset += 1
     h.ctl.replay(decode_record(encode_record(pending[0])), h.offset)
@@ -862,14 +989,23 @@ def test_records_that_went_through_the_codec_still_match_the_pending_ones() -> N
     h.ctl.replay(decode_record(encode_record(pending[1])), h.offset)
     h.epochs.update({1: h.offset - 1, 2: h.offset})
     h.heartbeat_all(1, 2)
-    res = [h.ctl.handle(c, 0) for c in (
-        CreateTopic(name="t", num_partitions=3, replication_factor=2,
-                    configs={"cleanup.policy": "compact"}),
-        AlterConfigs(resource_type=ConfigResourceType.TOPIC, resource_name="t",
-                     ops={"retention.ms": "1"}),
-        BrokerHeartbeat(broker_id=1, broker_epoch=h.epochs[1], current_metadata_offset=0,
-                        want_shutdown=True),
-    )]
+    res = [
+        h.ctl.handle(c, 0)
+        for c in (
+            CreateTopic(
+                name="t",
+                num_partitions=3,
+                replication_factor=2,
+                configs={"cleanup.policy": "compact"},
+            ),
+            AlterConfigs(
+                resource_type=ConfigResourceType.TOPIC, resource_name="t", ops={"retention.ms": "1"}
+            ),
+            BrokerHeartbeat(
+                broker_id=1, broker_epoch=h.epochs[1], current_metadata_offset=0, want_shutdown=True
+            ),
+        )
+    ]
     records = [r for x in res for r in x.records]
     for i, rec in enumerate(records):
         h.offset += 1
@@ -878,8 +1014,9 @@ def test_records_that_went_through_the_codec_still_match_the_pending_ones() -> N
 
 
 def test_partition_counts_are_bounded_per_topic_and_across_the_cluster() -> None:
-    h = Harness(ControllerConfig(noop_interval_ms=None, max_partitions_per_topic=8,
-                                 max_partitions=10))
+    h = Harness(
+        ControllerConfig(noop_interval_ms=None, max_partitions_per_topic=8, max_partitions=10)
+    )
     h.add_brokers(1)
     with pytest.raises(InvalidPartitionsError, match=r"1\.\.8"):
         h.run(CreateTopic(name="wide", assignments={p: (1,) for p in range(9)}))  # type: ignore[misc]

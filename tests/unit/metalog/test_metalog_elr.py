@@ -253,8 +253,10 @@ def test_balanced_recovery_waits_for_every_last_known_elr_member() -> None:
     assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
     assert reg.elr == () and reg.last_known_elr == ()
     (note,) = h.ctl.drain_notes()
-    assert "broker 3 leads, the longest log of 1: epoch 0 end 100, 2: epoch 0 end 80, " \
+    assert (
+        "broker 3 leads, the longest log of 1: epoch 0 end 100, 2: epoch 0 end 80, "
         "3: epoch 0 end 120" in note
+    )
 
 
 def test_recovery_also_waits_for_every_live_replica() -> None:

@@ -15,16 +15,27 @@ def brokers(n: int, racks: int = 0) -> list[PlacementBroker]:
 
 
 def test_rack_alternated_list_takes_one_broker_per_rack_in_turn() -> None:
-    bs = [PlacementBroker(BrokerId(i), r) for i, r in
-          [(0, "a"), (1, "a"), (2, "b"), (3, "c"), (4, "c"), (5, "a")]]
+    bs = [
+        PlacementBroker(BrokerId(i), r)
+        for i, r in [(0, "a"), (1, "a"), (2, "b"), (3, "c"), (4, "c"), (5, "a")]
+    ]
     assert rack_alternated(bs) == [0, 2, 3, 1, 4, 5]
 
 
-@pytest.mark.parametrize(("n", "racks", "partitions", "rf"), [
-    (3, 0, 30, 3), (5, 0, 100, 2), (6, 3, 60, 3), (9, 3, 90, 2), (4, 2, 7, 3), (1, 0, 10, 1),
-])
-def test_leaders_and_replicas_are_spread_evenly(n: int, racks: int, partitions: int,
-                                                rf: int) -> None:
+@pytest.mark.parametrize(
+    ("n", "racks", "partitions", "rf"),
+    [
+        (3, 0, 30, 3),
+        (5, 0, 100, 2),
+        (6, 3, 60, 3),
+        (9, 3, 90, 2),
+        (4, 2, 7, 3),
+        (1, 0, 10, 1),
+    ],
+)
+def test_leaders_and_replicas_are_spread_evenly(
+    n: int, racks: int, partitions: int, rf: int
+) -> None:
     out = place(brokers(n, racks), partitions, rf, start_index=7, replica_shift=3)
     assert len(out) == partitions
     for replicas in out:
@@ -46,8 +57,7 @@ def test_replicas_cover_min_of_rf_and_racks(n: int, racks: int, rf: int) -> None
 
 
 def test_uneven_racks_still_cover_every_rack() -> None:
-    bs = [PlacementBroker(BrokerId(i), r) for i, r in
-          enumerate(["a", "a", "a", "a", "b", "c"])]
+    bs = [PlacementBroker(BrokerId(i), r) for i, r in enumerate(["a", "a", "a", "a", "b", "c"])]
     rack = {b.broker_id: b.rack for b in bs}
     for replicas in place(bs, 30, 3):
         assert {rack[b] for b in replicas} == {"a", "b", "c"}

@@ -98,8 +98,9 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
         "9b0301a37469640293010203920103010509019102",
     ),
     (
-        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1),
-                        version=1),
+        PartitionRecord(
+            topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1), version=1
+        ),
         "9b0301a3746964009101910101000000c0",
     ),
     (

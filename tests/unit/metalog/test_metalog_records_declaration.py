@@ -35,8 +35,10 @@ def test_the_wire_order_is_the_declaration_order_and_since_drops_newer_fields() 
     assert wire_fields(PartitionChangeRecord, 0)[-1] == "leader_recovery_state"
     assert wire_fields(PartitionChangeRecord, 1)[-1] == "eligible_leader_replicas"
     assert wire_fields(PartitionRecord, 2) == (*v0, "eligible_leader_replicas", "last_known_elr")
-    assert wire_fields(PartitionChangeRecord, 2)[-2:] == ("eligible_leader_replicas",
-                                                         "last_known_elr")
+    assert wire_fields(PartitionChangeRecord, 2)[-2:] == (
+        "eligible_leader_replicas",
+        "last_known_elr",
+    )
 
 
 def test_a_field_the_wire_cannot_carry_is_refused() -> None:

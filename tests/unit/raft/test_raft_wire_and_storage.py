@@ -121,23 +121,39 @@ def _ae(**change: object) -> dict[str, object]:
         (_ae(entries=[[5, 7, True, b""]]), "entries[0].kind must be one of [0, 1]"),
         (_ae(entries=[[5, 7, 0, "text"]]), "entries[0].data must be bytes"),
         (_ae(entries=[[5, 7, 1, b"\x00\x01"]]), "entries[0].data must be a configuration"),
-        (_ae(entries=[[5, 7, 1, ConfState(frozenset(), frozenset({A})).to_bytes()]]),
-         "a configuration with at least one voter"),
-        ({**HeartbeatResponse(B, A, T).to_wire(), "context": b"x" * 1025},
-         "context must be bytes (at most 1024)"),
+        (
+            _ae(entries=[[5, 7, 1, ConfState(frozenset(), frozenset({A})).to_bytes()]]),
+            "a configuration with at least one voter",
+        ),
+        (
+            {**HeartbeatResponse(B, A, T).to_wire(), "context": b"x" * 1025},
+            "context must be bytes (at most 1024)",
+        ),
         ({**ReadIndex(B, A, T, b"r").to_wire(), "context": b""}, "context must be non-empty"),
-        ({**RequestVote(A, B, T, LogIndex(1), T).to_wire(), "pre_vote": 1},
-         "pre_vote must be a bool"),
-        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [0, 3, [[1], []], b""]},
-         "snapshot.index must be at least 1"),
-        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[], [1]], b""]},
-         "snapshot.conf_state must be a configuration with at least one voter"),
-        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[1], [1]], b""]},
-         "snapshot.conf_state must be a configuration naming each node once"),
-        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 8, [[1], []], b""]},
-         "snapshot.term must be at most the message term 7"),
-        ({**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": {"index": 40}},
-         "snapshot must be [index, term, [voters, observers], data]"),
+        (
+            {**RequestVote(A, B, T, LogIndex(1), T).to_wire(), "pre_vote": 1},
+            "pre_vote must be a bool",
+        ),
+        (
+            {**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [0, 3, [[1], []], b""]},
+            "snapshot.index must be at least 1",
+        ),
+        (
+            {**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[], [1]], b""]},
+            "snapshot.conf_state must be a configuration with at least one voter",
+        ),
+        (
+            {**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 3, [[1], [1]], b""]},
+            "snapshot.conf_state must be a configuration naming each node once",
+        ),
+        (
+            {**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": [40, 8, [[1], []], b""]},
+            "snapshot.term must be at most the message term 7",
+        ),
+        (
+            {**InstallSnapshot(A, B, T, SNAP).to_wire(), "snapshot": {"index": 40}},
+            "snapshot must be [index, term, [voters, observers], data]",
+        ),
     ],
 )
 def test_malformed_wire_dicts_are_refused_naming_the_field(bad: object, says: str) -> None:
@@ -156,9 +172,14 @@ def test_a_missing_field_with_a_default_takes_it() -> None:
 
 def test_a_configuration_of_the_wrong_length_or_ids_is_refused() -> None:
     good = CS.to_bytes()
-    for bad in (b"", good[:3], good[:-1], good + b"\x00",
-                ConfState(frozenset({NodeId(2**31)})).to_bytes(),
-                b"\x00\x02\x00\x00" + b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x01"):
+    for bad in (
+        b"",
+        good[:3],
+        good[:-1],
+        good + b"\x00",
+        ConfState(frozenset({NodeId(2**31)})).to_bytes(),
+        b"\x00\x02\x00\x00" + b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x01",
+    ):
         with pytest.raises(ValueError):
             ConfState.from_bytes(bad)
 

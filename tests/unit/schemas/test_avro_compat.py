@@ -38,37 +38,74 @@ CASES = [
     ("long read as int", "int", "long", ["TYPE_MISMATCH"]),
     ("string read as bytes and back", "bytes", "string", []),
     ("float read as double", "double", "float", []),
-    ("added field with default", rec(f("a", "int"), f("b", "string", default="")),
-     rec(f("a", "int")), []),
-    ("added field without default", rec(f("a", "int"), f("b", "string")), rec(f("a", "int")),
-     ["READER_FIELD_MISSING_DEFAULT_VALUE"]),
+    (
+        "added field with default",
+        rec(f("a", "int"), f("b", "string", default="")),
+        rec(f("a", "int")),
+        [],
+    ),
+    (
+        "added field without default",
+        rec(f("a", "int"), f("b", "string")),
+        rec(f("a", "int")),
+        ["READER_FIELD_MISSING_DEFAULT_VALUE"],
+    ),
     ("removed field", rec(f("a", "int")), rec(f("a", "int"), f("b", "string")), []),
     ("renamed field with alias", rec(f("c", "int", aliases=["a"])), rec(f("a", "int")), []),
     ("renamed record", rec(f("a", "int"), name="S"), rec(f("a", "int")), ["NAME_MISMATCH"]),
-    ("renamed record with alias", rec(f("a", "int"), name="S", aliases=["R"]),
-     rec(f("a", "int")), []),
-    ("namespace change only", rec(f("a", "int"), namespace="x"),
-     rec(f("a", "int"), namespace="y"), []),
-    ("enum symbol added", {"type": "enum", "name": "E", "symbols": ["A", "B"]},
-     {"type": "enum", "name": "E", "symbols": ["A"]}, []),
-    ("enum symbol removed", {"type": "enum", "name": "E", "symbols": ["A"]},
-     {"type": "enum", "name": "E", "symbols": ["A", "B"]}, ["MISSING_ENUM_SYMBOLS"]),
-    ("enum symbol removed, reader default",
-     {"type": "enum", "name": "E", "symbols": ["A"], "default": "A"},
-     {"type": "enum", "name": "E", "symbols": ["A", "B"]}, []),
-    ("fixed size changed", {"type": "fixed", "name": "F", "size": 4},
-     {"type": "fixed", "name": "F", "size": 8}, ["FIXED_SIZE_MISMATCH"]),
+    (
+        "renamed record with alias",
+        rec(f("a", "int"), name="S", aliases=["R"]),
+        rec(f("a", "int")),
+        [],
+    ),
+    (
+        "namespace change only",
+        rec(f("a", "int"), namespace="x"),
+        rec(f("a", "int"), namespace="y"),
+        [],
+    ),
+    (
+        "enum symbol added",
+        {"type": "enum", "name": "E", "symbols": ["A", "B"]},
+        {"type": "enum", "name": "E", "symbols": ["A"]},
+        [],
+    ),
+    (
+        "enum symbol removed",
+        {"type": "enum", "name": "E", "symbols": ["A"]},
+        {"type": "enum", "name": "E", "symbols": ["A", "B"]},
+        ["MISSING_ENUM_SYMBOLS"],
+    ),
+    (
+        "enum symbol removed, reader default",
+        {"type": "enum", "name": "E", "symbols": ["A"], "default": "A"},
+        {"type": "enum", "name": "E", "symbols": ["A", "B"]},
+        [],
+    ),
+    (
+        "fixed size changed",
+        {"type": "fixed", "name": "F", "size": 4},
+        {"type": "fixed", "name": "F", "size": 8},
+        ["FIXED_SIZE_MISMATCH"],
+    ),
     ("made nullable", ["null", "string"], "string", []),
     ("nullable made required", "string", ["null", "string"], ["TYPE_MISMATCH"]),
-    ("union branch dropped", ["null", "int"], ["null", "int", "string"],
-     ["MISSING_UNION_BRANCH"]),
+    ("union branch dropped", ["null", "int"], ["null", "int", "string"], ["MISSING_UNION_BRANCH"]),
     ("union reordered", ["string", "null"], ["null", "string"], []),
-    ("array items promoted", {"type": "array", "items": "double"},
-     {"type": "array", "items": "int"}, []),
-    ("map values narrowed", {"type": "map", "values": "int"},
-     {"type": "map", "values": "long"}, ["TYPE_MISMATCH"]),
-    ("record read as map", {"type": "map", "values": "int"}, rec(f("a", "int")),
-     ["TYPE_MISMATCH"]),
+    (
+        "array items promoted",
+        {"type": "array", "items": "double"},
+        {"type": "array", "items": "int"},
+        [],
+    ),
+    (
+        "map values narrowed",
+        {"type": "map", "values": "int"},
+        {"type": "map", "values": "long"},
+        ["TYPE_MISMATCH"],
+    ),
+    ("record read as map", {"type": "map", "values": "int"}, rec(f("a", "int")), ["TYPE_MISMATCH"]),
 ]
 
 
@@ -92,10 +129,13 @@ def test_named_types_from_references_are_looked_up_by_name() -> None:
     # name table, the schema names it.
     names_w: dict[str, Any] = {}
     names_r: dict[str, Any] = {}
-    fastavro.parse_schema(rec(f("street", "string"), name="Address", namespace="acme"),
-                          named_schemas=names_w)
-    fastavro.parse_schema(rec(f("street", "string"), f("zip", "string"), name="Address",
-                              namespace="acme"), named_schemas=names_r)
+    fastavro.parse_schema(
+        rec(f("street", "string"), name="Address", namespace="acme"), named_schemas=names_w
+    )
+    fastavro.parse_schema(
+        rec(f("street", "string"), f("zip", "string"), name="Address", namespace="acme"),
+        named_schemas=names_r,
+    )
     user = rec(f("home", "acme.Address"), name="User", namespace="acme")
     w = fastavro.parse_schema(copy.deepcopy(user), named_schemas=names_w)
     r = fastavro.parse_schema(copy.deepcopy(user), named_schemas=names_r)

@@ -90,8 +90,10 @@ def test_same_schema_same_id_across_subjects_and_formatting() -> None:
     d = st.decide_register("s", spaced)
     assert d.records == () and d.response == {"id": 1}  # nothing written
     assert log.apply(st.decide_register("other", spaced)) == {"id": 1}
-    assert st.versions_of_id(1) == [{"subject": "other", "version": 1},
-                                    {"subject": "s", "version": 1}]
+    assert st.versions_of_id(1) == [
+        {"subject": "other", "version": 1},
+        {"subject": "s", "version": 1},
+    ]
 
 
 def test_normalize_makes_namespace_spellings_one_schema() -> None:
@@ -137,18 +139,35 @@ def test_versions_and_soft_then_hard_deletes() -> None:
 def test_references_resolve_and_pin_what_they_reference() -> None:
     log = Log()
     st = log.state
-    address = text_of(None, json.dumps({"type": "record", "name": "Address",
-                                        "namespace": "acme",
-                                        "fields": [{"name": "street", "type": "string"}]}))
+    address = text_of(
+        None,
+        json.dumps(
+            {
+                "type": "record",
+                "name": "Address",
+                "namespace": "acme",
+                "fields": [{"name": "street", "type": "string"}],
+            }
+        ),
+    )
     log.apply(st.decide_register("address", address))
-    user = SchemaText("AVRO", json.dumps({"type": "record", "name": "User",
-                                          "namespace": "acme",
-                                          "fields": [{"name": "home", "type": "Address"}]}),
-                      (Reference("acme.Address", "address", LATEST),))
+    user = SchemaText(
+        "AVRO",
+        json.dumps(
+            {
+                "type": "record",
+                "name": "User",
+                "namespace": "acme",
+                "fields": [{"name": "home", "type": "Address"}],
+            }
+        ),
+        (Reference("acme.Address", "address", LATEST),),
+    )
     assert log.apply(st.decide_register("user", user)) == {"id": 2}
     # "latest" is stored as the version it named.
     assert st.get_version("user", 1)["references"] == [
-        {"name": "acme.Address", "subject": "address", "version": 1}]
+        {"name": "acme.Address", "subject": "address", "version": 1}
+    ]
     assert st.referenced_by("address", 1) == [2]
     with pytest.raises(RegistryError) as e:
         st.decide_delete_version("address", 1)
@@ -158,20 +177,24 @@ def test_references_resolve_and_pin_what_they_reference() -> None:
         st.decide_register("user", SchemaText("AVRO", user.schema))
     assert code(e) == 42201
     with pytest.raises(RegistryError) as e:
-        st.decide_register("user", SchemaText("AVRO", user.schema,
-                                              (Reference("acme.Address", "nowhere", 1),)))
+        st.decide_register(
+            "user", SchemaText("AVRO", user.schema, (Reference("acme.Address", "nowhere", 1),))
+        )
     assert code(e) == 42201
 
 
 def test_json_schema_references_by_uri() -> None:
     log = Log()
     st = log.state
-    addr = text_of("JSON", json.dumps({"type": "object",
-                                       "properties": {"street": {"type": "string"}}}))
+    addr = text_of(
+        "JSON", json.dumps({"type": "object", "properties": {"street": {"type": "string"}}})
+    )
     log.apply(st.decide_register("addr", addr))
-    user = SchemaText("JSON", json.dumps({"type": "object",
-                                          "properties": {"home": {"$ref": "addr.json"}}}),
-                      (Reference("addr.json", "addr", 1),))
+    user = SchemaText(
+        "JSON",
+        json.dumps({"type": "object", "properties": {"home": {"$ref": "addr.json"}}}),
+        (Reference("addr.json", "addr", 1),),
+    )
     assert log.apply(st.decide_register("user", user)) == {"id": 2}
     with pytest.raises(RegistryError) as e:
         st.decide_register("user2", SchemaText("JSON", user.schema))  # $ref unresolvable
@@ -199,9 +222,11 @@ def test_modes_readonly_and_import() -> None:
         st.decide_register("s", B)
     assert code(e) == 42205
     assert log.apply(st.decide_delete_mode("s")) == {"mode": "READONLY"}
-    assert log.apply(st.decide_register("s", avro("A", {"name": "x", "type": "int"},
-                                                  {"name": "z", "type": "int",
-                                                   "default": 1}))) == {"id": 51}
+    assert log.apply(
+        st.decide_register(
+            "s", avro("A", {"name": "x", "type": "int"}, {"name": "z", "type": "int", "default": 1})
+        )
+    ) == {"id": 51}
 
 
 def test_bad_inputs_have_the_registry_codes() -> None:
@@ -212,31 +237,44 @@ def test_bad_inputs_have_the_registry_codes() -> None:
         with pytest.raises(RegistryError) as e:
             parse_version(spec)
         assert code(e) == 42202
-    for bad, c in ((lambda: st.decide_set_config(None, "SIDEWAYS"), 42203),
-                   (lambda: st.decide_set_mode(None, "SOMETIMES"), 42204),
-                   (lambda: st.decide_register("", A), 42208),
-                   (lambda: st.get_config("s"), 40408),
-                   (lambda: st.get_mode("s"), 40409),
-                   (lambda: st.get_schema(1), 40403)):
+    for bad, c in (
+        (lambda: st.decide_set_config(None, "SIDEWAYS"), 42203),
+        (lambda: st.decide_set_mode(None, "SOMETIMES"), 42204),
+        (lambda: st.decide_register("", A), 42208),
+        (lambda: st.get_config("s"), 40408),
+        (lambda: st.get_mode("s"), 40409),
+        (lambda: st.get_schema(1), 40403),
+    ):
         with pytest.raises(RegistryError) as e:
             bad()
         assert code(e) == c
     assert st.get_config("s", default_to_global=True) == {"compatibilityLevel": "BACKWARD"}
 
 
-@pytest.mark.parametrize("rec", [
-    SchemaRecord("s", 1, 3, SchemaText("JSON", "{}", (Reference("n", "t", 2),)), True),
-    SchemaRecord("s", 1, 3, SchemaText("AVRO", '"int"')),
-    SchemaTombstone("s", 1), ConfigRecord(None, "FULL"), ConfigRecord("s", None),
-    ModeRecord("s", "READONLY"), ModeRecord(None, None), MaxIdRecord(9),
-])
+@pytest.mark.parametrize(
+    "rec",
+    [
+        SchemaRecord("s", 1, 3, SchemaText("JSON", "{}", (Reference("n", "t", 2),)), True),
+        SchemaRecord("s", 1, 3, SchemaText("AVRO", '"int"')),
+        SchemaTombstone("s", 1),
+        ConfigRecord(None, "FULL"),
+        ConfigRecord("s", None),
+        ModeRecord("s", "READONLY"),
+        ModeRecord(None, None),
+        MaxIdRecord(9),
+    ],
+)
 def test_records_round_trip(rec: Any) -> None:
     assert decode_record(*encode_record(rec)) == rec
 
 
 def test_foreign_and_corrupt_records() -> None:
     assert decode_record(b'{"keytype":"NOOP","magic":0}', None) is None
-    for k, v in ((b"not json", b"{}"), (b'{"keytype":"SCHEMA"}', b"{}"),
-                 (b'{"keytype":"SCHEMA","subject":"s","version":1}', b'{"id":"x"}'), (None, None)):
+    for k, v in (
+        (b"not json", b"{}"),
+        (b'{"keytype":"SCHEMA"}', b"{}"),
+        (b'{"keytype":"SCHEMA","subject":"s","version":1}', b'{"id":"x"}'),
+        (None, None),
+    ):
         with pytest.raises(CorruptRecordError):
             decode_record(k, v)

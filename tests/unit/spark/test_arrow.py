@@ -44,11 +44,14 @@ from storage.errors import CorruptRecordError
 keys = st.one_of(st.none(), st.binary(max_size=12))
 values = st.one_of(st.none(), st.binary(max_size=64))
 # No lone surrogates: a Kafka batch's header names are UTF-8 on the wire.
-headers = st.lists(st.tuples(st.text(st.characters(exclude_categories=("Cs",)), max_size=6),
-                             st.one_of(st.none(), st.binary(max_size=6))),
-                   max_size=3)
-records = st.lists(st.tuples(keys, values, st.integers(0, 2**42), headers),
-                   min_size=1, max_size=12)
+headers = st.lists(
+    st.tuples(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=6),
+        st.one_of(st.none(), st.binary(max_size=6)),
+    ),
+    max_size=3,
+)
+records = st.lists(st.tuples(keys, values, st.integers(0, 2**42), headers), min_size=1, max_size=12)
 
 
 @st.composite
@@ -73,31 +76,49 @@ def logs(draw: st.DrawFn) -> bytes:
 
 def _expected(log: bytes, lo: int, hi: int | None) -> list[Record]:
     mv = memoryview(log)
-    return [r for pos, h in iter_batches(mv) for r in decode_records(mv[pos : pos + h.size])
-            if r.offset >= lo and (hi is None or r.offset < hi)]
+    return [
+        r
+        for pos, h in iter_batches(mv)
+        for r in decode_records(mv[pos : pos + h.size])
+        if r.offset >= lo and (hi is None or r.offset < hi)
+    ]
 
 
 def _rows(batch: pa.RecordBatch) -> list[tuple[object, ...]]:
     d = batch.to_pydict()
     micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
     assert all(us % 1000 == 0 for us in micros)
-    return list(zip(d["offset"], d["key"], d["value"], [us // 1000 for us in micros],
-                    d.get("headers", [None] * batch.num_rows), strict=True))
+    return list(
+        zip(
+            d["offset"],
+            d["key"],
+            d["value"],
+            [us // 1000 for us in micros],
+            d.get("headers", [None] * batch.num_rows),
+            strict=True,
+        )
+    )
 
 
 @settings(max_examples=150)
-@given(logs(), st.integers(0, 1100), st.one_of(st.none(), st.integers(0, 1200)),
-       st.booleans())
+@given(logs(), st.integers(0, 1100), st.one_of(st.none(), st.integers(0, 1200)), st.booleans())
 def test_rows_equal_decode_records_between_the_cuts(log, lo, span, with_headers) -> None:
     hi = None if span is None else lo + span
-    got = records_to_arrow(log, topic="t", partition=7, include_headers=with_headers,
-                           min_offset=lo, max_offset=hi)
+    got = records_to_arrow(
+        log, topic="t", partition=7, include_headers=with_headers, min_offset=lo, max_offset=hi
+    )
     want = _expected(log, lo, hi)
     assert got.batch.schema.equals(kafka_schema(with_headers))
     assert _rows(got.batch) == [
-        (r.offset, r.key, r.value, r.timestamp,
-         [{"key": n, "value": v} for n, v in r.headers] if with_headers else None)
-        for r in want]
+        (
+            r.offset,
+            r.key,
+            r.value,
+            r.timestamp,
+            [{"key": n, "value": v} for n, v in r.headers] if with_headers else None,
+        )
+        for r in want
+    ]
     assert set(got.batch.column("topic").to_pylist()) <= {"t"}
     assert set(got.batch.column("partition").to_pylist()) <= {7}
     assert set(got.batch.column("timestampType").to_pylist()) <= {0}
@@ -135,8 +156,9 @@ def test_an_incomplete_tail_is_ignored_and_not_counted_in_next_offset() -> None:
     b = bytearray(encode_batch([(None, b"b", 2, [])]))
     stamp(a, 10, 0)
     stamp(b, 11, 0)
-    got = records_to_arrow(bytes(a) + bytes(b)[:-1], topic="t", partition=0,
-                           include_headers=False, min_offset=10)
+    got = records_to_arrow(
+        bytes(a) + bytes(b)[:-1], topic="t", partition=0, include_headers=False, min_offset=10
+    )
     assert got.batch.column("value").to_pylist() == [b"a"]
     assert got.next_offset == 11
 
@@ -152,8 +174,7 @@ def test_control_batches_are_skipped_but_move_next_offset() -> None:
     data = bytearray(encode_batch([(None, b"user", 6, [])]))
     stamp(ctl, 0, 0)
     stamp(data, 1, 0)
-    got = records_to_arrow(bytes(ctl) + bytes(data), topic="t", partition=0,
-                           include_headers=False)
+    got = records_to_arrow(bytes(ctl) + bytes(data), topic="t", partition=0, include_headers=False)
     assert got.batch.column("offset").to_pylist() == [1]
     assert got.next_offset == 2
 
@@ -167,19 +188,39 @@ def test_a_flipped_body_byte_is_corruption() -> None:
 
 def test_a_record_with_the_wrong_arity_is_corruption() -> None:
     # A well-formed batch (good CRC) whose body holds a 4-field record.
-    b = _assemble([[0, 0, None, b"v"]], base_offset=0, leader_epoch=0,
-                  compression=Compression.NONE, last_offset_delta=0, first_timestamp=0,
-                  max_timestamp=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                  transactional=False, control=False)
+    b = _assemble(
+        [[0, 0, None, b"v"]],
+        base_offset=0,
+        leader_epoch=0,
+        compression=Compression.NONE,
+        last_offset_delta=0,
+        first_timestamp=0,
+        max_timestamp=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        transactional=False,
+        control=False,
+    )
     with pytest.raises(CorruptRecordError):
         records_to_arrow(b, topic="t", partition=0, include_headers=False)
 
 
 def test_a_key_of_the_wrong_type_is_corruption() -> None:
-    b = _assemble([[0, 0, 12, b"v", []]], base_offset=0, leader_epoch=0,
-                  compression=Compression.NONE, last_offset_delta=0, first_timestamp=0,
-                  max_timestamp=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                  transactional=False, control=False)
+    b = _assemble(
+        [[0, 0, 12, b"v", []]],
+        base_offset=0,
+        leader_epoch=0,
+        compression=Compression.NONE,
+        last_offset_delta=0,
+        first_timestamp=0,
+        max_timestamp=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        transactional=False,
+        control=False,
+    )
     assert HEADER.unpack_from(b)[3] == MAGIC_MSGPACK and len(b) > HEADER_SIZE
     assert msgpack.unpackb(b[HEADER_SIZE:]) == [[0, 0, 12, b"v", []]]
     with pytest.raises(CorruptRecordError):
@@ -188,8 +229,9 @@ def test_a_key_of_the_wrong_type_is_corruption() -> None:
 
 def test_max_offset_below_min_offset_is_refused() -> None:
     with pytest.raises(ValueError, match="below"):
-        records_to_arrow(b"", topic="t", partition=0, include_headers=False,
-                         min_offset=5, max_offset=4)
+        records_to_arrow(
+            b"", topic="t", partition=0, include_headers=False, min_offset=5, max_offset=4
+        )
 
 
 def test_response_headers_carry_the_contract() -> None:
@@ -200,7 +242,8 @@ def test_response_headers_carry_the_contract() -> None:
 
 @pytest.mark.parametrize("with_headers", [False, True])
 def test_the_arrow_schema_is_exactly_what_spark_derives_from_the_source_schema(
-        with_headers: bool) -> None:
+    with_headers: bool,
+) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark.schema import kafka_struct
@@ -208,4 +251,5 @@ def test_the_arrow_schema_is_exactly_what_spark_derives_from_the_source_schema(
     # PySpark >= 4.2 refuses record batches whose schema differs in any way (binary vs
     # large_binary, list item names, nullability): the comparison it makes, made here.
     assert to_arrow_schema(kafka_struct(with_headers), timezone="UTC").equals(
-        kafka_schema(with_headers))
+        kafka_schema(with_headers)
+    )

@@ -37,8 +37,10 @@ class FakeLog:
 
     def append(self, n: int, per_batch: int = 10) -> None:
         for base in range(self.high_watermark, self.high_watermark + n, per_batch):
-            recs = [(None, f"v{o}".encode(), 1000 + o, [])
-                    for o in range(base, min(base + per_batch, self.high_watermark + n))]
+            recs = [
+                (None, f"v{o}".encode(), 1000 + o, [])
+                for o in range(base, min(base + per_batch, self.high_watermark + n))
+            ]
             b = bytearray(encode_batch(recs))
             stamp(b, base, 0)
             self.batches.append((base, bytes(b)))
@@ -81,11 +83,18 @@ def _handler(log: FakeLog) -> type[BaseHTTPRequestHandler]:
                 ans = {"offset": log.log_start if ts == -2 else log.high_watermark}
             else:
                 got = log.fetch(body["fetch_offset"], body["max_bytes"])
-                ans = {"error": got} if isinstance(got, str) else {
-                    "records": got, "high_watermark": log.high_watermark,
-                    "log_start_offset": log.log_start}
-            self._send(200, msgpack.packb(ans, use_bin_type=True),
-                       {"Content-Type": "application/msgpack"})
+                ans = (
+                    {"error": got}
+                    if isinstance(got, str)
+                    else {
+                        "records": got,
+                        "high_watermark": log.high_watermark,
+                        "log_start_offset": log.log_start,
+                    }
+                )
+            self._send(
+                200, msgpack.packb(ans, use_bin_type=True), {"Content-Type": "application/msgpack"}
+            )
 
         def do_GET(self) -> None:
             log.requests.append(self.path)
@@ -95,23 +104,40 @@ def _handler(log: FakeLog) -> type[BaseHTTPRequestHandler]:
                 return
             if log.refuse:
                 log.refuse -= 1
-                self._send(503, orjson.dumps({"error_code": 50302, "message":
-                                              "NOT_LEADER_OR_FOLLOWER: moved"}), {})
+                self._send(
+                    503,
+                    orjson.dumps({"error_code": 50302, "message": "NOT_LEADER_OR_FOLLOWER: moved"}),
+                    {},
+                )
                 return
             q = dict(urllib.parse.parse_qsl(u.query))
             offset = int(q["offset"])
             got = log.fetch(offset, int(q["max_bytes"]))
             if isinstance(got, str):
-                self._send(416, orjson.dumps({"error_code": 416, "message": f"{got}: gone"}),
-                           {"Content-Type": "application/json"})
+                self._send(
+                    416,
+                    orjson.dumps({"error_code": 416, "message": f"{got}: gone"}),
+                    {"Content-Type": "application/json"},
+                )
                 return
-            body = records_to_arrow_ipc(got, topic="t", partition=0,
-                                        include_headers=q["include_headers"] == "true",
-                                        min_offset=offset, max_offset=int(q["max_offset"]))
+            body = records_to_arrow_ipc(
+                got,
+                topic="t",
+                partition=0,
+                include_headers=q["include_headers"] == "true",
+                min_offset=offset,
+                max_offset=int(q["max_offset"]),
+            )
             nxt = max([offset] + [h.next_offset for _, h in iter_batches(got)])
-            self._send(200, body, arrow_response_headers(
-                next_offset=nxt, high_watermark=log.high_watermark,
-                log_start_offset=log.log_start))
+            self._send(
+                200,
+                body,
+                arrow_response_headers(
+                    next_offset=nxt,
+                    high_watermark=log.high_watermark,
+                    log_start_offset=log.log_start,
+                ),
+            )
 
     return H
 
@@ -130,9 +156,18 @@ def broker() -> Iterator[tuple[FakeLog, str]]:
 
 
 def _task(url: str, start: int, end: int, **kw: Any) -> RangeTask:
-    base = RangeTask(topic="t", partition=0, start=start, end=end, urls=(url,),
-                     cluster_id="c", include_headers=False, fetch_max_bytes=1500,
-                     fail_on_data_loss=True, poll_timeout_ms=2000)
+    base = RangeTask(
+        topic="t",
+        partition=0,
+        start=start,
+        end=end,
+        urls=(url,),
+        cluster_id="c",
+        include_headers=False,
+        fetch_max_bytes=1500,
+        fail_on_data_loss=True,
+        poll_timeout_ms=2000,
+    )
     return replace(base, **kw)
 
 
@@ -179,8 +214,7 @@ def test_a_broker_that_lost_leadership_is_retried_on_the_next_url(broker, cluste
     log, url = broker
     log.append(30)
     log.refuse = 2
-    assert _offsets(_task(url, 0, 30, cluster_id=cluster_id, urls=(url, url))) == list(
-        range(30))
+    assert _offsets(_task(url, 0, 30, cluster_id=cluster_id, urls=(url, url))) == list(range(30))
 
 
 def test_a_range_past_the_high_watermark_times_out_with_a_clear_error(broker) -> None:

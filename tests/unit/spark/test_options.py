@@ -31,9 +31,15 @@ B = {"bootstrap": "http://127.0.0.1:8082"}
 
 
 def test_kafka_names_are_accepted_case_insensitively() -> None:
-    o = parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:8082,h2:9",
-                              "SUBSCRIBE": "a, b", "startingoffsets": "earliest",
-                              "IncludeHeaders": "TRUE"}, streaming=False)
+    o = parse_source_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:8082,h2:9",
+            "SUBSCRIBE": "a, b",
+            "startingoffsets": "earliest",
+            "IncludeHeaders": "TRUE",
+        },
+        streaming=False,
+    )
     assert o.bootstrap == ("http://127.0.0.1:8082", "http://h2:9")
     assert o.subscribe == ("a", "b") and o.include_headers
 
@@ -46,29 +52,35 @@ def test_defaults_follow_kafka_batch_earliest_to_latest_stream_latest() -> None:
     assert batch.fail_on_data_loss and not batch.include_headers
 
 
-@pytest.mark.parametrize(("opts", "match"), [
-    ({"subscribe": "t"}, "'bootstrap' is required"),
-    ({**B}, "exactly one of"),
-    ({**B, "subscribe": "t", "assign": '{"t":[0]}'}, "exactly one of.*got subscribe, assign"),
-    ({**B, "subscribe": "t", "startingOffset": "earliest"}, "unknown source option 'startingoffset'"),
-    ({**B, "subscribePattern": "("}, "not a valid regular expression"),
-    ({**B, "assign": '{"t": 0}'}, "list of partitions"),
-    ({**B, "assign": "[1]"}, "must be a JSON object"),
-    ({**B, "assign": "{bad"}, "not valid JSON"),
-    ({**B, "subscribe": "t", "startingOffsets": "first"}, "'earliest', 'latest' or JSON"),
-    ({**B, "subscribe": "t", "startingOffsets": '{"t": {"0": -3}}'}, "-2 \\(earliest\\)"),
-    ({**B, "subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'}, "not an integer"),
-    ({**B, "subscribe": "t", "startingOffsets": '{"u": {"0": 1}}'}, "topics not subscribed"),
-    ({**B, "assign": '{"t": [0]}', "endingOffsets": '{"t": {"1": 5}}'}, "not in 'assign'"),
-    ({**B, "subscribe": "t", "startingOffsets": "latest"}, "cannot be 'latest' for a batch"),
-    ({**B, "subscribe": "t", "endingOffsets": "earliest"}, "cannot be 'earliest'"),
-    ({**B, "subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'}, "-1 \\(latest\\) is not"),
-    ({**B, "subscribe": "t", "minPartitions": "0"}, "at least 1"),
-    ({**B, "subscribe": "t", "maxOffsetsPerTrigger": "ten"}, "must be an integer"),
-    ({**B, "subscribe": "t", "failOnDataLoss": "yes"}, "true or false"),
-    ({**B, "subscribe": "t", "minOffsetsPerTrigger": "5"}, "not supported"),
-    ({"bootstrap": "ftp://x", "subscribe": "t"}, "not a broker URL"),
-])
+@pytest.mark.parametrize(
+    ("opts", "match"),
+    [
+        ({"subscribe": "t"}, "'bootstrap' is required"),
+        ({**B}, "exactly one of"),
+        ({**B, "subscribe": "t", "assign": '{"t":[0]}'}, "exactly one of.*got subscribe, assign"),
+        (
+            {**B, "subscribe": "t", "startingOffset": "earliest"},
+            "unknown source option 'startingoffset'",
+        ),
+        ({**B, "subscribePattern": "("}, "not a valid regular expression"),
+        ({**B, "assign": '{"t": 0}'}, "list of partitions"),
+        ({**B, "assign": "[1]"}, "must be a JSON object"),
+        ({**B, "assign": "{bad"}, "not valid JSON"),
+        ({**B, "subscribe": "t", "startingOffsets": "first"}, "'earliest', 'latest' or JSON"),
+        ({**B, "subscribe": "t", "startingOffsets": '{"t": {"0": -3}}'}, "-2 \\(earliest\\)"),
+        ({**B, "subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'}, "not an integer"),
+        ({**B, "subscribe": "t", "startingOffsets": '{"u": {"0": 1}}'}, "topics not subscribed"),
+        ({**B, "assign": '{"t": [0]}', "endingOffsets": '{"t": {"1": 5}}'}, "not in 'assign'"),
+        ({**B, "subscribe": "t", "startingOffsets": "latest"}, "cannot be 'latest' for a batch"),
+        ({**B, "subscribe": "t", "endingOffsets": "earliest"}, "cannot be 'earliest'"),
+        ({**B, "subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'}, "-1 \\(latest\\) is not"),
+        ({**B, "subscribe": "t", "minPartitions": "0"}, "at least 1"),
+        ({**B, "subscribe": "t", "maxOffsetsPerTrigger": "ten"}, "must be an integer"),
+        ({**B, "subscribe": "t", "failOnDataLoss": "yes"}, "true or false"),
+        ({**B, "subscribe": "t", "minOffsetsPerTrigger": "5"}, "not supported"),
+        ({"bootstrap": "ftp://x", "subscribe": "t"}, "not a broker URL"),
+    ],
+)
 def test_bad_batch_options_are_clear_errors(opts: dict[str, str], match: str) -> None:
     with pytest.raises(LongboatOptionError, match=match):
         parse_source_options(opts, streaming=False)
@@ -80,12 +92,20 @@ def test_ending_options_are_refused_for_streams() -> None:
 
 
 def test_timestamps_take_precedence_over_offsets() -> None:
-    o = parse_source_options({**B, "subscribe": "t", "startingOffsets": "earliest",
-                              "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
-                              "startingTimestamp": "1000"}, streaming=False)
+    o = parse_source_options(
+        {
+            **B,
+            "subscribe": "t",
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
+            "startingTimestamp": "1000",
+        },
+        streaming=False,
+    )
     assert o.starting == OffsetSpec("timestamp", timestamp_ms=1000)
-    o = parse_source_options({**B, "subscribe": "t",
-                              "startingOffsetsByTimestamp": '{"t": {"0": 5}}'}, streaming=False)
+    o = parse_source_options(
+        {**B, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"0": 5}}'}, streaming=False
+    )
     assert o.starting == OffsetSpec("timestamps", {"t": {0: 5}})
 
 
@@ -104,8 +124,12 @@ def test_sink_options() -> None:
         parse_sink_options({**B, "subscribe": "t"})
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=5),
-                       st.dictionaries(st.integers(0, 100), st.integers(0, 2**62), min_size=1)))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=5),
+        st.dictionaries(st.integers(0, 100), st.integers(0, 2**62), min_size=1),
+    )
+)
 def test_offsets_json_round_trips_through_spark_string_keys(offsets) -> None:
     as_json = json.loads(json.dumps(offsets_to_json(offsets)))
     assert all(isinstance(p, str) for ps in as_json.values() for p in ps)
@@ -122,25 +146,41 @@ LATEST = {"t": {0: 50, 1: 20}}
 
 def test_resolve_specific_offsets_with_minus_two_and_minus_one() -> None:
     spec = OffsetSpec("offsets", {"t": {0: -2, 1: -1}})
-    assert resolve(spec, TPS, EARLIEST, LATEST, {}, which="starting",
-                   no_match_is_error=True) == {"t": {0: 5, 1: 20}}
+    assert resolve(spec, TPS, EARLIEST, LATEST, {}, which="starting", no_match_is_error=True) == {
+        "t": {0: 5, 1: 20}
+    }
 
 
 def test_resolve_requires_every_partition_like_kafka() -> None:
     with pytest.raises(LongboatOptionError, match=r"missing \['t-1'\]"):
-        resolve(OffsetSpec("offsets", {"t": {0: 3}}), TPS, EARLIEST, LATEST, {},
-                which="starting", no_match_is_error=True)
+        resolve(
+            OffsetSpec("offsets", {"t": {0: 3}}),
+            TPS,
+            EARLIEST,
+            LATEST,
+            {},
+            which="starting",
+            no_match_is_error=True,
+        )
     with pytest.raises(LongboatOptionError, match=r"do not exist.*t-7"):
-        resolve(OffsetSpec("offsets", {"t": {0: 3, 1: 3, 7: 1}}), TPS, EARLIEST, LATEST, {},
-                which="starting", no_match_is_error=True)
+        resolve(
+            OffsetSpec("offsets", {"t": {0: 3, 1: 3, 7: 1}}),
+            TPS,
+            EARLIEST,
+            LATEST,
+            {},
+            which="starting",
+            no_match_is_error=True,
+        )
 
 
 def test_resolve_timestamps_without_a_match() -> None:
     spec = OffsetSpec("timestamp", timestamp_ms=99)
     assert timestamps_needed(spec, TPS) == {("t", 0): 99, ("t", 1): 99}
     found = {("t", 0): 7, ("t", 1): None}
-    assert resolve(spec, TPS, EARLIEST, LATEST, found, which="ending",
-                   no_match_is_error=False) == {"t": {0: 7, 1: 20}}
+    assert resolve(spec, TPS, EARLIEST, LATEST, found, which="ending", no_match_is_error=False) == {
+        "t": {0: 7, 1: 20}
+    }
     with pytest.raises(LongboatOptionError, match="t-1"):
         resolve(spec, TPS, EARLIEST, LATEST, found, which="starting", no_match_is_error=True)
 
@@ -151,19 +191,31 @@ def test_batch_ranges_cap_at_the_high_watermark_and_handle_lost_starts() -> None
     end = {"t": {0: 60, 1: 0}}
     with pytest.raises(DataLossError, match="failOnDataLoss=false"):
         batch_ranges(start, end, EARLIEST, LATEST, fail_on_data_loss=True, warn=warnings.append)
-    got = batch_ranges(start, end, EARLIEST, LATEST, fail_on_data_loss=False,
-                       warn=warnings.append)
+    got = batch_ranges(start, end, EARLIEST, LATEST, fail_on_data_loss=False, warn=warnings.append)
     assert got == [OffsetRange("t", 0, 5, 50)]
     assert any("high watermark" in w for w in warnings)
     assert any("2 to 4 were deleted" in w for w in warnings)
     with pytest.raises(LongboatOptionError, match="after the ending offset"):
-        batch_ranges({"t": {0: 40}}, {"t": {0: 30}}, EARLIEST, LATEST, fail_on_data_loss=True,
-                     warn=warnings.append)
+        batch_ranges(
+            {"t": {0: 40}},
+            {"t": {0: 30}},
+            EARLIEST,
+            LATEST,
+            fail_on_data_loss=True,
+            warn=warnings.append,
+        )
 
 
-ranges = st.lists(st.builds(lambda p, s, n: OffsetRange("t", p, s, s + n),
-                            st.integers(0, 50), st.integers(0, 10**6), st.integers(0, 10**4)),
-                  max_size=6, unique_by=lambda r: r.partition)
+ranges = st.lists(
+    st.builds(
+        lambda p, s, n: OffsetRange("t", p, s, s + n),
+        st.integers(0, 50),
+        st.integers(0, 10**6),
+        st.integers(0, 10**4),
+    ),
+    max_size=6,
+    unique_by=lambda r: r.partition,
+)
 
 
 @settings(max_examples=200)
@@ -187,16 +239,22 @@ def test_split_ranges_cover_exactly_and_respect_both_bounds(rs, min_parts, max_r
 
 
 def test_min_partitions_splits_in_proportion_to_size() -> None:
-    out = split_ranges([OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 0, 100)],
-                       min_partitions=10, max_records_per_partition=None)
+    out = split_ranges(
+        [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 0, 100)],
+        min_partitions=10,
+        max_records_per_partition=None,
+    )
     assert [o.size for o in out if o.partition == 0] == [100] * 9
     assert [o.size for o in out if o.partition == 1] == [100]
 
 
 @settings(max_examples=300)
-@given(st.dictionaries(st.integers(0, 8), st.tuples(st.integers(0, 1000), st.integers(0, 1000)),
-                       min_size=1),
-       st.integers(1, 3000))
+@given(
+    st.dictionaries(
+        st.integers(0, 8), st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1
+    ),
+    st.integers(1, 3000),
+)
 def test_rate_limit_reads_exactly_min_of_limit_and_backlog(parts, limit) -> None:
     start = {"t": {p: a for p, (a, _) in parts.items()}}
     latest = {"t": {p: a + n for p, (a, n) in parts.items()}}

@@ -28,7 +28,10 @@ def test_round_trip_with_every_codec(codec: Compression) -> None:
     h = verify_batch(b)
     assert h.compression == codec
     assert (h.record_count, h.last_offset_delta, h.first_timestamp, h.max_timestamp) == (
-        50, 49, 1000, 1049,
+        50,
+        49,
+        1000,
+        1049,
     )
     out = decode_records(b)
     assert [(r.key, r.value, r.timestamp, list(r.headers)) for r in out] == [

@@ -23,8 +23,9 @@ from storage.log import PartitionLog
 from storage.logdir import LogDirectory
 
 
-def lazy_log(path, files: LazyFileLayer, log_dir: LogDirectory | None = None,
-             **kafka: str) -> PartitionLog:
+def lazy_log(
+    path, files: LazyFileLayer, log_dir: LogDirectory | None = None, **kafka: str
+) -> PartitionLog:
     from storage.config import LogConfig
 
     return PartitionLog.open(str(path), LogConfig.from_kafka(kafka), files, log_dir=log_dir)
@@ -34,7 +35,8 @@ def lazy_log(path, files: LazyFileLayer, log_dir: LogDirectory | None = None,
 
 
 def test_an_eio_on_the_second_of_two_fsyncs_resolves_no_waiter_and_covers_no_range(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     files = LazyFileLayer()
     log = lazy_log(tmp_path / "p0", files)
     failures = []
@@ -91,9 +93,9 @@ def test_one_failed_log_takes_its_whole_directory_offline_and_no_other(tmp_path)
         gc = GroupCommitter()
         files.fail_fsync(1, match=os.path.join("a", "t-0", "0000"))  # a0's segment
         lasts = {log: log.append(batch(2), leader_epoch=0)[1] for log in (a0, a1, b0)}
-        outcomes = await asyncio.gather(*(gc.durable(log, last + 1)
-                                          for log, last in lasts.items()),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(gc.durable(log, last + 1) for log, last in lasts.items()), return_exceptions=True
+        )
         results = dict(zip(lasts, outcomes, strict=True))
         assert isinstance(results[a0], LogDirOfflineError)
         assert results[b0] is None
@@ -241,7 +243,8 @@ def test_enospc_from_fsync_is_a_directory_failure(tmp_path) -> None:
 
 
 def test_enospc_lowering_the_recovery_point_refuses_the_truncation_and_changes_nothing(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     files = LazyFileLayer()
     log = lazy_log(tmp_path, files)
     for _ in range(3):

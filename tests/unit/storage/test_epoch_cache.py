@@ -54,7 +54,8 @@ def test_truncation_from_end_and_start_and_persistence(cache, tmp_path) -> None:
     assert cache.entries == [(2, 15)]
     body = "1\n1\n2 15\n"
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == (
-        body + f"{crc32c.crc32c(body.encode()):08x}\n")
+        body + f"{crc32c.crc32c(body.encode()):08x}\n"
+    )
     assert LeaderEpochCache.load(str(tmp_path), RealFileLayer()).entries == [(2, 15)]
     assert cache.epoch_for_offset(14) == -1 and cache.epoch_for_offset(99) == 2
 
@@ -64,12 +65,15 @@ def test_a_version_0_checkpoint_without_a_checksum_still_loads(tmp_path) -> None
     assert LeaderEpochCache.load(str(tmp_path), RealFileLayer()).entries == [(1, 0), (3, 7)]
 
 
-@pytest.mark.parametrize("damage", [
-    lambda b: b.replace(b"2 10", b"2 18"),  # a flipped bit that still parses
-    lambda b: b[:-3],  # cut short
-    lambda b: b.replace(b"\n2 10", b"\n9 10"),  # entries no longer increase
-    lambda b: b"",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b.replace(b"2 10", b"2 18"),  # a flipped bit that still parses
+        lambda b: b[:-3],  # cut short
+        lambda b: b.replace(b"\n2 10", b"\n9 10"),  # entries no longer increase
+        lambda b: b"",
+    ],
+)
 def test_a_damaged_checkpoint_is_corrupt_checkpoint_error(cache, tmp_path, damage) -> None:
     p = tmp_path / "leader-epoch-checkpoint"
     p.write_bytes(damage(p.read_bytes()))

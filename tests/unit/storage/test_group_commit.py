@@ -32,11 +32,17 @@ class GatedExecutor(ThreadPoolExecutor):
     def open(self) -> None:
         self.gate.set()
 
-    def submit(self, fn: Callable[..., object], /, *args: object,  # type: ignore[override]
-               **kwargs: object) -> Future[object]:
+    def submit(
+        self,
+        fn: Callable[..., object],
+        /,
+        *args: object,  # type: ignore[override]
+        **kwargs: object,
+    ) -> Future[object]:
         def gated() -> object:
             assert self.gate.wait(10), "gate never opened"
             return fn(*args, **kwargs)
+
         return super().submit(gated)
 
 
@@ -72,8 +78,9 @@ class RecordingFileLayer(FileLayer):
     def __init__(self, inner: FileLayer) -> None:
         self.inner = inner
         self.events: list[tuple[str, str, int]] = []
-        self.fsync_started: collections.defaultdict[int, threading.Event] = (
-            collections.defaultdict(threading.Event))
+        self.fsync_started: collections.defaultdict[int, threading.Event] = collections.defaultdict(
+            threading.Event
+        )
         self.fsync_gate: dict[int, threading.Event] = {}
         self._fsyncs = 0
         self._lock = threading.Lock()
@@ -372,8 +379,9 @@ def test_waiters_on_a_log_closed_without_flushing_fail(tmp_path) -> None:
     asyncio.run(main())
 
 
-def _round_of_three_held(tmp_path, hold_s: float, *, wait_for_company: bool = True) -> tuple[
-        RecordingFileLayer, GroupCommitter, GatedExecutor, PartitionLog]:
+def _round_of_three_held(
+    tmp_path, hold_s: float, *, wait_for_company: bool = True
+) -> tuple[RecordingFileLayer, GroupCommitter, GatedExecutor, PartitionLog]:
     """A log whose first round covers three waiters and is held in its fsync ``hold_s``."""
     files = RecordingFileLayer(LazyFileLayer())
     log = open_log(tmp_path, files)
@@ -388,8 +396,9 @@ def _round_of_three_held(tmp_path, hold_s: float, *, wait_for_company: bool = Tr
 
 @pytest.mark.parametrize("wait_for_company", [True, False])
 def test_a_round_right_after_another_waits_for_company(tmp_path, wait_for_company) -> None:
-    files, gc, executor, log = _round_of_three_held(tmp_path, 0.3,
-                                                    wait_for_company=wait_for_company)
+    files, gc, executor, log = _round_of_three_held(
+        tmp_path, 0.3, wait_for_company=wait_for_company
+    )
 
     async def main() -> None:
         first = [_ask(gc, log) for _ in range(3)]

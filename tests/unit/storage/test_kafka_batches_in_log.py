@@ -21,8 +21,14 @@ kafka_record = pytest.importorskip("kafka.record.default_records")
 
 def kafka_batch(records: list[tuple[bytes | None, bytes | None, int]], codec: int = 0) -> bytes:
     b = kafka_record.DefaultRecordBatchBuilder(
-        magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
-        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     for i, (k, v, ts) in enumerate(records):
         b.append(i, timestamp=ts, key=k, value=v, headers=[("h", b"1")])
     return bytes(b.build())
@@ -44,7 +50,11 @@ def test_kafka_batches_are_stored_verbatim_beside_msgpack_ones(tmp_path: Path) -
     log.close()
     log = open_log(str(tmp_path))  # recovery walks both encodings
     assert [(r.offset, r.key, r.value) for r in read_all(log)] == [
-        (0, b"a", b"1"), (1, b"b", b"2"), (2, b"c", b"3"), (3, None, b"4")]
+        (0, b"a", b"1"),
+        (1, b"b", b"2"),
+        (2, b"c", b"3"),
+        (3, None, b"4"),
+    ]
     assert log.offset_for_timestamp(11) == 1
     assert log.offset_for_timestamp(13) == 3
     log.close()

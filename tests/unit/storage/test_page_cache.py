@@ -134,7 +134,7 @@ def test_marks_follow_a_truncation(tmp_path: object) -> None:
     fill(log, 4 * MIB)
     log.drop_cache_behind(keep)
     # The regrown bytes are asked although the marks had been above them before the cut.
-    (_, lo, hi), = layer.drops
+    ((_, lo, hi),) = layer.drops
     assert lo <= cut and hi == log.size_bytes - keep
 
 
@@ -209,14 +209,16 @@ def test_the_kernel_drops_what_was_asked_and_keeps_the_tail(tmp_path: object) ->
     path, end = log.active_segment.log_path, log.size_bytes
     assert resident_pages(path, 0, end) * 4096 >= end - 64 * KIB, (
         "freshly written pages are not in the page cache: mincore does not see this "
-        "filesystem's cache, so nothing below can be checked")
+        "filesystem's cache, so nothing below can be checked"
+    )
     log.flush()  # clean pages: one ask drops them
     log.drop_cache_behind(keep)
     # The kernel drops whole pages only: the one holding the boundary stays.
     behind = resident_pages(path, 0, (end - keep) // 4096 * 4096)
     assert behind == 0, (
         f"{behind} pages behind the tail still cached after DONTNEED on clean pages: this "
-        f"filesystem ({tmp_path}) keeps them (tmpfs does); the page-cache bound cannot work")
+        f"filesystem ({tmp_path}) keeps them (tmpfs does); the page-cache bound cannot work"
+    )
     assert resident_pages(path, end - keep, end) * 4096 >= keep - 8 * KIB
     assert [r.offset for r in read_all(log)] == list(range(log.log_end_offset))  # from disk
 
