@@ -313,7 +313,11 @@ async def handle_membership(request: web.Request) -> web.Response:
     try:
         if op == "add-voter":
             await _teach_members(request.app, node_id, url)
-            await node.add_observer(node_id, url)
+            if node_id not in node.status().observers:
+                # An observer already (an add-voter that timed out before its promotion, or
+                # one retried): adding it again "changes nothing" and was refused, so the
+                # node could never be promoted. Go on to the catch-up and the promotion.
+                await node.add_observer(node_id, url)
             deadline = asyncio.get_running_loop().time() + float(timeout_s)
             while True:  # promote only once it holds the log (KIP-853's catch-up rule)
                 st = node.status()
