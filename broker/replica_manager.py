@@ -837,15 +837,7 @@ class ReplicaManager:
         if replica_id == DEBUG_REPLICA_ID:
             return self._debug_fetch(topic, partition, fetch_offset, max_bytes)
         rep, leader = self._leading(topic, partition)
-        if leader_epoch >= 0 and leader_epoch != leader.leader_epoch:
-            code = (
-                "FENCED_LEADER_EPOCH"
-                if leader_epoch < leader.leader_epoch
-                else "UNKNOWN_LEADER_EPOCH"
-            )
-            raise ReplicaError(
-                code, f"fetch in epoch {leader_epoch}, leader is in {leader.leader_epoch}"
-            )
+        _check_leader_epoch(leader_epoch, leader.leader_epoch, "fetch")
         is_follower = replica_id >= 0
         if is_follower:
             div = self._check_diverging(rep, fetch_offset, last_fetched_epoch)
@@ -922,13 +914,7 @@ class ReplicaManager:
         self, topic: str, partition: int, current_leader_epoch: int, epoch: int
     ) -> dict[str, Any]:
         rep, leader = self._leading(topic, partition)
-        if current_leader_epoch >= 0 and current_leader_epoch != leader.leader_epoch:
-            code = (
-                "FENCED_LEADER_EPOCH"
-                if current_leader_epoch < leader.leader_epoch
-                else "UNKNOWN_LEADER_EPOCH"
-            )
-            raise ReplicaError(code)
+        _check_leader_epoch(current_leader_epoch, leader.leader_epoch, "offsets_for_leader_epoch")
         e, end = rep.log.end_offset_for_epoch(epoch)
         return {"leader_epoch": e, "end_offset": end}
 
@@ -1123,3 +1109,12 @@ class ReplicaManager:
             if pending is None:
                 return
             change = pending.request
+
+
+def _check_leader_epoch(asked: int, current: int, what: str) -> None:
+    """KIP-320: a request naming a leader epoch (>= 0) must name the current one; an older
+    one is FENCED_LEADER_EPOCH (the caller's metadata is stale), a newer one
+    UNKNOWN_LEADER_EPOCH (this broker's is)."""
+    if asked >= 0 and asked != current:
+        code = "FENCED_LEADER_EPOCH" if asked < current else "UNKNOWN_LEADER_EPOCH"
+        raise ReplicaError(code, f"{what} in epoch {asked}, leader is in {current}")

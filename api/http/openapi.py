@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.schemas.state import LEVELS
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 _TP = {
@@ -52,15 +54,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "compatibility": {
                 "type": "string",
-                "enum": [
-                    "NONE",
-                    "BACKWARD",
-                    "BACKWARD_TRANSITIVE",
-                    "FORWARD",
-                    "FORWARD_TRANSITIVE",
-                    "FULL",
-                    "FULL_TRANSITIVE",
-                ],
+                "enum": list(LEVELS),
             }
         },
     },

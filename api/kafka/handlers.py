@@ -460,44 +460,30 @@ class _Unsupported(Exception):
 
 async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(22, version)
-    if req.transactional_id is not None:
+
+    def answer(error: Any, pid: int = -1, epoch: int = -1, throttle: Any = ZERO_MS) -> Any:
         return build(
             mod,
             "InitProducerIdResponse",
-            throttle_time=ZERO_MS,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
+            throttle_time=throttle,
+            error_code=error,
+            producer_id=pid,
+            producer_epoch=epoch,
         )
+
+    if req.transactional_id is not None:
+        return answer(ErrorCode.transactional_id_authorization_failed)
     try:
         pid = await ctx.next_producer_id()
     except ProducerIdThrottledError as e:  # KIP-936: new ids are rate-limited per broker
-        return build(
-            mod,
-            "InitProducerIdResponse",
-            throttle_time=datetime.timedelta(milliseconds=e.throttle_time_ms),
-            error_code=ErrorCode.throttling_quota_exceeded,
-            producer_id=-1,
-            producer_epoch=-1,
+        return answer(
+            ErrorCode.throttling_quota_exceeded,
+            throttle=datetime.timedelta(milliseconds=e.throttle_time_ms),
         )
     except Exception as e:  # the controller did not hand out a block
         log.warning("InitProducerId: %s", e)
-        return build(
-            mod,
-            "InitProducerIdResponse",
-            throttle_time=ZERO_MS,
-            error_code=ErrorCode.coordinator_not_available,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    return build(
-        mod,
-        "InitProducerIdResponse",
-        throttle_time=ZERO_MS,
-        error_code=ErrorCode.none,
-        producer_id=pid,
-        producer_epoch=0,
-    )
+        return answer(ErrorCode.coordinator_not_available)
+    return answer(ErrorCode.none, pid, 0)
 
 
 # ------------------------------------------------------------------------ groups

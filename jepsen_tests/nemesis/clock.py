@@ -110,11 +110,7 @@ class ClockNemesis(Nemesis):
         os.replace(tmp, self.offset_file(node))  # atomic: a reader never sees half
 
     def _start(self, fault: Fault) -> None:
-        if self.unavailable:
-            if self.recorder is not None:
-                self.recorder.info(
-                    NEMESIS, "unavailable", {**fault.describe(), "reason": self.unavailable}
-                )
+        if _skipped_as_unavailable(self.unavailable, self.recorder, fault):
             return
         delta = float(fault.params.get("delta_s", 5))
         for n in fault.targets:
@@ -232,11 +228,7 @@ class WallClockNemesis(Nemesis):
         self._apply(node)
 
     def _start(self, fault: Fault) -> None:
-        if self.unavailable:
-            if self.recorder is not None:
-                self.recorder.info(
-                    NEMESIS, "unavailable", {**fault.describe(), "reason": self.unavailable}
-                )
+        if _skipped_as_unavailable(self.unavailable, self.recorder, fault):
             return
         delta_ns = int(float(fault.params.get("delta_s", 5)) * 1e9)
         targets = [n for n in fault.targets if n in self._shares]
@@ -283,3 +275,13 @@ class WallClockNemesis(Nemesis):
         for m in self._maps.values():
             m.close()
         self._maps.clear()
+
+
+def _skipped_as_unavailable(reason: str | None, recorder: Recorder | None, fault: Fault) -> bool:
+    """Where the clock cannot be bent here (no libfaketime, no compiler for the shim), a
+    fault is recorded as ``unavailable`` with the reason, for the report, and skipped."""
+    if not reason:
+        return False
+    if recorder is not None:
+        recorder.info(NEMESIS, "unavailable", {**fault.describe(), "reason": reason})
+    return True

@@ -527,18 +527,12 @@ class DiskNemesis(Nemesis):
 
     def _exited(self, fault: Fault, p: NodeProcess) -> None:
         """The node had exited during the fault: say so, with its last log line."""
-        rc = p.proc.returncode if p.proc is not None else None
-        tail = [ln for ln in p.log_tail(4000).splitlines() if ln.strip()]
-        self._note(
-            "exited",
-            {
-                "id": fault.id,
-                "node": p.name,
-                "returncode": rc,
-                "last_log_line": tail[-1][-300:] if tail else "",
-            },
+        report = p.exit_report()
+        self._note("exited", {"id": fault.id, **report})
+        print(
+            f"{fault.kind}: {p.name} had exited ({report['returncode']}); starting it again",
+            file=sys.stderr,
         )
-        print(f"{fault.kind}: {p.name} had exited ({rc}); starting it again", file=sys.stderr)
 
     def _heal(self) -> None:
         for d in self.disks.values():

@@ -29,6 +29,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from jepsen_tests import cleanup
 from jepsen_tests.history import Recorder
@@ -145,6 +146,17 @@ class NodeProcess:
         except OSError:
             return ""
         return data[-n_bytes:].decode(errors="replace")
+
+    def exit_report(self) -> dict[str, Any]:
+        """How the process ended, for a nemesis that found it gone: its node, exit status
+        and last log line (a fail-stop's names the task and the error)."""
+        rc = self.proc.returncode if self.proc is not None else None
+        tail = [ln for ln in self.log_tail(4000).splitlines() if ln.strip()]
+        return {
+            "node": self.name,
+            "returncode": rc,
+            "last_log_line": tail[-1][-300:] if tail else "",
+        }
 
 
 FREEZER_ROOT = Path("/sys/fs/cgroup/freezer")
