@@ -80,6 +80,16 @@ DETERMINISTIC_REFUSALS = frozenset(
 )
 
 
+async def _start_or_definite(client: AsyncProducer | AsyncConsumer, what: str) -> None:
+    """Start a client; one that cannot start (no broker answers its metadata request) sent
+    nothing, so the operation that needed it definitely did not happen."""
+    try:
+        await client.start()
+    except ClientError as e:
+        await client.close()
+        raise DefiniteError(f"{what} start: {e}") from e
+
+
 class LongboatQueueClient:
     def __init__(
         self,
@@ -113,11 +123,7 @@ class LongboatQueueClient:
                 delivery_timeout_ms=self.delivery_timeout_ms,
                 source_host=self.host,
             )
-            try:
-                await p.start()
-            except ClientError as e:
-                await p.close()
-                raise DefiniteError(f"producer start: {e}") from e
+            await _start_or_definite(p, "producer")
             self._producer = p
         return self._producer
 
@@ -151,11 +157,7 @@ class LongboatQueueClient:
                 request_timeout_ms=self.request_timeout_ms,
                 source_host=self.host,
             )
-            try:
-                await c.start()
-            except ClientError as e:
-                await c.close()
-                raise DefiniteError(f"consumer start: {e}") from e
+            await _start_or_definite(c, "consumer")
             c.assign([TopicPartition(self.cluster.topic, partition)])
             self._consumers[partition] = c
         return c
