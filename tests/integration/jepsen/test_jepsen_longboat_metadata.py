@@ -55,6 +55,10 @@ def _run(out: Path, *args: str) -> dict[str, Any]:
         text=True,
         timeout=200,
     )
+    # A run that ends without its results says why on stderr: show it (CI keeps no files).
+    assert (out / "results.json").exists(), (
+        f"exit {p.returncode}; stdout tail:\n{p.stdout[-3000:]}\nstderr tail:\n{p.stderr[-6000:]}"
+    )
     res: dict[str, Any] = json.loads((out / "results.json").read_text())
     assert res["ops"] > 400, p.stdout + p.stderr[-2000:]
     return res
