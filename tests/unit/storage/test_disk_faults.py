@@ -48,12 +48,21 @@ def test_an_eio_on_the_second_of_two_fsyncs_resolves_no_waiter_and_covers_no_ran
         await gc.durable(log, last + 1)  # fsync 1 succeeds
         durable_end = log.flushed_offset
         assert durable_end == 3
-        waits = []
-        for _ in range(4):
-            _, last = log.append(batch(2), leader_epoch=0)
-            waits.append(gc.durable_future(log, last + 1))
+        # Armed before anyone waits, and every append made first: the committer's worker
+        # thread starts a round as soon as the first wait asks, so (CI saw both) a fault
+        # armed later can miss that round, and a round that fails before the last wait is
+        # asked for makes that ask itself refuse (the directory is offline by then).
         files.fail_fsync(1, match=".log")  # fsync 2 fails with EIO
-        results = await asyncio.gather(*waits, return_exceptions=True)
+        lasts = [log.append(batch(2), leader_epoch=0)[1] for _ in range(4)]
+        results: list[object] = []
+        waits = []
+        for last in lasts:
+            try:
+                waits.append(gc.durable_future(log, last + 1))
+            except LogDirOfflineError as e:
+                results.append(e)
+        results += await asyncio.gather(*waits, return_exceptions=True)
+        assert len(results) == 4
         assert all(isinstance(r, LogDirOfflineError) for r in results), results
         assert log.flushed_offset == durable_end
         # The next fsync would succeed (the kernel reported the error once and dropped the
