@@ -20,4 +20,4 @@ echo "==> system tools for the Kafka protocol tests (kcat)" >&2
 ./scripts/setup-kafka-clients.sh
 echo "==> pytest" >&2
 # CI has 2 cores; the suite is sized to finish well under 20 minutes there.
-python -m pytest -q "$@"
+python -m pytest -q --durations=30 "$@"

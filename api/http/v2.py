@@ -6,27 +6,32 @@
 ``{"records": [{"key", "value", "partition"}]}`` in ``application/vnd.kafka.json.v2+json``
 (values are JSON) or ``application/vnd.kafka.binary.v2+json`` (values are base64), answered
 ``{"key_schema_id": null, "value_schema_id": null, "offsets": [{"partition", "offset",
-"error_code", "error"}]}`` with per-record errors in ``offsets[i]``. The embedded formats that
-need a schema registry (avro, jsonschema, protobuf) are refused: 422 with 42201 (key schema
-missing) or 42202 (value schema missing) as the REST Proxy answers a record without its
-schema; Longboat has no registry to give one. The records are produced as v3's are, by
-``api.http.produce``.
+"error_code", "error"}]}`` with per-record errors in ``offsets[i]``. With
+``application/vnd.kafka.avro.v2+json`` or ``...jsonschema.v2+json`` the body also names the
+schemas (``value_schema`` text or ``value_schema_id``, and ``key_schema``/``key_schema_id`` when
+records have keys: 422 with 42202 or 42201 without them); each value is checked against its
+schema and written in the registry's wire format through the broker's own Schema Registry
+(``api.http.embedded``), and the answer gives the ids. Protobuf is refused (the registry does
+not take it). The records are produced as v3's are, by ``api.http.produce``.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
 from aiohttp import web
 
 from api.http.context import ctx_of, json_body, json_response, media_type, parse_acks, path_int
+from api.http.embedded import CODEC_KEY, EmbeddedCodec
 from api.http.errors import HttpError, unprocessable, unsupported_media_type
 from api.http.produce import PRODUCE_TIMEOUT_MS_DEFAULT, produce_values
 from api.http.records import parse_v2_record
+from broker.schemas.routes import REGISTRY_KEY
 from metalog.records import ConfigResourceType
 
-SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
+SCHEMA_FORMATS = ("avro", "jsonschema")
 
 
 def _format(request: web.Request) -> str:
@@ -40,7 +45,7 @@ def _format(request: web.Request) -> str:
         return "json"
     if mt == "application/vnd.kafka.binary.v2+json":
         return "binary"
-    for f in SCHEMA_FORMATS:
+    for f in (*SCHEMA_FORMATS, "protobuf"):
         if mt == f"application/vnd.kafka.{f}.v2+json":
             return f
     raise unsupported_media_type(mt)
@@ -123,18 +128,22 @@ async def produce(request: web.Request) -> web.Response:
     recs = body.get("records") if isinstance(body, dict) else None
     if not isinstance(recs, list) or not recs:
         raise unprocessable("Request body is empty. Data is required.", 42206)
-    if fmt in SCHEMA_FORMATS:
+    ids: dict[str, int | None] = {"key": None, "value": None}
+    if fmt in (*SCHEMA_FORMATS, "protobuf"):
         has_key = any(isinstance(r, dict) and r.get("key") is not None for r in recs)
         if has_key and body.get("key_schema") is None and body.get("key_schema_id") is None:
             raise unprocessable("Request includes keys but does not include key schema", 42201)
         if body.get("value_schema") is None and body.get("value_schema_id") is None:
             raise unprocessable("Request includes values but does not include value schema", 42202)
+    if fmt == "protobuf":
         raise unprocessable(
-            f"The {fmt} format needs a schema registry, which Longboat does "
-            "not have; use application/vnd.kafka.json.v2+json or "
-            "application/vnd.kafka.binary.v2+json.",
+            "The protobuf format is not supported: the schema registry takes AVRO and JSON "
+            "schemas; use application/vnd.kafka.avro.v2+json or ...jsonschema.v2+json.",
             42207,
         )
+    if fmt in SCHEMA_FORMATS:
+        recs = await _encode_with_schemas(request, topic, fmt, body, recs, ids)
+        fmt = "binary"
     _, outcomes = await produce_values(
         ctx,
         topic,
@@ -154,10 +163,55 @@ async def produce(request: web.Request) -> web.Response:
                 {"partition": o.partition, "offset": o.offset, "error_code": None, "error": None}
             )
     ctx.metrics.produce_latency.labels("v2").observe(time.monotonic() - t0)
-    return json_response({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
+    return json_response(
+        {"key_schema_id": ids["key"], "value_schema_id": ids["value"], "offsets": offsets}
+    )
+
+
+def codec_of(request: web.Request) -> EmbeddedCodec:
+    """The app's one codec (its cache of parsed schemas is shared by every request)."""
+    return request.app[CODEC_KEY]
+
+
+async def _encode_with_schemas(
+    request: web.Request,
+    topic: str,
+    fmt: str,
+    body: dict[str, Any],
+    recs: list[Any],
+    ids: dict[str, int | None],
+) -> list[Any]:
+    """The records with their keys and values in the wire format (base64, as binary ones),
+    the schemas' ids in ``ids``."""
+    has_key = any(isinstance(r, dict) and r.get("key") is not None for r in recs)
+    codec = codec_of(request)
+    for part in ("key", "value") if has_key else ("value",):
+        ids[part] = await codec.schema_id(
+            topic,
+            fmt,
+            is_key=part == "key",
+            schema=body.get(f"{part}_schema"),
+            schema_id=body.get(f"{part}_schema_id"),
+        )
+    out: list[Any] = []
+    for i, r in enumerate(recs):
+        if not isinstance(r, dict):
+            out.append(r)  # parse_v2_record refuses it with the usual message
+            continue
+        r = dict(r)
+        for part in ("key", "value"):
+            sid = ids[part]
+            if r.get(part) is not None and sid is not None:
+                raw = await codec.encode(sid, r[part], f"records[{i}].{part}")
+                r[part] = base64.b64encode(raw).decode()
+        out.append(r)
+    return out
 
 
 def add_v2_routes(app: web.Application) -> None:
+    # The registry is on the app by the time a request comes (the broker adds it after these
+    # routes), so the codec looks it up then.
+    app[CODEC_KEY] = EmbeddedCodec(lambda: app[REGISTRY_KEY])
     r = app.router
     r.add_get("/topics", list_topics)
     r.add_get("/topics/{topic}", get_topic)

@@ -3,7 +3,9 @@
 The Confluent REST Proxy's v2 consumer API, in its shapes and error codes (docs/http-api.md,
 "Consumer groups (v2 consumer instances)"):
 
-``POST /consumers/{group}`` creates an instance (``name``, ``format`` binary|json|string,
+``POST /consumers/{group}`` creates an instance (``name``, ``format`` binary|json|string|avro|
+jsonschema (the last two decode each record through the schema whose id it carries, by the
+broker's registry: ``api.http.embedded``),
 ``auto.offset.reset``, ``auto.commit.enable``, ``fetch.min.bytes``,
 ``consumer.request.timeout.ms``) and answers ``{instance_id, base_uri}``; under
 ``/consumers/{group}/instances/{name}``: ``DELETE``; ``subscription`` (POST/GET/DELETE,
@@ -55,6 +57,7 @@ from api.client.group import AsyncGroupConsumer
 from api.client.transport import call_with_retries
 from api.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from api.http.context import ctx_of, int_param, json_body
+from api.http.embedded import CODEC_KEY, SCHEMA_FORMATS, EmbeddedCodec
 from api.http.errors import HttpError, kafka_error, not_acceptable, unprocessable
 from api.http.groups import GROUPS_KEY, GroupAccess, coordinator_error
 from api.http.records import parse_timestamp, render_value
@@ -63,7 +66,7 @@ from api.http.v3 import READ_TIMEOUT_MS_MAX
 log = logging.getLogger(__name__)
 
 V2 = "application/vnd.kafka.v2+json"
-FORMATS = ("binary", "json", "string")
+FORMATS = ("binary", "json", "string", *SCHEMA_FORMATS)
 RESETS = ("earliest", "latest", "none")
 
 INSTANCE_TIMEOUT_MS_DEFAULT = 300_000
@@ -666,11 +669,7 @@ async def create_instance(request: web.Request) -> web.Response:
         raise bad_config("'name' must be 1-249 characters of letters, digits, '.', '_' and '-'.")
     fmt = str(body.get("format") or "binary").lower()
     if fmt not in FORMATS:
-        raise bad_config(
-            f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r} (the "
-            "schema formats need a schema registry, which Longboat does not "
-            "have)."
-        )
+        raise bad_config(f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r}.")
     reset = str(body.get("auto.offset.reset") or "latest").lower()
     reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
     if reset not in RESETS:
@@ -808,6 +807,32 @@ def _accepted_format(request: web.Request, fmt: str) -> None:
     )
 
 
+def _render_schema(
+    recs: list[ConsumerRecord], fmt: str, codec: EmbeddedCodec
+) -> list[dict[str, Any]]:
+    """Records whose keys and values are in the registry's wire format (schemas preloaded)."""
+
+    def dec(v: bytes | None, r: ConsumerRecord, part: str) -> Any:
+        if v is None:
+            return None
+        return codec.decode(v, f"The {part} at offset {r.offset} of {r.topic}-{r.partition}")
+
+    return [
+        {
+            "topic": r.topic,
+            "key": dec(r.key, r, "key"),
+            "value": dec(r.value, r, "value"),
+            "partition": r.partition,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "headers": [
+                {"name": n, "value": render_value(v, "binary", r.offset)} for n, v in r.headers
+            ],
+        }
+        for r in recs
+    ]
+
+
 def _render(recs: list[ConsumerRecord], fmt: str) -> list[dict[str, Any]]:
     out = []
     for r in recs:
@@ -856,7 +881,12 @@ async def get_records(request: web.Request) -> web.Response:
     async with reg.using(group, name) as inst:
         recs = await inst.records(timeout_ms, max_bytes)
         try:
-            body = _render(recs, inst.fmt)
+            if inst.fmt in SCHEMA_FORMATS:
+                codec = request.app[CODEC_KEY]
+                await codec.preload(v for r in recs for v in (r.key, r.value))
+                body = _render_schema(recs, inst.fmt, codec)
+            else:
+                body = _render(recs, inst.fmt)
         except HttpError:
             inst.rewind(recs)  # nothing of this answer was consumed
             raise

@@ -10,6 +10,7 @@ of ``_schemas``-0) with its id, and the next writer continues above every id. Ab
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import time
@@ -315,3 +316,118 @@ def test_acknowledged_registration_survives_killing_the_writer(c: HttpCluster) -
         200,
         {"id": durable},
     )
+
+
+# --------------------------------------------------------------------------- REST Proxy formats
+
+AVRO_V2 = {"Content-Type": "application/vnd.kafka.avro.v2+json"}
+JSONSCHEMA_V2 = {"Content-Type": "application/vnd.kafka.jsonschema.v2+json"}
+
+
+def _raw_values(c: HttpCluster, topic: str) -> list[bytes]:
+    return [base64.b64decode(r["value"]) for r in c.read_all(topic, 0)]
+
+
+def test_rest_proxy_v2_avro_produce_registers_encodes_and_confluent_decodes(
+    c: HttpCluster,
+) -> None:
+    c.create_topic("v2avro", partitions=1, rf=3)
+    u = c.urls[1]
+    body = {
+        "value_schema": ORDER,
+        "records": [
+            {"value": {"id": 1, "amount": 2.5, "note": None}},
+            # Avro's JSON encoding, as the REST Proxy takes it: a union's branch is named.
+            {"value": {"id": 2, "amount": 1.0, "note": {"string": "gift"}}},
+        ],
+    }
+    st, _, ans = c.call("POST", f"{u}/topics/v2avro", body, headers=AVRO_V2)
+    assert st == 200, ans
+    sid = ans["value_schema_id"]
+    assert isinstance(sid, int) and ans["key_schema_id"] is None
+    assert [o["offset"] for o in ans["offsets"]] == [0, 1]
+    # Registered under the topic's value subject, as the REST Proxy's TopicNameStrategy.
+    assert cf(c, 2).get_latest_version("v2avro-value").schema_id == sid
+
+    # By id, through another broker; data that does not fit the schema changes nothing.
+    by_id = {"value_schema_id": sid, "records": [{"value": {"id": 3, "amount": 0.5}}]}
+    st, _, ans = c.call("POST", f"{c.urls[2]}/topics/v2avro", by_id, headers=AVRO_V2)
+    assert st == 200 and ans["value_schema_id"] == sid and ans["offsets"][0]["offset"] == 2
+    bad = {"value_schema_id": sid, "records": [{"value": {"id": "four", "amount": 1.0}}]}
+    st, _, err = c.call("POST", f"{u}/topics/v2avro", bad, headers=AVRO_V2)
+    assert st == 422 and err["error_code"] == 42203, err
+    st, _, err = c.call(
+        "POST",
+        f"{u}/topics/v2avro",
+        {"value_schema": "{not json", "records": [{"value": 1}]},
+        headers=AVRO_V2,
+    )
+    assert st == 422 and err["error_code"] == 42205, err
+    st, _, err = c.call(
+        "POST",
+        f"{u}/topics/v2avro",
+        {"value_schema_id": 99999, "records": [{"value": 1}]},
+        headers=AVRO_V2,
+    )
+    assert st == 404 and err["error_code"] == 40403, err
+
+    # Confluent's own deserializer reads what the proxy wrote: the wire format is theirs.
+    de = CfAvroDeserializer(cf(c, 0))
+    ctx = SerializationContext("v2avro", MessageField.VALUE)
+    values = [de(v, ctx) for v in _raw_values(c, "v2avro")]
+    assert values == [
+        {"id": 1, "amount": 2.5, "note": None},
+        {"id": 2, "amount": 1.0, "note": "gift"},
+        {"id": 3, "amount": 0.5, "note": None},
+    ]
+
+
+def test_rest_proxy_v2_keys_and_json_schema_and_avro_consumer_instances(c: HttpCluster) -> None:
+    c.create_topic("v2js", partitions=1, rf=3)
+    u = c.urls[0]
+    body = {
+        "key_schema": json.dumps({"type": "string"}),
+        "value_schema": POINT,
+        "records": [{"key": "p1", "value": {"x": 1, "y": 2}}],
+    }
+    st, _, ans = c.call("POST", f"{u}/topics/v2js", body, headers=JSONSCHEMA_V2)
+    assert st == 200, ans
+    assert ans["key_schema_id"] != ans["value_schema_id"]
+    bad = {**body, "records": [{"key": "p2", "value": {"x": 1}}]}  # y is required
+    st, _, err = c.call("POST", f"{u}/topics/v2js", bad, headers=JSONSCHEMA_V2)
+    assert st == 422 and err["error_code"] == 42203, err
+    assert len(c.read_all("v2js", 0)) == 1
+    de = CfJSONDeserializer(POINT, schema_registry_client=cf(c, 1))
+    (raw,) = _raw_values(c, "v2js")
+    assert de(raw, SerializationContext("v2js", MessageField.VALUE)) == {"x": 1, "y": 2}
+
+    # A v2 consumer instance with format avro decodes through the id each record carries.
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    group = f"{u}/consumers/avro-readers"
+    st, _, _ = c.call(
+        "POST",
+        group,
+        {"name": "a", "format": "avro", "auto.offset.reset": "earliest"},
+        headers=v2,
+    )
+    assert st == 200
+    inst = f"{group}/instances/a"
+    st, _, _ = c.call("POST", f"{inst}/subscription", {"topics": ["v2avro"]}, headers=v2)
+    assert st == 204
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3:
+        assert time.monotonic() < deadline, got
+        st, _, recs = c.call(
+            "GET",
+            f"{inst}/records?timeout=1000",
+            headers={"Accept": "application/vnd.kafka.avro.v2+json"},
+        )
+        assert st == 200, recs
+        got += recs
+    assert [r["value"] for r in got[:3]] == [
+        {"id": 1, "amount": 2.5, "note": None},
+        {"id": 2, "amount": 1.0, "note": {"string": "gift"}},
+        {"id": 3, "amount": 0.5, "note": None},
+    ]
+    assert c.call("DELETE", inst, headers=v2)[0] == 204
