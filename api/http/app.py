@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http.embedded import EmbeddedCodec
 from api.http.errors import ERROR_HOOK_KEY
 from api.http.groups import add_group_routes
 from api.http.metrics import BrokerMetrics, metrics_handler, replica_gauges
@@ -52,6 +53,9 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         metrics=metrics,
         ready_fn=lambda: bool(srv.lifecycle.ready),
         lanes=lanes,
+        # The registry is the broker's own (broker.schemas); looked up per use, so an app
+        # built without one still starts and only the schema formats are refused.
+        embedded=EmbeddedCodec(lambda: srv.schemas),
     )
     app[CONTEXT_KEY] = ctx
     app[ERROR_HOOK_KEY] = metrics.note_error

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from api.http.embedded import EmbeddedCodec
 from api.http.errors import (
     HttpError,
     bad_request,
@@ -77,6 +78,8 @@ class HttpContext:
     batch_entries_max: int = 10_000
     stream_idle_s_max: float = 60.0
     """A produce stream that sends nothing for this long is ended."""
+    embedded: EmbeddedCodec | None = None
+    """The schema formats' codec (None: no registry on this node; they are refused)."""
     _rr: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -12,6 +12,13 @@ Avro's JSON form is Avro's own JSON encoding, as the REST Proxy's converter uses
 value is wrapped in an object naming its branch (``{"string": "x"}``, ``null`` bare), bytes and
 fixed are strings of code points 0-255. fastavro's JSON reader and writer do exactly that.
 
+The v3 produce routes take the same through a key's or value's fields, as the REST Proxy v3:
+``{"type": "AVRO" | "JSONSCHEMA", "schema_id" | "schema_version" | "schema", "subject", "data"}``
+(``subject`` defaults to ``<topic>-key``/``<topic>-value``; with neither id, version nor schema
+the subject's latest version; ``type`` may be left out beside a ``schema_id``).
+``prepare_v3`` turns such fields into ``records.Encoded`` before the records are parsed, and a
+record whose schema cannot be resolved into ``records.Refused``: it fails alone.
+
 The registry is the broker's own (``broker.schemas``): registration goes through its single
 writer, lookups by id read its state. Ids are immutable, so a parsed schema, once fetched, is
 kept here for the life of the process.
@@ -26,12 +33,12 @@ from typing import Any
 import fastavro
 import jsonschema
 import orjson
-from aiohttp import web
 
 from api.http.errors import HttpError, unprocessable
+from api.http.records import Encoded, Refused
 from broker.schemas.parse import AVRO, JSON, InvalidSchemaError, ParsedSchema, text_of
 from broker.schemas.registry import SchemaRegistry, register_args
-from broker.schemas.state import RegistryError
+from broker.schemas.state import LATEST, RegistryError
 
 SCHEMA_FORMATS = ("avro", "jsonschema")
 MAGIC = 0
@@ -44,9 +51,9 @@ CONVERSION_FAILED = 42203
 SCHEMA_LOOKUP_FAILED = 40801
 """The REST Proxy's "schema registration or lookup failed"."""
 
-CODEC_KEY: web.AppKey[EmbeddedCodec] = web.AppKey("embedded_codec")
-
 _TYPE_OF = {"avro": AVRO, "jsonschema": JSON}
+_FMT_OF_V3 = {"AVRO": "avro", "JSONSCHEMA": "jsonschema"}
+_V3_SCHEMA_KEYS = ("schema_id", "schema_version", "schema", "subject")
 
 
 def frame(schema_id: int, payload: bytes) -> bytes:
@@ -61,13 +68,12 @@ def unframe(data: bytes) -> tuple[int, bytes]:
 
 
 def _registry_refusal(e: RegistryError, what: str) -> HttpError:
-    status, code = e.status, e.error_code
-    if status == 404:
-        return HttpError(404, f"{what}: {e}", code)
-    if status == 422:
+    """A registry refusal in the REST Proxy's code space (where 404xx codes name topics,
+    partitions and consumers): a schema the request names but the registry does not have, or
+    one it will not take (invalid, incompatible), is the request's bad schema (422/42205); the
+    registry failing to answer is the REST Proxy's "schema registration or lookup failed"."""
+    if e.status in (404, 409, 422):
         return HttpError(422, f"{what}: {e}", BAD_SCHEMA)
-    if status == 409:
-        return HttpError(409, f"{what}: {e}", 409)
     return HttpError(
         408, f"Schema registration or lookup failed: {what}: {e}", SCHEMA_LOOKUP_FAILED
     )
@@ -76,9 +82,17 @@ def _registry_refusal(e: RegistryError, what: str) -> HttpError:
 class EmbeddedCodec:
     """Encodes and decodes the schema formats through one broker's registry."""
 
-    def __init__(self, registry: Callable[[], SchemaRegistry]) -> None:
-        self._registry = registry
+    def __init__(self, registry: Callable[[], SchemaRegistry | None]) -> None:
+        self._registry_fn = registry
         self._parsed: dict[int, ParsedSchema] = {}
+
+    def _registry(self) -> SchemaRegistry:
+        reg = self._registry_fn()
+        if reg is None:
+            raise HttpError(
+                501, "This node has no schema registry: the schema formats are not served.", 501
+            )
+        return reg
 
     async def schema_id(
         self, topic: str, fmt: str, *, is_key: bool, schema: Any, schema_id: Any
@@ -96,19 +110,7 @@ class EmbeddedCodec:
                     BAD_SCHEMA,
                 )
             return schema_id
-        if not isinstance(schema, str) or not schema.strip():
-            raise unprocessable(f"'{part}_schema' must be the schema's JSON text.", BAD_SCHEMA)
-        try:
-            text = text_of(_TYPE_OF[fmt], schema, ())
-        except InvalidSchemaError as e:
-            raise unprocessable(f"Invalid {part} schema: {e}", BAD_SCHEMA) from None
-        try:
-            out = await self._registry().write(
-                "register", register_args(f"{topic}-{part}", text, normalize=False)
-            )
-        except RegistryError as e:
-            raise _registry_refusal(e, f"registering the {part} schema") from None
-        return int(out["id"])
+        return await self._register(f"{topic}-{part}", fmt, schema, f"{part}_schema")
 
     async def parsed(self, schema_id: int) -> ParsedSchema:
         p = self._parsed.get(schema_id)
@@ -116,7 +118,7 @@ class EmbeddedCodec:
             try:
                 p = await self._registry().read(lambda st: st.parsed(schema_id))
             except KeyError:
-                raise HttpError(404, f"Schema {schema_id} not found.", 40403) from None
+                raise HttpError(422, f"Schema {schema_id} not found.", BAD_SCHEMA) from None
             except RegistryError as e:
                 raise _registry_refusal(e, f"schema {schema_id}") from None
             except InvalidSchemaError as e:
@@ -173,7 +175,7 @@ class EmbeddedCodec:
             raise unprocessable(f"{where} is {e}.", CONVERSION_FAILED) from None
         p = self._parsed.get(sid)
         if p is None:
-            raise HttpError(404, f"{where}: schema {sid} not found in the registry.", 40403)
+            raise unprocessable(f"{where}: schema {sid} not found in the registry.", BAD_SCHEMA)
         try:
             if p.schema_type == AVRO:
                 record = fastavro.schemaless_reader(io.BytesIO(payload), p.avro, None)
@@ -185,3 +187,126 @@ class EmbeddedCodec:
             raise unprocessable(
                 f"{where} does not decode with schema {sid}: {e}", CONVERSION_FAILED
             ) from None
+
+    # ------------------------------------------------------------ v3 records
+
+    async def prepare_v3(self, topic: str, objs: list[Any]) -> list[Any]:
+        """``objs`` with every schema-typed key and value encoded (``records.Encoded``), and
+        every record whose schema fails replaced by ``records.Refused``. Records without
+        schema fields are passed through untouched (the same objects)."""
+        out: list[Any] = []
+        for obj in objs:
+            if type(obj) is not dict or not any(
+                _uses_schema(obj.get(part)) for part in ("key", "value")
+            ):
+                out.append(obj)
+                continue
+            rec = dict(obj)
+            try:
+                for part in ("key", "value"):
+                    if _uses_schema(rec.get(part)):
+                        rec[part] = await self._encode_v3(topic, part, rec[part])
+            except HttpError as e:
+                out.append(Refused(e))
+                continue
+            out.append(rec)
+        return out
+
+    async def _encode_v3(self, topic: str, part: str, field: dict[str, Any]) -> Encoded:
+        kind = field.get("type")
+        if kind is not None:
+            if not isinstance(kind, str):
+                raise unprocessable(f"'{part}.type' must be a string.", 42206)
+            kind = kind.upper()
+            if kind == "PROTOBUF":
+                raise unprocessable(
+                    f"'{part}.type' PROTOBUF is not supported: the schema registry takes AVRO "
+                    "and JSON schemas.",
+                    42207,
+                )
+        sid = await self._v3_schema_id(topic, part, field, kind)
+        parsed = await self.parsed(sid)
+        actual = "AVRO" if parsed.schema_type == AVRO else "JSONSCHEMA"
+        if kind is not None and kind != actual:
+            raise unprocessable(
+                f"'{part}.type' is {kind} but schema {sid} is a {parsed.schema_type} schema.",
+                BAD_SCHEMA,
+            )
+        data = field.get("data")
+        if data is None:
+            raise unprocessable(f"'{part}.data' is needed with a schema.", 42206)
+        return Encoded(await self.encode(sid, data, part), actual)
+
+    async def _v3_schema_id(
+        self, topic: str, part: str, field: dict[str, Any], kind: str | None
+    ) -> int:
+        subject = field.get("subject", f"{topic}-{part}")
+        if not isinstance(subject, str) or not subject:
+            raise unprocessable(f"'{part}.subject' must be a non-empty string.", 42206)
+        if field.get("schema_id") is not None:
+            fmt = _FMT_OF_V3.get(kind or "", "avro")
+            if kind is None:  # the schema says what it is
+                p = await self.parsed(_positive(field["schema_id"], f"{part}.schema_id"))
+                fmt = "avro" if p.schema_type == AVRO else "jsonschema"
+            return await self.schema_id(
+                topic, fmt, is_key=part == "key", schema=None, schema_id=field["schema_id"]
+            )
+        if kind is None:
+            raise unprocessable(
+                f"'{part}.type' (AVRO or JSONSCHEMA) is needed unless '{part}.schema_id' is given.",
+                42206,
+            )
+        if field.get("schema") is not None:
+            return await self._register(
+                subject, _FMT_OF_V3[kind], field["schema"], f"{part}.schema"
+            )
+        given = field.get("schema_version")
+        version = (
+            LATEST
+            if given in (None, LATEST, "latest")
+            else _positive(given, f"{part}.schema_version")
+        )
+        try:
+            out = await self._registry().read(lambda st: st.get_version(subject, version))
+        except RegistryError as e:
+            if given is None and e.status == 404:
+                # Nothing names a schema and the subject has none: the REST Proxy's "schema
+                # missing" (42201 for a key, 42202 for a value).
+                raise unprocessable(
+                    f"Request includes {part}s but does not include {part} schema "
+                    f"(subject {subject!r} has no schema registered).",
+                    42201 if part == "key" else 42202,
+                ) from None
+            raise _registry_refusal(e, f"{part} schema of subject {subject!r}") from None
+        return int(out["id"])
+
+    async def _register(self, subject: str, fmt: str, schema: Any, where: str) -> int:
+        """The id of ``schema`` (the request's field ``where``) registered under ``subject``."""
+        if not isinstance(schema, str) or not schema.strip():
+            raise unprocessable(f"'{where}' must be the schema's JSON text.", BAD_SCHEMA)
+        try:
+            text = text_of(_TYPE_OF[fmt], schema, ())
+        except InvalidSchemaError as e:
+            raise unprocessable(f"Invalid '{where}': {e}", BAD_SCHEMA) from None
+        try:
+            out = await self._registry().write(
+                "register", register_args(subject, text, normalize=False)
+            )
+        except RegistryError as e:
+            raise _registry_refusal(e, f"registering '{where}' under {subject!r}") from None
+        return int(out["id"])
+
+
+def _uses_schema(field: Any) -> bool:
+    if type(field) is not dict:
+        return False
+    kind = field.get("type")
+    if isinstance(kind, str) and kind.upper() in ("AVRO", "JSONSCHEMA", "PROTOBUF"):
+        return True
+    return kind is None and any(k in field for k in _V3_SCHEMA_KEYS)
+
+
+def _positive(v: Any, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise unprocessable(f"'{where}' must be a positive integer.", 42206)
+    return v

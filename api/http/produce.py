@@ -142,8 +142,9 @@ async def produce_json(
             plan = _plan(ctx, topic, raw, ts)
         if plan is not None:
             return await _produce_plan(ctx, topic, plan, acks=acks, timeout_ms=timeout_ms)
+    objs = await _with_schemas(ctx, topic, split_body(raw))
     with gc_paused():
-        parsed = parse_all(split_body(raw), ts)
+        parsed = parse_all(objs, ts)
     outcomes = await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
     with gc_paused():
         lines = report_lines(ctx.cluster_id, topic, parsed, outcomes)
@@ -157,6 +158,7 @@ async def produce_stream_chunk(
     """The values of one chunk of a produce stream (``records.JsonStream``), produced as one
     group: their report lines. The status has been sent, so a refusal of the whole request
     (the topic deleted mid-stream) is each record's error."""
+    objs = await _with_schemas(ctx, topic, objs)
     with gc_paused():
         parsed = parse_all(objs, now_ms())
     try:
@@ -177,9 +179,18 @@ async def produce_values(
 ) -> tuple[list[ParsedRecord | HttpError], list[Outcome]]:
     """Records given as values (the entries of ``records:batch``, a v2 body's or a msgpack
     body's ``records``), each parsed by ``parse``: the records and their outcomes."""
+    if parse is parse_v3_record:
+        objs = await _with_schemas(ctx, topic, list(objs))
     with gc_paused():
         parsed = parse_all(objs, now_ms(), parse)
     return parsed, await produce_records(ctx, topic, parsed, acks=acks, timeout_ms=timeout_ms)
+
+
+async def _with_schemas(ctx: HttpContext, topic: str, objs: list[Any]) -> list[Any]:
+    """v3 records with their schema-typed keys and values encoded (``api.http.embedded``)."""
+    if ctx.embedded is None:
+        return objs
+    return await ctx.embedded.prepare_v3(topic, objs)
 
 
 # --------------------------------------------------------------------------- general path

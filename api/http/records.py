@@ -52,6 +52,22 @@ class ParsedRecord:
     id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A key or value already in its stored form (a schema type's wire format, made by
+    ``api.http.embedded`` before parsing): JSON parsing never makes one, so a client cannot."""
+
+    data: bytes
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A record refused before parsing (its schema could not be resolved): its error."""
+
+    error: HttpError
+
+
 @dataclass(slots=True)
 class Delivered:
     partition: int
@@ -91,6 +107,8 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
     missing or null ``data`` is a null key or value (a tombstone)."""
     if field is None:
         return None, None
+    if type(field) is Encoded:
+        return field.data, field.kind
     if type(field) is dict:
         # The common shapes first: this runs once per record.
         kind = field.get("type", "JSON")
@@ -108,9 +126,11 @@ def encode_data(field: Any, where: str) -> tuple[bytes | None, str | None]:
         raise unprocessable(f"'{where}.type' must be a string.", 42206)
     kind = kind.upper()
     if kind in SCHEMA_TYPES:
+        # The JSON produce routes encode these before parsing (api.http.embedded); a
+        # route that does not (msgpack records) takes bytes.
         raise unprocessable(
-            f"'{where}.type' {kind} needs a schema registry, which Longboat "
-            "does not have; use JSON, STRING or BINARY.",
+            f"'{where}.type' {kind} is taken by the JSON produce routes only; here use "
+            "JSON, STRING or BINARY.",
             42201 if where == "key" else 42202,
         )
     if kind not in DATA_TYPES:
@@ -183,6 +203,8 @@ def parse_partition(v: Any, where: str = "partition_id") -> int | None:
 def parse_v3_record(obj: Any, default_ts: int) -> ParsedRecord:
     # Once per record: the absent fields cost one dict lookup each and no call.
     if type(obj) is not dict:
+        if type(obj) is Refused:
+            raise obj.error
         raise unprocessable(f"A record must be a JSON object, got {type(obj).__name__}.")
     get = obj.get
     pid = get("partition_id")

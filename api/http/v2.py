@@ -24,11 +24,10 @@ from typing import Any
 from aiohttp import web
 
 from api.http.context import ctx_of, json_body, json_response, media_type, parse_acks, path_int
-from api.http.embedded import CODEC_KEY, EmbeddedCodec
+from api.http.embedded import EmbeddedCodec
 from api.http.errors import HttpError, unprocessable, unsupported_media_type
 from api.http.produce import PRODUCE_TIMEOUT_MS_DEFAULT, produce_values
 from api.http.records import parse_v2_record
-from broker.schemas.routes import REGISTRY_KEY
 from metalog.records import ConfigResourceType
 
 SCHEMA_FORMATS = ("avro", "jsonschema")
@@ -169,8 +168,12 @@ async def produce(request: web.Request) -> web.Response:
 
 
 def codec_of(request: web.Request) -> EmbeddedCodec:
-    """The app's one codec (its cache of parsed schemas is shared by every request)."""
-    return request.app[CODEC_KEY]
+    codec = ctx_of(request).embedded
+    if codec is None:
+        raise HttpError(
+            501, "This node has no schema registry: the schema formats are not served.", 501
+        )
+    return codec
 
 
 async def _encode_with_schemas(
@@ -209,9 +212,6 @@ async def _encode_with_schemas(
 
 
 def add_v2_routes(app: web.Application) -> None:
-    # The registry is on the app by the time a request comes (the broker adds it after these
-    # routes), so the codec looks it up then.
-    app[CODEC_KEY] = EmbeddedCodec(lambda: app[REGISTRY_KEY])
     r = app.router
     r.add_get("/topics", list_topics)
     r.add_get("/topics/{topic}", get_topic)

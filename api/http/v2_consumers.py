@@ -57,10 +57,11 @@ from api.client.group import AsyncGroupConsumer
 from api.client.transport import call_with_retries
 from api.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from api.http.context import ctx_of, int_param, json_body
-from api.http.embedded import CODEC_KEY, SCHEMA_FORMATS, EmbeddedCodec
+from api.http.embedded import SCHEMA_FORMATS, EmbeddedCodec
 from api.http.errors import HttpError, kafka_error, not_acceptable, unprocessable
 from api.http.groups import GROUPS_KEY, GroupAccess, coordinator_error
 from api.http.records import parse_timestamp, render_value
+from api.http.v2 import codec_of
 from api.http.v3 import READ_TIMEOUT_MS_MAX
 
 log = logging.getLogger(__name__)
@@ -882,7 +883,7 @@ async def get_records(request: web.Request) -> web.Response:
         recs = await inst.records(timeout_ms, max_bytes)
         try:
             if inst.fmt in SCHEMA_FORMATS:
-                codec = request.app[CODEC_KEY]
+                codec = codec_of(request)
                 await codec.preload(v for r in recs for v in (r.key, r.value))
                 body = _render_schema(recs, inst.fmt, codec)
             else:

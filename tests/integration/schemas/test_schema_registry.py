@@ -369,7 +369,7 @@ def test_rest_proxy_v2_avro_produce_registers_encodes_and_confluent_decodes(
         {"value_schema_id": 99999, "records": [{"value": 1}]},
         headers=AVRO_V2,
     )
-    assert st == 404 and err["error_code"] == 40403, err
+    assert st == 422 and err["error_code"] == 42205 and "not found" in err["message"], err
 
     # Confluent's own deserializer reads what the proxy wrote: the wire format is theirs.
     de = CfAvroDeserializer(cf(c, 0))
@@ -431,3 +431,59 @@ def test_rest_proxy_v2_keys_and_json_schema_and_avro_consumer_instances(c: HttpC
         {"id": 3, "amount": 0.5, "note": None},
     ]
     assert c.call("DELETE", inst, headers=v2)[0] == 204
+
+
+def test_rest_proxy_v3_schema_values_by_id_subject_version_and_text(c: HttpCluster) -> None:
+    c.create_topic("v3avro", partitions=1, rf=3)
+    url = f"{c.v3()}/topics/v3avro/records"
+    # By schema text: registered under <topic>-value.
+    st, _, rep = c.call(
+        "POST",
+        url,
+        {"value": {"type": "AVRO", "schema": ORDER, "data": {"id": 1, "amount": 1.5}}},
+    )
+    assert st == 200 and rep["value"]["type"] == "AVRO", rep
+    sid = cf(c, 1).get_latest_version("v3avro-value").schema_id
+    # By id (type from the schema), by the subject's latest version, and by version number,
+    # with a keyed STRING key beside, in one NDJSON body; one bad record fails alone.
+    body = b"\n".join(
+        json.dumps(r).encode()
+        for r in (
+            {"value": {"schema_id": sid, "data": {"id": 2, "amount": 2.0}}},
+            {"value": {"type": "AVRO", "data": {"id": 3, "amount": 3.0, "note": {"string": "x"}}}},
+            {"value": {"type": "AVRO", "schema_version": 1, "data": {"id": "bad", "amount": 0}}},
+            {
+                "key": {"type": "STRING", "data": "k"},
+                "value": {"type": "AVRO", "schema_version": 1, "data": {"id": 4, "amount": 4.0}},
+            },
+            {"value": {"type": "PROTOBUF", "data": {}}},
+            {"value": {"type": "AVRO", "subject": "nobody-value", "data": {"id": 5}}},
+        )
+    )
+    st, _, lines = c.call("POST", url, raw=body, headers={"Content-Type": "application/json"})
+    assert st == 200
+    reps = lines
+    codes = [r["error_code"] for r in reps]
+    assert codes == [200, 200, 42203, 200, 42207, 42202], reps
+    assert reps[5].get("message") and "nobody-value" in reps[5]["message"]
+    de = CfAvroDeserializer(cf(c, 2))
+    ctx = SerializationContext("v3avro", MessageField.VALUE)
+    assert [de(v, ctx)["id"] for v in _raw_values(c, "v3avro")] == [1, 2, 3, 4]
+    # JSON Schema through a batch, checked (another topic: a subject keeps one schema type).
+    c.create_topic("v3json", partitions=1, rf=3)
+    st, _, ans = c.call(
+        "POST",
+        f"{c.v3()}/topics/v3json/records:batch",
+        {
+            "entries": [
+                {
+                    "id": "a",
+                    "value": {"type": "JSONSCHEMA", "schema": POINT, "data": {"x": 1, "y": 2}},
+                },
+                {"id": "b", "value": {"type": "JSONSCHEMA", "data": {"x": 1}}},
+            ]
+        },
+    )
+    assert st == 207, ans
+    assert [s["id"] for s in ans["successes"]] == ["a"], ans
+    assert [(f["id"], f["error_code"]) for f in ans["failures"]] == [("b", 42203)]
