@@ -21,7 +21,15 @@ _TP = {
 
 _DATA = {
     "type": "object",
-    "properties": {"type": {"type": "string", "enum": ["JSON", "STRING", "BINARY"]}, "data": {}},
+    "properties": {
+        "type": {"type": "string", "enum": ["JSON", "STRING", "BINARY", "AVRO", "JSONSCHEMA"]},
+        "data": {},
+        # The schema types (api.http.embedded): one of these names the schema.
+        "schema_id": {"type": "integer", "minimum": 1},
+        "schema_version": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}]},
+        "schema": {"type": "string"},
+        "subject": {"type": "string"},
+    },
 }
 
 SV = "/subjects/{subject}/versions"
@@ -283,7 +291,8 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     (
         "post",
         "/topics/{topic}",
-        'v2: produce {"records": [...]} (json or binary embedded format).',
+        'v2: produce {"records": [...]} (json, binary, avro or jsonschema embedded format; '
+        "the schema ones with value_schema/value_schema_id and key_schema/key_schema_id).",
         ["acks"],
         "V2Produce",
         "200",
