@@ -47,6 +47,7 @@ from api.http.context import (
     path_int,
     read_body,
 )
+from api.http.embedded import SCHEMA_FORMATS
 from api.http.errors import HttpError, bad_request, kafka_error, topic_not_found, unprocessable
 from api.http.produce import (
     PRODUCE_TIMEOUT_MS_DEFAULT,
@@ -846,8 +847,10 @@ async def read_records(request: web.Request) -> web.Response:
     fmt = request.query.get("format", "binary").lower()
     key_fmt = request.query.get("key_format", fmt).lower()
     for f in (fmt, key_fmt):
-        if f not in ("binary", "json", "string"):
-            raise bad_request(f"format must be binary, json or string, got {f!r}.")
+        if f not in ("binary", "json", "string", *SCHEMA_FORMATS):
+            raise bad_request(
+                f"format must be binary, json, string, avro or jsonschema, got {f!r}."
+            )
     accept = request.headers.get("Accept", "")
     try:
         ans = await ctx.router.fetch(
@@ -900,7 +903,15 @@ async def read_records(request: web.Request) -> web.Response:
                 ),
                 content_type=MSGPACK,
             )
-        records, nxt = render_records(data, from_offset=offset, fmt=fmt, key_fmt=key_fmt)
+        # The schema formats need the registry (I/O): rendered as binary here, then decoded.
+        records, nxt = render_records(
+            data,
+            from_offset=offset,
+            fmt="binary" if fmt in SCHEMA_FORMATS else fmt,
+            key_fmt="binary" if key_fmt in SCHEMA_FORMATS else key_fmt,
+        )
+        if fmt in SCHEMA_FORMATS or key_fmt in SCHEMA_FORMATS:
+            await _decode_schema_values(ctx, records, fmt, key_fmt, f"{topic}-{p}")
     finally:
         ctx.metrics.fetch_latency.observe(time.monotonic() - t0)
     ctx.metrics.fetch_records.inc(len(records))
@@ -917,6 +928,29 @@ async def read_records(request: web.Request) -> web.Response:
             "log_start_offset": lso,
         }
     )
+
+
+async def _decode_schema_values(
+    ctx: HttpContext, records: list[dict[str, Any]], fmt: str, key_fmt: str, where: str
+) -> None:
+    """Keys and values read as binary (base64), decoded in place by the schema each carries."""
+    if ctx.embedded is None:
+        raise HttpError(
+            501, "This node has no schema registry: the schema formats are not served.", 501
+        )
+    codec = ctx.embedded
+    parts = [part for part, f in (("key", key_fmt), ("value", fmt)) if f in SCHEMA_FORMATS]
+    raw = {
+        (i, part): base64.b64decode(r[part])
+        for i, r in enumerate(records)
+        for part in parts
+        if r[part] is not None
+    }
+    await codec.preload(raw.values())
+    for (i, part), v in raw.items():
+        records[i][part] = codec.decode(
+            v, f"The {part} at offset {records[i]['offset']} of {where}"
+        )
 
 
 def add_v3_routes(app: web.Application) -> None:

@@ -469,6 +469,20 @@ def test_rest_proxy_v3_schema_values_by_id_subject_version_and_text(c: HttpClust
     de = CfAvroDeserializer(cf(c, 2))
     ctx = SerializationContext("v3avro", MessageField.VALUE)
     assert [de(v, ctx)["id"] for v in _raw_values(c, "v3avro")] == [1, 2, 3, 4]
+    # The v3 read decodes by the id each record carries when asked (format=avro), keys as
+    # their own format says.
+    st, _, page = c.call(
+        "GET", f"{c.v3(2)}/topics/v3avro/partitions/0/records?format=avro&key_format=string"
+    )
+    assert st == 200, page
+    assert [r["value"]["id"] for r in page["records"]] == [1, 2, 3, 4]
+    assert page["records"][2]["value"]["note"] == {"string": "x"}
+    assert [r["key"] for r in page["records"]] == [None, None, None, "k"]
+    # Values that are not in the wire format: a clear refusal, not garbage.
+    c.create_topic("v3plain", partitions=1, rf=3)
+    assert c.call("POST", f"{c.v3()}/topics/v3plain/records", {"value": {"data": 1}})[0] == 200
+    st, _, err = c.call("GET", f"{c.v3()}/topics/v3plain/partitions/0/records?format=avro")
+    assert st == 422 and err["error_code"] == 42203 and "wire format" in err["message"], err
     # JSON Schema through a batch, checked (another topic: a subject keeps one schema type).
     c.create_topic("v3json", partitions=1, rf=3)
     st, _, ans = c.call(
