@@ -10,7 +10,8 @@ client's deserializer reads it. A consumer instance created with ``format: "avro
 
 Avro's JSON form is Avro's own JSON encoding, as the REST Proxy's converter uses it: a union's
 value is wrapped in an object naming its branch (``{"string": "x"}``, ``null`` bare), bytes and
-fixed are strings of code points 0-255. fastavro's JSON reader and writer do exactly that.
+fixed are strings of code points 0-255 (``api.http.avro_json``; the binary encoding is
+fastavro's).
 
 The v3 produce routes take the same through a key's or value's fields, as the REST Proxy v3:
 ``{"type": "AVRO" | "JSONSCHEMA", "schema_id" | "schema_version" | "schema", "subject", "data"}``
@@ -34,6 +35,7 @@ import fastavro
 import jsonschema
 import orjson
 
+from api.http.avro_json import from_avro_json, to_avro_json
 from api.http.errors import HttpError, unprocessable
 from api.http.records import Encoded, Refused
 from broker.schemas.parse import AVRO, JSON, InvalidSchemaError, ParsedSchema, text_of
@@ -85,6 +87,7 @@ class EmbeddedCodec:
     def __init__(self, registry: Callable[[], SchemaRegistry | None]) -> None:
         self._registry_fn = registry
         self._parsed: dict[int, ParsedSchema] = {}
+        self._validators: dict[int, Any] = {}
 
     def _registry(self) -> SchemaRegistry:
         reg = self._registry_fn()
@@ -128,6 +131,17 @@ class EmbeddedCodec:
             self._parsed[schema_id] = p
         return p
 
+    def _validator(self, schema_id: int, p: ParsedSchema) -> Any:
+        """A JSON Schema validator per id, built once (``jsonschema.validate`` checks the
+        schema itself on every call)."""
+        v = self._validators.get(schema_id)
+        if v is None:
+            cls = jsonschema.validators.validator_for(
+                p.json_schema, default=jsonschema.Draft202012Validator
+            )
+            v = self._validators[schema_id] = cls(p.json_schema, registry=p.json_registry)
+        return v
+
     async def preload(self, values: Iterable[bytes | None]) -> None:
         """Fetch the schemas of every value in the wire format, so ``decode`` needs no I/O."""
         for v in values:
@@ -147,19 +161,22 @@ class EmbeddedCodec:
         p = await self.parsed(schema_id)
         try:
             if p.schema_type == AVRO:
-                record = next(
-                    fastavro.json_reader(io.StringIO(orjson.dumps(value).decode()), p.avro)
-                )
+                record = from_avro_json(p.avro, value)
                 buf = io.BytesIO()
                 fastavro.schemaless_writer(buf, p.avro, record)
                 payload = buf.getvalue()
             else:
-                jsonschema.validate(value, p.json_schema, registry=p.json_registry)
+                error = jsonschema.exceptions.best_match(
+                    self._validator(schema_id, p).iter_errors(value)
+                )
+                if error is not None:
+                    raise unprocessable(
+                        f"{where} does not match JSON schema {schema_id}: {error.message}",
+                        CONVERSION_FAILED,
+                    )
                 payload = orjson.dumps(value)
-        except jsonschema.ValidationError as e:
-            raise unprocessable(
-                f"{where} does not match JSON schema {schema_id}: {e.message}", CONVERSION_FAILED
-            ) from None
+        except HttpError:
+            raise
         except Exception as e:  # fastavro raises many types for data that does not fit
             raise unprocessable(
                 f"Conversion of JSON to Avro failed for {where} (schema {schema_id}): {e}",
@@ -178,10 +195,8 @@ class EmbeddedCodec:
             raise unprocessable(f"{where}: schema {sid} not found in the registry.", BAD_SCHEMA)
         try:
             if p.schema_type == AVRO:
-                record = fastavro.schemaless_reader(io.BytesIO(payload), p.avro, None)
-                out = io.StringIO()
-                fastavro.json_writer(out, p.avro, [record])
-                return orjson.loads(out.getvalue())
+                datum = fastavro.schemaless_reader(io.BytesIO(payload), p.avro, None)
+                return to_avro_json(p.avro, datum)
             return orjson.loads(payload)
         except Exception as e:
             raise unprocessable(
