@@ -178,6 +178,19 @@ def filter_of(request: web.Request, *, required: tuple[str, ...] = ()) -> AclBin
     )
 
 
+def sort_key(acl: AclBinding) -> tuple[str, ...]:
+    """Resource first, then who, then what: how people read a list of ACLs."""
+    return (
+        acl.resource_type,
+        acl.resource_name,
+        acl.pattern_type,
+        acl.principal,
+        acl.host,
+        acl.operation,
+        acl.permission,
+    )
+
+
 def acl_json(request: web.Request, ctx: HttpContext, acl: AclBinding) -> dict[str, Any]:
     fields = {
         "resource_type": str(acl.resource_type),
@@ -210,7 +223,8 @@ async def search_acls(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     flt = filter_of(request)
     await ctx.sync_metadata()
-    return json_response(_acl_list(request, ctx, [a for _, a in ctx.image.acls.matching(flt)]))
+    found = sorted((a for _, a in ctx.image.acls.matching(flt)), key=sort_key)
+    return json_response(_acl_list(request, ctx, found))
 
 
 async def _create(ctx: HttpContext, bindings: tuple[AclBinding, ...]) -> web.Response:
@@ -240,7 +254,8 @@ async def delete_acls(request: web.Request) -> web.Response:
     resp = await _execute(ctx, DeleteAcls(filters=(flt,)))
     ids = {e.id for e in resp.deleted}
     await _wait(ctx, lambda im: not any(i in im.acls.by_id for i in ids))
-    return json_response(_acl_list(request, ctx, [e.binding for e in resp.deleted]))
+    deleted = sorted((e.binding for e in resp.deleted), key=sort_key)
+    return json_response(_acl_list(request, ctx, deleted))
 
 
 # --------------------------------------------------------------------------- SCRAM users

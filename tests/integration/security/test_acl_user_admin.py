@@ -295,3 +295,15 @@ def test_acls_and_users_survive_a_controller_failover_and_restart(c: HttpCluster
     assert got["acls"] == want["acls"] and got["scram_users"] == want["scram_users"]
     assert "gina" in got["scram_users"]
     assert not any(a["principal"] == "User:gina" for a in got["acls"].values())
+
+
+def test_no_password_reaches_a_log_or_a_data_file(c: HttpCluster) -> None:
+    # Every password the tests above sent, searched in every file of every node (logs,
+    # metadata log segments, snapshots): only salted keys may be stored.
+    passwords = [b"s3cret!", b"hunter2", b"before-failover", b"after-failover"]
+    files = [p for p in c.quorum.root.rglob("*") if p.is_file()]
+    assert any(p.name.endswith(".log") for p in files)
+    for p in files:
+        data = p.read_bytes()
+        for pw in passwords:
+            assert pw not in data, (pw, p)
