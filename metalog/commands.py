@@ -1,7 +1,7 @@
 """The commands callers send the quorum controller (Kafka's controller requests).
 
 Frozen dataclasses: brokers (registration, heartbeats, AlterPartition, producer ids) and the
-HTTP API (topics, configs, elections) build them, ``metalog.wire`` carries them to the active
+HTTP API (topics, configs, elections, ACLs and SCRAM users) build them, ``metalog.wire`` carries them to the active
 controller, and ``QuorumController.handle`` turns each into records and a response
 (``metalog.responses``). Every command may carry the controller epoch its sender believes in;
 a mismatch is refused.
@@ -25,6 +25,7 @@ from metalog.records import (
     PartitionEpoch,
     TopicId,
 )
+from metalog.security import AclBinding, AclBindingFilter
 
 _NO_EPOCH = BrokerEpoch(-1)
 
@@ -182,3 +183,46 @@ class ElectLeaders(Command):
 
     election: ElectionType = ElectionType.PREFERRED
     partitions: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateAcls(Command):
+    """Kafka's CreateAcls, all or nothing: every binding is checked before any is added; a
+    binding equal to one already present is not added twice (and answers with its id)."""
+
+    bindings: tuple[AclBinding, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteAcls(Command):
+    """Kafka's DeleteAcls: removes every binding that any of ``filters`` matches."""
+
+    filters: tuple[AclBindingFilter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUpsertion:
+    """A user's credential for one mechanism, derived by the caller
+    (``metalog.security.ScramCredential.derive``): the password never reaches the
+    controller, let alone the log (KIP-554 sends the salted password the same way)."""
+
+    name: str
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ScramDeletion:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterUserScramCredentials(Command):
+    """KIP-554's AlterUserScramCredentials, all or nothing."""
+
+    upsertions: tuple[ScramUpsertion, ...] = ()
+    deletions: tuple[ScramDeletion, ...] = ()

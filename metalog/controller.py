@@ -74,16 +74,20 @@ from metalog.commands import (
     AllocateProducerIds,
     AlterConfigs,
     AlterPartition,
+    AlterUserScramCredentials,
     BrokerHeartbeat,
     Command,
+    CreateAcls,
     CreatePartitions,
     CreateTopic,
+    DeleteAcls,
     DeleteTopic,
     ElectionType,
     ElectLeaders,
     LookupTopic,
     PartitionStateChange,
     RegisterBroker,
+    ScramUpsertion,
     UnregisterBroker,
 )
 from metalog.delta import MetadataDelta
@@ -91,6 +95,7 @@ from metalog.errors import (
     BrokerIdNotRegisteredError,
     BrokerRegistrationPendingError,
     DuplicateBrokerRegistrationError,
+    DuplicateResourceError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
     FencedLeaderEpochError,
@@ -106,17 +111,21 @@ from metalog.errors import (
     NotControllerError,
     NotLeaderOrFollowerError,
     PreferredLeaderNotAvailableError,
+    ResourceNotFoundError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicExistsError,
     TopicIdRetiredError,
+    UnacceptableCredentialError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
 )
 from metalog.image import (
     TOPIC_CONFIG_DEFAULTS,
     BrokerRegistration,
     MetadataImage,
     PartitionRegistration,
+    acl_record,
 )
 from metalog.placement import PlacementBroker, PlacementError, place
 from metalog.records import (
@@ -136,26 +145,46 @@ from metalog.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicId,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from metalog.responses import (
+    AclEntry,
     AlterConfigsResponse,
     AlterPartitionResponse,
     AlterPartitionResult,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    CreateAclsResponse,
     CreatePartitionsResponse,
     CreateTopicResponse,
+    DeleteAclsResponse,
     DeleteTopicResponse,
     ElectLeadersResponse,
     ElectLeadersResult,
     LookupTopicResponse,
     ProducerIdsBlock,
     UnregisterBrokerResponse,
+)
+from metalog.security import (
+    CLUSTER_NAME,
+    PATTERN_FILTERS,
+    SCRAM_MECHANISMS,
+    SCRAM_MIN_ITERATIONS,
+    WILDCARD,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
 )
 
 R = TypeVar("R")
@@ -327,6 +356,139 @@ def default_topic_id(seed: str) -> TopicId:
     """A Kafka-style topic id (22 chars of URL-safe base64 of 128 bits) derived from ``seed``."""
     digest = hashlib.blake2b(seed.encode(), digest_size=16).digest()
     return TopicId(base64.urlsafe_b64encode(digest).rstrip(b"=").decode())
+
+
+# --------------------------------------------------------------------------- ACLs and SCRAM
+
+ACL_OPERATIONS: Mapping[ResourceType, frozenset[Operation]] = {
+    ResourceType.TOPIC: frozenset(
+        {
+            Operation.READ,
+            Operation.WRITE,
+            Operation.CREATE,
+            Operation.DESCRIBE,
+            Operation.DELETE,
+            Operation.ALTER,
+            Operation.DESCRIBE_CONFIGS,
+            Operation.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.DELETE}),
+    ResourceType.CLUSTER: frozenset(
+        {
+            Operation.CREATE,
+            Operation.CLUSTER_ACTION,
+            Operation.DESCRIBE_CONFIGS,
+            Operation.ALTER_CONFIGS,
+            Operation.IDEMPOTENT_WRITE,
+            Operation.ALTER,
+            Operation.DESCRIBE,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset({Operation.DESCRIBE, Operation.WRITE}),
+}
+"""The operations an ACL may name per resource type, besides ALL (Kafka's
+``AclEntry.supportedOperations``): kafka-acls refuses the others, and so do we."""
+
+ACL_BINDINGS_PER_REQUEST_MAX = 1_000
+SCRAM_ITERATIONS_MAX = 16_384
+"""Kafka's ``ScramMechanism.maxIterations``."""
+SCRAM_USER_NAME_CHARS_MAX = 256
+
+
+def validate_acl(acl: AclBinding) -> None:
+    """Raise ``InvalidRequestError`` unless ``acl`` may be stored (Kafka's
+    ``AclControlManager.validateNewAcl`` and kafka-acls' checks)."""
+    for name, cls in (
+        ("resource_type", ResourceType),
+        ("pattern_type", PatternType),
+        ("operation", Operation),
+        ("permission", Permission),
+    ):
+        if not isinstance(getattr(acl, name), cls):
+            raise InvalidRequestError(
+                f"{name} must be one of {', '.join(cls)}, got {getattr(acl, name)!r}"
+            )
+    kind, sep, who = acl.principal.partition(":")
+    if kind != "User" or not sep or not who:
+        raise InvalidRequestError(
+            f"principal must be 'User:<name>' (or 'User:*'), got {acl.principal!r}"
+        )
+    if not acl.host:
+        raise InvalidRequestError("host must not be empty ('*' for every host)")
+    if not acl.resource_name:
+        raise InvalidRequestError("resource_name must not be empty")
+    if acl.pattern_type is PatternType.PREFIXED and acl.resource_name == WILDCARD:
+        raise InvalidRequestError(
+            "a PREFIXED pattern cannot be '*' (use LITERAL '*' for every resource)"
+        )
+    if acl.resource_type is ResourceType.CLUSTER and (
+        acl.resource_name != CLUSTER_NAME or acl.pattern_type is not PatternType.LITERAL
+    ):
+        raise InvalidRequestError(f"the CLUSTER resource is the LITERAL {CLUSTER_NAME!r}")
+    if acl.operation is not Operation.ALL and acl.operation not in ACL_OPERATIONS.get(
+        acl.resource_type, frozenset()
+    ):
+        allowed = ", ".join(sorted(ACL_OPERATIONS[acl.resource_type]))
+        raise InvalidRequestError(
+            f"{acl.resource_type} supports the operations ALL, {allowed}; not {acl.operation}"
+        )
+
+
+def validate_acl_filter(flt: AclBindingFilter) -> None:
+    if flt.pattern_type not in PATTERN_FILTERS:
+        raise InvalidRequestError(
+            f"pattern_type must be one of {', '.join(PATTERN_FILTERS)}, got {flt.pattern_type!r}"
+        )
+    for name, cls in (
+        ("resource_type", ResourceType),
+        ("operation", Operation),
+        ("permission", Permission),
+    ):
+        v = getattr(flt, name)
+        if v is not None and not isinstance(v, cls):
+            raise InvalidRequestError(f"{name} must be one of {', '.join(cls)}, got {v!r}")
+
+
+def acl_id(acl: AclBinding) -> str:
+    """A binding's id: a hash of its fields, so equal bindings get one id and a create that
+    is retried after a lost answer adds nothing the second time. 22 characters of URL-safe
+    base64, as Kafka's ids."""
+    fields = (
+        acl.principal,
+        acl.host,
+        acl.resource_type,
+        acl.resource_name,
+        acl.pattern_type,
+        acl.operation,
+        acl.permission,
+    )
+    return default_topic_id("\0".join(fields))
+
+
+def validate_scram_credential(u: ScramUpsertion) -> None:
+    digest = SCRAM_MECHANISMS.get(u.mechanism)
+    if digest is None:
+        raise UnsupportedSaslMechanismError(
+            f"unknown SCRAM mechanism {u.mechanism!r} (one of {', '.join(SCRAM_MECHANISMS)})"
+        )
+    _check_scram_user(u.name)
+    if not SCRAM_MIN_ITERATIONS <= u.iterations <= SCRAM_ITERATIONS_MAX:
+        raise UnacceptableCredentialError(
+            f"iterations must be {SCRAM_MIN_ITERATIONS}..{SCRAM_ITERATIONS_MAX}, got {u.iterations}"
+        )
+    if not u.salt:
+        raise UnacceptableCredentialError("the salt must not be empty")
+    size = hashlib.new(digest).digest_size
+    if len(u.stored_key) != size or len(u.server_key) != size:
+        raise UnacceptableCredentialError(f"{u.mechanism} keys are {size} bytes long")
+
+
+def _check_scram_user(name: str) -> None:
+    if not name or len(name) > SCRAM_USER_NAME_CHARS_MAX or not name.isprintable():
+        raise UnacceptableCredentialError(
+            f"a user name is 1..{SCRAM_USER_NAME_CHARS_MAX} printable characters, got {name!r}"
+        )
 
 
 # --------------------------------------------------------------------------- the controller
@@ -605,6 +767,17 @@ class QuorumController:
     def handle(
         self, command: ElectLeaders, now_ms: int
     ) -> ControllerResult[ElectLeadersResponse]: ...
+
+    @overload
+    def handle(self, command: CreateAcls, now_ms: int) -> ControllerResult[CreateAclsResponse]: ...
+
+    @overload
+    def handle(self, command: DeleteAcls, now_ms: int) -> ControllerResult[DeleteAclsResponse]: ...
+
+    @overload
+    def handle(
+        self, command: AlterUserScramCredentials, now_ms: int
+    ) -> ControllerResult[AlterUserScramCredentialsResponse]: ...
 
     @overload
     def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]: ...
@@ -900,6 +1073,84 @@ class QuorumController:
                     batch, None, topic=rname, unclean_election=True, now_ms=now_ms
                 )
         return AlterConfigsResponse(rtype, rname, changed), None
+
+    # -- ACLs and SCRAM credentials (issue 18)
+
+    def _create_acls(
+        self, batch: _Batch, cmd: CreateAcls, now_ms: int
+    ) -> tuple[CreateAclsResponse, None]:
+        if not cmd.bindings:
+            raise InvalidRequestError("no ACL bindings given")
+        if len(cmd.bindings) > ACL_BINDINGS_PER_REQUEST_MAX:
+            raise InvalidRequestError(
+                f"at most {ACL_BINDINGS_PER_REQUEST_MAX} ACL bindings per request"
+            )
+        for acl in cmd.bindings:
+            validate_acl(acl)
+        entries = []
+        for acl in cmd.bindings:
+            i = acl_id(acl)
+            present = batch.delta.acl(i)
+            invariant(present is None or present == acl, "ACL id %s names another binding", i)
+            if present is None:
+                batch.add(acl_record(i, acl))
+            entries.append(AclEntry(i, acl))
+        return CreateAclsResponse(tuple(entries)), None
+
+    def _delete_acls(
+        self, batch: _Batch, cmd: DeleteAcls, now_ms: int
+    ) -> tuple[DeleteAclsResponse, None]:
+        if not cmd.filters:
+            raise InvalidRequestError("no ACL filters given")
+        for flt in cmd.filters:
+            validate_acl_filter(flt)
+        deleted = []
+        for i, acl in batch.image.acls.by_id.items():
+            if any(flt.matches(acl) for flt in cmd.filters):
+                deleted.append(AclEntry(i, acl))
+        deleted.sort(key=lambda e: e.id)
+        for e in deleted:
+            batch.add(RemoveAccessControlEntryRecord(id=e.id))
+        return DeleteAclsResponse(tuple(deleted)), None
+
+    def _alter_scram(
+        self, batch: _Batch, cmd: AlterUserScramCredentials, now_ms: int
+    ) -> tuple[AlterUserScramCredentialsResponse, None]:
+        if not cmd.upsertions and not cmd.deletions:
+            raise InvalidRequestError("no SCRAM credentials to set or delete")
+        seen: set[tuple[str, str]] = set()
+        for key in [(u.name, u.mechanism) for u in cmd.upsertions] + [
+            (d.name, d.mechanism) for d in cmd.deletions
+        ]:
+            if key in seen:
+                raise DuplicateResourceError(
+                    f"the request names the credential {key[0]!r}/{key[1]} twice"
+                )
+            seen.add(key)
+        for u in cmd.upsertions:
+            validate_scram_credential(u)
+        for d in cmd.deletions:
+            if d.mechanism not in SCRAM_MECHANISMS:
+                raise UnsupportedSaslMechanismError(f"unknown SCRAM mechanism {d.mechanism!r}")
+            if batch.delta.scram_credential(d.name, d.mechanism) is None:
+                raise ResourceNotFoundError(f"user {d.name!r} has no {d.mechanism} credential")
+        for u in cmd.upsertions:
+            batch.add(
+                UserScramCredentialRecord(
+                    name=u.name,
+                    mechanism=u.mechanism,
+                    salt=u.salt,
+                    stored_key=u.stored_key,
+                    server_key=u.server_key,
+                    iterations=u.iterations,
+                )
+            )
+        for d in cmd.deletions:
+            batch.add(RemoveUserScramCredentialRecord(name=d.name, mechanism=d.mechanism))
+        return AlterUserScramCredentialsResponse(
+            tuple((u.name, u.mechanism) for u in cmd.upsertions),
+            tuple((d.name, d.mechanism) for d in cmd.deletions),
+        ), None
 
     # -- brokers
 
@@ -1599,4 +1850,7 @@ _COMMANDS: Mapping[type, _Handler] = {
     AlterPartition: QuorumController._alter_partition,
     AllocateProducerIds: QuorumController._allocate_producer_ids,
     ElectLeaders: QuorumController._elect_leaders,
+    CreateAcls: QuorumController._create_acls,
+    DeleteAcls: QuorumController._delete_acls,
+    AlterUserScramCredentials: QuorumController._alter_scram,
 }

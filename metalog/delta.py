@@ -27,7 +27,7 @@ Pure: no I/O, no clock, no global random.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -36,6 +36,7 @@ from common.invariant import invariant
 from metalog.image import (
     DELETE,
     RETIRED_TOPIC_IDS_MAX,
+    AclsImage,
     BrokerRegistration,
     BrokersImage,
     ConfigResource,
@@ -45,11 +46,14 @@ from metalog.image import (
     PartitionRegistration,
     PMap,
     ProducerIdsImage,
+    ScramImage,
     TopicImage,
     TopicsImage,
+    acl_of_record,
 )
 from metalog.records import (
     BROKER_EPOCH_FROM_OFFSET,
+    AccessControlEntryRecord,
     BrokerEpoch,
     BrokerId,
     BrokerRegistrationChangeRecord,
@@ -64,15 +68,19 @@ from metalog.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     RetiredTopicRecord,
     TopicId,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
+from metalog.security import AclBinding, ScramCredential
 
 
 @dataclass(slots=True)
@@ -117,6 +125,10 @@ class MetadataDelta:
         self._deleted_resources: set[ConfigResource] = set()
         self._next_producer_id: int | None = None
         self._features: dict[str, int] = {}
+        self._acls: dict[str, AclBinding | None] = {}
+        """ACL bindings added, or (None) removed, by id."""
+        self._scram: dict[tuple[str, str], ScramCredential | None] = {}
+        """SCRAM credentials set, or (None) removed, by (user, mechanism)."""
 
     # ---------------------------------------------------------------- lookups through the delta
 
@@ -163,6 +175,16 @@ class MetadataDelta:
         if broker_id in self._brokers:
             return self._brokers[broker_id]
         return self.image.brokers.brokers.get(broker_id)
+
+    def acl(self, acl_id: str) -> AclBinding | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self.image.acls.by_id.get(acl_id)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        if (user, mechanism) in self._scram:
+            return self._scram[(user, mechanism)]
+        return self.image.scram.get(user, mechanism)
 
     # ---------------------------------------------------------------- replay
 
@@ -316,6 +338,29 @@ class MetadataDelta:
     def _replay_noop(self, r: NoOpRecord, offset: int | None) -> None:
         pass
 
+    def _replay_acl(self, r: AccessControlEntryRecord, offset: int | None) -> None:
+        invariant(self.acl(r.id) is None, "ACL id %s already in use", r.id)
+        self._acls[r.id] = acl_of_record(r)
+
+    def _replay_remove_acl(self, r: RemoveAccessControlEntryRecord, offset: int | None) -> None:
+        invariant(self.acl(r.id) is not None, "remove of unknown ACL id %s", r.id)
+        self._acls[r.id] = None
+
+    def _replay_scram(self, r: UserScramCredentialRecord, offset: int | None) -> None:
+        # An upsert: setting a user's password again replaces the credential (KIP-554).
+        self._scram[(r.name, r.mechanism)] = ScramCredential(
+            r.mechanism, r.salt, r.iterations, r.stored_key, r.server_key
+        )
+
+    def _replay_remove_scram(self, r: RemoveUserScramCredentialRecord, offset: int | None) -> None:
+        invariant(
+            self.scram_credential(r.name, r.mechanism) is not None,
+            "remove of unknown SCRAM credential %s/%s",
+            r.name,
+            r.mechanism,
+        )
+        self._scram[(r.name, r.mechanism)] = None
+
     @property
     def next_producer_id(self) -> int:
         if self._next_producer_id is not None:
@@ -384,6 +429,24 @@ class MetadataDelta:
                 if self._next_producer_id is None
                 else ProducerIdsImage(self._next_producer_id)
             ),
+            acls=self._apply_acls(base.acls),
+            scram=self._apply_scram(base.scram),
+        )
+
+    def _apply_acls(self, base: AclsImage) -> AclsImage:
+        if not self._acls:
+            return base
+        return AclsImage.of(
+            base.by_id.update({k: (DELETE if v is None else v) for k, v in self._acls.items()})
+        )
+
+    def _apply_scram(self, base: ScramImage) -> ScramImage:
+        if not self._scram:
+            return base
+        return ScramImage(
+            base.credentials.update(
+                {k: (DELETE if v is None else v) for k, v in self._scram.items()}
+            )
         )
 
     def _apply_features(self, base: FeaturesImage) -> FeaturesImage:
@@ -461,6 +524,10 @@ _HANDLERS: Mapping[type, Callable[[MetadataDelta, Any, int | None], None]] = {
     FeatureLevelRecord: MetadataDelta._replay_feature,
     NoOpRecord: MetadataDelta._replay_noop,
     RetiredTopicRecord: MetadataDelta._replay_retired_topic,
+    AccessControlEntryRecord: MetadataDelta._replay_acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
+    UserScramCredentialRecord: MetadataDelta._replay_scram,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
 }
 
 
@@ -499,13 +566,6 @@ def decode_snapshot(data: bytes) -> MetadataImage:
         if type(b) is not bytes:
             raise CorruptMetadataRecordError("snapshot record is not bytes")
         delta.replay(decode_record(b), None)
-    image = delta.apply()
-    return MetadataImage(
-        offset=offset,
-        epoch=epoch,
-        features=image.features,
-        topics=image.topics,
-        brokers=image.brokers,
-        configs=image.configs,
-        producer_ids=image.producer_ids,
-    )
+    # ``replace`` carries every part of the image, so a part added later cannot be dropped
+    # from restored snapshots by forgetting it here.
+    return replace(delta.apply(), offset=offset, epoch=epoch)

@@ -131,3 +131,26 @@ class PreferredLeaderNotAvailableError(MetadataError):
 
 class EligibleLeadersNotAvailableError(MetadataError):
     code = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+
+class ResourceNotFoundError(MetadataError):
+    """A deletion names a SCRAM credential that does not exist (KIP-554)."""
+
+    code = "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResourceError(MetadataError):
+    """One request names the same SCRAM credential twice (KIP-554)."""
+
+    code = "DUPLICATE_RESOURCE"
+
+
+class UnsupportedSaslMechanismError(MetadataError):
+    code = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class UnacceptableCredentialError(MetadataError):
+    """A SCRAM credential that cannot be right: too few or too many iterations, an empty
+    salt, keys of the wrong length for the mechanism's hash, an empty user name."""
+
+    code = "UNACCEPTABLE_CREDENTIAL"

@@ -7,8 +7,9 @@ change to one partition of a 100,000-partition cluster copies one shard, not the
 
 Parts (Kafka's ``MetadataImage``): ``TopicsImage`` (by id and by name, each topic with its
 partition registrations), ``BrokersImage`` (registrations), ``ConfigsImage`` (per resource
-overrides), ``ProducerIdsImage`` (next free producer id), ``FeaturesImage``; plus ``offset``
-and ``epoch``: Raft index and term of the last record applied (-1 for ``EMPTY``).
+overrides), ``ProducerIdsImage`` (next free producer id), ``FeaturesImage``, ``AclsImage``
+and ``ScramImage`` (issue 18: ACL bindings, SCRAM credentials); plus ``offset`` and ``epoch``: Raft
+index and term of the last record applied (-1 for ``EMPTY``).
 
 Invariants of a partition registration (checked by ``PartitionRegistration.check``): replicas
 distinct and non-empty; ``isr`` a subset of ``replicas``, empty only without a leader
@@ -27,6 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from common.invariant import invariant
 from metalog.records import (
     NO_LEADER,
+    AccessControlEntryRecord,
     BrokerEpoch,
     BrokerId,
     ConfigRecord,
@@ -44,7 +46,9 @@ from metalog.records import (
     RetiredTopicRecord,
     TopicId,
     TopicRecord,
+    UserScramCredentialRecord,
 )
+from metalog.security import AclBinding, AclBindingFilter, ResourceType, ScramCredential
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -481,6 +485,69 @@ class FeaturesImage:
     levels: PMap[str, int] = field(default_factory=PMap)
 
 
+# --------------------------------------------------------------------------- security
+
+
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    """The ACL bindings (issue 18), by the id their ``AccessControlEntryRecord`` gave them.
+
+    ``by_type`` holds the same bindings grouped by resource type, which is what
+    ``metalog.security.authorize`` scans for one decision; ACLs change rarely, so
+    ``MetadataDelta.apply`` rebuilds it whole when they do.
+    """
+
+    by_id: PMap[str, AclBinding] = field(default_factory=PMap)
+    by_type: Mapping[ResourceType, tuple[AclBinding, ...]] = field(default_factory=dict)
+    """Invariant: the bindings of ``by_id``, grouped by ``resource_type``, sorted by id."""
+
+    @staticmethod
+    def of(by_id: PMap[str, AclBinding]) -> AclsImage:
+        grouped: dict[ResourceType, list[AclBinding]] = {}
+        for _, acl in sorted(by_id.items()):
+            grouped.setdefault(acl.resource_type, []).append(acl)
+        return AclsImage(by_id, {t: tuple(v) for t, v in grouped.items()})
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def for_type(self, resource_type: ResourceType) -> tuple[AclBinding, ...]:
+        """The bindings that can match a resource of ``resource_type``: pass them to
+        ``metalog.security.authorize``."""
+        return self.by_type.get(resource_type, ())
+
+    def matching(self, flt: AclBindingFilter) -> list[tuple[str, AclBinding]]:
+        """(id, binding) of every binding ``flt`` matches, sorted by id."""
+        return sorted((i, acl) for i, acl in self.by_id.items() if flt.matches(acl))
+
+    def id_of(self, acl: AclBinding) -> str | None:
+        """The id of a binding equal to ``acl``, if there is one."""
+        for i, other in self.by_id.items():
+            if other == acl:
+                return i
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramImage:
+    """SCRAM credentials (KIP-554): (user name, mechanism) -> credential."""
+
+    credentials: PMap[tuple[str, str], ScramCredential] = field(default_factory=PMap)
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.credentials.get((user, mechanism))
+
+    def __len__(self) -> int:
+        return len(self.credentials)
+
+    def users(self) -> dict[str, list[ScramCredential]]:
+        """User name -> its credentials (by mechanism), sorted."""
+        out: dict[str, list[ScramCredential]] = {}
+        for (user, _), cred in sorted(self.credentials.items()):
+            out.setdefault(user, []).append(cred)
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     """The cluster metadata after the record at ``offset`` (term ``epoch``)."""
@@ -492,6 +559,8 @@ class MetadataImage:
     brokers: BrokersImage = field(default_factory=BrokersImage)
     configs: ConfigsImage = field(default_factory=ConfigsImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    acls: AclsImage = field(default_factory=AclsImage)
+    scram: ScramImage = field(default_factory=ScramImage)
 
     EMPTY: ClassVar[MetadataImage]
     """The image before any record."""
@@ -500,7 +569,7 @@ class MetadataImage:
         """Records that rebuild this image from ``EMPTY`` (a KRaft snapshot's content).
 
         Order: features, brokers, topics with their partitions, configs, retired topic ids
-        (oldest deletion first), producer ids;
+        (oldest deletion first), producer ids, SCRAM credentials, ACLs;
         sorted within each part so equal images give equal snapshots.
         """
         out: list[MetadataRecord] = []
@@ -525,6 +594,19 @@ class MetadataImage:
                     next_producer_id=self.producer_ids.next_producer_id,
                 )
             )
+        for (user, mechanism), cred in sorted(self.scram.credentials.items()):
+            out.append(
+                UserScramCredentialRecord(
+                    name=user,
+                    mechanism=mechanism,
+                    salt=cred.salt,
+                    stored_key=cred.stored_key,
+                    server_key=cred.server_key,
+                    iterations=cred.iterations,
+                )
+            )
+        for acl_id, acl in sorted(self.acls.by_id.items()):
+            out.append(acl_record(acl_id, acl))
         return out
 
     def check(self) -> None:
@@ -542,3 +624,28 @@ class MetadataImage:
 
 
 MetadataImage.EMPTY = MetadataImage()
+
+
+def acl_record(acl_id: str, acl: AclBinding) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(
+        id=acl_id,
+        resource_type=acl.resource_type,
+        resource_name=acl.resource_name,
+        pattern_type=acl.pattern_type,
+        principal=acl.principal,
+        host=acl.host,
+        operation=acl.operation,
+        permission=acl.permission,
+    )
+
+
+def acl_of_record(r: AccessControlEntryRecord) -> AclBinding:
+    return AclBinding(
+        principal=r.principal,
+        host=r.host,
+        resource_type=r.resource_type,
+        resource_name=r.resource_name,
+        pattern_type=r.pattern_type,
+        operation=r.operation,
+        permission=r.permission,
+    )

@@ -34,7 +34,7 @@ import itertools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from types import UnionType
 from typing import (
     Any,
@@ -49,6 +49,8 @@ from typing import (
 )
 
 import msgpack
+
+from metalog.security import Operation, PatternType, Permission, ResourceType
 
 BrokerId = NewType("BrokerId", int)
 """Id of a broker (``node.id``); -1 stands for none."""
@@ -199,6 +201,27 @@ def _endpoints(v: object) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
+def _bytes(v: object) -> bytes:
+    if type(v) is bytes:
+        return v
+    raise CorruptMetadataRecordError(f"expected bytes, got {v!r}")
+
+
+def _enum_kind(cls: type[StrEnum]) -> _Kind:
+    """A ``StrEnum`` travels as its value (a str) and must be one of its members: a record
+    naming an operation this node does not know could not be replayed the same everywhere."""
+    members = {m.value: m for m in cls}
+
+    def check(v: object) -> StrEnum:
+        if isinstance(v, str) and v in members:
+            return members[v]
+        raise CorruptMetadataRecordError(
+            f"expected a {cls.__name__} ({', '.join(members)}), got {v!r}"
+        )
+
+    return _Kind(check, frozenset({cls}), False)
+
+
 def _opt(check: Callable[[object], Any]) -> Callable[[object], Any]:
     def check_opt(v: object) -> Any:
         return None if v is None else check(v)
@@ -222,7 +245,9 @@ _SCALAR_KINDS = {
     int: _Kind(_int, frozenset({int, LeaderRecoveryState, ConfigResourceType}), False),
     str: _Kind(_str, frozenset({str}), False),
     bool: _Kind(_bool, frozenset({bool}), False),
+    bytes: _Kind(_bytes, frozenset({bytes}), False),
 }
+_ENUM_KINDS = {cls: _enum_kind(cls) for cls in (ResourceType, PatternType, Operation, Permission)}
 _TUPLE_KINDS = {
     int: _Kind(_ints, frozenset({tuple}), True),
     Endpoint: _Kind(_endpoints, frozenset({tuple}), True),
@@ -240,7 +265,7 @@ def _kind_of(annotation: Any) -> _Kind:
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         kind = _TUPLE_KINDS.get(_unwrap(args[0]))
     else:
-        kind = _SCALAR_KINDS.get(_unwrap(annotation))
+        kind = _SCALAR_KINDS.get(_unwrap(annotation)) or _ENUM_KINDS.get(annotation)
     if kind is None:
         raise TypeError(f"metadata record fields cannot be {annotation!r} (no wire kind)")
     return kind
@@ -460,6 +485,61 @@ class NoOpRecord:
     version: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserScramCredentialRecord:
+    """Sets the SCRAM credential of a user for one mechanism (KIP-554): what RFC 5802 keeps
+    of a salted password. The password itself never enters the log."""
+
+    TYPE_ID: ClassVar[int] = 11
+
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveUserScramCredentialRecord:
+    """Removes the SCRAM credential of a user for one mechanism (KIP-554)."""
+
+    TYPE_ID: ClassVar[int] = 22
+
+    name: str
+    mechanism: str
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessControlEntryRecord:
+    """Adds one ACL binding (``metalog.security.AclBinding``) under ``id`` (KIP-801's
+    StandardAuthorizer keeps ACLs as these records). The enums travel as their names."""
+
+    TYPE_ID: ClassVar[int] = 23
+
+    id: str
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: Operation
+    permission: Permission
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveAccessControlEntryRecord:
+    """Removes the ACL binding added under ``id``."""
+
+    TYPE_ID: ClassVar[int] = 24
+
+    id: str
+    version: int = 0
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -475,6 +555,10 @@ MetadataRecord = (
     | BrokerRegistrationChangeRecord
     | NoOpRecord
     | RetiredTopicRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
@@ -492,6 +576,10 @@ RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     BrokerRegistrationChangeRecord,
     NoOpRecord,
     RetiredTopicRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
 )
 """Every record type, by ``TYPE_ID``."""
 

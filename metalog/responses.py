@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from metalog.errors import MetadataError
 from metalog.image import PartitionRegistration
 from metalog.records import NO_LEADER, BrokerEpoch, BrokerId, ConfigResourceType, TopicId
+from metalog.security import AclBinding
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +106,30 @@ class ElectLeadersResult:
 @dataclass(frozen=True, slots=True)
 class ElectLeadersResponse:
     results: tuple[ElectLeadersResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """An ACL binding and the id its record gave it."""
+
+    id: str
+    binding: AclBinding
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsResponse:
+    entries: tuple[AclEntry, ...]
+    """One per binding asked for, in order (a binding already present with its old id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsResponse:
+    deleted: tuple[AclEntry, ...]
+    """Every binding removed (matched by any filter), by id."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterUserScramCredentialsResponse:
+    upserted: tuple[tuple[str, str], ...]
+    """(user, mechanism) of every credential set."""
+    deleted: tuple[tuple[str, str], ...]

@@ -97,6 +97,52 @@ class AclBinding:
         return self.principal in (principal, "User:*") and self.host in (WILDCARD, host)
 
 
+PATTERN_FILTERS = ("LITERAL", "PREFIXED", "ANY", "MATCH")
+"""A filter's pattern types (Kafka's ``PatternType`` in a ``ResourcePatternFilter``): ANY
+takes bindings of either pattern type with exactly the filter's name; MATCH takes every
+binding that applies to a resource of that name (the LITERAL one, the LITERAL ``*`` and
+every PREFIXED one it starts with)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """Kafka's ``AclBindingFilter``: None (ANY) for a field matches every value of it."""
+
+    principal: str | None = None
+    host: str | None = None
+    resource_type: ResourceType | None = None
+    resource_name: str | None = None
+    pattern_type: str = "ANY"
+    """One of ``PATTERN_FILTERS``."""
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def matches(self, acl: AclBinding) -> bool:
+        if self.principal is not None and acl.principal != self.principal:
+            return False
+        if self.host is not None and acl.host != self.host:
+            return False
+        if self.resource_type is not None and acl.resource_type != self.resource_type:
+            return False
+        if self.operation is not None and acl.operation != self.operation:
+            return False
+        if self.permission is not None and acl.permission != self.permission:
+            return False
+        return self._matches_pattern(acl)
+
+    def _matches_pattern(self, acl: AclBinding) -> bool:
+        name, pattern = self.resource_name, self.pattern_type
+        if pattern == "MATCH":
+            if name is None:
+                return True
+            if acl.pattern_type is PatternType.PREFIXED:
+                return name.startswith(acl.resource_name)
+            return acl.resource_name in (WILDCARD, name)
+        if pattern != "ANY" and acl.pattern_type != pattern:
+            return False
+        return name is None or acl.resource_name == name
+
+
 def _grants(binding_op: Operation, requested: Operation) -> bool:
     """Whether a binding for ``binding_op`` covers a request for ``requested``."""
     if binding_op is Operation.ALL or binding_op is requested:

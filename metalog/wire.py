@@ -1,9 +1,10 @@
 """Controller commands and responses as msgpack, for the internal controller route.
 
 A small tagged codec over the frozen dataclasses of ``metalog.commands`` and
-``metalog.responses`` (and the registrations and records they carry): a dataclass or NamedTuple becomes ``{"@": "ClassName", field:
-value, ...}``, an enum ``{"@e": "EnumName", "v": value}``, a ``MetadataError``
-``{"@err": "ClassName", "message": ...}``; sequences travel as lists and come back as
+``metalog.responses`` (and the registrations, records and ``metalog.security`` values they
+carry): a dataclass or NamedTuple becomes ``{"@": "ClassName", field: value, ...}``, an
+enum ``{"@e": "EnumName", "v": value}``, a ``MetadataError`` ``{"@err": "ClassName",
+"message": ...}``; sequences travel as lists and come back as
 tuples (the dataclasses are frozen and hashed). Only classes registered here decode, so a
 peer can never make us build an arbitrary object (never pickle network input).
 
@@ -35,6 +36,7 @@ from metalog import errors as _err
 from metalog import image as _img
 from metalog import records as _rec
 from metalog import responses as _rsp
+from metalog import security as _sec
 
 
 class WireError(ValueError):
@@ -45,7 +47,7 @@ def _registry() -> tuple[dict[str, type], dict[str, type[enum.Enum]], dict[str, 
     classes: dict[str, type] = {}
     enums: dict[str, type[enum.Enum]] = {}
     errors: dict[str, type] = {}
-    for mod in (_cmd, _rsp, _err, _img, _rec):
+    for mod in (_cmd, _rsp, _err, _img, _rec, _sec):
         for name, obj in vars(mod).items():
             if not isinstance(obj, type) or obj.__module__ != mod.__name__:
                 continue
@@ -64,10 +66,10 @@ _CLASSES, _ENUMS, _ERRORS = _registry()
 
 
 def to_wire(obj: Any) -> Any:
+    if isinstance(obj, enum.Enum):  # before str: a StrEnum member is a str too
+        return {"@e": type(obj).__name__, "v": obj.value}
     if obj is None or isinstance(obj, (bool, str, bytes)):
         return obj
-    if isinstance(obj, enum.Enum):
-        return {"@e": type(obj).__name__, "v": obj.value}
     if isinstance(obj, int | float):
         return obj
     if isinstance(obj, _err.MetadataError):

@@ -8,6 +8,7 @@ subcommand module registers itself on it when imported here, once.
 from __future__ import annotations
 
 from api.cli import (  # noqa: F401  (imported for their registrations)
+    acls,
     broker,
     cluster,
     demo,
@@ -17,6 +18,7 @@ from api.cli import (  # noqa: F401  (imported for their registrations)
     produce,
     quorum,
     topics,
+    users,
 )
 from api.cli.common import main
 

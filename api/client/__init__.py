@@ -2,9 +2,10 @@
 
 ``AsyncProducer``/``AsyncConsumer``/``AsyncGroupConsumer`` are the asyncio clients;
 ``Producer``/``Consumer``/``GroupConsumer`` are their synchronous twins (the same code on a
-loop thread). See docs/client.md.
+loop thread). ``Admin`` administers ACLs and SCRAM users (docs/security.md). See docs/client.md.
 """
 
+from api.client.admin import Admin
 from api.client.consumer import AsyncConsumer, NoOffsetError
 from api.client.errors import ClientError, CommitFailedError
 from api.client.group import AsyncGroupConsumer
@@ -14,6 +15,7 @@ from api.client.transport import ClusterMetadata, fetch_cluster_metadata
 from api.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 __all__ = [
+    "Admin",
     "AsyncConsumer",
     "AsyncGroupConsumer",
     "AsyncProducer",

@@ -1,6 +1,7 @@
 """The broker's public HTTP API, registered on the broker's app in one call.
 
-``add_public_routes(app, srv)`` adds the v3 routes (``api.http.v3``), the REST Proxy v2
+``add_public_routes(app, srv)`` adds the v3 routes (``api.http.v3``; ACLs and SCRAM users in
+``api.http.acls``), the REST Proxy v2
 routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
 instances (``api.http.v2_consumers``), ``GET /metrics`` (``api.http.metrics``) and
 ``GET /openapi.json`` (``api.http.openapi``), with an ``HttpContext`` built from the broker server
@@ -15,6 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from api.http.acls import add_acl_routes
 from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
 from api.http.embedded import EmbeddedCodec
 from api.http.errors import ERROR_HOOK_KEY
@@ -73,6 +75,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     )
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
+    add_acl_routes(app)  # issue 18: ACLs and SCRAM users (api.http.acls)
     add_v2_routes(app)
     # Group reads and v2 consumer instances go through the client library, bootstrapped
     # from this broker; instances name this broker in their base_uri (they live here).

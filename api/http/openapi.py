@@ -509,6 +509,118 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("delete", "/mode/{subject}", "Registry: remove a subject's mode.", [], None, "200"),
 ]
 
+# ACLs (the REST Proxy's v3 shape) and SCRAM users (Longboat's own): api.http.acls, issue 18.
+_ACL_QUERY = [
+    "resource_type",
+    "resource_name",
+    "pattern_type",
+    "principal",
+    "host",
+    "operation",
+    "permission",
+]
+_ACL = {
+    "type": "object",
+    "required": [
+        "resource_type",
+        "resource_name",
+        "pattern_type",
+        "principal",
+        "operation",
+        "permission",
+    ],
+    "properties": {
+        "resource_type": {
+            "type": "string",
+            "enum": ["TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID"],
+        },
+        "resource_name": {"type": "string"},
+        "pattern_type": {"type": "string", "enum": ["LITERAL", "PREFIXED"]},
+        "principal": {"type": "string", "description": "User:<name>, or User:* for everyone"},
+        "host": {"type": "string", "description": "* (default) for every host"},
+        "operation": {
+            "type": "string",
+            "enum": [
+                "ALL",
+                "READ",
+                "WRITE",
+                "CREATE",
+                "DELETE",
+                "ALTER",
+                "DESCRIBE",
+                "CLUSTER_ACTION",
+                "DESCRIBE_CONFIGS",
+                "ALTER_CONFIGS",
+                "IDEMPOTENT_WRITE",
+            ],
+        },
+        "permission": {"type": "string", "enum": ["ALLOW", "DENY"]},
+    },
+}
+SCHEMAS.update(
+    {
+        "Acl": _ACL,
+        "AclBatch": {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "data": {"type": "array", "items": {"$ref": "#/components/schemas/Acl"}}
+            },
+        },
+        "ScramUser": {
+            "type": "object",
+            "required": ["user_name", "password"],
+            "properties": {
+                "user_name": {"type": "string"},
+                "password": {"type": "string", "description": "salted on the broker; never stored"},
+                "mechanism": {"type": "string", "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
+                "iterations": {"type": "integer", "minimum": 4096, "maximum": 16384},
+            },
+        },
+    }
+)
+OPERATIONS.extend(
+    [
+        ("get", C + "/acls", "Search ACLs (absent or ANY: any value).", _ACL_QUERY, None, "200"),
+        ("post", C + "/acls", "Create one ACL.", [], "Acl", "201"),
+        ("post", C + "/acls:batch", "Create ACLs, all or nothing.", [], "AclBatch", "201"),
+        (
+            "delete",
+            C + "/acls",
+            "Delete the ACLs a filter matches (resource_type, pattern_type, operation and "
+            "permission required; ANY is a value); answers them.",
+            _ACL_QUERY,
+            None,
+            "200",
+        ),
+        (
+            "get",
+            C + "/users",
+            "Users with SCRAM credentials (mechanisms, iterations).",
+            [],
+            None,
+            "200",
+        ),
+        (
+            "post",
+            C + "/users",
+            "Set a user's SCRAM credential from a password.",
+            [],
+            "ScramUser",
+            "200",
+        ),
+        ("get", C + "/users/{user}", "One user's SCRAM credentials.", [], None, "200"),
+        (
+            "delete",
+            C + "/users/{user}",
+            "Remove a user's SCRAM credential (one mechanism, or all).",
+            ["mechanism"],
+            None,
+            "204",
+        ),
+    ]
+)
+
 _INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset", "timeout"}
 
 

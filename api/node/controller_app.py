@@ -105,7 +105,19 @@ def image_summary(image: MetadataImage) -> dict[str, Any]:
                 "endpoints": [list(e) for e in b.endpoints],
             }
         )
-    return {"offset": image.offset, "epoch": image.epoch, "topics": topics, "brokers": brokers}
+    return {
+        "offset": image.offset,
+        "epoch": image.epoch,
+        "topics": topics,
+        "brokers": brokers,
+        # Issue 18: ACL bindings by id, and which users have which SCRAM mechanisms (never a
+        # salt or a key).
+        "acls": {
+            i: {k: str(getattr(a, k)) for k in a.__slots__}
+            for i, a in sorted(image.acls.by_id.items())
+        },
+        "scram_users": {u: [c.mechanism for c in cs] for u, cs in image.scram.users().items()},
+    }
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from metalog.records import (
     RECORD_TYPES,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -32,19 +33,23 @@ from metalog.records import (
     ProducerIdsRecord,
     RecordVersionError,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     RetiredTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnknownRecordTypeError,
     UnregisterBrokerRecord,
     UnsupportedRecordVersionError,
+    UserScramCredentialRecord,
     decode_record,
     decode_records,
     encode_record,
     encode_records,
     wire_fields,
 )
+from metalog.security import Operation, PatternType, Permission, ResourceType
 
 ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 small = st.integers(min_value=-2, max_value=10_000)
@@ -113,6 +118,29 @@ records = st.one_of(
     ),
     st.just(NoOpRecord()),
     st.builds(RetiredTopicRecord, topic_id=text, deleted_at=ints),
+    st.builds(
+        UserScramCredentialRecord,
+        name=text,
+        mechanism=text,
+        salt=st.binary(max_size=32),
+        stored_key=st.binary(max_size=64),
+        server_key=st.binary(max_size=64),
+        iterations=ints,
+    ),
+    st.builds(RemoveUserScramCredentialRecord, name=text, mechanism=text),
+    st.builds(
+        AccessControlEntryRecord,
+        id=text,
+        # A member, or its name as a plain str: both encode the same and decode to the member.
+        resource_type=st.sampled_from([*ResourceType, *(str(t) for t in ResourceType)]),
+        resource_name=text,
+        pattern_type=st.sampled_from(PatternType),
+        principal=text,
+        host=text,
+        operation=st.sampled_from(Operation),
+        permission=st.sampled_from(Permission),
+    ),
+    st.builds(RemoveAccessControlEntryRecord, id=text),
 )
 
 
@@ -231,6 +259,10 @@ def test_type_ids_are_stable() -> None:
         "BrokerRegistrationChangeRecord": 17,
         "NoOpRecord": 20,
         "RetiredTopicRecord": 21,
+        "UserScramCredentialRecord": 11,
+        "RemoveUserScramCredentialRecord": 22,
+        "AccessControlEntryRecord": 23,
+        "RemoveAccessControlEntryRecord": 24,
     }
 
 
@@ -246,6 +278,8 @@ junk = st.one_of(
     st.sampled_from(["\ud800", "a\udfff"]),  # not UTF-8: msgpack cannot carry them
     st.binary(max_size=4),
     st.sampled_from([*LeaderRecoveryState, *ConfigResourceType]),
+    st.sampled_from([*ResourceType, *PatternType, *Operation, *Permission, "TOPIC", "READ"]),
+    st.sampled_from([bytearray(b"ab"), b""]),  # a bytearray where bytes belong
     st.lists(small, max_size=3),  # a list where a tuple belongs
     id_tuple,
     st.tuples(st.booleans()),

@@ -17,6 +17,7 @@ import pytest
 from metalog.records import (
     NO_LEADER,
     RECORD_TYPES,
+    AccessControlEntryRecord,
     BrokerEpoch,
     BrokerId,
     BrokerRegistrationChangeRecord,
@@ -34,17 +35,21 @@ from metalog.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     RetiredTopicRecord,
     TopicId,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     decode_record,
     decode_records,
     encode_record,
     encode_records,
 )
+from metalog.security import Operation, PatternType, Permission, ResourceType
 
 B = BrokerId
 TID = TopicId("tid")
@@ -201,6 +206,36 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
     ),
     (NoOpRecord(), "921400"),
     (RetiredTopicRecord(topic_id=TID, deleted_at=123456), "941500a3746964ce0001e240"),
+    (
+        UserScramCredentialRecord(
+            name="alice",
+            mechanism="SCRAM-SHA-256",
+            salt=b"salt",
+            stored_key=b"\x01" * 4,
+            server_key=b"\x02" * 4,
+            iterations=4096,
+        ),
+        "980b00a5616c696365ad534352414d2d5348412d323536c40473616c74c40401010101c40402020202cd1000",
+    ),
+    (
+        RemoveUserScramCredentialRecord(name="alice", mechanism="SCRAM-SHA-512"),
+        "941600a5616c696365ad534352414d2d5348412d353132",
+    ),
+    (
+        AccessControlEntryRecord(
+            id="acl1",
+            resource_type=ResourceType.TOPIC,
+            resource_name="orders-",
+            pattern_type=PatternType.PREFIXED,
+            principal="User:alice",
+            host="*",
+            operation=Operation.READ,
+            permission=Permission.ALLOW,
+        ),
+        "9a1700a461636c31a5544f504943a76f72646572732da85052454649584544aa557365723a616c696365a1"
+        "2aa452454144a5414c4c4f57",
+    ),
+    (RemoveAccessControlEntryRecord(id="acl1"), "931800a461636c31"),
 ]
 
 BATCH_HEX = (
