@@ -288,36 +288,6 @@ def test_deletes_and_errors_and_ids_never_reused(c: HttpCluster) -> None:
     assert raw == ["JSON", "AVRO"]
 
 
-def test_acknowledged_registration_survives_killing_the_writer(c: HttpCluster) -> None:
-    st, _, p = c.call("GET", f"{c.v3()}/topics/_schemas/partitions/0")
-    assert st == 200, p
-    writer = c.brokers.ids.index(p["leader_id"])
-    via, other = (writer + 1) % 3, (writer + 2) % 3
-    st, out = sr(c, "POST", via, "/subjects/durable-value/versions", {"schema": ORDER})
-    assert st == 200, out
-    durable = out["id"]
-    ids = {durable}
-    for i in range(1, durable + 1):
-        if sr(c, "GET", other, f"/schemas/ids/{i}")[0] == 200:
-            ids.add(i)
-    c.brokers.kill(c.brokers.ids[writer], signal.SIGKILL)
-
-    # Still there, with its id, through both survivors (reads may wait for the new leader).
-    for i in (via, other):
-        st, out = sr(c, "POST", i, "/subjects/durable-value", {"schema": ORDER})
-        assert (st, out["id"], out["version"]) == (200, durable, 1), out
-    # The next writer continues above every id written before it.
-    st, out = sr(
-        c, "POST", other, "/subjects/after-kill-value/versions", {"schema": record("After")}
-    )
-    assert st == 200, out
-    assert out["id"] > max(ids) and out["id"] > durable
-    assert sr(c, "POST", via, "/subjects/durable-value/versions", {"schema": ORDER}) == (
-        200,
-        {"id": durable},
-    )
-
-
 # --------------------------------------------------------------------------- REST Proxy formats
 
 AVRO_V2 = {"Content-Type": "application/vnd.kafka.avro.v2+json"}
@@ -501,3 +471,34 @@ def test_rest_proxy_v3_schema_values_by_id_subject_version_and_text(c: HttpClust
     assert st == 207, ans
     assert [s["id"] for s in ans["successes"]] == ["a"], ans
     assert [(f["id"], f["error_code"]) for f in ans["failures"]] == [("b", 42203)]
+
+
+# The last test: it kills a broker of the module's cluster.
+def test_acknowledged_registration_survives_killing_the_writer(c: HttpCluster) -> None:
+    st, _, p = c.call("GET", f"{c.v3()}/topics/_schemas/partitions/0")
+    assert st == 200, p
+    writer = c.brokers.ids.index(p["leader_id"])
+    via, other = (writer + 1) % 3, (writer + 2) % 3
+    st, out = sr(c, "POST", via, "/subjects/durable-value/versions", {"schema": ORDER})
+    assert st == 200, out
+    durable = out["id"]
+    ids = {durable}
+    for i in range(1, durable + 1):
+        if sr(c, "GET", other, f"/schemas/ids/{i}")[0] == 200:
+            ids.add(i)
+    c.brokers.kill(c.brokers.ids[writer], signal.SIGKILL)
+
+    # Still there, with its id, through both survivors (reads may wait for the new leader).
+    for i in (via, other):
+        st, out = sr(c, "POST", i, "/subjects/durable-value", {"schema": ORDER})
+        assert (st, out["id"], out["version"]) == (200, durable, 1), out
+    # The next writer continues above every id written before it.
+    st, out = sr(
+        c, "POST", other, "/subjects/after-kill-value/versions", {"schema": record("After")}
+    )
+    assert st == 200, out
+    assert out["id"] > max(ids) and out["id"] > durable
+    assert sr(c, "POST", via, "/subjects/durable-value/versions", {"schema": ORDER}) == (
+        200,
+        {"id": durable},
+    )
