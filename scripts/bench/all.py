@@ -28,6 +28,7 @@ BENCHMARKS = (
     "produce.py",
     "http_produce.py",
     "groups.py",
+    "schemas.py",
     "spark_read.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the

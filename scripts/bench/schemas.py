@@ -22,8 +22,8 @@ same dicts every time; its JSON text is the baseline's value.
 Not measured yet: Spark decoding Avro topic records into columns (the Spark source does not
 decode the registry's wire format yet; issue 21).
 
-``--quick``: 100,000 records for the client, 20,000 through REST, one run; ``--smoke``: 10,000
-and 2,000; full: 500,000 and 100,000, three runs.
+``--quick``: 100,000 records for the client, 20,000 through REST, one run; ``--smoke``: 5,000
+and 1,000; full: 500,000 and 100,000, three runs.
 
 Usage: python scripts/bench/schemas.py [--quick | --smoke]
 """
@@ -194,7 +194,7 @@ def main() -> int:
     add_size_flags(ap)
     args = ap.parse_args()
     n, n_rest, runs = {
-        "smoke": (2 * CHUNK, 2_000, 1),
+        "smoke": (CHUNK, 1_000, 1),
         "quick": (100_000, 20_000, 1),
         "full": (500_000, 100_000, 3),
     }[size(args)]

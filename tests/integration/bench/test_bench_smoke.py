@@ -35,6 +35,12 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "storage.encode_batch": True,
     },
     "page_cache.py": {"storage.page_cache.append": True},
+    "schemas.py": {
+        "schemas.client.produce": True,
+        "schemas.client.consume": True,
+        "schemas.rest_v2.produce": True,
+        "schemas.rest_v2.consume": True,
+    },
     "raft_node.py": {
         "raft.propose_throughput": True,
         "raft.commit_latency_p50": True,
