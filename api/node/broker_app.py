@@ -49,6 +49,7 @@ import orjson
 from aiohttp import web
 
 from api.http.app import add_public_routes
+from api.http.console import add_console_routes
 from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
 from api.kafka.handlers import KAFKA_LISTENER, KafkaContext
@@ -309,6 +310,7 @@ def build_broker(
     )
     add_producer_id_routes(app, pids)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
+    add_console_routes(app, srv, http)  # the web console, /console/ (read-only)
     if config.kafka_address is not None:
         srv.kafka = KafkaListener(
             KafkaContext(

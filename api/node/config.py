@@ -175,6 +175,10 @@ class NodeConfig(BaseModel):
     new pages is several times slower than reusing them (docs/storage.md, "Page cache").
     Reads further back than this go to the disk. -1 leaves the page cache to the kernel
     (Kafka's behaviour)."""
+    console_reports_dir: Path | None = None
+    """A directory whose fault-injection runs (``jepsen_tests`` run directories, each with a
+    ``results.json``) the web console lists and shows (``api.http.console``). Unset: the
+    console's reports page says it is off."""
 
     @field_validator("roles", mode="before")
     @classmethod
