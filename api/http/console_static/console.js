@@ -139,7 +139,10 @@ function bindPager(el, onPage) {
 function plot(title, series, unitFmt) {
   const W = 460, H = 150, L = 52, R = 8, T = 8, B = 22;
   const pts = series.flatMap((s) => s.points);
-  let svg = '<div class="plot"><div class="title">' + esc(title) + "</div>";
+  const first = series[0].points;
+  const last = first.length ? first[first.length - 1][1] : null;
+  let svg = '<div class="plot"><div class="title">' + esc(title) +
+    (last === null ? "" : ' <span class="last">now: ' + esc(unitFmt(last)) + "</span>") + "</div>";
   if (pts.length < 2) {
     return svg + '<svg width="' + W + '" height="' + H + '" role="img" aria-label="' + esc(title) +
       '"><text x="' + W / 2 + '" y="' + H / 2 + '" text-anchor="middle" fill="#6a7383">collecting samples…</text></svg></div>';
@@ -163,9 +166,6 @@ function plot(title, series, unitFmt) {
     svg += '<polyline fill="none" stroke="' + (s.color || "#1f6feb") + '" stroke-width="1.6" points="' + d +
       '"><title>' + esc(s.label) + "</title></polyline>";
   }
-  const last = series[0].points[series[0].points.length - 1];
-  svg += '<text class="last" x="' + (W - R) + '" y="' + (T + 10) + '" text-anchor="end" font-size="11">' +
-    esc(series[0].label + ": " + unitFmt(last ? last[1] : 0)) + "</text>";
   return svg + "</svg></div>";
 }
 
