@@ -383,10 +383,10 @@ async function messagesPage(gen) {
   s += '<form class="bar" id="browse"><label>Topic<select name="topic">' +
     topics.map((t) => "<option" + (t.name === topic ? " selected" : "") + ' value="' + esc(t.name) + '">' + esc(t.name) + "</option>").join("") +
     '</select></label><label>Partition<input name="partition" type="number" min="0" value="' + partition +
-    '" style="width:6rem"></label><label>From offset<input name="offset" placeholder="earliest" value="' +
-    esc(p.get("offset") || "") + '" style="width:9rem"></label><label>or from time (UTC)<input name="time" type="datetime-local" step="1" value="' +
+    '" class="w6"></label><label>From offset<input name="offset" placeholder="earliest" value="' +
+    esc(p.get("offset") || "") + '" class="w9"></label><label>or from time (UTC)<input name="time" type="datetime-local" step="1" value="' +
     esc(p.get("time") || "") + '"></label><label>Show<input name="limit" type="number" min="1" max="500" value="' + limit +
-    '" style="width:5rem"></label><button type="submit">Read</button></form>';
+    '" class="w5"></label><button type="submit">Read</button></form>';
   let body = "";
   if (info && partition >= info.partitions) {
     body = '<p class="error">Topic ' + esc(topic) + " has partitions 0 to " + (info.partitions - 1) + ".</p>";

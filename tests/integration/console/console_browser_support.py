@@ -80,6 +80,19 @@ def wait_drawn(page: Page, name: str, timeout_ms: float = 20_000) -> None:
     page.wait_for_selector(f'main[data-page="{name}"][data-ready]', timeout=timeout_ms)
 
 
+def drawn_route(page: Page) -> str | None:
+    """Which route drawing the page shows (``main``'s ``data-ready``: a route counter)."""
+    return page.get_attribute("main", "data-ready")
+
+
+def wait_redrawn(page: Page, name: str, before: str | None, timeout_ms: float = 20_000) -> None:
+    """Wait until page ``name`` has drawn for a route later than ``before`` (after a click
+    that changes the route: the old drawing must not pass for the new one)."""
+    page.wait_for_selector(
+        f'main[data-page="{name}"][data-ready]:not([data-ready="{before}"])', timeout=timeout_ms
+    )
+
+
 def timings(page: Page) -> list[dict[str, Any]]:
     """``[{page, ms, since_navigation_ms}]``: when each route finished its first drawing."""
     out: list[dict[str, Any]] = page.evaluate("window.consoleTimings")

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_browser_support import artifacts_dir, browser, open_page, timings, wait_drawn
+from console_browser_support import (
+    artifacts_dir,
+    browser,
+    drawn_route,
+    open_page,
+    timings,
+    wait_drawn,
+    wait_redrawn,
+)
 from consumer_groups_support import Consumers, produce
 from http_cluster_support import HttpCluster
 from playwright.sync_api import BrowserContext, Page
@@ -93,6 +101,12 @@ def page(ctx: BrowserContext) -> Iterator[Page]:
     p = ctx.new_page()
     errors: list[str] = []
     p.on("pageerror", lambda e: errors.append(str(e)))
+    # The console must work under its own Content-Security-Policy: a refused inline style or
+    # script is a bug even when the page still draws.
+    p.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     yield p
     p.close()
     assert not errors, f"the page raised: {errors}"
@@ -242,9 +256,10 @@ def test_message_browser_decodes_json_text_and_binary_with_keys_and_headers(
 
     # From a time: the first record at or after it.
     page.fill("#browse input[name=time]", "2026-01-02T00:00:00")
+    before = drawn_route(page)
     page.click("#browse button[type=submit]")
-    page.wait_for_function("location.hash.includes('time=')")
-    wait_drawn(page, "messages")
+    wait_redrawn(page, "messages", before)
+    assert "time=" in page.url
     assert [r[0] for r in cells(page, "messages")] == ["1", "2"]
 
     # From an offset, one at a time, then the link to the next.
@@ -252,10 +267,30 @@ def test_message_browser_decodes_json_text_and_binary_with_keys_and_headers(
         page, console(cluster, "messages?topic=messages&partition=1&offset=1&limit=1"), "messages"
     )
     assert [r[0] for r in cells(page, "messages")] == ["1"]
+    before = drawn_route(page)
     page.click("#next")
-    page.wait_for_function("location.hash.includes('offset=2')")
-    wait_drawn(page, "messages")
+    wait_redrawn(page, "messages", before)
+    assert "offset=2" in page.url
     assert [r[0] for r in cells(page, "messages")] == ["2"]
+
+    # Markup in a record is shown as text, never run.
+    evil = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+    produce(
+        cluster,
+        "messages",
+        [
+            {
+                "partition_id": 0,
+                "key": {"type": "STRING", "data": "<b>k</b>"},
+                "value": {"type": "STRING", "data": evil},
+            }
+        ],
+    )
+    open_page(page, console(cluster, "messages?topic=messages&partition=0"), "messages")
+    [row] = cells(page, "messages")
+    assert "<b>k</b>" in row[2] and evil in row[3]
+    assert page.evaluate("window.pwned") is None
+    assert page.query_selector("#messages img, #messages script, #messages b") is None
 
     # A partition the topic lacks: said on the page, nothing breaks.
     open_page(page, console(cluster, "messages?topic=messages&partition=7"), "messages")
@@ -293,9 +328,7 @@ def test_consumer_group_page_shows_members_assignment_and_lag(
         "lagged",
         [{"partition_id": 0, "value": {"type": "JSON", "data": i}} for i in range(5)],
     )
-    page.wait_for_function(
-        "document.querySelector('#card-lag .n').innerText === '10'", timeout=20_000
-    )
+    page.wait_for_selector("#card-lag .n:text-is('10')", timeout=20_000)
     assert _plot_rises(page, "#lag-plot .plot")
     page.screenshot(path=shots / "group.png", full_page=True)
 
