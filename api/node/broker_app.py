@@ -21,6 +21,8 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
 * The Schema Registry (``broker.schemas``): its public API at ``/subjects``, ``/schemas``,
   ``/compatibility``, ``/config``, ``/mode`` (``api.http.schemas``) and the writes forwarded
   to its single writer at ``POST /internal/broker/v1/schemas/write``.
+* The web console at ``/console/`` and its reads under ``/console/api/``
+  (``api.http.console``).
 
 With ``kafka_listen`` set, the broker also serves Kafka's binary protocol there
 (``api.kafka``) over the same replica manager, coordinator, producer ids and image, and
