@@ -188,9 +188,16 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
 // UTF-8 without control characters, else base64. Returns {kind, text}.
 function decode(b64) {
   if (b64 === null || b64 === undefined) return { kind: "null", text: "null" };
+  const bytes = b64bytes(b64);
+  // Confluent's wire format: magic byte 0, a 4-byte schema id, the encoded data. Named, so
+  // the reader knows to pick "schema registry" to see it decoded.
+  if (bytes.length >= 5 && bytes[0] === 0) {
+    const id = ((bytes[1] << 24) | (bytes[2] << 16) | (bytes[3] << 8) | bytes[4]) >>> 0;
+    return { kind: "schema " + id, text: b64 };
+  }
   let text;
   try {
-    text = utf8.decode(b64bytes(b64));
+    text = utf8.decode(bytes);
   } catch (e) {
     return { kind: "binary", text: b64 };
   }
@@ -209,7 +216,14 @@ function decode(b64) {
 
 function decoded(b64) {
   const d = decode(b64);
-  return tag(d.kind, d.kind === "binary" ? "warn" : "") + '<pre class="value">' + esc(d.text) + "</pre>";
+  return tag(d.kind, d.kind === "text" || d.kind === "json" || d.kind === "null" ? "" : "warn") +
+    '<pre class="value">' + esc(d.text) + "</pre>";
+}
+
+// A value the broker decoded with its schema registry (format=avro: Avro or JSON Schema,
+// by the schema id the value carries): JSON already.
+function registryDecoded(v) {
+  return v === null ? decoded(null) : tag("schema registry") + '<pre class="value">' + esc(JSON.stringify(v, null, 2)) + "</pre>";
 }
 
 // ------------------------------------------------------------------ pages
@@ -379,13 +393,16 @@ async function messagesPage(gen) {
   const info = topics.find((t) => t.name === topic);
   const partition = Number(p.get("partition") || 0);
   const limit = Math.min(500, Math.max(1, Number(p.get("limit") || MESSAGES_DEFAULT)));
+  const registry = p.get("values") === "registry";
   let s = "<h1>Messages</h1>";
   s += '<form class="bar" id="browse"><label>Topic<select name="topic">' +
     topics.map((t) => "<option" + (t.name === topic ? " selected" : "") + ' value="' + esc(t.name) + '">' + esc(t.name) + "</option>").join("") +
     '</select></label><label>Partition<input name="partition" type="number" min="0" value="' + partition +
     '" class="w6"></label><label>From offset<input name="offset" placeholder="earliest" value="' +
     esc(p.get("offset") || "") + '" class="w9"></label><label>or from time (UTC)<input name="time" type="datetime-local" step="1" value="' +
-    esc(p.get("time") || "") + '"></label><label>Show<input name="limit" type="number" min="1" max="500" value="' + limit +
+    esc(p.get("time") || "") + '"></label><label>Values<select name="values"><option value="">JSON, text or base64</option>' +
+    '<option value="registry"' + (p.get("values") === "registry" ? " selected" : "") + ">schema registry (Avro, JSON Schema)</option>" +
+    '</select></label><label>Show<input name="limit" type="number" min="1" max="500" value="' + limit +
     '" class="w5"></label><button type="submit">Read</button></form>';
   let body = "";
   if (info && partition >= info.partitions) {
@@ -400,7 +417,8 @@ async function messagesPage(gen) {
         from = o.offset >= 0 ? String(o.offset) : "latest";
       }
       const offs = await api(base + "/offset");
-      const r = await api(base + "/records?offset=" + enc(from || "earliest") + "&timeout_ms=0&format=binary&key_format=binary&max_bytes=4194304");
+      const r = await api(base + "/records?offset=" + enc(from || "earliest") + "&timeout_ms=0&format=" + (registry ? "avro" : "binary") +
+        "&key_format=binary&max_bytes=4194304");
       if (gen !== generation) return;
       const recs = r.records.slice(0, limit);
       const next = recs.length ? recs[recs.length - 1].offset + 1 : r.next_offset;
@@ -408,11 +426,12 @@ async function messagesPage(gen) {
         fmtInt(offs.latest_offset - 1) + " (high watermark " + fmtInt(r.high_watermark) + ").</p>";
       body += table(
         [["Offset", "num"], ["Timestamp (UTC)"], ["Key"], ["Value"], ["Headers"]],
-        recs.map((m) => [[m.offset, esc(fmtTime(m.timestamp)), decoded(m.key), decoded(m.value),
+        recs.map((m) => [[m.offset, esc(fmtTime(m.timestamp)), decoded(m.key), registry ? registryDecoded(m.value) : decoded(m.value),
           m.headers.map((hd) => "<div><b>" + esc(hd.name) + "</b>: " + decoded(hd.value) + "</div>").join("")], ""]),
         { id: "messages" });
       if (next < r.high_watermark) {
         const np = new URLSearchParams({ topic: topic, partition: partition, offset: next, limit: limit });
+        if (registry) np.set("values", "registry");
         body += '<p><a id="next" href="#/messages?' + esc(np.toString()) + '">next from offset ' + next + " &rarr;</a></p>";
       }
     } catch (e) {
@@ -426,7 +445,7 @@ async function messagesPage(gen) {
     e.preventDefault();
     const f = new FormData(e.target);
     const np = new URLSearchParams();
-    for (const k of ["topic", "partition", "offset", "time", "limit"]) if (f.get(k)) np.set(k, f.get(k));
+    for (const k of ["topic", "partition", "offset", "time", "limit", "values"]) if (f.get(k)) np.set(k, f.get(k));
     if (np.get("offset")) np.delete("time");
     setHashParams("#/messages", np);
   });

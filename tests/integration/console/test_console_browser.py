@@ -297,6 +297,44 @@ def test_message_browser_decodes_json_text_and_binary_with_keys_and_headers(
     assert "has partitions 0 to 1" in page.inner_text("main")
 
 
+def test_message_browser_decodes_schema_values_through_the_registry(
+    cluster: HttpCluster, page: Page, shots: Path
+) -> None:
+    cluster.create_topic("avro-orders", partitions=1, rf=3)
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "int"}, {"name": "item", "type": "string"}],
+    }
+    produce(
+        cluster,
+        "avro-orders",
+        [
+            {
+                "partition_id": 0,
+                "key": {"type": "STRING", "data": "o-1"},
+                "value": {
+                    "type": "AVRO",
+                    "schema": json.dumps(schema),
+                    "data": {"id": 7, "item": "tea"},
+                },
+            }
+        ],
+    )
+    # Read as bytes, the value is named by its schema id (Confluent's wire format).
+    open_page(page, console(cluster, "messages?topic=avro-orders&partition=0"), "messages")
+    [row] = cells(page, "messages")
+    assert re.match(r"schema \d+", row[3]), row
+    # Through the registry, it is the record produced.
+    open_page(
+        page, console(cluster, "messages?topic=avro-orders&partition=0&values=registry"), "messages"
+    )
+    [row] = cells(page, "messages")
+    assert "o-1" in row[2]
+    assert json.loads(row[3].removeprefix("schema registry").strip()) == {"id": 7, "item": "tea"}
+    page.screenshot(path=shots / "messages-registry.png", full_page=True)
+
+
 def test_consumer_group_page_shows_members_assignment_and_lag(
     cluster: HttpCluster, page: Page, shots: Path
 ) -> None:
