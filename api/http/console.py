@@ -209,7 +209,9 @@ class Console:
     def run_id(self, d: Path) -> str:
         assert self.reports_dir is not None
         rel = d.relative_to(self.reports_dir).as_posix()
-        return "." if rel == "." else rel
+        # The directory itself may be one run: named by its own name, as "." would not
+        # survive a browser's URL normalisation.
+        return d.name if rel == "." else rel
 
     def reports_list(self) -> list[dict[str, Any]]:
         out = []
@@ -248,8 +250,12 @@ def _run_summary(rid: str, d: Path, mtime: float) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         out["error"] = f"results.json: {e}"
         return out
-    cfg = res.get("config", {}) if isinstance(res, dict) else {}
-    result = res.get("result", {}) if isinstance(res, dict) else {}
+    if not isinstance(res, dict):
+        out["error"] = "results.json: not a JSON object"
+        return out
+    cfg, result = res.get("config"), res.get("result")
+    cfg = cfg if isinstance(cfg, dict) else {}
+    result = result if isinstance(result, dict) else {}
     out.update(
         workload=cfg.get("workload"),
         nemeses=cfg.get("nemeses", []),
