@@ -179,7 +179,19 @@ class Console:
             except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
                 return node_id, f"{type(e).__name__}: {e}".rstrip(": ")
 
-        return dict(await asyncio.gather(*(one(n, u) for n, u in self.voter_urls.items())))
+        out = dict(await asyncio.gather(*(one(n, u) for n, u in self.voter_urls.items())))
+        # Voters added since this broker's config was written (``quorum add-voter``) are
+        # known to the ones it has: ask them too.
+        known: dict[int, str] = {}
+        for st in out.values():
+            if isinstance(st, dict):
+                addresses = st.get("addresses") or {}
+                for v in st.get("voters") or []:
+                    if int(v) not in out and str(v) in addresses:
+                        known[int(v)] = str(addresses[str(v)])
+        if known:
+            out.update(await asyncio.gather(*(one(n, u) for n, u in known.items())))
+        return out
 
     # ------------------------------------------------------------------ reports
 

@@ -248,8 +248,11 @@ async function overview(gen) {
     [["Broker"], ["Address"], ["Rack"], ["State"], ["Leaders", "num"], ["Replicas", "num"],
       ["Size on disk", "num"], ["Metadata lag", "num"]],
     c.brokers.map((b) => {
-      const state = !b.reachable ? tag("unreachable", "bad") : b.fenced ? tag("fenced", "bad") :
-        b.in_controlled_shutdown ? tag("shutting down", "warn") : tag("running", "ok");
+      const tags = [];
+      if (!b.reachable) tags.push(tag("unreachable", "bad"));
+      if (b.fenced) tags.push(tag("fenced", "bad"));
+      if (b.in_controlled_shutdown) tags.push(tag("shutting down", "warn"));
+      const state = tags.length ? tags.join(" ") : tag("running", "ok");
       return [[esc(b.broker_id) + (b.broker_id === c.served_by ? ' <span class="muted">(this one)</span>' : ""),
         esc(b.host + ":" + b.port), esc(b.rack ?? ""), state + (b.error ? ' <span class="muted">' + esc(b.error) + "</span>" : ""),
         fmtInt(b.leaders), fmtInt(b.replicas), fmtBytes(b.size_bytes), b.metadata_lag ?? "?"],
