@@ -120,13 +120,17 @@ class Console:
         )
 
     async def run_sampler(self) -> None:
+        failing = False
         while True:
             now_ms = int(time.time() * 1000)
             await asyncio.sleep((self.history.next_sample_ms(now_ms) - now_ms) / 1000)
             try:
                 self.sample(int(time.time() * 1000))
+                failing = False
             except Exception:  # a log closing under us: the next sample is as good
-                log.exception("console: throughput sample failed")
+                if not failing:  # said once per run of failures, not every 2 s
+                    log.exception("console: throughput sample failed")
+                failing = True
 
     # ------------------------------------------------------------------ gathering
 
