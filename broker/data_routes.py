@@ -9,18 +9,29 @@ it. Optional fields below are marked ``?``; integers are Kafka's int32 (epochs, 
 times) or int64 (offsets).
 
 * ``produce``  {topic, partition, acks? (0|1|-1), timeout_ms?, batch (bytes: one batch),
-  forwarded?}
+  transactional_id? (str: the producer's, for KIP-890 verification of a transactional
+  batch), forwarded?}
   -> {base_offset, last_offset, log_append_time, duplicate}
 * ``fetch``    {topic, partition, replica_id? (-1: consumer, -2: debug), fetch_offset,
   leader_epoch?, last_fetched_epoch?, max_bytes?, max_wait_ms?, min_bytes?,
-  high_watermark?, broker_epoch?, timeout_ms?, forwarded?}
-  -> {records (raw batches), high_watermark, log_start_offset, log_end_offset,
-  leader_epoch, diverging_epoch ([epoch, end_offset] or None)}
+  high_watermark?, broker_epoch?, timeout_ms?, isolation_level? ("read_uncommitted" |
+  "read_committed"), forwarded?}
+  -> {records (raw batches), high_watermark, last_stable_offset, log_start_offset,
+  log_end_offset, leader_epoch, diverging_epoch ([epoch, end_offset] or None),
+  aborted_transactions? ([[producer_id, first_offset], ...], read_committed only: their
+  batches in ``records`` are emptied, offsets kept)}
 * ``offsets_for_leader_epoch`` {topic, partition, current_leader_epoch?, epoch}
   -> {leader_epoch, end_offset}
 * ``list_offsets`` {topic, partition, timestamp (-2 earliest, -1 latest = HW, or ms),
-  timeout_ms?, forwarded?}
+  timeout_ms?, isolation_level? (read_committed: latest = the last stable offset),
+  forwarded?}
   -> {offset}
+* ``write_txn_markers`` {markers: [{topic, partition, producer_id, producer_epoch, commit
+  (bool), coordinator_epoch}, ...], timeout_ms?}
+  -> {results: [{topic, partition, producer_id, error (Kafka error code or None)}, ...], one
+  per marker in order}: Kafka's
+  WriteTxnMarkers, answered by this broker for the partitions it leads (never forwarded:
+  the coordinator sends each marker to its partition's leader).
 
 ``GET /internal/broker/v1/replicas`` (JSON) describes every local replica.
 
@@ -44,7 +55,14 @@ from aiohttp import web
 
 from broker.errors import BrokerError
 from broker.fetcher import MSGPACK
-from broker.replica_manager import DEBUG_REPLICA_ID, ReplicaError, ReplicaManager, error_code
+from broker.replica_manager import (
+    DEBUG_REPLICA_ID,
+    ISOLATION_LEVELS,
+    READ_UNCOMMITTED,
+    ReplicaError,
+    ReplicaManager,
+    error_code,
+)
 from broker.request_fields import (
     INT32_MAX,
     INT64_MAX,
@@ -54,10 +72,13 @@ from broker.request_fields import (
     bytes_field,
     choice_field,
     int_field,
+    list_field,
     partition_field,
+    str_field,
     topic_field,
 )
 from broker.router import STORAGE_CODES, PartitionRouter
+from broker.txn_markers import TxnMarker
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -104,13 +125,38 @@ FETCH_WAIT_MS_MAX = 60_000
 """The longest a fetch long-polls; clients poll again (Kafka's consumers wait 500 ms)."""
 
 
+def _isolation_level(b: dict[str, Any]) -> str:
+    v = str_field(b, "isolation_level", default=READ_UNCOMMITTED)
+    if v not in ISOLATION_LEVELS:
+        raise InvalidRequestError(
+            f"'isolation_level' must be one of {', '.join(ISOLATION_LEVELS)}, got {v!r}"
+        )
+    return v
+
+
+def _marker_body(i: int, m: Any) -> dict[str, Any]:
+    if type(m) is not dict:
+        raise InvalidRequestError(f"'markers[{i}]' must be a map, got {type(m).__name__}")
+    return m
+
+
 async def _produce(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     acks = choice_field(b, "acks", ACKS, default=-1)
     timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=30_000)
     batch = bytes_field(b, "batch")
     forwarded = bool_field(b, "forwarded", default=False)
-    return await router.produce(topic, partition, acks, timeout_ms, batch, forwarded=forwarded)
+    tid = b.get("transactional_id")
+    transactional_id = None if tid is None else str_field(b, "transactional_id")
+    return await router.produce(
+        topic,
+        partition,
+        acks,
+        timeout_ms,
+        batch,
+        forwarded=forwarded,
+        transactional_id=transactional_id,
+    )
 
 
 async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
@@ -130,6 +176,7 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     broker_epoch = int_field(b, "broker_epoch", -1, INT64_MAX, default=-1)
     timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=max(max_wait_ms, 30_000))
     forwarded = bool_field(b, "forwarded", default=False)
+    isolation_level = _isolation_level(b)
     if replica_id == -1:
         return await router.fetch(
             topic,
@@ -141,6 +188,7 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
             timeout_ms=timeout_ms,
             forwarded=forwarded,
             leader_epoch=leader_epoch,
+            isolation_level=isolation_level,
         )
     return await router.mgr.fetch(
         topic=topic,
@@ -154,6 +202,7 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
         min_bytes=min_bytes,
         high_watermark=high_watermark,
         broker_epoch=broker_epoch,
+        isolation_level=isolation_level,
     )
 
 
@@ -169,9 +218,37 @@ async def _list_offsets(router: PartitionRouter, b: dict[str, Any]) -> dict[str,
     timestamp = int_field(b, "timestamp", -2, INT64_MAX)  # -2 earliest, -1 latest, else ms
     timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=10_000)
     forwarded = bool_field(b, "forwarded", default=False)
+    isolation_level = _isolation_level(b)
     return await router.list_offsets(
-        topic, partition, timestamp, timeout_ms=timeout_ms, forwarded=forwarded
+        topic,
+        partition,
+        timestamp,
+        timeout_ms=timeout_ms,
+        forwarded=forwarded,
+        isolation_level=isolation_level,
     )
+
+
+async def _write_txn_markers(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    markers = [
+        TxnMarker(
+            topic=topic_field(m),
+            partition=partition_field(m),
+            producer_id=int_field(m, "producer_id", 0, INT64_MAX),
+            producer_epoch=int_field(m, "producer_epoch", 0, 0x7FFF),
+            commit=bool_field(m, "commit"),
+            coordinator_epoch=int_field(m, "coordinator_epoch", -1, INT32_MAX),
+        )
+        for m in (_marker_body(i, m) for i, m in enumerate(list_field(b, "markers")))
+    ]
+    timeout_ms = int_field(b, "timeout_ms", 1, INT32_MAX, default=30_000)
+    results = await router.mgr.write_txn_markers_each(markers, timeout_ms=timeout_ms)
+    return {
+        "results": [
+            {"topic": m.topic, "partition": m.partition, "producer_id": m.producer_id, "error": e}
+            for m, e in zip(markers, results, strict=True)
+        ]
+    }
 
 
 async def _replicas(request: web.Request) -> web.Response:
@@ -194,5 +271,6 @@ def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRoute
     app.router.add_post(f"{p}/fetch", _handler(_fetch))
     app.router.add_post(f"{p}/offsets_for_leader_epoch", _handler(_offsets_for_leader_epoch))
     app.router.add_post(f"{p}/list_offsets", _handler(_list_offsets))
+    app.router.add_post(f"{p}/write_txn_markers", _handler(_write_txn_markers))
     app.router.add_get(f"{p}/replicas", _replicas)
     return router

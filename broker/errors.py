@@ -121,3 +121,22 @@ class CorruptProducerSnapshotError(BrokerError):
     and rebuilds producer state from the log."""
 
     code = "KAFKA_STORAGE_ERROR"
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+class InvalidTxnStateError(BrokerError):
+    """A write that does not fit the producer's transaction in this partition: a
+    non-transactional batch while its transaction is open, or a transactional batch the
+    coordinator did not confirm (KIP-890 part 1)."""
+
+    code = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(BrokerError):
+    """A transaction marker from a coordinator epoch older than the last marker's: a
+    coordinator that lost its partition of ``__transaction_state`` (Kafka's
+    ``TRANSACTION_COORDINATOR_FENCED``)."""
+
+    code = "TRANSACTION_COORDINATOR_FENCED"

@@ -45,7 +45,20 @@ discards a snapshot whose ``end_offset`` is above a truncation point. Unlike Kaf
 (which keeps one batch per producer) ours keeps all five, so duplicates are still caught after
 a restart.
 
-Not here: transactions (ongoing transactions, markers, the last stable offset).
+Transactions (KIP-98): a transactional batch (attribute bit) opens a transaction of its
+producer in this partition if none is open (``current_txn_first_offset``); a control batch
+(a commit or abort marker, ``storage.txn``) of that producer closes it. The partition's
+*first unstable offset* is the smallest first offset of an open transaction; the last stable
+offset (LSO) is min(that, HW), computed by the caller that knows the HW. An abort marker
+records an ``AbortedTxn`` (producer, first offset, marker offset, LSO after it): the aborted
+index read_committed readers filter with, kept here in offset order, trimmed at the log start
+(``on_log_start_offset``), undone by truncation and carried in snapshots. Leader-side checks
+(Kafka's ``ProducerAppendInfo``): a control batch from a client is refused; a
+non-transactional batch of a producer with an open transaction is INVALID_TXN_STATE; a
+transactional batch that would open a transaction needs verification by the coordinator
+(KIP-890 part 1, ``needs_txn_verification``; the shell asks it). A marker of an older producer
+epoch, or of an older coordinator epoch than the last marker, is refused (``check_marker``).
+A producer with an open transaction never expires (Kafka's ``isProducerExpired``).
 
 Pure: no I/O, no clock, no global random.
 """
@@ -65,10 +78,13 @@ from broker.errors import (
     CorruptProducerSnapshotError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from common.invariant import invariant
 from storage.batch import BatchHeader
+from storage.txn import AbortedTxn, ControlMarker
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF
@@ -76,7 +92,10 @@ NO_PRODUCER_ID = -1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 _SNAPSHOT_MAGIC = b"LBPS"
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2
+"""1: no transactions; 2 adds each producer's open transaction and coordinator epoch, and
+the aborted transactions. Both are read."""
+NO_TXN = -1
 _SNAPSHOT_HEADER = struct.Struct(">4sBI")  # magic, version, CRC-32C of the payload
 
 
@@ -112,25 +131,38 @@ class BatchMetadata:
 class ProducerEntry:
     """A producer's state in one partition (Kafka's ``ProducerStateEntry``), immutable.
 
-    Invariant: 1 <= len(batches) <= 5, all of ``producer_epoch``, in append order.
+    Invariant: len(batches) <= 5, all of ``producer_epoch``, in append order; no batches
+    only when the last thing this producer wrote here is a marker of a new epoch.
     """
 
     producer_id: int
     producer_epoch: int
     batches: tuple[BatchMetadata, ...]
+    current_txn_first_offset: int = NO_TXN
+    """The first offset of this producer's open transaction here; ``NO_TXN`` if none."""
+    coordinator_epoch: int = -1
+    """The coordinator epoch of the last marker (a marker of an older one is refused)."""
+    marker_timestamp_ms: int = -1
+    """The timestamp of the last marker (it keeps the producer from expiring too)."""
 
     @property
     def last_timestamp_ms(self) -> int:
-        """The max timestamp of the last batch (Kafka's ``lastTimestamp``): expiry's clock."""
-        return self.batches[-1].timestamp_ms
+        """The max timestamp of the last batch or marker (Kafka's ``lastTimestamp``):
+        expiry's clock."""
+        t = self.batches[-1].timestamp_ms if self.batches else -1
+        return max(t, self.marker_timestamp_ms)
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        return self.batches[-1].last_seq if self.batches else -1
 
     @property
     def last_offset(self) -> int:
-        return self.batches[-1].last_offset
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.current_txn_first_offset != NO_TXN
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         """The retained batch with exactly this sequence range (Kafka's
@@ -175,6 +207,11 @@ class ProducerState:
         or above ``_journal_floor``, in offset order."""
         self._journal_floor = start_offset
         """Truncation to any offset >= this is exact (``truncate_to``)."""
+        self._ongoing: dict[int, int] = {}
+        """producer id -> first offset of its open transaction. Invariant: exactly the
+        entries with ``in_transaction``."""
+        self._aborted: list[AbortedTxn] = []
+        """The aborted transactions, in marker (``last_offset``) order."""
 
     # ------------------------------------------------------------------ queries
 
@@ -192,6 +229,57 @@ class ProducerState:
     def __len__(self) -> int:
         return len(self._producers)
 
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction; None if none is open."""
+        return min(self._ongoing.values()) if self._ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's LSO: min(first unstable offset, HW)."""
+        fu = self.first_unstable_offset
+        return high_watermark if fu is None else min(fu, high_watermark)
+
+    @property
+    def aborted_txns(self) -> list[AbortedTxn]:
+        return list(self._aborted)
+
+    def aborted_txns_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in ``[start_offset, end_offset)``."""
+        return [
+            a
+            for a in self._aborted
+            if a.first_offset < end_offset and a.last_offset >= start_offset
+        ]
+
+    def needs_txn_verification(self, header: BatchHeader) -> bool:
+        """A transactional data batch that would open a transaction here (KIP-890 part 1: the
+        coordinator must confirm the partition is in the producer's transaction first)."""
+        if not header.is_transactional or header.is_control:
+            return False
+        entry = self._producers.get(header.producer_id)
+        return (
+            entry is None
+            or not entry.in_transaction
+            or header.producer_epoch != entry.producer_epoch
+        )
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a marker from a zombie producer epoch or a stale coordinator (Kafka's
+        ``ProducerAppendInfo.checkProducerEpoch`` and ``checkCoordinatorEpoch``)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker of producer {producer_id} epoch {producer_epoch} is older than the "
+                f"last seen epoch {entry.producer_epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}"
+            )
+
     # ------------------------------------------------------------------ leader path
 
     def check_and_plan(self, header: BatchHeader) -> Plan:
@@ -199,7 +287,11 @@ class ProducerState:
         rules). Raises ``OutOfOrderSequenceError``, ``InvalidProducerEpochError``, or
         ``InvalidRecordError`` (an idempotent batch without a sequence). Changes nothing."""
         pid = header.producer_id
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
         if pid == NO_PRODUCER_ID:
+            if header.is_transactional:
+                raise InvalidRecordError("a transactional batch without a producer id")
             return APPEND
         if header.base_sequence < 0 or header.producer_epoch < 0:
             raise InvalidRecordError(
@@ -220,6 +312,12 @@ class ProducerState:
                 f"producer {pid} epoch {epoch} is older than the last seen epoch "
                 f"{entry.producer_epoch}"
             )
+        if entry.in_transaction and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"producer {pid} sent a non-transactional batch with a transaction open"
+            )
+        if not entry.batches:
+            return APPEND  # only a marker seen in this epoch: no sequence to follow
         if epoch > entry.producer_epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
@@ -233,11 +331,18 @@ class ProducerState:
             )
         return APPEND
 
-    def on_append(self, header: BatchHeader, base_offset: int | None = None) -> None:
+    def on_append(
+        self,
+        header: BatchHeader,
+        base_offset: int | None = None,
+        marker: ControlMarker | None = None,
+    ) -> AbortedTxn | None:
         """Record a batch the log now holds at ``base_offset`` (default: the header's, as a
         follower or recovery sees it). Call it for *every* batch, idempotent or not, in log
-        order, so ``end_offset`` follows the log. No checks: a leader checked with
-        ``check_and_plan`` first; a follower trusts its leader."""
+        order, so ``end_offset`` follows the log; a control batch with its ``marker``
+        (without one it only moves ``end_offset``). No checks: a leader checked with
+        ``check_and_plan`` first; a follower trusts its leader. Returns the aborted
+        transaction an abort marker closed, if any."""
         first_offset = header.base_offset if base_offset is None else base_offset
         last_offset = first_offset + header.last_offset_delta
         invariant(
@@ -249,8 +354,12 @@ class ProducerState:
         self._end_offset = last_offset + 1
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
-            return
+            return None
         prev = self._producers.get(pid)
+        if header.is_control:
+            if marker is None:
+                return None
+            return self._on_marker(header, first_offset, marker, prev)
         meta = BatchMetadata(
             header.base_sequence,
             header.last_sequence,
@@ -262,14 +371,66 @@ class ProducerState:
             batches: tuple[BatchMetadata, ...] = (meta,)  # a new epoch forgets the old batches
         else:
             batches = (*prev.batches, meta)[-NUM_BATCHES_TO_RETAIN:]
-        self._producers[pid] = ProducerEntry(pid, header.producer_epoch, batches)
+        txn_first = NO_TXN
+        if header.is_transactional:
+            txn_first = (
+                prev.current_txn_first_offset
+                if prev is not None and prev.in_transaction
+                else first_offset
+            )
+            self._ongoing[pid] = txn_first
+        self._producers[pid] = ProducerEntry(
+            pid,
+            header.producer_epoch,
+            batches,
+            txn_first,
+            prev.coordinator_epoch if prev is not None else -1,
+            prev.marker_timestamp_ms if prev is not None else -1,
+        )
         if first_offset >= self._journal_floor:
             self._journal.append((first_offset, pid, prev))
+        return None
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """``on_append`` each header in turn (recovery after a snapshot, or a follower)."""
+    def _on_marker(
+        self,
+        header: BatchHeader,
+        offset: int,
+        marker: ControlMarker,
+        prev: ProducerEntry | None,
+    ) -> AbortedTxn | None:
+        pid = header.producer_id
+        aborted = None
+        if prev is not None and prev.in_transaction:
+            del self._ongoing[pid]
+            if not marker.commit:
+                aborted = AbortedTxn(
+                    pid,
+                    prev.current_txn_first_offset,
+                    offset,
+                    self.last_stable_offset(offset + 1),
+                )
+                self._aborted.append(aborted)
+        same_epoch = prev is not None and prev.producer_epoch == header.producer_epoch
+        self._producers[pid] = ProducerEntry(
+            pid,
+            max(header.producer_epoch, prev.producer_epoch if prev is not None else -1),
+            prev.batches if prev is not None and same_epoch else (),
+            NO_TXN,
+            marker.coordinator_epoch,
+            header.max_timestamp,
+        )
+        if offset >= self._journal_floor:
+            self._journal.append((offset, pid, prev))
+        return aborted
+
+    def replay(
+        self, headers: Iterable[BatchHeader], markers: Mapping[int, ControlMarker] | None = None
+    ) -> None:
+        """``on_append`` each header in turn (recovery after a snapshot, or a follower);
+        ``markers`` holds the marker of each control batch by its base offset."""
+        markers = markers or {}
         for h in headers:
-            self.on_append(h)
+            self.on_append(h, None, markers.get(h.base_offset) if h.is_control else None)
 
     # ------------------------------------------------------------------ truncation
 
@@ -304,13 +465,33 @@ class ProducerState:
             else:
                 self._producers[pid] = prev
         self._end_offset = offset
+        while self._aborted and self._aborted[-1].last_offset >= offset:
+            self._aborted.pop()
+        self._ongoing = {
+            pid: e.current_txn_first_offset
+            for pid, e in self._producers.items()
+            if e.in_transaction
+        }
+
+    def on_log_start_offset(self, log_start_offset: int) -> None:
+        """Retention or DeleteRecords moved the log start: forget aborted transactions wholly
+        below it (Kafka deletes the ``.txnindex`` with its segment)."""
+        i = 0
+        while i < len(self._aborted) and self._aborted[i].last_offset < log_start_offset:
+            i += 1
+        if i:
+            del self._aborted[:i]
 
     # ------------------------------------------------------------------ expiration
 
     def maybe_expire_producers(self, now_ms: int) -> bool:
         """Forget producers idle for ``producer.id.expiration.ms``; True if any went."""
         ttl = self.config.producer_id_expiration_ms
-        gone = {pid for pid, e in self._producers.items() if now_ms - e.last_timestamp_ms >= ttl}
+        gone = {
+            pid
+            for pid, e in self._producers.items()
+            if now_ms - e.last_timestamp_ms >= ttl and not e.in_transaction
+        }
         if not gone:
             return False
         for pid in gone:
@@ -325,6 +506,7 @@ class ProducerState:
         cls,
         headers: Iterable[BatchHeader],
         *,
+        markers: Mapping[int, ControlMarker] | None = None,
         config: ProducerStateConfig | None = None,
         log_start_offset: int = 0,
         high_watermark: int | None = None,
@@ -336,7 +518,7 @@ class ProducerState:
         state._journal_floor = max(
             log_start_offset, high_watermark if high_watermark is not None else 1 << 62
         )
-        state.replay(headers)
+        state.replay(headers, markers)
         if high_watermark is None:
             state._journal_floor = state._end_offset
         return state
@@ -344,7 +526,10 @@ class ProducerState:
     def encode_snapshot(self) -> bytes:
         """The state as of ``end_offset``, compact: a header (magic ``LBPS``, version, CRC-32C
         of the payload) then msgpack ``[end_offset, [[pid, epoch, [[first_seq, last_seq,
-        first_offset, last_offset, timestamp_ms], ...]], ...]]``."""
+        first_offset, last_offset, timestamp_ms], ...], current_txn_first_offset,
+        coordinator_epoch, marker_timestamp_ms], ...], [[pid, first_offset, last_offset,
+        last_stable_offset], ...]]`` (version 1 had neither the last three fields of a
+        producer nor the aborted transactions)."""
         producers = [
             [
                 e.producer_id,
@@ -353,10 +538,17 @@ class ProducerState:
                     [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
                     for b in e.batches
                 ],
+                e.current_txn_first_offset,
+                e.coordinator_epoch,
+                e.marker_timestamp_ms,
             ]
             for e in sorted(self._producers.values(), key=lambda e: e.producer_id)
         ]
-        payload: bytes = msgpack.packb([self._end_offset, producers], use_bin_type=True)
+        aborted = [
+            [a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset]
+            for a in self._aborted
+        ]
+        payload: bytes = msgpack.packb([self._end_offset, producers, aborted], use_bin_type=True)
         return (
             _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(payload))
             + payload
@@ -371,20 +563,28 @@ class ProducerState:
             raise CorruptProducerSnapshotError("producer snapshot too short")
         magic, version, crc = _SNAPSHOT_HEADER.unpack_from(data)
         payload = data[_SNAPSHOT_HEADER.size :]
-        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
+        if magic != _SNAPSHOT_MAGIC or version not in (1, _SNAPSHOT_VERSION):
             raise CorruptProducerSnapshotError(
                 f"not a producer snapshot (magic {magic!r}, version {version})"
             )
         if crc32c.crc32c(payload) != crc:
             raise CorruptProducerSnapshotError("producer snapshot checksum mismatch")
         try:
-            end_offset, producers = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+            body = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+            end_offset, producers = body[0], body[1]
             state = cls(config, start_offset=_int(end_offset))
-            for pid, epoch, batches in producers:
+            for p in producers:
+                pid, epoch, batches = p[0], p[1], p[2]
+                txn = [_int(x) for x in p[3:6]] if version >= 2 else [NO_TXN, -1, -1]
                 metas = tuple(BatchMetadata(*(_int(x) for x in b)) for b in batches)
-                if not 1 <= len(metas) <= NUM_BATCHES_TO_RETAIN:
+                if not (1 if version == 1 else 0) <= len(metas) <= NUM_BATCHES_TO_RETAIN:
                     raise ValueError(f"{len(metas)} batches for producer {pid}")
-                state._producers[_int(pid)] = ProducerEntry(_int(pid), _int(epoch), metas)
+                entry = ProducerEntry(_int(pid), _int(epoch), metas, *txn)
+                state._producers[entry.producer_id] = entry
+                if entry.in_transaction:
+                    state._ongoing[entry.producer_id] = entry.current_txn_first_offset
+            if version >= 2:
+                state._aborted = [AbortedTxn(*(_int(x) for x in a)) for a in body[2]]
         except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise CorruptProducerSnapshotError(f"producer snapshot does not decode: {e}") from e
         return state

@@ -25,6 +25,14 @@ Producer state is snapshotted at a clean shutdown (``producer-state.snapshot``, 
 deleted at the next open, the headers after it replayed); without one it is rebuilt from
 every batch header of the log.
 
+Transactions, the partition side (KIP-98, docs/transactions.md): transactional produce
+(with the KIP-890 part 1 verification through ``txn_verifier`` before a batch opens a
+transaction), ``write_txn_markers`` (the leader appends a control batch and answers once
+the HW passes it, as Kafka's WriteTxnMarkers), the last stable offset of each replica
+(``Replica.last_stable_offset``), and reads at ``isolation_level`` read_committed (up to the
+LSO, with the aborted transactions of the range). Producer state (open transactions,
+aborted transactions) follows every batch a follower or recovery applies, markers included.
+
 Not built yet: snapshots at segment rolls (a crash means a full rebuild), reading from
 followers.
 """
@@ -38,12 +46,12 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.errors import BrokerError
+from broker.errors import BrokerError, InvalidTxnStateError
 from broker.fetcher import run_fetcher
 from broker.metadata_follower import MetadataUpdate
 from broker.producer_state import Duplicate, ProducerState, ProducerStateConfig
@@ -54,6 +62,7 @@ from broker.replica_state import (
     LeaderState,
     ReplicationConfig,
 )
+from broker.txn_markers import TxnMarker, TxnVerifier
 from common.essential import Essentials
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
@@ -73,11 +82,12 @@ from metalog.responses import AlterPartitionResponse, AlterPartitionResult
 from storage import checkpoint
 from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
 from storage.config import LogConfig
-from storage.errors import CorruptCheckpointError, KafkaStorageError
+from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from storage.group_commit import GroupCommitter
 from storage.log import LogTruncatedError, PartitionLog
 from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
 from storage.page_cache import PageCacheTrimmer
+from storage.txn import ControlMarker, decode_marker, encode_marker_batch, read_committed_view
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +106,13 @@ PRODUCER_SNAPSHOT_NAME = "producer-state.snapshot"
 DEBUG_REPLICA_ID = -2
 """Kafka's ``FetchRequest.DEBUGGING_CONSUMER_ID``: reads any replica's local log."""
 ALTER_RETRY_BACKOFF_S = 0.5
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+"""Kafka's ``isolation.level`` values (``IsolationLevel`` 0 and 1 on the wire)."""
+MARKER_TIMEOUT_MS = 30_000
+"""How long ``write_txn_markers`` waits for the HW to pass a marker (Kafka's coordinator
+uses ``request.timeout.ms``)."""
 
 
 def now_ms() -> int:
@@ -143,6 +160,10 @@ class Replica:
     last_shrink_check_ms: int = 0
     hw_checkpointed: int = -1
     alter_task: asyncio.Task[None] | None = None
+    txn_verifications: dict[int, object] = field(default_factory=dict)
+    """producer id -> the guard of a KIP-890 verification in flight: a marker for that
+    producer removes it, so a batch verified before the marker cannot open a transaction
+    after it (Kafka's ``VerificationGuard``)."""
 
     @property
     def name(self) -> str:
@@ -156,6 +177,11 @@ class Replica:
             return self.follower.high_watermark
         return self.hw_floor
 
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first offset of the oldest open transaction, HW) (KIP-98)."""
+        return self.producers.last_stable_offset(self.high_watermark)
+
     def notify(self) -> None:
         ev, self.changed = self.changed, asyncio.Event()
         ev.set()
@@ -166,18 +192,38 @@ def log_config_for(configs: dict[str, str]) -> LogConfig:
     return LogConfig.from_kafka({k: v for k, v in configs.items() if k in known})
 
 
-def read_headers(plog: PartitionLog, start: int | None = None) -> list[BatchHeader]:
-    """Every batch header of the log from ``start`` (default: the log start), oldest first
-    (for rebuilding producer state)."""
+def read_headers(
+    plog: PartitionLog, start: int | None = None
+) -> tuple[list[BatchHeader], dict[int, ControlMarker]]:
+    """Every batch header of the log from ``start`` (default: the log start), oldest first,
+    and the marker of each control batch by base offset (for rebuilding producer state:
+    only control batches' bodies are decoded)."""
     out: list[BatchHeader] = []
+    markers: dict[int, ControlMarker] = {}
     offset = plog.log_start_offset if start is None else max(start, plog.log_start_offset)
     while offset < plog.log_end_offset:
         data = plog.read(offset, 1 << 20).data
         if not data:
             break
-        for _, h in iter_batches(data, verify=False):
+        for pos, h in iter_batches(data, verify=False):
             out.append(h)
             offset = h.next_offset
+            if h.is_control:
+                markers.update(control_markers(memoryview(data)[pos : pos + h.size]))
+    return out, markers
+
+
+def control_markers(data: bytes | memoryview) -> dict[int, ControlMarker]:
+    """The transaction markers among ``data``'s batches, by base offset. A control batch
+    that is not a transaction marker is skipped (logged): it ends no transaction."""
+    out: dict[int, ControlMarker] = {}
+    mv = memoryview(data)
+    for pos, h in iter_batches(mv, verify=False):
+        if h.is_control and h.producer_id >= 0:
+            try:
+                out[h.base_offset] = decode_marker(mv[pos : pos + h.size], verify=False)
+            except StorageError as e:
+                log.warning("control batch at offset %d is not a marker: %s", h.base_offset, e)
     return out
 
 
@@ -197,10 +243,16 @@ def load_producer_state(plog: PartitionLog, config: ProducerStateConfig) -> Prod
         with contextlib.suppress(OSError):
             plog.files.unlink(path)
     if state is not None:
-        state.replay(read_headers(plog, state.end_offset))
+        state.replay(*read_headers(plog, state.end_offset))
+        state.on_log_start_offset(plog.log_start_offset)
         return state
+    headers, markers = read_headers(plog)
     return ProducerState.rebuild(
-        read_headers(plog), config=config, log_start_offset=plog.log_start_offset, high_watermark=0
+        headers,
+        markers=markers,
+        config=config,
+        log_start_offset=plog.log_start_offset,
+        high_watermark=0,
     )
 
 
@@ -263,6 +315,9 @@ class ReplicaManager:
         self.closed_cleanly: bool | None = None
         """After ``stop``: whether every log was flushed and closed without an error (the
         broker's clean-shutdown marker may then be written, ``broker.clean_shutdown``)."""
+        self.txn_verifier: TxnVerifier | None = None
+        """KIP-890 part 1: asked before a transactional batch opens a transaction in a
+        partition (set by the transaction coordinator's wiring); None accepts every batch."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -628,8 +683,10 @@ class ReplicaManager:
         if rep.producers.can_truncate_to(leo):
             rep.producers.truncate_to(leo)
         else:
+            headers, markers = read_headers(plog)
             rep.producers = ProducerState.rebuild(
-                read_headers(plog),
+                headers,
+                markers=markers,
                 config=rep.producers.config,
                 log_start_offset=plog.log_start_offset,
                 high_watermark=leo,
@@ -662,6 +719,7 @@ class ReplicaManager:
             try:
                 plog.maybe_roll(t)
                 if await asyncio.to_thread(plog.maybe_apply_retention, t, rep.high_watermark):
+                    rep.producers.on_log_start_offset(plog.log_start_offset)
                     log.info(
                         "broker %d: %s retention: log start now %d",
                         self.broker_id,
@@ -678,8 +736,9 @@ class ReplicaManager:
     ) -> None:
         if data:
             rep.log.append_as_follower(data, now_ms=now_ms())
+            markers = control_markers(data)
             for _, h in iter_batches(data, verify=False):
-                rep.producers.on_append(h)
+                rep.producers.on_append(h, None, markers.get(h.base_offset))
             self.committer.note_append(rep.log, len(data))
             if self.page_cache is not None:
                 self.page_cache.note_append(rep.log)
@@ -713,14 +772,31 @@ class ReplicaManager:
         return -1 if reg is None else int(reg.leader)
 
     async def produce(
-        self, topic: str, partition: int, acks: int, timeout_ms: int, batch: bytes
+        self,
+        topic: str,
+        partition: int,
+        acks: int,
+        timeout_ms: int,
+        batch: bytes,
+        *,
+        transactional_id: str | None = None,
     ) -> dict[str, Any]:
+        """Append one batch as leader and answer per ``acks``. A transactional batch that
+        would open a transaction here is first verified with the coordinator
+        (``txn_verifier``, KIP-890 part 1), naming ``transactional_id``."""
         rep, leader = self._leading(topic, partition)
         leader.check_append_or_raise(acks)
         header = parse_header(batch)
         if header.size != len(batch):
             raise ReplicaError("CORRUPT_MESSAGE", "one whole batch per produce request")
         plan = rep.producers.check_and_plan(header)
+        if self.txn_verifier is not None and rep.producers.needs_txn_verification(header):
+            await self._verify_txn(rep, header, transactional_id)
+            # The state may have moved while we waited: decide again, and only a batch whose
+            # verification no marker cancelled may open the transaction.
+            rep, leader = self._leading(topic, partition)
+            leader.check_append_or_raise(acks)
+            plan = rep.producers.check_and_plan(header)
         t = now_ms()
         if isinstance(plan, Duplicate):
             verify_batch(batch)  # log.append checks the CRC of what it writes
@@ -740,6 +816,51 @@ class ReplicaManager:
             "log_append_time": -1,
             "duplicate": duplicate,
         }
+        await self._await_acks(rep, leader, acks, last, t + timeout_ms, duplicate=duplicate)
+        return out
+
+    async def _verify_txn(
+        self, rep: Replica, header: BatchHeader, transactional_id: str | None
+    ) -> None:
+        """KIP-890 part 1: ask the coordinator whether this producer's transaction holds the
+        partition; raise unless it does and no marker for the producer came meanwhile."""
+        assert self.txn_verifier is not None
+        if not transactional_id:
+            raise InvalidTxnStateError(
+                f"a transactional batch of producer {header.producer_id} to {rep.name} "
+                "names no transactional_id"
+            )
+        pid = header.producer_id
+        guard = object()
+        rep.txn_verifications[pid] = guard
+        try:
+            code = await self.txn_verifier(
+                transactional_id, pid, header.producer_epoch, rep.topic, rep.partition
+            )
+            if code is not None:
+                raise ReplicaError(
+                    code, f"the coordinator refused {rep.name} to producer {pid}: {code}"
+                )
+            if rep.txn_verifications.get(pid) is not guard:
+                raise InvalidTxnStateError(
+                    f"the transaction of producer {pid} in {rep.name} ended while its first "
+                    "batch was verified"
+                )
+        finally:
+            if rep.txn_verifications.get(pid) is guard:
+                del rep.txn_verifications[pid]
+
+    async def _await_acks(
+        self,
+        rep: Replica,
+        leader: LeaderState,
+        acks: int,
+        last: int,
+        deadline_ms: int,
+        *,
+        duplicate: bool = False,
+    ) -> None:
+        """Wait as ``acks`` asks for the append that ended at ``last``."""
         if self.acks_require_fsync:
             # The HW waits for our fsync (hw_requires_leader_flush): ask for it and tell the
             # leader state when it is done. acks=0 does not wait, but its records must still
@@ -751,7 +872,7 @@ class ReplicaManager:
             await self.committer.durable(rep.log, last + 1)
         if acks == ACKS_ALL:
             fut: asyncio.Future[BrokerError | None] = asyncio.get_running_loop().create_future()
-            wid = leader.add_waiter(last, t + timeout_ms)
+            wid = leader.add_waiter(last, deadline_ms)
             rep.ack_futures[wid] = fut
             self._resolve_acks(rep)
             try:
@@ -762,7 +883,53 @@ class ReplicaManager:
                     leader.cancel_waiter(wid)
             if err is not None:
                 raise err
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker], *, timeout_ms: int = MARKER_TIMEOUT_MS
+    ) -> dict[tuple[str, int], str | None]:
+        """``write_txn_markers_each`` by partition (the first refusal of a partition's
+        markers stands)."""
+        results = await self.write_txn_markers_each(markers, timeout_ms=timeout_ms)
+        out: dict[tuple[str, int], str | None] = {}
+        for m, r in zip(markers, results, strict=True):
+            if out.get((m.topic, m.partition)) is None:
+                out[(m.topic, m.partition)] = r
         return out
+
+    async def write_txn_markers_each(
+        self, markers: Sequence[TxnMarker], *, timeout_ms: int = MARKER_TIMEOUT_MS
+    ) -> list[str | None]:
+        """Kafka's WriteTxnMarkers for the partitions this broker leads: each marker is one
+        control batch appended as leader, answered once the HW passes it (acks=all). The
+        answer per marker, in order: None, or the Kafka error code (NOT_LEADER_OR_FOLLOWER,
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for a marker older than the
+        producer's epoch, TRANSACTION_COORDINATOR_FENCED for a stale coordinator epoch,
+        NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, ...). A refused marker changed nothing."""
+
+        async def one(m: TxnMarker) -> str | None:
+            try:
+                await self._write_marker(m, timeout_ms)
+                return None
+            except (BrokerError, StorageError) as e:
+                return error_code(e) if isinstance(e, BrokerError) else "KAFKA_STORAGE_ERROR"
+
+        return list(await asyncio.gather(*(one(m) for m in markers)))
+
+    async def _write_marker(self, m: TxnMarker, timeout_ms: int) -> None:
+        rep, leader = self._leading(m.topic, m.partition)
+        leader.check_append_or_raise(ACKS_ALL)
+        rep.producers.check_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch)
+        t = now_ms()
+        marker = ControlMarker(m.commit, m.coordinator_epoch)
+        batch = encode_marker_batch(m.producer_id, m.producer_epoch, marker, timestamp_ms=t)
+        base, last = rep.log.append(batch, leader_epoch=leader.leader_epoch, now_ms=t)
+        rep.producers.on_append(parse_header(batch), base, marker)
+        rep.txn_verifications.pop(m.producer_id, None)
+        if self.page_cache is not None:
+            self.page_cache.note_append(rep.log)
+        leader.on_local_append(rep.log.log_end_offset, t)
+        self._after_hw_change(rep)
+        await self._await_acks(rep, leader, ACKS_ALL, last, t + timeout_ms)
 
     def _flush_leader(self, rep: Replica, offset: int) -> asyncio.Task[None]:
         """fsync ``rep``'s log below ``offset`` (group-committed with every other log), then
@@ -829,11 +996,19 @@ class ReplicaManager:
         min_bytes: int,
         high_watermark: int,
         broker_epoch: int,
+        isolation_level: str = READ_UNCOMMITTED,
+        filter_aborted: bool = True,
     ) -> dict[str, Any]:
         """A follower's (``replica_id`` >= 0) or a consumer's (-1) fetch, long-polling up to
         ``max_wait_ms`` for ``min_bytes`` (followers also return early when the HW passes
         the ``high_watermark`` they sent). ``replica_id`` -2 is Kafka's debugging consumer:
-        any replica, leader or not, answers from its local log up to its log end, at once."""
+        any replica, leader or not, answers from its local log up to its log end, at once.
+
+        A consumer at ``read_committed`` reads up to the last stable offset, and the answer
+        carries ``aborted_transactions`` ([producer_id, first_offset] of each aborted
+        transaction with data in the range read, as Kafka's FetchResponse); with
+        ``filter_aborted`` (all but the Kafka listener, whose clients filter themselves) the
+        batches of those transactions are emptied (``storage.txn.read_committed_view``)."""
         if replica_id == DEBUG_REPLICA_ID:
             return self._debug_fetch(topic, partition, fetch_offset, max_bytes)
         rep, leader = self._leading(topic, partition)
@@ -866,6 +1041,8 @@ class ReplicaManager:
                     "NOT_LEADER_OR_FOLLOWER", "leadership moved", leader_id=rep.registration.leader
                 )
             hw = leader.high_watermark
+            if isolation_level == READ_COMMITTED and not is_follower:
+                hw = rep.producers.last_stable_offset(hw)
             data = rep.log.read(
                 fetch_offset, max_bytes, max_offset=None if is_follower else hw
             ).data
@@ -876,7 +1053,22 @@ class ReplicaManager:
                 break
             ev = rep.changed
             await wait_event(ev, left)
+        if isolation_level == READ_COMMITTED and not is_follower:
+            return self._committed_answer(rep, fetch_offset, data, filter_aborted)
         return self._fetch_answer(rep, data)
+
+    def _committed_answer(
+        self, rep: Replica, fetch_offset: int, data: bytes, filter_aborted: bool
+    ) -> dict[str, Any]:
+        end = fetch_offset
+        for _, h in iter_batches(data, verify=False):
+            end = h.next_offset
+        aborted = rep.producers.aborted_txns_in(fetch_offset, end) if end > fetch_offset else []
+        if filter_aborted:
+            data = read_committed_view(data, aborted)
+        out = self._fetch_answer(rep, data)
+        out["aborted_transactions"] = [[a.producer_id, a.first_offset] for a in aborted]
+        return out
 
     def _debug_fetch(
         self, topic: str, partition: int, fetch_offset: int, max_bytes: int
@@ -904,6 +1096,7 @@ class ReplicaManager:
         return {
             "records": data,
             "high_watermark": rep.leader.high_watermark,
+            "last_stable_offset": rep.last_stable_offset,
             "log_start_offset": rep.log.log_start_offset,
             "log_end_offset": rep.log.log_end_offset,
             "leader_epoch": rep.leader.leader_epoch,
@@ -918,16 +1111,22 @@ class ReplicaManager:
         e, end = rep.log.end_offset_for_epoch(epoch)
         return {"leader_epoch": e, "end_offset": end}
 
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
-        """-2 earliest, -1 latest (the HW), else the first offset with a timestamp >= it
-        (below the HW; -1 if none)."""
+    def list_offsets(
+        self, topic: str, partition: int, timestamp: int, isolation_level: str = READ_UNCOMMITTED
+    ) -> dict[str, Any]:
+        """-2 earliest, -1 latest (the HW; the LSO at ``read_committed``, as Kafka's
+        ListOffsets), else the first offset with a timestamp >= it (below that end; -1 if
+        none)."""
         rep, leader = self._leading(topic, partition)
         if timestamp == -2:
             return {"offset": rep.log.log_start_offset}
+        committed = isolation_level == READ_COMMITTED
         if timestamp == -1:
-            return {"offset": leader.latest_offset_or_raise()}
+            hw = leader.latest_offset_or_raise()
+            return {"offset": rep.producers.last_stable_offset(hw) if committed else hw}
+        end = rep.last_stable_offset if committed else leader.high_watermark
         off = rep.log.offset_for_timestamp(timestamp)
-        if off is None or off >= leader.high_watermark:
+        if off is None or off >= end:
             return {"offset": -1}
         return {"offset": off}
 
@@ -940,6 +1139,7 @@ class ReplicaManager:
                 "log_start_offset": rep.log.log_start_offset,
                 "log_end_offset": rep.log.log_end_offset,
                 "high_watermark": rep.high_watermark,
+                "last_stable_offset": rep.last_stable_offset,
                 "leader": int(rep.registration.leader),
                 "leader_epoch": rep.registration.leader_epoch,
                 "isr": [int(b) for b in rep.registration.isr],

@@ -119,9 +119,17 @@ class PartitionRouter:
         batch: bytes,
         *,
         forwarded: bool = False,
+        transactional_id: str | None = None,
     ) -> dict[str, Any]:
         async def local() -> dict[str, Any]:
-            return await self.mgr.produce(topic, partition, acks, max(left_ms(), 1), batch)
+            return await self.mgr.produce(
+                topic,
+                partition,
+                acks,
+                max(left_ms(), 1),
+                batch,
+                transactional_id=transactional_id,
+            )
 
         deadline = time.monotonic() + min(timeout_ms / 1000, self.request_timeout_s_max)
 
@@ -129,13 +137,16 @@ class PartitionRouter:
             return int((deadline - time.monotonic()) * 1000)
 
         def body() -> dict[str, Any]:
-            return {
+            out: dict[str, Any] = {
                 "topic": topic,
                 "partition": partition,
                 "acks": acks,
                 "timeout_ms": max(left_ms(), 1),
                 "batch": batch,
             }
+            if transactional_id is not None:
+                out["transactional_id"] = transactional_id
+            return out
 
         return await self._route(
             "produce", topic, partition, deadline, local, body, forwarded=forwarded
@@ -153,9 +164,11 @@ class PartitionRouter:
         timeout_ms: int = 30_000,
         forwarded: bool = False,
         leader_epoch: int = -1,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[str, Any]:
-        """A consumer's fetch (below the high watermark), long-polling up to ``max_wait_ms``.
-        ``leader_epoch`` >= 0 is fenced against the leader's (KIP-320)."""
+        """A consumer's fetch (below the high watermark; the last stable offset at
+        ``read_committed``, aborted transactions emptied), long-polling up to
+        ``max_wait_ms``. ``leader_epoch`` >= 0 is fenced against the leader's (KIP-320)."""
         budget_s = min(max(timeout_ms, max_wait_ms) / 1000, self.request_timeout_s_max)
         deadline = time.monotonic() + budget_s
         start = time.monotonic()
@@ -177,6 +190,7 @@ class PartitionRouter:
                 min_bytes=min_bytes,
                 high_watermark=-1,
                 broker_epoch=-1,
+                isolation_level=isolation_level,
             )
 
         def body() -> dict[str, Any]:
@@ -189,6 +203,7 @@ class PartitionRouter:
                 "max_wait_ms": wait_ms(),
                 "min_bytes": min_bytes,
                 "leader_epoch": leader_epoch,
+                "isolation_level": isolation_level,
             }
 
         # A consumer that names its leader epoch must hear that it is fenced (it refreshes its
@@ -212,14 +227,20 @@ class PartitionRouter:
         *,
         timeout_ms: int = 10_000,
         forwarded: bool = False,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[str, Any]:
         deadline = time.monotonic() + min(timeout_ms / 1000, self.request_timeout_s_max)
 
         async def local() -> dict[str, Any]:
-            return self.mgr.list_offsets(topic, partition, timestamp)
+            return self.mgr.list_offsets(topic, partition, timestamp, isolation_level)
 
         def body() -> dict[str, Any]:
-            return {"topic": topic, "partition": partition, "timestamp": timestamp}
+            return {
+                "topic": topic,
+                "partition": partition,
+                "timestamp": timestamp,
+                "isolation_level": isolation_level,
+            }
 
         return await self._route(
             "list_offsets", topic, partition, deadline, local, body, forwarded=forwarded

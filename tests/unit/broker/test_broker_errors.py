@@ -19,6 +19,8 @@ EXPECTED = {
     "InvalidProducerEpochError": ("INVALID_PRODUCER_EPOCH", False),
     "InvalidRecordError": ("INVALID_RECORD", False),
     "CorruptProducerSnapshotError": ("KAFKA_STORAGE_ERROR", False),
+    "InvalidTxnStateError": ("INVALID_TXN_STATE", False),
+    "TransactionCoordinatorFencedError": ("TRANSACTION_COORDINATOR_FENCED", False),
 }
 
 

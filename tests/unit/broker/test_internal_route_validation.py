@@ -119,7 +119,10 @@ def test_good_bodies_reach_what_is_behind_the_route_with_typed_values() -> None:
     answers, stub = _post_all(list(GOOD.items()))
     assert [s for s, _ in answers] == [200] * len(GOOD), answers
     calls = {name: (args, kw) for name, args, kw in stub.calls}
-    assert calls["produce"] == (("t", 0, 1, 500, b"x"), {"forwarded": False})
+    assert calls["produce"] == (
+        ("t", 0, 1, 500, b"x"),
+        {"forwarded": False, "transactional_id": None},
+    )
     assert calls["fetch"] == (
         ("t", 1, 5),
         {
@@ -129,10 +132,14 @@ def test_good_bodies_reach_what_is_behind_the_route_with_typed_values() -> None:
             "timeout_ms": 30_000,
             "forwarded": False,
             "leader_epoch": -1,
+            "isolation_level": "read_uncommitted",
         },
     )
     assert calls["offsets_for_leader_epoch"] == (("t", 0, -1, 3), {})
-    assert calls["list_offsets"] == (("t", 0, -2), {"timeout_ms": 10_000, "forwarded": False})
+    assert calls["list_offsets"] == (
+        ("t", 0, -2),
+        {"timeout_ms": 10_000, "forwarded": False, "isolation_level": "read_uncommitted"},
+    )
     (join,), _ = calls["join"]
     assert isinstance(join, JoinRequest)
     assert (join.group, join.topics, join.protocol, join.owned) == (
@@ -183,6 +190,16 @@ BAD: list[tuple[tuple[str, Any], str]] = [
     (_with("fetch", max_wait_ms=1.5), "'max_wait_ms' must be an integer"),
     (_with("fetch", leader_epoch=-2), "'leader_epoch' must be an integer in [-1,"),
     (_with("fetch", high_watermark="x"), "'high_watermark' must be an integer"),
+    (_with("fetch", isolation_level="dirty"), "'isolation_level' must be one of read_unc"),
+    (_with("fetch", isolation_level=1), "'isolation_level' must be a string"),
+    (_with("list_offsets", isolation_level="x"), "'isolation_level' must be one of"),
+    (_with("produce", transactional_id=5), "'transactional_id' must be a string"),
+    (("write_txn_markers", {"markers": [1]}), "'markers[0]' must be a map, got int"),
+    (("write_txn_markers", {"markers": [{"topic": "t"}]}), "'partition' is required"),
+    (
+        ("write_txn_markers", {"markers": [{"topic": "t", "partition": 0, "producer_id": 1}]}),
+        "'producer_epoch' is required",
+    ),
     (_with("offsets_for_leader_epoch", epoch=-1), "'epoch' must be an integer in [0,"),
     (_with("list_offsets", timestamp=-3), "'timestamp' must be an integer in [-2,"),
     (_with("group/join", group=5), "'group' must be a string"),

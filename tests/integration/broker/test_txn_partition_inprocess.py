@@ -1,0 +1,263 @@
+"""The partition side of transactions through the broker's node routes, in one process: one
+controller and two brokers (RF 2, min.insync.replicas 2) on one event loop, real HTTP on
+127.0.0.1. Transactional produce with the KIP-890 verifier hook, write_txn_markers (commit,
+abort, fencing), the LSO, read_committed fetch and list_offsets, the follower's producer
+state, and producer state after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgpack
+from aiohttp import web
+
+from api.node.broker_app import build_broker
+from api.node.config import NodeConfig
+from api.node.controller_app import build_controller
+from api.node.localcluster import free_ports
+from broker.producer_state import ProducerStateConfig
+from broker.replica_manager import ReplicaManager, load_producer_state
+from metalog.client import ControllerClient
+from metalog.commands import CreateTopic
+from storage.batch import decode_records, encode_batch, iter_batches
+from storage.log import PartitionLog
+from storage.txn import AbortedTxn
+
+
+async def _serve(app: web.Application, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r,
+    ):
+        return msgpack.unpackb(await r.read(), raw=False)
+
+
+async def _wait(what: str, cond: Any, timeout_s: float = 15) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _values(data: bytes) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    for pos, h in iter_batches(data):
+        if not h.is_control:
+            out += [r.value for r in decode_records(data[pos : pos + h.size])]
+    return out
+
+
+def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
+    async def go() -> None:
+        cport, p1, p2 = free_ports(3)
+        quorum = f"1@127.0.0.1:{cport}"
+        ccfg = NodeConfig(
+            node_id=1,
+            roles=("controller",),
+            listen=f"127.0.0.1:{cport}",
+            controller_quorum=quorum,
+            data_dir=tmp_path / "c1",
+        )
+        capp, _ = build_controller(ccfg)
+        runners = [await _serve(capp, cport)]
+        mgrs: dict[int, ReplicaManager] = {}
+        urls: dict[int, str] = {}
+        for bid, port in ((11, p1), (12, p2)):
+            cfg = NodeConfig(
+                node_id=bid,
+                listen=f"127.0.0.1:{port}",
+                controller_quorum=quorum,
+                data_dir=tmp_path / f"b{bid}",
+            )
+            app, srv = build_broker(cfg, heartbeat_interval_s=0.2)
+            runners.append(await _serve(app, port))
+            mgrs[bid] = srv.replicas
+            urls[bid] = f"http://127.0.0.1:{port}"
+        try:
+            await _wait(
+                "both brokers registered",
+                lambda: all(
+                    m.image is not None
+                    and len(m.image.brokers) == 2
+                    and not any(b.fenced for b in m.image.brokers.brokers.values())
+                    for m in mgrs.values()
+                ),
+            )
+            async with ControllerClient([ccfg.url], timeout_s=10) as c:
+                await c.execute(
+                    CreateTopic(
+                        name="t",
+                        num_partitions=1,
+                        replication_factor=2,
+                        configs={"min.insync.replicas": "2"},
+                    )
+                )
+
+            def leader() -> int | None:
+                for bid, m in mgrs.items():
+                    rep = m.by_name.get(("t", 0))
+                    if rep is not None and rep.leader is not None and rep.leader.is_leader:
+                        return bid
+                return None
+
+            lid = await _wait("a leader", leader)
+            fid = next(b for b in mgrs if b != lid)
+            lurl, lmgr = urls[lid], mgrs[lid]
+            lrep = lmgr.by_name[("t", 0)]
+            frep = mgrs[fid].by_name[("t", 0)]
+            asked: list[tuple[str, int, int, str, int]] = []
+            refuse: set[int] = set()
+
+            async def verifier(tid: str, pid: int, epoch: int, topic: str, p: int) -> str | None:
+                asked.append((tid, pid, epoch, topic, p))
+                return "INVALID_TXN_STATE" if pid in refuse else None
+
+            lmgr.txn_verifier = verifier
+            ts = int(time.time() * 1000)
+
+            async def produce(values: list[bytes], pid: int = -1, seq: int = -1, **kw: Any) -> Any:
+                batch = encode_batch(
+                    [(None, v, ts, ()) for v in values],
+                    producer_id=pid,
+                    producer_epoch=0 if pid >= 0 else -1,
+                    base_sequence=seq,
+                    transactional=pid >= 0,
+                )
+                body = {"topic": "t", "partition": 0, "acks": -1, "batch": batch, **kw}
+                return await _call(lurl, "produce", body)
+
+            async def markers(*ms: dict[str, Any]) -> list[Any]:
+                full = [{"topic": "t", "partition": 0, "producer_epoch": 0, **m} for m in ms]
+                ans = await _call(lurl, "write_txn_markers", {"markers": full})
+                return [r["error"] for r in ans["results"]]
+
+            async def fetch(level: str, offset: int = 0) -> Any:
+                return await _call(
+                    urls[fid],  # forwarded to the leader
+                    "fetch",
+                    {
+                        "topic": "t",
+                        "partition": 0,
+                        "fetch_offset": offset,
+                        "isolation_level": level,
+                    },
+                )
+
+            async def latest(level: str) -> int:
+                ans = await _call(
+                    urls[fid],
+                    "list_offsets",
+                    {"topic": "t", "partition": 0, "timestamp": -1, "isolation_level": level},
+                )
+                return int(ans["offset"])
+
+            # A transactional batch without its transactional id cannot be verified.
+            ans = await produce([b"x"], pid=100, seq=0)
+            assert ans["error"] == "INVALID_TXN_STATE", ans
+            # The coordinator's refusal reaches the producer; nothing is appended.
+            refuse.add(100)
+            ans = await produce([b"x"], pid=100, seq=0, transactional_id="tx-a")
+            assert ans["error"] == "INVALID_TXN_STATE" and lrep.log.log_end_offset == 0, ans
+            refuse.clear()
+            asked.clear()
+            assert (await produce([b"a0", b"a1"], pid=100, seq=0, transactional_id="tx-a"))[
+                "base_offset"
+            ] == 0
+            assert (await produce([b"a2"], pid=100, seq=2, transactional_id="tx-a"))[
+                "base_offset"
+            ] == 2
+            assert asked == [("tx-a", 100, 0, "t", 0)]  # only the batch that opened it
+            assert (await produce([b"plain"]))["base_offset"] == 3
+            assert (await produce([b"b0"], pid=200, seq=0, transactional_id="tx-b"))[
+                "base_offset"
+            ] == 4
+            assert lrep.high_watermark == 5 and lrep.last_stable_offset == 0
+            assert await latest("read_committed") == 0
+            assert await latest("read_uncommitted") == 5
+            ans = await fetch("read_committed")
+            assert ans["records"] == b"" and ans["last_stable_offset"] == 0, ans
+            ans = await fetch("read_uncommitted")
+            assert _values(ans["records"]) == [b"a0", b"a1", b"a2", b"plain", b"b0"]
+
+            # Abort tx-a, commit tx-b: one request, both markers, answered after the HW.
+            assert await markers(
+                {"producer_id": 100, "commit": False, "coordinator_epoch": 1},
+                {"producer_id": 200, "commit": True, "coordinator_epoch": 1, "partition": 0},
+            ) == [None, None]
+            assert lrep.high_watermark == 7 and lrep.last_stable_offset == 7
+            assert frep.log.log_end_offset == 7  # acks=all: the follower has both
+            assert lrep.producers.aborted_txns == [AbortedTxn(100, 0, 5, 4)]
+            await _wait("the follower's state", lambda: frep.high_watermark == 7)
+            assert frep.producers.aborted_txns == lrep.producers.aborted_txns
+            assert frep.producers.first_unstable_offset is None
+            ans = await fetch("read_committed")
+            assert _values(ans["records"]) == [b"plain", b"b0"]
+            assert ans["aborted_transactions"] == [[100, 0]]
+            offsets = [(h.base_offset, h.record_count) for _, h in iter_batches(ans["records"])]
+            assert offsets[0] == (0, 0)  # emptied, not dropped: the position moves past it
+            assert await latest("read_committed") == 7
+
+            # Fencing: an older coordinator epoch, an older producer epoch, a non-leader.
+            assert await markers({"producer_id": 200, "commit": False, "coordinator_epoch": 0}) == [
+                "TRANSACTION_COORDINATOR_FENCED"
+            ]
+            assert await markers(  # an abort with a bumped epoch (InitProducerId) fences epoch 0
+                {"producer_id": 100, "commit": False, "coordinator_epoch": 1, "producer_epoch": 1},
+            ) == [None]
+            assert await markers(
+                {"producer_id": 100, "commit": True, "coordinator_epoch": 1, "producer_epoch": 0},
+            ) == ["INVALID_PRODUCER_EPOCH"]
+            ans = await produce([b"zombie"], pid=100, seq=3, transactional_id="tx-a")
+            assert ans["error"] == "INVALID_PRODUCER_EPOCH", ans
+            ans = await _call(
+                urls[fid],
+                "write_txn_markers",
+                {
+                    "markers": [
+                        {
+                            "topic": "t",
+                            "partition": 0,
+                            "producer_id": 1,
+                            "producer_epoch": 0,
+                            "commit": True,
+                            "coordinator_epoch": 0,
+                        }
+                    ]
+                },
+            )
+            assert ans["results"][0]["error"] == "NOT_LEADER_OR_FOLLOWER", ans
+            ans = await _call(lurl, "write_txn_markers", {"markers": [{"topic": "t"}]})
+            assert ans["error"] == "INVALID_REQUEST", ans
+            end = lrep.log.log_end_offset
+
+            # Producer state survives a restart, snapshot or not.
+            ldir = lrep.log.dir_path
+            want_aborted = lrep.producers.aborted_txns
+            await lmgr.stop()
+            plog = PartitionLog.open(ldir)
+            try:
+                for _ in range(2):  # from the snapshot, then rebuilt from the log
+                    st = load_producer_state(plog, ProducerStateConfig())
+                    assert st.aborted_txns == want_aborted
+                    assert st.end_offset == end and st.first_unstable_offset is None
+            finally:
+                plog.close()
+        finally:
+            for r in reversed(runners):
+                await r.cleanup()
+
+    asyncio.run(go())
