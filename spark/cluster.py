@@ -27,7 +27,15 @@ from spark.planning import TopicPartitions
 
 
 class ClusterView:
-    def __init__(self, bootstrap: tuple[str, ...], *, timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        bootstrap: tuple[str, ...],
+        *,
+        timeout_ms: int = 30_000,
+        isolation_level: str = "read_uncommitted",
+    ) -> None:
+        self.isolation_level = isolation_level
+        """``kafka.isolation.level``: at read_committed, "latest" is the last stable offset."""
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
         self._consumer: Consumer | None = None
@@ -47,7 +55,11 @@ class ClusterView:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(list(self.bootstrap), request_timeout_ms=self.timeout_ms)
+            self._consumer = Consumer(
+                list(self.bootstrap),
+                request_timeout_ms=self.timeout_ms,
+                isolation_level=self.isolation_level,
+            )
         return self._consumer
 
     @property

@@ -70,6 +70,8 @@ class RangeTask:
     fetch_max_bytes: int
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    isolation_level: str = "read_uncommitted"
+    """read_committed: fetches stop at the last stable offset, aborted records left out."""
 
 
 class FetchError(RuntimeError):
@@ -203,6 +205,7 @@ class RangeReader:
                 "timeout_ms": FETCH_WAIT_MS,
                 "max_offset": t.end,
                 "include_headers": "true" if t.include_headers else "false",
+                "isolation_level": t.isolation_level,
             }
         )
         path = (
@@ -243,6 +246,7 @@ class RangeReader:
                 "max_bytes": t.fetch_max_bytes,
                 "max_wait_ms": FETCH_WAIT_MS,
                 "min_bytes": 1,
+                "isolation_level": t.isolation_level,
             },
         )
         got = records_to_arrow(
@@ -258,7 +262,13 @@ class RangeReader:
     def _list_offset(self, timestamp: int) -> int:
         t = self.task
         ans = self._call(
-            "list_offsets", {"topic": t.topic, "partition": t.partition, "timestamp": timestamp}
+            "list_offsets",
+            {
+                "topic": t.topic,
+                "partition": t.partition,
+                "timestamp": timestamp,
+                "isolation_level": t.isolation_level,
+            },
         )
         return int(ans["offset"])
 

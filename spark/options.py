@@ -63,6 +63,9 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     fetch_format: Literal["arrow", "batches"] = "arrow"
     """``arrow``: brokers build the Arrow rows (v3 read route); ``batches``: workers do."""
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    """``kafka.isolation.level``, as Spark's Kafka source passes it to its consumers:
+    read_committed reads up to the last stable offset, without aborted transactions."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is read (internal ``__`` topics only when named explicitly)."""
@@ -109,6 +112,7 @@ _SOURCE_OPTIONS = {
     "fetchmaxbytes",
     "kafkaconsumer.polltimeoutms",
     "fetchformat",
+    "kafka.isolation.level",
 }
 _SINK_OPTIONS = {
     "bootstrap",
@@ -370,6 +374,12 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         raise LongboatOptionError(
             f"option 'fetchFormat' must be 'arrow' or 'batches', got {fetch_format!r}"
         )
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise LongboatOptionError(
+            "option 'kafka.isolation.level' must be 'read_uncommitted' or 'read_committed', "
+            f"got {isolation!r}"
+        )
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise LongboatOptionError(
@@ -392,6 +402,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fetch_max_bytes=_int(opts, "fetchmaxbytes", minimum=1024) or 8 << 20,
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120_000,
         fetch_format=fetch_format,  # type: ignore[arg-type]
+        isolation_level=isolation,  # type: ignore[arg-type]
     )
 
 

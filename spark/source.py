@@ -142,6 +142,7 @@ def _tasks(
                 fetch_max_bytes=opts.fetch_max_bytes,
                 fail_on_data_loss=opts.fail_on_data_loss,
                 poll_timeout_ms=opts.poll_timeout_ms,
+                isolation_level=opts.isolation_level,
             )
         )
         for r in ranges
@@ -184,7 +185,7 @@ class LongboatBatchReader(DataSourceReader):
 
     def partitions(self) -> list[LongboatInputPartition]:
         o = self.opts
-        with ClusterView(o.bootstrap) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
             tps = cv.topic_partitions(o, missing_ok=False)
             if not tps:
                 return []
@@ -230,7 +231,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.opts
-        with ClusterView(o.bootstrap) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
             tps = cv.topic_partitions(o, missing_ok=True)
             if not tps:
                 return {}
@@ -245,13 +246,13 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with ClusterView(self.opts.bootstrap) as cv:
+        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             self._target = cv.latest(tps) if tps else {}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_json(start)
-        with ClusterView(self.opts.bootstrap) as cv:
+        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             latest = cv.latest(tps) if tps else {}
             new = {t: [p for p in ps if p not in begin.get(t, {})] for t, ps in tps.items()}
@@ -300,7 +301,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = {t: ps for t, ps in todo.items() if ps}
         if not todo:
             return []
-        with ClusterView(o.bootstrap) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
             earliest = cv.earliest(todo)
             ranges = []
             for t, ps in todo.items():

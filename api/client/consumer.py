@@ -13,6 +13,12 @@ position that fell out of the log (``OFFSET_OUT_OF_RANGE``, e.g. deleted by rete
 A fetch answered after a ``seek`` is dropped, so ``poll`` never returns records from before
 the seek. ``pause`` stops handing out (and fetching) a partition's records without giving it
 up; the group consumer (``api.client.group``) pauses partitions it is about to revoke.
+
+``isolation_level`` (Kafka's ``isolation.level``): "read_uncommitted" (the default) reads up
+to the high watermark; "read_committed" up to the last stable offset, without the records of
+aborted transactions (the broker empties their batches, keeping the offsets, so the position
+moves past them) and ``end_offsets``/``seek_to_end``/"latest" resets use the LSO, as Kafka's
+consumer does. Control batches (transaction markers) are never records at either level.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 class NoOffsetError(ClientError):
@@ -54,6 +61,7 @@ class _Fetched:
     records: list[ConsumerRecord]
     next_offset: int
     high_watermark: int
+    last_stable_offset: int = -1
 
 
 @dataclass(eq=False)
@@ -63,6 +71,7 @@ class _PartitionState:
     buffer: _Fetched | None = None
     error: ClientError | None = None
     high_watermark: int = -1
+    last_stable_offset: int = -1
 
 
 class AsyncConsumer:
@@ -79,9 +88,13 @@ class AsyncConsumer:
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
         source_host: str | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError("isolation_level must be 'read_uncommitted' or 'read_committed'")
+        self.isolation_level = isolation_level
         self.fetch_max_bytes = fetch_max_bytes
         self.fetch_min_bytes = fetch_min_bytes
         self.max_wait_ms = max_wait_ms
@@ -219,7 +232,12 @@ class AsyncConsumer:
             self.metadata,
             leader,
             "list_offsets",
-            {"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp},
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "timestamp": timestamp,
+                "isolation_level": self.isolation_level,
+            },
             budget_s=self.request_timeout_s,
             backoff_s=self.retry_backoff_s,
         )
@@ -274,6 +292,7 @@ class AsyncConsumer:
                         "max_bytes": self.fetch_max_bytes,
                         "max_wait_ms": self.max_wait_ms,
                         "min_bytes": self.fetch_min_bytes,
+                        "isolation_level": self.isolation_level,
                     },
                     timeout_s=self.request_timeout_s + self.max_wait_ms / 1000,
                 )
@@ -311,6 +330,7 @@ class AsyncConsumer:
                 self._arrived.set()
                 return
             st.high_watermark = fetched.high_watermark
+            st.last_stable_offset = fetched.last_stable_offset
             if fetched.records or fetched.next_offset > offset:
                 st.buffer = fetched
                 self._arrived.set()
@@ -351,7 +371,13 @@ class AsyncConsumer:
             if base < offset:
                 recs = [r for r in recs if r.offset >= offset]
             out += recs
-        return _Fetched(offset, out, next_offset, int(ans.get("high_watermark", -1)))
+        return _Fetched(
+            offset,
+            out,
+            next_offset,
+            int(ans.get("high_watermark", -1)),
+            int(ans.get("last_stable_offset", -1)),
+        )
 
     async def poll(
         self, timeout_ms: int = 1000, max_records: int | None = None
@@ -405,3 +431,18 @@ class AsyncConsumer:
     def high_watermark(self, tp: TopicPartition) -> int:
         """The partition's high watermark as of its latest fetch (-1 before any)."""
         return self._state(tp).high_watermark
+
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        """The partition's last stable offset as of its latest fetch (-1 before any)."""
+        return self._state(tp).last_stable_offset
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        """Records left to read as of the latest fetch, by Kafka's rule for the isolation
+        level: up to the HW (read_uncommitted) or the LSO (read_committed); None if unknown."""
+        st = self._state(tp)
+        end = (
+            st.last_stable_offset if self.isolation_level == "read_committed" else st.high_watermark
+        )
+        if end < 0 or st.position is None:
+            return None
+        return max(0, end - st.position)

@@ -149,6 +149,7 @@ class AsyncGroupConsumer:
         exclude_internal_topics: bool = True,
         check_crcs: bool = True,
         source_host: str | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         if not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -180,6 +181,7 @@ class AsyncGroupConsumer:
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
             source_host=source_host,
+            isolation_level=isolation_level,
         )
         self._coordinator = CoordinatorClient(
             self._fetcher.transport,
@@ -411,6 +413,12 @@ class AsyncGroupConsumer:
 
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._fetcher.high_watermark(tp)
+
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        return self._fetcher.last_stable_offset(tp)
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        return self._fetcher.lag(tp)
 
     # ------------------------------------------------------------------ commits
 

@@ -213,6 +213,12 @@ class Consumer(_Reader):
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._c.high_watermark(tp)
 
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        return self._c.last_stable_offset(tp)
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        return self._c.lag(tp)
+
 
 def _off_loop(cb: Callable[..., Any] | None) -> Callable[..., Any] | None:
     """``cb`` run on a worker thread (awaited by the loop): a synchronous callback may then

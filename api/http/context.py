@@ -110,11 +110,19 @@ class HttpContext:
         self._rr[topic] = n
         return n % count
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
-        """The partition's offset for ``timestamp`` (-2 earliest, -1 latest), from its
-        leader."""
+    async def list_offset(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation_level: str = "read_uncommitted",
+    ) -> int:
+        """The partition's offset for ``timestamp`` (-2 earliest, -1 latest: the last stable
+        offset at ``read_committed``), from its leader."""
         try:
-            ans = await self.router.list_offsets(topic, partition, timestamp)
+            ans = await self.router.list_offsets(
+                topic, partition, timestamp, isolation_level=isolation_level
+            )
         except ReplicaError as e:
             raise kafka_error(e.error_code, str(e)) from None
         return int(ans["offset"])

@@ -514,11 +514,15 @@ def render_records(
     max_offset: int | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """JSON records of the fetched batches at offsets >= ``from_offset``; and the offset to
-    read next (from the batch headers, so a compacted gap is not read again)."""
+    read next (from the batch headers, so a compacted gap is not read again). Control
+    batches (transaction markers) are never records, as in Kafka's consumers."""
     out: list[dict[str, Any]] = []
     next_offset = from_offset
     kf = key_fmt or fmt
     for pos, h in iter_batches(data):
+        next_offset = max(next_offset, h.next_offset)
+        if h.is_control:
+            continue
         for r in decode_records(memoryview(data)[pos : pos + h.size]):
             if r.offset < from_offset or (max_offset is not None and r.offset >= max_offset):
                 continue

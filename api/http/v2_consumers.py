@@ -205,8 +205,10 @@ class ConsumerInstance:
         bootstrap: list[str],
         access: GroupAccess,
         instance_timeout_ms: int,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         self.group = group
+        self.isolation_level = isolation_level
         self.name = name
         self.fmt = fmt
         self.auto_offset_reset = auto_offset_reset
@@ -247,6 +249,7 @@ class ConsumerInstance:
                 auto_commit_interval_ms=AUTO_COMMIT_INTERVAL_MS,
                 max_poll_interval_ms=max(300_000, self.instance_timeout_ms + 30_000),
                 fetch_min_bytes=self.fetch_min_bytes,
+                isolation_level=self.isolation_level,
             )
             await m.start()
             self.member = m
@@ -276,6 +279,7 @@ class ConsumerInstance:
                 self.bootstrap,
                 auto_offset_reset=self.auto_offset_reset,
                 fetch_min_bytes=self.fetch_min_bytes,
+                isolation_level=self.isolation_level,
             )
             await c.start()
             self.assigned = c
@@ -332,8 +336,12 @@ class ConsumerInstance:
 
     async def seek_to_times(self, times: dict[TopicPartition, int]) -> None:
         c = self._check_assigned(times)
-        found = await list_offsets(self.access, times)
-        ends = await list_offsets(self.access, {tp: LATEST for tp, off in found.items() if off < 0})
+        found = await list_offsets(self.access, times, self.isolation_level)
+        ends = await list_offsets(
+            self.access,
+            {tp: LATEST for tp, off in found.items() if off < 0},
+            self.isolation_level,
+        )
         for tp in times:
             off = found[tp]
             # No record at or after the time: the end, as kafka-consumer-groups resets do.
@@ -621,9 +629,12 @@ INSTANCES_KEY: web.AppKey[ConsumerInstances] = web.AppKey("consumer_instances", 
 
 
 async def list_offsets(
-    access: GroupAccess, wanted: dict[TopicPartition, int]
+    access: GroupAccess,
+    wanted: dict[TopicPartition, int],
+    isolation_level: str = "read_uncommitted",
 ) -> dict[TopicPartition, int]:
-    """``ListOffsets`` at each partition's leader (timestamps, or EARLIEST/LATEST)."""
+    """``ListOffsets`` at each partition's leader (timestamps, or EARLIEST/LATEST; LATEST is
+    the last stable offset at ``read_committed``)."""
     md = access.metadata
 
     async def one(tp: TopicPartition, ts: int) -> int:
@@ -635,7 +646,12 @@ async def list_offsets(
                 md,
                 leader,
                 "list_offsets",
-                {"topic": tp.topic, "partition": tp.partition, "timestamp": ts},
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "timestamp": ts,
+                    "isolation_level": isolation_level,
+                },
                 budget_s=10.0,
                 backoff_s=0.1,
             )
@@ -676,6 +692,14 @@ async def create_instance(request: web.Request) -> web.Response:
     if reset not in RESETS:
         raise bad_config(f"'auto.offset.reset' must be one of {', '.join(RESETS)}, got {reset!r}.")
     auto_commit = _bool(body.get("auto.commit.enable", True), "auto.commit.enable")
+    # Kafka's consumer config name; "isolation_level" is accepted as the v3 parameter's.
+    isolation = str(
+        body.get("isolation.level") or body.get("isolation_level") or "read_uncommitted"
+    ).lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise bad_config(
+            f"'isolation.level' must be read_uncommitted or read_committed, got {isolation!r}."
+        )
     fetch_min = _int(body.get("fetch.min.bytes", 1), "fetch.min.bytes", 1, 64 << 20)
     req_timeout = _int(
         body.get("consumer.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
@@ -692,6 +716,7 @@ async def create_instance(request: web.Request) -> web.Response:
         auto_commit=auto_commit,
         fetch_min_bytes=fetch_min,
         request_timeout_ms=req_timeout,
+        isolation_level=isolation,
     )
     return _response(
         {

@@ -825,21 +825,29 @@ async def produce_batch(request: web.Request) -> web.Response:
 
 
 async def read_records(request: web.Request) -> web.Response:
-    """``GET .../partitions/{p}/records?offset=&max_bytes=&timeout_ms=&format=&key_format=``.
+    """``GET .../partitions/{p}/records?offset=&max_bytes=&timeout_ms=&format=&key_format=
+    &isolation_level=``.
 
     ``offset``: a number, ``earliest`` or ``latest``. Long-polls up to ``timeout_ms`` when
     there is nothing at ``offset`` yet. ``Accept`` picks JSON (default), msgpack (whole
-    batches) or an Arrow IPC stream (``api.client.arrow``)."""
+    batches) or an Arrow IPC stream (``api.client.arrow``). ``isolation_level``:
+    ``read_uncommitted`` (default) or ``read_committed`` (up to the last stable offset,
+    aborted transactions' records left out; ``latest`` is then the LSO)."""
     ctx = ctx_of(request)
     topic, p = request.match_info["topic"], path_int(request, "partition")
     t0 = time.monotonic()
     ctx.partition_or_404(topic, p)
     ctx.metrics.fetch_requests.inc()
+    isolation = request.query.get("isolation_level", "read_uncommitted")
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise bad_request(
+            f"isolation_level must be read_uncommitted or read_committed, got {isolation!r}."
+        )
     ov = request.query.get("offset", "earliest")
     if ov == "earliest":
         offset = await ctx.list_offset(topic, p, -2)
     elif ov == "latest":
-        offset = await ctx.list_offset(topic, p, -1)
+        offset = await ctx.list_offset(topic, p, -1, isolation)
     else:
         offset = int_param(request, "offset", lo=0)
     max_bytes = int_param(request, "max_bytes", 1 << 20, lo=1, hi=READ_BYTES_MAX)
@@ -860,12 +868,14 @@ async def read_records(request: web.Request) -> web.Response:
             max_bytes=max_bytes,
             max_wait_ms=timeout_ms,
             timeout_ms=timeout_ms + 10_000,
+            isolation_level=isolation,
         )
     except ReplicaError as e:
         raise kafka_error(e.error_code, str(e)) from None
     data = bytes(ans["records"])
     ctx.metrics.bytes_out.inc(len(data))
     hw, lso = int(ans["high_watermark"]), int(ans["log_start_offset"])
+    stable = int(ans.get("last_stable_offset", hw))
     try:
         if ARROW_STREAM in accept:
             from api.client.arrow import arrow_response_headers, records_to_arrow_ipc
@@ -896,6 +906,7 @@ async def read_records(request: web.Request) -> web.Response:
                     {
                         "records": data,
                         "high_watermark": hw,
+                        "last_stable_offset": stable,
                         "log_start_offset": lso,
                         "next_offset": next_offset_of(data, offset),
                     },
@@ -925,6 +936,7 @@ async def read_records(request: web.Request) -> web.Response:
             "records": records,
             "next_offset": nxt,
             "high_watermark": hw,
+            "last_stable_offset": stable,
             "log_start_offset": lso,
         }
     )

@@ -54,7 +54,7 @@ from broker.groups.group import (
 )
 from broker.groups.types import RebalanceProtocol, TopicPartition
 from broker.producer_ids import ProducerIdThrottledError
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
 from broker.router import as_replica_error
 from metalog.commands import CreateTopic, DeleteTopic
 from metalog.errors import MetadataError
@@ -284,6 +284,9 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     total_max = int(getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
     wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
     deadline = time.monotonic() + max_wait_ms / 1000
+    # IsolationLevel 1 (v4+): up to the LSO, with the aborted transactions of the range; a
+    # Kafka consumer filters their batches itself, so they are sent as they are.
+    isolation = _isolation(req)
 
     async def read_all(wait_ms: int) -> list[tuple[str, Any, ErrorCode, dict[str, Any]]]:
         out: list[tuple[str, Any, ErrorCode, dict[str, Any]]] = []
@@ -305,6 +308,8 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
                     min_bytes=1,
                     high_watermark=-1,
                     broker_epoch=-1,
+                    isolation_level=isolation,
+                    filter_aborted=False,
                 )
                 left -= len(ans.get("records") or b"")
                 out.append((topic, p, ErrorCode.none, ans))
@@ -320,7 +325,7 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
         and wanted
         and all(e == ErrorCode.none for _, _, e, _ in results)
     ):
-        await _wait_any(ctx, wanted, deadline)
+        await _wait_any(ctx, wanted, deadline, isolation)
         results = await read_all(0)
     topics: dict[str, list[Any]] = {}
     for topic, p, err, ans in results:
@@ -332,9 +337,14 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
                 partition_index=p.partition,
                 error_code=err,
                 high_watermark=hw,
-                last_stable_offset=hw,
+                last_stable_offset=int(ans.get("last_stable_offset", hw)) if ans else -1,
                 log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
-                aborted_transactions=(),
+                aborted_transactions=tuple(
+                    build(mod, "AbortedTransaction", producer_id=pid, first_offset=first)
+                    for pid, first in (ans.get("aborted_transactions") or ())
+                )
+                if isolation == READ_COMMITTED
+                else None,
                 preferred_read_replica=-1,
                 records=kafka_records(bytes(ans.get("records") or b"")) if ans else b"",
             )
@@ -356,10 +366,21 @@ def _no_data(ctx: KafkaContext, topic: str, partition: int) -> dict[str, Any]:
     rep = ctx.replicas.by_name.get((topic, partition))
     hw = rep.high_watermark if rep is not None else -1
     start = rep.log.log_start_offset if rep is not None else -1
-    return {"records": b"", "high_watermark": hw, "log_start_offset": start}
+    return {
+        "records": b"",
+        "high_watermark": hw,
+        "last_stable_offset": rep.last_stable_offset if rep is not None else -1,
+        "log_start_offset": start,
+    }
 
 
-async def _wait_any(ctx: KafkaContext, wanted: list[tuple[str, Any]], deadline: float) -> None:
+def _isolation(req: Any) -> str:
+    return READ_COMMITTED if int(getattr(req, "isolation_level", 0)) == 1 else READ_UNCOMMITTED
+
+
+async def _wait_any(
+    ctx: KafkaContext, wanted: list[tuple[str, Any]], deadline: float, isolation: str
+) -> None:
     """Until any wanted partition has data to give, or the deadline (the long poll)."""
     left_ms = int((deadline - time.monotonic()) * 1000)
     if left_ms <= 0:
@@ -378,6 +399,7 @@ async def _wait_any(ctx: KafkaContext, wanted: list[tuple[str, Any]], deadline: 
                 min_bytes=1,
                 high_watermark=-1,
                 broker_epoch=-1,
+                isolation_level=isolation,
             )
         )
         for topic, p in wanted
@@ -415,7 +437,11 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
             try:
                 if ts < -2:
                     raise _Unsupported
-                off = int(ctx.replicas.list_offsets(t.name, int(p.partition_index), ts)["offset"])
+                off = int(
+                    ctx.replicas.list_offsets(t.name, int(p.partition_index), ts, _isolation(req))[
+                        "offset"
+                    ]
+                )
                 rep = ctx.replicas.by_name.get((t.name, int(p.partition_index)))
                 epoch = rep.registration.leader_epoch if rep is not None else -1
                 if ts >= 0 and off >= 0 and rep is not None:
