@@ -727,7 +727,8 @@ class ReplicaManager:
                         plog.log_start_offset,
                     )
                 if cleaner and plog.config.compact:
-                    await asyncio.to_thread(plog.maybe_compact, t)
+                    # Never past the LSO: an open transaction may still abort (KIP-98).
+                    await asyncio.to_thread(plog.maybe_compact, t, rep.last_stable_offset)
             except Exception:
                 log.exception("broker %d: log maintenance of %s failed", self.broker_id, rep.name)
 

@@ -30,7 +30,16 @@ Rules, as Kafka's:
   consumer that reads the log within that time sees the delete.
 * Records without a key cannot be compacted by key; they are kept (Kafka refuses them in a
   compacted topic at produce time; we keep them rather than lose data already written).
-* Control batches are copied as they are.
+* Transactions (KIP-98, Kafka's ``LogCleaner`` with ``CleanedTransactionMetadata``): only
+  segments wholly below ``uncleanable_offset`` (the caller passes the partition's last stable
+  offset) are cleaned, so every transaction there is decided or has its marker further on.
+  A transaction's records count for "latest of a key" only once its commit marker is seen in
+  the range; an aborted transaction's records are removed (its batches dropped, except the
+  producer's last batch in the range, kept empty for its producer state); a transaction whose
+  marker is not in the range is copied as it is. An abort marker is removed once no batch of
+  its transaction is left and its max timestamp is older than ``delete.retention.ms`` (the
+  consumers that read the aborted records had that long to see the marker). Other control
+  batches are copied as they are.
 * With ``cleanup.policy=compact,delete`` retention also deletes old segments
   (``PartitionLog.maybe_apply_retention``).
 
@@ -46,10 +55,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from storage.batch import Record, decode_records, parse_header, rebuild_batch
+from storage.batch import BatchHeader, Record, decode_records, parse_header, rebuild_batch
 from storage.config import LogConfig
+from storage.errors import CorruptRecordError
 from storage.fileio import FileLayer
 from storage.segment import CLEANED_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, Segment
+from storage.txn import decode_marker
 
 _cleaning = threading.Lock()
 _busy: set[int] = set()
@@ -72,20 +83,39 @@ class CleanableLog(Protocol):
     ) -> bool: ...
 
 
-def compact_log(log: CleanableLog, now_ms: int) -> bool:
-    """One compaction pass over ``log``'s closed segments; True if segments were replaced."""
+def compact_log(log: CleanableLog, now_ms: int, uncleanable_offset: int | None = None) -> bool:
+    """One compaction pass over ``log``'s closed segments below ``uncleanable_offset``; True
+    if segments were replaced."""
     with _cleaning:
         if id(log) in _busy:
             return False  # another thread is cleaning this log
         _busy.add(id(log))
     try:
-        return _compact(log, now_ms)
+        return _compact(log, now_ms, uncleanable_offset)
     finally:
         with _cleaning:
             _busy.discard(id(log))
 
 
-def _compact(log: CleanableLog, now_ms: int) -> bool:
+class _Transactions:
+    """What pass 1 learns of the transactions in the cleaned range."""
+
+    def __init__(self) -> None:
+        self.open_batches: dict[int, list[int]] = {}
+        """producer id -> base offsets of its transaction's batches, marker not seen yet."""
+        self.open_keys: dict[int, list[tuple[bytes, int]]] = {}
+        self.aborted: set[int] = set()
+        """Base offsets of the batches of aborted transactions."""
+        self.marker_batches: dict[int, list[int]] = {}
+        """Abort marker's base offset -> base offsets of its transaction's batches."""
+        self.last_batch: dict[int, int] = {}
+        """producer id -> base offset of its last data batch in the range."""
+
+    def undecided(self) -> set[int]:
+        return {b for bs in self.open_batches.values() for b in bs}
+
+
+def _compact(log: CleanableLog, now_ms: int, uncleanable_offset: int | None) -> bool:
     cfg = log.config
     closed = log.segments_for_cleaning()
     horizon_ms = now_ms - cfg.min_compaction_lag_ms
@@ -93,18 +123,36 @@ def _compact(log: CleanableLog, now_ms: int) -> bool:
     for seg in closed:
         if seg.max_timestamp > horizon_ms:
             break  # too recent to clean (and so is everything after it)
+        if uncleanable_offset is not None and seg.next_offset > uncleanable_offset:
+            break  # an open transaction may still abort there
         segments.append(seg)
     if not segments:
         return False
 
     # Pass 1: the latest offset of each key in the range (the only state kept across
-    # segments: memory grows with the number of keys, not with the data).
+    # segments: memory grows with the number of keys, not with the data), counting a
+    # transaction's records once its commit marker is seen.
     latest: dict[bytes, int] = {}
+    txns = _Transactions()
     for seg in segments:
-        for _, records in _batches(seg):
+        for raw, records in _batches(seg):
+            h = parse_header(raw)
+            if h.is_control:
+                _on_control(txns, h, raw, latest)
+                continue
+            if h.producer_id >= 0:
+                txns.last_batch[h.producer_id] = h.base_offset
+            if h.is_transactional:
+                txns.open_batches.setdefault(h.producer_id, []).append(h.base_offset)
+                txns.open_keys.setdefault(h.producer_id, []).extend(
+                    (r.key, r.offset) for r in records if r.key is not None
+                )
+                continue
             for r in records:
                 if r.key is not None:
                     latest[r.key] = r.offset
+    undecided = txns.undecided()
+    survived: set[int] = set()
 
     # Pass 2, one segment at a time: rewrite it beside the original if anything goes,
     # then swap it in. Unchanged segments are left alone.
@@ -116,8 +164,27 @@ def _compact(log: CleanableLog, now_ms: int) -> bool:
         for raw, records in _batches(seg):
             h = parse_header(raw)
             if h.is_control:
-                out.append(raw)
+                txn = txns.marker_batches.get(h.base_offset)
+                if (
+                    txn is not None
+                    and h.max_timestamp < tombstone_horizon_ms
+                    and not any(b in survived for b in txn)
+                ):
+                    changed = True  # an abort marker no longer needed
+                else:
+                    out.append(raw)
                 continue
+            if h.base_offset in undecided:
+                out.append(raw)
+                survived.add(h.base_offset)
+                continue
+            if h.base_offset in txns.aborted:
+                changed = True
+                if txns.last_batch.get(h.producer_id) == h.base_offset:
+                    out.append(rebuild_batch(h, []))
+                    survived.add(h.base_offset)
+                continue
+            survived.add(h.base_offset)
             kept = [
                 r
                 for r in records
@@ -133,9 +200,28 @@ def _compact(log: CleanableLog, now_ms: int) -> bool:
             changed = True
             if kept or h.producer_id >= 0:
                 out.append(rebuild_batch(h, kept))
+            else:
+                survived.discard(h.base_offset)
         if changed and _rewrite_and_swap(log, seg, out):
             swapped = True
     return swapped
+
+
+def _on_control(txns: _Transactions, h: BatchHeader, raw: bytes, latest: dict[bytes, int]) -> None:
+    if h.producer_id < 0:
+        return
+    try:
+        marker = decode_marker(raw, verify=False)
+    except CorruptRecordError:
+        return  # not a transaction marker: it ends nothing
+    batches = txns.open_batches.pop(h.producer_id, [])
+    keys = txns.open_keys.pop(h.producer_id, [])
+    if marker.commit:
+        for k, o in keys:
+            latest[k] = o
+    else:
+        txns.aborted.update(batches)
+        txns.marker_batches[h.base_offset] = batches
 
 
 def _batches(seg: Segment) -> Iterator[tuple[bytes, list[Record]]]:

@@ -1070,14 +1070,16 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ compaction
 
-    def maybe_compact(self, now_ms: int) -> bool:
+    def maybe_compact(self, now_ms: int, uncleanable_offset: int | None = None) -> bool:
         """Compact closed segments if ``cleanup.policy`` has ``compact``; see storage.cleaner.
+        Nothing at or above ``uncleanable_offset`` (the partition's last stable offset: an
+        open transaction may still abort) is cleaned.
 
         May run in a worker thread: appends and reads go on meanwhile.
         """
         if not self.config.compact:
             return False
-        return compact_log(self, now_ms)
+        return compact_log(self, now_ms, uncleanable_offset)
 
     def segments_for_cleaning(self) -> list[Segment]:
         """The closed segments (every one but the active), oldest first; none if the log is
