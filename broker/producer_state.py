@@ -66,6 +66,7 @@ Pure: no I/O, no clock, no global random.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -245,11 +246,9 @@ class ProducerState:
 
     def aborted_txns_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions with data in ``[start_offset, end_offset)``."""
-        return [
-            a
-            for a in self._aborted
-            if a.first_offset < end_offset and a.last_offset >= start_offset
-        ]
+        # In marker order, so by last_offset: skip those ended before the range at once.
+        i = bisect_left(self._aborted, start_offset, key=lambda a: a.last_offset)
+        return [a for a in self._aborted[i:] if a.first_offset < end_offset]
 
     def needs_txn_verification(self, header: BatchHeader) -> bool:
         """A transactional data batch that would open a transaction here (KIP-890 part 1: the

@@ -52,6 +52,18 @@ def test_defaults_follow_kafka_batch_earliest_to_latest_stream_latest() -> None:
     assert batch.fail_on_data_loss and not batch.include_headers
 
 
+def test_kafka_isolation_level_is_read_as_sparks_kafka_source_reads_it() -> None:
+    o = parse_source_options(
+        {**B, "subscribe": "t", "kafka.isolation.level": "READ_COMMITTED"}, streaming=True
+    )
+    assert o.isolation_level == "read_committed"
+    assert parse_source_options({**B, "subscribe": "t"}, streaming=True).isolation_level == (
+        "read_uncommitted"
+    )
+    with pytest.raises(LongboatOptionError, match=r"'kafka\.isolation\.level' must be"):
+        parse_source_options({**B, "subscribe": "t", "kafka.isolation.level": "x"}, streaming=True)
+
+
 @pytest.mark.parametrize(
     ("opts", "match"),
     [
