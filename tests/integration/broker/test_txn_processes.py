@@ -9,6 +9,7 @@ and the killed broker restarted without a snapshot rebuilds the same state from 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.request
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pyarrow
 import pytest
 
 from api.client import Consumer as LBConsumer
@@ -199,6 +201,39 @@ def test_read_committed_hides_aborted_and_open_transactions_on_every_path(
         f"{v3}?offset=0&timeout_ms=0&isolation_level=read_committed", "application/x-msgpack"
     )
     assert "msgpack" in ct and body["last_stable_offset"] == 6
+    # HTTP v3, Arrow: the aborted records are not rows.
+    req = urllib.request.Request(
+        f"{v3}?offset=0&timeout_ms=0&isolation_level=read_committed",
+        headers={"Accept": "application/vnd.apache.arrow.stream"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        table = pyarrow.ipc.open_stream(r.read()).read_all()
+    assert table.column("value").to_pylist() == committed
+    # v2 consumer instances, with Kafka's consumer config name.
+    for level, want in (("read_committed", committed), ("read_uncommitted", everything)):
+        assert _v2(urls[0], "POST", "/consumers/g", {"name": level, "isolation.level": level})
+        inst = f"/consumers/g/instances/{level}"
+        _v2(
+            urls[0],
+            "POST",
+            inst + "/assignments",
+            {"partitions": [{"topic": TOPIC, "partition": 0}]},
+        )
+        _v2(
+            urls[0],
+            "POST",
+            inst + "/positions/beginning",
+            {"partitions": [{"topic": TOPIC, "partition": 0}]},
+        )
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(want) and time.monotonic() < deadline:
+            got += [
+                base64.b64decode(r["value"])
+                for r in _v2(urls[0], "GET", inst + "/records?timeout=500")
+            ]
+        assert got == want, level
+        _v2(urls[0], "DELETE", inst)
     # A real Kafka client filters with the FetchResponse's aborted transactions.
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in cluster.kafka_ports.values())
     assert _kafka_values(bootstrap, "read_committed", 2) == committed
@@ -227,6 +262,21 @@ def test_read_committed_hides_aborted_and_open_transactions_on_every_path(
     wait_for("the restarted broker leads", lambda: _leader(cluster) == leader, 30)
     assert _lb_values([cluster.url(leader)], "read_committed", 6) == committed
     cluster.start(other)
+
+
+def _v2(url: str, method: str, path: str, body: Any = None) -> Any:
+    req = urllib.request.Request(
+        url + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={
+            "Content-Type": "application/vnd.kafka.v2+json",
+            "Accept": "application/vnd.kafka.binary.v2+json",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        data = r.read()
+    return json.loads(data) if data else True
 
 
 def _isr_size(cluster: Brokers, b: int) -> int:
