@@ -24,6 +24,7 @@ from storage.batch import (
 )
 from storage.errors import CorruptRecordError
 from storage.segment import parse_segment_name
+from storage.txn import marker_of_record
 
 _CHUNK_BYTES = 1 << 20
 
@@ -180,12 +181,23 @@ def format_batch(info: BatchInfo) -> str:
     )
 
 
-def format_record(r: Record) -> str:
-    return (
+def format_record(r: Record, *, control: bool = False) -> str:
+    """One line per record; a control record (``control``) shows its transaction marker as
+    kafka-dump-log does (``endTxnMarker: COMMIT coordinatorEpoch: 3``)."""
+    sizes = (
         f"| offset: {r.offset} CreateTime: {r.timestamp} "
         f"keySize: {-1 if r.key is None else len(r.key)} "
         f"valueSize: {-1 if r.value is None else len(r.value)} "
-        f"key: {_text(r.key)} payload: {_text(r.value)} "
+    )
+    if control:
+        try:
+            m = marker_of_record(r.key, r.value)
+        except CorruptRecordError as e:
+            return sizes + f"control record: {e.reason}"
+        kind = "COMMIT" if m.commit else "ABORT"
+        return sizes + f"endTxnMarker: {kind} coordinatorEpoch: {m.coordinator_epoch}"
+    return (
+        sizes + f"key: {_text(r.key)} payload: {_text(r.value)} "
         f"headerKeys: [{','.join(n for n, _ in r.headers)}]"
     )
 

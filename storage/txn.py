@@ -84,7 +84,11 @@ def decode_marker(batch: bytes | bytearray | memoryview, *, verify: bool = True)
     records = decode_records(batch, verify=verify)
     if len(records) != 1:
         raise CorruptRecordError(f"control batch holds {len(records)} records, not 1")
-    key, value = records[0].key, records[0].value
+    return marker_of_record(records[0].key, records[0].value)
+
+
+def marker_of_record(key: bytes | None, value: bytes | None) -> ControlMarker:
+    """The marker one control record holds; ``CorruptRecordError`` if it holds none."""
     if key is None or len(key) < _CONTROL_KEY.size:
         raise CorruptRecordError(f"control record key {key!r} is not version + type")
     version, kind = _CONTROL_KEY.unpack_from(key)

@@ -54,7 +54,7 @@ def dump(path: str, records: bool, as_json: bool) -> None:
             if item.records_error:
                 click.echo(f"| records do not decode: {item.records_error}")
             for r in item.records or []:
-                click.echo(format_record(r))
+                click.echo(format_record(r, control=item.header.is_control))
     if problems:
         sys.exit(1)
 

@@ -75,3 +75,13 @@ def test_read_committed_view_empties_aborted_batches_and_keeps_offsets() -> None
     assert got == [(0, 2, 0), (2, 4, 2), (4, 6, 2), (6, 8, 2)]
     assert read_committed_view(data, []) is data
     assert read_committed_view(data, [AbortedTxn(5, 100, 101, 102)]) == data
+
+
+def test_log_dump_shows_a_marker_as_kafka_dump_log_does() -> None:
+    from storage.dump import format_record
+
+    (r,) = decode_records(encode_marker_batch(9, 3, ControlMarker(False, 7), timestamp_ms=5))
+    line = format_record(r, control=True)
+    assert line.endswith("keySize: 4 valueSize: 6 endTxnMarker: ABORT coordinatorEpoch: 7")
+    (bad,) = decode_records(encode_batch([(b"\x00", b"", 0, ())], control=True))
+    assert "control record:" in format_record(bad, control=True)
