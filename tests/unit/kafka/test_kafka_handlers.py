@@ -9,6 +9,7 @@ every version's shape. The integration tests reach only the versions real client
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from typing import Any
@@ -275,10 +276,17 @@ class FakeReplicas:
         return {"base_offset": 41}
 
     async def fetch(self, **kw: Any) -> dict[str, Any]:
-        return {"records": self.batch, "high_watermark": 1, "log_start_offset": 0}
+        ans: dict[str, Any] = {"records": self.batch, "high_watermark": 1, "log_start_offset": 0}
+        if kw.get("isolation_level") == "read_committed":
+            # The Kafka listener filters nothing itself: its clients do, with these.
+            assert kw.get("filter_aborted") is False
+            ans.update(last_stable_offset=0, aborted_transactions=[[7, 0]])
+        return ans
 
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
-        return {"offset": 9}
+    def list_offsets(
+        self, topic: str, partition: int, timestamp: int, isolation_level: str = ""
+    ) -> dict[str, Any]:
+        return {"offset": 8 if isolation_level == "read_committed" else 9}
 
 
 def data_ctx() -> h.KafkaContext:
@@ -357,6 +365,9 @@ def test_fetch_every_version(version: int) -> None:
         1,
         c.replicas.batch,
     )  # type: ignore[attr-defined]
+    # isolation_level 1 (read_committed): the LSO and the aborted transactions.
+    assert p.last_stable_offset == 0
+    assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(7, 0)]
 
 
 @pytest.mark.parametrize("version", versions(2))
@@ -388,6 +399,12 @@ def test_list_offsets_every_version(version: int) -> None:
     out = round_trip(2, version, asyncio.run(h.handle_list_offsets(data_ctx(), version, req)))
     p = out.topics[0].partitions[0]
     assert (p.error_code, p.offset) == (ErrorCode.none, 9)
+    if version >= 2:  # isolation_level 1: latest is the last stable offset
+        committed = dataclasses.replace(req, isolation_level=1)
+        out = round_trip(
+            2, version, asyncio.run(h.handle_list_offsets(data_ctx(), version, committed))
+        )
+        assert out.topics[0].partitions[0].offset == 8
 
 
 @pytest.mark.parametrize("version", versions(3))
