@@ -234,6 +234,9 @@ def test_read_committed_hides_aborted_and_open_transactions_on_every_path(
             ]
         assert got == want, level
         _v2(urls[0], "DELETE", inst)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _v2(urls[0], "POST", "/consumers/g", {"name": "bad", "isolation.level": "dirty"})
+    assert e.value.code == 422 and json.loads(e.value.read())["error_code"] == 42204
     # A real Kafka client filters with the FetchResponse's aborted transactions.
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in cluster.kafka_ports.values())
     assert _kafka_values(bootstrap, "read_committed", 2) == committed
