@@ -160,10 +160,11 @@ class Replica:
     last_shrink_check_ms: int = 0
     hw_checkpointed: int = -1
     alter_task: asyncio.Task[None] | None = None
-    txn_verifications: dict[int, object] = field(default_factory=dict)
-    """producer id -> the guard of a KIP-890 verification in flight: a marker for that
-    producer removes it, so a batch verified before the marker cannot open a transaction
-    after it (Kafka's ``VerificationGuard``)."""
+    txn_verifications: dict[int, set[object]] = field(default_factory=dict)
+    """producer id -> the guards of its KIP-890 verifications in flight (one per batch: a
+    producer may have several batches in flight): a marker for that producer removes them,
+    so a batch verified before the marker cannot open a transaction after it (Kafka's
+    ``VerificationGuard``)."""
 
     @property
     def name(self) -> str:
@@ -833,7 +834,8 @@ class ReplicaManager:
             )
         pid = header.producer_id
         guard = object()
-        rep.txn_verifications[pid] = guard
+        guards = rep.txn_verifications.setdefault(pid, set())
+        guards.add(guard)
         try:
             code = await self.txn_verifier(
                 transactional_id, pid, header.producer_epoch, rep.topic, rep.partition
@@ -842,14 +844,17 @@ class ReplicaManager:
                 raise ReplicaError(
                     code, f"the coordinator refused {rep.name} to producer {pid}: {code}"
                 )
-            if rep.txn_verifications.get(pid) is not guard:
+            if guard not in rep.txn_verifications.get(pid, ()):
                 raise InvalidTxnStateError(
                     f"the transaction of producer {pid} in {rep.name} ended while its first "
                     "batch was verified"
                 )
         finally:
-            if rep.txn_verifications.get(pid) is guard:
-                del rep.txn_verifications[pid]
+            left = rep.txn_verifications.get(pid)
+            if left is not None:
+                left.discard(guard)
+                if not left:
+                    del rep.txn_verifications[pid]
 
     async def _await_acks(
         self,

@@ -122,8 +122,12 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             asked: list[tuple[str, int, int, str, int]] = []
             refuse: set[int] = set()
 
+            slow: dict[int, asyncio.Event] = {}
+
             async def verifier(tid: str, pid: int, epoch: int, topic: str, p: int) -> str | None:
                 asked.append((tid, pid, epoch, topic, p))
+                if pid in slow:
+                    await slow[pid].wait()
                 return "INVALID_TXN_STATE" if pid in refuse else None
 
             lmgr.txn_verifier = verifier
@@ -242,9 +246,35 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             assert ans["results"][0]["error"] == "NOT_LEADER_OR_FOLLOWER", ans
             ans = await _call(lurl, "write_txn_markers", {"markers": [{"topic": "t"}]})
             assert ans["error"] == "INVALID_REQUEST", ans
-            end = lrep.log.log_end_offset
+
+            # Two batches of one producer in flight, both verified: both are appended.
+            slow[300] = asyncio.Event()
+            first = asyncio.ensure_future(produce([b"c0"], pid=300, seq=0, transactional_id="c"))
+            second = asyncio.ensure_future(produce([b"c1"], pid=300, seq=1, transactional_id="c"))
+            await _wait("both asking", lambda: sum(a[1] == 300 for a in asked) == 2)
+            slow[300].set()
+            a1, a2 = await first, await second
+            assert not a1.get("error") and not a2.get("error"), (a1, a2)
+            assert a2["base_offset"] == a1["base_offset"] + 1
+            # A marker written while a batch is being verified: the batch cannot open a
+            # transaction the coordinator has just ended (KIP-890's verification guard).
+            slow[400] = asyncio.Event()
+            late = asyncio.ensure_future(produce([b"d0"], pid=400, seq=0, transactional_id="d"))
+            await _wait("asking", lambda: any(a[1] == 400 for a in asked))
+            assert await markers({"producer_id": 400, "commit": False, "coordinator_epoch": 1}) == [
+                None
+            ]
+            slow[400].set()
+            ans = await late
+            assert ans["error"] == "INVALID_TXN_STATE", ans
+            assert lrep.producers.get(400) is not None
+            assert not lrep.producers.get(400).in_transaction  # type: ignore[union-attr]
+            assert await markers({"producer_id": 300, "commit": True, "coordinator_epoch": 1}) == [
+                None
+            ]
 
             # Producer state survives a restart, snapshot or not.
+            end = lrep.log.log_end_offset
             ldir = lrep.log.dir_path
             want_aborted = lrep.producers.aborted_txns
             await lmgr.stop()
