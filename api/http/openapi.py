@@ -265,6 +265,7 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
             "key_format",
             "max_offset",
             "include_headers",
+            "isolation_level",
         ],
         None,
         "200",
