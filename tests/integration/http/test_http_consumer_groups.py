@@ -429,7 +429,7 @@ def test_v2_errors(c: HttpCluster) -> None:
             404,
             {"error_code": 40403, "message": "Consumer instance not found."},
         ), (method, path)
-    st, err = v2.create("errs", "e1", format="avro")
+    st, err = v2.create("errs", "e1", format="protobuf")
     assert st == 422 and err["error_code"] == 42204
     st, err = v2.create("errs", "e1", **{"auto.offset.reset": "sometimes"})
     assert st == 422 and err["error_code"] == 42204
