@@ -203,6 +203,45 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "OffsetReset": {
+        "type": "object",
+        "required": ["to"],
+        "properties": {
+            "topics": {
+                "type": "array",
+                "items": {"type": "string", "description": "TOPIC or TOPIC:P,P"},
+            },
+            "all_topics": {"type": "boolean"},
+            "to": {
+                "type": "string",
+                "enum": [
+                    "earliest",
+                    "latest",
+                    "current",
+                    "offset",
+                    "datetime",
+                    "shift-by",
+                    "by-duration",
+                    "offsets",
+                ],
+            },
+            "value": {
+                "description": "offset, shift-by: integer; datetime: ISO-8601 or epoch ms; "
+                "by-duration: PnDTnHnMnS; offsets: [{topic, partition, offset}]"
+            },
+            "execute": {"type": "boolean", "default": False},
+        },
+    },
+    "OffsetDelete": {
+        "type": "object",
+        "required": ["topics"],
+        "properties": {
+            "topics": {
+                "type": "array",
+                "items": {"type": "string", "description": "TOPIC or TOPIC:P,P"},
+            }
+        },
+    },
 }
 
 C = "/v3/clusters/{cluster_id}"
@@ -332,6 +371,23 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ),
     ("get", G + "/lags/{topic}/partitions/{partition}", "One partition's lag.", [], None, "200"),
     ("get", G + "/lag-summary", "Maximum and total lag.", [], None, "200"),
+    (
+        "post",
+        G + "/offsets:reset",
+        "Plan (execute: true applies) a reset of an empty group's offsets, as "
+        "kafka-consumer-groups --reset-offsets.",
+        [],
+        "OffsetReset",
+        "200",
+    ),
+    (
+        "post",
+        G + "/offsets:delete",
+        "Delete the group's committed offsets of some topics (OffsetDelete, KIP-496).",
+        [],
+        "OffsetDelete",
+        "200",
+    ),
     (
         "post",
         "/consumers/{group}",
