@@ -289,6 +289,36 @@ def test_dev_up_keeps_running_when_a_broker_dies_and_dev_restart_brings_it_back(
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if _alive(p)], "dev up left processes behind"
+    # The controller's metadata log, decoded, holds the topic and both of 102's registrations.
+    meta_log = data / "controller-1" / "data" / "__cluster_metadata-0" / "log"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "log",
+            "dump",
+            "--cluster-metadata-decoder",
+            "--json",
+            str(meta_log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    decoded = [
+        rec["decoded"]
+        for line in r.stdout.splitlines()
+        for rec in json.loads(line).get("records", [])
+    ]
+    recs = [x for d in decoded if isinstance(d, list) for x in d]
+    assert {"name": "t"}.items() <= next(x for x in recs if x["type"] == "TopicRecord")[
+        "data"
+    ].items()
+    assert [x["data"]["broker_id"] for x in recs if x["type"] == "RegisterBrokerRecord"].count(
+        102
+    ) >= 2
     # With dev up gone, dev restart says so.
     r = subprocess.run(
         [sys.executable, "-m", "api", "dev", "restart", "101", "--data-dir", str(data)],
