@@ -4,7 +4,8 @@
 ``api.http.acls``), the REST Proxy v2
 routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
 instances (``api.http.v2_consumers``), ``GET /metrics`` (``api.http.metrics``) and
-``GET /openapi.json`` (``api.http.openapi``), with an ``HttpContext`` built from the broker server
+``GET /openapi.json`` (``api.http.openapi``), and CORS when configured (``api.http.cors``),
+with an ``HttpContext`` built from the broker server
 (its image, its ``PartitionRouter``, a ``ControllerClient`` for topic administration).
 Health and readiness (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
@@ -18,6 +19,7 @@ from aiohttp import web
 
 from api.http.acls import add_acl_routes
 from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http.cors import add_cors
 from api.http.embedded import EmbeddedCodec
 from api.http.errors import ERROR_HOOK_KEY
 from api.http.groups import add_group_routes
@@ -98,6 +100,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         await controllers.close()
 
     app.on_cleanup.append(close)
+    add_cors(app, config.http_cors_allowed_origins)
     _ = netbind  # the controller client binds the node's source address itself
     return ctx
 
