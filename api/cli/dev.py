@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from api.cli.common import DEFAULT_DIR, NODE_FAILED_EXIT_STATUS, cluster_file, main
+from api.cli.common import (
+    DEFAULT_DIR,
+    NODE_FAILED_EXIT_STATUS,
+    cluster_file,
+    main,
+    override_option,
+)
 from common.netbind import port_free
 
 if TYPE_CHECKING:
@@ -62,6 +68,7 @@ def dev_group() -> None:
     show_default=True,
     help="First broker's Kafka protocol port (the next brokers count up); 0: none.",
 )
+@override_option
 def dev_up(
     controllers: int,
     brokers: int,
@@ -69,6 +76,7 @@ def dev_up(
     controller_port: int,
     broker_port: int,
     kafka_port: int,
+    overrides: tuple[str, ...],
 ) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
     from api.node.localcluster import Brokers, Quorum
@@ -98,6 +106,11 @@ def dev_up(
 
     # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
     same_id = ["--override", f"cluster_id={cluster_id}"]
+    for o in overrides:  # every node gets them (e.g. http_cors_allowed_origins=...)
+        key, sep, _ = o.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
+        same_id += ["--override", o]
     quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
     bs = Brokers(
         root,

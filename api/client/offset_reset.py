@@ -39,7 +39,7 @@ SPECS = ("earliest", "latest", "current", "offset", "datetime", "shift-by", "by-
 
 class ResetError(Exception):
     """A reset that cannot be planned or applied; nothing was changed. ``kind``: ``usage``
-    (the request itself), ``not_found`` (topic or partition), ``not_empty`` (the group has
+    (the request itself), ``not_found`` (a topic), ``no_partition``, ``not_empty`` (the group has
     members), ``refused`` (the coordinator said no)."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -303,7 +303,7 @@ async def plan_reset(
         missing = sorted(set(parts or []) - set(have_parts))
         if missing:
             raise ResetError(
-                "not_found",
+                "no_partition",
                 f"topic '{topic}' has no partition(s) {', '.join(map(str, missing))}",
             )
         tps += [TopicPartition(topic, p) for p in sorted(parts if parts else have_parts)]

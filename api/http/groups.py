@@ -424,6 +424,8 @@ def _reset_http_error(e: ResetError) -> HttpError:
         return HttpError(409, e.message, 40901)
     if e.kind == "not_found":
         return HttpError(404, e.message, 40401)
+    if e.kind == "no_partition":
+        return HttpError(404, e.message, 40402)
     if e.kind == "refused":
         return HttpError(409, e.message, 40902)
     return bad_request(e.message)
