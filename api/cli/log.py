@@ -152,7 +152,10 @@ def dump(
     if indexes or is_index_file(path):
         files = index_files(path)
         if not files:
-            raise click.ClickException(f"{path} holds no index files (*.index, *.timeindex)")
+            raise click.ClickException(
+                f"{path} holds no index files (*.index, *.timeindex): a segment's are written "
+                "when it rolls and when the node stops cleanly"
+            )
         if _dump_indexes(files, as_json):
             sys.exit(1)
         return
