@@ -26,3 +26,21 @@ def test_a_port_someone_listens_on_is_not_free() -> None:
         server.bind(("127.0.0.1", 0))
         server.listen()
         assert not port_free("127.0.0.1", server.getsockname()[1])
+
+
+def test_wait_for_counts_an_oserror_as_not_yet() -> None:
+    import pytest
+
+    from api.node.localcluster import wait_for
+
+    calls = []
+
+    def refused() -> bool:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionRefusedError("not listening yet")
+        return True
+
+    assert wait_for("a listener", refused, 5, interval_s=0.01) is True and len(calls) == 3
+    with pytest.raises(AssertionError, match="never: not within"):
+        wait_for("never", lambda: (_ for _ in ()).throw(OSError("down")), 0.05, interval_s=0.01)
