@@ -79,3 +79,16 @@ def test_other_origins_and_internal_routes_get_no_cors_headers(c: HttpCluster) -
         headers={"Origin": UI, "Access-Control-Request-Method": "POST"},
     )
     assert st != 204 and "access-control-allow-origin" not in h  # not answered as CORS
+
+
+def test_the_openapi_page_is_served_and_fetches_only_the_document(c: HttpCluster) -> None:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"{c.urls[0]}/openapi", timeout=10) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
+        page = r.read().decode()
+    assert 'fetch("/openapi.json")' in page
+    # No CDN: nothing loaded from elsewhere (scripts, styles, fonts, images).
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "@import" not in page and "url(" not in page
