@@ -781,6 +781,10 @@ class GroupCoordinator:
     async def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> ErrorCode:
         return await self._call(group, lambda st, now: st.handle_offset_reset(group, offsets, now))
 
+    async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> ErrorCode:
+        wanted = list(partitions)
+        return await self._call(group, lambda st, now: st.handle_offset_delete(group, wanted, now))
+
     async def delete_group(self, group: str) -> ErrorCode:
         return await self._call(group, lambda st, now: st.handle_delete_group(group, now))
 

@@ -286,6 +286,11 @@ async def _reset_offsets(c: GroupCoordinator, b: Body) -> Body:
     return {"error": e.value}
 
 
+async def _delete_offsets(c: GroupCoordinator, b: Body) -> Body:
+    partitions = _tps_in(list_field(b, "partitions"), "partitions")
+    return {"error": (await c.delete_offsets(_group(b), partitions)).value}
+
+
 async def _delete(c: GroupCoordinator, b: Body) -> Body:
     return {"error": (await c.delete_group(_group(b))).value}
 
@@ -303,6 +308,7 @@ OPS: dict[str, Callable[[GroupCoordinator, Body], Awaitable[Body]]] = {
     "list": _list,
     "reset_offsets": _reset_offsets,
     "delete": _delete,
+    "delete_offsets": _delete_offsets,
 }
 
 

@@ -13,16 +13,34 @@ from ``127.0.0.N``), and 127.0.0.1 is what the kernel picks anyway.
 
 Clients that want the same (the fault-injection harness's clients on 127.0.0.100+) pass their
 host explicitly: ``connector(host="127.0.0.101")``.
+
+`port_free` is the one "could a node listen here now?" probe (``longboat dev up`` checks its
+ports with it before starting anything).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Any
 
 import aiohttp
 
 _source_host: str | None = None
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a node could listen on ``host:port`` now: the probe every "is this port taken?"
+    check uses. With SO_REUSEADDR, as the nodes bind (aiohttp's ``reuse_address=True``):
+    without it the TIME_WAIT sockets a stopped cluster leaves for a minute count as "in use",
+    and a cluster could not be restarted at once."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def bindable(host: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """Read-only inspection of a log directory: what ``longboat log dump|verify`` print.
 
-Reads the segment files directly (no ``PartitionLog``: a corrupt log must still be
+Segments (``.log``) and their sparse indexes (``.index``: offset -> position, ``.timeindex``:
+timestamp -> offset; layouts in ``storage.index``). Reads the files directly (no ``PartitionLog``: a corrupt log must still be
 inspectable, and inspecting must not recover or change anything). Each segment is walked
 batch by batch; a batch with a bad CRC is reported and the walk goes on (its length field
 is the only way to find the next batch); an impossible header or an incomplete batch ends
@@ -9,6 +10,7 @@ the walk of that file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
@@ -23,7 +25,8 @@ from storage.batch import (
     parse_header,
 )
 from storage.errors import CorruptRecordError
-from storage.segment import parse_segment_name
+from storage.index import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE
+from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
 from storage.txn import marker_of_record
 
 _CHUNK_BYTES = 1 << 20
@@ -209,3 +212,114 @@ def _text(b: bytes | None) -> str | None:
         return b.decode("utf-8")
     except UnicodeDecodeError:
         return "0x" + b.hex()
+
+
+# ------------------------------------------------------------------ index files
+
+
+@dataclasses.dataclass
+class IndexEntry:
+    """One entry of a ``.index`` (``timestamp`` None) or ``.timeindex`` (``position``
+    None) file, with absolute offsets."""
+
+    path: str
+    slot: int
+    offset: int
+    position: int | None = None
+    timestamp: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "slot": self.slot, "offset": self.offset}
+        if self.position is not None:
+            out["position"] = self.position
+        if self.timestamp is not None:
+            out["timestamp"] = self.timestamp
+        return out
+
+    def __str__(self) -> str:
+        if self.timestamp is not None:
+            return f"timestamp: {self.timestamp} offset: {self.offset}"
+        return f"offset: {self.offset} position: {self.position}"
+
+
+def index_files(dir_path: str) -> list[str]:
+    """The ``.index`` and ``.timeindex`` files of a log directory, in offset order (or the
+    one given directly)."""
+    if os.path.isfile(dir_path):
+        return [dir_path]
+    names = [
+        n
+        for n in os.listdir(dir_path)
+        if n.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)) and n.partition(".")[0].isdigit()
+    ]
+    return [os.path.join(dir_path, n) for n in sorted(names)]
+
+
+def is_index_file(path: str) -> bool:
+    return path.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX))
+
+
+def walk_index(path: str) -> Iterator[IndexEntry | Problem]:
+    """Every entry of an index file, each checked as kafka-dump-log checks them: offsets
+    (and positions, timestamps) increasing, and an offset index entry pointing at the start
+    of a batch with that base offset in the segment's ``.log`` (when it is there)."""
+    name = os.path.basename(path)
+    stem, _, _ = name.partition(".")
+    if len(stem) != 20 or not stem.isdigit():
+        yield Problem(path, 0, f"not a segment index name (expected <20 digits>{INDEX_SUFFIX})")
+        return
+    base = int(stem)
+    timed = name.endswith(TIMEINDEX_SUFFIX)
+    entry, size = (TIME_ENTRY, TIME_ENTRY_SIZE) if timed else (OFFSET_ENTRY, OFFSET_ENTRY_SIZE)
+    with open(path, "rb") as f:
+        data = f.read()
+    log_path = os.path.join(os.path.dirname(path), stem + LOG_SUFFIX)
+    log_size = os.path.getsize(log_path) if os.path.exists(log_path) else None
+    last: IndexEntry | None = None
+    with contextlib.ExitStack() as stack:
+        log_fd = None
+        if log_size is not None and not timed:
+            log_fd = stack.enter_context(open(log_path, "rb")).fileno()
+        for slot in range(len(data) // size):
+            a, b = entry.unpack_from(data, slot * size)
+            e = (
+                IndexEntry(path, slot, base + b, timestamp=a)
+                if timed
+                else IndexEntry(path, slot, base + a, position=b)
+            )
+            yield e
+            pos = slot * size
+            if last is not None and (
+                e.offset < last.offset
+                or (not timed and e.offset == last.offset)
+                or (timed and (e.timestamp or 0) < (last.timestamp or 0))
+                or (not timed and (e.position or 0) <= (last.position or 0))
+            ):
+                yield Problem(path, pos, f"entry {slot} ({e}) does not increase after ({last})")
+            if log_fd is not None and log_size is not None:
+                yield from _check_against_log(path, pos, e, log_fd, log_size)
+            last = e
+    if len(data) % size:
+        yield Problem(
+            path,
+            len(data) - len(data) % size,
+            f"{len(data) % size} trailing bytes (entries are {size} bytes)",
+        )
+
+
+def _check_against_log(
+    path: str, pos: int, e: IndexEntry, log_fd: int, log_size: int
+) -> Iterator[Problem]:
+    assert e.position is not None
+    if e.position + HEADER_SIZE > log_size:
+        yield Problem(path, pos, f"entry {e.slot} ({e}) points past the log's {log_size} bytes")
+        return
+    try:
+        h = parse_header(os.pread(log_fd, HEADER_SIZE, e.position))
+    except CorruptRecordError as err:
+        yield Problem(path, pos, f"entry {e.slot} ({e}): no batch starts there ({err.reason})")
+        return
+    if h.base_offset != e.offset:
+        yield Problem(
+            path, pos, f"entry {e.slot} ({e}): the batch there starts at offset {h.base_offset}"
+        )

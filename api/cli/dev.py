@@ -4,33 +4,49 @@ Controllers get node ids 1..C on ports 9301.., brokers ids 101.. on ports 8082..
 process logs to ``DIR/<role>-<id>/<role>.log``. ``DIR/cluster.json`` says where everything
 is, and the other commands read it for their default bootstrap. Ctrl-C (or SIGTERM) stops
 the brokers first (controlled shutdown), then the controllers.
+
+A node that exits while the cluster runs is reported (which, how: signal or exit status, and
+its last log lines) and the others keep running, so failover can be tried on a laptop.
+``longboat dev restart NODE`` (another terminal) drops a request file in ``DIR/control`` that
+the running ``dev up`` acts on, (re)starting that node on its port and data; pressing ``r`` in
+``dev up``'s terminal restarts every node that is down.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import select
 import signal
-import socket
+import subprocess
+import sys
+import termios
 import time
+import tty
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from api.cli.common import DEFAULT_DIR, main
+from api.cli.common import (
+    DEFAULT_DIR,
+    NODE_FAILED_EXIT_STATUS,
+    cluster_file,
+    main,
+    override_option,
+)
+from common.netbind import port_free
 
+if TYPE_CHECKING:
+    from api.node.localcluster import Brokers, Quorum
 
-def _port_free(port: int) -> bool:
-    """Whether a node could listen on ``port`` now. With SO_REUSEADDR, as the nodes bind
-    (``reuse_address=True``): without it the TIME_WAIT sockets a stopped cluster leaves for a
-    minute count as "in use", and a cluster could not be restarted at once."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+CONTROL_DIR = "control"
+"""Under the data directory: ``restart-<role>-<id>`` files `dev restart` drops for the
+running ``dev up`` to act on, and the ``.done`` answers it writes back."""
+LOG_TAIL_LINES = 8
 
 
 @main.group("dev")
@@ -52,6 +68,7 @@ def dev_group() -> None:
     show_default=True,
     help="First broker's Kafka protocol port (the next brokers count up); 0: none.",
 )
+@override_option
 def dev_up(
     controllers: int,
     brokers: int,
@@ -59,6 +76,7 @@ def dev_up(
     controller_port: int,
     broker_port: int,
     kafka_port: int,
+    overrides: tuple[str, ...],
 ) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
     from api.node.localcluster import Brokers, Quorum
@@ -68,7 +86,7 @@ def dev_up(
     c_ports = [controller_port + i for i in range(controllers)]
     b_ports = [broker_port + i for i in range(brokers)]
     k_ports = [kafka_port + i for i in range(brokers)] if kafka_port else []
-    busy = [p for p in c_ports + b_ports + k_ports if not _port_free(p)]
+    busy = [p for p in c_ports + b_ports + k_ports if not port_free("127.0.0.1", p)]
     if busy:
         raise click.ClickException(
             f"port(s) {busy} on 127.0.0.1 are in use (another `longboat dev up`?); "
@@ -88,6 +106,11 @@ def dev_up(
 
     # Every node is told the cluster id, so the HTTP API's /v3/clusters and cluster.json agree.
     same_id = ["--override", f"cluster_id={cluster_id}"]
+    for o in overrides:  # every node gets them (e.g. http_cors_allowed_origins=...)
+        key, sep, _ = o.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
+        same_id += ["--override", o]
     quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
     bs = Brokers(
         root,
@@ -98,6 +121,7 @@ def dev_up(
         extra_args=same_id,
         kafka_ports=k_ports or None,
     )
+    sup = _Supervisor(root, quorum, bs, cluster_id)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -114,24 +138,7 @@ def dev_up(
         leader = quorum.wait_active_leader(timeout_s=30)
         bs.start_all()
         bs.wait_ready(timeout_s=60)
-        desc = {
-            "cluster_id": cluster_id,
-            "data_dir": str(root),
-            "brokers": [
-                {
-                    "id": b,
-                    "url": bs.url(b),
-                    "pid": bs.procs[b].pid,
-                    **({"kafka": f"127.0.0.1:{bs.kafka_ports[b]}"} if b in bs.kafka_ports else {}),
-                }
-                for b in bs.ids
-            ],
-            "controllers": [
-                {"id": i, "url": quorum.url(i), "pid": quorum.procs[i].pid}
-                for i in range(1, controllers + 1)
-            ],
-        }
-        meta_path.write_text(json.dumps(desc, indent=2) + "\n")
+        sup.write_cluster_file()
         b1, c1 = bs.url(bs.ids[0]), quorum.url(1)
         kafka_lines = ""
         if k_ports:
@@ -141,7 +148,9 @@ def dev_up(
   kcat -b {kb} -L
   echo 'carol:a paddle' | kcat -b {kb} -P -t demo -K:
   kcat -b {kb} -C -t demo -o beginning -e -f '%k: %s\\n'"""
-        click.echo(f"""
+        with _keys() as keys:
+            key_line = "; or press r here" if keys is not None else ""
+            click.echo(f"""
 Longboat is up: {controllers} controller(s) (active: node {leader}), {brokers} broker(s).
 Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
 
@@ -161,17 +170,288 @@ Try:
   longboat cluster status; longboat topics describe demo; longboat quorum status
 {kafka_lines}
 
+A node that dies leaves the others running (try: kill -9 a broker's pid from {meta_path}).
+Bring it back with `longboat dev restart broker-{bs.ids[0]}`{key_line}.
 Ctrl-C stops the cluster.""")
-        while not stopping:
-            dead = [f"controller {i}" for i, p in quorum.procs.items() if p.poll() is not None]
-            dead += [f"broker {b}" for b, p in bs.procs.items() if p.poll() is not None]
-            if dead:
-                click.echo(f"warning: {', '.join(dead)} exited; see its log under {root}", err=True)
-                break
-            time.sleep(0.5)
+            while not stopping:
+                sup.report_exits()
+                sup.handle_requests()
+                if keys is not None and "r" in keys(0.5):
+                    sup.restart_dead()
+                elif keys is None:
+                    time.sleep(0.5)
     finally:
         click.echo("stopping brokers (controlled shutdown), then controllers ...", err=True)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         bs.stop_all()
         quorum.stop_all()
+        sup.forget()
         click.echo("stopped.", err=True)
+
+
+def describe_exit(code: int) -> str:
+    """Why a node process ended, from its exit status as ``Popen.returncode`` gives it."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    if code == NODE_FAILED_EXIT_STATUS:
+        return f"exit status {code}: an essential task failed (the log says which)"
+    if code == 0:
+        return "exit status 0 (a clean stop)"
+    return f"exit status {code}"
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    if not path.exists():
+        return []
+    return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-lines:]
+
+
+class _Supervisor:
+    """What ``dev up`` does while the cluster runs: notice a node that exited (say which,
+    how, and its last log lines, once), and (re)start nodes on request, the others running
+    on. Requests come from `dev restart` through files in ``DIR/control`` (another terminal
+    has no other way in) or from a key press."""
+
+    def __init__(self, root: Path, quorum: Quorum, bs: Brokers, cluster_id: str) -> None:
+        self.root = root
+        self.quorum = quorum
+        self.bs = bs
+        self.cluster_id = cluster_id
+        self.control = root / CONTROL_DIR
+        self.reported: set[str] = set()
+        self.control.mkdir(exist_ok=True)
+        for stale in self.control.iterdir():  # from a dev up that did not stop cleanly
+            stale.unlink()
+
+    def _procs(self) -> dict[str, tuple[str, int, subprocess.Popen[bytes] | None]]:
+        out: dict[str, tuple[str, int, subprocess.Popen[bytes] | None]] = {}
+        for i in range(1, self.quorum.n + 1):
+            out[f"controller-{i}"] = ("controller", i, self.quorum.procs.get(i))
+        for b in self.bs.ids:
+            out[f"broker-{b}"] = ("broker", b, self.bs.procs.get(b))
+        return out
+
+    def write_cluster_file(self) -> None:
+        def pid(p: subprocess.Popen[bytes] | None) -> int | None:
+            return p.pid if p is not None and p.poll() is None else None
+
+        desc = {
+            "cluster_id": self.cluster_id,
+            "data_dir": str(self.root),
+            "supervisor_pid": os.getpid(),
+            "brokers": [
+                {
+                    "id": b,
+                    "url": self.bs.url(b),
+                    "pid": pid(self.bs.procs.get(b)),
+                    **(
+                        {"kafka": f"127.0.0.1:{self.bs.kafka_ports[b]}"}
+                        if b in self.bs.kafka_ports
+                        else {}
+                    ),
+                }
+                for b in self.bs.ids
+            ],
+            "controllers": [
+                {"id": i, "url": self.quorum.url(i), "pid": pid(self.quorum.procs.get(i))}
+                for i in range(1, self.quorum.n + 1)
+            ],
+        }
+        tmp = self.root / "cluster.json.tmp"
+        tmp.write_text(json.dumps(desc, indent=2) + "\n")
+        tmp.replace(self.root / "cluster.json")
+
+    def forget(self) -> None:
+        """After the stop: the cluster file no longer names a supervisor to ask."""
+        path = self.root / "cluster.json"
+        try:
+            desc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        desc.pop("supervisor_pid", None)
+        for n in desc.get("brokers", []) + desc.get("controllers", []):
+            n["pid"] = None
+        path.write_text(json.dumps(desc, indent=2) + "\n")
+
+    def report_exits(self) -> None:
+        newly = False
+        for name, (role, _, p) in self._procs().items():
+            if p is None or p.poll() is None or name in self.reported:
+                continue
+            self.reported.add(name)
+            newly = True
+            log = self.root / name / f"{role}.log"
+            lines = "\n".join(f"    {ln}" for ln in _tail(log, LOG_TAIL_LINES))
+            alive = sum(
+                1 for _, _, q in self._procs().values() if q is not None and q.poll() is None
+            )
+            click.echo(
+                f"\n{name} exited: {describe_exit(p.returncode)}; the other {alive} node(s) "
+                f"keep running.\nlast lines of {log}:\n{lines or '    (empty)'}\n"
+                f"bring it back: longboat dev restart {name}   (or press r here)",
+                err=True,
+            )
+        if newly:  # the cluster file shows it without a pid
+            self.write_cluster_file()
+
+    def restart(self, name: str) -> dict[str, Any]:
+        """Stop ``name`` if it runs (SIGTERM, then SIGKILL after 10 s), start it again on the
+        same port and data; what happened, for the requester."""
+        procs = self._procs()
+        if name not in procs:
+            return {"ok": False, "message": f"no node {name} (nodes: {', '.join(procs)})"}
+        from api.node.localcluster import stop_processes
+
+        role, node_id, p = procs[name]
+        group: dict[int, subprocess.Popen[bytes]] = (
+            self.quorum.procs if role == "controller" else self.bs.procs
+        )
+        was = "stopped and restarted"
+        if p is None or p.poll() is not None:
+            was = "restarted"
+            group.pop(node_id, None)
+        else:
+            stop_processes({node_id: group.pop(node_id)})
+        if role == "controller":
+            self.quorum.start(node_id)
+        else:
+            self.bs.start(node_id)
+        self.reported.discard(name)
+        self.write_cluster_file()
+        pid = group[node_id].pid
+        click.echo(f"{name} {was} (pid {pid})", err=True)
+        return {"ok": True, "message": f"{name} {was}", "pid": pid}
+
+    def restart_dead(self) -> None:
+        dead = [n for n, (_, _, p) in self._procs().items() if p is None or p.poll() is not None]
+        if not dead:
+            click.echo("every node is running; nothing to restart", err=True)
+        for name in dead:
+            self.restart(name)
+
+    def handle_requests(self) -> None:
+        for req in sorted(self.control.glob("restart-*")):
+            if req.suffix in (".done", ".tmp"):
+                continue
+            name = req.name.removeprefix("restart-")
+            req.unlink()
+            answer = self.restart(name)
+            tmp = req.with_suffix(".tmp")
+            tmp.write_text(json.dumps(answer))
+            tmp.replace(req.with_suffix(".done"))
+
+
+@contextmanager
+def _keys() -> Iterator[Any]:
+    """A ``read(timeout_s) -> str`` of the keys pressed, when ``dev up`` runs in the
+    foreground of a terminal (cbreak mode: keys arrive unbuffered, Ctrl-C still signals);
+    None otherwise (a pipe, a background job, a test)."""
+    fd = sys.stdin.fileno() if sys.stdin is not None else -1
+    try:
+        usable = fd >= 0 and os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        usable = False
+    if not usable:
+        yield None
+        return
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(timeout_s: float) -> str:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return os.read(fd, 64).decode(errors="replace").lower() if ready else ""
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _node_name(spec: str, desc: dict[str, Any]) -> str:
+    """``broker-102``, ``controller-1``, or a bare id (ids are unique across roles)."""
+    if "-" in spec:
+        return spec
+    for role in ("broker", "controller"):
+        for n in desc.get(f"{role}s", []):
+            if str(n["id"]) == spec:
+                return f"{role}-{spec}"
+    known = [f"broker-{n['id']}" for n in desc.get("brokers", [])]
+    known += [f"controller-{n['id']}" for n in desc.get("controllers", [])]
+    raise click.BadParameter(f"no node {spec!r} (nodes: {', '.join(known)})", param_hint="NODE")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dev_group.command("restart")
+@click.argument("node")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="The running dev up's data directory. Default: the cluster file's directory.",
+)
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, help="Seconds.")
+def dev_restart(node: str, data_dir: str | None, timeout_s: float) -> None:
+    """(Re)start NODE (broker-102, controller-1, or an id) of the running `longboat dev up`:
+    stopped first if it runs, then started on its port and data; waits until it serves."""
+    root = Path(data_dir).resolve() if data_dir else cluster_file().resolve().parent
+    try:
+        desc = json.loads((root / "cluster.json").read_text())
+    except (OSError, ValueError):
+        raise click.ClickException(
+            f"no cluster file under {root} (is `longboat dev up` running?)"
+        ) from None
+    sup = desc.get("supervisor_pid")
+    if not isinstance(sup, int) or not _alive(sup):
+        raise click.ClickException(f"no `longboat dev up` is running for {root}")
+    name = _node_name(node, desc)
+    control = root / CONTROL_DIR
+    req = control / f"restart-{name}"
+    done = req.with_suffix(".done")
+    done.unlink(missing_ok=True)
+    tmp = req.with_suffix(".tmp")
+    tmp.write_text("")
+    tmp.replace(req)
+    deadline = time.monotonic() + timeout_s
+    while not done.exists():
+        if time.monotonic() > deadline:
+            req.unlink(missing_ok=True)
+            raise click.ClickException(f"dev up (pid {sup}) did not act within {timeout_s} s")
+        time.sleep(0.1)
+    answer = json.loads(done.read_text())
+    done.unlink()
+    if not answer.get("ok"):
+        raise click.ClickException(str(answer.get("message")))
+    role, _, node_id = name.partition("-")
+    url = next(n["url"] for n in desc[f"{role}s"] if str(n["id"]) == node_id)
+    path = "/v3/health/ready" if role == "broker" else "/v3/quorum/status"
+    from api.node.localcluster import wait_for
+
+    def serves() -> bool:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url + path, timeout=2) as r:
+                return r.status == 200
+        except urllib.error.HTTPError:
+            return False
+
+    try:
+        wait_for(f"{name} serving at {url}", serves, max(1.0, deadline - time.monotonic()))
+    except AssertionError as e:
+        raise click.ClickException(
+            f"{answer['message']} (pid {answer.get('pid')}), but {e}"
+        ) from None
+    click.echo(f"{answer['message']} (pid {answer.get('pid')}); serving at {url}")

@@ -1,12 +1,12 @@
-"""``longboat groups list|describe|reset-offsets|delete``: consumer groups, as
+"""``longboat groups list|describe|reset-offsets|delete-offsets|delete``: consumer groups, as
 ``kafka-consumer-groups`` shows and changes them.
 
 The commands speak the coordinator protocol through the Python client
 (``api.client.coordinator``: ``list`` on every broker, ``describe``, ``lag``,
-``fetch_offsets``, ``reset_offsets``, ``delete`` at the group's coordinator); offsets for
-``--to-earliest``, ``--to-latest`` and ``--to-datetime`` are resolved with ``list_offsets`` at
-the partition leaders (``AsyncConsumer.beginning_offsets``, ``end_offsets``,
-``offsets_for_times``), as Kafka's tool resolves them before it asks the coordinator.
+``fetch_offsets``, ``reset_offsets``, ``delete_offsets``, ``delete`` at the group's
+coordinator). A reset is planned by ``api.client.offset_reset`` (shared with the HTTP route):
+offsets resolved with ``list_offsets`` at the partition leaders, as Kafka's tool resolves
+them before it asks the coordinator.
 
 Resets and deletes need an empty group (no members), as Kafka's tool requires: a live member
 would overwrite the reset with its next commit. Both are refused up front with the group's
@@ -16,8 +16,8 @@ joined meanwhile. ``reset-offsets`` without ``--execute`` only prints the plan.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -36,7 +36,18 @@ from api.cli.common import (
 from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.errors import ClientError
-from api.client.types import TopicPartition
+from api.client.offset_reset import (
+    ResetError,
+    ResetSpec,
+    execute_reset,
+    offsets_csv,
+    parse_duration_ms,
+    parse_offsets_csv,
+    parse_scope,
+    parse_time_ms,
+    plan_reset,
+    refuse_active,
+)
 
 T = TypeVar("T")
 REQUEST_TIMEOUT_MS = 30_000
@@ -75,18 +86,11 @@ async def _describe(coord: CoordinatorClient) -> dict[str, Any]:
     return await coord.call("describe", {})
 
 
-def _is_empty(desc: dict[str, Any]) -> bool:
-    return str(desc.get("state")) in ("EMPTY", "DEAD") and not desc.get("members")
-
-
 def _refuse_active(desc: dict[str, Any], what: str) -> None:
-    if not _is_empty(desc):
-        n = len(desc.get("members") or [])
-        raise GroupsError(
-            f"cannot {what} group '{desc['group']}': it has {n} active member(s) (state "
-            f"{desc.get('state')}); stop its consumers first (as kafka-consumer-groups "
-            "requires: a live member would overwrite the change with its next commit)"
-        )
+    try:
+        refuse_active(desc, what)
+    except ResetError as e:
+        raise GroupsError(e.message) from None
 
 
 @main.group("groups")
@@ -194,90 +198,59 @@ def groups_describe(group: str, bootstrap: str | None, as_json: bool) -> None:
         )
 
 
-def _parse_datetime(v: str) -> int:
-    """ISO-8601; without a zone, local time (as kafka-consumer-groups reads it)."""
-    try:
-        dt = datetime.fromisoformat(v)
-    except ValueError:
-        raise click.BadParameter(
-            f"{v!r} is not an ISO-8601 date-time (e.g. 2026-11-21T12:00:00Z)",
-            param_hint="--to-datetime",
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()
-    return int(dt.timestamp() * 1000)
+_TARGETS = (
+    ("to_earliest", "earliest"),
+    ("to_latest", "latest"),
+    ("to_current", "current"),
+    ("to_offset", "offset"),
+    ("to_datetime", "datetime"),
+    ("shift_by", "shift-by"),
+    ("by_duration", "by-duration"),
+    ("from_file", "file"),
+)
 
 
-async def _plan(
-    c: AsyncConsumer,
-    group: str,
-    topics: tuple[str, ...],
-    partitions: tuple[int, ...],
-    to: tuple[str, Any],
-) -> dict[str, Any]:
-    coord = _coordinator(c, group)
-    desc = await _describe(coord)
-    _refuse_active(desc, "reset the offsets of")
-    tps: list[TopicPartition] = []
-    for t in topics:
-        have = await c.partitions_for(t)
-        wanted = list(partitions) if partitions else have
-        missing = sorted(set(wanted) - set(have))
-        if missing:
-            raise GroupsError(f"topic '{t}' has no partition(s) {', '.join(map(str, missing))}")
-        tps += [TopicPartition(t, p) for p in sorted(wanted)]
-    first = await c.beginning_offsets(tps)
-    end = await c.end_offsets(tps)
-    how, arg = to
-    if how == "earliest":
-        new = dict(first)
-    elif how == "latest":
-        new = dict(end)
-    elif how == "datetime":
-        found = await c.offsets_for_times({tp: int(arg) for tp in tps})
-        # No record at or after the time: the end, as Kafka's tool does.
-        new = {tp: end[tp] if off is None else off for tp, off in found.items()}
-    else:
-        # Out of range is clamped to the log, with a note, as Kafka's tool does.
-        new = {tp: min(max(int(arg), first[tp]), end[tp]) for tp in tps}
-    ans = await coord.call(
-        "fetch_offsets", {"partitions": [[tp.topic, tp.partition] for tp in tps]}
-    )
-    current = {
-        TopicPartition(str(r[0]), int(r[1])): r[2]
-        for r in ans.get("offsets") or []
-        if r[2] is not None and int(r[2]) >= 0
-    }
-    return {
-        "group": group,
-        "state": desc.get("state"),
-        "plan": [
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "current_offset": current.get(tp),
-                "new_offset": new[tp],
-                "earliest": first[tp],
-                "latest": end[tp],
-            }
-            for tp in tps
-        ],
-    }
-
-
-async def _execute(c: AsyncConsumer, plan: dict[str, Any]) -> None:
-    ans = await _coordinator(c, plan["group"]).call(
-        "reset_offsets",
-        {"offsets": [[r["topic"], r["partition"], r["new_offset"]] for r in plan["plan"]]},
-    )
-    err = str(ans.get("error") or "NONE")
-    if err == "NON_EMPTY_GROUP":
-        raise GroupsError(
-            f"cannot reset the offsets of group '{plan['group']}': a member "
-            "joined it meanwhile (NON_EMPTY_GROUP); nothing was changed"
+def _spec(group: str, given: dict[str, Any]) -> ResetSpec:
+    """The one target the user chose, parsed (a usage error for none or several)."""
+    chosen = [(how, given[opt]) for opt, how in _TARGETS if given[opt] not in (None, False)]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
+            "--to-datetime, --shift-by, --by-duration, --from-file"
         )
-    if err != "NONE":
-        raise GroupsError(f"reset refused: {err}: {ans.get('message') or ''}".rstrip(": "))
+    how, arg = chosen[0]
+    try:
+        if how == "datetime":
+            return ResetSpec(how, parse_time_ms(str(arg)))
+        if how == "by-duration":
+            return ResetSpec(how, parse_duration_ms(str(arg)))
+        if how == "file":
+            text = click.open_file(str(arg)).read()
+            return ResetSpec(how, parse_offsets_csv(text, group))
+    except ResetError as e:
+        flag = {"datetime": "--to-datetime", "file": "--from-file"}.get(how, f"--{how}")
+        raise click.UsageError(f"{flag}: {e}") from None
+    except OSError as e:
+        raise click.UsageError(f"--from-file: {e}") from None
+    return ResetSpec(how, None if arg is True else int(arg))
+
+
+def _scopes(
+    topics: tuple[str, ...], partitions: tuple[int, ...]
+) -> list[tuple[str, list[int] | None]]:
+    try:
+        scopes = [parse_scope(t) for t in topics]
+    except ResetError as e:
+        raise click.UsageError(str(e)) from None
+    if partitions:
+        if len(scopes) != 1 or scopes[0][1] is not None:
+            raise click.UsageError("--partition applies to one --topic without :P,P")
+        scopes = [(scopes[0][0], sorted(set(partitions)))]
+    return scopes
+
+
+def _reset_error(e: ResetError) -> GroupsError:
+    return GroupsError(e.message)
 
 
 @groups_group.command("reset-offsets")
@@ -286,9 +259,9 @@ async def _execute(c: AsyncConsumer, plan: dict[str, Any]) -> None:
     "--topic",
     "-t",
     "topics",
-    required=True,
     multiple=True,
-    help="A topic whose offsets to reset (repeatable).",
+    metavar="TOPIC[:P,P...]",
+    help="A topic (all its partitions, or those listed) whose offsets to reset (repeatable).",
 )
 @click.option(
     "--partition",
@@ -296,23 +269,47 @@ async def _execute(c: AsyncConsumer, plan: dict[str, Any]) -> None:
     "partitions",
     type=click.IntRange(0),
     multiple=True,
-    help="Only these partitions (repeatable; default: all of each topic).",
+    help="Only these partitions of the one --topic (repeatable; as TOPIC:P,P).",
 )
+@click.option("--all-topics", is_flag=True, help="Every topic the group has offsets for.")
 @click.option("--to-earliest", is_flag=True, help="The first offset still in the log.")
 @click.option("--to-latest", is_flag=True, help="The end of the log (skip everything).")
 @click.option(
+    "--to-current",
+    is_flag=True,
+    help="The committed offset (the end where there is none): writes it down as is.",
+)
+@click.option(
+    "--to-offset", type=click.IntRange(0), metavar="N", help="This offset (clamped to the log)."
+)
+@click.option(
     "--to-datetime",
-    metavar="ISO-8601",
+    metavar="ISO-8601|MS",
     help="The first offset with a timestamp at or after this time.",
 )
 @click.option(
-    "--to-offset",
-    type=click.IntRange(0),
+    "--shift-by",
+    type=int,
     metavar="N",
-    help="This offset (clamped to the log's range).",
+    help="The committed offset plus N (negative: back), clamped to the log.",
 )
 @click.option(
+    "--by-duration",
+    metavar="PnDTnHnMnS",
+    help="The first offset at or after now minus this ISO-8601 duration (PT1H: an hour ago).",
+)
+@click.option(
+    "--from-file",
+    metavar="CSV",
+    help="Offsets from a file of topic,partition,offset lines (kafka-consumer-groups' "
+    "--export format; '-' reads stdin). Its partitions are the scope.",
+)
+@click.option("--dry-run", is_flag=True, help="Only print the plan (the default).")
+@click.option(
     "--execute", is_flag=True, help="Apply the plan. Without it, a dry run prints the plan."
+)
+@click.option(
+    "--export", is_flag=True, help="Print the plan as topic,partition,offset lines (CSV)."
 )
 @bootstrap_option
 @json_option
@@ -320,39 +317,40 @@ def groups_reset_offsets(
     group: str,
     topics: tuple[str, ...],
     partitions: tuple[int, ...],
-    to_earliest: bool,
-    to_latest: bool,
-    to_datetime: str | None,
-    to_offset: int | None,
+    all_topics: bool,
+    dry_run: bool,
     execute: bool,
+    export: bool,
     bootstrap: str | None,
     as_json: bool,
+    **targets: Any,
 ) -> None:
-    """Move GROUP's committed offsets on the given topic(s). The group must have no members."""
-    chosen = [
-        (n, v)
-        for n, v in (
-            ("earliest", to_earliest or None),
-            ("latest", to_latest or None),
-            ("datetime", to_datetime),
-            ("offset", to_offset),
-        )
-        if v is not None
-    ]
-    if len(chosen) != 1:
-        raise click.UsageError(
-            "give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset"
-        )
-    how, arg = chosen[0]
-    if how == "datetime":
-        arg = _parse_datetime(str(arg))
-    if partitions and len(topics) > 1:
-        raise click.UsageError("--partition applies to one --topic")
+    """Move GROUP's committed offsets, as kafka-consumer-groups --reset-offsets: a scope
+    (--topic T, --topic T:0,1, --all-topics, or --from-file) and one target. Prints the plan;
+    --execute applies it. The group must have no members."""
+    if dry_run and execute:
+        raise click.UsageError("--dry-run and --execute exclude each other")
+    spec = _spec(group, targets)
+    scopes = _scopes(topics, partitions)
+    if spec.how != "file" and bool(scopes) == all_topics:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
 
     async def go(c: AsyncConsumer) -> dict[str, Any]:
-        plan = await _plan(c, group, topics, partitions, (how, arg))
-        if execute:
-            await _execute(c, plan)
+        call = _coordinator(c, group).call
+        try:
+            plan = await plan_reset(
+                c,
+                call,
+                group,
+                spec,
+                scopes=scopes,
+                all_topics=all_topics,
+                now_ms=int(time.time() * 1000),
+            )
+            if execute:
+                await execute_reset(call, plan)
+        except ResetError as e:
+            raise _reset_error(e) from None
         return plan
 
     plan = _run(go, bootstrap)
@@ -360,14 +358,16 @@ def groups_reset_offsets(
     if as_json:
         emit_json(plan)
         return
-    if how == "offset":
-        for r in plan["plan"]:
-            if r["new_offset"] != arg:
-                click.echo(
-                    f"note: offset {arg} is outside {r['topic']}-{r['partition']}'s "
-                    f"range [{r['earliest']}, {r['latest']}]; using {r['new_offset']}",
-                    err=True,
-                )
+    if export:
+        click.echo(offsets_csv(plan), nl=False)
+        return
+    for r in plan["plan"]:
+        if r["clamped"]:
+            click.echo(
+                f"note: the offset asked for {r['topic']}-{r['partition']} is outside its "
+                f"range [{r['earliest']}, {r['latest']}]; using {r['new_offset']}",
+                err=True,
+            )
     print_table(
         [
             [group, r["topic"], r["partition"], r["current_offset"], r["new_offset"]]
@@ -379,6 +379,67 @@ def groups_reset_offsets(
         click.echo(f"reset {len(plan['plan'])} partition(s) of group {group}")
     else:
         click.echo("dry run: nothing changed (add --execute to apply this plan)")
+
+
+@groups_group.command("delete-offsets")
+@click.option("--group", "-g", required=True, help="The consumer group.")
+@click.option(
+    "--topic",
+    "-t",
+    "topics",
+    required=True,
+    multiple=True,
+    metavar="TOPIC[:P,P...]",
+    help="A topic (all its partitions, or those listed) whose offsets to delete (repeatable).",
+)
+@bootstrap_option
+@json_option
+def groups_delete_offsets(
+    group: str, topics: tuple[str, ...], bootstrap: str | None, as_json: bool
+) -> None:
+    """Delete GROUP's committed offsets of some topics or partitions (Kafka's OffsetDelete,
+    KIP-496): refused for a topic a live member subscribes to. A group left without offsets
+    is gone."""
+    scopes = _scopes(topics, ())
+
+    async def go(c: AsyncConsumer) -> list[list[Any]]:
+        coord = _coordinator(c, group)
+        desc = await _describe(coord)
+        if str(desc.get("state")) == "DEAD":
+            raise GroupsError(f"consumer group '{group}' does not exist")
+        committed = (await coord.call("fetch_offsets", {})).get("offsets") or []
+        have = {(str(r[0]), int(r[1])) for r in committed if r[2] is not None and r[2] >= 0}
+        doomed: list[list[Any]] = []
+        for topic, parts in scopes:
+            mine = sorted(p for t, p in have if t == topic)
+            wanted = mine if parts is None else parts
+            doomed += [[topic, p, "deleted" if p in mine else "no offset"] for p in wanted]
+        ans = await coord.call("delete_offsets", {"partitions": [[t, p] for t, p, _ in doomed]})
+        err = str(ans.get("error") or "NONE")
+        if err == "GROUP_SUBSCRIBED_TO_TOPIC":
+            raise GroupsError(
+                f"cannot delete offsets of group '{group}': a live member subscribes to "
+                f"{', '.join(sorted({s[0] for s in scopes}))} (GROUP_SUBSCRIBED_TO_TOPIC); "
+                "nothing was deleted"
+            )
+        if err == "GROUP_ID_NOT_FOUND":
+            raise GroupsError(f"consumer group '{group}' does not exist")
+        if err != "NONE":
+            raise GroupsError(f"delete refused: {err}: {ans.get('message') or ''}".rstrip(": "))
+        return doomed
+
+    rows = _run(go, bootstrap)
+    if as_json:
+        emit_json(
+            {
+                "group": group,
+                "partitions": [
+                    dict(zip(("topic", "partition", "result"), r, strict=True)) for r in rows
+                ],
+            }
+        )
+        return
+    print_table(rows, ["TOPIC", "PARTITION", "RESULT"])
 
 
 @groups_group.command("delete")

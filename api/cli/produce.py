@@ -1,9 +1,15 @@
 """``longboat produce`` and ``longboat consume``: the console producer and consumer.
 
 As Kafka's ``kafka-console-producer`` / ``kafka-console-consumer``: lines of standard input
-become records (``--key-separator`` splits a key off each line), and records are printed one
-per line. ``consume --group G`` reads as a member of consumer group G (its share of the
-partitions, resuming from the group's commits, auto-committing what it printed). Both go through the Python client (``api.client``), straight to partition leaders.
+become records (``--key-separator`` splits a key off each line; ``--parse-headers`` and ``-H``
+add headers; ``--jsonl`` reads key, value, headers, timestamp and partition per line), and
+records are printed one per line (kcat's ``-f`` format, JSON, or the console consumer's line
+with timestamp and headers; the words are ``api.cli.console_format``). ``consume`` starts at
+``--offset earliest|latest|-N|N`` or ``--from-time``, and ``--exit`` stops at the ends the
+partitions had at the start (kcat's ``-e``). ``consume --group G`` reads as a member of
+consumer group G (its share of the partitions, resuming from the group's commits,
+auto-committing what it printed). Both go through the Python client (``api.client``),
+straight to partition leaders.
 ``--bootstrap`` defaults to ``$LONGBOAT_BOOTSTRAP`` or the brokers of the local cluster file
 (``longboat dev up`` writes it).
 """
@@ -11,7 +17,6 @@ partitions, resuming from the group's commits, auto-committing what it printed).
 from __future__ import annotations
 
 import asyncio
-import base64
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +25,19 @@ import click
 import orjson
 
 from api.cli.common import bootstrap_option, main, resolve_bootstrap, run_loop
+from api.cli.console_format import (
+    FormatError,
+    Header,
+    LineRecord,
+    compile_format,
+    default_line,
+    json_field,
+    parse_header,
+    parse_jsonl,
+    parse_offset,
+    split_headers,
+    start_offset,
+)
 
 
 def _run(coro: Any) -> Any:
@@ -54,10 +72,23 @@ def _fail(e: BaseException) -> click.ClickException:
 )
 @click.option(
     "--header",
+    "-H",
     "headers",
     multiple=True,
     metavar="NAME=VALUE",
     help="A header for every record (repeatable).",
+)
+@click.option(
+    "--parse-headers",
+    is_flag=True,
+    help="Each line starts with its own headers, h1:v1,h2:v2 then a TAB "
+    "(kafka-console-producer's parse.headers=true); the rest is [key SEP] value.",
+)
+@click.option(
+    "--jsonl",
+    is_flag=True,
+    help='Each line is a JSON object: {"key", "value", "headers", "timestamp", "partition"} '
+    '(all optional; {"base64": ...} for bytes; consume --json prints this form).',
 )
 def produce_cmd(
     topic: str,
@@ -69,23 +100,29 @@ def produce_cmd(
     linger_ms: float,
     no_idempotence: bool,
     headers: tuple[str, ...],
+    parse_headers: bool,
+    jsonl: bool,
 ) -> None:
     """Send each line of standard input as one record of TOPIC."""
-    hdrs: list[tuple[str, bytes | None]] = []
-    for h in headers:
-        name, sep, value = h.partition("=")
-        if not sep or not name:
-            raise click.UsageError(f"--header {h!r}: expected NAME=VALUE")
-        hdrs.append((name, value.encode()))
+    try:
+        hdrs = [parse_header(h) for h in headers]
+    except FormatError as e:
+        raise click.UsageError(f"--header: {e}") from None
+    if jsonl and (key_separator or parse_headers):
+        raise click.UsageError(
+            "--jsonl lines carry key and headers: no --key-separator/--parse-headers"
+        )
+    line_parser = _line_parser(
+        key_separator.encode() if key_separator else None, parse_headers, jsonl
+    )
     idempotent = not no_idempotence and acks == "all"
     if not no_idempotence and acks != "all":
         click.echo("note: --acks 1/0 turns idempotence off", err=True)
     boot = resolve_bootstrap(bootstrap)
-    sep_bytes = key_separator.encode() if key_separator else None
     try:
         n, failed = _run(
             _produce(
-                topic, boot, sep_bytes, partition, acks, compression, linger_ms, idempotent, hdrs
+                topic, boot, line_parser, partition, acks, compression, linger_ms, idempotent, hdrs
             )
         )
     except Exception as e:
@@ -97,16 +134,38 @@ def produce_cmd(
         sys.exit(1)
 
 
+def _line_parser(
+    sep: bytes | None, parse_headers: bool, jsonl: bool
+) -> Callable[[bytes, int], LineRecord | None]:
+    """A line (and its number) as a record; None for a line to skip (a blank JSON line)."""
+
+    def parse(line: bytes, n: int) -> LineRecord | None:
+        if jsonl:
+            return parse_jsonl(line, n) if line.strip() else None
+        hdrs: list[Header] = []
+        if parse_headers:
+            hdrs, line = split_headers(line, n)
+        key: bytes | None = None
+        if sep is not None:
+            k, s, v = line.partition(sep)
+            if not s:
+                raise FormatError(f"line {n} has no key separator {sep!r}")
+            key, line = k, v
+        return LineRecord(line, key, tuple(hdrs))
+
+    return parse
+
+
 async def _produce(
     topic: str,
     bootstrap: str,
-    sep: bytes | None,
+    parse: Callable[[bytes, int], LineRecord | None],
     partition: int | None,
     acks: str,
     compression: str,
     linger_ms: float,
     idempotent: bool,
-    headers: list[tuple[str, bytes | None]],
+    headers: list[Header],
 ) -> tuple[int, int]:
     from api.client import AsyncProducer, ClientError
 
@@ -117,7 +176,7 @@ async def _produce(
     )
     futures: list[asyncio.Future[Any]] = []
     failed = 0
-    n = 0
+    n = lineno = 0
     async with AsyncProducer(
         bootstrap,
         acks=acks,
@@ -134,17 +193,20 @@ async def _produce(
             else:
                 lines, tail = ([tail] if tail else []), b""
             for line in lines:
-                line = line.rstrip(b"\r")
-                key: bytes | None = None
-                if sep is not None:
-                    k, s, v = line.partition(sep)
-                    if not s:
-                        raise ClientError(
-                            "INVALID_RECORD", f"line {n + 1} has no key separator {sep!r}"
-                        )
-                    key, line = k, v
+                lineno += 1
+                rec = parse(line.rstrip(b"\r"), lineno)
+                if rec is None:
+                    continue
+                hdrs = headers + list(rec.headers)
                 futures.append(
-                    await p.send(topic, line, key=key, partition=partition, headers=headers or None)
+                    await p.send(
+                        topic,
+                        rec.value,
+                        key=rec.key,
+                        partition=rec.partition if rec.partition is not None else partition,
+                        headers=hdrs or None,
+                        timestamp_ms=rec.timestamp_ms,
+                    )
                 )
                 n += 1
             if len(futures) >= 10_000 or not chunk:
@@ -158,21 +220,6 @@ async def _produce(
             if not chunk:
                 break
     return n, failed
-
-
-def _text(b: bytes | None) -> str:
-    if b is None:
-        return "null"
-    return b.decode("utf-8", errors="backslashreplace")
-
-
-def _json_field(b: bytes | None) -> Any:
-    if b is None:
-        return None
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(b).decode()}
 
 
 @main.command("consume")
@@ -198,7 +245,26 @@ def _json_field(b: bytes | None) -> Any:
     multiple=True,
     help="Read only this partition (repeatable). Default: all.",
 )
-@click.option("--offset", type=int, help="Start at this offset (with one --partition).")
+@click.option(
+    "--offset",
+    "-o",
+    metavar="earliest|latest|-N|N",
+    help="Where each partition starts: earliest, latest, -N (N records before the end, "
+    "kcat's -o -N) or the offset N (clamped to the log).",
+)
+@click.option(
+    "--from-time",
+    metavar="ISO-8601|MS",
+    help="Start each partition at its first record at or after this time "
+    "(ISO-8601, zone-less = local, or epoch ms).",
+)
+@click.option(
+    "--exit",
+    "-e",
+    "exit_at_end",
+    is_flag=True,
+    help="Exit once every partition is read to the end it had at the start (kcat -e).",
+)
 @click.option("--max-messages", type=int, help="Exit after this many records.")
 @click.option(
     "--timeout-ms",
@@ -206,6 +272,18 @@ def _json_field(b: bytes | None) -> Any:
     help="Exit when no record arrived for this long (default: wait forever).",
 )
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option("--print-timestamp", is_flag=True, help="Prefix CreateTime:MS<TAB>.")
+@click.option(
+    "--print-headers", is_flag=True, help="Prefix h1:v1,h2:v2<TAB> (NO_HEADERS when none)."
+)
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    metavar="FMT",
+    help="kcat's -f: %t topic, %p partition, %o offset, %k key, %s value, %K/%S their "
+    "lengths, %T timestamp (ms), %h headers, %%; \\n \\t escapes; no newline added.",
+)
 @click.option("--print-offset", is_flag=True, help="Prefix PARTITION:OFFSET<TAB>.")
 @click.option(
     "--json",
@@ -219,22 +297,53 @@ def consume_cmd(
     group: str | None,
     from_beginning: bool,
     partition: tuple[int, ...],
-    offset: int | None,
+    offset: str | None,
+    from_time: str | None,
+    exit_at_end: bool,
     max_messages: int | None,
     timeout_ms: int | None,
     print_key: bool,
+    print_timestamp: bool,
+    print_headers: bool,
+    fmt: str | None,
     print_offset: bool,
     as_json: bool,
 ) -> None:
     """Print the records of TOPIC, one per line."""
-    if group is not None and (partition or offset is not None):
+    if group is not None and (partition or offset or from_time or exit_at_end):
         raise click.UsageError(
-            "--group shares the partitions out itself: no --partition or --offset with it"
+            "--group shares the partitions out itself and starts at its commits: "
+            "no --partition, --offset, --from-time or --exit with it"
         )
-    if offset is not None and len(partition) != 1:
-        raise click.UsageError("--offset needs exactly one --partition")
+    starts = [o for o in (offset, from_time) if o is not None]
+    if len(starts) + from_beginning > 1:
+        raise click.UsageError("give one of --from-beginning, --offset, --from-time")
+    if fmt is not None and as_json:
+        raise click.UsageError("--format and --json exclude each other")
+    try:
+        start = (
+            ("time", _parse_time(from_time))
+            if from_time is not None
+            else parse_offset(offset)
+            if offset is not None
+            else ("earliest", 0)
+            if from_beginning
+            else ("latest", 0)
+        )
+        render = compile_format(fmt) if fmt is not None else None
+    except FormatError as e:
+        raise click.UsageError(str(e)) from None
     boot = resolve_bootstrap(bootstrap)
-    printer = _Printer(print_key, print_offset, as_json)
+    printer = _Printer(
+        render,
+        as_json,
+        {
+            "print_key": print_key,
+            "print_offset": print_offset,
+            "print_timestamp": print_timestamp,
+            "print_headers": print_headers,
+        },
+    )
     try:
         if group is not None:
             n = _run(
@@ -247,9 +356,9 @@ def consume_cmd(
                 _consume(
                     topic,
                     boot,
-                    from_beginning,
+                    start,
                     list(partition),
-                    offset,
+                    exit_at_end,
                     max_messages,
                     timeout_ms,
                     printer,
@@ -262,39 +371,72 @@ def consume_cmd(
     click.echo(f"Processed a total of {n} messages", err=True)
 
 
+def _parse_time(text: str) -> int:
+    from api.client.offset_reset import ResetError, parse_time_ms
+
+    try:
+        return parse_time_ms(text)
+    except ResetError as e:
+        raise FormatError(f"--from-time: {e}") from None
+
+
 class _Printer:
-    def __init__(self, print_key: bool, print_offset: bool, as_json: bool) -> None:
-        self.print_key = print_key
-        self.print_offset = print_offset
+    """Records to standard output: a kcat format, JSON lines, or the console consumer's
+    default line."""
+
+    def __init__(
+        self, render: Callable[[Any], bytes] | None, as_json: bool, flags: dict[str, bool]
+    ) -> None:
+        self.render = render
         self.as_json = as_json
+        self.flags = flags
         self.out = sys.stdout.buffer
 
-    def write(self, records: list[Any]) -> None:
-        lines = []
-        for r in records:
-            if self.as_json:
-                lines.append(
-                    orjson.dumps(
-                        {
-                            "topic": r.topic,
-                            "partition": r.partition,
-                            "offset": r.offset,
-                            "timestamp": r.timestamp,
-                            "key": _json_field(r.key),
-                            "value": _json_field(r.value),
-                            "headers": [[h, _json_field(v)] for h, v in r.headers],
-                        }
-                    )
+    def line(self, r: Any) -> bytes:
+        if self.render is not None:
+            return self.render(r)
+        if self.as_json:
+            return (
+                orjson.dumps(
+                    {
+                        "topic": r.topic,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": json_field(r.key),
+                        "value": json_field(r.value),
+                        "headers": [[h, json_field(v)] for h, v in r.headers],
+                    }
                 )
-                continue
-            s = _text(r.value)
-            if self.print_key:
-                s = f"{_text(r.key)}\t{s}"
-            if self.print_offset:
-                s = f"{r.partition}:{r.offset}\t{s}"
-            lines.append(s.encode())
-        self.out.write(b"\n".join(lines) + b"\n")
+                + b"\n"
+            )
+        return default_line(r, **self.flags)
+
+    def write(self, records: list[Any]) -> None:
+        self.out.write(b"".join(self.line(r) for r in records))
         self.out.flush()
+
+
+class _UntilEnd:
+    """``--exit``: each partition is read up to the end it had at the start (later records
+    are left out, the partition paused), and the read is over when all are there."""
+
+    def __init__(self, consumer: Any, end: dict[Any, int]) -> None:
+        self.consumer = consumer
+        self.end = end
+
+    def keep(self, records: list[Any]) -> list[Any]:
+        from api.client import TopicPartition
+
+        return [r for r in records if r.offset < self.end[TopicPartition(r.topic, r.partition)]]
+
+    def done(self) -> bool:
+        pos = self.consumer.positions()
+        reached = [tp for tp, e in self.end.items() if pos.get(tp, -1) >= e]
+        for tp in reached:
+            if tp not in self.consumer.paused():
+                self.consumer.pause(tp)
+        return len(reached) == len(self.end)
 
 
 JOIN_TIMEOUT_S = 60.0
@@ -307,6 +449,7 @@ async def _print_polls(
     timeout_ms: int | None,
     printer: _Printer,
     ready: Callable[[], bool] | None = None,
+    until: _UntilEnd | None = None,
 ) -> int:
     """Poll and print until ``max_messages`` or ``timeout_ms`` without a record. Until
     ``ready()`` (a group member's first join) the idle clock does not run, since a group's
@@ -318,6 +461,8 @@ async def _print_polls(
     join_deadline = loop.time() + JOIN_TIMEOUT_S
     try:
         while max_messages is None or n < max_messages:
+            if until is not None and until.done():
+                break
             if ready is not None and ready():
                 ready = None
                 if timeout_ms is not None:
@@ -332,6 +477,8 @@ async def _print_polls(
                 wait = 200
             left = None if max_messages is None else max_messages - n
             records = await poll(wait, left)
+            if until is not None:
+                records = until.keep(records)
             if not records:
                 if not joining and idle_deadline is not None and loop.time() >= idle_deadline:
                     break
@@ -348,28 +495,37 @@ async def _print_polls(
 async def _consume(
     topic: str,
     bootstrap: str,
-    from_beginning: bool,
+    start: tuple[str, int],
     partitions: list[int],
-    offset: int | None,
+    exit_at_end: bool,
     max_messages: int | None,
     timeout_ms: int | None,
     printer: _Printer,
 ) -> int:
     from api.client import AsyncConsumer, TopicPartition
 
+    how, arg = start
     async with AsyncConsumer(
-        bootstrap, auto_offset_reset="earliest" if from_beginning else "latest", max_wait_ms=500
+        bootstrap, auto_offset_reset="earliest" if how != "latest" else "latest", max_wait_ms=500
     ) as c:
-        parts = partitions or await c.partitions_for(topic)
-        tps = [TopicPartition(topic, p) for p in parts]
+        have = await c.partitions_for(topic)
+        missing = sorted(set(partitions) - set(have))
+        if missing:
+            raise FormatError(f"topic {topic!r} has no partition(s) {missing} (it has {len(have)})")
+        tps = [TopicPartition(topic, p) for p in (partitions or have)]
         c.assign(tps)
-        if offset is not None:
-            c.seek(tps[0], offset)
-        elif from_beginning:
-            await c.seek_to_beginning(*tps)
+        first = await c.beginning_offsets(tps)
+        end = await c.end_offsets(tps)
+        if how == "time":
+            found = await c.offsets_for_times({tp: arg for tp in tps})
+            # No record at or after the time: the end (as kcat and Kafka's tools).
+            begin = {tp: e if (o := found[tp]) is None else o for tp, e in end.items()}
         else:
-            await c.seek_to_end(*tps)
-        return await _print_polls(c.poll, max_messages, timeout_ms, printer)
+            begin = {tp: start_offset(how, arg, first[tp], end[tp]) for tp in tps}
+        for tp in tps:
+            c.seek(tp, begin[tp])
+        until = _UntilEnd(c, end) if exit_at_end else None
+        return await _print_polls(c.poll, max_messages, timeout_ms, printer, until=until)
 
 
 async def _consume_group(

@@ -111,18 +111,47 @@ def topics_list(bootstrap: str | None, as_json: bool, internal: bool) -> None:
     )
 
 
-@topics_group.command("describe")
-@click.argument("topic")
-@bootstrap_option
-@json_option
-def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
-    """Partitions (leader, replicas, ISR, offsets) and non-default configs of TOPIC."""
-    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+def _min_isr(cfgs: dict[str, Any]) -> int:
+    for c in cfgs["data"]:
+        if c["name"] == "min.insync.replicas":
+            try:
+                return int(c["value"])
+            except (TypeError, ValueError):
+                return 1
+    return 1
+
+
+def _partition_flags(p: dict[str, Any], min_isr: int, live: set[int]) -> set[str]:
+    """Kafka's kafka-topics --describe filters a partition matches: under-replicated (ISR
+    smaller than the replicas), under-min-isr (ISR below min.insync.replicas), unavailable
+    (no leader, or a leader that is not a live broker)."""
+    flags = set()
+    if len(p["isr"]) < len(p["replicas"]):
+        flags.add("under_replicated")
+    if len(p["isr"]) < min_isr:
+        flags.add("under_min_isr")
+    if p["leader_id"] < 0 or p["leader_id"] not in live:
+        flags.add("unavailable")
+    return flags
+
+
+def _describe_one(
+    admin: HttpAdmin, topic: str, wanted: set[str], live: set[int]
+) -> dict[str, Any] | None:
+    """A topic with its partitions (those matching every filter in ``wanted``; the topic
+    is None when none does) and their offsets, and its non-default configs."""
     _, t = admin.request("GET", admin.v3(f"/topics/{topic}"))
     _, parts = admin.request("GET", admin.v3(f"/topics/{topic}/partitions"))
     _, cfgs = admin.request("GET", admin.v3(f"/topics/{topic}/configs"))
+    min_isr = _min_isr(cfgs)
     rows = []
     for p in parts["data"]:
+        flags = _partition_flags(p, min_isr, live)
+        if not wanted <= flags:
+            continue
+        p["under_replicated"] = "under_replicated" in flags
+        p["under_min_isr"] = "under_min_isr" in flags
+        p["unavailable"] = "unavailable" in flags
         try:
             _, off = admin.request(
                 "GET", admin.v3(f"/topics/{topic}/partitions/{p['partition_id']}/offset")
@@ -131,10 +160,14 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
             off = {"earliest_offset": None, "latest_offset": None}
         p["earliest_offset"], p["latest_offset"] = off["earliest_offset"], off["latest_offset"]
         rows.append(p)
+    if wanted and not rows:
+        return None
     overrides = {c["name"]: c["value"] for c in cfgs["data"] if not c["is_default"]}
-    if as_json:
-        emit_json({"topic": t, "partitions": rows, "configs": overrides})
-        return
+    return {"topic": t, "partitions": rows, "configs": overrides, "min_insync_replicas": min_isr}
+
+
+def _print_described(d: dict[str, Any]) -> None:
+    t, rows, overrides = d["topic"], d["partitions"], d["configs"]
     click.echo(
         f"Topic: {t['topic_name']}  id: {t['topic_id']}  partitions: "
         f"{t['partitions_count']}  replication factor: {t['replication_factor']}"
@@ -146,12 +179,12 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
         [
             [
                 p["partition_id"],
-                p["leader_id"],
+                p["leader_id"] if p["leader_id"] >= 0 else "none",
                 ",".join(str(r["broker_id"]) for r in p["replicas"]),
                 ",".join(str(b) for b in p["isr"]),
                 p["earliest_offset"],
                 p["latest_offset"],
-                "yes" if len(p["isr"]) < len(p["replicas"]) else "",
+                "yes" if p["under_replicated"] else "",
             ]
             for p in rows
         ],
@@ -165,6 +198,68 @@ def topics_describe(topic: str, bootstrap: str | None, as_json: bool) -> None:
                 f"{','.join(map(str, elr)) or '-'}, last known ELR "
                 f"{','.join(map(str, lke)) or '-'}"
             )
+
+
+@topics_group.command("describe")
+@click.argument("topic", required=False)
+@click.option(
+    "--under-replicated-partitions",
+    is_flag=True,
+    help="Only partitions whose ISR is smaller than their replicas.",
+)
+@click.option(
+    "--under-min-isr-partitions",
+    is_flag=True,
+    help="Only partitions whose ISR is below the topic's min.insync.replicas.",
+)
+@click.option(
+    "--unavailable-partitions",
+    is_flag=True,
+    help="Only partitions without a leader, or whose leader is not a live broker.",
+)
+@click.option("--internal", is_flag=True, help="Without TOPIC: include internal topics (__...).")
+@bootstrap_option
+@json_option
+def topics_describe(
+    topic: str | None,
+    under_replicated_partitions: bool,
+    under_min_isr_partitions: bool,
+    unavailable_partitions: bool,
+    internal: bool,
+    bootstrap: str | None,
+    as_json: bool,
+) -> None:
+    """Partitions (leader, replicas, ISR, offsets) and non-default configs of TOPIC, or of
+    every topic; the filters keep only the partitions (and topics) that match all of them,
+    as kafka-topics --describe does."""
+    admin = HttpAdmin(resolve_bootstrap(bootstrap))
+    wanted = {
+        name
+        for name, on in (
+            ("under_replicated", under_replicated_partitions),
+            ("under_min_isr", under_min_isr_partitions),
+            ("unavailable", unavailable_partitions),
+        )
+        if on
+    }
+    _, brokers = admin.request("GET", admin.v3("/brokers"))
+    live = {int(b["broker_id"]) for b in brokers["data"] if not b.get("fenced")}
+    if topic is not None:
+        names = [topic]
+    else:
+        _, listed = admin.request("GET", admin.v3("/topics"))
+        names = sorted(t["topic_name"] for t in listed["data"] if internal or not t["is_internal"])
+    described = [d for n in names if (d := _describe_one(admin, n, wanted, live)) is not None]
+    if as_json:
+        if topic is not None:  # one topic: the object itself, as before filters existed
+            emit_json(described[0] if described else None)
+        else:
+            emit_json(described)
+        return
+    for i, d in enumerate(described):
+        if i:
+            click.echo("")
+        _print_described(d)
 
 
 @topics_group.command("delete")

@@ -4,7 +4,8 @@
 ``api.http.acls``), the REST Proxy v2
 routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
 instances (``api.http.v2_consumers``), ``GET /metrics`` (``api.http.metrics``) and
-``GET /openapi.json`` (``api.http.openapi``), with an ``HttpContext`` built from the broker server
+``GET /openapi.json`` (``api.http.openapi``) and its page ``GET /openapi``, and CORS when configured (``api.http.cors``),
+with an ``HttpContext`` built from the broker server
 (its image, its ``PartitionRouter``, a ``ControllerClient`` for topic administration).
 Health and readiness (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
@@ -18,11 +19,13 @@ from aiohttp import web
 
 from api.http.acls import add_acl_routes
 from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
+from api.http.cors import add_cors
 from api.http.embedded import EmbeddedCodec
 from api.http.errors import ERROR_HOOK_KEY
 from api.http.groups import add_group_routes
 from api.http.metrics import BrokerMetrics, metrics_handler, replica_gauges
 from api.http.openapi import openapi_document
+from api.http.openapi_page import openapi_page
 from api.http.v2 import add_v2_routes
 from api.http.v2_consumers import add_v2_consumer_routes
 from api.http.v3 import add_v3_routes
@@ -93,11 +96,13 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         return web.Response(body=doc, content_type="application/json")
 
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/openapi", openapi_page)
 
     async def close(app: web.Application) -> None:
         await controllers.close()
 
     app.on_cleanup.append(close)
+    add_cors(app, config.http_cors_allowed_origins)
     _ = netbind  # the controller client binds the node's source address itself
     return ctx
 

@@ -3,8 +3,11 @@
 Paths under ``/v3/clusters/{cluster_id}``: ``/consumer-groups`` (every group of the
 cluster), ``/consumer-groups/{group}``, ``.../consumers``, ``.../consumers/{consumer}``,
 ``.../consumers/{consumer}/assignments``, ``.../lags``, ``.../lags/{topic}/partitions/{p}``
-and ``.../lag-summary``. As in the REST Proxy, v3 groups are read-only: resets and deletes
-are ``longboat groups`` (``api.cli.groups``), which speaks the coordinator protocol.
+and ``.../lag-summary``, read-only as in the REST Proxy. Two additions for curl users, which
+the REST Proxy lacks: ``POST .../consumer-groups/{group}/offsets:reset`` (the plan of
+``kafka-consumer-groups --reset-offsets``, applied with ``"execute": true``; planned by
+``api.client.offset_reset``, as ``longboat groups reset-offsets`` plans it) and
+``POST .../consumer-groups/{group}/offsets:delete`` (OffsetDelete, KIP-496).
 
 The data comes from the groups' coordinators through ``api.client.coordinator`` (``list``
 on every broker, ``describe`` and ``lag`` at the group's coordinator), over the same
@@ -20,16 +23,29 @@ use it too, for the offsets of manually assigned consumers.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from typing import Any
 
 from aiohttp import web
 
+from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient, list_groups
 from api.client.errors import ClientError
+from api.client.offset_reset import (
+    SPECS,
+    ResetError,
+    ResetSpec,
+    execute_reset,
+    parse_duration_ms,
+    parse_scope,
+    parse_time_ms,
+    plan_reset,
+)
 from api.client.transport import MetadataCache, Transport
-from api.http.context import HttpContext, base_url, ctx_of, json_response, path_int
-from api.http.errors import HttpError, kafka_error
+from api.client.types import TopicPartition
+from api.http.context import HttpContext, base_url, ctx_of, json_body, json_response, path_int
+from api.http.errors import HttpError, bad_request, kafka_error
 
 COORDINATOR_RETRY_S = 15.0
 """How long a request keeps looking for a group's coordinator (failover, the offsets topic
@@ -48,6 +64,7 @@ class GroupAccess:
     def __init__(
         self, bootstrap: list[str], *, retry_timeout_s: float = COORDINATOR_RETRY_S
     ) -> None:
+        self.bootstrap = list(bootstrap)
         self.transport = Transport(request_timeout_s=30.0)
         self.metadata = MetadataCache(self.transport, bootstrap)
         self.retry_timeout_s = retry_timeout_s
@@ -397,6 +414,180 @@ async def get_lag_summary(request: web.Request) -> web.Response:
     )
 
 
+RESET_TARGETS = (*(t for t in SPECS if t != "file"), "offsets")
+"""``"to"`` of a reset request: kafka-consumer-groups' targets; ``offsets`` is its
+``--from-file``, the offsets given in the body."""
+
+
+def _reset_http_error(e: ResetError) -> HttpError:
+    if e.kind == "not_empty":
+        return HttpError(409, e.message, 40901)
+    if e.kind == "not_found":
+        return HttpError(404, e.message, 40401)
+    if e.kind == "no_partition":
+        return HttpError(404, e.message, 40402)
+    if e.kind == "refused":
+        return HttpError(409, e.message, 40902)
+    return bad_request(e.message)
+
+
+def _reset_spec(body: dict[str, Any]) -> ResetSpec:
+    """``{"to": ..., "value": ...}`` as a ``ResetSpec`` (400 naming the field if wrong)."""
+    to = body.get("to")
+    if to not in RESET_TARGETS:
+        raise bad_request(f"'to' must be one of {', '.join(RESET_TARGETS)}; got {to!r}.")
+    value = body.get("value")
+    try:
+        if to in ("earliest", "latest", "current"):
+            return ResetSpec(str(to))
+        if to in ("offset", "shift-by"):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or (to == "offset" and value < 0)
+            ):
+                raise bad_request(
+                    f"'value' of '{to}' must be an integer" + (" >= 0." if to == "offset" else ".")
+                )
+            return ResetSpec(str(to), value)
+        if to == "datetime":
+            if isinstance(value, int) and not isinstance(value, bool):
+                return ResetSpec("datetime", value)
+            return ResetSpec("datetime", parse_time_ms(str(value)))
+        if to == "by-duration":
+            return ResetSpec("by-duration", parse_duration_ms(str(value)))
+    except ResetError as e:
+        raise bad_request(f"'value': {e.message}") from None
+    offsets: dict[TopicPartition, int] = {}
+    if not isinstance(value, list) or not value:
+        raise bad_request(
+            '\'value\' of \'offsets\' must be a non-empty list of {"topic", "partition", "offset"}.'
+        )
+    for i, o in enumerate(value):
+        ok = (
+            isinstance(o, dict)
+            and isinstance(o.get("topic"), str)
+            and o["topic"]
+            and all(
+                isinstance(o.get(k), int) and not isinstance(o[k], bool) and o[k] >= 0
+                for k in ("partition", "offset")
+            )
+        )
+        if not ok:
+            raise bad_request(
+                f'\'value[{i}]\' must be {{"topic": str, "partition": int >= 0, '
+                f'"offset": int >= 0}}.'
+            )
+        offsets[TopicPartition(o["topic"], o["partition"])] = o["offset"]
+    return ResetSpec("file", offsets)
+
+
+def _scopes_of(body: dict[str, Any]) -> list[tuple[str, list[int] | None]]:
+    topics = body.get("topics", [])
+    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+        raise bad_request('\'topics\' must be a list of "TOPIC" or "TOPIC:P,P" strings.')
+    try:
+        return [parse_scope(t) for t in topics]
+    except ResetError as e:
+        raise bad_request(e.message) from None
+
+
+async def reset_offsets(request: web.Request) -> web.Response:
+    """Plan (and with ``"execute": true`` apply) a reset of an empty group's offsets."""
+    ctx_of(request)
+    ga = request.app[GROUPS_KEY]
+    group = request.match_info["group"]
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("The body must be a JSON object.")
+    spec = _reset_spec(body)
+    scopes = _scopes_of(body)
+    all_topics = body.get("all_topics", False)
+    execute = body.get("execute", False)
+    if not isinstance(all_topics, bool) or not isinstance(execute, bool):
+        raise bad_request("'all_topics' and 'execute' must be true or false.")
+    if spec.how != "file" and bool(scopes) == all_topics:
+        raise bad_request("Give 'topics' or \"all_topics\": true (one of them).")
+
+    async def call(op: str, b: dict[str, Any]) -> dict[str, Any]:
+        return await ga.call(group, op, b)
+
+    # A client of its own for the list_offsets calls (the leaders' range and times).
+    src = AsyncConsumer(ga.bootstrap, request_timeout_ms=int(ga.retry_timeout_s * 1000))
+    try:
+        await src.start()
+        plan = await plan_reset(
+            src,
+            call,
+            group,
+            spec,
+            scopes=scopes,
+            all_topics=all_topics,
+            now_ms=int(time.time() * 1000),
+        )
+        if execute:
+            await execute_reset(call, plan)
+    except ResetError as e:
+        raise _reset_http_error(e) from None
+    except ClientError as e:
+        raise coordinator_error(e) from None
+    finally:
+        await src.close()
+    return json_response(
+        {
+            "kind": "KafkaConsumerGroupOffsetReset",
+            "group": group,
+            "executed": execute,
+            "partitions": plan["plan"],
+        }
+    )
+
+
+async def delete_offsets(request: web.Request) -> web.Response:
+    """OffsetDelete (KIP-496) of ``{"topics": ["t", "t:0,1"]}``: the partitions named, or
+    every partition of a bare topic the group has an offset for."""
+    ctx_of(request)
+    ga = request.app[GROUPS_KEY]
+    group = request.match_info["group"]
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("The body must be a JSON object.")
+    scopes = _scopes_of(body)
+    if not scopes:
+        raise bad_request("'topics' must name at least one topic.")
+    await _describe_or_404(ga, group)
+    committed = (await ga.call(group, "fetch_offsets", {})).get("offsets") or []
+    have = {(str(r[0]), int(r[1])) for r in committed if r[2] is not None and r[2] >= 0}
+    doomed = []
+    for topic, parts in scopes:
+        doomed += [
+            [topic, p]
+            for p in (parts if parts is not None else sorted(p for t, p in have if t == topic))
+        ]
+    ans = await ga.call(group, "delete_offsets", {"partitions": doomed})
+    err = str(ans.get("error") or "NONE")
+    if err == "GROUP_ID_NOT_FOUND":
+        raise group_not_found(group)
+    if err == "GROUP_SUBSCRIBED_TO_TOPIC":
+        raise HttpError(
+            409,
+            f"A live member of consumer group '{group}' subscribes to a topic named; "
+            "nothing was deleted (GROUP_SUBSCRIBED_TO_TOPIC).",
+            40903,
+        )
+    if err != "NONE":
+        raise kafka_error(err, str(ans.get("message") or err))
+    return json_response(
+        {
+            "kind": "KafkaConsumerGroupOffsetDelete",
+            "group": group,
+            "partitions": [
+                {"topic": t, "partition": p, "had_offset": (t, p) in have} for t, p in doomed
+            ],
+        }
+    )
+
+
 def add_group_routes(app: web.Application, bootstrap: list[str]) -> GroupAccess:
     """Registers the v3 consumer-group routes and the ``GroupAccess`` they (and the v2
     consumer instances) share; its transport closes with the app."""
@@ -412,6 +603,8 @@ def add_group_routes(app: web.Application, bootstrap: list[str]) -> GroupAccess:
     r.add_get(g + "/{group}/lags", list_lags)
     r.add_get(g + "/{group}/lags/{topic}/partitions/{partition}", get_lag)
     r.add_get(g + "/{group}/lag-summary", get_lag_summary)
+    r.add_post(g + "/{group}/offsets:reset", reset_offsets)
+    r.add_post(g + "/{group}/offsets:delete", delete_offsets)
 
     async def close(app: web.Application) -> None:
         await ga.close()

@@ -203,6 +203,45 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "OffsetReset": {
+        "type": "object",
+        "required": ["to"],
+        "properties": {
+            "topics": {
+                "type": "array",
+                "items": {"type": "string", "description": "TOPIC or TOPIC:P,P"},
+            },
+            "all_topics": {"type": "boolean"},
+            "to": {
+                "type": "string",
+                "enum": [
+                    "earliest",
+                    "latest",
+                    "current",
+                    "offset",
+                    "datetime",
+                    "shift-by",
+                    "by-duration",
+                    "offsets",
+                ],
+            },
+            "value": {
+                "description": "offset, shift-by: integer; datetime: ISO-8601 or epoch ms; "
+                "by-duration: PnDTnHnMnS; offsets: [{topic, partition, offset}]"
+            },
+            "execute": {"type": "boolean", "default": False},
+        },
+    },
+    "OffsetDelete": {
+        "type": "object",
+        "required": ["topics"],
+        "properties": {
+            "topics": {
+                "type": "array",
+                "items": {"type": "string", "description": "TOPIC or TOPIC:P,P"},
+            }
+        },
+    },
 }
 
 C = "/v3/clusters/{cluster_id}"
@@ -334,6 +373,23 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", G + "/lag-summary", "Maximum and total lag.", [], None, "200"),
     (
         "post",
+        G + "/offsets:reset",
+        "Plan (execute: true applies) a reset of an empty group's offsets, as "
+        "kafka-consumer-groups --reset-offsets.",
+        [],
+        "OffsetReset",
+        "200",
+    ),
+    (
+        "post",
+        G + "/offsets:delete",
+        "Delete the group's committed offsets of some topics (OffsetDelete, KIP-496).",
+        [],
+        "OffsetDelete",
+        "200",
+    ),
+    (
+        "post",
         "/consumers/{group}",
         "v2: create a consumer instance; answers instance_id and base_uri (this broker).",
         [],
@@ -383,6 +439,7 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ),
     ("get", "/metrics", "Prometheus text format.", [], None, "200"),
     ("get", "/openapi.json", "This document.", [], None, "200"),
+    ("get", "/openapi", "This document rendered as a page (HTML, no CDN).", [], None, "200"),
     ("get", "/v3/health", "Liveness.", [], None, "200"),
     (
         "get",
@@ -642,6 +699,293 @@ def _path_params(path: str) -> list[dict[str, Any]]:
     return out
 
 
+# ------------------------------------------------------------------ responses
+# Every operation's success answer has a schema: the resources below where the shape is
+# Longboat's own or the REST Proxy's and fixed; otherwise the v3 envelope (a list or one
+# resource of some ``kind``), or a JSON object. Binary and streamed content types are
+# listed per operation in ``CONTENT_TYPES``.
+
+_LINK = {"type": "object", "properties": {"related": {"type": "string"}}}
+_META = {
+    "type": "object",
+    "properties": {
+        "self": {"type": "string"},
+        "resource_name": {"type": "string"},
+        "next": {"type": ["string", "null"]},
+    },
+}
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_INTS = {"type": "array", "items": _INT}
+
+
+def _resource(kind: str, props: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"kind": {"const": kind}, "metadata": _META, **props},
+    }
+
+
+def _list_of(item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "kind": _STR,
+            "metadata": _META,
+            "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}},
+        },
+    }
+
+
+RESPONSE_SCHEMAS: dict[str, Any] = {
+    "KafkaBroker": _resource(
+        "KafkaBroker",
+        {
+            "cluster_id": _STR,
+            "broker_id": _INT,
+            "host": {"type": ["string", "null"]},
+            "port": {"type": ["integer", "null"]},
+            "rack": {"type": ["string", "null"]},
+            "fenced": {"type": "boolean"},
+            "in_controlled_shutdown": {"type": "boolean"},
+            "broker_epoch": _INT,
+        },
+    ),
+    "KafkaTopic": _resource(
+        "KafkaTopic",
+        {
+            "cluster_id": _STR,
+            "topic_name": _STR,
+            "topic_id": _STR,
+            "is_internal": {"type": "boolean"},
+            "replication_factor": _INT,
+            "partitions_count": _INT,
+            "partitions": _LINK,
+            "configs": _LINK,
+        },
+    ),
+    "KafkaPartition": _resource(
+        "KafkaPartition",
+        {
+            "cluster_id": _STR,
+            "topic_name": _STR,
+            "partition_id": _INT,
+            "leader": {"oneOf": [_LINK, {"type": "null"}]},
+            "leader_id": _INT,
+            "leader_epoch": _INT,
+            "replicas": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "broker_id": _INT,
+                        "is_leader": {"type": "boolean"},
+                        "in_sync": {"type": "boolean"},
+                    },
+                },
+            },
+            "isr": _INTS,
+            "eligible_leader_replicas": _INTS,
+            "last_known_elr": _INTS,
+        },
+    ),
+    "KafkaTopicConfig": _resource(
+        "KafkaTopicConfig",
+        {
+            "cluster_id": _STR,
+            "topic_name": _STR,
+            "name": _STR,
+            "value": {"type": ["string", "null"]},
+            "is_default": {"type": "boolean"},
+            "is_read_only": {"type": "boolean"},
+            "is_sensitive": {"type": "boolean"},
+            "source": _STR,
+            "synonyms": {"type": "array", "items": {"type": "object"}},
+        },
+    ),
+    "KafkaCluster": _resource(
+        "KafkaCluster",
+        {
+            "cluster_id": _STR,
+            "controller": {"type": "object"},
+            "metadata_offset": _INT,
+            "brokers": {"type": "array", "items": {"$ref": "#/components/schemas/KafkaBroker"}},
+        },
+    ),
+    "PartitionOffsets": {
+        "type": "object",
+        "properties": {
+            "cluster_id": _STR,
+            "topic_name": _STR,
+            "partition_id": _INT,
+            "earliest_offset": _INT,
+            "latest_offset": _INT,
+            "timestamp": _INT,
+            "offset": {"type": ["integer", "null"]},
+        },
+    },
+    "RecordsRead": {
+        "type": "object",
+        "properties": {
+            "cluster_id": _STR,
+            "topic_name": _STR,
+            "partition_id": _INT,
+            "records": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "offset": _INT,
+                        "timestamp": _INT,
+                        "key": {},
+                        "value": {},
+                        "headers": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {"name": _STR, "value": {"type": ["string", "null"]}},
+                            },
+                        },
+                        "partition_id": _INT,
+                    },
+                },
+            },
+            "next_offset": _INT,
+            "high_watermark": _INT,
+            "log_start_offset": _INT,
+        },
+    },
+    "OffsetResetResult": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "KafkaConsumerGroupOffsetReset"},
+            "group": _STR,
+            "executed": {"type": "boolean"},
+            "partitions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": _STR,
+                        "partition": _INT,
+                        "current_offset": {"type": ["integer", "null"]},
+                        "new_offset": _INT,
+                        "earliest": _INT,
+                        "latest": _INT,
+                        "clamped": {"type": "boolean"},
+                    },
+                },
+            },
+        },
+    },
+    "OffsetDeleteResult": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "KafkaConsumerGroupOffsetDelete"},
+            "group": _STR,
+            "partitions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": _STR,
+                        "partition": _INT,
+                        "had_offset": {"type": "boolean"},
+                    },
+                },
+            },
+        },
+    },
+    "V3Resource": {
+        "type": "object",
+        "description": "One v3 resource: its kind, metadata, and fields.",
+        "properties": {"kind": _STR, "metadata": _META},
+    },
+    "V3List": {
+        "type": "object",
+        "description": "A v3 list: kind, metadata, and data (resources).",
+        "properties": {
+            "kind": _STR,
+            "metadata": _META,
+            "data": {"type": "array", "items": {"$ref": "#/components/schemas/V3Resource"}},
+        },
+    },
+    "KafkaBrokerList": _list_of("KafkaBroker"),
+    "KafkaTopicList": _list_of("KafkaTopic"),
+    "KafkaPartitionList": _list_of("KafkaPartition"),
+    "KafkaTopicConfigList": _list_of("KafkaTopicConfig"),
+    "KafkaClusterList": _list_of("KafkaCluster"),
+}
+
+_R = "#/components/schemas/"
+RESPONSES: dict[tuple[str, str], str] = {
+    ("get", "/v3/clusters"): "KafkaClusterList",
+    ("get", C): "KafkaCluster",
+    ("get", C + "/brokers"): "KafkaBrokerList",
+    ("get", C + "/brokers/{broker_id}"): "KafkaBroker",
+    ("get", C + "/topics"): "KafkaTopicList",
+    ("post", C + "/topics"): "KafkaTopic",
+    ("get", T): "KafkaTopic",
+    ("patch", T): "KafkaTopic",
+    ("get", T + "/configs"): "KafkaTopicConfigList",
+    ("get", T + "/configs/{name}"): "KafkaTopicConfig",
+    ("get", T + "/partitions"): "KafkaPartitionList",
+    ("get", P): "KafkaPartition",
+    ("get", P + "/offset"): "PartitionOffsets",
+    ("get", P + "/records"): "RecordsRead",
+    ("post", T + "/records"): "ProduceReport",
+    ("post", G + "/offsets:reset"): "OffsetResetResult",
+    ("post", G + "/offsets:delete"): "OffsetDeleteResult",
+}
+"""Operations whose success answer has a schema of its own; the others get `_default_response`."""
+
+_BINARY = {"type": "string", "format": "binary"}
+CONTENT_TYPES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("post", T + "/records"): {
+        "request": {
+            # One record per line (a chunked stream: reports as they land).
+            "application/x-ndjson": {"schema": {"$ref": _R + "ProduceRecord"}},
+            "application/msgpack": {"schema": {**_BINARY, "description": "The binary batch form."}},
+        },
+        "response": {
+            "application/x-ndjson": {"schema": {"$ref": _R + "ProduceReport"}},
+            "application/msgpack": {"schema": _BINARY},
+        },
+    },
+    ("get", P + "/records"): {
+        "response": {
+            "application/msgpack": {"schema": {**_BINARY, "description": "Whole record batches."}},
+            "application/vnd.apache.arrow.stream": {
+                "schema": {**_BINARY, "description": "An Arrow IPC stream, one row per record."}
+            },
+        },
+    },
+    ("get", "/metrics"): {"response": {"text/plain": {"schema": _STR}}},
+    ("get", "/openapi"): {"response": {"text/html": {"schema": _STR}}},
+}
+"""Content types beyond application/json: request bodies and answers."""
+
+
+def _default_response(path: str) -> dict[str, Any]:
+    if path.startswith("/v3/clusters"):
+        last = path.rstrip("/").rsplit("/", 1)[-1]
+        return {"$ref": _R + ("V3Resource" if last.startswith("{") else "V3List")}
+    return {"type": ["object", "array"]}
+
+
+def _success(method: str, path: str, status: str) -> dict[str, Any]:
+    if status == "204":
+        return {"description": "No content."}
+    name = RESPONSES.get((method, path))
+    schema = {"$ref": _R + name} if name else _default_response(path)
+    content: dict[str, Any] = {}
+    extra = CONTENT_TYPES.get((method, path), {}).get("response", {})
+    if (method, path) not in (("get", "/metrics"), ("get", "/openapi")):
+        content["application/json"] = {"schema": schema}
+    content.update(extra)
+    return {"description": "OK", "content": content}
+
+
 def openapi_document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, query, body, ok in OPERATIONS:
@@ -658,7 +1002,7 @@ def openapi_document() -> dict[str, Any]:
                 for q in query
             ],
             "responses": {
-                ok: {"description": "OK"},
+                ok: _success(method, path, ok),
                 "default": {
                     "description": "Error",
                     "content": {"application/json": {"schema": ERROR}},
@@ -671,6 +1015,9 @@ def openapi_document() -> dict[str, Any]:
                     "application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}
                 }
             }
+        extra = CONTENT_TYPES.get((method, path), {}).get("request")
+        if extra:
+            op.setdefault("requestBody", {"content": {}})["content"].update(extra)
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",
@@ -681,5 +1028,5 @@ def openapi_document() -> dict[str, Any]:
             '{"error_code", "message"} with the matching status.',
         },
         "paths": paths,
-        "components": {"schemas": SCHEMAS},
+        "components": {"schemas": {**SCHEMAS, **RESPONSE_SCHEMAS}},
     }

@@ -148,6 +148,10 @@ class NodeConfig(BaseModel):
     """The request line and each header field, in bytes (431/400 above it)."""
     http_headers_max: int = Field(default=128, ge=16, le=10_000)
     """Header fields one request may carry."""
+    http_cors_allowed_origins: tuple[str, ...] = ()
+    """Origins (``https://ui.example``, or ``*``) whose browser pages may call the public
+    HTTP API (CORS: preflights answered, ``Access-Control-Allow-Origin`` on answers;
+    ``api.http.cors``). Empty: CORS off. A comma-separated string is accepted (overrides)."""
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""
@@ -180,7 +184,7 @@ class NodeConfig(BaseModel):
     ``results.json``) the web console lists and shows (``api.http.console``). Unset: the
     console's reports page says it is off."""
 
-    @field_validator("roles", mode="before")
+    @field_validator("roles", "http_cors_allowed_origins", mode="before")
     @classmethod
     def _split_roles(cls, v: Any) -> Any:
         if isinstance(v, str):

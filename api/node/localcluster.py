@@ -51,9 +51,11 @@ def wait_for(
     while time.monotonic() < deadline:
         try:
             last = cond()
+            done = bool(last)
         except OSError as e:
-            last = e
-        if last:
+            # Not yet; and an exception object is truthy, so it must not reach the check.
+            last, done = e, False
+        if done:
             return last
         time.sleep(interval_s)
     extra = f"\n{context()}" if context is not None else ""

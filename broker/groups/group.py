@@ -57,6 +57,8 @@ leave       UNKNOWN_MEMBER_ID    member removed             rebalance           
 commit      simple commits only  members of the current     REBALANCE_IN_PROGRESS members of
             (no member, gen -1)  generation                                       current gen
 reset       allowed              NON_EMPTY_GROUP            NON_EMPTY_GROUP       NON_EMPTY_GROUP
+offset      allowed              topics no member subscribes to; else GROUP_SUBSCRIBED_TO_TOPIC
+delete
 =========== ==================== ========================== ===================== ===============
 
 Sync, heartbeat and commit check membership first (UNKNOWN_MEMBER_ID) and then the
@@ -946,6 +948,33 @@ class GroupCoordinatorState:
             return Outcome(ErrorCode.NON_EMPTY_GROUP)
         req = OffsetCommitRequest(group_id, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
         return self.handle_offset_commit(req, now_ms)
+
+    def handle_offset_delete(
+        self, group_id: str, partitions: Iterable[TopicPartition], now_ms: int
+    ) -> Outcome[ErrorCode]:
+        """Delete the committed offsets of ``partitions`` (Kafka's OffsetDelete, KIP-496).
+
+        Allowed in any state for topics no member subscribes to; a subscribed topic refuses
+        the whole request with GROUP_SUBSCRIBED_TO_TOPIC (nothing deleted), as a live member
+        would commit it again. An EMPTY group left without offsets is DEAD, as after expiry.
+        """
+        if not group_id:
+            return Outcome(ErrorCode.INVALID_GROUP_ID)
+        g = self._group(group_id, create=False)
+        if g is None:
+            return Outcome(ErrorCode.GROUP_ID_NOT_FOUND)
+        wanted = sorted(set(partitions))
+        subscribed = {t for m in g.members.values() for t in m.topics}
+        if any(tp.topic in subscribed for tp in wanted):
+            return Outcome(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+        fx = _Effects()
+        for tp in wanted:
+            if g.offsets.pop(tp, None) is not None:
+                fx.records.append(OffsetTombstoneRecord(group_id, tp.topic, tp.partition))
+        if g.state == GroupState.EMPTY and not g.offsets:
+            g._become(GroupState.DEAD, now_ms)
+            fx.records.append(GroupTombstoneRecord(group_id))
+        return self._outcome(ErrorCode.NONE, fx, g)
 
     def handle_delete_group(self, group_id: str, now_ms: int) -> Outcome[ErrorCode]:
         """Delete an EMPTY group and its offsets (Kafka's DeleteGroups)."""

@@ -54,5 +54,7 @@ class ErrorCode(StrEnum):
     NON_EMPTY_GROUP = "NON_EMPTY_GROUP"
     GROUP_ID_NOT_FOUND = "GROUP_ID_NOT_FOUND"
     INVALID_GROUP_ID = "INVALID_GROUP_ID"
+    # OffsetDelete (KIP-496) of a topic that a live member subscribes to.
+    GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
     # KIP-848's name for an assignor the coordinator does not have.
     UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"

@@ -89,6 +89,8 @@ def test_reset_and_delete_refuse_a_group_with_members(c: HttpCluster, active: Co
     assert r.exit_code == 1 and "1 active member(s)" in r.output, r.output
     r = run(c, "delete", "cli", "--yes")
     assert r.exit_code == 1 and "active member(s)" in r.output, r.output
+    r = run(c, "delete-offsets", "--group", "cli", "--topic", "cli-t:0")
+    assert r.exit_code == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in r.output, r.output
     assert committed(c, "cli") == {0: 2, 1: 2, 2: 2}
 
 
@@ -177,6 +179,57 @@ def test_reset_offsets_dry_run_then_execute_each_target(c: HttpCluster, active: 
         (p, o) for p in range(3) for o in (8, 9)
     ]
     assert active.call("DELETE", "cli", "m2")[0] == 204
+
+
+def test_reset_offsets_scopes_shifts_durations_current_and_files(
+    c: HttpCluster, active: Consumers, tmp_path: Path
+) -> None:
+    g = ["--group", "cli2"]
+    # A reset names a new group into being (a simple group, as Kafka's tool does).
+    ok(c, "reset-offsets", *g, "--topic", "cli-t:0,2", "--to-offset", "5", "--execute")
+    assert committed(c, "cli2") == {0: 5, 2: 5}
+    out = ok(c, "reset-offsets", *g, "--all-topics", "--shift-by", "-2", "--execute")
+    assert "reset 2 partition(s)" in out
+    assert committed(c, "cli2") == {0: 3, 2: 3}
+    r = run(c, "reset-offsets", *g, "--topic", "cli-t", "--shift-by", "1")
+    assert r.exit_code == 1 and "cannot shift cli-t-1" in r.output, r.output
+    r = run(c, "reset-offsets", *g, "--all-topics", "--shift-by", "100", "--execute")
+    assert r.exit_code == 0 and "outside its range [0, 10]; using 10" in r.output, r.output
+    out = ok(c, "reset-offsets", *g, "--all-topics", "--to-current", "--export")
+    assert out == "cli-t,0,10\ncli-t,2,10\n"
+
+    f = tmp_path / "offsets.csv"
+    f.write_text("cli-t,0,7\ncli2,cli-t,1,9\nother,cli-t,2,1\n")
+    out = ok(c, "reset-offsets", *g, "--from-file", str(f), "--execute")
+    assert committed(c, "cli2") == {0: 7, 1: 9, 2: 10}
+    # The records were written just now: an hour back is the start, no time back the end.
+    ok(c, "reset-offsets", *g, "--all-topics", "--by-duration", "PT1H", "--execute")
+    assert committed(c, "cli2") == {0: 0, 1: 0, 2: 0}
+    out = ok(c, "reset-offsets", *g, "--all-topics", "--by-duration", "PT0S", "--json")
+    assert [r["new_offset"] for r in json.loads(out)["plan"]] == [10, 10, 10]
+    assert committed(c, "cli2") == {0: 0, 1: 0, 2: 0}  # --json without --execute: a dry run
+
+    for bad, says in [
+        (["--all-topics", "--by-duration", "1h"], "expected ISO-8601 PnDTnHnMnS"),
+        (["--topic", "cli-t:x", "--to-latest"], "partition numbers"),
+        (["--topic", "cli-t", "--to-latest", "--dry-run", "--execute"], "exclude each other"),
+        (["--to-latest"], "--topic (repeatable) or --all-topics"),
+    ]:
+        r = run(c, "reset-offsets", *g, *bad)
+        assert r.exit_code == 2 and says in r.output, (bad, r.output)
+    r = run(c, "reset-offsets", *g, "--topic", "no-such-topic", "--to-latest")
+    assert r.exit_code == 1 and "topic 'no-such-topic' does not exist" in r.output, r.output
+    assert committed(c, "cli2") == {0: 0, 1: 0, 2: 0}
+
+    out = ok(c, "delete-offsets", *g, "--topic", "cli-t:1,5")
+    assert [ln.split() for ln in out.splitlines()[1:]] == [
+        ["cli-t", "1", "deleted"],
+        ["cli-t", "5", "no", "offset"],
+    ]
+    assert committed(c, "cli2") == {0: 0, 2: 0}
+    ok(c, "delete-offsets", *g, "--topic", "cli-t")
+    r = run(c, "describe", "cli2")
+    assert r.exit_code == 1 and "does not exist" in r.output  # no offset left: the group is gone
 
 
 def test_delete_an_empty_group(c: HttpCluster, active: Consumers) -> None:

@@ -192,6 +192,111 @@ def test_console_produce_and_consume(cluster: Cluster) -> None:
     assert r.returncode == 0 and r.stdout == b""  # nothing new: exits after the idle time
 
 
+def test_console_jsonl_headers_kcat_formats_offsets_times_and_exit(cluster: Cluster) -> None:
+    import json
+
+    cluster.create_topic("kcat", 2)
+    boot = ",".join(cluster.bootstrap)
+    b = ["--bootstrap", boot]
+    lines = b"""{"key": "a", "value": "v0", "headers": {"h": "1"}, "timestamp": 1700000000000, "partition": 0}
+{"key": null, "value": {"n": 1}, "partition": 0, "headers": [["x", "y"], ["bin", {"base64": "AAE="}]]}
+
+{"value": {"base64": "/w=="}, "partition": 1, "timestamp": 1700000005000}
+"""
+    r = _longboat(["produce", "kcat", *b, "--jsonl"], lines)
+    assert r.returncode == 0 and b"produced 3 record(s)" in r.stderr, r.stderr
+    r = _longboat(
+        [
+            "produce",
+            "kcat",
+            *b,
+            "-p",
+            "1",
+            "-H",
+            "env=prod",
+            "--parse-headers",
+            "--key-separator",
+            ":",
+        ],
+        b"h1:v1,h2:v2\tk:val\n",
+    )
+    assert r.returncode == 0, r.stderr
+
+    # kcat's -f, from the start, exiting at the ends (no --timeout-ms needed).
+    r = _longboat(
+        ["consume", "kcat", *b, "-o", "earliest", "-e", "-f", "%t|%p|%o|%k|%K|%S|%T|%h\\n"]
+    )
+    assert r.returncode == 0, r.stderr
+    got = sorted(r.stdout.split(b"\n")[:-1])
+    assert got[0] == b"kcat|0|0|a|1|2|1700000000000|h=1"
+    assert got[1].startswith(b"kcat|0|1||-1|7|") and got[1].endswith(b"|x=y,bin=\x00\x01")
+    assert got[2] == b"kcat|1|0||-1|1|1700000005000|"
+    assert got[3].startswith(b"kcat|1|1|k|1|3|") and got[3].endswith(b"|env=prod,h1=v1,h2=v2")
+    assert len(got) == 4 and b"Processed a total of 4 messages" in r.stderr
+
+    # -N from the end; a time; the console consumer's timestamp and headers columns.
+    r = _longboat(["consume", "kcat", *b, "--offset", "-1", "--exit", "-f", "%p:%o\\n"])
+    assert sorted(r.stdout.split()) == [b"0:1", b"1:1"], r.stderr
+    r = _longboat(["consume", "kcat", *b, "--from-time", "1700000004000", "-e", "-f", "%p:%o "])
+    # (0:1 had no timestamp of its own: the producer stamped it with its send time.)
+    assert sorted(r.stdout.split()) == [b"0:1", b"1:0", b"1:1"], r.stderr
+    r = _longboat(["consume", "kcat", *b, "--from-time", "2023-11-14T22:13:20Z", "-e", "-p", "0"])
+    assert r.stdout.decode().splitlines() == ["v0", '{"n":1}'], r.stderr
+    r = _longboat(
+        [
+            *("consume", "kcat", *b, "-p", "1", "-o", "1", "-e"),
+            *("--print-timestamp", "--print-headers", "--print-key"),
+        ]
+    )
+    (line,) = r.stdout.decode().splitlines()
+    ts, hdrs, key, value = line.split("\t")
+    assert ts.startswith("CreateTime:") and int(ts[11:]) > 1700000005000
+    assert (hdrs, key, value) == ("env:prod,h1:v1,h2:v2", "k", "val")
+    r = _longboat(["consume", "kcat", *b, "-p", "0", "-o", "0", "-e", "--print-headers"])
+    assert r.stdout.decode().splitlines()[0] == "h:1\tv0"
+
+    # consume --json is produce --jsonl's input: a copy keeps keys, values, headers, times.
+    cluster.create_topic("kcat-copy", 2)
+    dump = _longboat(["consume", "kcat", *b, "-o", "earliest", "-e", "--json"])
+    r = _longboat(["produce", "kcat-copy", *b, "--jsonl"], dump.stdout)
+    assert r.returncode == 0 and b"produced 4 record(s)" in r.stderr, r.stderr
+    copy = _longboat(["consume", "kcat-copy", *b, "-o", "earliest", "-e", "--json"])
+
+    def rows(out: bytes) -> list[tuple[object, ...]]:
+        recs = [json.loads(x) for x in out.splitlines()]
+        return sorted(
+            (
+                r["partition"],
+                r["offset"],
+                r["key"],
+                json.dumps(r["value"]),
+                r["timestamp"],
+                json.dumps(r["headers"]),
+            )
+            for r in recs
+        )
+
+    assert rows(copy.stdout) == rows(dump.stdout) and len(rows(dump.stdout)) == 4
+
+    # An empty topic with --exit ends at once; bad words are refused with the fix.
+    cluster.create_topic("kcat-empty", 1)
+    r = _longboat(["consume", "kcat-empty", *b, "-e"], timeout=30)
+    assert r.returncode == 0 and r.stdout == b"", r.stderr
+    for args, says in [
+        (["-f", "%x"], b"unknown %x"),
+        (["--offset", "soon"], b"expected earliest, latest, -N"),
+        (["--from-time", "yesterday"], b"ISO-8601"),
+        (["--offset", "1", "--from-beginning"], b"give one of"),
+        (["-p", "9", "-e"], b"no partition(s) [9]"),
+    ]:
+        r = _longboat(["consume", "kcat", *b, *args], timeout=30)
+        assert r.returncode != 0 and says in r.stderr, (args, r.stderr)
+    r = _longboat(["produce", "kcat", *b, "--jsonl"], b'{"value": "ok"}\nnot json\n')
+    assert r.returncode != 0 and b"line 2 is not JSON" in r.stderr, r.stderr
+    r = _longboat(["produce", "kcat", *b, "--parse-headers"], b"no tab here\n")
+    assert r.returncode != 0 and b"line 1 has no tab" in r.stderr, r.stderr
+
+
 def test_acks_all_through_a_sigkilled_leader_every_ack_once_in_order(cluster: Cluster) -> None:
     """Produce with acks=all (RF 3, min.insync.replicas=2, idempotent, retries) while the
     partition leader is SIGKILLed: every acknowledged record is read back exactly once, and

@@ -622,3 +622,66 @@ def test_clients_cannot_append_to_the_offsets_topic(c: HttpCluster) -> None:
     )
     assert st == 400 and err["error_code"] == 40002, (st, err)
     assert cons.call("DELETE", "internal-g", "i1")[0] == 204
+
+
+# --------------------------------------------------------------------------- resets over HTTP
+
+
+def test_offsets_reset_plans_then_executes_and_offsets_delete_over_http(c: HttpCluster) -> None:
+    c.create_topic("v3-reset", partitions=2, rf=3)
+    produce(c, "v3-reset", _records(20, partitions=2))
+    v2 = Consumers(c)
+    v2.committed_member("resetg", "m", "v3-reset", 20, {0: 4, 1: 6})  # v2 commits offset + 1
+    url = f"{c.v3(1)}/consumer-groups/resetg"
+
+    def lags() -> dict[int, int]:
+        _, _, body = c.call("GET", f"{url}/lags")
+        return {r["partition_id"]: r["current_offset"] for r in body["data"]}
+
+    # A group with a live member is refused (409) and keeps its offsets.
+    st, _, err = c.call("POST", f"{url}/offsets:reset", {"topics": ["v3-reset"], "to": "earliest"})
+    assert (st, err["error_code"]) == (409, 40901) and "1 active member(s)" in err["message"]
+    st, _, err = c.call("POST", f"{url}/offsets:delete", {"topics": ["v3-reset:0"]})
+    assert (st, err["error_code"]) == (409, 40903), err
+    assert v2.call("DELETE", "resetg", "m")[0] == 204
+    wait_group(c, "resetg", lambda g: g["state"] == "EMPTY")
+
+    # Without "execute" a plan only; with it, applied.
+    st, _, plan = c.call(
+        "POST", f"{url}/offsets:reset", {"topics": ["v3-reset:1"], "to": "shift-by", "value": -2}
+    )
+    assert st == 200 and plan["executed"] is False, plan
+    assert [(r["partition"], r["current_offset"], r["new_offset"]) for r in plan["partitions"]] == [
+        (1, 7, 5)
+    ]
+    assert lags() == {0: 5, 1: 7}
+    body = {"all_topics": True, "to": "offset", "value": 99, "execute": True}
+    st, _, plan = c.call("POST", f"{url}/offsets:reset", body)
+    assert st == 200 and all(r["clamped"] and r["new_offset"] == 10 for r in plan["partitions"])
+    assert lags() == {0: 10, 1: 10}
+    offsets = [{"topic": "v3-reset", "partition": 0, "offset": 3}]
+    st, _, plan = c.call(
+        "POST", f"{url}/offsets:reset", {"to": "offsets", "value": offsets, "execute": True}
+    )
+    assert st == 200 and lags() == {0: 3, 1: 10}
+
+    for bad, code in [
+        ({"topics": ["v3-reset"], "to": "yesterday"}, 400),
+        ({"topics": ["v3-reset"], "to": "by-duration", "value": "1h"}, 400),
+        ({"topics": ["v3-reset:x"], "to": "latest"}, 400),
+        ({"to": "latest"}, 400),
+        ({"topics": ["no-such"], "to": "latest"}, 40401),
+        ({"topics": ["v3-reset:7"], "to": "latest"}, 40402),
+    ]:
+        st, _, err = c.call("POST", f"{url}/offsets:reset", bad)
+        assert st == int(str(code)[:3]) and err["error_code"] == code, (bad, st, err)
+        assert err["message"]
+    assert lags() == {0: 3, 1: 10}
+
+    st, _, out = c.call("POST", f"{url}/offsets:delete", {"topics": ["v3-reset:1"]})
+    assert st == 200 and out["partitions"] == [
+        {"topic": "v3-reset", "partition": 1, "had_offset": True}
+    ]
+    assert lags() == {0: 3}
+    assert c.call("POST", f"{url}/offsets:delete", {"topics": ["v3-reset"]})[0] == 200
+    assert group(c, "resetg")[0] == 404

@@ -68,3 +68,100 @@ def test_verify_and_dump_refuse_a_directory_without_segments(tmp_path) -> None:
         res = CliRunner().invoke(main, cmd)
         assert res.exit_code == 1, res.output
         assert "holds no segment files" in res.output
+
+
+def test_dump_index_files_checks_entries_against_the_log(tmp_path) -> None:
+    d = str(tmp_path / "t-0")
+    log = PartitionLog.open(d, LogConfig(segment_bytes=400, index_interval_bytes=1))
+    for i in range(10):
+        log.append(encode_batch([(b"k%d" % i, b"v%d" % i, 1000 + i, [])]), leader_epoch=0)
+    log.close()
+    idx = f"{d}/00000000000000000000.index"
+    r = CliRunner().invoke(main, ["log", "dump", idx])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == f"Dumping {idx}" and lines[1].startswith("offset: ")
+    r = CliRunner().invoke(main, ["log", "dump", d, "--indexes", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.output.splitlines()]
+    times = [x for x in rows if "timestamp" in x]
+    offsets = [x for x in rows if "position" in x]
+    assert times and offsets and all("problem" not in x for x in rows)
+    assert sorted(x["timestamp"] for x in times) == [x["timestamp"] for x in times]
+    # A damaged entry is named with its byte position, and the exit status says so.
+    with open(idx, "r+b") as f:
+        f.seek(8 + 4)
+        f.write((3).to_bytes(4, "big"))  # entry 1 now points 3 bytes into the log
+    r = CliRunner().invoke(main, ["log", "dump", idx])
+    assert r.exit_code == 1 and "problem at byte 8: entry 1" in r.output, r.output
+
+
+def test_dump_decodes_metadata_and_consumer_offsets_records(tmp_path) -> None:
+    import uuid
+
+    from broker.groups.records import OffsetCommitRecord, OffsetTombstoneRecord
+    from broker.groups.records import encode_record as encode_group_record
+    from metalog.records import TopicId, TopicRecord, encode_records
+    from raft.types import ConfState, NodeId
+
+    meta = str(tmp_path / "meta")
+    log = PartitionLog.open(meta, LogConfig())
+    conf = ConfState(frozenset({NodeId(1), NodeId(2)}), frozenset({NodeId(3)})).to_bytes()
+    topic = TopicRecord(name="orders", topic_id=TopicId(str(uuid.UUID(int=7))))
+    log.append(
+        encode_batch(
+            [
+                (b"\x01", conf, 1, []),
+                (b"\x00", b"", 2, []),
+                (b"\x00", encode_records([topic]), 3, []),
+                (b"\x00", b"\xc1junk", 4, []),
+            ]
+        ),
+        leader_epoch=1,
+    )
+    log.close()
+    r = CliRunner().invoke(main, ["log", "dump", meta, "--cluster-metadata-decoder", "--json"])
+    assert r.exit_code == 0, r.output
+    decoded = [rec["decoded"] for rec in json.loads(r.output)["records"]]
+    assert decoded[0] == {"conf_change": {"voters": [1, 2], "observers": [3]}}
+    assert "no_op" in decoded[1]
+    assert decoded[2] == [
+        {
+            "type": "TopicRecord",
+            "version": 0,
+            "data": {"name": "orders", "topic_id": str(uuid.UUID(int=7)), "version": 0},
+        }
+    ]
+    assert "undecodable" in decoded[3]
+    r = CliRunner().invoke(main, ["log", "dump", meta, "--cluster-metadata-decoder"])
+    assert '| offset: 2 CreateTime: 3 payload: [{"data": {"name": "orders"' in r.output
+
+    offsets = str(tmp_path / "__consumer_offsets-0")
+    log = PartitionLog.open(offsets, LogConfig())
+    commit = encode_group_record(OffsetCommitRecord("g", "orders", 0, 42, "", 99))
+    tomb = encode_group_record(OffsetTombstoneRecord("g", "orders", 1))
+    log.append(encode_batch([(*commit, 5, []), (*tomb, 6, [])]), leader_epoch=0)
+    log.close()
+    r = CliRunner().invoke(main, ["log", "dump", offsets, "--offsets-decoder", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [rec["decoded"] for rec in json.loads(r.output)["records"]] == [
+        {
+            "type": "OffsetCommitRecord",
+            "data": {
+                "group": "g",
+                "topic": "orders",
+                "partition": 0,
+                "offset": 42,
+                "metadata": "",
+                "commit_ts_ms": 99,
+            },
+        },
+        {
+            "type": "OffsetTombstoneRecord",
+            "data": {"group": "g", "topic": "orders", "partition": 1},
+        },
+    ]
+    r = CliRunner().invoke(
+        main, ["log", "dump", offsets, "--offsets-decoder", "--cluster-metadata-decoder"]
+    )
+    assert r.exit_code == 2 and "exclude each other" in r.output

@@ -386,3 +386,29 @@ def test_poll_reports_of_an_unknown_member_are_refused() -> None:
 
 def test_describe_of_an_unknown_group_says_dead() -> None:
     assert Harness().st.describe("nope").state == GroupState.DEAD
+
+
+def test_offset_delete_of_an_empty_group_tombstones_those_offsets_and_the_last_kills_it() -> None:
+    h = Harness()
+    h.commit({tp("t", 0): 1, tp("t", 1): 2, tp("u", 0): 3})
+    out = h.st.handle_offset_delete(G, [tp("t", 0), tp("t", 1), tp("t", 9)], h.now)
+    assert out.response == ErrorCode.NONE
+    # An offset the group never had (t-9) is no record.
+    assert out.records == (OffsetTombstoneRecord(G, "t", 0), OffsetTombstoneRecord(G, "t", 1))
+    assert set(h.st.fetch_offsets(G)) == {tp("u", 0)}
+    out = h.st.handle_offset_delete(G, [tp("u", 0)], h.now)
+    assert out.records == (OffsetTombstoneRecord(G, "u", 0), GroupTombstoneRecord(G))
+    assert h.st.describe(G).state == GroupState.DEAD
+
+
+def test_offset_delete_of_a_topic_a_member_subscribes_to_is_refused_whole() -> None:
+    h = Harness()
+    a, _ = h.stable_group(2)
+    h.commit({tp("t", 0): 1}, a, 1)
+    h.records.clear()
+    out = h.st.handle_offset_delete(G, [tp("t", 0)], h.now)
+    assert (out.response, out.records) == (ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, ())
+    assert set(h.st.fetch_offsets(G)) == {tp("t", 0)}
+    assert h.st.handle_offset_delete("nope", [tp("t", 0)], h.now).response == (
+        ErrorCode.GROUP_ID_NOT_FOUND
+    )
