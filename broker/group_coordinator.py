@@ -37,6 +37,9 @@ Theory of operation
   when it fires, ``poll(now)`` returns the next one.
 * **Topics.** When the partition counts in the metadata image change, every loaded core
   gets ``update_topics``.
+* **Metrics.** ``lag_snapshot`` reads every loaded core at once (no append, no wait for
+  commits: a scrape must not queue behind group traffic) and asks each partition's end
+  offset once, however many groups read it, within a time bound.
 
 The clock is injected (wall-clock milliseconds by default) and the log is reached through
 the ``OffsetsLog`` port, so the unit tests run this shell against a fake log.
@@ -100,6 +103,9 @@ FIND_COORDINATOR_WAIT_S = 5.0
 LIST_WAIT_S = 5.0
 """How long ``list_groups`` waits for shards that are loading."""
 LOAD_RETRY_S = 1.0
+END_OFFSETS_CONCURRENCY = 32
+"""End offsets ``lag_snapshot`` asks at once (each a ListOffsets to the partition's leader,
+local ones answered in place)."""
 POLL_FLOOR_MS = 10
 """A deadline at or before ``now`` right after ``poll`` would spin; retry this much later."""
 
@@ -174,6 +180,19 @@ class GroupListing:
     group: str
     state: GroupState
     is_simple: bool
+
+
+@dataclass(frozen=True)
+class GroupLagSnapshot:
+    """One group as a metrics scrape sees it (``GroupCoordinator.lag_snapshot``)."""
+
+    group: str
+    state: GroupState
+    members: int
+    lags: Mapping[TopicPartition, PartitionLag]
+    """Partitions with a commit or an owner whose end offset could be read."""
+    unknown: int
+    """Partitions of the group whose end offset could not be read in time."""
 
 
 class Leadership(NamedTuple):
@@ -810,6 +829,64 @@ class GroupCoordinator:
         ends = await asyncio.gather(*(self._end_offset(tp.topic, tp.partition) for tp in ordered))
         known = {tp: e for tp, e in zip(ordered, ends, strict=True) if e is not None}
         return await self._read(group, lambda st: st.lag(group, known))
+
+    async def lag_snapshot(self, timeout_s: float) -> list[GroupLagSnapshot]:
+        """Every group of the loaded shards with its lag per partition, as ``lag`` computes
+        it, for ``/metrics``. The cores are read as they stand (a commit being appended may
+        already count); each partition's end offset is asked once, and those not answered
+        within ``timeout_s`` are left out (counted in ``unknown``)."""
+        seen: list[tuple[GroupCoordinatorState, str, GroupDescription, set[TopicPartition]]] = []
+        wanted: set[TopicPartition] = set()
+        for shard in list(self.shards.values()):
+            st = shard.state
+            if st is None or shard.closed:
+                continue
+            for gid in sorted(st.groups):
+                d = st.describe(gid)
+                tps = set(st.fetch_offsets(gid))
+                for m in d.members:
+                    tps |= m.assignment
+                seen.append((st, gid, d, tps))
+                wanted |= tps
+        ends = await self._end_offsets(sorted(wanted), timeout_s)
+        out = []
+        for st, gid, d, tps in seen:
+            known = {tp: ends[tp] for tp in tps if tp in ends}
+            out.append(
+                GroupLagSnapshot(
+                    gid, d.state, len(d.members), st.lag(gid, known), len(tps) - len(known)
+                )
+            )
+        return out
+
+    async def _end_offsets(
+        self, tps: list[TopicPartition], timeout_s: float
+    ) -> dict[TopicPartition, int]:
+        """The end offset of each of ``tps`` that answered within ``timeout_s`` (a partition
+        that no longer exists, or whose leader did not answer, is left out)."""
+        if not tps:
+            return {}
+        gate = asyncio.Semaphore(END_OFFSETS_CONCURRENCY)
+
+        async def one(tp: TopicPartition) -> int | None:
+            async with gate:
+                try:
+                    return await self._end_offset(tp.topic, tp.partition)
+                except Exception as e:  # a leader away: this scrape goes without it
+                    log.debug("broker %d: end offset of %s: %s", self.broker_id, tp, e)
+                    return None
+
+        tasks = {asyncio.ensure_future(one(tp)): tp for tp in tps}
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        out = {}
+        for t in done:
+            end = t.result()
+            if end is not None:
+                out[tasks[t]] = end
+        return out
 
     async def list_groups(self) -> list[GroupListing]:
         """The groups of every partition this broker coordinates."""

@@ -33,6 +33,10 @@ the HW passes it, as Kafka's WriteTxnMarkers), the last stable offset of each re
 LSO, with the aborted transactions of the range). Producer state (open transactions,
 aborted transactions) follows every batch a follower or recovery applies, markers included.
 
+Traffic per topic (bytes and records in and out, for ``/metrics``) is counted in plain
+integers on ``TopicTraffic`` objects as produce and fetch run; everything else the metrics
+show (offsets, ISR, flags) is read from the replicas when scraped (``describe``).
+
 Not built yet: snapshots at segment rolls (a crash means a full rebuild), reading from
 followers.
 """
@@ -80,7 +84,14 @@ from metalog.records import (
 )
 from metalog.responses import AlterPartitionResponse, AlterPartitionResult
 from storage import checkpoint
-from storage.batch import BatchHeader, iter_batches, parse_header, verify_batch
+from storage.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    iter_batches,
+    parse_header,
+    peek_prefix,
+    verify_batch,
+)
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from storage.group_commit import GroupCommitter
@@ -115,6 +126,10 @@ MARKER_TIMEOUT_MS = 30_000
 uses ``request.timeout.ms``)."""
 
 
+RECORD_COUNT_OFFSET = HEADER_SIZE - 4
+"""Where a batch header keeps its record count (its last int32)."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -136,6 +151,42 @@ def error_code(e: BaseException) -> str:
     if isinstance(e, ReplicaError):
         return e.error_code
     return str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))
+
+
+@dataclass
+class TopicTraffic:
+    """What one topic moved through this broker since it started: monotonic counts, read
+    as Prometheus counters (``api.http.metrics``). Counted where the bytes move (the
+    leader's produce and fetch, a follower's appends), in plain ints: nothing on the hot
+    path but an addition."""
+
+    bytes_in: int = 0
+    """Batch bytes appended by producers (leader side; duplicates not counted)."""
+    records_in: int = 0
+    bytes_out: int = 0
+    """Batch bytes returned to consumers (followers' fetches are replication)."""
+    records_out: int = 0
+    produce_requests: int = 0
+    fetch_requests: int = 0
+    """Consumer fetches answered by the leader."""
+    replication_bytes_in: int = 0
+    """Bytes this broker appended as a follower."""
+    replication_bytes_out: int = 0
+    """Bytes this broker's leaders returned to followers."""
+
+
+def count_records(data: bytes | memoryview) -> int:
+    """Records in the whole batches of ``data`` (a fetch answer): each header's count, read
+    without parsing the rest of the header."""
+    n = pos = 0
+    end = len(data)
+    while end - pos >= HEADER_SIZE:
+        _, size = peek_prefix(data, pos)
+        if size < HEADER_SIZE or pos + size > end:
+            break
+        n += int.from_bytes(data[pos + RECORD_COUNT_OFFSET : pos + HEADER_SIZE], "big")
+        pos += size
+    return n
 
 
 @dataclass
@@ -165,6 +216,8 @@ class Replica:
     producer may have several batches in flight): a marker for that producer removes them,
     so a batch verified before the marker cannot open a transaction after it (Kafka's
     ``VerificationGuard``)."""
+    traffic: TopicTraffic = field(default_factory=TopicTraffic)
+    """Its topic's counters, shared by every replica of the topic here."""
 
     @property
     def name(self) -> str:
@@ -300,6 +353,8 @@ class ReplicaManager:
         self.controller = ControllerClient(controller_urls, timeout_s=10)
         self.replicas: dict[tuple[TopicId, int], Replica] = {}
         self.by_name: dict[tuple[str, int], Replica] = {}
+        self.traffic: dict[str, TopicTraffic] = {}
+        """Per topic name, while the topic is in the image (a deleted topic's go with it)."""
         self.image: MetadataImage | None = None
         self._timer: asyncio.Task[None] | None = None
         # Set by the broker process before start(): fail-stop for the timer and fetchers.
@@ -452,6 +507,8 @@ class ReplicaManager:
                 wanted[(t.topic_id, p)] = (t.name, reg)
         for key in [k for k in self.replicas if k not in wanted]:
             await self._delete(self.replicas[key])
+        for name in [n for n in self.traffic if image.topics.get(n) is None]:
+            del self.traffic[name]
         for key, (topic, reg) in sorted(wanted.items()):
             try:
                 rep = self.replicas.get(key)
@@ -496,6 +553,7 @@ class ReplicaManager:
             )
         producers = load_producer_state(plog, ProducerStateConfig.from_kafka(configs))
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
+        rep.traffic = self.traffic.setdefault(topic, TopicTraffic())
         try:
             saved = checkpoint.read_offset(plog.files, plog.dir_path, HW_CHECKPOINT_NAME)
         except CorruptCheckpointError as e:
@@ -744,6 +802,7 @@ class ReplicaManager:
             self.committer.note_append(rep.log, len(data))
             if self.page_cache is not None:
                 self.page_cache.note_append(rep.log)
+            rep.traffic.replication_bytes_in += len(data)
         if fs.on_fetch_response(leader_hw, rep.log.log_end_offset):
             rep.producers.on_high_watermark(fs.high_watermark)
         rep.notify()
@@ -800,6 +859,7 @@ class ReplicaManager:
             leader.check_append_or_raise(acks)
             plan = rep.producers.check_and_plan(header)
         t = now_ms()
+        rep.traffic.produce_requests += 1
         if isinstance(plan, Duplicate):
             verify_batch(batch)  # log.append checks the CRC of what it writes
             base, last = plan.base_offset, plan.last_offset
@@ -811,6 +871,8 @@ class ReplicaManager:
                 self.page_cache.note_append(rep.log)
             leader.on_local_append(rep.log.log_end_offset, t)
             duplicate = False
+            rep.traffic.bytes_in += len(batch)
+            rep.traffic.records_in += header.record_count
             self._after_hw_change(rep)
         out = {
             "base_offset": base,
@@ -1059,6 +1121,12 @@ class ReplicaManager:
                 break
             ev = rep.changed
             await wait_event(ev, left)
+        if is_follower:
+            rep.traffic.replication_bytes_out += len(data)
+        else:
+            rep.traffic.fetch_requests += 1
+            rep.traffic.bytes_out += len(data)
+            rep.traffic.records_out += count_records(data)
         if isolation_level == READ_COMMITTED and not is_follower:
             return self._committed_answer(rep, fetch_offset, data, filter_aborted)
         return self._fetch_answer(rep, data)

@@ -23,7 +23,14 @@ from api.http.cors import add_cors
 from api.http.embedded import EmbeddedCodec
 from api.http.errors import ERROR_HOOK_KEY
 from api.http.groups import add_group_routes
-from api.http.metrics import BrokerMetrics, metrics_handler, replica_gauges
+from api.http.metrics import (
+    BrokerMetrics,
+    GroupLagCollector,
+    ReplicaCollector,
+    event_counters,
+    metrics_handler,
+    replica_gauges,
+)
 from api.http.openapi import openapi_document
 from api.http.openapi_page import openapi_page
 from api.http.v2 import add_v2_routes
@@ -65,17 +72,22 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     app[CONTEXT_KEY] = ctx
     app[ERROR_HOOK_KEY] = metrics.note_error
     metrics.add_gauges(
-        replica_gauges(
-            lambda: srv.follower.image,
-            config.node_id,
-            srv.replicas.describe,
+        replica_gauges(lambda: srv.follower.image, config.node_id, srv.replicas.describe)
+    )
+    metrics.add_collector(
+        event_counters(
             lambda: (router.forwarded_requests, router.retries),
+            lambda: (lanes.created, lanes.dropped, lanes.without_id),
             lambda: (
                 None if srv.replicas.page_cache is None else srv.replicas.page_cache.bytes_asked
             ),
-            lambda: (lanes.created, lanes.dropped, lanes.without_id),
         )
     )
+    per_partition = config.metrics_per_partition
+    metrics.add_collector(ReplicaCollector(srv.replicas, per_partition=per_partition))
+    lag = GroupLagCollector(srv.groups, per_partition=per_partition)
+    metrics.add_collector(lag)
+    metrics.before_scrape(lag.refresh)
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_acl_routes(app)  # issue 18: ACLs and SCRAM users (api.http.acls)
@@ -89,7 +101,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         advertised_url=config.url,
         instance_timeout_ms=config.consumer_instance_timeout_ms,
     )
-    app.router.add_get("/metrics", metrics_handler(metrics.render))
+    app.router.add_get("/metrics", metrics_handler(metrics.scrape))
     doc = orjson.dumps(openapi_document())
 
     async def openapi(request: web.Request) -> web.Response:

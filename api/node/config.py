@@ -183,6 +183,10 @@ class NodeConfig(BaseModel):
     """A directory whose fault-injection runs (``jepsen_tests`` run directories, each with a
     ``results.json``) the web console lists and shows (``api.http.console``). Unset: the
     console's reports page says it is off."""
+    metrics_per_partition: bool = True
+    """``/metrics`` shows series per partition (offsets, ISR, flags; consumer lag per
+    partition). Off on clusters with many partitions, to bound what Prometheus stores: the
+    per-topic, per-group and per-broker series stay (docs/operations.md, "Monitoring")."""
 
     @field_validator("roles", "http_cors_allowed_origins", mode="before")
     @classmethod

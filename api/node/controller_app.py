@@ -31,8 +31,9 @@ Routes (all on the node's ``listen`` address):
   the process then exits non-zero (``common.essential``).
 * ``GET /v3/health/ready``                 200 when not failed, a leader is known and this
   node has applied everything it knows committed; else 503 with ``reasons``.
-* ``GET /metrics``                         Prometheus text: Raft term, commit lag, ...
-  (``api.http.metrics``).
+* ``GET /metrics``                         Prometheus text: Raft term, commit lag and
+  latency, the active controller's view of the cluster (offline partitions, ...), process
+  and Python runtime (``api.http.metrics``).
 """
 
 from __future__ import annotations
@@ -432,9 +433,13 @@ def build_controller(
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
     essentials = app[ESSENTIALS_KEY] = Essentials(f"controller {config.node_id}")
-    add_controller_metrics(
-        app, lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset}
+    metrics = add_controller_metrics(
+        app,
+        lambda: {**svc.node.status().to_json(), "metadata_offset": svc.metadata_offset},
+        lambda: svc.controller.image,
+        lambda: svc.controller.is_active,
     )
+    svc.node.on_proposal_committed = metrics.commit_latency.observe
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await svc.start()

@@ -254,6 +254,9 @@ class RaftNode:
         self.applied = LogIndex(0)
         self.role = Role.FOLLOWER
         self.leader_id = NO_NODE
+        self.on_proposal_committed: Callable[[float], None] | None = None
+        """Told the seconds from each accepted proposal to its commit and apply (the
+        controller's commit latency histogram); None: nothing measured."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -351,6 +354,15 @@ class RaftNode:
         else:
             self._proposals.append((datas, fut))
             self._wake.set()
+            observe = self.on_proposal_committed
+            if observe is not None:
+                t0 = time.monotonic()
+
+                def done(f: asyncio.Future[list[int]]) -> None:
+                    if not f.cancelled() and f.exception() is None:
+                        observe(time.monotonic() - t0)
+
+                fut.add_done_callback(done)
         return fut
 
     async def read_index(self, timeout_s: float | None = None) -> int:

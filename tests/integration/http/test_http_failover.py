@@ -120,5 +120,5 @@ def test_produce_rides_through_a_leader_kill(c: HttpCluster) -> None:
         for line in text.decode().splitlines()
         if line and not line.startswith("#")
     )
-    assert float(lines["longboat_produce_lanes_created"]) >= 1
-    assert float(lines["longboat_produce_batches_without_producer_id"]) == 0
+    assert float(lines["longboat_produce_lanes_created_total"]) >= 1
+    assert float(lines["longboat_produce_batches_without_producer_id_total"]) == 0
