@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from api.http.acls import add_acl_routes
+from api.http.broker_configs import add_broker_config_routes
 from api.http.context import CONTEXT_KEY, HttpContext, cluster_id_for
 from api.http.cors import add_cors
 from api.http.embedded import EmbeddedCodec
@@ -91,6 +92,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     srv.follower.subscribe(_isr_watcher(config.node_id, metrics))
     add_v3_routes(app)
     add_acl_routes(app)  # issue 18: ACLs and SCRAM users (api.http.acls)
+    add_broker_config_routes(app, config)
     add_v2_routes(app)
     # Group reads and v2 consumer instances go through the client library, bootstrapped
     # from this broker; instances name this broker in their base_uri (they live here).
