@@ -565,6 +565,11 @@ OPERATIONS: list[tuple[str, str, str, list[str], str | None, str]] = [
     ("get", "/mode/{subject}", "Registry: a subject's mode.", ["defaultToGlobal"], None, "200"),
     ("put", "/mode/{subject}", "Registry: set a subject's mode.", ["force"], "RegistryMode", "200"),
     ("delete", "/mode/{subject}", "Registry: remove a subject's mode.", [], None, "200"),
+    # Broker configs, read-only (api.http.broker_configs).
+    ("get", C + "/broker-configs", "Cluster-wide broker config defaults.", [], None, "200"),
+    ("get", C + "/broker-configs/{name}", "One cluster-wide broker config.", [], None, "200"),
+    ("get", C + "/brokers/{broker_id}/configs", "A broker's configs.", [], None, "200"),
+    ("get", C + "/brokers/{broker_id}/configs/{name}", "One broker config.", [], None, "200"),
 ]
 
 # ACLs (the REST Proxy's v3 shape) and SCRAM users (Longboat's own): api.http.acls, issue 18.
