@@ -373,3 +373,48 @@ async def _never(cmd: CreateTopic) -> None:
 
 async def _end_42(topic: str, partition: int) -> int | None:
     return 42
+
+
+@run_async
+async def test_lag_snapshot_reads_each_end_offset_once_and_leaves_out_a_slow_one() -> None:
+    asked: list[tuple[str, int]] = []
+
+    async def create(cmd: CreateTopic) -> None:
+        raise AssertionError("the topic exists")
+
+    async def end_offset(topic: str, partition: int) -> int | None:
+        asked.append((topic, partition))
+        if partition == 1:
+            await asyncio.sleep(30)  # its leader does not answer
+        return 42
+
+    fake = FakeLog()
+    c = GroupCoordinator(
+        broker_id=1,
+        offsets_log=fake,
+        image=image,
+        create_topic=create,
+        end_offset=end_offset,
+        config=CoordinatorConfig(group=GroupConfig(session_timeout_ms_min=50)),
+    )
+    await c.start()
+    try:
+        await until(lambda: 0 in c.shards and c.shards[0].state is not None)
+        member, gen = await stable_member(c)
+        offsets = {TP0: OffsetAndMetadata(5), TopicPartition("orders", 1): OffsetAndMetadata(9)}
+        assert await c.commit(OffsetCommitRequest("g", offsets, member, gen)) == ErrorCode.NONE
+        t0 = asyncio.get_running_loop().time()
+        (snap,) = await c.lag_snapshot(timeout_s=0.3)
+        assert asyncio.get_running_loop().time() - t0 < 5
+        assert (snap.group, snap.state, snap.members, snap.unknown) == (
+            "g",
+            GroupState.STABLE,
+            1,
+            1,
+        )
+        assert {
+            tp: (pl.current_offset, pl.log_end_offset, pl.lag) for tp, pl in snap.lags.items()
+        } == {TP0: (5, 42, 37)}
+        assert sorted(asked) == [("orders", 0), ("orders", 1)]
+    finally:
+        await c.stop()
