@@ -30,6 +30,7 @@ BENCHMARKS = (
     "groups.py",
     "schemas.py",
     "spark_read.py",
+    "metrics_scrape.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""

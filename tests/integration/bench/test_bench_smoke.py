@@ -86,6 +86,7 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "spark.read.workers_convert": True,
         "spark.to_parquet.workers_convert": True,
     },
+    "metrics_scrape.py": {"metrics.produce_with_scrape": True, "metrics.scrape_broker_ms": False},
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}

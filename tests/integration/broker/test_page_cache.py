@@ -88,7 +88,9 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
         with urllib.request.urlopen(f"{b.url(x)}/metrics", timeout=5) as r:
             text = r.read().decode()
         (line,) = [
-            ln for ln in text.splitlines() if ln.startswith("longboat_page_cache_asked_bytes_total ")
+            ln
+            for ln in text.splitlines()
+            if ln.startswith("longboat_page_cache_asked_bytes_total ")
         ]
         assert float(line.split()[1]) >= RECORDS * VALUE - KEEP - 2 * MIB, line
 
