@@ -13,9 +13,17 @@ brokers, 6 partitions, RF 3, min.insync.replicas=2, acks=all, idempotent, ``send
   only its per-topic counter additions in both.
 * ``metrics.scrape_broker_ms``: the median time of one broker's scrape during the scraped
   runs (its body size in the params).
+* ``metrics.scrape_broker_cpu_ms``: the CPU time a broker spends on one scrape with a second
+  topic of ``SCALE_PARTITIONS`` partitions (RF 3) and a group committed on all of them (the
+  scrape then asks the end offset of every one, two thirds of them from other brokers):
+  the broker process's CPU over back-to-back scrapes, less its CPU over as long a time
+  unscraped, per scrape. At a 1 s interval that many ms is that many thousandths of a core.
 
-``--quick``: 3 pairs of runs of 100,000 records; ``--smoke``: one pair of 10,000; full: 6
-pairs of 300,000.
+Each run lasts several scrape intervals (a run much shorter than the interval would see at
+most one scrape), after one uncounted warm-up run; on a machine shared with other work the
+run-to-run spread is wide, so read the ratio with the spread of several runs in mind.
+``--quick``: 5 pairs of runs of 1,000,000 records, 300 partitions for the scrape's cost;
+``--smoke``: one pair of 10,000, 30 partitions; full: 8 pairs of 3,000,000, 1,000 partitions.
 
 Usage: python scripts/bench/metrics_scrape.py [--quick | --smoke]
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -81,28 +90,55 @@ class Scraper:
             self._stop.wait(max(0.0, SCRAPE_INTERVAL_S - (time.monotonic() - t_round)))
 
 
-async def commit_group(boot: list[str], topic: str) -> None:
-    """A group with an offset committed on every partition: its lag is computed at each
-    scrape."""
-    async with AsyncGroupConsumer(boot, group_id="bench-metrics", enable_auto_commit=False) as c:
+async def commit_group(boot: list[str], group: str, topic: str, partitions: int) -> None:
+    """A group with an offset committed on every partition of ``topic``: its lag is
+    computed at each scrape."""
+    async with AsyncGroupConsumer(boot, group_id=group, enable_auto_commit=False) as c:
         c.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(c.assignment()) < PARTITIONS:
+        deadline = time.monotonic() + 120
+        while len(c.assignment()) < partitions:
             if time.monotonic() > deadline:
-                raise TimeoutError("the bench group got no assignment")
+                raise TimeoutError(f"group {group} got no full assignment")
             await c.poll(500)
-        await c.commit({TopicPartition(topic, p): 0 for p in range(PARTITIONS)})
+        await c.commit({TopicPartition(topic, p): 0 for p in range(partitions)})
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape_cpu_ms(url: str, pid: int, scrapes: int) -> tuple[float, int]:
+    """CPU ms the process spends per scrape of ``url`` (its idle CPU over as long a time
+    subtracted), and the body's size."""
+    t0, c0 = time.monotonic(), cpu_s(pid)
+    body = b""
+    for _ in range(scrapes):
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+            body = r.read()
+    busy_s, busy_cpu = time.monotonic() - t0, cpu_s(pid) - c0
+    c1 = cpu_s(pid)
+    time.sleep(busy_s)
+    idle_cpu = cpu_s(pid) - c1
+    return max(0.0, busy_cpu - idle_cpu) * 1000 / scrapes, len(body)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_size_flags(ap)
     args = ap.parse_args()
-    n, pairs = {"smoke": (10_000, 1), "quick": (100_000, 3), "full": (300_000, 6)}[size(args)]
+    n, pairs, scale = {
+        "smoke": (10_000, 1, 30),
+        "quick": (1_000_000, 5, 300),
+        "full": (3_000_000, 8, 1000),
+    }[size(args)]
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-metrics-"))
     q = Quorum(root, 3)
     brokers = Brokers(root, q, 3)
     plain: list[float] = []
+    cpu: list[float] = []
+    scale_bytes = 0
     scraped: list[float] = []
     scrape_ms: list[float] = []
     body_bytes = errors = 0
@@ -115,7 +151,9 @@ def main() -> int:
         topic = "metrics-rf3"
         asyncio.run(create_topic(q.urls, topic, PARTITIONS, 3, {"min.insync.replicas": "2"}))
         time.sleep(2)  # leaders elected, followers fetching
-        asyncio.run(commit_group(boot, topic))
+        asyncio.run(commit_group(boot, "bench-metrics", topic, PARTITIONS))
+        progress(f"warm-up: {n} records")
+        asyncio.run(produce_bulk(boot, topic, n, acks="all", idempotent=True))
         for pair in range(pairs):
             # Alternate which goes first, so a trend over the run (a growing log, a busier
             # machine) does not land on one side.
@@ -126,12 +164,22 @@ def main() -> int:
                     with Scraper(q.urls + boot, boot) as s:
                         dt = asyncio.run(produce_bulk(boot, topic, n, acks="all", idempotent=True))
                     scraped.append(n / dt)
+                    progress(f"  {n / dt:,.0f} records/s")
                     scrape_ms += s.broker_ms
                     body_bytes = max(body_bytes, s.bytes)
                     errors += s.errors
                 else:
                     dt = asyncio.run(produce_bulk(boot, topic, n, acks="all", idempotent=True))
                     plain.append(n / dt)
+                    progress(f"  {n / dt:,.0f} records/s")
+        progress(f"scrape cost: a topic of {scale} partitions and a group committed on them")
+        asyncio.run(create_topic(q.urls, "metrics-scale", scale, 3))
+        asyncio.run(commit_group(boot, "bench-metrics-scale", "metrics-scale", scale))
+        b1 = brokers.ids[0]
+        cpu = []
+        for _ in range(3):
+            ms, scale_bytes = scrape_cpu_ms(brokers.url(b1), brokers.procs[b1].pid, 20)
+            cpu.append(ms)
     finally:
         brokers.stop_all()
         q.stop_all()
@@ -159,6 +207,19 @@ def main() -> int:
             "p90_ms": round(statistics.quantiles(scrape_ms, n=10)[-1], 2)
             if len(scrape_ms) >= 2
             else None,
+        },
+    )
+    figure(
+        "metrics.scrape_broker_cpu_ms",
+        "ms",
+        cpu,
+        higher_is_better=False,
+        params={
+            "partitions": scale + PARTITIONS + 10,
+            "rf": 3,
+            "group_partitions": scale,
+            "body_bytes": scale_bytes,
+            "scrapes_per_run": 20,
         },
     )
     return 0

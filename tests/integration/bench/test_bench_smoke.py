@@ -86,7 +86,11 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "spark.read.workers_convert": True,
         "spark.to_parquet.workers_convert": True,
     },
-    "metrics_scrape.py": {"metrics.produce_with_scrape": True, "metrics.scrape_broker_ms": False},
+    "metrics_scrape.py": {
+        "metrics.produce_with_scrape": True,
+        "metrics.scrape_broker_ms": False,
+        "metrics.scrape_broker_cpu_ms": False,
+    },
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}
