@@ -3,9 +3,11 @@
 ``add_public_routes(app, srv)`` adds the v3 routes (``api.http.v3``; ACLs and SCRAM users in
 ``api.http.acls``), the REST Proxy v2
 routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
-instances (``api.http.v2_consumers``), ``GET /metrics`` (``api.http.metrics``) and
-``GET /openapi.json`` (``api.http.openapi``) and its page ``GET /openapi``, and CORS when configured (``api.http.cors``),
-with an ``HttpContext`` built from the broker server
+instances (``api.http.v2_consumers``), the read-only broker configs
+(``api.http.broker_configs``), ``GET /metrics`` (``api.http.metrics``: its collectors read
+the replica manager and the group coordinator at scrape time),
+``GET /openapi.json`` (``api.http.openapi``) and its page ``GET /openapi``, and CORS when
+configured (``api.http.cors``), with an ``HttpContext`` built from the broker server
 (its image, its ``PartitionRouter``, a ``ControllerClient`` for topic administration).
 Health and readiness (``/v3/health``, ``/v3/health/ready``) are the broker app's own.
 """
