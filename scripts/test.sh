@@ -20,6 +20,8 @@ echo "==> system tools for the Kafka protocol tests (kcat)" >&2
 ./scripts/setup-kafka-clients.sh
 echo "==> the browser for the console's browser tests (chromium)" >&2
 ./scripts/setup-browser.sh
+echo "==> Prometheus for the monitoring tests (promtool, a real scrape of deploy/'s queries)" >&2
+./scripts/setup-monitoring.sh
 echo "==> pytest" >&2
 # CI has 2 cores; the suite is sized to finish well under 20 minutes there.
 python -m pytest -q --durations=30 "$@"

@@ -2,7 +2,9 @@
 brokers, processes): per-topic counters move with produce and fetch, per-partition gauges come
 from the leader, consumer-group lag matches ``longboat groups describe``, the under-replicated
 flag turns on when a follower stops and off when it is back, the Grafana dashboard and the
-alert rules in deploy/ name only metrics the cluster exposes, and the configs endpoints.
+alert rules in deploy/ name only metrics the cluster exposes (and, where Debian's prometheus
+package is installed, promtool accepts the rules and a real Prometheus scraping the cluster
+evaluates every dashboard query with data and every rule healthy), and the configs endpoints.
 
 One cluster for the module; each test uses its own topics and groups. The test that stops a
 broker goes last.
@@ -16,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from http_cluster_support import HttpCluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.cli.main import main
-from api.node.localcluster import running_cluster
+from api.node.localcluster import free_ports, running_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -296,6 +299,84 @@ def test_promtool_accepts_the_alert_rules() -> None:
         ["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus (Debian: prometheus)")
+def test_a_real_prometheus_evaluates_every_dashboard_query_and_rule(
+    c: HttpCluster, workload: dict[str, Any], tmp_path: Path
+) -> None:
+    targets = [u.removeprefix("http://") for u in c.urls + c.quorum.urls]
+    shutil.copy(ALERTS, tmp_path / "alerts.yml")
+    (tmp_path / "prometheus.yml").write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": ["alerts.yml"],
+                "scrape_configs": [
+                    {"job_name": "longboat", "static_configs": [{"targets": targets}]}
+                ],
+            }
+        )
+    )
+    (port,) = free_ports(1)
+    api = f"http://127.0.0.1:{port}/api/v1"
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def query(q: str) -> Any:
+            _, _, out = c.call("GET", f"{api}/query?" + urllib.parse.urlencode({"query": q}))
+            return out
+
+        def all_up() -> bool:
+            try:
+                out = query("up")
+            except OSError:
+                return False
+            res = out["data"]["result"] if isinstance(out, dict) else []
+            return len(res) == len(targets) and all(r["value"][1] == "1" for r in res)
+
+        wait_until("Prometheus to scrape every node", all_up)
+        for i in range(5):  # traffic across several scrapes, so rates have two points
+            produce(c, workload["topic"], [{"value": {"type": "JSON", "data": i}}])
+            c.read_all(workload["topic"], 0)
+            time.sleep(1)
+        exprs = [
+            e.replace("$__rate_interval", "10s")
+            .replace('"$topic"', '".*"')
+            .replace('"$consumergroup"', '".*"')
+            for e in dashboard_exprs(json.loads(DASHBOARD.read_text())["panels"])
+        ]
+        failed = {e: query(e) for e in exprs}
+        failed = {e: out for e, out in failed.items() if out.get("status") != "success"}
+        assert failed == {}
+        empty = [e for e in exprs if not query(e)["data"]["result"]]
+        assert empty == [], f"dashboard queries with no data on a cluster in use: {empty}"
+
+        def rules_evaluated() -> list[Any]:
+            _, _, out = c.call("GET", f"{api}/rules")
+            rules = [r for g in out["data"]["groups"] for r in g["rules"]]
+            return rules if all(r.get("lastEvaluation", "").startswith("2") for r in rules) else []
+
+        rules = wait_until("every rule evaluated", rules_evaluated)
+        assert len(rules) == 14 and all(r["health"] == "ok" for r in rules), rules
+        # Not an ISR shrink (replica_lag_time_max_ms is 2 s here, and CI is a loaded box).
+        quiet = {"LongboatNodeDown", "LongboatNoActiveController", "LongboatOfflinePartitions"}
+        firing = [r["name"] for r in rules if r["name"] in quiet and r["state"] != "inactive"]
+        assert firing == [], f"alerts on a healthy cluster: {firing}"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
 
 
 # --------------------------------------------------------------------------- configs
