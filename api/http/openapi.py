@@ -920,6 +920,39 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
     "KafkaPartitionList": _list_of("KafkaPartition"),
     "KafkaTopicConfigList": _list_of("KafkaTopicConfig"),
     "KafkaClusterList": _list_of("KafkaCluster"),
+    # Broker configs, read-only (api.http.broker_configs).
+    **{
+        kind: _resource(
+            kind,
+            {
+                "cluster_id": _STR,
+                **extra,
+                "name": _STR,
+                "value": {"type": ["string", "null"], "description": "null when sensitive"},
+                "is_default": {"type": "boolean"},
+                "is_read_only": {"type": "boolean"},
+                "is_sensitive": {"type": "boolean"},
+                "source": {"enum": ["STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"]},
+                "synonyms": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": _STR,
+                            "value": {"type": ["string", "null"]},
+                            "source": _STR,
+                        },
+                    },
+                },
+            },
+        )
+        for kind, extra in (
+            ("KafkaBrokerConfig", {"broker_id": _INT}),
+            ("KafkaClusterConfig", {"config_type": {"const": "BROKER"}}),
+        )
+    },
+    "KafkaBrokerConfigList": _list_of("KafkaBrokerConfig"),
+    "KafkaClusterConfigList": _list_of("KafkaClusterConfig"),
 }
 
 _R = "#/components/schemas/"
@@ -941,6 +974,10 @@ RESPONSES: dict[tuple[str, str], str] = {
     ("post", T + "/records"): "ProduceReport",
     ("post", G + "/offsets:reset"): "OffsetResetResult",
     ("post", G + "/offsets:delete"): "OffsetDeleteResult",
+    ("get", C + "/broker-configs"): "KafkaClusterConfigList",
+    ("get", C + "/broker-configs/{name}"): "KafkaClusterConfig",
+    ("get", C + "/brokers/{broker_id}/configs"): "KafkaBrokerConfigList",
+    ("get", C + "/brokers/{broker_id}/configs/{name}"): "KafkaBrokerConfig",
 }
 """Operations whose success answer has a schema of its own; the others get `_default_response`."""
 

@@ -28,6 +28,7 @@ import yaml
 from click.testing import CliRunner
 from consumer_groups_support import Consumers, produce
 from http_cluster_support import HttpCluster
+from jsonschema import Draft202012Validator
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.cli.main import main
@@ -434,9 +435,17 @@ def test_broker_configs_endpoints(c: HttpCluster) -> None:
     ):
         st, _, err = c.call("GET", url)
         assert st == code and err["error_code"] == code and err["message"], (url, st, err)
+    # Each answer has the shape the OpenAPI document gives it.
     st, _, doc = c.call("GET", f"{c.urls[0]}/openapi.json")
-    assert "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs" in doc["paths"]
-    assert "/v3/clusters/{cluster_id}/broker-configs" in doc["paths"]
+    for path, answer in (
+        ("/broker-configs", lst),
+        ("/broker-configs/{name}", one),
+        ("/brokers/{broker_id}/configs", mine),
+        ("/brokers/{broker_id}/configs/{name}", other),
+    ):
+        op = doc["paths"]["/v3/clusters/{cluster_id}" + path]["get"]
+        schema = op["responses"]["200"]["content"]["application/json"]["schema"]
+        Draft202012Validator({**schema, "components": doc["components"]}).validate(answer)
 
 
 # --------------------------------------------------------------------------- last: a broker stops
