@@ -6,7 +6,9 @@ add headers; ``--jsonl`` reads key, value, headers, timestamp and partition per 
 records are printed one per line (kcat's ``-f`` format, JSON, or the console consumer's line
 with timestamp and headers; the words are ``api.cli.console_format``). ``consume`` starts at
 ``--offset earliest|latest|-N|N`` or ``--from-time``, and ``--exit`` stops at the ends the
-partitions had at the start (kcat's ``-e``). ``consume --group G`` reads as a member of
+partitions had at the start (kcat's ``-e``). ``--value-format avro|jsonschema`` writes each
+line's JSON value in the schema registry's wire format (``--value-schema FILE`` registered
+under ``TOPIC-value``, or ``--value-schema-id``) and prints such values back as JSON. ``consume --group G`` reads as a member of
 consumer group G (its share of the partitions, resuming from the group's commits,
 auto-committing what it printed). Both go through the Python client (``api.client``),
 straight to partition leaders.
@@ -90,6 +92,27 @@ def _fail(e: BaseException) -> click.ClickException:
     help='Each line is a JSON object: {"key", "value", "headers", "timestamp", "partition"} '
     '(all optional; {"base64": ...} for bytes; consume --json prints this form).',
 )
+@click.option(
+    "--value-format",
+    type=click.Choice(["bytes", "avro", "jsonschema"]),
+    default="bytes",
+    show_default=True,
+    help="avro/jsonschema: each value is JSON (Avro's JSON encoding for avro: unions as "
+    '{"type": value}), checked and written in the schema registry\'s wire format.',
+)
+@click.option(
+    "--value-schema",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The value schema's file, registered under TOPIC-value (with --value-format).",
+)
+@click.option(
+    "--value-schema-id", type=int, help="Use this registered schema instead of --value-schema."
+)
+@click.option(
+    "--schema-registry",
+    metavar="URL",
+    help="The schema registry (default: the brokers, which serve one).",
+)
 def produce_cmd(
     topic: str,
     bootstrap: str | None,
@@ -102,12 +125,22 @@ def produce_cmd(
     headers: tuple[str, ...],
     parse_headers: bool,
     jsonl: bool,
+    value_format: str,
+    value_schema: str | None,
+    value_schema_id: int | None,
+    schema_registry: str | None,
 ) -> None:
     """Send each line of standard input as one record of TOPIC."""
     try:
         hdrs = [parse_header(h) for h in headers]
     except FormatError as e:
         raise click.UsageError(f"--header: {e}") from None
+    if value_format == "bytes" and (value_schema or value_schema_id is not None):
+        raise click.UsageError("--value-schema/--value-schema-id need --value-format")
+    if value_format != "bytes" and (value_schema is None) == (value_schema_id is None):
+        raise click.UsageError(
+            f"--value-format {value_format} needs --value-schema or --value-schema-id"
+        )
     if jsonl and (key_separator or parse_headers):
         raise click.UsageError(
             "--jsonl lines carry key and headers: no --key-separator/--parse-headers"
@@ -120,11 +153,33 @@ def produce_cmd(
         click.echo("note: --acks 1/0 turns idempotence off", err=True)
     boot = resolve_bootstrap(bootstrap)
     try:
-        n, failed = _run(
-            _produce(
-                topic, boot, line_parser, partition, acks, compression, linger_ms, idempotent, hdrs
+        encode = (
+            None
+            if value_format == "bytes"
+            else _value_encoder(
+                topic,
+                value_format,
+                schema_registry or boot,
+                value_schema,
+                value_schema_id,
             )
         )
+        n, failed = _run(
+            _produce(
+                topic,
+                boot,
+                line_parser,
+                partition,
+                acks,
+                compression,
+                linger_ms,
+                idempotent,
+                hdrs,
+                encode,
+            )
+        )
+    except click.ClickException:
+        raise
     except Exception as e:
         raise _fail(e) from None
     click.echo(
@@ -132,6 +187,59 @@ def produce_cmd(
     )
     if failed:
         sys.exit(1)
+
+
+def _registry(urls: str) -> Any:
+    from api.client.schemas import SchemaRegistryClient
+
+    return SchemaRegistryClient([u.strip() for u in urls.split(",") if u.strip()])
+
+
+def _value_encoder(
+    topic: str, fmt: str, registry_urls: str, schema_file: str | None, schema_id: int | None
+) -> Callable[[bytes, int], bytes]:
+    """Line value (JSON text) -> the registry's wire format. The schema is registered (or
+    fetched by id) here, before any record is sent: a bad schema changes nothing."""
+    from api.client.schemas import (
+        AVRO,
+        AvroSerializer,
+        JSONSerializer,
+        SchemaRegistryError,
+        SerializationError,
+    )
+
+    registry = _registry(registry_urls)
+    kind = AVRO if fmt == "avro" else "JSON"
+    try:
+        if schema_id is not None:
+            got = registry.get_schema(schema_id)
+            if got.schema_type != kind:
+                raise click.ClickException(f"schema {schema_id} is {got.schema_type}, not {kind}")
+            text, refs = got.schema, got.references
+        else:
+            assert schema_file is not None
+            with open(schema_file, encoding="utf-8") as f:
+                text, refs = f.read(), ()
+        ser: Any = (AvroSerializer if kind == AVRO else JSONSerializer)(
+            registry, text, references=refs, schema_id=schema_id
+        )
+        sid = ser.schema_id(topic)
+    except (SchemaRegistryError, SerializationError, OSError) as e:
+        raise click.ClickException(f"value schema: {e}") from None
+    click.echo(f"value schema id {sid}", err=True)
+
+    def encode(line: bytes, n: int) -> bytes:
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise FormatError(f"line {n}: the value is not JSON: {e}") from None
+        try:
+            out: bytes = ser.from_json(value, topic) if kind == AVRO else ser(value, topic)
+        except SerializationError as e:
+            raise FormatError(f"line {n}: {e}") from None
+        return out
+
+    return encode
 
 
 def _line_parser(
@@ -166,6 +274,7 @@ async def _produce(
     linger_ms: float,
     idempotent: bool,
     headers: list[Header],
+    encode: Callable[[bytes, int], bytes] | None = None,
 ) -> tuple[int, int]:
     from api.client import AsyncProducer, ClientError
 
@@ -197,11 +306,20 @@ async def _produce(
                 rec = parse(line.rstrip(b"\r"), lineno)
                 if rec is None:
                     continue
+                value = rec.value
+                if encode is not None and value is not None:
+                    try:
+                        value = encode(value, lineno)
+                    except FormatError as e:
+                        # One bad line fails alone, as a refused send does.
+                        failed += 1
+                        click.echo(f"error: {e}", err=True)
+                        continue
                 hdrs = headers + list(rec.headers)
                 futures.append(
                     await p.send(
                         topic,
-                        rec.value,
+                        value,
                         key=rec.key,
                         partition=rec.partition if rec.partition is not None else partition,
                         headers=hdrs or None,
@@ -291,6 +409,19 @@ async def _produce(
     is_flag=True,
     help='One JSON object per record (non-UTF-8 bytes as {"base64": ...}).',
 )
+@click.option(
+    "--value-format",
+    type=click.Choice(["bytes", "avro", "jsonschema"]),
+    default="bytes",
+    show_default=True,
+    help="avro/jsonschema: print each value as JSON, decoded by the schema id it carries "
+    "(Avro's JSON encoding for avro).",
+)
+@click.option(
+    "--schema-registry",
+    metavar="URL",
+    help="The schema registry (default: the brokers, which serve one).",
+)
 def consume_cmd(
     topic: str,
     bootstrap: str | None,
@@ -308,6 +439,8 @@ def consume_cmd(
     fmt: str | None,
     print_offset: bool,
     as_json: bool,
+    value_format: str,
+    schema_registry: str | None,
 ) -> None:
     """Print the records of TOPIC, one per line."""
     if group is not None and (partition or offset or from_time or exit_at_end):
@@ -343,6 +476,7 @@ def consume_cmd(
             "print_timestamp": print_timestamp,
             "print_headers": print_headers,
         },
+        None if value_format == "bytes" else _value_decoder(value_format, schema_registry or boot),
     )
     try:
         if group is not None:
@@ -380,17 +514,51 @@ def _parse_time(text: str) -> int:
         raise FormatError(f"--from-time: {e}") from None
 
 
+def _value_decoder(fmt: str, registry_urls: str) -> Callable[[bytes], bytes]:
+    """A value in the registry's wire format -> its JSON text (blocking on a schema id not
+    seen before: called off the event loop)."""
+    from api.client.schemas import AvroDeserializer, JSONDeserializer, SerializationError
+
+    registry = _registry(registry_urls)
+    de: Any = AvroDeserializer(registry) if fmt == "avro" else JSONDeserializer(registry)
+    to_json = de.to_json if fmt == "avro" else de
+
+    def decode(v: bytes) -> bytes:
+        try:
+            return orjson.dumps(to_json(v))
+        except SerializationError as e:
+            raise click.ClickException(f"a value does not decode as {fmt}: {e}") from None
+
+    return decode
+
+
 class _Printer:
     """Records to standard output: a kcat format, JSON lines, or the console consumer's
-    default line."""
+    default line; values decoded by ``decode`` first when given (``--value-format``)."""
 
     def __init__(
-        self, render: Callable[[Any], bytes] | None, as_json: bool, flags: dict[str, bool]
+        self,
+        render: Callable[[Any], bytes] | None,
+        as_json: bool,
+        flags: dict[str, bool],
+        decode: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self.render = render
         self.as_json = as_json
         self.flags = flags
+        self.decode = decode
         self.out = sys.stdout.buffer
+
+    async def prepare(self, records: list[Any]) -> list[Any]:
+        """The records with their values decoded (in a thread: a new schema id is fetched
+        from the registry)."""
+        decode = self.decode
+        if decode is None:
+            return records
+        return await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: [r if r.value is None else r._replace(value=decode(r.value)) for r in records],
+        )
 
     def line(self, r: Any) -> bytes:
         if self.render is not None:
@@ -485,7 +653,7 @@ async def _print_polls(
                 continue
             if timeout_ms is not None:
                 idle_deadline = loop.time() + timeout_ms / 1000
-            printer.write(records)
+            printer.write(await printer.prepare(records))
             n += len(records)
     except (BrokenPipeError, asyncio.CancelledError):
         pass

@@ -40,6 +40,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from api.client.avro_json import AvroJsonError, from_avro_json, to_avro_json
 from api.client.errors import ClientError
 
 MAGIC = 0
@@ -331,6 +332,7 @@ class _Serializer:
         is_key: bool = False,
         auto_register: bool = True,
         subject_name_strategy: SubjectStrategy = topic_name_strategy,
+        schema_id: int | None = None,
     ) -> None:
         self.registry = registry
         self.schema = schema
@@ -338,6 +340,9 @@ class _Serializer:
         self.is_key = is_key
         self.auto_register = auto_register
         self.strategy = subject_name_strategy
+        self.fixed_id = schema_id
+        """Frame every value with this id (a schema already registered, as Confluent's
+        ``use.schema.id``): no registration or lookup."""
         self._ids: dict[str, int] = {}
 
     def _record_name(self) -> str | None:
@@ -345,6 +350,8 @@ class _Serializer:
 
     def schema_id(self, topic: str) -> int:
         """The id this serializer frames values for ``topic`` with."""
+        if self.fixed_id is not None:
+            return self.fixed_id
         subject = self.strategy(topic, self.is_key, self._record_name())
         sid = self._ids.get(subject)
         if sid is None:
@@ -392,6 +399,15 @@ class AvroSerializer(_Serializer):
     def __init__(self, registry: SchemaRegistryClient, schema: str, **kw: Any) -> None:
         super().__init__(registry, schema, **kw)
         self._parsed = _parse_avro(registry, schema, self.references)
+
+    def from_json(self, value: Any, topic: str) -> bytes:
+        """A value given in Avro's JSON encoding (unions as ``{"type": value}``, bytes as
+        code points 0-255: what Confluent's console producer and the REST Proxy take)."""
+        try:
+            datum = from_avro_json(self._parsed, value)
+        except AvroJsonError as e:
+            raise SerializationError(f"value is not Avro JSON of the schema: {e}") from None
+        return self(datum, topic)
 
     def _record_name(self) -> str | None:
         p = self._parsed
@@ -445,12 +461,22 @@ class AvroDeserializer:
         self._writers: dict[int, Any] = {}
 
     def __call__(self, data: bytes) -> Any:
+        return self._read(data)[0]
+
+    def to_json(self, data: bytes) -> Any:
+        """The value in Avro's JSON encoding (as Confluent's console consumer prints it)."""
+        datum, schema = self._read(data)
+        return to_avro_json(schema, datum)
+
+    def _read(self, data: bytes) -> tuple[Any, Any]:
+        """The datum and the schema it is a datum of (the reader's, else the writer's)."""
         sid, payload = unframe(data)
         writer = _compiled(self._writers, self.registry, sid, AVRO, _parse_avro)
         try:
-            return fastavro.schemaless_reader(io.BytesIO(payload), writer, self._reader)
+            datum = fastavro.schemaless_reader(io.BytesIO(payload), writer, self._reader)
         except Exception as e:  # fastavro: truncated data, resolution failures
             raise SerializationError(f"cannot decode with schema {sid}: {e}") from None
+        return datum, writer if self._reader is None else self._reader
 
 
 def _json_validator(

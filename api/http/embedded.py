@@ -10,7 +10,7 @@ client's deserializer reads it. A consumer instance created with ``format: "avro
 
 Avro's JSON form is Avro's own JSON encoding, as the REST Proxy's converter uses it: a union's
 value is wrapped in an object naming its branch (``{"string": "x"}``, ``null`` bare), bytes and
-fixed are strings of code points 0-255 (``api.http.avro_json``; the binary encoding is
+fixed are strings of code points 0-255 (``api.client.avro_json``; the binary encoding is
 fastavro's).
 
 The v3 produce routes take the same through a key's or value's fields, as the REST Proxy v3:
@@ -35,7 +35,7 @@ import fastavro
 import jsonschema
 import orjson
 
-from api.http.avro_json import from_avro_json, to_avro_json
+from api.client.avro_json import from_avro_json, to_avro_json
 from api.http.errors import HttpError, unprocessable
 from api.http.records import Encoded, Refused
 from broker.schemas.parse import AVRO, JSON, InvalidSchemaError, ParsedSchema, text_of

@@ -473,6 +473,68 @@ def test_rest_proxy_v3_schema_values_by_id_subject_version_and_text(c: HttpClust
     assert [(f["id"], f["error_code"]) for f in ans["failures"]] == [("b", 42203)]
 
 
+def test_cli_produce_and_consume_avro_values(c: HttpCluster, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from api.cli.main import main
+
+    c.create_topic("cliavro", partitions=1, rf=3)
+    schema_file = tmp_path / "order.avsc"
+    schema_file.write_text(ORDER)
+    boot = ["--bootstrap", ",".join(c.urls)]
+    lines = (
+        '{"id": 1, "amount": 2.5, "note": null}\n'
+        "not json\n"
+        '{"id": 2, "amount": 1.0, "note": {"string": "gift"}}\n'
+        '{"id": "three", "amount": 1.0, "note": null}\n'
+    )
+    r = CliRunner().invoke(
+        main,
+        ["produce", "cliavro", *boot, "--value-format", "avro", "--value-schema", str(schema_file)],
+        input=lines,
+    )
+    # The two good lines are sent; the two bad ones fail alone, each named by its line.
+    assert r.exit_code == 1, r.output
+    assert "line 2" in r.output and "line 4" in r.output and "produced 2 record(s)" in r.output
+    sid = cf(c, 0).get_latest_version("cliavro-value").schema_id
+    de = CfAvroDeserializer(cf(c, 1))
+    ctx = SerializationContext("cliavro", MessageField.VALUE)
+    assert [de(v, ctx)["id"] for v in _raw_values(c, "cliavro")] == [1, 2]
+    # By id, and a schema of the wrong type refused before anything is sent.
+    r = CliRunner().invoke(
+        main,
+        ["produce", "cliavro", *boot, "--value-format", "avro", "--value-schema-id", str(sid)],
+        input='{"id": 3, "amount": 0.5, "note": null}\n',
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(
+        main,
+        [
+            "produce",
+            "cliavro",
+            *boot,
+            "--value-format",
+            "jsonschema",
+            "--value-schema-id",
+            str(sid),
+        ],
+        input="{}\n",
+    )
+    assert r.exit_code == 1 and "is AVRO, not JSON" in r.output, r.output
+    assert len(_raw_values(c, "cliavro")) == 3
+    r = CliRunner().invoke(
+        main,
+        ["consume", "cliavro", *boot, "--from-beginning", "--exit", "--value-format", "avro"],
+    )
+    assert r.exit_code == 0, r.output
+    values = [json.loads(line) for line in r.stdout.splitlines()]
+    assert values == [
+        {"id": 1, "amount": 2.5, "note": None},
+        {"id": 2, "amount": 1.0, "note": {"string": "gift"}},
+        {"id": 3, "amount": 0.5, "note": None},
+    ]
+
+
 # The last test: it kills a broker of the module's cluster.
 def test_acknowledged_registration_survives_killing_the_writer(c: HttpCluster) -> None:
     st, _, p = c.call("GET", f"{c.v3()}/topics/_schemas/partitions/0")

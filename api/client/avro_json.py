@@ -8,7 +8,7 @@ a generic decoder: 60-75 µs a record here, which made an Avro REST request five
 than a JSON one. These two functions walk a parsed schema (``fastavro.parse_schema``'s output,
 whose named types are in ``__named_schemas``) directly; the binary encoding is still fastavro's
 (``schemaless_writer`` / ``schemaless_reader``), which validates every datum.
-``tests/property/http/test_avro_json_property.py`` checks both against fastavro's own.
+``tests/property/client/test_avro_json_property.py`` checks both against fastavro's own.
 
 Pure: no I/O.
 """
@@ -28,8 +28,11 @@ class AvroJsonError(ValueError):
     """A value that is not the Avro JSON encoding of a datum of the schema."""
 
 
-def _named(schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    return schema.get("__named_schemas", {}) if isinstance(schema, Mapping) else {}
+def _named(schema: Any) -> Mapping[str, Any]:
+    names: Mapping[str, Any] = (
+        schema.get("__named_schemas", {}) if isinstance(schema, Mapping) else {}
+    )
+    return names
 
 
 def _resolve(s: Any, names: Mapping[str, Any]) -> Any:

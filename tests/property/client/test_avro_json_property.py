@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.http.avro_json import AvroJsonError, from_avro_json, to_avro_json
+from api.client.avro_json import AvroJsonError, from_avro_json, to_avro_json
 
 SCHEMA = fastavro.parse_schema(
     {
