@@ -729,6 +729,11 @@ SCHEMAS.update(
                 },
             },
         },
+        "Throttle": {
+            "type": "object",
+            "required": ["rate_bytes_per_s"],
+            "properties": {"rate_bytes_per_s": {"type": "integer", "minimum": 1}},
+        },
         "DeleteRecords": {
             "type": "object",
             "required": ["offset"],
@@ -751,6 +756,9 @@ OPERATIONS += [
     ("get", P + "/reassignment", "A partition's reassignment in progress.", [], None, "200"),
     ("patch", P + "/reassignment", "Move a partition's replicas.", [], "Reassignment", "200"),
     ("delete", P + "/reassignment", "Cancel a partition's reassignment.", [], None, "204"),
+    ("get", C + "/reassignment-throttle", "The reassignment throttle.", [], None, "200"),
+    ("put", C + "/reassignment-throttle", "Set it (bytes/s).", [], "Throttle", "200"),
+    ("delete", C + "/reassignment-throttle", "Remove it.", [], None, "204"),
     ("post", C + "/elections", "Elect leaders (preferred or unclean).", [], "Election", "200"),
     (
         "post",

@@ -12,6 +12,10 @@ reassignment``, kind ``KafkaReassignment``), with the writes Kafka's admin clien
   (``{"version": 1, "partitions": [{"topic", "partition", "replicas"}]}``, ``replicas`` null
   to cancel) and answers each partition on its own.
 
+``GET/PUT/DELETE .../reassignment-throttle`` ``{"rate_bytes_per_s": N}`` reads, sets or
+removes the cluster-wide ``follower.replication.throttled.rate`` (the broker config default,
+a ``ConfigRecord``), which limits the fetches of replicas being added (``broker.throttle``).
+
 ``POST .../elections`` ``{"election_type": "PREFERRED"|"UNCLEAN", "partitions":
 [{"topic_name", "partition_id"}]}`` (no ``partitions``: every partition) runs Kafka's
 ElectLeaders; ``POST .../topics/{t}/partitions/{p}/records:delete`` ``{"offset": N}`` (-1:
@@ -41,14 +45,16 @@ from api.http.context import (
 from api.http.errors import HttpError, bad_request, kafka_error, unprocessable
 from api.http.v3 import ADMIN_WAIT_S, _admin
 from broker.replica_manager import ReplicaError
+from broker.throttle import THROTTLE_RATE_CONFIG
 from metalog.commands import (
+    AlterConfigs,
     AlterPartitionReassignments,
     ElectionType,
     ElectLeaders,
     ReplicaReassignment,
 )
 from metalog.image import MetadataImage, PartitionRegistration
-from metalog.records import BrokerId
+from metalog.records import BrokerId, ConfigResourceType
 from metalog.responses import AlterPartitionReassignmentsResponse, ElectLeadersResponse
 
 DELETE_RECORDS_TIMEOUT_MS = 30_000
@@ -310,6 +316,47 @@ async def delete_records(request: web.Request) -> web.Response:
     )
 
 
+# --------------------------------------------------------------------------- throttle
+
+
+async def _throttle(ctx: HttpContext, value: str | None) -> None:
+    await _admin(
+        ctx,
+        AlterConfigs(
+            resource_type=ConfigResourceType.BROKER,
+            resource_name="",
+            ops={THROTTLE_RATE_CONFIG: value},
+        ),
+    )
+    await ctx.sync_metadata(ADMIN_WAIT_S)
+
+
+async def put_throttle(request: web.Request) -> web.Response:
+    """The cluster-wide ``follower.replication.throttled.rate`` (broker config default)."""
+    ctx = ctx_of(request)
+    body = await json_body(request)
+    rate = body.get("rate_bytes_per_s") if isinstance(body, dict) else None
+    if type(rate) is not int or not 0 < rate < 2**63:
+        raise unprocessable('Body must be {"rate_bytes_per_s": N} with N > 0.', 42206)
+    await _throttle(ctx, str(rate))
+    return json_response({"cluster_id": ctx.cluster_id, "rate_bytes_per_s": rate})
+
+
+async def delete_throttle(request: web.Request) -> web.Response:
+    ctx = ctx_of(request)
+    await _throttle(ctx, None)
+    return web.Response(status=204)
+
+
+async def get_throttle(request: web.Request) -> web.Response:
+    ctx = ctx_of(request)
+    await ctx.sync_metadata()
+    v = ctx.image.configs.get(ConfigResourceType.BROKER, "").get(THROTTLE_RATE_CONFIG)
+    return json_response(
+        {"cluster_id": ctx.cluster_id, "rate_bytes_per_s": None if v is None else int(v)}
+    )
+
+
 def add_reassign_routes(app: web.Application) -> None:
     r = app.router
     c = "/v3/clusters/{cluster_id}"
@@ -320,5 +367,8 @@ def add_reassign_routes(app: web.Application) -> None:
     r.add_get(one, get_reassignment)
     r.add_patch(one, patch_reassignment)
     r.add_delete(one, cancel_reassignment)
+    r.add_get(c + "/reassignment-throttle", get_throttle)
+    r.add_put(c + "/reassignment-throttle", put_throttle)
+    r.add_delete(c + "/reassignment-throttle", delete_throttle)
     r.add_post(c + "/elections", elect_leaders)
     r.add_post(c + "/topics/{topic}/partitions/{partition}/records:delete", delete_records)
