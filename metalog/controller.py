@@ -52,6 +52,13 @@ topic has ``unclean.leader.election.enable=true``, and a partition whose replica
 its records all shut down uncleanly waits for an unclean recovery by longest log
 (``partition_change``, ``QuorumController._maybe_recover``; docs/metadata.md).
 
+Reassignment (KIP-455): ``AlterPartitionReassignments`` sets a partition's replicas to its
+target followed by the replicas leaving, with ``adding``/``removing`` marked; the move
+completes (replicas = target, leaving replicas out of the ISR, a leaving leader replaced by a
+live target in the ISR) in the same batch as the ISR change that brings the last target into
+the ISR, or at the next rebalance pass; until then the old replicas stay, so the ISR never
+loses what it holds. A cancel goes back to the replicas minus the ones being added.
+
 The commands live in ``metalog.commands``, their responses in ``metalog.responses`` and the
 refusals (``MetadataError`` subclasses, Kafka's error names in ``code``) in ``metalog.errors``:
 brokers and the API import those, not this module, which only the controller's owner (the

@@ -8,7 +8,7 @@
 * ``--verify --reassignment-json-file F``: which moves are done, which still run; once all
   are done it removes the throttle, as Kafka's tool does.
 * ``--cancel --reassignment-json-file F``: cancels the moves still running (back to the
-  original replicas).
+  original replicas); with none left running it removes the throttle.
 
 The files use Kafka's JSON formats (``{"version": 1, "topics": [{"topic": "t"}]}`` and
 ``{"version": 1, "partitions": [{"topic", "partition", "replicas"}]}``).
@@ -153,9 +153,17 @@ def reassign(
         errors = submit(admin, dict(todo)) if todo else []
         if errors:
             raise AdminError("some cancellations were refused:\n  " + "\n  ".join(errors))
+        # As Kafka's tool does: with no move left running, the throttle goes too.
+        cleared = not ongoing(admin)
+        if cleared:
+            set_throttle(admin, None)
         if as_json:
-            emit_json({"cancelled": [f"{t}-{p}" for t, p in sorted(todo)]})
+            emit_json(
+                {"cancelled": [f"{t}-{p}" for t, p in sorted(todo)], "throttle_removed": cleared}
+            )
             return
+        if cleared:
+            click.echo("Clearing broker-level throttles")
         if todo:
             click.echo(
                 "Successfully cancelled partition reassignment(s) for "
