@@ -215,6 +215,14 @@ def _print_described(d: dict[str, Any]) -> None:
                 f"{','.join(map(str, elr)) or '-'}, last known ELR "
                 f"{','.join(map(str, lke)) or '-'}"
             )
+    for p in rows:  # KIP-455: partitions being reassigned
+        adding, removing = p.get("adding_replicas") or [], p.get("removing_replicas") or []
+        if adding or removing:
+            click.echo(
+                f"Partition {p['partition_id']}: reassignment in progress, adding "
+                f"{','.join(map(str, adding)) or '-'}, removing "
+                f"{','.join(map(str, removing)) or '-'}"
+            )
 
 
 @topics_group.command("describe")

@@ -293,3 +293,56 @@ def test_the_throttle_holds_a_move_to_its_rate(cluster: tuple[Quorum, Brokers]) 
     # 1.2 MB at 300 kB/s, a second's burst: no faster than ~3 s (a lower bound only: a
     # loaded machine may be slower, never faster).
     assert took >= size / rate - 1.0, took
+
+
+def test_bad_requests_are_refused_clearly_and_change_nothing(
+    cluster: tuple[Quorum, Brokers],
+) -> None:
+    q, b = cluster
+    topic = "refusals"
+    create(q, topic, {0: (102, 104)})
+    via = 102
+    wait_for("a leader", lambda: partition(b, via, topic)["leader"] == 102, 30)
+    before = partition(b, via, topic)
+    one = f"/topics/{topic}/partitions/0/reassignment"
+    cases: list[tuple[str, str, Any, int, str]] = [
+        ("PATCH", one, {"replicas": []}, 422, "non-empty list"),
+        ("PATCH", one, {"replicas": [102, "x"]}, 422, "non-empty list"),
+        ("PATCH", one, {"nope": 1}, 422, "replicas"),
+        ("PATCH", one, {"replicas": [102, 102]}, 400, "INVALID_REPLICA_ASSIGNMENT"),
+        ("PATCH", one, {"replicas": [999]}, 400, "not registered"),
+        ("PATCH", "/topics/nosuch/partitions/0/reassignment", {"replicas": [102]}, 404, ""),
+        ("PATCH", f"/topics/{topic}/partitions/7/reassignment", {"replicas": [102]}, 404, ""),
+        ("DELETE", one, None, 404, "No reassignment"),
+        ("GET", one, None, 404, "No reassignment"),
+        ("POST", "/topics/-/partitions/-/reassignment", {"partitions": []}, 422, "version"),
+        ("POST", "/elections", {"election_type": "DIRTY"}, 400, "PREFERRED or UNCLEAN"),
+        ("POST", "/elections", {"partitions": [{"topic_name": 1}]}, 422, "topic_name"),
+        ("POST", f"/topics/{topic}/partitions/0/records:delete", {"offset": -5}, 422, "offset"),
+        ("POST", f"/topics/{topic}/partitions/0/records:delete", {}, 422, "offset"),
+        ("PUT", "/reassignment-throttle", {"rate_bytes_per_s": 0}, 422, "N > 0"),
+    ]
+    for method, path, body, status, words in cases:
+        got, answer = http(b, via, method, path, body)
+        assert got == status, (method, path, body, got, answer)
+        assert isinstance(answer, dict) and {"error_code", "message"} <= answer.keys(), answer
+        assert words in answer["message"], (method, path, answer)
+    # A plan with one bad partition: answered per partition, the good one goes ahead.
+    status, ans = http(
+        b,
+        via,
+        "POST",
+        "/topics/-/partitions/-/reassignment",
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": topic, "partition": 5, "replicas": [101]},
+                {"topic": topic, "partition": 0, "replicas": [104, 102]},
+            ],
+        },
+    )
+    assert status == 200, ans
+    assert [r["error_code"] for r in ans["data"]] == ["UNKNOWN_TOPIC_OR_PARTITION", None], ans
+    after = partition(b, via, topic)
+    assert after["replicas"] == [104, 102] and after["leader"] == before["leader"]
+    assert http(b, via, "GET", "/reassignment-throttle")[1]["rate_bytes_per_s"] is None
