@@ -135,6 +135,7 @@ class AlterUserScramCredentialsResponse:
     deleted: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True, slots=True)
 class ReassignmentResult:
     """One partition of an AlterPartitionReassignments answer."""
 
