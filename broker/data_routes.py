@@ -14,8 +14,8 @@ times) or int64 (offsets).
   -> {base_offset, last_offset, log_append_time, duplicate}
 * ``fetch``    {topic, partition, replica_id? (-1: consumer, -2: debug), fetch_offset,
   leader_epoch?, last_fetched_epoch?, max_bytes?, max_wait_ms?, min_bytes?,
-  high_watermark?, broker_epoch?, timeout_ms?, isolation_level? ("read_uncommitted" |
-  "read_committed"), forwarded?}
+  high_watermark?, broker_epoch?, log_start_offset?, timeout_ms?, isolation_level?
+  ("read_uncommitted" | "read_committed"), forwarded?}
   -> {records (raw batches), high_watermark, last_stable_offset, log_start_offset,
   log_end_offset, leader_epoch, diverging_epoch ([epoch, end_offset] or None),
   aborted_transactions? ([[producer_id, first_offset], ...], read_committed only: their
@@ -32,6 +32,8 @@ times) or int64 (offsets).
   per marker in order}: Kafka's
   WriteTxnMarkers, answered by this broker for the partitions it leads (never forwarded:
   the coordinator sends each marker to its partition's leader).
+* ``delete_records`` {topic, partition, offset (-1: the HW), timeout_ms?, forwarded?}
+  -> {low_watermark} (Kafka's DeleteRecords; through the router, like ``list_offsets``)
 
 ``GET /internal/broker/v1/replicas`` (JSON) describes every local replica.
 
@@ -174,6 +176,7 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     min_bytes = int_field(b, "min_bytes", 0, INT32_MAX, default=1)
     high_watermark = int_field(b, "high_watermark", -1, INT64_MAX, default=-1)
     broker_epoch = int_field(b, "broker_epoch", -1, INT64_MAX, default=-1)
+    log_start_offset = int_field(b, "log_start_offset", -1, INT64_MAX, default=-1)
     timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=max(max_wait_ms, 30_000))
     forwarded = bool_field(b, "forwarded", default=False)
     isolation_level = _isolation_level(b)
@@ -203,6 +206,7 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
         high_watermark=high_watermark,
         broker_epoch=broker_epoch,
         isolation_level=isolation_level,
+        log_start_offset=log_start_offset,
     )
 
 
@@ -251,6 +255,16 @@ async def _write_txn_markers(router: PartitionRouter, b: dict[str, Any]) -> dict
     }
 
 
+async def _delete_records(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    topic, partition = topic_field(b), partition_field(b)
+    offset = int_field(b, "offset", -1, INT64_MAX)  # -1: the high watermark
+    timeout_ms = int_field(b, "timeout_ms", 0, INT32_MAX, default=30_000)
+    forwarded = bool_field(b, "forwarded", default=False)
+    return await router.delete_records(
+        topic, partition, offset, timeout_ms=timeout_ms, forwarded=forwarded
+    )
+
+
 async def _replicas(request: web.Request) -> web.Response:
     mgr = request.app[REPLICAS_KEY]
     return web.Response(body=orjson.dumps(mgr.describe()), content_type="application/json")
@@ -273,4 +287,5 @@ def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRoute
     app.router.add_post(f"{p}/list_offsets", _handler(_list_offsets))
     app.router.add_post(f"{p}/write_txn_markers", _handler(_write_txn_markers))
     app.router.add_get(f"{p}/replicas", _replicas)
+    app.router.add_post(f"{p}/delete_records", _handler(_delete_records))
     return router

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import msgpack
 
 from broker.replica_state import FollowerState, TruncationStep
+from broker.throttle import TokenBucket
 from common import netbind
 from storage.group_commit import GroupCommitter
 from storage.log import PartitionLog
@@ -80,6 +82,8 @@ class FetcherHost(Protocol[ReplicaT_contra]):
     def append_as_follower(
         self, rep: ReplicaT_contra, fs: FollowerState, data: bytes, leader_hw: int
     ) -> None: ...
+    def follow_log_start(self, rep: ReplicaT_contra, leader_log_start: int) -> None: ...
+    def throttle_for(self, rep: ReplicaT_contra) -> TokenBucket | None: ...
 
 
 class FetchError(Exception):
@@ -176,6 +180,14 @@ async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerSta
                 # mean what we hold on disk (group-committed with the other partitions).
                 await mgr.committer.durable(rep.log, rep.log.log_end_offset)
             epoch = mgr.broker_epoch()
+            bucket = mgr.throttle_for(rep)
+            fetch_bytes_max = FETCH_MAX_BYTES
+            if bucket is not None:
+                # An adding replica of a reassignment: at most the throttled rate.
+                wait_s = bucket.delay_s(time.monotonic())
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                fetch_bytes_max = min(fetch_bytes_max, bucket.request_bytes_max())
             ans = await call(
                 _session(mgr),
                 url,
@@ -189,7 +201,8 @@ async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerSta
                     "leader_epoch": fs.leader_epoch,
                     "last_fetched_epoch": rep.log.latest_epoch,
                     "high_watermark": fs.high_watermark,
-                    "max_bytes": FETCH_MAX_BYTES,
+                    "log_start_offset": rep.log.log_start_offset,
+                    "max_bytes": fetch_bytes_max,
                     "max_wait_ms": FETCH_MAX_WAIT_MS,
                     "min_bytes": 1,
                 },
@@ -205,7 +218,12 @@ async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerSta
                 )
                 step = fs.on_epoch_end_offset(int(div[0]), int(div[1]), rep.log)
                 continue
-            mgr.append_as_follower(rep, fs, bytes(ans["records"]), int(ans["high_watermark"]))
+            records = bytes(ans["records"])
+            mgr.append_as_follower(rep, fs, records, int(ans["high_watermark"]))
+            if bucket is not None:
+                bucket.take(len(records), time.monotonic())
+            if "log_start_offset" in ans:
+                mgr.follow_log_start(rep, int(ans["log_start_offset"]))
             errors = 0
         except asyncio.CancelledError:
             raise

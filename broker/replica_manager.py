@@ -66,6 +66,7 @@ from broker.replica_state import (
     LeaderState,
     ReplicationConfig,
 )
+from broker.throttle import THROTTLE_RATE_CONFIG, TokenBucket
 from broker.txn_markers import TxnMarker, TxnVerifier
 from common.essential import Essentials
 from common.waits import join_task, wait_event
@@ -77,6 +78,7 @@ from metalog.records import (
     NO_LEADER,
     BrokerEpoch,
     BrokerId,
+    ConfigResourceType,
     LeaderEpoch,
     LeaderRecoveryState,
     PartitionEpoch,
@@ -368,6 +370,9 @@ class ReplicaManager:
         self.log_dir = LogDirectory(str(self.data_dir))
         """The health of the data directory, shared by every log in it: an I/O error in one
         takes them all offline (``storage.logdir``); the broker process stops on it."""
+        self.replication_throttle: TokenBucket | None = None
+        """Shared by the fetchers of this broker's adding replicas (KIP-455) while
+        ``follower.replication.throttled.rate`` is set for it (``broker.throttle``)."""
         self.closed_cleanly: bool | None = None
         """After ``stop``: whether every log was flushed and closed without an error (the
         broker's clean-shutdown marker may then be written, ``broker.clean_shutdown``)."""
@@ -501,6 +506,7 @@ class ReplicaManager:
         return out
 
     async def _reconcile(self, image: MetadataImage) -> None:
+        self._update_throttle(image)
         wanted: dict[tuple[TopicId, int], tuple[str, PartitionRegistration]] = {}
         for t, p, reg in image.topics.partitions():
             if self.broker_id in reg.replicas:
@@ -765,6 +771,102 @@ class ReplicaManager:
         )
         rep.log.truncate_fully_and_start_at(offset)
         rep.producers = ProducerState(rep.producers.config, start_offset=offset)
+
+    # ------------------------------------------------------------------ reassignment, DeleteRecords
+
+    def _update_throttle(self, image: MetadataImage) -> None:
+        """The replication throttle from the broker's dynamic config (its own id, else the
+        cluster-wide default ``''``), as Kafka reads ``follower.replication.throttled.rate``."""
+        value = None
+        for name in (str(int(self.broker_id)), ""):
+            value = image.configs.get(ConfigResourceType.BROKER, name).get(THROTTLE_RATE_CONFIG)
+            if value is not None:
+                break
+        try:
+            rate = int(value) if value is not None else 0
+        except ValueError:
+            rate = 0
+        if rate <= 0:
+            self.replication_throttle = None
+        elif self.replication_throttle is None:
+            self.replication_throttle = TokenBucket(rate, time.monotonic())
+        elif self.replication_throttle.rate_bytes_per_s != rate:
+            self.replication_throttle.set_rate(rate, time.monotonic())
+
+    def throttle_for(self, rep: Replica) -> TokenBucket | None:
+        """The bucket ``rep``'s fetcher must respect: only a replica this broker is being
+        added as (KIP-455; Kafka throttles the replicas ``--throttle`` lists, which are the
+        moving ones), so the ISR's own replication is never slowed."""
+        if self.broker_id in rep.registration.adding:
+            return self.replication_throttle
+        return None
+
+    def follow_log_start(self, rep: Replica, leader_log_start: int) -> None:
+        """A follower moves its log start up to the leader's (DeleteRecords and retention on
+        the leader), as Kafka's fetcher does with the fetch answer's log start offset. Never
+        past its own log end: what it lacks there it fetches, or restarts at the leader's
+        start on OFFSET_OUT_OF_RANGE."""
+        target = min(leader_log_start, rep.log.log_end_offset)
+        if target > rep.log.log_start_offset:
+            rep.log.delete_records_before(target)
+            log.info(
+                "broker %d: %s log start now %d (the leader's)", self.broker_id, rep.name, target
+            )
+
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, timeout_ms: int
+    ) -> dict[str, Any]:
+        """Kafka's DeleteRecords on the leader: the log start moves to ``offset`` (-1: the
+        high watermark); beyond the HW is OFFSET_OUT_OF_RANGE and changes nothing. Answers
+        once every ISR member's log starts there too (the low watermark; followers follow
+        with their next fetch), so a failover cannot bring the deleted records back;
+        REQUEST_TIMED_OUT if that takes longer than ``timeout_ms``."""
+        rep, leader = self._leading(topic, partition)
+        hw = leader.high_watermark
+        target = hw if offset == -1 else offset
+        if not 0 <= target <= hw:
+            raise ReplicaError(
+                "OFFSET_OUT_OF_RANGE",
+                f"cannot delete {rep.name} records before {offset}: the offset must be in "
+                f"[{rep.log.log_start_offset}, {hw}] (the high watermark), or -1 for it",
+            )
+        start = await asyncio.to_thread(rep.log.delete_records_before, target)
+        log.info("broker %d: %s records deleted before %d", self.broker_id, rep.name, start)
+        rep.notify()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            low = self._low_watermark(rep)
+            if low >= target:
+                return {"low_watermark": low}
+            if rep.leader is not leader or not leader.is_leader:
+                raise ReplicaError(
+                    "NOT_LEADER_OR_FOLLOWER",
+                    "leadership moved",
+                    leader_id=rep.registration.leader,
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ReplicaError(
+                    "REQUEST_TIMED_OUT",
+                    f"{rep.name}: the log start moved to {start} on the leader, but the ISR's "
+                    f"low watermark is {low} after {timeout_ms} ms",
+                )
+            await wait_event(rep.changed, min(left, 0.1))
+
+    def _low_watermark(self, rep: Replica) -> int:
+        """The smallest log start over the leader and its ISR followers (Kafka's
+        ``lowWatermarkIfLeader``)."""
+        low = rep.log.log_start_offset
+        if rep.leader is None:
+            return low
+        for b in rep.leader.isr:
+            if b == self.broker_id:
+                continue
+            f = rep.leader.follower(b)
+            if f is None or f.log_start_offset < 0:
+                return -1
+            low = min(low, f.log_start_offset)
+        return low
 
     async def _log_maintenance(self, *, cleaner: bool) -> None:
         """Segment rolls by ``segment.ms``, retention (``retention.ms``/``retention.bytes``)
@@ -1066,6 +1168,7 @@ class ReplicaManager:
         broker_epoch: int,
         isolation_level: str = READ_UNCOMMITTED,
         filter_aborted: bool = True,
+        log_start_offset: int = -1,
     ) -> dict[str, Any]:
         """A follower's (``replica_id`` >= 0) or a consumer's (-1) fetch, long-polling up to
         ``max_wait_ms`` for ``min_bytes`` (followers also return early when the HW passes
@@ -1097,6 +1200,7 @@ class ReplicaManager:
                 leader_epoch=leader.leader_epoch,
                 now_ms=now_ms(),
                 broker_epoch=broker_epoch,
+                log_start_offset=log_start_offset,
             )
             change = leader.maybe_expand_isr(BrokerId(replica_id))
             if change is not None:

@@ -246,6 +246,36 @@ class PartitionRouter:
             "list_offsets", topic, partition, deadline, local, body, forwarded=forwarded
         )
 
+    async def delete_records(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        timeout_ms: int = 30_000,
+        forwarded: bool = False,
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + min(timeout_ms / 1000, self.request_timeout_s_max)
+
+        async def local() -> dict[str, Any]:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            return await self.mgr.delete_records(topic, partition, offset, left_ms)
+
+        def body() -> dict[str, Any]:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            return {"topic": topic, "partition": partition, "offset": offset, "timeout_ms": left_ms}
+
+        return await self._route(
+            "delete_records",
+            topic,
+            partition,
+            deadline,
+            local,
+            body,
+            forwarded=forwarded,
+            answer_at_once=frozenset({"REQUEST_TIMED_OUT"}),
+        )
+
     # ------------------------------------------------------------------ routing
 
     async def _route(

@@ -185,6 +185,13 @@ class Cluster(ABC):
         """Metadata quorum voters: name -> (node id, URL); empty without a Raft quorum."""
         return {}
 
+    def reassignable(
+        self,
+    ) -> tuple[str, list[int], list[str], Callable[[], dict[int, dict[str, Any]]]] | None:
+        """What the reassign nemesis moves: (topic, broker ids, broker URLs, a reader of the
+        topic's partitions as ``{p: {"replicas": [...], ...}}``); None if nothing can move."""
+        return None
+
     def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
         """A key's leader and the nodes that replicate it, if the cluster replicates."""
         return None

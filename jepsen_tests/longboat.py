@@ -31,6 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +222,16 @@ class LongboatCluster(Cluster):
 
     def voters(self) -> dict[str, tuple[int, str]]:
         return {c: (self.node_ids[c], self.url(c)) for c in self.controllers}
+
+    def reassignable(
+        self,
+    ) -> tuple[str, list[int], list[str], Callable[[], dict[int, dict[str, Any]]]] | None:
+        return (
+            self.topic,
+            [self.node_ids[b] for b in self.brokers],
+            self.broker_urls(),
+            self.partition_table,
+        )
 
     def leader_and_followers(self, pick: int = 0) -> tuple[str, list[str]] | None:
         table = self.partition_table()

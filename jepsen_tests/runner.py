@@ -59,6 +59,7 @@ from jepsen_tests.nemesis.net import (
 )
 from jepsen_tests.nemesis.process import LAZYFS_ENV, ProcessNemesis
 from jepsen_tests.nemesis.proxy import InterceptNet, ProxyNemesis, ProxyNet, proxy_mesh
+from jepsen_tests.nemesis.reassign import ReassignNemesis
 from jepsen_tests.nemesis.schedule import DISK_SPECS, PROCESS_SPECS, Step, generate
 from jepsen_tests.resources import ResourceBound, ResourceMonitor, check_growth
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
@@ -305,6 +306,13 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
                     f"membership: {type(cluster).__name__} has no Raft voters to change"
                 )
             parts.append(MembershipNemesis(cluster.voters(), wrap, rec))
+        if "reassign" in cats:
+            reassignable = cluster.reassignable()
+            if reassignable is None:
+                raise FaultInjectionUnavailable(
+                    f"reassign: {type(cluster).__name__} has no partitions to move"
+                )
+            parts.append(ReassignNemesis(*reassignable, wrap, out, rec))
         nemesis = Composite(parts)
 
         steps = generate(

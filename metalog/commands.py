@@ -226,3 +226,30 @@ class AlterUserScramCredentials(Command):
 
     upsertions: tuple[ScramUpsertion, ...] = ()
     deletions: tuple[ScramDeletion, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReassignment:
+    """One partition of an AlterPartitionReassignments request: its target replicas, in
+    order (the first is the preferred leader), or None to cancel the reassignment in
+    progress (KIP-455)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[BrokerId, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterPartitionReassignments(Command):
+    """Kafka's AlterPartitionReassignments (KIP-455): start, change or cancel the moves of
+    ``reassignments``; each partition is answered on its own."""
+
+    reassignments: tuple[ReplicaReassignment, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListPartitionReassignments(Command):
+    """Kafka's ListPartitionReassignments: the reassignments in progress of ``partitions``
+    ((topic, partition) pairs), or of every partition when None. A read: no records."""
+
+    partitions: tuple[tuple[str, int], ...] | None = None

@@ -52,6 +52,13 @@ topic has ``unclean.leader.election.enable=true``, and a partition whose replica
 its records all shut down uncleanly waits for an unclean recovery by longest log
 (``partition_change``, ``QuorumController._maybe_recover``; docs/metadata.md).
 
+Reassignment (KIP-455): ``AlterPartitionReassignments`` sets a partition's replicas to its
+target followed by the replicas leaving, with ``adding``/``removing`` marked; the move
+completes (replicas = target, leaving replicas out of the ISR, a leaving leader replaced by a
+live target in the ISR) in the same batch as the ISR change that brings the last target into
+the ISR, or at the next rebalance pass; until then the old replicas stay, so the ISR never
+loses what it holds. A cancel goes back to the replicas minus the ones being added.
+
 The commands live in ``metalog.commands``, their responses in ``metalog.responses`` and the
 refusals (``MetadataError`` subclasses, Kafka's error names in ``code``) in ``metalog.errors``:
 brokers and the API import those, not this module, which only the controller's owner (the
@@ -74,6 +81,7 @@ from metalog.commands import (
     AllocateProducerIds,
     AlterConfigs,
     AlterPartition,
+    AlterPartitionReassignments,
     AlterUserScramCredentials,
     BrokerHeartbeat,
     Command,
@@ -84,9 +92,11 @@ from metalog.commands import (
     DeleteTopic,
     ElectionType,
     ElectLeaders,
+    ListPartitionReassignments,
     LookupTopic,
     PartitionStateChange,
     RegisterBroker,
+    ReplicaReassignment,
     ScramUpsertion,
     UnregisterBroker,
 )
@@ -108,6 +118,7 @@ from metalog.errors import (
     InvalidTopicError,
     InvalidUpdateVersionError,
     MetadataError,
+    NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
     PreferredLeaderNotAvailableError,
@@ -157,6 +168,7 @@ from metalog.records import (
 from metalog.responses import (
     AclEntry,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
     AlterPartitionResult,
     AlterUserScramCredentialsResponse,
@@ -169,8 +181,11 @@ from metalog.responses import (
     DeleteTopicResponse,
     ElectLeadersResponse,
     ElectLeadersResult,
+    ListPartitionReassignmentsResponse,
     LookupTopicResponse,
+    OngoingReassignment,
     ProducerIdsBlock,
+    ReassignmentResult,
     UnregisterBrokerResponse,
 )
 from metalog.security import (
@@ -778,6 +793,16 @@ class QuorumController:
     def handle(
         self, command: AlterUserScramCredentials, now_ms: int
     ) -> ControllerResult[AlterUserScramCredentialsResponse]: ...
+
+    @overload
+    def handle(
+        self, command: AlterPartitionReassignments, now_ms: int
+    ) -> ControllerResult[AlterPartitionReassignmentsResponse]: ...
+
+    @overload
+    def handle(
+        self, command: ListPartitionReassignments, now_ms: int
+    ) -> ControllerResult[ListPartitionReassignmentsResponse]: ...
 
     @overload
     def handle(self, command: Command, now_ms: int) -> ControllerResult[Any]: ...
@@ -1535,6 +1560,8 @@ class QuorumController:
                 or rec.last_known_elr is not None
             ):
                 batch.add(rec)
+                # KIP-455: an adding replica that joined the ISR may complete a move.
+                self._maybe_complete_reassignment(batch, ps.topic_id, ps.partition)
             results.append(
                 AlterPartitionResult(
                     ps.topic_id,
@@ -1675,6 +1702,139 @@ class QuorumController:
         )
         return ProducerIdsBlock(b.broker_id, first, size), None
 
+    # -- reassignment (KIP-455)
+
+    def _alter_reassignments(
+        self, batch: _Batch, cmd: AlterPartitionReassignments, now_ms: int
+    ) -> tuple[AlterPartitionReassignmentsResponse, None]:
+        results = []
+        for ra in cmd.reassignments:
+            try:
+                self._reassign(batch, ra)
+                results.append(ReassignmentResult(ra.topic, ra.partition))
+            except MetadataError as e:
+                results.append(ReassignmentResult(ra.topic, ra.partition, e))
+        return AlterPartitionReassignmentsResponse(tuple(results)), None
+
+    def _reassign(self, batch: _Batch, ra: ReplicaReassignment) -> None:
+        """Start, replace or cancel the move of one partition (Kafka's
+        ``ReplicationControlManager.changePartitionReassignment``).
+
+        Start (or replace): the replicas become the target followed by the original replicas
+        leaving, with ``adding`` and ``removing`` set; the new ones start fetching as
+        followers. Cancel: back to the original replicas; the ones being added leave.
+        Either way the move completes at once if every target replica is already in the
+        ISR (a pure removal or reordering).
+        """
+        tid = batch.delta.topic_id(ra.topic)
+        reg = None if tid is None else batch.delta.partition(tid, ra.partition)
+        if tid is None or reg is None:
+            raise UnknownTopicOrPartitionError(f"no partition {ra.topic}-{ra.partition}")
+        if ra.replicas is None:
+            if not reg.is_reassigning:
+                raise NoReassignmentInProgressError(
+                    f"no reassignment of {ra.topic}-{ra.partition} is in progress"
+                )
+            rec = self._replicas_change(
+                batch, ra.topic, tid, ra.partition, reg, reg.original_replicas, (), ()
+            )
+        else:
+            target = tuple(ra.replicas)
+            self._check_assignment(batch, ra.partition, target)
+            original = reg.original_replicas
+            removing = tuple(b for b in original if b not in target)
+            adding = tuple(b for b in target if b not in original)
+            replicas = target + removing
+            if replicas == reg.replicas and adding == reg.adding and removing == reg.removing:
+                return  # already that (Kafka answers such a request with no error too)
+            rec = self._replicas_change(
+                batch, ra.topic, tid, ra.partition, reg, replicas, adding, removing
+            )
+        batch.add(rec)
+        self._maybe_complete_reassignment(batch, tid, ra.partition)
+
+    def _replicas_change(
+        self,
+        batch: _Batch,
+        topic: str,
+        tid: TopicId,
+        p: int,
+        reg: PartitionRegistration,
+        replicas: tuple[BrokerId, ...],
+        adding: tuple[BrokerId, ...],
+        removing: tuple[BrokerId, ...],
+    ) -> PartitionChangeRecord:
+        """The change that gives the partition ``replicas`` (with ``adding``/``removing``):
+        the ISR, ELR and last known ELR keep only members that stay, and a leader that
+        leaves hands over to the first live ISR member in the new replica order. Refused if
+        no member of the ISR stays (they alone are known to hold every committed record) or
+        no live one can lead."""
+        keep = set(replicas)
+        isr = tuple(b for b in reg.isr if b in keep)
+        if reg.isr and not isr:
+            raise InvalidReplicaAssignmentError(
+                f"{topic}-{p}: no member of the ISR {list(reg.isr)} would stay a replica"
+            )
+        leader = reg.leader
+        if leader != NO_LEADER and leader not in keep:
+            live = [b for b in replicas if b in isr and batch.usable(b)]
+            if not live:
+                raise InvalidReplicaAssignmentError(
+                    f"{topic}-{p}: leader {leader} would leave and no live ISR member of "
+                    f"{list(replicas)} can take over"
+                )
+            leader = live[0]
+        elr = tuple(b for b in reg.elr if b in keep)
+        lke = tuple(b for b in reg.last_known_elr if b in keep)
+        return PartitionChangeRecord(
+            topic_id=tid,
+            partition=p,
+            replicas=replicas,
+            isr=None if isr == reg.isr else isr,
+            leader=NO_LEADER_CHANGE if leader == reg.leader else leader,
+            eligible_leader_replicas=None if elr == reg.elr else elr,
+            last_known_elr=None if lke == reg.last_known_elr else lke,
+            removing_replicas=removing,
+            adding_replicas=adding,
+        )
+
+    def _maybe_complete_reassignment(self, batch: _Batch, tid: TopicId, p: int) -> bool:
+        """Finish the move of ``tid``-``p`` if every target replica is in the ISR: the
+        replicas become the target, the leaving ones drop out of the ISR (and lose their
+        leadership to a target). Whether it did."""
+        reg = batch.delta.partition(tid, p)
+        if reg is None or not reg.is_reassigning:
+            return False
+        target = reg.target_replicas
+        if not set(target) <= set(reg.isr):
+            return False
+        topic = batch.delta.topic_name(tid) or ""
+        try:
+            rec = self._replicas_change(batch, topic, tid, p, reg, target, (), ())
+        except InvalidReplicaAssignmentError:
+            return False  # no live target to lead yet: a later ISR change retries
+        batch.add(rec)
+        return True
+
+    def _list_reassignments(
+        self, batch: _Batch, cmd: ListPartitionReassignments, now_ms: int
+    ) -> tuple[ListPartitionReassignmentsResponse, None]:
+        if cmd.partitions is None:
+            found = [(n, p, reg) for n, _, p, reg in batch.partitions() if reg.is_reassigning]
+        else:
+            found = []
+            for name, p in cmd.partitions:
+                tid = batch.delta.topic_id(name)
+                reg = None if tid is None else batch.delta.partition(tid, p)
+                if reg is not None and reg.is_reassigning:
+                    found.append((name, p, reg))
+        return ListPartitionReassignmentsResponse(
+            tuple(
+                OngoingReassignment(name, p, reg.replicas, reg.adding, reg.removing)
+                for name, p, reg in sorted(found, key=lambda x: (x[0], x[1]))
+            )
+        ), None
+
     # ---------------------------------------------------------------- timers
 
     def poll(self, now_ms: int) -> tuple[tuple[MetadataRecord, ...], int | None]:
@@ -1727,6 +1887,10 @@ class QuorumController:
                 rec = None
             if rec is not None:
                 batch.add(rec)
+            if reg.is_reassigning:
+                # A move whose last target rejoined the ISR through another path (an
+                # election, an unfencing) completes here at the latest.
+                self._maybe_complete_reassignment(batch, tid, p)
 
 
 def eligible_leader_replicas(
@@ -1853,4 +2017,6 @@ _COMMANDS: Mapping[type, _Handler] = {
     CreateAcls: QuorumController._create_acls,
     DeleteAcls: QuorumController._delete_acls,
     AlterUserScramCredentials: QuorumController._alter_scram,
+    AlterPartitionReassignments: QuorumController._alter_reassignments,
+    ListPartitionReassignments: QuorumController._list_reassignments,
 }

@@ -154,3 +154,9 @@ class UnacceptableCredentialError(MetadataError):
     salt, keys of the wrong length for the mechanism's hash, an empty user name."""
 
     code = "UNACCEPTABLE_CREDENTIAL"
+
+
+class NoReassignmentInProgressError(MetadataError):
+    """A cancel for a partition that is not being reassigned (KIP-455)."""
+
+    code = "NO_REASSIGNMENT_IN_PROGRESS"

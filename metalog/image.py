@@ -203,6 +203,26 @@ class PartitionRegistration:
     """Invariant: a subset of ``replicas``, disjoint from ``isr``."""
     last_known_elr: tuple[BrokerId, ...] = ()
     """Invariant: a subset of ``replicas``, disjoint from ``isr`` and ``elr``."""
+    removing: tuple[BrokerId, ...] = ()
+    """KIP-455: replicas a reassignment in progress will remove. Invariant: a subset of
+    ``replicas``, disjoint from ``adding``."""
+    adding: tuple[BrokerId, ...] = ()
+    """KIP-455: replicas a reassignment in progress is adding (they catch up, then join the
+    ISR). Invariant: a subset of ``replicas``."""
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target_replicas(self) -> tuple[BrokerId, ...]:
+        """The replicas once the reassignment in progress completes (``replicas`` if none)."""
+        return tuple(b for b in self.replicas if b not in self.removing)
+
+    @property
+    def original_replicas(self) -> tuple[BrokerId, ...]:
+        """The replicas before the reassignment in progress (what a cancel goes back to)."""
+        return tuple(b for b in self.replicas if b not in self.adding)
 
     @staticmethod
     def from_record(r: PartitionRecord) -> PartitionRegistration:
@@ -215,6 +235,8 @@ class PartitionRegistration:
             leader_recovery_state=r.leader_recovery_state,
             elr=r.eligible_leader_replicas or (),
             last_known_elr=r.last_known_elr or (),
+            removing=r.removing_replicas or (),
+            adding=r.adding_replicas or (),
         )
 
     def merge(self, r: PartitionChangeRecord) -> PartitionRegistration:
@@ -236,6 +258,8 @@ class PartitionRegistration:
             ),
             elr=self.elr if r.eligible_leader_replicas is None else r.eligible_leader_replicas,
             last_known_elr=self.last_known_elr if r.last_known_elr is None else r.last_known_elr,
+            removing=self.removing if r.removing_replicas is None else r.removing_replicas,
+            adding=self.adding if r.adding_replicas is None else r.adding_replicas,
         )
 
     def check(self, where: object) -> None:
@@ -285,6 +309,16 @@ class PartitionRegistration:
             self.isr,
             self.elr,
         )
+        invariant(
+            set(self.removing) <= set(self.replicas)
+            and set(self.adding) <= set(self.replicas)
+            and not set(self.removing) & set(self.adding),
+            "%s: removing %s and adding %s not disjoint within replicas %s",
+            where,
+            self.removing,
+            self.adding,
+            self.replicas,
+        )
 
     @property
     def preferred_leader(self) -> BrokerId:
@@ -302,6 +336,8 @@ class PartitionRegistration:
             leader_recovery_state=self.leader_recovery_state,
             eligible_leader_replicas=self.elr,
             last_known_elr=self.last_known_elr,
+            removing_replicas=self.removing,
+            adding_replicas=self.adding,
         )
 
 

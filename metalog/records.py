@@ -338,8 +338,9 @@ class PartitionRecord:
     """The full registration of one partition (creation, and in snapshots).
 
     v1 adds ``eligible_leader_replicas`` (KIP-966), absent (None) in v0; v2 adds
-    ``last_known_elr`` (KIP-966's LastKnownElr), absent (None) in v0 and v1. None and ``()``
-    mean the same: nobody.
+    ``last_known_elr`` (KIP-966's LastKnownElr), absent (None) in v0 and v1; v3 adds
+    ``removing_replicas`` and ``adding_replicas`` (KIP-455: a reassignment in progress),
+    absent (None) before. None and ``()`` mean the same: nobody.
     """
 
     TYPE_ID: ClassVar[int] = 3
@@ -354,7 +355,9 @@ class PartitionRecord:
     leader_recovery_state: int = LeaderRecoveryState.RECOVERED
     eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
     last_known_elr: tuple[BrokerId, ...] | None = since(2, default=None)
-    version: int = 2
+    removing_replicas: tuple[BrokerId, ...] | None = since(3, default=None)
+    adding_replicas: tuple[BrokerId, ...] | None = since(3, default=None)
+    version: int = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -376,7 +379,8 @@ class PartitionChangeRecord:
 
     ``leader``: ``NO_LEADER_CHANGE`` (-2) keeps it, ``NO_LEADER`` (-1) means offline; any
     explicit leader bumps the leader epoch. Every change bumps the partition epoch.
-    v1 adds ``eligible_leader_replicas`` (KIP-966), v2 ``last_known_elr``; None keeps them.
+    v1 adds ``eligible_leader_replicas`` (KIP-966), v2 ``last_known_elr``, v3
+    ``removing_replicas`` and ``adding_replicas`` (KIP-455); None keeps them.
     """
 
     TYPE_ID: ClassVar[int] = 5
@@ -389,7 +393,9 @@ class PartitionChangeRecord:
     leader_recovery_state: int | None = None
     eligible_leader_replicas: tuple[BrokerId, ...] | None = since(1, default=None)
     last_known_elr: tuple[BrokerId, ...] | None = since(2, default=None)
-    version: int = 2
+    removing_replicas: tuple[BrokerId, ...] | None = since(3, default=None)
+    adding_replicas: tuple[BrokerId, ...] | None = since(3, default=None)
+    version: int = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

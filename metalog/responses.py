@@ -133,3 +133,34 @@ class AlterUserScramCredentialsResponse:
     upserted: tuple[tuple[str, str], ...]
     """(user, mechanism) of every credential set."""
     deleted: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    """One partition of an AlterPartitionReassignments answer."""
+
+    topic: str
+    partition: int
+    error: MetadataError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReassignmentsResponse:
+    results: tuple[ReassignmentResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition being reassigned: its replicas now (targets and the ones leaving) and
+    which of them are being added and removed (Kafka's OngoingPartitionReassignment)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[BrokerId, ...]
+    adding_replicas: tuple[BrokerId, ...]
+    removing_replicas: tuple[BrokerId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignmentsResponse:
+    reassignments: tuple[OngoingReassignment, ...]

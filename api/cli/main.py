@@ -10,13 +10,17 @@ from __future__ import annotations
 from api.cli import (  # noqa: F401  (imported for their registrations)
     acls,
     broker,
+    brokers,
     cluster,
     demo,
     dev,
     groups,
+    leaders,
     log,
+    partitions,
     produce,
     quorum,
+    records,
     topics,
     users,
 )

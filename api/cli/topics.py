@@ -24,6 +24,23 @@ from api.cli.common import (
     resolve_bootstrap,
     yes_option,
 )
+from api.cli.placement_admin import assignment, plan_json, submit, usable_brokers
+from metalog.placement import PlacementError
+from metalog.reassign_plan import replication_factor_plan
+
+
+def alter_replication_factor(admin: HttpAdmin, topic: str, n: int) -> dict[str, Any]:
+    """Start the reassignment that gives every partition of ``topic`` ``n`` replicas
+    (``metalog.reassign_plan.replication_factor_plan``); the plan started."""
+    try:
+        plan = replication_factor_plan(assignment(admin, [topic]), n, usable_brokers(admin))
+    except PlacementError as e:
+        raise AdminError(str(e)) from None
+    if plan:
+        errors = submit(admin, dict(plan))
+        if errors:
+            raise AdminError("some reassignments were refused:\n  " + "\n  ".join(errors))
+    return plan_json(plan)
 
 
 def parse_configs(items: tuple[str, ...]) -> dict[str, str]:
@@ -198,6 +215,14 @@ def _print_described(d: dict[str, Any]) -> None:
                 f"{','.join(map(str, elr)) or '-'}, last known ELR "
                 f"{','.join(map(str, lke)) or '-'}"
             )
+    for p in rows:  # KIP-455: partitions being reassigned
+        adding, removing = p.get("adding_replicas") or [], p.get("removing_replicas") or []
+        if adding or removing:
+            click.echo(
+                f"Partition {p['partition_id']}: reassignment in progress, adding "
+                f"{','.join(map(str, adding)) or '-'}, removing "
+                f"{','.join(map(str, removing)) or '-'}"
+            )
 
 
 @topics_group.command("describe")
@@ -282,6 +307,12 @@ def topics_delete(topic: str, yes: bool, bootstrap: str | None, as_json: bool) -
 @click.argument("topic")
 @click.option("--partitions", "-p", type=click.IntRange(1), help="Grow to this many.")
 @click.option(
+    "--replication-factor",
+    "-r",
+    type=click.IntRange(1),
+    help="Add or remove replicas (a reassignment; the preferred leader stays).",
+)
+@click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set a config (repeatable)."
 )
 @click.option(
@@ -296,14 +327,17 @@ def topics_delete(topic: str, yes: bool, bootstrap: str | None, as_json: bool) -
 def topics_alter(
     topic: str,
     partitions: int | None,
+    replication_factor: int | None,
     sets: tuple[str, ...],
     deletes: tuple[str, ...],
     bootstrap: str | None,
     as_json: bool,
 ) -> None:
-    """Add partitions to TOPIC and/or change its configs."""
-    if partitions is None and not sets and not deletes:
-        raise click.UsageError("nothing to alter: give --partitions, --set or --delete-config")
+    """Add partitions to TOPIC, change its replication factor and/or its configs."""
+    if partitions is None and replication_factor is None and not sets and not deletes:
+        raise click.UsageError(
+            "nothing to alter: give --partitions, --replication-factor, --set or --delete-config"
+        )
     admin = HttpAdmin(resolve_bootstrap(bootstrap))
     done: dict[str, Any] = {"topic": topic}
     if partitions is not None:
@@ -311,6 +345,9 @@ def topics_alter(
             "PATCH", admin.v3(f"/topics/{topic}"), {"partitions_count": partitions}
         )
         done["partitions_count"] = t["partitions_count"]
+    if replication_factor is not None:
+        done["replication_factor"] = replication_factor
+        done["reassignment"] = alter_replication_factor(admin, topic, replication_factor)
     ops = [{"name": k, "value": v, "operation": "SET"} for k, v in parse_configs(sets).items()]
     ops += [{"name": k, "operation": "DELETE"} for k in deletes]
     if ops:
@@ -321,6 +358,17 @@ def topics_alter(
         return
     if partitions is not None:
         click.echo(f"topic {topic}: {done['partitions_count']} partition(s)")
+    if replication_factor is not None:
+        n = len(done["reassignment"]["partitions"])
+        click.echo(
+            f"topic {topic}: replication factor {replication_factor}"
+            + (
+                f", reassignment of {n} partition(s) started (see `longboat partitions "
+                "reassign --verify`)"
+                if n
+                else " already"
+            )
+        )
     for op in ops:
         click.echo(
             f"topic {topic}: {op['name']} "

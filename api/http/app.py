@@ -4,7 +4,8 @@
 ``api.http.acls``), the REST Proxy v2
 routes (``api.http.v2``), the v3 consumer groups (``api.http.groups``), the v2 consumer
 instances (``api.http.v2_consumers``), the read-only broker configs
-(``api.http.broker_configs``), ``GET /metrics`` (``api.http.metrics``: its collectors read
+(``api.http.broker_configs``), reassignments, elections and DeleteRecords
+(``api.http.reassign``), ``GET /metrics`` (``api.http.metrics``: its collectors read
 the replica manager and the group coordinator at scrape time),
 ``GET /openapi.json`` (``api.http.openapi``) and its page ``GET /openapi``, and CORS when
 configured (``api.http.cors``), with an ``HttpContext`` built from the broker server
@@ -36,6 +37,7 @@ from api.http.metrics import (
 )
 from api.http.openapi import openapi_document
 from api.http.openapi_page import openapi_page
+from api.http.reassign import add_reassign_routes
 from api.http.v2 import add_v2_routes
 from api.http.v2_consumers import add_v2_consumer_routes
 from api.http.v3 import add_v3_routes
@@ -95,6 +97,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
     add_v3_routes(app)
     add_acl_routes(app)  # issue 18: ACLs and SCRAM users (api.http.acls)
     add_broker_config_routes(app, config)
+    add_reassign_routes(app)
     add_v2_routes(app)
     # Group reads and v2 consumer instances go through the client library, bootstrapped
     # from this broker; instances name this broker in their base_uri (they live here).

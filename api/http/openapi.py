@@ -684,6 +684,92 @@ OPERATIONS.extend(
     ]
 )
 
+# Replica placement and leadership (api.http.reassign): KIP-455 reassignments, ElectLeaders,
+# DeleteRecords.
+_BROKER_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+SCHEMAS.update(
+    {
+        "Reassignment": {
+            "type": "object",
+            "required": ["replicas"],
+            "properties": {"replicas": _BROKER_IDS},
+        },
+        "ReassignmentPlan": {
+            "type": "object",
+            "required": ["partitions"],
+            "properties": {
+                "version": {"type": "integer"},
+                "partitions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["topic", "partition"],
+                        "properties": {
+                            "topic": {"type": "string"},
+                            "partition": {"type": "integer", "minimum": 0},
+                            "replicas": {"oneOf": [_BROKER_IDS, {"type": "null"}]},
+                        },
+                    },
+                },
+            },
+        },
+        "Election": {
+            "type": "object",
+            "properties": {
+                "election_type": {"type": "string", "enum": ["PREFERRED", "UNCLEAN"]},
+                "partitions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "topic_name": {"type": "string"},
+                            "partition_id": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                },
+            },
+        },
+        "Throttle": {
+            "type": "object",
+            "required": ["rate_bytes_per_s"],
+            "properties": {"rate_bytes_per_s": {"type": "integer", "minimum": 1}},
+        },
+        "DeleteRecords": {
+            "type": "object",
+            "required": ["offset"],
+            "properties": {"offset": {"type": "integer", "minimum": -1}},
+        },
+    }
+)
+_ALL = C + "/topics/-/partitions/-/reassignment"
+OPERATIONS += [
+    ("get", _ALL, "Reassignments in progress (KIP-455).", [], None, "200"),
+    ("post", _ALL, "Start or cancel several reassignments.", [], "ReassignmentPlan", "200"),
+    (
+        "get",
+        T + "/partitions/-/reassignment",
+        "A topic's reassignments in progress.",
+        [],
+        None,
+        "200",
+    ),
+    ("get", P + "/reassignment", "A partition's reassignment in progress.", [], None, "200"),
+    ("patch", P + "/reassignment", "Move a partition's replicas.", [], "Reassignment", "200"),
+    ("delete", P + "/reassignment", "Cancel a partition's reassignment.", [], None, "204"),
+    ("get", C + "/reassignment-throttle", "The reassignment throttle.", [], None, "200"),
+    ("put", C + "/reassignment-throttle", "Set it (bytes/s).", [], "Throttle", "200"),
+    ("delete", C + "/reassignment-throttle", "Remove it.", [], None, "204"),
+    ("post", C + "/elections", "Elect leaders (preferred or unclean).", [], "Election", "200"),
+    (
+        "post",
+        P + "/records:delete",
+        "Delete records before an offset (DeleteRecords).",
+        ["timeout_ms"],
+        "DeleteRecords",
+        "200",
+    ),
+]
+
 _INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset", "timeout"}
 
 

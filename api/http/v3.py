@@ -162,6 +162,9 @@ def partition_json(
         # is empty, and those an unclean recovery waits for.
         "eligible_leader_replicas": [int(b) for b in reg.elr],
         "last_known_elr": [int(b) for b in reg.last_known_elr],
+        # KIP-455: a reassignment in progress (api.http.reassign has the rest of it).
+        "adding_replicas": [int(b) for b in reg.adding],
+        "removing_replicas": [int(b) for b in reg.removing],
     }
 
 

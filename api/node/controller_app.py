@@ -91,6 +91,8 @@ def image_summary(image: MetadataImage) -> dict[str, Any]:
                     "eligible_leader_replicas": list(reg.elr),
                     "last_known_elr": list(reg.last_known_elr),
                     "leader_recovery_state": int(reg.leader_recovery_state),
+                    "adding_replicas": list(reg.adding),
+                    "removing_replicas": list(reg.removing),
                 }
             )
         topics.append({"name": t.name, "topic_id": tid, "partitions": parts})

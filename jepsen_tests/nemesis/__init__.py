@@ -44,6 +44,9 @@ lazy-fsync-eio         the params.nth fsync from now (of a path containing
                        layer; stop is a power cut and a restart (lazydisk.py)
 lazy-disk-full         the targets' lazy layers have params.free_bytes left:
                        ENOSPC after a short write (lazydisk.py)
+reassign               move the workload topic's replicas to new brokers
+                       (KIP-455, params.throttle bytes/s); stop cancels the
+                       moves still running if params.cancel (reassign.py)
 =====================  ========================================================
 """
 
@@ -81,6 +84,7 @@ KINDS: dict[str, str] = {
     "disk-corrupt": "disk",
     "lazy-fsync-eio": "lazydisk",
     "lazy-disk-full": "lazydisk",
+    "reassign": "reassign",
 }
 # Names accepted on the command line, expanded to fault kinds.
 GROUPS: dict[str, tuple[str, ...]] = {

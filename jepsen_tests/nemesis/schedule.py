@@ -144,6 +144,14 @@ def draw_fault(
     if kind == "membership":
         # Which controllers exist is the cluster's business: a voter, or the active one.
         return Fault(kind, (), {}, fid), rng.choice(["voter", "voter", "controller"])
+    if kind == "reassign":
+        # Which brokers is the cluster's business; the plan is drawn from the seed.
+        params = {
+            "seed": rng.randrange(2**31),
+            "throttle": rng.choice([None, None, 100_000, 1_000_000]),
+            "cancel": rng.random() < 0.3,
+        }
+        return Fault(kind, (), params, fid), "cluster"
     if kind == "clock-bump":
         spec = "one"
         delta = rng.choice([-1, 1]) * rng.choice([1, 2, 5, 10])

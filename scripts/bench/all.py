@@ -31,6 +31,7 @@ BENCHMARKS = (
     "schemas.py",
     "spark_read.py",
     "metrics_scrape.py",
+    "reassign.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""

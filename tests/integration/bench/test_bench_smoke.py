@@ -91,6 +91,12 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "metrics.scrape_broker_ms": False,
         "metrics.scrape_broker_cpu_ms": False,
     },
+    "reassign.py": {
+        "reassign.move_unthrottled": False,
+        "reassign.move_throttled": True,
+        "reassign.produce_during_move": True,
+        "reassign.produce_during_throttled_move": True,
+    },
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}

@@ -16,6 +16,7 @@ from metalog.commands import (
     AllocateProducerIds,
     AlterConfigs,
     AlterPartition,
+    AlterPartitionReassignments,
     BrokerHeartbeat,
     CreatePartitions,
     CreateTopic,
@@ -25,6 +26,7 @@ from metalog.commands import (
     IsrMember,
     PartitionStateChange,
     RegisterBroker,
+    ReplicaReassignment,
     UnregisterBroker,
 )
 from metalog.controller import ControllerConfig, QuorumController
@@ -88,6 +90,17 @@ class World:
                     assert reg.leader_epoch > old.leader_epoch, "leader epoch not bumped"
                 else:
                     assert reg.leader_epoch >= old.leader_epoch, "leader epoch went back"
+                if old.isr and set(reg.replicas) < set(old.replicas):
+                    assert reg.isr, "removing replicas emptied the ISR"
+                if (
+                    old.is_reassigning
+                    and not reg.is_reassigning
+                    and reg.replicas == old.target_replicas != old.original_replicas
+                ):
+                    # KIP-455: a move completes only once every target is in the ISR, so
+                    # the replicas it drops held nothing the rest lacked.
+                    assert set(reg.replicas) <= set(old.isr), "move completed early"
+                    event("a reassignment completed")
             self.parts[key] = reg
         for b, reg in image.brokers.brokers.items():
             if b in self.broker_epochs:
@@ -184,6 +197,8 @@ def steps(draw: st.DrawFn, w: World) -> None:
                 "commit",
                 "commit",
                 "failover",
+                "reassign",
+                "reassign",
             ]
         )
     )
@@ -271,6 +286,8 @@ def steps(draw: st.DrawFn, w: World) -> None:
         (tid, p), reg = draw(st.sampled_from(parts))
         others = [b for b in reg.replicas if b != reg.leader]
         chosen = draw(st.lists(st.sampled_from(others), unique=True)) if others else []
+        if reg.is_reassigning and draw(st.booleans()):
+            chosen = others  # every replica caught up: completes the move (KIP-455)
         isr = (reg.leader, *chosen)
         leader_reg = committed.brokers.get(reg.leader)
         if leader_reg is None:
@@ -300,6 +317,23 @@ def steps(draw: st.DrawFn, w: World) -> None:
             w.submit(AllocateProducerIds(broker_id=b, broker_epoch=reg.broker_epoch))
     elif kind == "unregister":
         w.submit(UnregisterBroker(broker_id=draw(st.sampled_from(BROKERS))))
+    elif kind == "reassign":
+        # KIP-455: start, replace or cancel a move; the "alter" steps bring the adding
+        # replicas into the ISR, which completes it.
+        parts = sorted(((t.name, p), reg) for t, p, reg in latest.topics.partitions())
+        if not parts:
+            return
+        (name, p), reg = draw(st.sampled_from(parts))
+        if reg.is_reassigning and draw(st.booleans()):
+            target = None
+        else:
+            target = tuple(
+                BrokerId(b) for b in draw(st.permutations(BROKERS))[: draw(st.integers(1, 3))]
+            )
+        w.submit(AlterPartitionReassignments(reassignments=(ReplicaReassignment(name, p, target),)))
+        moved = w.ctl.latest_image.topics.get(name)
+        if moved is not None and p in moved.partitions and moved.partitions[p].is_reassigning:
+            event("a reassignment in progress")
     elif kind == "commit":
         w.commit(draw(st.integers(1, 5)))
     elif kind == "failover":

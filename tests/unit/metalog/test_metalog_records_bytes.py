@@ -119,12 +119,31 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
             partition_epoch=PartitionEpoch(12),
             eligible_leader_replicas=(B(3),),
             last_known_elr=(B(1), B(2)),
+            version=2,
         ),
         "9c0302a3746964039301020390ff070c009103920102",
     ),
     (
-        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1)),
+        PartitionRecord(
+            topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1), version=2
+        ),
         "9c0302a3746964009101910101000000c0c0",
+    ),
+    (
+        PartitionRecord(
+            topic_id=TID,
+            partition=0,
+            replicas=(B(3), B(1)),
+            isr=(B(1),),
+            leader=B(1),
+            removing_replicas=(B(1),),
+            adding_replicas=(B(3),),
+        ),
+        "9e0303a374696400920301910101000000c0c091019103",
+    ),
+    (
+        PartitionRecord(topic_id=TID, partition=0, replicas=(B(1),), isr=(B(1),), leader=B(1)),
+        "9e0303a3746964009101910101000000c0c0c0c0",
     ),
     (
         PartitionRecord(
@@ -170,10 +189,24 @@ SAMPLES: list[tuple[MetadataRecord, str]] = [
             leader=NO_LEADER,
             eligible_leader_replicas=(B(2),),
             last_known_elr=(B(3),),
+            version=2,
         ),
         "9a0502a37469640190ffc0c091029103",
     ),
-    (PartitionChangeRecord(topic_id=TID, partition=0), "9a0502a374696400c0fec0c0c0c0"),
+    (PartitionChangeRecord(topic_id=TID, partition=0, version=2), "9a0502a374696400c0fec0c0c0c0"),
+    (
+        PartitionChangeRecord(
+            topic_id=TID,
+            partition=0,
+            replicas=(B(3),),
+            isr=(B(3),),
+            leader=B(3),
+            removing_replicas=(),
+            adding_replicas=(),
+        ),
+        "9c0503a3746964009103039103c0c0c09090",
+    ),
+    (PartitionChangeRecord(topic_id=TID, partition=0), "9c0503a374696400c0fec0c0c0c0c0c0"),
     (
         PartitionChangeRecord(topic_id=TID, partition=4, leader=NO_LEADER, version=0),
         "980500a374696404c0ffc0c0",
