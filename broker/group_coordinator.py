@@ -951,13 +951,15 @@ def read_key_values(plog: PartitionLog, end: int) -> list[KeyValue]:
 
 class ReplicaOffsetsLog:
     """``OffsetsLog`` over this broker's ``ReplicaManager``: reads the local log, appends
-    through the leader's produce path (acks=all), as a producer's batch."""
+    through the leader's produce path (acks=all), as a producer's batch. ``topic``: the
+    transaction coordinator uses it over ``__transaction_state``."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, topic: str = OFFSETS_TOPIC) -> None:
         self.replicas = replicas
+        self.topic = topic
 
     def leadership(self, partition: int) -> Leadership | None:
-        rep = self.replicas.by_name.get((OFFSETS_TOPIC, partition))
+        rep = self.replicas.by_name.get((self.topic, partition))
         leader = None if rep is None else rep.leader
         if rep is None or leader is None or not leader.is_leader:
             return None
@@ -966,19 +968,19 @@ class ReplicaOffsetsLog:
     def _check(self, partition: int, lead: Leadership) -> None:
         if self.leadership(partition) != lead:
             raise CoordinatorError(
-                NOT_COORDINATOR, f"leadership of {OFFSETS_TOPIC}-{partition} changed"
+                NOT_COORDINATOR, f"leadership of {self.topic}-{partition} changed"
             )
 
     async def read(self, partition: int, lead: Leadership) -> tuple[list[KeyValue], int]:
         self._check(partition, lead)
-        plog = self.replicas.by_name[(OFFSETS_TOPIC, partition)].log
+        plog = self.replicas.by_name[(self.topic, partition)].log
         end = plog.log_end_offset
         return await asyncio.to_thread(read_key_values, plog, end), end
 
     async def wait_high_watermark(self, partition: int, lead: Leadership, offset: int) -> None:
         while True:
             self._check(partition, lead)
-            rep = self.replicas.by_name[(OFFSETS_TOPIC, partition)]
+            rep = self.replicas.by_name[(self.topic, partition)]
             if rep.high_watermark >= offset:
                 return
             await wait_event(rep.changed, RECONCILE_INTERVAL_S)
@@ -996,7 +998,7 @@ class ReplicaOffsetsLog:
         self._check(partition, lead)
         batch = encode_batch([(k, v, timestamp_ms, ()) for k, v in records])
         try:
-            await self.replicas.produce(OFFSETS_TOPIC, partition, ACKS_ALL, timeout_ms, batch)
+            await self.replicas.produce(self.topic, partition, ACKS_ALL, timeout_ms, batch)
         except (BrokerError, StorageError) as e:
             raise CoordinatorError(_replica_error_code(e), str(e)) from None
 

@@ -1,0 +1,640 @@
+"""``TxnCoordinator``: the asyncio shell around the transaction core on each broker.
+
+What it owns: the ``__transaction_state`` partitions this broker leads, one
+``TxnCoordinatorState`` (``broker.txn.state``) per loaded partition, the appends of the
+transitions the core decides, the markers of every decided transaction, and the task that
+aborts transactions past their timeout. What it must not do: decide anything about a
+transaction; every rule lives in the pure core (docs/transactions.md, "The coordinator").
+
+Theory of operation
+-------------------
+* **Where a transactional id lives.** Id ``t`` belongs to partition
+  ``kafka_abs(java_string_hash(t)) % partitions`` of ``__transaction_state`` (Kafka's
+  ``partitionFor``, as ``__consumer_offsets`` places groups); its coordinator is that
+  partition's leader. ``find_coordinator`` creates the topic (compacted) on first use.
+* **Shards and loading** mirror ``broker.group_coordinator``: on every metadata update (and
+  every ``RECONCILE_INTERVAL_S``) the partitions led here are compared with the shards; a
+  new leadership loads (read the local log to its end ``E``, wait for the high watermark to
+  reach ``E``, replay), a lost or changed one is dropped. Meanwhile requests get
+  COORDINATOR_LOAD_IN_PROGRESS. Once loaded, every transaction found prepared gets its
+  markers written again and is completed: the previous coordinator may have died between
+  PrepareCommit and CompleteCommit (markers are idempotent on the partition side).
+* **Writes.** A request runs the core; a target it returns is appended (acks=all) and takes
+  effect only once committed (``on_written``), and only then is the caller answered. The
+  core allows one pending transition per id, so writes of one id never overlap. A failed
+  append drops the shard (NOT_COORDINATOR if leadership is gone, else
+  COORDINATOR_NOT_AVAILABLE and a reload, which realigns the core with what was written).
+* **Markers.** After a PREPARE_* is committed a task writes a marker to every partition of
+  the transaction (``MarkerWriter``: the partition leaders append control batches and wait
+  for their high watermarks), retrying the failures with back-off while this leadership
+  lasts; then it writes COMPLETE_*. A partition whose topic is gone is skipped, as Kafka
+  does.
+* **Timeouts.** Every ``abort_timed_out_interval_ms`` each loaded shard's ONGOING
+  transactions past their timeout are aborted (epoch bumped: the producer is fenced).
+
+The clock is injected (wall-clock milliseconds by default) and the log, the markers and the
+producer ids are ports, so the unit tests run this shell against fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from broker.group_coordinator import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR,
+    OFFSETS_TOPIC,
+    CoordinatorError,
+    CoordinatorInfo,
+    Leadership,
+    OffsetsLog,
+    partition_for,
+    wall_clock_ms,
+)
+from broker.groups.types import TopicPartition
+from broker.txn.records import (
+    PREPARED,
+    TRANSACTION_STATE_TOPIC,
+    TxnMetadata,
+    TxnState,
+    decode_txn,
+    encode_txn,
+)
+from broker.txn.state import NONE, Step, TxnConfig, TxnCoordinatorState
+from common.invariant import invariant
+from common.waits import wait_event
+from metalog.client import ControllerUnavailableError
+from metalog.commands import CreateTopic
+from metalog.errors import MetadataError, TopicExistsError
+from metalog.image import MetadataImage
+from metalog.records import BrokerId
+
+log = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 0.5
+FIND_COORDINATOR_WAIT_S = 5.0
+LOAD_RETRY_S = 1.0
+MARKER_BACKOFF_S_MIN = 0.05
+MARKER_BACKOFF_S_MAX = 2.0
+TXN_STATE_SEGMENT_BYTES = 100 * 1024 * 1024
+"""Kafka's ``transaction.state.log.segment.bytes``."""
+
+
+class TxnMarker(NamedTuple):
+    """One control batch to write: the end of ``producer_id``'s transaction on a partition.
+    ``coordinator_epoch`` is the leader epoch of the ``__transaction_state`` partition the
+    decision was made in: a partition refuses a marker from an older coordinator."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+class MarkerWriter(Protocol):
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker]
+    ) -> dict[tuple[str, int], str | None]:
+        """Write each marker on its partition's leader, wherever it is; per partition None
+        (written and committed) or the error name."""
+        ...
+
+
+@dataclass(frozen=True)
+class TxnCoordinatorConfig:
+    """Broker configs; Kafka's names beside each."""
+
+    num_partitions: int = 50  # transaction.state.log.num.partitions
+    replication_factor: int = 3  # transaction.state.log.replication.factor
+    append_timeout_ms: int = 5_000  # (offsets.commit.timeout.ms's counterpart)
+    abort_timed_out_interval_ms: int = 10_000
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    core: TxnConfig = field(default_factory=TxnConfig)
+
+
+@dataclass
+class _Shard:
+    """One ``__transaction_state`` partition this broker leads."""
+
+    partition: int
+    lead: Leadership
+    state: TxnCoordinatorState | None = None
+    """None while loading. Invariant: only ever the state replayed in ``lead``."""
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    """The load and every marker task: cancelled when the shard is dropped."""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    producer_id: int
+    producer_epoch: int
+
+
+class TxnCoordinator:
+    """See the module docstring. ``start()``, the request methods, ``stop()``."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        txn_log: OffsetsLog,
+        image: Callable[[], MetadataImage],
+        create_topic: Callable[[CreateTopic], Awaitable[Any]],
+        next_producer_id: Callable[[], Awaitable[int]],
+        markers: MarkerWriter,
+        config: TxnCoordinatorConfig | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log = txn_log
+        self.image = image
+        self._create_topic = create_topic
+        self._next_producer_id = next_producer_id
+        self.markers = markers
+        self.config = config or TxnCoordinatorConfig()
+        self.clock = clock
+        self.shards: dict[int, _Shard] = {}
+        self._wake = asyncio.Event()
+        self._image_changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._creating: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._next_timeout_scan_ms = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def start(self) -> None:
+        self._wake.set()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="txn-coordinator")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in (self._task, self._creating):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for shard in list(self.shards.values()):
+            await self._drop(shard)
+
+    async def on_metadata(self, update: object) -> None:
+        """A ``MetadataFollower`` listener: reconcile soon, not inline."""
+        self._wake.set()
+        ev, self._image_changed = self._image_changed, asyncio.Event()
+        ev.set()
+
+    async def _run(self) -> None:
+        while True:
+            await wait_event(self._wake, RECONCILE_INTERVAL_S)
+            self._wake.clear()
+            try:
+                await self._reconcile()
+                now = self.clock()
+                if now >= self._next_timeout_scan_ms:
+                    self._next_timeout_scan_ms = now + self.config.abort_timed_out_interval_ms
+                    self.abort_timed_out()
+            except Exception:
+                log.exception("broker %d: txn coordinator reconcile failed", self.broker_id)
+
+    async def _reconcile(self) -> None:
+        image = self.image()
+        topic = image.topics.get(TRANSACTION_STATE_TOPIC)
+        led: dict[int, Leadership] = {}
+        if topic is not None:
+            for p in topic.partitions:
+                lead = self.log.leadership(p)
+                if lead is not None:
+                    led[p] = lead
+        for p, shard in list(self.shards.items()):
+            if led.get(p) != shard.lead:
+                log.info(
+                    "broker %d: no longer transaction coordinator for %s-%d",
+                    self.broker_id,
+                    TRANSACTION_STATE_TOPIC,
+                    p,
+                )
+                await self._drop(shard)
+        for p, lead in sorted(led.items()):
+            if p not in self.shards and not self._stopped:
+                shard = _Shard(p, lead)
+                self.shards[p] = shard
+                self._spawn(shard, self._run_load(shard), f"txn-load-{p}")
+
+    def _spawn(self, shard: _Shard, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        shard.tasks.add(task)
+        task.add_done_callback(shard.tasks.discard)
+
+    async def _drop(self, shard: _Shard) -> None:
+        if shard.closed:
+            return
+        shard.closed = True
+        shard.state = None
+        shard.loaded.set()
+        if self.shards.get(shard.partition) is shard:
+            del self.shards[shard.partition]
+        me = asyncio.current_task()
+        for task in list(shard.tasks):
+            if task is not me and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    # ------------------------------------------------------------ loading
+
+    async def _run_load(self, shard: _Shard) -> None:
+        started = time.monotonic()
+        p = shard.partition
+        try:
+            pairs, end = await self.log.read(p, shard.lead)
+            await self.log.wait_high_watermark(p, shard.lead, end)
+        except Exception as e:
+            log.warning(
+                "broker %d: loading %s-%d failed: %r; retrying",
+                self.broker_id,
+                TRANSACTION_STATE_TOPIC,
+                p,
+                e,
+            )
+            await asyncio.sleep(LOAD_RETRY_S)
+            if not shard.closed:
+                await self._drop(shard)
+                self._wake.set()
+            return
+        if shard.closed:
+            return
+        state = TxnCoordinatorState(self.config.core)
+        skipped = 0
+        for key, value in pairs:
+            try:
+                if key is None:
+                    raise ValueError("a record without a key")
+                state.replay(decode_txn(key, value))
+            except Exception as e:  # a foreign or corrupt record must not wedge the partition
+                skipped += 1
+                if skipped <= 3:
+                    log.warning(
+                        "broker %d: %s-%d: skipping a record that does not replay: %s",
+                        self.broker_id,
+                        TRANSACTION_STATE_TOPIC,
+                        p,
+                        e,
+                    )
+        shard.state = state
+        shard.loaded.set()
+        prepared = state.prepared()
+        for meta in prepared:
+            self._spawn(shard, self._complete(shard, meta), f"txn-markers-{meta.transactional_id}")
+        log.info(
+            "broker %d: transaction coordinator for %s-%d (epoch %d): loaded %d records "
+            "(%d skipped), %d transactional ids, %d to complete, in %.0f ms",
+            self.broker_id,
+            TRANSACTION_STATE_TOPIC,
+            p,
+            shard.lead.leader_epoch,
+            len(pairs),
+            skipped,
+            len(state.txns),
+            len(prepared),
+            (time.monotonic() - started) * 1000,
+        )
+
+    # ------------------------------------------------------------ writes
+
+    async def _write(self, shard: _Shard, target: TxnMetadata) -> None:
+        """Append ``target``; once committed it is the id's state. Raises ``CoordinatorError``
+        if it could not be written (the shard is then dropped, and reloaded if still ours)."""
+        tid = target.transactional_id
+        try:
+            await self.log.append(
+                shard.partition,
+                shard.lead,
+                [encode_txn(target)],
+                self.clock(),
+                self.config.append_timeout_ms,
+            )
+        except Exception as e:
+            if shard.state is not None:
+                shard.state.on_write_failed(tid)
+            still_leader = self.log.leadership(shard.partition) == shard.lead
+            log.warning(
+                "broker %d: append to %s-%d failed (%s); %s",
+                self.broker_id,
+                TRANSACTION_STATE_TOPIC,
+                shard.partition,
+                e,
+                "reloading it" if still_leader else "dropping it",
+            )
+            # The record may still become committed (a timeout): only a reload from the
+            # log tells, so the core is not trusted past a failed append.
+            asyncio.get_running_loop().create_task(self._drop(shard))
+            self._wake.set()
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE if still_leader else NOT_COORDINATOR,
+                f"appending to {TRANSACTION_STATE_TOPIC}-{shard.partition} failed: {e}",
+                coordinator_id=self._leader_in(self.image(), shard.partition),
+            ) from None
+        if shard.closed or shard.state is None:
+            raise CoordinatorError(NOT_COORDINATOR, "the coordinator moved during the write")
+        shard.state.on_written(target)
+        if target.state in PREPARED:
+            self._spawn(shard, self._complete(shard, target), f"txn-markers-{tid}")
+
+    async def _complete(self, shard: _Shard, prepared: TxnMetadata) -> None:
+        """Write the markers of a decided transaction, then its COMPLETE_* record."""
+        tid = prepared.transactional_id
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        pid, epoch = prepared.marker_pair()
+        left = set(prepared.partitions)
+        attempt = 0
+        while left:
+            if shard.closed:
+                return
+            markers = [
+                TxnMarker(tp.topic, tp.partition, pid, epoch, commit, shard.lead.leader_epoch)
+                for tp in sorted(left)
+            ]
+            try:
+                results = await self.markers.write_txn_markers(markers)
+            except Exception as e:  # never give up while we coordinate: retry
+                log.warning("broker %d: markers of %r: %r", self.broker_id, tid, e)
+                results = {}
+            image = self.image()
+            for tp in sorted(left):
+                key = (tp.topic, tp.partition)
+                if key in results and results[key] is None:
+                    left.discard(tp)
+                elif image.topics.get(tp.topic) is None:
+                    # Deleted: no reader can see its records any more (Kafka drops these).
+                    log.info("broker %d: %r: %s is gone; no marker", self.broker_id, tid, tp)
+                    left.discard(tp)
+            if left:
+                attempt += 1
+                if attempt == 1 or attempt % 20 == 0:
+                    log.info(
+                        "broker %d: markers of %r not yet written to %s: %s",
+                        self.broker_id,
+                        tid,
+                        sorted(map(str, left)),
+                        {f"{t}-{p}": results.get((t, p), "no answer") for t, p in sorted(left)},
+                    )
+                await asyncio.sleep(
+                    min(MARKER_BACKOFF_S_MIN * 2 ** min(attempt - 1, 6), MARKER_BACKOFF_S_MAX)
+                )
+        if shard.closed or shard.state is None:
+            return
+        step = shard.state.on_markers_written(tid, prepared, self.clock())
+        if step.target is None:
+            return  # moved on (a reload started its own completion)
+        with contextlib.suppress(CoordinatorError):  # dropped and reloaded: it completes it
+            await self._write(shard, step.target)
+
+    # ------------------------------------------------------------ routing
+
+    @staticmethod
+    def _leader_in(image: MetadataImage, partition: int) -> int:
+        t = image.topics.get(TRANSACTION_STATE_TOPIC)
+        reg = None if t is None else t.partitions.get(partition)
+        return -1 if reg is None else int(reg.leader)
+
+    def partition_of(self, tid: str) -> int | None:
+        t = self.image().topics.get(TRANSACTION_STATE_TOPIC)
+        if t is None or len(t.partitions) == 0:
+            return None
+        return partition_for(tid, len(t.partitions))
+
+    def coordinator_of(self, tid: str) -> int:
+        """The broker the image names as ``tid``'s coordinator; -1 if none."""
+        p = self.partition_of(tid)
+        return -1 if p is None else self._leader_in(self.image(), p)
+
+    def _shard_or_raise(self, tid: str) -> tuple[_Shard, TxnCoordinatorState]:
+        p = self.partition_of(tid)
+        if p is None:
+            raise CoordinatorError(
+                NOT_COORDINATOR,
+                f"{TRANSACTION_STATE_TOPIC} does not exist yet (find_coordinator creates it)",
+            )
+        shard = self.shards.get(p)
+        leader = self._leader_in(self.image(), p)
+        if shard is None or self.log.leadership(p) != shard.lead:
+            if leader == self.broker_id or self.log.leadership(p) is not None:
+                self._wake.set()
+                raise CoordinatorError(
+                    COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_STATE_TOPIC}-{p} is being loaded"
+                )
+            raise CoordinatorError(
+                NOT_COORDINATOR,
+                f"broker {self.broker_id} does not coordinate transactional id {tid!r} "
+                f"({TRANSACTION_STATE_TOPIC}-{p}, leader {leader})",
+                coordinator_id=leader,
+            )
+        if shard.state is None:
+            raise CoordinatorError(
+                COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_STATE_TOPIC}-{p} is being loaded"
+            )
+        return shard, shard.state
+
+    async def _run_step(
+        self, tid: str, call: Callable[[TxnCoordinatorState, int, int | None], Step]
+    ) -> Step:
+        """One request: the core call (with a new producer id if it asks for one), then the
+        write of its target."""
+        shard, state = self._shard_or_raise(tid)
+        step = call(state, self.clock(), None)
+        if step.need_producer_id:
+            try:
+                pid = await self._next_producer_id()
+            except Exception as e:
+                raise CoordinatorError(
+                    COORDINATOR_NOT_AVAILABLE, f"no producer id to give: {e}"
+                ) from None
+            # The shard may have moved or changed while we waited: look again.
+            shard, state = self._shard_or_raise(tid)
+            step = call(state, self.clock(), pid)
+            invariant(not step.need_producer_id, "the core asked twice for a producer id")
+        if step.target is not None:
+            await self._write(shard, step.target)
+        return step
+
+    # ------------------------------------------------------------ requests
+
+    async def find_coordinator(self, tid: str) -> CoordinatorInfo:
+        if self.image().topics.get(TRANSACTION_STATE_TOPIC) is None:
+            if self._creating is None or self._creating.done():
+                self._creating = asyncio.get_running_loop().create_task(
+                    self._create_state_topic(), name="create-txn-state-topic"
+                )
+                self._creating.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+            await asyncio.shield(self._creating)
+        deadline = time.monotonic() + FIND_COORDINATOR_WAIT_S
+        while self.coordinator_of(tid) < 0 and time.monotonic() < deadline:
+            await wait_event(self._image_changed, deadline - time.monotonic())
+        p = self.partition_of(tid)
+        leader = self.coordinator_of(tid)
+        br = self.image().brokers.get(BrokerId(leader)) if leader >= 0 else None
+        if p is None or br is None or not br.endpoints:
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE, f"no coordinator for transactional id {tid!r} now"
+            )
+        ep = br.endpoints[0]
+        return CoordinatorInfo(leader, f"http://{ep.host}:{ep.port}", p)
+
+    async def _create_state_topic(self) -> None:
+        usable = len(self.image().brokers.usable())
+        rf = min(self.config.replication_factor, usable)
+        if rf < 1:
+            raise CoordinatorError(COORDINATOR_NOT_AVAILABLE, "no usable broker registered yet")
+        cmd = CreateTopic(
+            name=TRANSACTION_STATE_TOPIC,
+            num_partitions=self.config.num_partitions,
+            replication_factor=rf,
+            configs={
+                "cleanup.policy": "compact",
+                "segment.bytes": str(TXN_STATE_SEGMENT_BYTES),
+                # Kafka's transaction.state.log.min.isr default: a decision must survive
+                # the loss of a broker.
+                "min.insync.replicas": str(min(2, rf)),
+            },
+        )
+        try:
+            await self._create_topic(cmd)
+            log.info(
+                "broker %d: created %s (%d partitions, replication factor %d)",
+                self.broker_id,
+                TRANSACTION_STATE_TOPIC,
+                cmd.num_partitions,
+                rf,
+            )
+        except TopicExistsError:
+            pass
+        except (MetadataError, ControllerUnavailableError) as e:
+            raise CoordinatorError(
+                COORDINATOR_NOT_AVAILABLE, f"creating {TRANSACTION_STATE_TOPIC}: {e}"
+            ) from None
+
+    async def init_producer_id(self, tid: str, timeout_ms: int) -> InitResult:
+        """The next (producer id, epoch) for ``tid``; every earlier pair is fenced. An open
+        transaction of the id is aborted first (answered CONCURRENT_TRANSACTIONS meanwhile:
+        retry)."""
+        step = await self._run_step(
+            tid, lambda st, now, pid: st.handle_init_producer_id(tid, timeout_ms, now, pid)
+        )
+        _raise_for(step)
+        meta = step.result
+        assert meta is not None
+        return InitResult(meta.producer_id, meta.producer_epoch)
+
+    async def add_partitions(
+        self, tid: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> None:
+        parts = frozenset(partitions)
+        step = await self._run_step(
+            tid,
+            lambda st, now, _pid: st.handle_add_partitions(
+                tid, producer_id, producer_epoch, parts, now
+            ),
+        )
+        _raise_for(step)
+
+    def verify(
+        self, tid: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> str | None:
+        """KIP-890 part 1: may the producer write its first transactional batch to ``tp``?
+        None if so, else the error name; ``CoordinatorError`` if not coordinator here."""
+        _shard, state = self._shard_or_raise(tid)
+        code = state.verify_partition(tid, producer_id, producer_epoch, tp)
+        return None if code == NONE else code
+
+    def offsets_partition(self, group: str) -> TopicPartition:
+        t = self.image().topics.get(OFFSETS_TOPIC)
+        if t is None or len(t.partitions) == 0:
+            # The group coordinator creates it on its find_coordinator: the client looks
+            # its group's coordinator up first, so this is a moment's race.
+            raise CoordinatorError(COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+        return TopicPartition(OFFSETS_TOPIC, partition_for(group, len(t.partitions)))
+
+    async def add_offsets(
+        self, tid: str, producer_id: int, producer_epoch: int, group: str
+    ) -> None:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
+        transaction, so its offsets commit or abort with it."""
+        await self.add_partitions(tid, producer_id, producer_epoch, [self.offsets_partition(group)])
+
+    async def end_txn(
+        self, tid: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> InitResult:
+        """EndTxn: the outcome is durable when this returns; the markers follow. Returns the
+        pair for the next transaction (the epoch is bumped on every end, KIP-890 part 2)."""
+        step = await self._run_step(
+            tid,
+            lambda st, now, pid: st.handle_end_txn(
+                tid, producer_id, producer_epoch, commit, now, pid
+            ),
+        )
+        _raise_for(step)
+        meta = step.result
+        assert meta is not None
+        return InitResult(meta.producer_id, meta.producer_epoch)
+
+    def describe(self, tid: str) -> TxnMetadata | None:
+        _shard, state = self._shard_or_raise(tid)
+        return state.describe(tid)
+
+    def abort_timed_out(self) -> int:
+        """Start aborting every transaction past its timeout; returns how many."""
+        started = 0
+        now = self.clock()
+        for shard in list(self.shards.values()):
+            if shard.state is None or shard.closed:
+                continue
+            for tid in shard.state.timed_out(now):
+                log.info(
+                    "broker %d: transaction of %r is past its timeout: aborting it",
+                    self.broker_id,
+                    tid,
+                )
+                self._spawn(shard, self._abort_timed_out(tid), f"txn-timeout-{tid}")
+                started += 1
+        return started
+
+    async def _abort_timed_out(self, tid: str) -> None:
+        with contextlib.suppress(CoordinatorError):
+            await self._run_step(tid, lambda st, now, pid: st.abort_timed_out(tid, now, pid))
+
+
+class TxnRequestError(CoordinatorError):
+    """A refusal by the transaction core (PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, ...)."""
+
+
+def _raise_for(step: Step) -> None:
+    if step.error != NONE:
+        raise TxnRequestError(step.error, _MESSAGES.get(step.error, step.error))
+
+
+_MESSAGES = {
+    "PRODUCER_FENCED": "a newer producer with the same transactional id exists, or the "
+    "transaction was aborted (timeout) and the epoch bumped",
+    "INVALID_PRODUCER_EPOCH": "the epoch is newer than the coordinator's",
+    "INVALID_PRODUCER_ID_MAPPING": "the producer id is not the transactional id's",
+    "CONCURRENT_TRANSACTIONS": "the transactional id's previous transaction is still being "
+    "completed; retry",
+    "INVALID_TXN_STATE": "not allowed in the transaction's state",
+    "INVALID_TRANSACTION_TIMEOUT": "transaction_timeout_ms must be in (0, "
+    "transaction.max.timeout.ms]",
+}
