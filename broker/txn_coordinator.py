@@ -46,6 +46,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+import aiohttp
+import msgpack
+
 from broker.group_coordinator import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
@@ -59,6 +62,7 @@ from broker.group_coordinator import (
     wall_clock_ms,
 )
 from broker.groups.types import TopicPartition
+from broker.router import INTERNAL_PREFIX, MSGPACK
 from broker.txn.records import (
     PREPARED,
     TRANSACTION_STATE_TOPIC,
@@ -638,3 +642,97 @@ _MESSAGES = {
     "INVALID_TRANSACTION_TIMEOUT": "transaction_timeout_ms must be in (0, "
     "transaction.max.timeout.ms]",
 }
+
+
+# ---------------------------------------------------------------- markers, over the brokers
+
+LocalMarkers = Callable[[Sequence[TxnMarker]], Awaitable[dict[tuple[str, int], str | None]]]
+
+
+class RoutedMarkerWriter:
+    """``MarkerWriter`` over the cluster: each marker goes to its partition's leader as the
+    image names it; this broker's own partitions through ``local``
+    (``ReplicaManager.write_txn_markers``), the others' through their
+    ``write_txn_markers`` route (never forwarded further: a leader that moved answers
+    NOT_LEADER_OR_FOLLOWER and the coordinator retries with a newer image)."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        leader_of: Callable[[str, int], int | None],
+        broker_url: Callable[[int], str | None],
+        local: LocalMarkers,
+        session: Callable[[], aiohttp.ClientSession],
+        timeout_ms: int = 30_000,
+    ) -> None:
+        self.broker_id = broker_id
+        self.leader_of = leader_of
+        self.broker_url = broker_url
+        self.local = local
+        self.session = session
+        self.timeout_ms = timeout_ms
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker]
+    ) -> dict[tuple[str, int], str | None]:
+        out: dict[tuple[str, int], str | None] = {}
+        by_leader: dict[int, list[TxnMarker]] = {}
+        for m in markers:
+            leader = self.leader_of(m.topic, m.partition)
+            if leader is None:
+                out[(m.topic, m.partition)] = "UNKNOWN_TOPIC_OR_PARTITION"
+            elif leader < 0:
+                out[(m.topic, m.partition)] = "LEADER_NOT_AVAILABLE"
+            else:
+                by_leader.setdefault(leader, []).append(m)
+        answers = await asyncio.gather(*(self._to(leader, ms) for leader, ms in by_leader.items()))
+        for part in answers:
+            out.update(part)
+        return out
+
+    async def _to(self, leader: int, markers: list[TxnMarker]) -> dict[tuple[str, int], str | None]:
+        if leader == self.broker_id:
+            return await self.local(markers)
+        failed: dict[tuple[str, int], str | None] = dict.fromkeys(
+            ((m.topic, m.partition) for m in markers), "NETWORK_EXCEPTION"
+        )
+        url = self.broker_url(leader)
+        if url is None:
+            return dict.fromkeys(failed, "LEADER_NOT_AVAILABLE")
+        body = {
+            "markers": [
+                {
+                    "topic": m.topic,
+                    "partition": m.partition,
+                    "producer_id": m.producer_id,
+                    "producer_epoch": m.producer_epoch,
+                    "commit": m.commit,
+                    "coordinator_epoch": m.coordinator_epoch,
+                }
+                for m in markers
+            ],
+            "timeout_ms": self.timeout_ms,
+        }
+        try:
+            async with self.session().post(
+                f"{url}{INTERNAL_PREFIX}/write_txn_markers",
+                data=msgpack.packb(body, use_bin_type=True),
+                headers={"Content-Type": MSGPACK},
+                timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000 + 2.0),
+            ) as resp:
+                answer = msgpack.unpackb(await resp.read(), raw=False)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+            log.info("broker %d: markers to broker %d: %s", self.broker_id, leader, e)
+            return failed
+        if not isinstance(answer, dict) or answer.get("error"):
+            err = "UNKNOWN_SERVER_ERROR" if not isinstance(answer, dict) else answer["error"]
+            return dict.fromkeys(failed, str(err))
+        out: dict[tuple[str, int], str | None] = {}
+        for r in answer.get("results") or []:
+            if isinstance(r, dict):
+                err = r.get("error")
+                out[(str(r.get("topic")), int(r.get("partition", -1)))] = (
+                    None if err in (None, "NONE") else str(err)
+                )
+        return {k: out.get(k, "UNKNOWN_SERVER_ERROR") for k in failed}
