@@ -7,12 +7,17 @@ loop thread). ``Admin`` administers ACLs and SCRAM users (docs/security.md). See
 
 from api.client.admin import Admin
 from api.client.consumer import AsyncConsumer, NoOffsetError
-from api.client.errors import ClientError, CommitFailedError
+from api.client.errors import (
+    ClientError,
+    CommitFailedError,
+    ProducerFencedError,
+    TransactionAbortedError,
+)
 from api.client.group import AsyncGroupConsumer
 from api.client.producer import AsyncProducer, BatchDelivery
 from api.client.sync import Consumer, GroupConsumer, Producer
 from api.client.transport import ClusterMetadata, fetch_cluster_metadata
-from api.client.types import ConsumerRecord, RecordMetadata, TopicPartition
+from api.client.types import ConsumerGroupMetadata, ConsumerRecord, RecordMetadata, TopicPartition
 
 __all__ = [
     "Admin",
@@ -24,11 +29,14 @@ __all__ = [
     "ClusterMetadata",
     "CommitFailedError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "GroupConsumer",
     "NoOffsetError",
     "Producer",
+    "ProducerFencedError",
     "RecordMetadata",
     "TopicPartition",
+    "TransactionAbortedError",
     "fetch_cluster_metadata",
 ]

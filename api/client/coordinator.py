@@ -86,11 +86,19 @@ class CoordinatorClient:
         group: str,
         *,
         retry_timeout_s: float = 30.0,
+        route: str = GROUP_ROUTE,
+        key: str = "group",
+        outcomes: frozenset[str] = GROUP_ERRORS,
     ) -> None:
+        """``route``/``key``/``outcomes``: the transaction coordinator is reached the same
+        way (``txn/<op>``, keyed by ``transactional_id``, its own outcomes)."""
         self.transport = transport
         self.metadata = metadata
         self.group = group
         self.retry_timeout_s = retry_timeout_s
+        self.route = route
+        self.key = key
+        self.outcomes = outcomes
         self.coordinator_id: int | None = None
         self.coordinator_url: str | None = None
         self._finding: asyncio.Task[str] | None = None
@@ -112,7 +120,7 @@ class CoordinatorClient:
         ``retry_timeout_s`` (code ``COORDINATOR_NOT_AVAILABLE``, ``NOT_COORDINATOR``, ... as
         last seen) or for a refusal that is neither a coordinator move nor a group outcome.
         """
-        body = {"group": self.group, **body}
+        body = {self.key: self.group, **body}
         # The budget runs from the first failure, not from the call: a join that long-polled
         # for most of a minute and then met a coordinator failover still gets its retries.
         deadline: float | None = None
@@ -121,15 +129,17 @@ class CoordinatorClient:
             try:
                 url = await self._coordinator_url()
                 answer = await self.transport.call_map(
-                    url, f"{GROUP_ROUTE}/{op}", body, timeout_s=timeout_s
+                    url, f"{self.route}/{op}", body, timeout_s=timeout_s
                 )
                 err = _error_of(answer)
-                if err is None or err in GROUP_ERRORS:
+                if err is None or err in self.outcomes:
                     return answer
                 if err not in COORDINATOR_ERRORS:
                     raise ClientError(
                         err,
-                        f"group {self.group!r} {op}: {answer.get('message') or ''}".rstrip(": "),
+                        f"{self.key} {self.group!r} {op}: {answer.get('message') or ''}".rstrip(
+                            ": "
+                        ),
                     )
                 self._moved(answer)
                 problem = ClientError(err, str(answer.get("message") or ""))
@@ -144,7 +154,7 @@ class CoordinatorClient:
             if now >= deadline:
                 raise ClientError(
                     problem.code,
-                    f"group {self.group!r}: no coordinator answered {op} within "
+                    f"{self.key} {self.group!r}: no coordinator answered {op} within "
                     f"{self.retry_timeout_s:g} s (last: {problem})",
                 )
             attempt += 1
@@ -182,8 +192,8 @@ class CoordinatorClient:
             try:
                 answer = await self.transport.call_map(
                     url,
-                    f"{GROUP_ROUTE}/find_coordinator",
-                    {"group": self.group},
+                    f"{self.route}/find_coordinator",
+                    {self.key: self.group},
                     timeout_s=min(self.transport.request_timeout_s, 10.0),
                 )
             except ClientError as e:
@@ -194,7 +204,7 @@ class CoordinatorClient:
                 if err not in COORDINATOR_ERRORS:
                     raise ClientError(
                         err,
-                        f"find_coordinator for group {self.group!r}: {answer.get('message') or ''}",
+                        f"find_coordinator for {self.key} {self.group!r}: {answer.get('message') or ''}",
                     )
                 # Every broker answers from the same metadata: no point asking the rest.
                 raise ClientError(err, str(answer.get("message") or ""))

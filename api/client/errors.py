@@ -80,3 +80,31 @@ class CommitFailedError(ClientError):
     @property
     def retriable(self) -> bool:
         return False
+
+
+class ProducerFencedError(ClientError):
+    """Fatal for a transactional producer (Kafka's ``ProducerFencedException``): another
+    producer initialised the same transactional id with a newer epoch, or the coordinator
+    aborted this producer's transaction (its timeout passed) and bumped the epoch. Nothing
+    this producer does can commit any more: close it; a new one (``init_transactions``)
+    takes over the id."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(code, message)
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class TransactionAbortedError(ClientError):
+    """Abortable (Kafka's ``TransactionAbortedException`` and abortable errors): a send of
+    the current transaction failed, so it cannot commit. ``abort_transaction()`` and start
+    again; the producer stays usable."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(code, message)
+
+    @property
+    def retriable(self) -> bool:
+        return False

@@ -79,7 +79,7 @@ from typing import Any
 from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, CommitFailedError
-from api.client.types import ConsumerRecord, TopicPartition
+from api.client.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from common.waits import wait_event
 
 log = logging.getLogger(__name__)
@@ -464,6 +464,11 @@ class AsyncGroupConsumer:
             # Nobody may await it: log the failure rather than "exception never retrieved".
             task.add_done_callback(_log_task_error)
         return task
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group, member id and generation now, for a transactional producer's
+        ``send_offsets_to_transaction`` (Kafka's ``groupMetadata()``)."""
+        return ConsumerGroupMetadata(self.group_id, self._member_id or "", self._generation)
 
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (``None``: none committed)."""

@@ -30,6 +30,14 @@ sequences start again at 0), as Kafka's idempotent producer does (KIP-360's epoc
 
 ``buffer_memory`` bounds the bytes waiting in batches: ``send`` waits for room (Kafka's
 ``max.block.ms``, here ``delivery_timeout_ms``).
+
+Transactions (``transactional_id``, docs/transactions.md): ``init_transactions()`` takes the
+id's producer id and epoch from its transaction coordinator, fencing older producers of the
+id; between ``begin_transaction()`` and ``commit_transaction()``/``abort_transaction()``
+every batch is transactional, and the first batch to each partition waits for the partition
+to be added to the transaction (``api.client.transactions``). A batch that fails for good
+makes the transaction abortable instead of taking a new producer id; each end bumps the
+epoch (KIP-890 part 2), which restarts every partition's sequence at 0.
 """
 
 from __future__ import annotations
@@ -40,19 +48,21 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from api.client.errors import ClientError
+from api.client.coordinator import CoordinatorClient
+from api.client.errors import ClientError, ProducerFencedError, TransactionAbortedError
 from api.client.partitioner import partition_for_key
+from api.client.transactions import TransactionManager, TxnPhase
 from api.client.transport import (
     MetadataCache,
     Transport,
     call_with_retries,
     normalize_bootstrap,
 )
-from api.client.types import Header, RecordMetadata, TopicPartition
+from api.client.types import ConsumerGroupMetadata, Header, RecordMetadata, TopicPartition
 from common.waits import wait_event
 from storage.batch import encode_batch, encode_values
 from storage.compression import Compression
@@ -129,7 +139,12 @@ class AsyncProducer:
         retry_backoff_ms: int = 100,
         max_request_size: int = 8 << 20,
         source_host: str | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
+        if transactional_id is not None and not enable_idempotence:
+            # As Kafka: a transactional producer is idempotent.
+            raise ValueError("transactional_id requires enable_idempotence")
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
         self.acks = ACKS[acks]
@@ -153,6 +168,17 @@ class AsyncProducer:
             request_timeout_s=self.request_timeout_s, source_host=source_host
         )
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
+        self._txn = (
+            None
+            if transactional_id is None
+            else TransactionManager(
+                self.transport,
+                self.metadata,
+                transactional_id,
+                transaction_timeout_ms=transaction_timeout_ms,
+                retry_timeout_s=self.delivery_timeout_s,
+            )
+        )
         self.producer_id = -1
         self.producer_epoch = -1
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
@@ -173,7 +199,7 @@ class AsyncProducer:
 
     async def start(self) -> None:
         await self.metadata.refresh(timeout_s=self.request_timeout_s)
-        if self.idempotent:
+        if self.idempotent and self._txn is None:
             await self._init_producer_id()
         self._loop = asyncio.get_running_loop()
 
@@ -302,6 +328,8 @@ class AsyncProducer:
         meanwhile queue behind it instead of overtaking with the metadata it fetched."""
         if self._closed:
             raise ClientError("ILLEGAL_STATE", "producer is closed")
+        if self._txn is not None:
+            self._txn.check_can_send()
         size = (
             RECORD_OVERHEAD
             + (len(value) if value is not None else 0)
@@ -417,6 +445,8 @@ class AsyncProducer:
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         if None in values:
             raise ValueError("send_batch takes non-null values; send() a tombstone")
+        if self._txn is not None:
+            self._txn.check_can_send()
         async with self._in_call_order():  # in call order with send(), as send() explains
             futures = await self._enqueue_batch(topic, values, keys, partition, ts)
         out: asyncio.Future[list[BatchDelivery]] = asyncio.get_running_loop().create_future()
@@ -560,7 +590,19 @@ class AsyncProducer:
             if self.idempotent:
                 seq = q.next_sequence
                 q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
-            if b.columns is not None:
+            if b.columns is not None and self._txn is not None:
+                # encode_values has no transactional flag: the records one by one.
+                values, keys, ts = b.columns
+                ks = keys if keys is not None else [None] * len(values)
+                b.encoded = encode_batch(
+                    [(k, v, ts, ()) for k, v in zip(ks, values, strict=True)],
+                    compression=self.compression,
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    base_sequence=seq,
+                    transactional=True,
+                )
+            elif b.columns is not None:
                 values, keys, ts = b.columns
                 b.encoded = encode_values(
                     values,
@@ -578,6 +620,7 @@ class AsyncProducer:
                     producer_id=self.producer_id,
                     producer_epoch=self.producer_epoch,
                     base_sequence=seq,
+                    transactional=self._txn is not None,
                 )
         return b.encoded
 
@@ -585,6 +628,12 @@ class AsyncProducer:
         deadline = b.created + self.delivery_timeout_s
         attempt = 0
         last: ClientError | None = None
+        if self._txn is not None:
+            try:
+                await self._txn.add_partition(b.tp)
+            except ClientError as e:
+                await self._give_up(b, e)
+                return
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -603,18 +652,18 @@ class AsyncProducer:
                 data = self._encode(q, b)
                 timeout = min(left, self.request_timeout_s)
                 b.sent = True
-                ans = await self.transport.call(
-                    url,
-                    "produce",
-                    {
-                        "topic": b.tp.topic,
-                        "partition": b.tp.partition,
-                        "acks": self.acks,
-                        "timeout_ms": int(timeout * 1000),
-                        "batch": data,
-                    },
-                    timeout_s=timeout + 1.0,
-                )
+                body: dict[str, Any] = {
+                    "topic": b.tp.topic,
+                    "partition": b.tp.partition,
+                    "acks": self.acks,
+                    "timeout_ms": int(timeout * 1000),
+                    "batch": data,
+                }
+                if self._txn is not None:
+                    # The leader verifies the first batch of the epoch with the coordinator
+                    # of this id (KIP-890 part 1).
+                    body["transactional_id"] = self._txn.transactional_id
+                ans = await self.transport.call(url, "produce", body, timeout_s=timeout + 1.0)
             except ClientError as e:
                 last = e
                 if e.code in FATAL_SEQUENCE_ERRORS and self.idempotent:
@@ -636,6 +685,11 @@ class AsyncProducer:
 
     async def _give_up(self, b: _Batch, err: ClientError, *, pid: int | None = None) -> None:
         self._fail(b, err)
+        if self._txn is not None:
+            # Its sequences are burnt too, but the transaction's end bumps the epoch, which
+            # restarts them: the transaction is abortable, the producer id stays.
+            self._txn.on_send_failed(err)
+            return
         if self.idempotent and b.sent:
             with contextlib.suppress(ClientError):
                 await self._reset_producer_id(self.producer_id if pid is None else pid)
@@ -660,3 +714,126 @@ class AsyncProducer:
                 w.set_result(
                     RecordMetadata(tp.topic, tp.partition, base + i if base >= 0 else -1, r[2])
                 )
+
+    # ------------------------------------------------------------------ transactions
+
+    def _txn_or_raise(self) -> TransactionManager:
+        if self._txn is None:
+            raise ClientError("ILLEGAL_STATE", "not a transactional producer (transactional_id)")
+        return self._txn
+
+    @property
+    def transaction_phase(self) -> TxnPhase | None:
+        return None if self._txn is None else self._txn.phase
+
+    async def init_transactions(self) -> None:
+        """Take the transactional id's producer id and a new epoch from its coordinator:
+        every older producer of the id is fenced and its open transaction aborted (Kafka's
+        ``initTransactions``). Call once, before the first transaction."""
+        txn = self._txn_or_raise()
+        if self._loop is None:
+            await self.start()
+        self.producer_id, self.producer_epoch = await txn.init()
+        self._restart_sequences()
+
+    def begin_transaction(self) -> None:
+        self._txn_or_raise().begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) with
+        this transaction: visible to the group only if it commits (Kafka's
+        ``sendOffsetsToTransaction``). ``group_metadata``: the consumer's
+        ``group_metadata()``, or a group id (no member check)."""
+        txn = self._txn_or_raise()
+        meta = (
+            ConsumerGroupMetadata(group_metadata)
+            if isinstance(group_metadata, str)
+            else group_metadata
+        )
+        if not offsets:
+            return
+        txn.check_can_send()
+        group = CoordinatorClient(
+            self.transport, self.metadata, meta.group_id, retry_timeout_s=self.delivery_timeout_s
+        )
+        # The group's coordinator first: looking it up creates __consumer_offsets, whose
+        # partition joins the transaction next.
+        await group.call("describe", {})
+        await txn.add_offsets(meta.group_id)
+        body = {
+            "transactional_id": txn.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "member_id": meta.member_id,
+            "generation": meta.generation,
+            "offsets": [[t, p, int(o), ""] for (t, p), o in sorted(offsets.items())],
+        }
+        answer = await group.call("txn_commit", body, timeout_s=self.request_timeout_s)
+        err = str(answer.get("error") or "NONE")
+        if err != "NONE":
+            e = ClientError(err, f"send_offsets_to_transaction: {answer.get('message') or ''}")
+            txn.on_send_failed(e)
+            raise (
+                ProducerFencedError(err, e.message)
+                if err
+                in (
+                    "PRODUCER_FENCED",
+                    "INVALID_PRODUCER_EPOCH",
+                )
+                else TransactionAbortedError(err, e.message)
+            )
+
+    async def _flush_ok(self) -> bool:
+        """Flush; whether every batch of the transaction was delivered."""
+        for q in list(self._queues.values()):
+            if q.open is not None and q.open.records:
+                self._seal(q)
+        waits = [
+            w
+            for q in self._queues.values()
+            for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
+            for w in b.waiters
+        ]
+        results = await asyncio.gather(*waits, return_exceptions=True) if waits else []
+        return not any(isinstance(r, BaseException) for r in results)
+
+    async def commit_transaction(self) -> None:
+        """Deliver every record of the transaction, then commit it. Raises
+        ``TransactionAbortedError`` if a send failed (abort, then start again) and
+        ``ProducerFencedError`` if a newer producer took the id (close this one)."""
+        await self._txn_or_raise().end(True, self._flush_ok)
+        self._restart_sequences()
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: none of its records will ever be read at
+        ``read_committed``, and offsets sent with it are dropped."""
+        await self._txn_or_raise().end(False, self._flush_ok)
+        self._restart_sequences()
+
+    def _restart_sequences(self) -> None:
+        """A new epoch (every end bumps it): the partitions' sequences start at 0."""
+        txn = self._txn_or_raise()
+        self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
+        for q in self._queues.values():
+            q.next_sequence = 0
+            for b in q.sealed:
+                b.encoded = None
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncProducer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, aborts it when the block raises (and re-raises). A fenced producer is
+        not aborted: it can do nothing more."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self.transaction_phase is not TxnPhase.FATAL_ERROR:
+                with contextlib.suppress(ClientError):
+                    await self.abort_transaction()
+            raise
+        await self.commit_transaction()

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 from api.client.consumer import AsyncConsumer
+from api.client.errors import ClientError
 from api.client.group import AsyncGroupConsumer, CommitCallback, PartitionsCallback
 from api.client.producer import AsyncProducer, BatchDelivery
-from api.client.types import ConsumerRecord, Header, RecordMetadata, TopicPartition
+from api.client.transactions import TxnPhase
+from api.client.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    Header,
+    RecordMetadata,
+    TopicPartition,
+)
 
 T = TypeVar("T")
 
@@ -149,6 +158,41 @@ class Producer(_OnLoopThread):
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(), timeout)
 
+    # Transactions (``transactional_id``): the async producer's, on its loop.
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.init_transactions(), timeout)
+
+    def begin_transaction(self) -> None:
+        self._p.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        self._lt.run(self._p.send_offsets_to_transaction(offsets, group_metadata), timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.abort_transaction(), timeout)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """Begin; commit when the block ends, abort when it raises (then re-raise)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self._p.transaction_phase is not TxnPhase.FATAL_ERROR:
+                with contextlib.suppress(ClientError):
+                    self.abort_transaction()
+            raise
+        self.commit_transaction()
+
 
 class _Reader(_OnLoopThread):
     """What the two sync consumers read alike: their async clients share these methods."""
@@ -256,6 +300,9 @@ class GroupConsumer(_Reader):
     @property
     def member_id(self) -> str:
         return self._c.member_id
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._c.group_metadata()
 
     @property
     def generation(self) -> int:

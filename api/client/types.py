@@ -42,3 +42,13 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...]
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What ``send_offsets_to_transaction`` needs of a group member (Kafka's
+    ``ConsumerGroupMetadata``): its offsets are committed under this generation, so a member
+    that was fenced from the group cannot commit through a transaction either (KIP-447)."""
+
+    group_id: str
+    member_id: str = ""
+    generation: int = -1
