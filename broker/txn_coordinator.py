@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import msgpack
@@ -72,6 +72,8 @@ from broker.txn.records import (
     encode_txn,
 )
 from broker.txn.state import NONE, Step, TxnConfig, TxnCoordinatorState
+from broker.txn_markers import TxnMarker
+from common import netbind
 from common.invariant import invariant
 from common.waits import wait_event
 from metalog.client import ControllerUnavailableError
@@ -89,19 +91,6 @@ MARKER_BACKOFF_S_MIN = 0.05
 MARKER_BACKOFF_S_MAX = 2.0
 TXN_STATE_SEGMENT_BYTES = 100 * 1024 * 1024
 """Kafka's ``transaction.state.log.segment.bytes``."""
-
-
-class TxnMarker(NamedTuple):
-    """One control batch to write: the end of ``producer_id``'s transaction on a partition.
-    ``coordinator_epoch`` is the leader epoch of the ``__transaction_state`` partition the
-    decision was made in: a partition refuses a marker from an older coordinator."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    commit: bool
-    coordinator_epoch: int
 
 
 class MarkerWriter(Protocol):
@@ -159,8 +148,12 @@ class TxnCoordinator:
         markers: MarkerWriter,
         config: TxnCoordinatorConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        session: netbind.LazySession | None = None,
     ) -> None:
+        """``session``: the HTTP session its markers and verifications to other brokers go
+        through; closed by ``stop``."""
         self.broker_id = broker_id
+        self.session = session or netbind.LazySession(limit=64, connect_timeout_s=5.0)
         self.log = txn_log
         self.image = image
         self._create_topic = create_topic
@@ -195,6 +188,7 @@ class TxnCoordinator:
                     await task
         for shard in list(self.shards.values()):
             await self._drop(shard)
+        await self.session.close()
 
     async def on_metadata(self, update: object) -> None:
         """A ``MetadataFollower`` listener: reconcile soon, not inline."""

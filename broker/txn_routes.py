@@ -60,6 +60,7 @@ from broker.request_fields import (
 from broker.router import INTERNAL_PREFIX, MSGPACK
 from broker.txn.records import EPOCH_MAX, TRANSACTIONAL_ID_CHARS_MAX
 from broker.txn_coordinator import TxnCoordinator
+from broker.txn_markers import TxnVerifier
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +206,6 @@ def add_txn_routes(app: web.Application, coordinator: TxnCoordinator) -> None:
 # ---------------------------------------------------------------- the partition leader's hook
 
 VERIFY_TIMEOUT_S = 5.0
-
-TxnVerifier = Callable[[str, int, int, str, int], Awaitable[str | None]]
 
 
 def txn_verifier(

@@ -787,8 +787,9 @@ class AsyncProducer:
                 else TransactionAbortedError(err, e.message)
             )
 
-    async def _flush_ok(self) -> bool:
-        """Flush; whether every batch of the transaction was delivered."""
+    async def _flush_ok(self) -> BaseException | None:
+        """Flush; the first failure of a batch of the transaction, None if all were
+        delivered."""
         for q in list(self._queues.values()):
             if q.open is not None and q.open.records:
                 self._seal(q)
@@ -799,7 +800,7 @@ class AsyncProducer:
             for w in b.waiters
         ]
         results = await asyncio.gather(*waits, return_exceptions=True) if waits else []
-        return not any(isinstance(r, BaseException) for r in results)
+        return next((r for r in results if isinstance(r, BaseException)), None)
 
     async def commit_transaction(self) -> None:
         """Deliver every record of the transaction, then commit it. Raises

@@ -133,7 +133,7 @@ class TransactionManager:
         aborted (or, fenced, the producer is done)."""
         if err.code in FENCED:
             self._fatal(err)
-        elif self.phase is TxnPhase.IN_TRANSACTION:
+        elif self.phase in (TxnPhase.IN_TRANSACTION, TxnPhase.COMMITTING):
             self.phase = TxnPhase.ABORTABLE_ERROR
             self.error = err
 
@@ -190,7 +190,8 @@ class TransactionManager:
             if fut is not None:
                 await asyncio.shield(fut)
             return
-        self._require(TxnPhase.IN_TRANSACTION)
+        # Batches sent before a commit or an abort are flushed by it: still this transaction.
+        self._require(TxnPhase.IN_TRANSACTION, TxnPhase.COMMITTING, TxnPhase.ABORTING)
         self.partitions.add(tp)
         fut = asyncio.get_running_loop().create_future()
         self._adding[tp] = fut
@@ -240,21 +241,26 @@ class TransactionManager:
             raise
         self.offsets_groups.add(group)
 
-    async def end(self, commit: bool, flush: Callable[[], Awaitable[bool]]) -> None:
-        """Commit or abort. ``flush`` delivers every batch sent (True if all succeeded)."""
+    async def end(self, commit: bool, flush: Callable[[], Awaitable[BaseException | None]]) -> None:
+        """Commit or abort. ``flush`` delivers every batch sent (the first failure, if any)."""
         if commit:
             self._require(TxnPhase.IN_TRANSACTION)
             self.phase = TxnPhase.COMMITTING
         else:
             self._require(TxnPhase.IN_TRANSACTION, TxnPhase.ABORTABLE_ERROR, TxnPhase.ABORTING)
             self.phase = TxnPhase.ABORTING
-        ok = await flush()
-        if commit and not ok:
+        failed = await flush()
+        if commit and failed is not None and self.phase is not TxnPhase.FATAL_ERROR:
             # A batch failed: this transaction cannot commit.
             self.phase = TxnPhase.ABORTABLE_ERROR
-            self.error = self.error or ClientError("TRANSACTION_ABORTED", "a send failed")
-            self._raise_if_failed()
-        if self.phase is TxnPhase.FATAL_ERROR:
+            self.error = self.error or (
+                failed
+                if isinstance(failed, ClientError)
+                else ClientError("TRANSACTION_ABORTED", f"a send failed: {failed!r}")
+            )
+        if self.phase is TxnPhase.FATAL_ERROR or (
+            commit and self.phase is TxnPhase.ABORTABLE_ERROR
+        ):
             self._raise_if_failed()
         if self.partitions or self.offsets_groups:
             try:

@@ -18,6 +18,9 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
   (``broker.producer_ids``).
 * ``POST /internal/broker/v1/group/<op>`` (msgpack): the consumer-group coordinator
   (``broker.group_coordinator``, ``broker.group_routes``).
+* ``POST /internal/broker/v1/txn/<op>`` (msgpack): the transaction coordinator
+  (``broker.txn_coordinator``, ``broker.txn_routes``); it also verifies, for the partitions
+  this broker leads, a producer's first transactional batch (KIP-890 part 1).
 * The Schema Registry (``broker.schemas``): its public API at ``/subjects``, ``/schemas``,
   ``/compatibility``, ``/config``, ``/mode`` (``api.http.schemas``) and the writes forwarded
   to its single writer at ``POST /internal/broker/v1/schemas/write``.
@@ -81,6 +84,11 @@ from broker.replica_manager import ReplicaManager
 from broker.router import PartitionRouter
 from broker.schemas.registry import ReplicaSchemasLog, SchemaRegistry
 from broker.schemas.routes import add_registry_routes
+from broker.txn.records import TRANSACTION_STATE_TOPIC
+from broker.txn.state import TxnConfig
+from broker.txn_coordinator import RoutedMarkerWriter, TxnCoordinator, TxnCoordinatorConfig
+from broker.txn_routes import add_txn_routes, txn_verifier
+from common import netbind
 from common.essential import Essentials, NodeFailedError
 from metalog.records import Endpoint
 from storage.flush_policy import FlushPolicy
@@ -104,6 +112,7 @@ class BrokerServer:
     schemas: SchemaRegistry | None = None
     kafka: KafkaListener | None = None
     """The Kafka protocol listener (``kafka_listen``); bound by ``serve_broker``."""
+    txn: TxnCoordinator | None = None
 
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
@@ -118,12 +127,17 @@ class BrokerServer:
         self.replicas.log_dir.add_failure_listener(on_log_dir_failure)
         await self.replicas.start()
         await self.groups.start()
+        if self.txn is not None:
+            await self.txn.start()
         if self.schemas is not None:
             await self.schemas.start()
             assert self.schemas.task is not None
             self.essentials.watch(self.schemas.task, "schema registry")
         await self.follower.start()
         await self.lifecycle.start()
+        if self.txn is not None:
+            assert self.txn.task is not None
+            self.essentials.watch(self.txn.task, "transaction coordinator")
         for task, what in (
             (self.groups.task, "group coordinator"),
             (self.follower.task, "metadata follower"),
@@ -136,6 +150,8 @@ class BrokerServer:
         self.essentials.expect_stop()
         if self.kafka is not None:
             await self.kafka.close()
+        if self.txn is not None:
+            await self.txn.stop()  # before the replicas, as the group coordinator
         await self.groups.stop()  # first: its appends go through the replicas
         if self.schemas is not None:
             await self.schemas.stop()
@@ -311,6 +327,10 @@ def build_broker(
         ids_per_second_max=config.producer_ids_per_second_max,
     )
     add_producer_id_routes(app, pids)
+    srv.txn = _txn_coordinator(config, follower, replicas, router, pids)
+    follower.subscribe(srv.txn.on_metadata)
+    add_txn_routes(app, srv.txn)
+    replicas.txn_verifier = txn_verifier(srv.txn, replicas.leader_url, srv.txn.session.get)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     add_console_routes(app, srv, http)  # the web console, /console/ (read-only)
     if config.kafka_address is not None:
@@ -362,6 +382,40 @@ def _group_coordinator(
                 group_size_max=config.group_max_size,
             ),
         ),
+    )
+
+
+def _txn_coordinator(
+    config: NodeConfig,
+    follower: MetadataFollower,
+    replicas: ReplicaManager,
+    router: PartitionRouter,
+    pids: ProducerIdManager,
+) -> TxnCoordinator:
+    session = netbind.LazySession(limit=64, connect_timeout_s=5.0)
+    return TxnCoordinator(
+        broker_id=config.node_id,
+        txn_log=ReplicaOffsetsLog(replicas, TRANSACTION_STATE_TOPIC),
+        image=lambda: follower.image,
+        create_topic=replicas.controller.execute,
+        next_producer_id=pids.next_id,
+        markers=RoutedMarkerWriter(
+            broker_id=config.node_id,
+            leader_of=router.leader_of,
+            broker_url=replicas.leader_url,
+            local=replicas.write_txn_markers,
+            session=session.get,
+        ),
+        config=TxnCoordinatorConfig(
+            num_partitions=config.transaction_state_log_num_partitions,
+            replication_factor=config.transaction_state_log_replication_factor,
+            append_timeout_ms=config.offsets_commit_timeout_ms,
+            abort_timed_out_interval_ms=(
+                config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+            ),
+            core=TxnConfig(transaction_max_timeout_ms=config.transaction_max_timeout_ms),
+        ),
+        session=session,
     )
 
 

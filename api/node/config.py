@@ -128,6 +128,16 @@ class NodeConfig(BaseModel):
     group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
     group_initial_rebalance_delay_ms: int = Field(default=3_000, ge=0)
     group_max_size: int = Field(default=2**31 - 1, ge=1)
+    # Transactions (Kafka's broker configs of the same names, dots as underscores).
+    transaction_state_log_num_partitions: int = Field(default=50, ge=1)
+    """Partitions of ``__transaction_state`` when it is created; only read then (changing
+    it would move transactional ids to other coordinators)."""
+    transaction_state_log_replication_factor: int = Field(default=3, ge=1)
+    """Replication factor of ``__transaction_state``, capped at the usable brokers then."""
+    transaction_max_timeout_ms: int = Field(default=900_000, ge=1)
+    """The longest ``transaction_timeout_ms`` a producer may ask for."""
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(default=10_000, ge=1)
+    """How often each coordinator aborts the transactions past their timeout."""
     # HTTP consumer instances (Kafka REST's ``consumer.instance.timeout.ms``).
     consumer_instance_timeout_ms: int = Field(default=300_000, ge=100)
     """A v2 consumer instance without a request for this long is closed (it leaves its

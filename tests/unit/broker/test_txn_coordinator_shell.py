@@ -29,12 +29,8 @@ from broker.txn.records import (
     decode_txn,
     encode_txn,
 )
-from broker.txn_coordinator import (
-    TxnCoordinator,
-    TxnCoordinatorConfig,
-    TxnMarker,
-    TxnRequestError,
-)
+from broker.txn_coordinator import TxnCoordinator, TxnCoordinatorConfig, TxnRequestError
+from broker.txn_markers import TxnMarker
 from metalog.commands import CreateTopic
 from metalog.delta import MetadataDelta
 from metalog.image import MetadataImage
@@ -185,7 +181,7 @@ async def test_a_commit_writes_prepare_then_markers_then_complete() -> None:
         assert (nxt.producer_id, nxt.producer_epoch) == (r.producer_id, r.producer_epoch + 1)
         await until(lambda: fake.states()[-1] == "CompleteCommit")
         assert fake.states() == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
-        assert sorted(markers.written) == [
+        assert sorted(markers.written, key=lambda m: (m.topic, m.partition)) == [
             TxnMarker("a", 0, r.producer_id, r.producer_epoch + 1, True, 0),
             TxnMarker("b", 0, r.producer_id, r.producer_epoch + 1, True, 0),
         ]
@@ -246,7 +242,7 @@ async def test_a_new_leader_completes_what_the_old_one_prepared() -> None:
     try:
         await until(lambda: fake.states()[-1] == "CompleteCommit")
         # The markers carry the new coordinator's epoch and the bumped producer epoch.
-        assert sorted(markers.written) == [
+        assert sorted(markers.written, key=lambda m: (m.topic, m.partition)) == [
             TxnMarker("a", 0, 7, 3, True, 5),
             TxnMarker("b", 0, 7, 3, True, 5),
         ]
