@@ -40,6 +40,13 @@ Theory of operation
 * **Metrics.** ``lag_snapshot`` reads every loaded core at once (no append, no wait for
   commits: a scrape must not queue behind group traffic) and asks each partition's end
   offset once, however many groups read it, within a time bound.
+* **Transactions.** A TxnOffsetCommit's records are appended alone, as one transactional
+  batch of the producer (its id and epoch, the next sequence of that producer here), and
+  stay pending in the core. When a transaction marker is appended to one of this broker's
+  offsets partitions (``on_txn_marker``, called by the replica manager once the marker is
+  committed) the core completes that producer's pending offsets: committed or dropped.
+  Loading replays the same from the log: transactional batches as pending, markers as
+  completions.
 
 The clock is injected (wall-clock milliseconds by default) and the log is reached through
 the ``OffsetsLog`` port, so the unit tests run this shell against a fake log.
@@ -72,6 +79,7 @@ from broker.groups.group import (
     PartitionLag,
     SyncRequest,
     SyncResponse,
+    TxnOffsetCommitRequest,
 )
 from broker.groups.records import decode_record, encode_record
 from broker.groups.types import ErrorCode, GroupState, TopicPartition
@@ -87,6 +95,7 @@ from metalog.records import BrokerId
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.errors import CorruptRecordError, StorageError
 from storage.log import PartitionLog
+from storage.txn import decode_marker
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +215,36 @@ class Leadership(NamedTuple):
 KeyValue = tuple[bytes | None, bytes | None]
 
 
+class TxnKeyValue(NamedTuple):
+    """A record of a transactional batch (a TxnOffsetCommit), as the log holds it."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+
+
+class LoggedMarker(NamedTuple):
+    """A transaction marker (control batch) in the log."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
+LogEntry = KeyValue | TxnKeyValue | LoggedMarker
+
+
+class TxnAppend(NamedTuple):
+    """How to write a TxnOffsetCommit's records: one transactional batch of this producer."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional_id: str
+
+
 class OffsetsLog(Protocol):
     """The local replicas of ``__consumer_offsets``, as the coordinator needs them."""
 
@@ -213,8 +252,9 @@ class OffsetsLog(Protocol):
         """This broker's leadership of the partition now; None if it does not lead it."""
         ...
 
-    async def read(self, partition: int, lead: Leadership) -> tuple[list[KeyValue], int]:
-        """Every record ``(key, value)`` from the log start to the log end, and that end."""
+    async def read(self, partition: int, lead: Leadership) -> tuple[list[LogEntry], int]:
+        """Every record from the log start to the log end, and that end: ``(key, value)``,
+        or ``TxnKeyValue`` in a transactional batch, or a ``LoggedMarker``."""
         ...
 
     async def wait_high_watermark(self, partition: int, lead: Leadership, offset: int) -> None:
@@ -229,8 +269,10 @@ class OffsetsLog(Protocol):
         records: list[KeyValue],
         timestamp_ms: int,
         timeout_ms: int,
+        txn: TxnAppend | None = None,
     ) -> None:
-        """Append in ``lead`` with acks=all; return once committed, else ``CoordinatorError``."""
+        """Append in ``lead`` with acks=all; return once committed, else ``CoordinatorError``.
+        With ``txn``, as that producer's transactional batch."""
         ...
 
 
@@ -246,6 +288,8 @@ class _Pending:
     joins_completed: Mapping[tuple[str, str], JoinResponse]
     done: asyncio.Future[CoordinatorError | None]
     park: tuple[tuple[str, str], asyncio.Future[JoinResponse | CoordinatorError]] | None = None
+    txn: tuple[int, int, str] | None = None
+    """A TxnOffsetCommit's: (producer id, epoch, transactional id); appended alone."""
 
 
 @dataclass
@@ -268,6 +312,11 @@ class _Shard:
     )
     timer: asyncio.TimerHandle | None = None
     timer_deadline_ms: int | None = None
+    txn_sequences: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Producer id -> (epoch, next sequence) of its transactional batches here: only this
+    coordinator writes them, so it numbers them (the partition checks the order)."""
+    early_markers: list[LoggedMarker] = field(default_factory=list)
+    """Markers appended while the shard was loading: applied after the replay."""
 
 
 # ---------------------------------------------------------------- the coordinator
@@ -423,12 +472,23 @@ class GroupCoordinator:
             partitions_per_topic=self._topic_counts,
         )
         skipped = 0
-        for key, value in pairs:
-            if key is None:
-                skipped += 1
-                continue
+        for entry in pairs:
             try:
-                state.replay(decode_record(key, value))
+                if isinstance(entry, LoggedMarker):
+                    state.complete_txn(entry.producer_id, entry.commit, self.clock())
+                    continue
+                if entry[0] is None:
+                    skipped += 1
+                    continue
+                record = decode_record(entry[0], entry[1])
+                if isinstance(entry, TxnKeyValue):
+                    state.replay_txn(record, entry.producer_id)
+                    shard.txn_sequences[entry.producer_id] = (
+                        entry.producer_epoch,
+                        entry.last_sequence + 1,
+                    )
+                else:
+                    state.replay(record)
             except Exception as e:  # a foreign or corrupt record must not wedge the partition
                 skipped += 1
                 if skipped <= 3:
@@ -442,6 +502,9 @@ class GroupCoordinator:
         shard.state = state
         shard.loaded.set()
         self._submit(shard, self._core(shard, lambda st: st.on_loaded(self.clock())))
+        early, shard.early_markers = shard.early_markers, []
+        for m in early:
+            self._complete_txn(shard, m)
         log.info(
             "broker %d: coordinator for %s-%d (epoch %d): loaded %d records (%d skipped), "
             "%d groups, in %.0f ms",
@@ -514,6 +577,7 @@ class GroupCoordinator:
         shard: _Shard,
         outcome: Outcome[Any],
         park: asyncio.Future[JoinResponse | CoordinatorError] | None = None,
+        transactional_id: str = "",
     ) -> asyncio.Future[CoordinatorError | None]:
         """Queue ``outcome``: its answers are released once its records and every earlier
         outcome's are committed. Must be called right after the core call, with no ``await``
@@ -531,6 +595,7 @@ class GroupCoordinator:
             outcome.joins_completed,
             done,
             None if park is None or outcome.parked is None else (outcome.parked, park),
+            None if outcome.txn is None or not records else (*outcome.txn, transactional_id),
         )
         self._note_deadline(shard, outcome.deadline_ms)
         if not records and not shard.queue and not shard.writing:
@@ -548,11 +613,15 @@ class GroupCoordinator:
             taken: list[_Pending] = []
             size = 0
             while shard.queue and (not taken or size + shard.queue[0].size <= APPEND_BYTES_MAX):
+                # A transactional batch belongs to one producer: it goes alone.
+                if taken and (taken[0].txn is not None or shard.queue[0].txn is not None):
+                    break
                 p = shard.queue.popleft()
                 taken.append(p)
                 size += p.size
             shard.writing = taken
             records = [kv for p in taken for kv in p.records]
+            txn = self._txn_append(shard, taken[0], len(records))
             if records:
                 try:
                     await self.log.append(
@@ -561,13 +630,54 @@ class GroupCoordinator:
                         records,
                         self.clock(),
                         self.config.offsets_commit_timeout_ms,
+                        txn,
                     )
+                    if txn is not None:
+                        shard.txn_sequences[txn.producer_id] = (
+                            txn.producer_epoch,
+                            txn.base_sequence + len(records),
+                        )
                 except Exception as e:  # never leave the callers in ``writing`` waiting
+                    if txn is not None and isinstance(e, CoordinatorError):
+                        # The partition refused the producer (fenced, not in the transaction,
+                        # ...): its caller hears why. The core already holds the offsets as
+                        # pending, so the shard is still reloaded below.
+                        for p in taken:
+                            if not p.done.done():
+                                p.done.set_result(CoordinatorError(e.code, str(e)))
                     await self._append_failed(shard, e)
                     return
             shard.writing = []
             for p in taken:
                 self._deliver(shard, p)
+
+    @staticmethod
+    def _txn_append(shard: _Shard, p: _Pending, count: int) -> TxnAppend | None:
+        if p.txn is None:
+            return None
+        pid, epoch, tid = p.txn
+        last_epoch, next_seq = shard.txn_sequences.get(pid, (-1, 0))
+        # A new epoch (every transaction's end bumps it) starts again at sequence 0.
+        return TxnAppend(pid, epoch, next_seq if last_epoch == epoch else 0, tid)
+
+    def on_txn_marker(self, partition: int, producer_id: int, epoch: int, commit: bool) -> None:
+        """A transaction marker is committed in offsets partition ``partition`` here: the
+        producer's pending offsets are committed or dropped."""
+        shard = self.shards.get(partition)
+        if shard is None or shard.closed:
+            return  # whoever loads the partition reads the marker
+        marker = LoggedMarker(producer_id, epoch, commit)
+        if shard.state is None:
+            shard.early_markers.append(marker)
+            return
+        self._complete_txn(shard, marker)
+
+    def _complete_txn(self, shard: _Shard, m: LoggedMarker) -> None:
+        def call(st: GroupCoordinatorState) -> Outcome[None]:
+            return st.complete_txn(m.producer_id, m.commit, self.clock())
+
+        with contextlib.suppress(Exception):  # _core logged it and reloads the shard
+            self._submit(shard, self._core(shard, call))
 
     async def _append_failed(self, shard: _Shard, e: Exception) -> None:
         still_leader = self.log.leadership(shard.partition) == shard.lead
@@ -797,6 +907,17 @@ class GroupCoordinator:
     async def commit(self, req: OffsetCommitRequest) -> ErrorCode:
         return await self._call(req.group, lambda st, now: st.handle_offset_commit(req, now))
 
+    async def txn_commit(self, req: TxnOffsetCommitRequest, transactional_id: str) -> ErrorCode:
+        """TxnOffsetCommit: answered once the transactional batch is committed; the offsets
+        count once the transaction's commit marker is in the partition."""
+        shard = self._shard_or_raise(req.group)
+        outcome = self._core(shard, lambda st: st.handle_txn_offset_commit(req, self.clock()))
+        err = await self._submit(shard, outcome, transactional_id=transactional_id)
+        if err is not None:
+            raise err
+        assert outcome.response is not None
+        return outcome.response
+
     async def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> ErrorCode:
         return await self._call(group, lambda st, now: st.handle_offset_reset(group, offsets, now))
 
@@ -926,10 +1047,12 @@ def _replica_error_code(e: Exception) -> str:
     return "UNKNOWN_SERVER_ERROR"
 
 
-def read_key_values(plog: PartitionLog, end: int) -> list[KeyValue]:
-    """Every record's ``(key, value)`` from the log start to ``end``, in offset order
-    (control batches left out). Runs in a worker thread: the log has its own lock."""
-    out: list[KeyValue] = []
+def read_key_values(plog: PartitionLog, end: int) -> list[LogEntry]:
+    """Every record from the log start to ``end``, in offset order: ``(key, value)``, a
+    ``TxnKeyValue`` for a record of a transactional batch, a ``LoggedMarker`` for a
+    transaction marker (other control batches left out). Runs in a worker thread: the log
+    has its own lock."""
+    out: list[LogEntry] = []
     offset = plog.log_start_offset
     while offset < end:
         data = plog.read(offset, 1 << 20).data
@@ -939,7 +1062,23 @@ def read_key_values(plog: PartitionLog, end: int) -> list[KeyValue]:
         for pos, h in iter_batches(data):
             if h.base_offset >= end:
                 return out
-            if not h.is_control:
+            if h.is_control:
+                if h.producer_id >= 0:
+                    try:
+                        m = decode_marker(data[pos : pos + h.size], verify=False)
+                    except StorageError:
+                        pass  # a control batch that is not a marker ends nothing
+                    else:
+                        out.append(LoggedMarker(h.producer_id, h.producer_epoch, m.commit))
+            elif h.is_transactional:
+                records = decode_records(data[pos : pos + h.size], verify=False)
+                last_seq = h.base_sequence + len(records) - 1
+                for r in records:
+                    if r.offset < end:
+                        out.append(
+                            TxnKeyValue(r.key, r.value, h.producer_id, h.producer_epoch, last_seq)
+                        )
+            else:
                 for r in decode_records(data[pos : pos + h.size], verify=False):
                     if r.offset < end:
                         out.append((r.key, r.value))
@@ -971,7 +1110,7 @@ class ReplicaOffsetsLog:
                 NOT_COORDINATOR, f"leadership of {self.topic}-{partition} changed"
             )
 
-    async def read(self, partition: int, lead: Leadership) -> tuple[list[KeyValue], int]:
+    async def read(self, partition: int, lead: Leadership) -> tuple[list[LogEntry], int]:
         self._check(partition, lead)
         plog = self.replicas.by_name[(self.topic, partition)].log
         end = plog.log_end_offset
@@ -992,13 +1131,31 @@ class ReplicaOffsetsLog:
         records: list[KeyValue],
         timestamp_ms: int,
         timeout_ms: int,
+        txn: TxnAppend | None = None,
     ) -> None:
         # Checked with no await before the produce's own (synchronous) append: a batch is
         # never written in a leadership other than the one its records were decided in.
         self._check(partition, lead)
-        batch = encode_batch([(k, v, timestamp_ms, ()) for k, v in records])
+        kvs = [(k, v, timestamp_ms, ()) for k, v in records]
+        if txn is None:
+            batch = encode_batch(kvs)
+        else:
+            batch = encode_batch(
+                kvs,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                base_sequence=txn.base_sequence,
+                transactional=True,
+            )
         try:
-            await self.replicas.produce(self.topic, partition, ACKS_ALL, timeout_ms, batch)
+            await self.replicas.produce(
+                self.topic,
+                partition,
+                ACKS_ALL,
+                timeout_ms,
+                batch,
+                transactional_id=None if txn is None else txn.transactional_id,
+            )
         except (BrokerError, StorageError) as e:
             raise CoordinatorError(_replica_error_code(e), str(e)) from None
 

@@ -36,6 +36,7 @@ from broker.groups.group import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     SyncRequest,
+    TxnOffsetCommitRequest,
 )
 from broker.groups.types import RebalanceProtocol, TopicPartition
 from broker.request_fields import (
@@ -227,6 +228,30 @@ async def _commit(c: GroupCoordinator, b: Body) -> Body:
     return {"error": e.value}
 
 
+async def _txn_commit(c: GroupCoordinator, b: Body) -> Body:
+    """TxnOffsetCommit (docs/transactions.md): offsets of a transaction, pending until its
+    commit marker reaches the group's offsets partition."""
+    offsets = {
+        tp: OffsetAndMetadata(offset, metadata)
+        for tp, offset, metadata in _offset_entries(b, with_metadata=True)
+    }
+    tid = str_field(b, "transactional_id")
+    if not tid:
+        raise InvalidRequestError("'transactional_id' must not be empty")
+    e = await c.txn_commit(
+        TxnOffsetCommitRequest(
+            _group(b),
+            producer_id=int_field(b, "producer_id", 0, INT64_MAX),
+            producer_epoch=int_field(b, "producer_epoch", 0, 32767),
+            offsets=offsets,
+            member_id=str_field(b, "member_id", default=UNKNOWN_MEMBER_ID),
+            generation=_generation(b, NO_GENERATION),
+        ),
+        tid,
+    )
+    return {"error": e.value}
+
+
 async def _fetch_offsets(c: GroupCoordinator, b: Body) -> Body:
     raw = list_field(b, "partitions", default=None)
     got = await c.fetch_offsets(_group(b), None if raw is None else _tps_in(raw, "partitions"))
@@ -302,6 +327,7 @@ OPS: dict[str, Callable[[GroupCoordinator, Body], Awaitable[Body]]] = {
     "heartbeat": _heartbeat,
     "leave": _leave,
     "commit": _commit,
+    "txn_commit": _txn_commit,
     "fetch_offsets": _fetch_offsets,
     "describe": _describe,
     "lag": _lag,

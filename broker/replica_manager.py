@@ -377,6 +377,10 @@ class ReplicaManager:
         """After ``stop``: whether every log was flushed and closed without an error (the
         broker's clean-shutdown marker may then be written, ``broker.clean_shutdown``)."""
         self.txn_verifier: TxnVerifier | None = None
+        self.txn_marker_listeners: list[Callable[[TxnMarker], None]] = []
+        """Told of every marker this leader appended, once it is committed (the group
+        coordinator completes the offsets a transaction committed in ``__consumer_offsets``,
+        as Kafka's ``onTransactionCompleted``)."""
         """KIP-890 part 1: asked before a transactional batch opens a transaction in a
         partition (set by the transaction coordinator's wiring); None accepts every batch."""
 
@@ -1100,6 +1104,8 @@ class ReplicaManager:
         leader.on_local_append(rep.log.log_end_offset, t)
         self._after_hw_change(rep)
         await self._await_acks(rep, leader, ACKS_ALL, last, t + timeout_ms)
+        for listener in self.txn_marker_listeners:
+            listener(m)
 
     def _flush_leader(self, rep: Replica, offset: int) -> asyncio.Task[None]:
         """fsync ``rep``'s log below ``offset`` (group-committed with every other log), then

@@ -57,7 +57,9 @@ from broker.group_coordinator import (
     CoordinatorError,
     CoordinatorInfo,
     Leadership,
+    LoggedMarker,
     OffsetsLog,
+    TxnKeyValue,
     partition_for,
     wall_clock_ms,
 )
@@ -278,11 +280,11 @@ class TxnCoordinator:
             return
         state = TxnCoordinatorState(self.config.core)
         skipped = 0
-        for key, value in pairs:
+        for entry in pairs:
             try:
-                if key is None:
-                    raise ValueError("a record without a key")
-                state.replay(decode_txn(key, value))
+                if isinstance(entry, TxnKeyValue | LoggedMarker) or entry[0] is None:
+                    raise ValueError("not a keyed record of a plain batch")
+                state.replay(decode_txn(entry[0], entry[1]))
             except Exception as e:  # a foreign or corrupt record must not wedge the partition
                 skipped += 1
                 if skipped <= 3:

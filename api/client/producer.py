@@ -772,20 +772,17 @@ class AsyncProducer:
             "generation": meta.generation,
             "offsets": [[t, p, int(o), ""] for (t, p), o in sorted(offsets.items())],
         }
-        answer = await group.call("txn_commit", body, timeout_s=self.request_timeout_s)
-        err = str(answer.get("error") or "NONE")
+        try:
+            answer = await group.call("txn_commit", body, timeout_s=self.request_timeout_s)
+            err, message = str(answer.get("error") or "NONE"), str(answer.get("message") or "")
+        except ClientError as e:
+            err, message = e.code, e.message
         if err != "NONE":
-            e = ClientError(err, f"send_offsets_to_transaction: {answer.get('message') or ''}")
-            txn.on_send_failed(e)
-            raise (
-                ProducerFencedError(err, e.message)
-                if err
-                in (
-                    "PRODUCER_FENCED",
-                    "INVALID_PRODUCER_EPOCH",
-                )
-                else TransactionAbortedError(err, e.message)
-            )
+            failure = ClientError(err, f"send_offsets_to_transaction: {message}")
+            txn.on_send_failed(failure)
+            if txn.phase is TxnPhase.FATAL_ERROR:
+                raise ProducerFencedError(err, failure.message)
+            raise TransactionAbortedError(err, failure.message)
 
     async def _flush_ok(self) -> BaseException | None:
         """Flush; the first failure of a batch of the transaction, None if all were

@@ -70,6 +70,7 @@ from api.node.signals import (
 from broker import clean_shutdown
 from broker.data_routes import add_data_routes
 from broker.group_coordinator import (
+    OFFSETS_TOPIC,
     CoordinatorConfig,
     GroupCoordinator,
     ReplicaOffsetsLog,
@@ -330,6 +331,13 @@ def build_broker(
     srv.txn = _txn_coordinator(config, follower, replicas, router, pids)
     follower.subscribe(srv.txn.on_metadata)
     add_txn_routes(app, srv.txn)
+    replicas.txn_marker_listeners.append(
+        lambda m: (
+            groups.on_txn_marker(m.partition, m.producer_id, m.producer_epoch, m.commit)
+            if m.topic == OFFSETS_TOPIC
+            else None
+        )
+    )
     replicas.txn_verifier = txn_verifier(srv.txn, replicas.leader_url, srv.txn.session.get)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     add_console_routes(app, srv, http)  # the web console, /console/ (read-only)

@@ -227,6 +227,20 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: offsets committed as part of producer ``producer_id``'s transaction.
+    ``member_id``/``generation`` (KIP-447): when given, checked as a commit's are, so a member
+    fenced from the group cannot commit through a transaction either."""
+
+    group: str
+    producer_id: int
+    producer_epoch: int
+    offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    member_id: str = UNKNOWN_MEMBER_ID
+    generation: int = NO_GENERATION
+
+
+@dataclass(frozen=True)
 class CommittedOffset:
     offset: int
     metadata: str
@@ -281,6 +295,9 @@ class Outcome(Generic[R]):
     parked: tuple[str, str] | None = None
     """The caller's join is parked: its answer comes in a later ``joins_completed`` under
     this key (a first join learns its new member id here)."""
+    txn: tuple[int, int] | None = None
+    """``records`` are a TxnOffsetCommit's: write them as one transactional batch of this
+    (producer id, epoch), alone, so the producer's commit or abort marker decides them."""
 
 
 # ---------------------------------------------------------------- members and groups
@@ -854,6 +871,9 @@ class GroupCoordinatorState:
         self._partitions_per_topic: dict[str, int] = dict(partitions_per_topic or {})
         self.groups: dict[str, Group] = {}
         """Live groups; a group that becomes DEAD is dropped."""
+        self.pending_txn: dict[int, dict[tuple[str, TopicPartition], CommittedOffset]] = {}
+        """Offsets of open transactions, by producer id (TxnOffsetCommit): not the groups'
+        until the producer's commit marker is in the partition."""
 
     # ------------------------------------------------------------ helpers
 
@@ -933,6 +953,56 @@ class GroupCoordinatorState:
             g.state_ts_ms = now_ms
         fx = _Effects()
         return self._outcome(g.commit(req, now_ms, fx), fx, g)
+
+    def handle_txn_offset_commit(
+        self, req: TxnOffsetCommitRequest, now_ms: int
+    ) -> Outcome[ErrorCode]:
+        """TxnOffsetCommit: the offsets are written now (a transactional batch) but stay
+        pending, invisible to ``fetch_offsets``, until the producer's commit marker reaches
+        the partition (``complete_txn``); an abort marker drops them (Kafka's
+        ``pendingTransactionalOffsetCommits``)."""
+        if not req.group:
+            return Outcome(ErrorCode.INVALID_GROUP_ID)
+        g = self._group(req.group, create=False)
+        managed = req.generation >= 0 or req.member_id != UNKNOWN_MEMBER_ID
+        if g is None and managed:
+            return Outcome(ErrorCode.ILLEGAL_GENERATION)
+        if g is not None and managed:
+            check = OffsetCommitRequest(req.group, req.offsets, req.member_id, req.generation)
+            error = g.validate_commit(check)
+            if error != ErrorCode.NONE:
+                return Outcome(error)
+        if not req.offsets:
+            return Outcome(ErrorCode.NONE)
+        pending = self.pending_txn.setdefault(req.producer_id, {})
+        records: list[GroupRecord] = []
+        for tp in sorted(req.offsets):
+            om = req.offsets[tp]
+            pending[(req.group, tp)] = CommittedOffset(om.offset, om.metadata, now_ms)
+            records.append(
+                OffsetCommitRecord(
+                    req.group, tp.topic, tp.partition, om.offset, om.metadata, now_ms
+                )
+            )
+        return Outcome(ErrorCode.NONE, tuple(records), txn=(req.producer_id, req.producer_epoch))
+
+    def complete_txn(self, producer_id: int, commit: bool, now_ms: int) -> Outcome[None]:
+        """The producer's commit or abort marker is in the partition: its pending offsets
+        become the groups' committed offsets, or are dropped. Nothing to write: the marker
+        is the record."""
+        pending = self.pending_txn.pop(producer_id, {})
+        if commit:
+            for (group, tp), off in sorted(pending.items()):
+                self._group_or_create(group).offsets[tp] = off
+        return Outcome(None, deadline_ms=self._deadline())
+
+    def replay_txn(self, record: GroupRecord, producer_id: int) -> None:
+        """An offset commit read from a transactional batch of ``producer_id``: pending until
+        that producer's marker (``complete_txn``) is replayed."""
+        if isinstance(record, OffsetCommitRecord):
+            self.pending_txn.setdefault(producer_id, {})[
+                (record.group, TopicPartition(record.topic, record.partition))
+            ] = CommittedOffset(record.offset, record.metadata, record.commit_ts_ms)
 
     def handle_offset_reset(
         self, group_id: str, offsets: Mapping[TopicPartition, int], now_ms: int

@@ -8,7 +8,9 @@ read_committed reads through the brokers' fetch route.
   is aborted, its commit and its sends refused;
 * a transaction past its timeout is aborted by the coordinator, and its producer fenced;
 * the coordinator killed between PrepareCommit and CompleteCommit (the markers cannot be
-  written: the data partition's only broker is paused): the new coordinator completes it.
+  written: the data partition's only broker is paused): the new coordinator completes it;
+* consumer offsets sent with a transaction count only if it commits, and a new group
+  coordinator rebuilds them from the log.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import orjson
 import pytest
 
 from api.client import AsyncProducer, ProducerFencedError
+from api.client.coordinator import CoordinatorClient
 from api.client.transport import Transport
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
+from broker.group_coordinator import partition_for
 from metalog.client import ControllerClient
 from metalog.commands import CreateTopic
 from storage.batch import decode_records, iter_batches
@@ -306,6 +310,65 @@ def test_the_new_coordinator_completes_a_commit_the_old_one_prepared(cluster: Cl
             90,
         )
         assert committed_values(cluster, "t-failover", 1) == [b"f0", b"f1", b"f2"]
+    finally:
+        cluster.brokers.start(coordinator)
+        cluster.brokers.wait_ready(timeout_s=60)
+
+
+def test_offsets_commit_atomically_with_the_outputs(cluster: Cluster) -> None:
+    cluster.create_topic("t-eos-in", 1)
+    cluster.create_topic("t-eos-out", 1)
+    group = "g-eos"
+
+    async def committed_offset() -> int | None:
+        p = AsyncProducer(cluster.bootstrap)
+        await p.metadata.refresh()
+        try:
+            c = CoordinatorClient(p.transport, p.metadata, group)
+            ans = await c.call("fetch_offsets", {"partitions": [["t-eos-in", 0]]})
+            offsets = {(o[0], o[1]): o[2] for o in ans.get("offsets") or []}
+            return offsets.get(("t-eos-in", 0))
+        finally:
+            await p.transport.close()
+
+    async def go() -> None:
+        async with AsyncProducer(cluster.bootstrap, linger_ms=1) as plain:
+            for i in range(10):
+                await plain.send_and_wait("t-eos-in", f"in{i}".encode())
+        async with AsyncProducer(cluster.bootstrap, transactional_id="tx-eos", linger_ms=1) as p:
+            await p.init_transactions()
+            # Records 0..4 processed: outputs and the input offset in one transaction.
+            async with p.transaction():
+                for i in range(5):
+                    await p.send("t-eos-out", f"out{i}".encode())
+                await p.send_offsets_to_transaction({("t-eos-in", 0): 5}, group)
+            # Records 5..9: processed, then aborted: neither outputs nor offset count.
+            p.begin_transaction()
+            for i in range(5, 10):
+                await p.send("t-eos-out", f"out{i}".encode())
+            await p.send_offsets_to_transaction({("t-eos-in", 0): 10}, group)
+            await p.flush()
+            assert await committed_offset() == 5  # pending until the commit marker
+            await p.abort_transaction()
+
+    asyncio.run(go())
+    wait_for(
+        "the committed outputs visible",
+        lambda: committed_values(cluster, "t-eos-out", 1) == [f"out{i}".encode() for i in range(5)],
+        30,
+    )
+    assert asyncio.run(committed_offset()) == 5
+    # A new group coordinator rebuilds the same from the log: the transactional batches and
+    # their markers.
+    offsets_parts = cluster.partitions("__consumer_offsets", cluster.any_broker())
+    coordinator = offsets_parts[partition_for(group, len(offsets_parts))]["leader"]
+    cluster.brokers.kill(coordinator)
+    try:
+        wait_for(
+            "the offsets reloaded by the new coordinator",
+            lambda: asyncio.run(committed_offset()) == 5,
+            60,
+        )
     finally:
         cluster.brokers.start(coordinator)
         cluster.brokers.wait_ready(timeout_s=60)

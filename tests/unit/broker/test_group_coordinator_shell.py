@@ -22,6 +22,9 @@ from broker.group_coordinator import (
     GroupCoordinator,
     KeyValue,
     Leadership,
+    LoggedMarker,
+    TxnAppend,
+    TxnKeyValue,
     java_string_hash,
     kafka_abs,
     partition_for,
@@ -34,6 +37,7 @@ from broker.groups.group import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     SyncRequest,
+    TxnOffsetCommitRequest,
 )
 from broker.groups.records import OffsetCommitRecord, encode_record
 from broker.groups.types import ErrorCode, GroupState, TopicPartition
@@ -88,6 +92,7 @@ class FakeLog:
         self.leaders: dict[int, Leadership] = {0: Leadership("tid", 0)}
         self.logs: dict[int, list[KeyValue]] = {0: []}
         self.appends: list[list[KeyValue]] = []
+        self.txns: list[TxnAppend | None] = []
         self.gate = asyncio.Event()
         self.gate.set()
         self.read_gate = asyncio.Event()
@@ -111,8 +116,10 @@ class FakeLog:
         records: list[KeyValue],
         timestamp_ms: int,
         timeout_ms: int,
+        txn: TxnAppend | None = None,
     ) -> None:
         self.appends.append(records)
+        self.txns.append(txn)
         await self.gate.wait()
         if self.fail is not None:
             raise CoordinatorError(self.fail)
@@ -416,5 +423,52 @@ async def test_lag_snapshot_reads_each_end_offset_once_and_leaves_out_a_slow_one
             tp: (pl.current_offset, pl.log_end_offset, pl.lag) for tp, pl in snap.lags.items()
         } == {TP0: (5, 42, 37)}
         assert sorted(asked) == [("orders", 0), ("orders", 1)]
+    finally:
+        await c.stop()
+
+
+@run_async
+async def test_txn_offsets_go_alone_as_the_producers_batch_and_count_after_its_marker() -> None:
+    fake = FakeLog()
+    c = await started(fake)
+    try:
+        fake.gate.clear()
+        plain = asyncio.create_task(c.commit(OffsetCommitRequest("g", {TP0: OffsetAndMetadata(1)})))
+        req = TxnOffsetCommitRequest("g", 7, 2, {TopicPartition("orders", 1): OffsetAndMetadata(5)})
+        first = asyncio.create_task(c.txn_commit(req, "tx"))
+        second = asyncio.create_task(c.txn_commit(req, "tx"))
+        await asyncio.sleep(0.05)
+        fake.gate.set()
+        assert await plain == await first == await second == ErrorCode.NONE
+        # Each transactional batch alone, numbered on from the producer's last one here.
+        assert fake.txns[-3:] == [None, TxnAppend(7, 2, 0, "tx"), TxnAppend(7, 2, 1, "tx")]
+        assert set(await c.fetch_offsets("g", None)) == {TP0}  # pending
+        c.on_txn_marker(0, 7, 3, True)
+        got = await c.fetch_offsets("g", None)
+        assert got[TopicPartition("orders", 1)].offset == 5
+        # A new epoch (the end of the transaction bumped it) starts at sequence 0 again.
+        await c.txn_commit(TxnOffsetCommitRequest("g", 7, 3, req.offsets), "tx")
+        assert fake.txns[-1] == TxnAppend(7, 3, 0, "tx")
+    finally:
+        await c.stop()
+
+
+@run_async
+async def test_loading_replays_txn_batches_as_pending_and_markers_as_completions() -> None:
+    fake = FakeLog()
+    now = wall_clock_ms()  # offsets older than the retention would expire at once
+    k, v = encode_record(OffsetCommitRecord("g", "orders", 0, 5, "", now))
+    k2, v2 = encode_record(OffsetCommitRecord("g", "orders", 1, 6, "", now))
+    fake.logs[0] = [
+        TxnKeyValue(k, v, 7, 2, 0),  # type: ignore[list-item]
+        TxnKeyValue(k2, v2, 8, 0, 4),  # type: ignore[list-item]
+        LoggedMarker(7, 3, True),  # type: ignore[list-item]
+    ]
+    c = await started(fake)
+    try:
+        got = await c.fetch_offsets("g", None)
+        assert {tp: o.offset for tp, o in got.items()} == {TP0: 5}  # producer 8 still open
+        await c.txn_commit(TxnOffsetCommitRequest("g", 8, 0, {TP0: OffsetAndMetadata(9)}), "t8")
+        assert fake.txns[-1] == TxnAppend(8, 0, 5, "t8")  # numbered on from the log
     finally:
         await c.stop()
