@@ -338,7 +338,8 @@ def build_broker(
             else None
         )
     )
-    replicas.txn_verifier = txn_verifier(srv.txn, replicas.leader_url, srv.txn.session.get)
+    if config.transaction_partition_verification_enable:
+        replicas.txn_verifier = txn_verifier(srv.txn, replicas.leader_url, srv.txn.session.get)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     add_console_routes(app, srv, http)  # the web console, /console/ (read-only)
     if config.kafka_address is not None:

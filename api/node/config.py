@@ -138,6 +138,10 @@ class NodeConfig(BaseModel):
     """The longest ``transaction_timeout_ms`` a producer may ask for."""
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(default=10_000, ge=1)
     """How often each coordinator aborts the transactions past their timeout."""
+    transaction_partition_verification_enable: bool = True
+    """KIP-890 part 1: a partition leader asks the coordinator before a producer's first
+    transactional batch opens a transaction there. Off: any transactional batch is taken (as
+    before KIP-890; tests that write transactional batches without a coordinator)."""
     # HTTP consumer instances (Kafka REST's ``consumer.instance.timeout.ms``).
     consumer_instance_timeout_ms: int = Field(default=300_000, ge=100)
     """A v2 consumer instance without a request for this long is closed (it leaves its
