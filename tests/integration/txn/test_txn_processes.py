@@ -26,7 +26,7 @@ import msgpack
 import orjson
 import pytest
 
-from api.client import AsyncProducer, ProducerFencedError
+from api.client import AsyncProducer, Producer, ProducerFencedError
 from api.client.coordinator import CoordinatorClient
 from api.client.transport import Transport
 from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for
@@ -372,3 +372,23 @@ def test_offsets_commit_atomically_with_the_outputs(cluster: Cluster) -> None:
     finally:
         cluster.brokers.start(coordinator)
         cluster.brokers.wait_ready(timeout_s=60)
+
+
+def test_the_sync_producer_runs_transactions_too(cluster: Cluster) -> None:
+    cluster.create_topic("t-sync", 1)
+    with Producer(cluster.bootstrap, transactional_id="tx-sync", linger_ms=1) as p:
+        p.init_transactions()
+        with p.transaction():
+            p.send("t-sync", b"s1")
+            p.send("t-sync", b"s2")
+        with pytest.raises(KeyError), p.transaction():
+            p.send("t-sync", b"never")
+            raise KeyError("aborts")
+        p.begin_transaction()
+        p.send("t-sync", b"s3")
+        p.commit_transaction()
+    wait_for(
+        "the sync producer's committed records",
+        lambda: committed_values(cluster, "t-sync", 1) == [b"s1", b"s2", b"s3"],
+        30,
+    )
