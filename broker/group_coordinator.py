@@ -121,6 +121,7 @@ POLL_FLOOR_MS = 10
 NOT_COORDINATOR = "NOT_COORDINATOR"
 COORDINATOR_LOAD_IN_PROGRESS = "COORDINATOR_LOAD_IN_PROGRESS"
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE.value
+UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
 
 R = TypeVar("R")
 
@@ -929,10 +930,28 @@ class GroupCoordinator:
         return await self._call(group, lambda st, now: st.handle_delete_group(group, now))
 
     async def fetch_offsets(
-        self, group: str, partitions: Iterable[TopicPartition] | None
+        self,
+        group: str,
+        partitions: Iterable[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, CommittedOffset]:
+        """With ``require_stable`` (KIP-447), UNSTABLE_OFFSET_COMMIT while a transaction
+        holds offsets of these partitions (the caller retries)."""
         wanted = None if partitions is None else list(partitions)
-        return await self._read(group, lambda st: st.fetch_offsets(group, wanted))
+
+        def read(st: GroupCoordinatorState) -> tuple[bool, dict[TopicPartition, CommittedOffset]]:
+            if require_stable and st.unstable(group, wanted):
+                return False, {}
+            return True, st.fetch_offsets(group, wanted)
+
+        stable, got = await self._read(group, read)
+        if not stable:
+            raise CoordinatorError(
+                UNSTABLE_OFFSET_COMMIT,
+                f"group {group!r}: a transaction holds offsets not yet committed or aborted",
+            )
+        return got
 
     async def describe(self, group: str) -> GroupDescription:
         return await self._read(group, lambda st: st.describe(group))

@@ -45,6 +45,7 @@ from broker.request_fields import (
     REQUIRED,
     InvalidRequestError,
     body_or_raise,
+    bool_field,
     int_field,
     int_value,
     list_field,
@@ -254,7 +255,11 @@ async def _txn_commit(c: GroupCoordinator, b: Body) -> Body:
 
 async def _fetch_offsets(c: GroupCoordinator, b: Body) -> Body:
     raw = list_field(b, "partitions", default=None)
-    got = await c.fetch_offsets(_group(b), None if raw is None else _tps_in(raw, "partitions"))
+    got = await c.fetch_offsets(
+        _group(b),
+        None if raw is None else _tps_in(raw, "partitions"),
+        require_stable=bool_field(b, "require_stable", default=False),
+    )
     return {
         "offsets": [
             [tp.topic, tp.partition, o.offset, o.metadata, o.commit_ts_ms]

@@ -27,6 +27,7 @@ RETRIABLE = frozenset(
         "BROKER_NOT_AVAILABLE",
         "CONCURRENT_TRANSACTIONS",
         "THROTTLING_QUOTA_EXCEEDED",
+        "UNSTABLE_OFFSET_COMMIT",
     }
 )
 """Kafka's ``RetriableException`` subclasses among the codes Longboat answers.

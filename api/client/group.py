@@ -167,6 +167,7 @@ class AsyncGroupConsumer:
         self.assignor = partition_assignment_strategy
         self.protocol = PROTOCOLS[partition_assignment_strategy]
         self.request_timeout_s = request_timeout_ms / 1000
+        self._isolation_level = isolation_level
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.exclude_internal_topics = exclude_internal_topics
@@ -475,11 +476,25 @@ class AsyncGroupConsumer:
         wanted = [TopicPartition(*tp) for tp in tps]
         if not wanted:
             return {}
-        ans = await self._coordinator.call(
-            "fetch_offsets",
-            {"partitions": [[tp.topic, tp.partition] for tp in wanted]},
-            timeout_s=self.request_timeout_s,
-        )
+        body: dict[str, Any] = {"partitions": [[tp.topic, tp.partition] for tp in wanted]}
+        if self._isolation_level == "read_committed":
+            # KIP-447: not while a transaction holds offsets of these partitions; a
+            # transactional processor taking over must start where the last one committed.
+            body["require_stable"] = True
+        deadline = time.monotonic() + self.request_timeout_s
+        attempt = 0
+        while True:
+            try:
+                ans = await self._coordinator.call(
+                    "fetch_offsets", body, timeout_s=self.request_timeout_s
+                )
+            except ClientError as e:
+                if e.code != "UNSTABLE_OFFSET_COMMIT" or time.monotonic() >= deadline:
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(0.02 * 2**attempt, 0.5))
+                continue
+            break
         err = ans.get("error")
         if err not in (None, "NONE"):
             raise ClientError(str(err), f"fetch_offsets of group {self.group_id!r}")

@@ -1110,6 +1110,18 @@ class GroupCoordinatorState:
             return dict(sorted(g.offsets.items()))
         return {tp: g.offsets[tp] for tp in sorted(set(partitions)) if tp in g.offsets}
 
+    def unstable(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> bool:
+        """Whether an open transaction holds offsets of the group for these partitions (all
+        if None): KIP-447's OffsetFetch with ``require_stable`` answers
+        UNSTABLE_OFFSET_COMMIT then, so a member taking over a partition does not start from
+        an offset a commit marker is about to move."""
+        wanted = None if partitions is None else set(partitions)
+        return any(
+            g == group_id and (wanted is None or tp in wanted)
+            for pending in self.pending_txn.values()
+            for g, tp in pending
+        )
+
     def lag(
         self, group_id: str, log_end_offsets: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, PartitionLag]:

@@ -443,8 +443,11 @@ async def test_txn_offsets_go_alone_as_the_producers_batch_and_count_after_its_m
         # Each transactional batch alone, numbered on from the producer's last one here.
         assert fake.txns[-3:] == [None, TxnAppend(7, 2, 0, "tx"), TxnAppend(7, 2, 1, "tx")]
         assert set(await c.fetch_offsets("g", None)) == {TP0}  # pending
+        with pytest.raises(CoordinatorError) as e:  # KIP-447: a taker-over must wait
+            await c.fetch_offsets("g", None, require_stable=True)
+        assert e.value.code == "UNSTABLE_OFFSET_COMMIT"
         c.on_txn_marker(0, 7, 3, True)
-        got = await c.fetch_offsets("g", None)
+        got = await c.fetch_offsets("g", None, require_stable=True)
         assert got[TopicPartition("orders", 1)].offset == 5
         # A new epoch (the end of the transaction bumped it) starts at sequence 0 again.
         await c.txn_commit(TxnOffsetCommitRequest("g", 7, 3, req.offsets), "tx")

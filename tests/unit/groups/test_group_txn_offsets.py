@@ -90,3 +90,13 @@ def test_replay_of_the_log_rebuilds_pending_and_completed_offsets() -> None:
     again.complete_txn(PID, True, 0)  # the marker, read from the log
     assert offsets(again) == offsets(st) == {TP0: 5}
     assert again.pending_txn.keys() == st.pending_txn.keys() == {PID + 1}
+
+
+def test_offsets_held_by_an_open_transaction_are_unstable_until_its_marker() -> None:
+    st = state()
+    assert not st.unstable("g", None)
+    st.handle_txn_offset_commit(txn({TP0: 5}), 100)
+    assert st.unstable("g", None) and st.unstable("g", [TP0])
+    assert not st.unstable("g", [TP1]) and not st.unstable("other", None)
+    st.complete_txn(PID, False, 200)
+    assert not st.unstable("g", [TP0])
