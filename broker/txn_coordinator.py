@@ -577,14 +577,20 @@ class TxnCoordinator:
         await self.add_partitions(tid, producer_id, producer_epoch, [self.offsets_partition(group)])
 
     async def end_txn(
-        self, tid: str, producer_id: int, producer_epoch: int, commit: bool
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        bump_epoch: bool = True,
     ) -> InitResult:
         """EndTxn: the outcome is durable when this returns; the markers follow. Returns the
         pair for the next transaction (the epoch is bumped on every end, KIP-890 part 2)."""
         step = await self._run_step(
             tid,
             lambda st, now, pid: st.handle_end_txn(
-                tid, producer_id, producer_epoch, commit, now, pid
+                tid, producer_id, producer_epoch, commit, now, pid, bump_epoch
             ),
         )
         _raise_for(step)

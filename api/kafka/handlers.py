@@ -51,11 +51,13 @@ from broker.groups.group import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     SyncRequest,
+    TxnOffsetCommitRequest,
 )
 from broker.groups.types import RebalanceProtocol, TopicPartition
 from broker.producer_ids import ProducerIdThrottledError
 from broker.replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
 from broker.router import as_replica_error
+from broker.txn_coordinator import TxnCoordinator
 from metalog.commands import CreateTopic, DeleteTopic
 from metalog.errors import MetadataError
 from metalog.image import MetadataImage
@@ -93,6 +95,9 @@ class KafkaContext:
     execute: Callable[[Any], Awaitable[Any]]
     """Runs a controller command (``ControllerClient.execute``)."""
     fetch_wait_ms_max: int = 30_000
+    txn: TxnCoordinator | None = None
+    """The transaction coordinator (InitProducerId with a transactional id, FindCoordinator
+    key type 1, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn); None: transactions refused."""
     group_metadata: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
     """(group, member) -> (protocol name, metadata) of members that joined here, for the
     group leader's JoinGroup answer. Only the coordinator hears joins, so it is complete
@@ -225,17 +230,22 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
     async def one(topic: str, p: Any) -> Any:
         err, base = ErrorCode.none, -1
         msg: str | None = None
-        if transactional:
+        if transactional and ctx.txn is None:
             err, msg = (
                 ErrorCode.transactional_id_authorization_failed,
-                ("transactions are not supported yet"),
+                ("transactions are not served by this listener"),
             )
         elif p.records is None or len(p.records) == 0:
             err = ErrorCode.invalid_record
         else:
             try:
                 ans = await ctx.replicas.produce(
-                    topic, int(p.index), acks, timeout_ms, bytes(p.records)
+                    topic,
+                    int(p.index),
+                    acks,
+                    timeout_ms,
+                    bytes(p.records),
+                    transactional_id=req.transactional_id,
                 )
                 base = int(ans["base_offset"])
             except (BrokerError, StorageError) as e:
@@ -498,7 +508,15 @@ async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> 
         )
 
     if req.transactional_id is not None:
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        if ctx.txn is None:
+            return answer(ErrorCode.transactional_id_authorization_failed)
+        try:
+            r = await ctx.txn.init_producer_id(
+                req.transactional_id, int(req.transaction_timeout.total_seconds() * 1000)
+            )
+        except CoordinatorError as e:
+            return answer(_code(e))
+        return answer(ErrorCode.none, r.producer_id, r.producer_epoch)
     try:
         pid = await ctx.next_producer_id()
     except ProducerIdThrottledError as e:  # KIP-936: new ids are rate-limited per broker
@@ -522,11 +540,15 @@ async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> 
     answers = []
     for key in keys:
         node, host, port, err, msg = -1, "", -1, ErrorCode.none, None
-        if key_type != 0:
-            err, msg = ErrorCode.coordinator_not_available, "only group coordinators exist"
+        if key_type not in (0, 1) or (key_type == 1 and ctx.txn is None):
+            err, msg = ErrorCode.coordinator_not_available, f"no coordinator of key type {key_type}"
         else:
             try:
-                info = await ctx.groups.find_coordinator(key)
+                info = await (
+                    ctx.groups.find_coordinator(key)
+                    if key_type == 0
+                    else ctx.txn.find_coordinator(key)  # type: ignore[union-attr]
+                )
                 ep = _kafka_endpoint(ctx.image, info.coordinator_id)
                 if ep is None:
                     err = ErrorCode.coordinator_not_available
@@ -894,6 +916,139 @@ async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any
     return build(mod, "DeleteTopicsResponse", throttle_time=ZERO_MS, responses=tuple(results))
 
 
+# ------------------------------------------------------------------------ transactions
+# Kafka's first transaction protocol (EndTxn before v5): the client keeps its epoch across
+# transactions, so the coordinator ends them without the KIP-890 part 2 bump; KIP-890 part 1
+# (the partition asks the coordinator before a transaction opens there) still holds.
+
+
+def _txn_or_raise(ctx: KafkaContext) -> TxnCoordinator:
+    if ctx.txn is None:
+        raise CoordinatorError("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "no transactions here")
+    return ctx.txn
+
+
+async def handle_add_partitions_to_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(24, version)
+    topics = req.v3_and_below_topics
+    tps = [TopicPartition(t.name, int(p)) for t in topics for p in t.partitions]
+    try:
+        await _txn_or_raise(ctx).add_partitions(
+            req.v3_and_below_transactional_id,
+            int(req.v3_and_below_producer_id),
+            int(req.v3_and_below_producer_epoch),
+            tps,
+        )
+        err = ErrorCode.none
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(
+        mod,
+        "AddPartitionsToTxnResponse",
+        throttle_time=ZERO_MS,
+        results_by_topic_v3_and_below=tuple(
+            build(
+                mod,
+                "AddPartitionsToTxnTopicResult",
+                name=t.name,
+                results_by_partition=tuple(
+                    build(
+                        mod,
+                        "AddPartitionsToTxnPartitionResult",
+                        partition_index=p,
+                        partition_error_code=err,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+async def handle_add_offsets_to_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(25, version)
+    try:
+        txn = _txn_or_raise(ctx)
+        # The group's offsets partition must exist: looking the group's coordinator up
+        # creates __consumer_offsets, as the client's FindCoordinator would next.
+        await ctx.groups.find_coordinator(req.group_id)
+        await txn.add_offsets(
+            req.transactional_id, int(req.producer_id), int(req.producer_epoch), req.group_id
+        )
+        err = ErrorCode.none
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(mod, "AddOffsetsToTxnResponse", throttle_time=ZERO_MS, error_code=err)
+
+
+async def handle_end_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(26, version)
+    try:
+        await _txn_or_raise(ctx).end_txn(
+            req.transactional_id,
+            int(req.producer_id),
+            int(req.producer_epoch),
+            bool(req.committed),
+            bump_epoch=False,
+        )
+        err = ErrorCode.none
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(mod, "EndTxnResponse", throttle_time=ZERO_MS, error_code=err)
+
+
+async def handle_txn_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(28, version)
+    offsets = {
+        TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
+            int(p.committed_offset), p.committed_metadata or ""
+        )
+        for t in req.topics
+        for p in t.partitions
+    }
+    try:
+        err = error_code(
+            str(
+                await ctx.groups.txn_commit(
+                    TxnOffsetCommitRequest(
+                        req.group_id,
+                        int(req.producer_id),
+                        int(req.producer_epoch),
+                        offsets,
+                        member_id=getattr(req, "member_id", "") or "",
+                        generation=int(getattr(req, "generation_id", -1)),
+                    ),
+                    req.transactional_id,
+                )
+            )
+        )
+    except CoordinatorError as e:
+        err = _code(e)
+    return build(
+        mod,
+        "TxnOffsetCommitResponse",
+        throttle_time=ZERO_MS,
+        topics=tuple(
+            build(
+                mod,
+                "TxnOffsetCommitResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        mod,
+                        "TxnOffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=err,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        ),
+    )
+
+
 HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
     0: handle_produce,
     1: handle_fetch,
@@ -909,4 +1064,8 @@ HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
     19: handle_create_topics,
     20: handle_delete_topics,
     22: handle_init_producer_id,
+    24: handle_add_partitions_to_txn,
+    25: handle_add_offsets_to_txn,
+    26: handle_end_txn,
+    28: handle_txn_offset_commit,
 }

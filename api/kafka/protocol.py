@@ -50,6 +50,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
     22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn (4+ batches transactions, for brokers)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn (5 is KIP-890 part 2's: the epoch bumped on every end)
+    28: (0, 3),  # TxnOffsetCommit
 }
 PRODUCE_SERVED_MIN = 3
 

@@ -352,6 +352,7 @@ def build_broker(
                 groups=groups,
                 next_producer_id=pids.next_id,
                 execute=http.controllers.execute,
+                txn=srv.txn,
             ),
             request_bytes_max=config.kafka_request_bytes_max,
             connections_max=config.http_connections_max,

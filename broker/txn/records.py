@@ -9,7 +9,7 @@ Layout (msgpack arrays, like ``broker.groups.records``):
 
 * key   ``["txn", transactional_id]``
 * value ``[0, producer_id, producer_epoch, prev_producer_id, timeout_ms, state,
-  [[topic, partition], ...], txn_start_ms, last_update_ms]``
+  [[topic, partition], ...], txn_start_ms, last_update_ms, rotated]``
 
 The leading 0 is the format version, so fields can be added later as Kafka's schemas do.
 A key or value that does not decode to a valid record (wrong shape, wrong types, an unknown
@@ -90,8 +90,7 @@ class TxnMetadata:
     prev_producer_id: int = NO_PRODUCER_ID
     rotated: bool = False
     """The transaction ended with a producer id rotation (prepared/completed states only):
-    its data was written under ``prev_producer_id``. Not stored: it is ``producer_epoch ==
-    0`` in those states, because ending a transaction always bumps the epoch."""
+    its data was written under ``prev_producer_id``."""
 
     def check(self) -> None:
         """``CorruptRecordError`` unless the invariants above hold."""
@@ -105,8 +104,10 @@ class TxnMetadata:
             raise CorruptRecordError(
                 f"{self.transactional_id!r}: partitions in state {self.state.value}"
             )
-        if self.rotated and self.prev_producer_id < 0:
-            raise CorruptRecordError(f"{self.transactional_id!r}: rotated without a previous id")
+        if self.rotated and (self.prev_producer_id < 0 or self.state not in PREPARED | COMPLETED):
+            raise CorruptRecordError(
+                f"{self.transactional_id!r}: rotated without a previous id, or not ended"
+            )
 
     def marker_pair(self) -> tuple[int, int]:
         """The producer id and epoch the markers of this (ended) transaction carry: the
@@ -136,6 +137,7 @@ def encode_txn(meta: TxnMetadata) -> tuple[bytes, bytes | None]:
             [[tp.topic, tp.partition] for tp in sorted(meta.partitions)],
             meta.txn_start_ms,
             meta.last_update_ms,
+            meta.rotated,
         ]
     )
     return key, value
@@ -158,8 +160,10 @@ def decode_txn(key: bytes, value: bytes | None) -> TxnMetadata | str:
     if value is None:
         return tid
     v = _unpack(value)
-    if not isinstance(v, list) or len(v) != 9 or v[0] != _VERSION:
-        raise CorruptRecordError(f"record value is not a version-{_VERSION} array of 9")
+    if not isinstance(v, list) or len(v) != 10 or v[0] != _VERSION:
+        raise CorruptRecordError(f"record value is not a version-{_VERSION} array of 10")
+    if not isinstance(v[9], bool):
+        raise CorruptRecordError("rotated is not a boolean")
     try:
         state = TxnState(_str(v[5]))
     except ValueError:
@@ -189,7 +193,7 @@ def decode_txn(key: bytes, value: bytes | None) -> TxnMetadata | str:
         partitions=frozenset(parts),
         txn_start_ms=_int(v[7]),
         last_update_ms=_int(v[8]),
-        rotated=state in PREPARED | COMPLETED and epoch == 0 and prev >= 0,
+        rotated=v[9],
     )
     if prev < NO_PRODUCER_ID:
         raise CorruptRecordError("previous producer id below -1")

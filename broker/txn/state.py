@@ -199,10 +199,19 @@ class TxnCoordinatorState:
         )
 
     def _ended(
-        self, meta: TxnMetadata, state: TxnState, now_ms: int, new_producer_id: int | None
+        self,
+        meta: TxnMetadata,
+        state: TxnState,
+        now_ms: int,
+        new_producer_id: int | None,
+        bump: bool = True,
     ) -> TxnMetadata | None:
         """ONGOING ``meta`` ended (PREPARE_COMMIT or PREPARE_ABORT): the epoch bumped for the
-        markers; the client's next pair a new producer id when the bump reaches EPOCH_MAX."""
+        markers; the client's next pair a new producer id when the bump reaches EPOCH_MAX.
+        Without ``bump`` (a client of Kafka's first transaction protocol, EndTxn before v5,
+        which keeps its epoch) the markers carry the transaction's own epoch."""
+        if not bump:
+            return meta.with_(state=state, last_update_ms=now_ms, rotated=False)
         if meta.producer_epoch + 1 < EPOCH_MAX:
             return meta.with_(
                 state=state, producer_epoch=meta.producer_epoch + 1, last_update_ms=now_ms
@@ -315,9 +324,12 @@ class TxnCoordinatorState:
         commit: bool,
         now_ms: int,
         new_producer_id: int | None = None,
+        bump_epoch: bool = True,
     ) -> Step:
         """EndTxn: the outcome decided (PREPARE_*, the epoch bumped); the markers follow.
-        ``result`` carries the client's pair for its next transaction."""
+        ``result`` carries the client's pair for its next transaction. ``bump_epoch`` False:
+        Kafka's first transaction protocol (EndTxn before v5: the client keeps its epoch, and
+        only KIP-890 part 1's verification guards its partitions)."""
         meta = self.txns.get(tid)
         if meta is None:
             return _err(INVALID_PRODUCER_ID_MAPPING)
@@ -325,8 +337,10 @@ class TxnCoordinatorState:
             return _err(CONCURRENT_TRANSACTIONS)
         wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        if meta.state in PREPARED | COMPLETED and self._is_previous_pair(
-            meta, producer_id, producer_epoch
+        if (
+            bump_epoch
+            and meta.state in PREPARED | COMPLETED
+            and self._is_previous_pair(meta, producer_id, producer_epoch)
         ):
             # A retry of the end that bumped the epoch: same outcome, same answer.
             if meta.state in (wanted, done):
@@ -337,13 +351,14 @@ class TxnCoordinatorState:
         if code != NONE:
             return _err(code)
         if meta.state in PREPARED:
+            # (Without the bump, a retried end lands here until the markers are written.)
             return _err(CONCURRENT_TRANSACTIONS)
         if meta.state is S.EMPTY or meta.state in COMPLETED:
             # Nothing begun (the client's transaction had no partition): nothing to write,
             # as Kafka's producer never sends EndTxn for an empty transaction.
             return Step(result=meta)
         invariant(meta.state is S.ONGOING, "%r: end_txn in %s", tid, meta.state.value)
-        ended = self._ended(meta, wanted, now_ms, new_producer_id)
+        ended = self._ended(meta, wanted, now_ms, new_producer_id, bump_epoch)
         if ended is None:
             return Step(need_producer_id=True)
         return self._target(ended)

@@ -267,7 +267,14 @@ class FakeReplicas:
         self.batch = encode_batch([(b"k", b"v", 5, [])], magic=MAGIC_KAFKA)
 
     async def produce(
-        self, topic: str, partition: int, acks: int, timeout_ms: int, batch: bytes
+        self,
+        topic: str,
+        partition: int,
+        acks: int,
+        timeout_ms: int,
+        batch: bytes,
+        *,
+        transactional_id: str | None = None,
     ) -> dict[str, Any]:
         from broker.replica_manager import ReplicaError
 

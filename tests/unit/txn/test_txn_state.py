@@ -266,8 +266,19 @@ def test_codec_round_trips_a_prepared_rotated_transaction() -> None:
 
 
 def _value(**over: object) -> bytes:
-    v: list[object] = [0, 5, 1, -1, 60_000, "Ongoing", [["a", 0]], 1, 2]
-    names = ["version", "pid", "epoch", "prev", "timeout", "state", "parts", "start", "update"]
+    v: list[object] = [0, 5, 1, -1, 60_000, "Ongoing", [["a", 0]], 1, 2, False]
+    names = [
+        "version",
+        "pid",
+        "epoch",
+        "prev",
+        "timeout",
+        "state",
+        "parts",
+        "start",
+        "update",
+        "rotated",
+    ]
     for k, x in over.items():
         v[names.index(k)] = x
     return bytes(msgpack.packb(v))
@@ -297,8 +308,36 @@ KEY = bytes(msgpack.packb(["txn", T]))
         (KEY, _value(pid=True)),
         (KEY, _value(prev=-2)),
         (KEY, bytes(msgpack.packb([0, 5, 1]))),
+        (KEY, _value(rotated=1)),
+        (KEY, _value(rotated=True)),  # rotated while ongoing
     ],
 )
 def test_codec_refuses_what_it_cannot_trust(key: bytes, value: bytes) -> None:
     with pytest.raises(CorruptRecordError):
         decode_txn(key, value)
+
+
+def test_without_the_bump_the_markers_carry_the_transactions_own_epoch() -> None:
+    # Kafka's first protocol (EndTxn before v5): the client keeps its pair.
+    st = TxnCoordinatorState()
+    pair = init(st)
+    begin(st, pair, A0)
+    step = written(st, st.handle_end_txn(T, *pair, True, 0, bump_epoch=False))
+    assert step.target is not None and step.target.marker_pair() == pair
+    retry = st.handle_end_txn(T, *pair, True, 0, bump_epoch=False)
+    assert retry.error == CONCURRENT_TRANSACTIONS  # until the markers are written
+    complete(st)
+    assert st.handle_end_txn(T, *pair, True, 0, bump_epoch=False).error == NONE
+    begin(st, pair, A1)  # the same pair carries on
+    assert st.txns[T].state is TxnState.ONGOING
+
+
+def test_a_rotation_at_init_is_not_taken_for_one_at_the_end() -> None:
+    st = TxnCoordinatorState()
+    st.replay(TxnMetadata(T, 5, EPOCH_MAX - 1, 60_000, TxnState.COMPLETE_ABORT))
+    pair = init(st, pid=9)
+    assert pair == (9, 0)
+    begin(st, pair, A0)
+    step = written(st, st.handle_end_txn(T, *pair, True, 0, bump_epoch=False))
+    assert step.target is not None and step.target.marker_pair() == (9, 0)
+    assert decode_txn(*encode_txn(step.target)).marker_pair() == (9, 0)
