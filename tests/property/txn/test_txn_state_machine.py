@@ -37,7 +37,19 @@ TPS = [TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)]
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["init", "add", "commit", "abort", "markers", "timeout", "verify"]),
+        st.sampled_from(
+            [
+                "init",
+                "add",
+                "commit",
+                "abort",
+                "commit-v1",
+                "abort-v1",
+                "markers",
+                "timeout",
+                "verify",
+            ]
+        ),
         st.integers(0, 2),  # which producer (client) acts
         st.sets(st.sampled_from(TPS), min_size=1, max_size=3),
         st.booleans(),  # does the write succeed
@@ -74,10 +86,11 @@ def test_random_requests_keep_the_rules(script: list, start_epoch: int) -> None:
             step = call(lambda pid, now=now: st_.handle_init_producer_id(T, 10_000, now, pid))
         elif op == "add" and pair is not None:
             step = st_.handle_add_partitions(T, *pair, tps, now)
-        elif op in ("commit", "abort") and pair is not None:
+        elif op.startswith(("commit", "abort")) and pair is not None:
+            # "-v1": Kafka's first protocol, which keeps the epoch at the end.
             step = call(
-                lambda pid, p=pair, c=op == "commit", now=now: st_.handle_end_txn(
-                    T, *p, c, now, pid
+                lambda pid, p=pair, c=op.startswith("commit"), b=not op.endswith("v1"), now=now: (
+                    st_.handle_end_txn(T, *p, c, now, pid, b)
                 )
             )
         elif op == "markers" and T in st_.txns and st_.txns[T].state in PREPARED:
@@ -97,7 +110,7 @@ def test_random_requests_keep_the_rules(script: list, start_epoch: int) -> None:
             # before a bump is the one exception, and only for the outcome it asked for).
             assert step.error != NONE or step.target is None
         if step.target is None:
-            if step.error == NONE and step.result is not None and op in ("init", "commit", "abort"):
+            if step.error == NONE and step.result is not None and op != "add":
                 clients[who] = (step.result.producer_id, step.result.producer_epoch)
             continue
         prev = st_.txns.get(T)
@@ -112,9 +125,13 @@ def test_random_requests_keep_the_rules(script: list, start_epoch: int) -> None:
                 prev.producer_epoch - 1,
             )
             if target.state in PREPARED:
-                # The markers' epoch is above every batch of the ended transaction.
                 mp, me = target.marker_pair()
-                assert mp == prev.producer_id and me == prev.producer_epoch + 1
+                assert mp == prev.producer_id
+                if op.endswith("v1"):
+                    assert me == prev.producer_epoch  # the transaction's own epoch
+                else:
+                    # The markers' epoch is above every batch of the ended transaction.
+                    assert me == prev.producer_epoch + 1
         st_.on_written(target)
         log.append(encode_txn(target))
         assert decode_txn(*log[-1]) == target
@@ -123,7 +140,7 @@ def test_random_requests_keep_the_rules(script: list, start_epoch: int) -> None:
             assert cur not in handed, "a pair was handed out twice"
             handed.append(cur)
             newest = cur
-        if step.error == NONE and op in ("init", "commit", "abort"):
+        if step.error == NONE and op != "add" and op != "markers" and op != "timeout":
             clients[who] = cur
     # Only the newest pair is accepted; every other one ever handed out is fenced.
     for pair in handed[:-1]:
