@@ -73,7 +73,13 @@ from broker.txn.records import (
     decode_txn,
     encode_txn,
 )
-from broker.txn.state import NONE, Step, TxnConfig, TxnCoordinatorState
+from broker.txn.state import (
+    CONCURRENT_TRANSACTIONS,
+    NONE,
+    Step,
+    TxnConfig,
+    TxnCoordinatorState,
+)
 from broker.txn_markers import TxnMarker
 from common import netbind
 from common.invariant import invariant
@@ -91,6 +97,9 @@ FIND_COORDINATOR_WAIT_S = 5.0
 LOAD_RETRY_S = 1.0
 MARKER_BACKOFF_S_MIN = 0.05
 MARKER_BACKOFF_S_MAX = 2.0
+CONCURRENT_WAIT_S = 2.0
+"""How long a request for an id that is busy (a write or its markers under way) waits for it
+before answering CONCURRENT_TRANSACTIONS."""
 TXN_STATE_SEGMENT_BYTES = 100 * 1024 * 1024
 """Kafka's ``transaction.state.log.segment.bytes``."""
 
@@ -128,6 +137,8 @@ class _Shard:
     closed: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     """The load and every marker task: cancelled when the shard is dropped."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set (and replaced) whenever a transition of the shard takes effect."""
 
 
 @dataclass(frozen=True)
@@ -352,6 +363,8 @@ class TxnCoordinator:
         if shard.closed or shard.state is None:
             raise CoordinatorError(NOT_COORDINATOR, "the coordinator moved during the write")
         shard.state.on_written(target)
+        changed, shard.changed = shard.changed, asyncio.Event()
+        changed.set()
         if target.state in PREPARED:
             self._spawn(shard, self._complete(shard, target), f"txn-markers-{tid}")
 
@@ -455,8 +468,16 @@ class TxnCoordinator:
     ) -> Step:
         """One request: the core call (with a new producer id if it asks for one), then the
         write of its target."""
-        shard, state = self._shard_or_raise(tid)
-        step = call(state, self.clock(), None)
+        deadline = time.monotonic() + CONCURRENT_WAIT_S
+        while True:
+            shard, state = self._shard_or_raise(tid)
+            step = call(state, self.clock(), None)
+            left = deadline - time.monotonic()
+            if step.error != CONCURRENT_TRANSACTIONS or step.target is not None or left <= 0:
+                break
+            # The id's previous transition (or its markers) is under way: wait for it here
+            # rather than have the client poll, which costs it a back-off per transaction.
+            await wait_event(shard.changed, left)
         if step.need_producer_id:
             try:
                 pid = await self._next_producer_id()
