@@ -490,7 +490,11 @@ class TxnCoordinator:
             step = call(state, self.clock(), pid)
             invariant(not step.need_producer_id, "the core asked twice for a producer id")
         if step.target is not None:
-            await self._write(shard, step.target)
+            # The core now holds the target as pending: the write must run to its end (and
+            # settle the pending transition) even if the request is cancelled meanwhile.
+            write = asyncio.ensure_future(self._write(shard, step.target))
+            write.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+            await asyncio.shield(write)
         return step
 
     # ------------------------------------------------------------ requests

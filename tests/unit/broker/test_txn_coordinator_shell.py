@@ -358,3 +358,21 @@ async def test_markers_for_a_deleted_topic_are_skipped() -> None:
 def test_transactional_ids_land_where_kafka_puts_them() -> None:
     # Kafka's partitionFor: Utils.abs(transactionalId.hashCode) % partitions.
     assert partition_for("kafka-txn-0", 50) == 30
+
+
+@run_async
+async def test_a_cancelled_request_still_settles_its_write() -> None:
+    fake, markers = FakeLog(), FakeMarkers()
+    c = await started(fake, markers)
+    try:
+        r = await c.init_producer_id(T, 60_000)
+        fake.gate.clear()
+        add = asyncio.create_task(c.add_partitions(T, r.producer_id, r.producer_epoch, [A0]))
+        await asyncio.sleep(0.05)
+        add.cancel()  # the client went away mid-write
+        fake.gate.set()
+        await until(lambda: fake.states()[-1] == "Ongoing")
+        await until(lambda: T not in c.shards[0].state.pending)  # type: ignore[union-attr]
+        await c.end_txn(T, r.producer_id, r.producer_epoch, commit=True)  # not stuck
+    finally:
+        await c.stop()
