@@ -153,6 +153,7 @@ def dev_up(
             click.echo(f"""
 Longboat is up: {controllers} controller(s) (active: node {leader}), {brokers} broker(s).
 Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
+Console: {b1}/console/   (any broker serves it; the API: {b1}/openapi)
 
 Try:
   B={b1} CID={cluster_id}
