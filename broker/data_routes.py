@@ -37,6 +37,12 @@ times) or int64 (offsets).
 
 ``GET /internal/broker/v1/replicas`` (JSON) describes every local replica.
 
+The client library's routes are public (issue 18): ``POST /binary/v1/<route>`` for
+``produce``, ``fetch`` and ``list_offsets`` (and ``init_producer_id`` and ``group/<op>``, their
+modules), on a client listener. A public ``fetch`` is a consumer's: a ``replica_id`` other
+than -1 (a follower's fetch, which moves the high watermark, or the debug reader) is refused
+with INVALID_REQUEST. ``offsets_for_leader_epoch`` and ``replicas`` stay node-only.
+
 ``produce``, consumer ``fetch`` (``replica_id`` -1) and ``list_offsets`` go through the
 ``PartitionRouter``: a broker that does not lead the partition forwards the request to the
 leader (retrying through a leader change within the request's time budget). A body with
@@ -79,7 +85,7 @@ from broker.request_fields import (
     str_field,
     topic_field,
 )
-from broker.router import STORAGE_CODES, PartitionRouter
+from broker.router import PUBLIC_PREFIX, STORAGE_CODES, PartitionRouter
 from broker.txn_markers import TxnMarker
 from storage.errors import StorageError
 
@@ -210,6 +216,16 @@ async def _fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+async def _consumer_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    """``fetch`` on the public prefix: a consumer's only."""
+    if b.get("replica_id", -1) != -1:
+        raise InvalidRequestError(
+            "replica_id: only -1 (a consumer) is accepted here; followers fetch on the "
+            "inter-broker listener"
+        )
+    return await _fetch(router, b)
+
+
 async def _offsets_for_leader_epoch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     current = int_field(b, "current_leader_epoch", -1, INT32_MAX, default=-1)
@@ -288,4 +304,7 @@ def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRoute
     app.router.add_post(f"{p}/write_txn_markers", _handler(_write_txn_markers))
     app.router.add_get(f"{p}/replicas", _replicas)
     app.router.add_post(f"{p}/delete_records", _handler(_delete_records))
+    app.router.add_post(f"{PUBLIC_PREFIX}/produce", _handler(_produce))
+    app.router.add_post(f"{PUBLIC_PREFIX}/fetch", _handler(_consumer_fetch))
+    app.router.add_post(f"{PUBLIC_PREFIX}/list_offsets", _handler(_list_offsets))
     return router

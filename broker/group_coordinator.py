@@ -64,6 +64,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from broker.endpoints import endpoint_url
 from broker.errors import BrokerError
 from broker.groups.group import (
     CommittedOffset,
@@ -831,8 +832,9 @@ class GroupCoordinator:
             raise CoordinatorError(
                 COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{p} has no leader now"
             )
-        ep = br.endpoints[0]
-        return CoordinatorInfo(leader, f"http://{ep.host}:{ep.port}", p)
+        url = endpoint_url(br.endpoints, None)  # clients dial it: the first endpoint
+        assert url is not None
+        return CoordinatorInfo(leader, url, p)
 
     async def _create_offsets_topic(self) -> None:
         image = self.image()

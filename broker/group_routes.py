@@ -1,7 +1,7 @@
 """The consumer-group coordinator's internal routes (msgpack bodies), served by ``GroupCoordinator``.
 
-``POST /internal/broker/v1/group/<op>``, body and answer msgpack maps, HTTP 200 unless the
-body is malformed.
+``POST /internal/broker/v1/group/<op>`` (and the client's public twin ``/binary/v1/group/<op>``),
+body and answer msgpack maps, HTTP 200 unless the body is malformed.
 docs/consumer-groups.md ("The coordinator on a broker: wire protocol") is the contract; this
 module only translates between it and ``broker.group_coordinator``:
 
@@ -54,7 +54,7 @@ from broker.request_fields import (
     str_value,
     topic_value,
 )
-from broker.router import INTERNAL_PREFIX, MSGPACK
+from broker.router import INTERNAL_PREFIX, MSGPACK, PUBLIC_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -347,3 +347,4 @@ def add_group_routes(app: web.Application, coordinator: GroupCoordinator) -> Non
     app[GROUPS_KEY] = coordinator
     for op, fn in OPS.items():
         app.router.add_post(f"{INTERNAL_PREFIX}/group/{op}", _handler(fn))
+        app.router.add_post(f"{PUBLIC_PREFIX}/group/{op}", _handler(fn))

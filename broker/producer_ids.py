@@ -6,7 +6,7 @@ log, so no id is given twice across brokers or controller failovers) and answers
 ``InitProducerId`` from it. The next block is fetched while a tenth of the current one is
 left, so a busy broker rarely waits on the controller.
 
-``POST /internal/broker/v1/init_producer_id`` (msgpack ``{}``) ->
+``POST /internal/broker/v1/init_producer_id`` (and the client's ``/binary/v1/...``; msgpack ``{}``) ->
 ``{"producer_id": int, "producer_epoch": 0}``; a controller that cannot be reached or a
 broker that is not registered yet gives ``{"error": "COORDINATOR_NOT_AVAILABLE", ...}``,
 which clients retry. A body that is not a msgpack map is answered HTTP 400
@@ -211,3 +211,4 @@ async def _init_producer_id(request: web.Request) -> web.Response:
 def add_producer_id_routes(app: web.Application, manager: ProducerIdManager) -> None:
     app[MANAGER_KEY] = manager
     app.router.add_post("/internal/broker/v1/init_producer_id", _init_producer_id)
+    app.router.add_post("/binary/v1/init_producer_id", _init_producer_id)  # the client's

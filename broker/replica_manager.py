@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.endpoints import endpoint_url
 from broker.errors import BrokerError, InvalidTxnStateError
 from broker.fetcher import run_fetcher
 from broker.metadata_follower import MetadataUpdate
@@ -361,6 +362,9 @@ class ReplicaManager:
         self._timer: asyncio.Task[None] | None = None
         # Set by the broker process before start(): fail-stop for the timer and fetchers.
         self.essentials: Essentials | None = None
+        self.inter_broker_listener: tuple[str, str] | None = None
+        """(name, scheme) of the listener brokers dial each other on (issue 18); None: the
+        first endpoint each broker registered (``broker.endpoints``)."""
         self._lock = asyncio.Lock()
         self._stopped = False
         self._deferred = False
@@ -732,8 +736,7 @@ class ReplicaManager:
         br = self.image.brokers.get(BrokerId(broker_id))
         if br is None or not br.endpoints:
             return None
-        ep = br.endpoints[0]
-        return f"http://{ep.host}:{ep.port}"
+        return endpoint_url(br.endpoints, self.inter_broker_listener)
 
     # ------------------------------------------------------------------ follower side
 

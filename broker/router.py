@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 MSGPACK = "application/msgpack"
 INTERNAL_PREFIX = "/internal/broker/v1"
+PUBLIC_PREFIX = "/binary/v1"
+"""The client library's binary routes (issue 18; ``api.client.transport.DATA_PREFIX``)."""
 
 RETRIABLE = frozenset(
     {

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 from typing import Any
 
 import aiohttp
 
 _source_host: str | None = None
+_client_ssl: ssl.SSLContext | None = None
 
 
 def port_free(host: str, port: int) -> bool:
@@ -62,6 +64,13 @@ def set_source_host(host: str | None) -> None:
     _source_host = bindable(host)
 
 
+def set_client_ssl(ctx: ssl.SSLContext | None) -> None:
+    """Process-wide: the TLS context node-to-node connections to ``https`` URLs use (the CA
+    bundle the node trusts, the certificate it authenticates with; issue 18)."""
+    global _client_ssl
+    _client_ssl = ctx
+
+
 def source_host() -> str | None:
     return _source_host
 
@@ -80,6 +89,8 @@ def connector(host: str | None = None, **kwargs: Any) -> aiohttp.TCPConnector | 
     addr = local_addr(host)
     if addr is not None:
         kwargs["local_addr"] = addr
+    if _client_ssl is not None and "ssl" not in kwargs:
+        kwargs["ssl"] = _client_ssl  # aiohttp uses it for https URLs only
     return aiohttp.TCPConnector(**kwargs) if kwargs else None
 
 

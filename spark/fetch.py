@@ -11,7 +11,7 @@ Two ways to fetch, chosen per task:
   application/vnd.apache.arrow.stream``. The broker builds the Arrow IPC stream from the batch
   bodies (``api.client.arrow``); the worker only reads it (no per-record Python work here at all).
 * ``batches``: the raw batches from the brokers' data route (``POST
-  /internal/broker/v1/fetch``, the one the Python client uses) converted here by
+  /binary/v1/fetch``, the one the Python client uses) converted here by
   ``api.client.arrow.records_to_arrow``. The fallback when the v3 API is not served, and a way to move
   the decoding from the brokers to Spark's workers (option ``fetchFormat``).
 
@@ -276,7 +276,7 @@ class RangeReader:
         status, _, data = self.conns.request(
             self.url,
             "POST",
-            f"/internal/broker/v1/{route}",
+            f"/binary/v1/{route}",
             msgpack.packb(body, use_bin_type=True),
             {"Content-Type": "application/msgpack"},
         )

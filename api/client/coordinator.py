@@ -1,7 +1,7 @@
 """Talking to a group's coordinator: find it, send it ``group/<op>``, follow it when it moves.
 
 The wire protocol is docs/consumer-groups.md, "The coordinator on a broker: wire protocol":
-``POST /internal/broker/v1/group/<op>``, msgpack map in and out. Two kinds of ``error`` come
+``POST /binary/v1/group/<op>``, msgpack map in and out. Two kinds of ``error`` come
 back and they mean different things:
 
 * a refusal of the whole request (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``,

@@ -1,6 +1,6 @@
 """The client's wire: msgpack over HTTP to the brokers' data routes, and cluster metadata.
 
-Every call is ``POST {broker}/internal/broker/v1/<route>`` with a msgpack map, answered with
+Every call is ``POST {broker}/binary/v1/<route>`` with a msgpack map, answered with
 a msgpack map or ``{"error": <Kafka error name>, "message", "leader_id"}`` (see
 ``broker/data_routes.py``): the same binary path replication uses, so a produced batch is
 stored byte for byte as the client built it. One keep-alive ``aiohttp`` session per client.
@@ -28,7 +28,9 @@ from api.client.errors import ClientError
 from common import netbind
 
 MSGPACK = "application/msgpack"
-DATA_PREFIX = "/internal/broker/v1"
+DATA_PREFIX = "/binary/v1"
+"""The brokers' public binary routes (issue 18: on a client listener, authenticated; the
+``/internal/broker/v1`` twins are node-to-node)."""
 
 
 def normalize_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:

@@ -59,9 +59,9 @@ from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
 from api.kafka.handlers import KAFKA_LISTENER, KafkaContext
 from api.kafka.server import KafkaListener
-from api.node.config import NodeConfig
+from api.node import listeners
+from api.node.config import ListenerKind, NodeConfig
 from api.node.controller_app import image_summary
-from api.node.listener import limits_of, start_listener
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
     cleanup_within,
@@ -194,8 +194,12 @@ def _json(data: object, status: int = 200) -> web.Response:
 
 
 def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
+    """The first endpoint is what clients dial, named by its scheme; then, with named
+    listeners, one per listener (``broker.endpoints``); then the Kafka listener."""
     u = urlsplit(config.url)
-    eps = [Endpoint("http", u.hostname or config.host, u.port or config.port)]
+    eps = [Endpoint(u.scheme or "http", u.hostname or config.host, u.port or config.port)]
+    if config.listeners:
+        eps += [Endpoint(s.name, s.host, s.port) for s in config.listener_specs()]
     if config.kafka_address is not None:
         eps.append(Endpoint(KAFKA_LISTENER, *config.kafka_address))
     return tuple(eps)
@@ -291,9 +295,13 @@ def build_broker(
         replica_logs=replicas.replica_log_reports,
     )
     follower.subscribe(replicas.on_metadata)
+    inter = config.listener_of(ListenerKind.BROKER)
+    if config.listeners and inter is not None:
+        replicas.inter_broker_listener = (inter.name, inter.scheme)
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
+    listeners.install(app)
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
@@ -432,8 +440,9 @@ def _txn_coordinator(
 async def serve_broker(config: NodeConfig) -> bool:
     """Run until SIGINT/SIGTERM, then shut down in a controlled way. Returns whether the
     controller confirmed the controlled shutdown."""
+    netbind.set_client_ssl(listeners.node_client_ssl_context(config))
     app, srv = build_broker(config, autostart=False)
-    runner, _site = await start_listener(app, config.host, config.port, limits_of(config))
+    runner, _bound = await listeners.start_listeners(app, config)
     log.info("broker %d listening on %s", config.node_id, config.url)
     if srv.kafka is not None and config.kafka_address is not None:
         try:

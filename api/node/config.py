@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,10 +34,127 @@ class QuorumVoter(BaseModel):
     node_id: int
     host: str
     port: int
+    scheme: Literal["http", "https"] = "http"
+    """``https`` when the controller listener is SSL or SASL_SSL (``NodeConfig.voters``)."""
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+class SecurityProtocol(StrEnum):
+    """Kafka's names. SSL: TLS, and a client certificate may authenticate; SASL_*: the HTTP
+    ``Authorization`` header (Basic or Bearer) authenticates, over TLS with SASL_SSL."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def tls(self) -> bool:
+        return self in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def http_auth(self) -> bool:
+        return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+class ListenerKind(StrEnum):
+    """Which routes a listener serves (``api.node.listeners.route_kind``)."""
+
+    CLIENT = "client"
+    BROKER = "broker"
+    CONTROLLER = "controller"
+
+
+class ListenerSettings(BaseModel):
+    """One listener's TLS and authentication (``[listener_settings.NAME]`` in the TOML).
+
+    The certificate and key are also what this node presents when it dials another node's
+    listener of the same name (Kafka uses one keystore per listener both ways)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = None
+    """The CAs client certificates (server side) and servers (client side) must chain to."""
+    ssl_client_auth: Literal["none", "requested", "required"] = "none"
+    """Kafka's ``ssl.client.auth``: whether this listener asks clients for a certificate."""
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    """Kafka's ``ssl.principal.mapping.rules``: ``RULE:pattern/replacement/[LU]`` entries
+    (comma-separated) tried in order on the certificate subject, then ``DEFAULT`` (the whole
+    distinguished name)."""
+    http_auth_mechanisms: tuple[Literal["basic", "bearer"], ...] = ("basic",)
+    """What a SASL_* listener accepts in the ``Authorization`` header."""
+    allow_anonymous: bool | None = None
+    """Requests without credentials act as ``User:ANONYMOUS``. Default: only on PLAINTEXT."""
+    jwt_public_key_file: Path | None = None
+    """PEM public key bearer tokens are signed with (RS256/ES256/EdDSA)."""
+    jwt_jwks_file: Path | None = None
+    """A JWKS document (RFC 7517) holding the issuer's keys, chosen by the token's ``kid``."""
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_principal_claim: str = "sub"
+    """The claim naming the user (Kafka's ``sasl.oauthbearer.sub.claim.name``)."""
+
+
+class ListenerSpec(BaseModel):
+    """A named listener of this node, resolved from ``listeners`` and the protocol map."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    host: str
+    port: int
+    protocol: SecurityProtocol
+    kinds: frozenset[ListenerKind]
+    settings: ListenerSettings
+
+    @property
+    def scheme(self) -> Literal["http", "https"]:
+        return "https" if self.protocol.tls else "http"
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        if self.settings.allow_anonymous is not None:
+            return self.settings.allow_anonymous
+        return self.protocol is SecurityProtocol.PLAINTEXT
+
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)://(?P<addr>.+)$")
+
+
+def parse_listeners(spec: str) -> list[tuple[str, str, int]]:
+    """``"CLIENT://127.0.0.1:9092,BROKER://127.0.0.1:9093"`` -> (name, host, port), as
+    Kafka's ``listeners``. Names are upper-cased and unique."""
+    out: list[tuple[str, str, int]] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        m = _LISTENER.match(part)
+        hp = _HOSTPORT.match(m["addr"]) if m else None
+        if m is None or hp is None or not 0 < int(hp["port"]) < 65536:
+            raise ConfigError(f"bad listeners entry {part!r}: expected NAME://HOST:PORT")
+        out.append((m["name"].upper(), hp["host"].strip("[]"), int(hp["port"])))
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"listeners names a listener twice: {spec!r}")
+    return out
+
+
+def parse_protocol_map(spec: str) -> dict[str, SecurityProtocol]:
+    """``"CLIENT:SSL,BROKER:SASL_SSL"`` -> name -> protocol (``listener.security.protocol.map``)."""
+    out: dict[str, SecurityProtocol] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, proto = part.partition(":")
+        try:
+            out[name.strip().upper()] = SecurityProtocol(proto.strip().upper())
+        except ValueError:
+            raise ConfigError(
+                f"bad listener_security_protocol_map entry {part!r}: expected NAME:PROTOCOL "
+                f"with PROTOCOL one of {', '.join(SecurityProtocol)}"
+            ) from None
+        if not sep:
+            raise ConfigError(f"bad listener_security_protocol_map entry {part!r}")
+    return out
 
 
 def parse_quorum(spec: str) -> list[QuorumVoter]:
@@ -166,6 +284,29 @@ class NodeConfig(BaseModel):
     """Origins (``https://ui.example``, or ``*``) whose browser pages may call the public
     HTTP API (CORS: preflights answered, ``Access-Control-Allow-Origin`` on answers;
     ``api.http.cors``). Empty: CORS off. A comma-separated string is accepted (overrides)."""
+    # Listeners and security (issue 18; docs/security.md). Kafka's names, dots as underscores.
+    listeners: str = ""
+    """``NAME://HOST:PORT,...``. Empty: one PLAINTEXT listener on ``listen`` serving every
+    route (the laptop default). Otherwise each listener serves only the routes of its kind:
+    those in ``controller_listener_names`` Raft and controller routes, the
+    ``inter_broker_listener_name`` one broker-to-broker routes, the others client routes."""
+    listener_security_protocol_map: str = ""
+    """``NAME:PROTOCOL,...``; a listener named PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    needs no entry (Kafka's default map)."""
+    inter_broker_listener_name: str | None = None
+    """The listener brokers dial each other on (replica fetch, forwarding). Unset: the first
+    listener that is not a controller listener serves broker routes beside client routes."""
+    controller_listener_names: str = ""
+    """Comma-separated; the first is the one brokers and controllers dial (the addresses in
+    ``controller_quorum``)."""
+    listener_settings: dict[str, ListenerSettings] = Field(default_factory=dict)
+    """TLS and authentication per listener name (``[listener_settings.CLIENT]``)."""
+    super_users: str = ""
+    """``User:alice;User:CN=node-1``: principals every ACL check allows (Kafka's)."""
+    authorizer_enable: bool = False
+    """Check every request against the ACLs in the metadata log (Kafka's
+    ``authorizer.class.name``). Off: any authenticated principal may do anything."""
+    allow_everyone_if_no_acl_found: bool = False
     # Broker data path (Kafka's broker configs of the same names, dots as underscores).
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     """How often brokers roll segments by ``segment.ms`` and apply retention."""
@@ -253,12 +394,128 @@ class NodeConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_listeners(self) -> NodeConfig:
+        try:
+            specs = self.listener_specs()
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        kinds = {k for s in specs for k in s.kinds}
+        if "broker" in self.roles and ListenerKind.BROKER not in kinds:
+            raise ValueError("a broker needs a listener that is not a controller listener")
+        if "controller" in self.roles and ListenerKind.CONTROLLER not in kinds:
+            raise ValueError("a controller needs a listener named in controller_listener_names")
+        for s in specs:
+            st = s.settings
+            if s.protocol.tls and (st.ssl_certfile is None or st.ssl_keyfile is None):
+                raise ValueError(
+                    f"listener {s.name} is {s.protocol}: listener_settings.{s.name} needs "
+                    "ssl_certfile and ssl_keyfile"
+                )
+            if st.ssl_client_auth != "none" and st.ssl_cafile is None:
+                raise ValueError(
+                    f"listener {s.name} asks for client certificates: it needs ssl_cafile"
+                )
+        unknown = set(self.listener_settings) - {s.name for s in specs}
+        if self.listeners and unknown:
+            raise ValueError(f"listener_settings names no listener: {', '.join(sorted(unknown))}")
+        return self
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """This node's listeners (see ``listeners``)."""
+        settings = {k.upper(): v for k, v in self.listener_settings.items()}
+        if not self.listeners:
+            host, port = self.listen.rsplit(":", 1)
+            return [
+                ListenerSpec(
+                    name="PLAINTEXT",
+                    host=host.strip("[]"),
+                    port=int(port),
+                    protocol=SecurityProtocol.PLAINTEXT,
+                    kinds=frozenset(ListenerKind),
+                    settings=settings.get("PLAINTEXT", ListenerSettings()),
+                )
+            ]
+        protocols = self.protocol_map()
+        controller_names = self.controller_names()
+        inter = (self.inter_broker_listener_name or "").upper() or None
+        parsed = parse_listeners(self.listeners)
+        names = [n for n, _, _ in parsed]
+        for n in [*controller_names, *([inter] if inter else [])]:
+            if n not in names and not (n in controller_names and "controller" not in self.roles):
+                raise ConfigError(f"listener {n} is named but not in listeners")
+        if inter is None:
+            inter = next((n for n in names if n not in controller_names), None)
+        out = []
+        for name, lhost, lport in parsed:
+            if name not in protocols:
+                raise ConfigError(
+                    f"listener {name} has no security protocol: add {name}:PLAINTEXT (or SSL, "
+                    "SASL_PLAINTEXT, SASL_SSL) to listener_security_protocol_map"
+                )
+            if name in controller_names:
+                kinds = frozenset({ListenerKind.CONTROLLER})
+            elif name == inter:
+                same = self.inter_broker_listener_name is None
+                kinds = frozenset({ListenerKind.BROKER, *([ListenerKind.CLIENT] if same else [])})
+            else:
+                kinds = frozenset({ListenerKind.CLIENT})
+            out.append(
+                ListenerSpec(
+                    name=name,
+                    host=lhost,
+                    port=lport,
+                    protocol=protocols[name],
+                    kinds=kinds,
+                    settings=settings.get(name, ListenerSettings()),
+                )
+            )
+        return out
+
+    def protocol_map(self) -> dict[str, SecurityProtocol]:
+        return {
+            **{p.value: p for p in SecurityProtocol},
+            **parse_protocol_map(self.listener_security_protocol_map),
+        }
+
+    def controller_names(self) -> list[str]:
+        return [n.strip().upper() for n in self.controller_listener_names.split(",") if n.strip()]
+
+    def listener_of(self, kind: ListenerKind) -> ListenerSpec | None:
+        """The listener serving ``kind`` (the first, for client listeners)."""
+        return next((s for s in self.listener_specs() if kind in s.kinds), None)
+
+    def dial_settings(self, name: str) -> ListenerSettings:
+        """What this node presents and trusts when it dials a listener called ``name``."""
+        settings = {k.upper(): v for k, v in self.listener_settings.items()}
+        return settings.get(name.upper(), ListenerSettings())
+
+    @property
+    def controller_scheme(self) -> Literal["http", "https"]:
+        names = self.controller_names()
+        if not self.listeners or not names:
+            return "http"
+        proto = self.protocol_map().get(names[0], SecurityProtocol.PLAINTEXT)
+        return "https" if proto.tls else "http"
+
+    def _primary(self) -> ListenerSpec:
+        specs = self.listener_specs()
+        for kind in (ListenerKind.CLIENT, ListenerKind.BROKER, ListenerKind.CONTROLLER):
+            for s in specs:
+                if kind in s.kinds:
+                    return s
+        return specs[0]
+
     @property
     def host(self) -> str:
+        if self.listeners:
+            return self._primary().host
         return self.listen.rsplit(":", 1)[0]
 
     @property
     def port(self) -> int:
+        if self.listeners:
+            return self._primary().port
         return int(self.listen.rsplit(":", 1)[1])
 
     @property
@@ -270,11 +527,20 @@ class NodeConfig(BaseModel):
 
     @property
     def url(self) -> str:
-        return self.advertised_url or f"http://{self.listen}"
+        """Where this node's primary (client, else broker, else controller) listener is."""
+        if self.advertised_url:
+            return self.advertised_url
+        if self.listeners:
+            p = self._primary()
+            return f"{p.scheme}://{p.host}:{p.port}"
+        return f"http://{self.listen}"
 
     @property
     def voters(self) -> list[QuorumVoter]:
-        return parse_quorum(self.controller_quorum)
+        scheme = self.controller_scheme
+        return [
+            v.model_copy(update={"scheme": scheme}) for v in parse_quorum(self.controller_quorum)
+        ]
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> NodeConfig:

@@ -51,8 +51,8 @@ from aiohttp import web
 
 from api.http.errors import error_middleware
 from api.http.metrics import add_controller_metrics
+from api.node import listeners
 from api.node.config import ConfigError, NodeConfig
-from api.node.listener import limits_of, start_listener
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
     cleanup_within,
@@ -423,6 +423,7 @@ def build_controller(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
+    listeners.install(app)
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)
@@ -458,8 +459,9 @@ def build_controller(
 
 async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly."""
+    netbind.set_client_ssl(listeners.node_client_ssl_context(config))
     app, _svc = build_controller(config, join=join)
-    runner, _site = await start_listener(app, config.host, config.port, limits_of(config))
+    runner, _bound = await listeners.start_listeners(app, config)
     log.info("controller %d listening on %s", config.node_id, config.url)
     failure = await stop_signal_or_failure(app[ESSENTIALS_KEY])
     if failure is not None:

@@ -96,6 +96,7 @@ class GuardedSite(web.TCPSite):
             lambda: _Counted(self, server()),
             self._host,
             self._port,
+            ssl=self._ssl_context,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
         )

@@ -1,0 +1,216 @@
+"""A node's named listeners (issue 18): one TLS-capable site each, serving only its routes.
+
+Every route of a process is registered on one aiohttp app; each listener of the node config
+(``NodeConfig.listener_specs``) is a ``GuardedSite`` of that app with its own TLS context.
+``listener_middleware`` answers 404 for a route that is not of the listener's kind, exactly
+as for a route that does not exist, so a client listener gives no sign that node routes are
+there:
+
+================  ==============================================================
+kind              routes
+================  ==============================================================
+controller        ``/internal/raft/*``, ``/internal/controller/*``
+broker            ``/internal/broker/*`` (replica fetch, forwarding, group and
+                  schema writes between brokers)
+client            everything else: the public HTTP API and the client library's
+                  binary routes (``/binary/v1/*``)
+every listener    ``/v3/health``, ``/v3/health/ready``, ``/metrics``,
+                  ``/v3/quorum/status``, ``/v3/quorum/metadata`` (operators and
+                  probes reach any process on whatever it listens on)
+================  ==============================================================
+
+The legacy single ``listen`` address is one PLAINTEXT listener of every kind.
+
+Which listener a request came in on is known from its connection: each site keeps the set of
+its open transports (``GuardedSite.connections``), looked up by the middleware.
+
+Outgoing node-to-node connections (``common.netbind.connector``) use a TLS context built
+from the node's own listener settings: the CA bundle it trusts and the certificate it
+presents (Kafka uses a listener's keystore both ways).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from api.node.config import ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
+from api.node.listener import GuardedSite, ListenerLimits, limits_of
+
+log = logging.getLogger(__name__)
+
+ANY_LISTENER_PATHS = frozenset(
+    {"/v3/health", "/v3/health/ready", "/metrics", "/v3/quorum/status", "/v3/quorum/metadata"}
+)
+
+_KIND_PREFIXES = (
+    ("/internal/raft/", ListenerKind.CONTROLLER),
+    ("/internal/controller/", ListenerKind.CONTROLLER),
+    ("/internal/broker/", ListenerKind.BROKER),
+)
+
+
+def route_kind(path: str) -> ListenerKind | None:
+    """The kind of listener ``path`` is served on; None: every listener."""
+    if path in ANY_LISTENER_PATHS:
+        return None
+    for prefix, kind in _KIND_PREFIXES:
+        if path.startswith(prefix):
+            return kind
+    return ListenerKind.CLIENT
+
+
+@dataclass
+class BoundListener:
+    spec: ListenerSpec
+    site: GuardedSite
+
+    @property
+    def port(self) -> int:
+        port = self.site._bound_port
+        assert port is not None
+        return int(port)
+
+
+@dataclass
+class Listeners:
+    """The sites of one app, filled in as they bind."""
+
+    bound: list[BoundListener] = field(default_factory=list)
+
+    def of_transport(self, transport: object) -> ListenerSpec | None:
+        for b in self.bound:
+            if transport in b.site.connections:
+                return b.spec
+        return None
+
+
+LISTENERS_KEY: web.AppKey[Listeners] = web.AppKey("listeners", Listeners)
+LISTENER_SPEC_KEY = "longboat.listener"
+"""``request[LISTENER_SPEC_KEY]``: the ``ListenerSpec`` the request came in on."""
+
+
+def not_found(request: web.Request) -> web.Response:
+    # The same answer as aiohttp's own for an unknown path (error_middleware shapes it).
+    raise web.HTTPNotFound()
+
+
+@web.middleware
+async def listener_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    listeners = request.app.get(LISTENERS_KEY)
+    spec = None if listeners is None else listeners.of_transport(request.transport)
+    if spec is None:
+        # Not through a site of ours (aiohttp's test client): one listener of every kind.
+        return await handler(request)
+    request[LISTENER_SPEC_KEY] = spec
+    kind = route_kind(request.path)
+    if kind is not None and kind not in spec.kinds:
+        return not_found(request)
+    return await handler(request)
+
+
+def server_ssl_context(spec: ListenerSpec) -> ssl.SSLContext | None:
+    """The TLS context of a listener, None for PLAINTEXT/SASL_PLAINTEXT."""
+    if not spec.protocol.tls:
+        return None
+    st = spec.settings
+    assert st.ssl_certfile is not None and st.ssl_keyfile is not None  # config validated
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(st.ssl_certfile, st.ssl_keyfile)
+    if st.ssl_cafile is not None:
+        ctx.load_verify_locations(cafile=str(st.ssl_cafile))
+    ctx.verify_mode = {
+        "none": ssl.CERT_NONE,
+        "requested": ssl.CERT_OPTIONAL,
+        "required": ssl.CERT_REQUIRED,
+    }[st.ssl_client_auth]
+    return ctx
+
+
+def client_ssl_context(settings: ListenerSettings) -> ssl.SSLContext:
+    """What a node (or a client) uses to dial a TLS listener: trust ``ssl_cafile`` (the
+    system CAs without one), present ``ssl_certfile`` when there is one."""
+    ctx = ssl.create_default_context(
+        cafile=None if settings.ssl_cafile is None else str(settings.ssl_cafile)
+    )
+    if settings.ssl_certfile is not None and settings.ssl_keyfile is not None:
+        ctx.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+    return ctx
+
+
+def node_client_ssl_context(config: NodeConfig) -> ssl.SSLContext | None:
+    """The context for this node's outgoing connections to other nodes: from the settings
+    of the listener it dials most (inter-broker for a broker, controller for a controller),
+    else of any TLS listener it has. None when the node dials no TLS listener."""
+    names: list[str] = []
+    if "broker" in config.roles:
+        broker = config.listener_of(ListenerKind.BROKER)
+        if broker is not None:
+            names.append(broker.name)
+    names += config.controller_names()
+    names += [s.name for s in config.listener_specs()]
+    protocols = config.protocol_map()
+    for name in names:
+        st = config.dial_settings(name)
+        proto = protocols.get(name)
+        if proto is not None and proto.tls and st.ssl_cafile is not None:
+            return client_ssl_context(st)
+    return None
+
+
+async def start_listeners(
+    app: web.Application, config: NodeConfig, limits: ListenerLimits | None = None
+) -> tuple[web.AppRunner, Listeners]:
+    """Set ``app`` up and bind every listener of ``config``. If one cannot be bound, the
+    runner is cleaned up and the ``OSError`` raised."""
+    limits = limits or limits_of(config)
+    listeners = app[LISTENERS_KEY]
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=limits.keepalive_timeout_s,
+        max_line_size=limits.header_bytes_max,
+        max_field_size=limits.header_bytes_max,
+        max_headers=limits.headers_max,
+    )
+    await runner.setup()
+    try:
+        for spec in config.listener_specs():
+            site = GuardedSite(
+                runner,
+                spec.host,
+                spec.port,
+                limits,
+                reuse_address=True,
+                ssl_context=server_ssl_context(spec),
+            )
+            await site.start()
+            listeners.bound.append(BoundListener(spec, site))
+            log.info(
+                "node %d: listener %s (%s, %s) on %s:%d",
+                config.node_id,
+                spec.name,
+                spec.protocol,
+                "/".join(sorted(spec.kinds)),
+                spec.host,
+                spec.port,
+            )
+    except (OSError, ssl.SSLError):
+        await runner.cleanup()
+        raise
+    return runner, listeners
+
+
+def install(app: web.Application) -> None:
+    """Add the listener middleware to ``app`` (before it is frozen), after the error
+    middleware so its 404 has the shape of any other."""
+    app[LISTENERS_KEY] = Listeners()
+    app.middlewares.append(listener_middleware)
