@@ -416,7 +416,9 @@ class NodeConfig(BaseModel):
                 raise ValueError(
                     f"listener {s.name} asks for client certificates: it needs ssl_cafile"
                 )
-        unknown = set(self.listener_settings) - {s.name for s in specs}
+        # A broker keeps the controller listener's settings to dial it (Kafka's brokers do).
+        known = {s.name for s in specs} | set(self.controller_names())
+        unknown = {n.upper() for n in self.listener_settings} - known
         if self.listeners and unknown:
             raise ValueError(f"listener_settings names no listener: {', '.join(sorted(unknown))}")
         return self

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -20,7 +21,10 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from api.node.secure_setup import SecureSetup
 
 
 def free_ports(n: int) -> list[int]:
@@ -114,8 +118,8 @@ def _spawn_node(
     )
 
 
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=2) as r:
+def _get_json(url: str, context: ssl.SSLContext | None = None) -> Any:
+    with urllib.request.urlopen(url, timeout=2, context=context) as r:
         return json.loads(r.read())
 
 
@@ -135,9 +139,13 @@ class Quorum:
         n: int = 3,
         extra_args: list[str] | None = None,
         ports: list[int] | None = None,
+        secure: SecureSetup | None = None,
     ) -> None:
         self.root = root
         self.extra_args = extra_args or []
+        self.secure = secure
+        """TLS and authentication everywhere (``api.node.secure_setup``); None: plaintext."""
+        self.ssl = None if secure is None else secure.client_ssl()
         self.n = n
         self.ports = ports if ports is not None else free_ports(n)
         if len(self.ports) != n:
@@ -146,20 +154,29 @@ class Quorum:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.ports[i - 1]}"
+        scheme = "http" if self.secure is None else "https"
+        return f"{scheme}://127.0.0.1:{self.ports[i - 1]}"
 
     @property
     def urls(self) -> list[str]:
         return [self.url(i) for i in range(1, self.n + 1)]
 
     def start(self, i: int) -> None:
+        config = (
+            []
+            if self.secure is None
+            else [
+                "--config",
+                str(self.secure.node_config("controller", i, self.ports[i - 1], self.quorum)),
+            ]
+        )
         self.procs[i] = _spawn_node(
             "controller",
             i,
             self.ports[i - 1],
             self.root / f"controller-{i}",
             self.quorum,
-            self.extra_args,
+            [*config, *self.extra_args],
         )
 
     def start_all(self) -> None:
@@ -175,7 +192,7 @@ class Quorum:
         stop_processes(self.procs)
 
     def get(self, i: int, path: str) -> Any:
-        return _get_json(self.url(i) + path)
+        return _get_json(self.url(i) + path, self.ssl)
 
     def status(self, i: int) -> Any:
         return self.get(i, "/v3/quorum/status")
@@ -222,6 +239,8 @@ class Brokers:
     ) -> None:
         self.root = root
         self.quorum = quorum
+        self.secure = quorum.secure
+        self.ssl = quorum.ssl
         self.ids = list(range(first_id, first_id + n))
         self.ports = dict(zip(self.ids, ports if ports is not None else free_ports(n), strict=True))
         self.extra_args = extra_args or []
@@ -229,24 +248,37 @@ class Brokers:
             dict(zip(self.ids, kafka_ports, strict=True)) if kafka_ports is not None else {}
         )
         """Each broker's Kafka listener port (``kafka_listen``); none when not given."""
+        self.broker_ports = dict(zip(self.ids, free_ports(n), strict=True))
+        """Each broker's inter-broker listener port (secure clusters only)."""
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.env: dict[int, dict[str, str]] = {}
         """Extra environment of a broker's process, by id (e.g. ``LONGBOAT_LAZYFS``)."""
 
     def url(self, b: int) -> str:
-        return f"http://127.0.0.1:{self.ports[b]}"
+        scheme = "http" if self.secure is None else "https"
+        return f"{scheme}://127.0.0.1:{self.ports[b]}"
+
+    def broker_url(self, b: int) -> str:
+        """The inter-broker listener of a secure cluster's broker ``b``."""
+        return f"https://127.0.0.1:{self.broker_ports[b]}"
 
     def start(self, b: int) -> None:
         kafka = (
             ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[b]}"] if b in self.kafka_ports else []
         )
+        config = []
+        if self.secure is not None:
+            path = self.secure.node_config(
+                "broker", b, self.ports[b], self.quorum.quorum, broker_port=self.broker_ports[b]
+            )
+            config = ["--config", str(path)]
         self.procs[b] = _spawn_node(
             "broker",
             b,
             self.ports[b],
             self.root / f"broker-{b}",
             self.quorum.quorum,
-            [*kafka, *self.extra_args],
+            [*config, *kafka, *self.extra_args],
             self.env.get(b, {}),
         )
 
@@ -272,12 +304,14 @@ class Brokers:
         stop_processes(self.procs)
 
     def get(self, b: int, path: str) -> Any:
-        return _get_json(self.url(b) + path)
+        return _get_json(self.url(b) + path, self.ssl)
 
     def ready(self, b: int) -> tuple[int, Any]:
         """(HTTP status, body) of ``/v3/health/ready``."""
         try:
-            with urllib.request.urlopen(self.url(b) + "/v3/health/ready", timeout=2) as r:
+            with urllib.request.urlopen(
+                self.url(b) + "/v3/health/ready", timeout=2, context=self.ssl
+            ) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
@@ -319,11 +353,20 @@ def running_cluster(
     broker_args: list[str] | None = None,
     ready_timeout_s: float = 60.0,
     kafka: bool = False,
+    secure: bool = False,
 ) -> Iterator[tuple[Quorum, Brokers]]:
     """Controllers and brokers as processes under ``root``, every broker ready; all stopped
     on exit (brokers first, so their controlled shutdowns reach a controller). ``kafka``:
-    each broker also serves Kafka's protocol on a free port (``Brokers.kafka_ports``)."""
-    q = Quorum(root, controllers, extra_args=controller_args)
+    each broker also serves Kafka's protocol on a free port (``Brokers.kafka_ports``).
+    ``secure``: TLS and authentication everywhere (``api.node.secure_setup``; the cluster's
+    ``ssl`` context trusts its CA and presents the admin certificate)."""
+    setup = None
+    if secure:
+        from api.node.secure_setup import SecureSetup
+
+        ids = [*range(1, controllers + 1), *range(101, 101 + brokers)]
+        setup = SecureSetup.create(root, ids)
+    q = Quorum(root, controllers, extra_args=controller_args, secure=setup)
     b = Brokers(
         root, q, brokers, extra_args=broker_args, kafka_ports=free_ports(brokers) if kafka else None
     )

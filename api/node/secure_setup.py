@@ -1,0 +1,110 @@
+"""The files of a secure local cluster (issue 18): a CA, node and admin certificates, configs.
+
+``SecureSetup.create(root, ...)`` makes a CA under ``root/tls`` and one certificate per node
+(``CN=node-<id>``) and one for the operator (``CN=admin``). ``node_config`` writes the TOML
+of one node:
+
+* a controller listens on ``CONTROLLER`` (SSL, client certificate required);
+* a broker on ``CLIENT`` (SASL_SSL: HTTP Basic or Bearer, or a client certificate) and
+  ``BROKER`` (SSL, client certificate required, the inter-broker listener);
+* certificate subjects map to ``User:<CN>`` (``RULE:^CN=([^,]+),O=Longboat$/$1/``), every
+  node and ``admin`` are super users, and the authorizer is on: anybody else needs ACLs.
+
+``longboat dev up --secure`` and the integration tests run clusters from these files.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from api.node.certs import CertificateAuthority, Issued, make_ca
+
+PRINCIPAL_RULES = "RULE:^CN=([^,]+),O=Longboat$/$1/,DEFAULT"
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string is a JSON string
+
+
+@dataclass
+class SecureSetup:
+    root: Path
+    ca: CertificateAuthority
+    admin: Issued
+    nodes: dict[int, Issued]
+
+    @classmethod
+    def create(cls, root: Path, node_ids: list[int]) -> SecureSetup:
+        tls = root / "tls"
+        ca = make_ca(tls)
+        nodes = {i: ca.issue(f"node-{i}", tls) for i in node_ids}
+        return cls(root, ca, ca.issue("admin", tls), nodes)
+
+    @property
+    def super_users(self) -> str:
+        return ";".join(["User:admin", *(f"User:node-{i}" for i in sorted(self.nodes))])
+
+    def _settings(self, name: str, node_id: int, client_auth: str, **extra: object) -> str:
+        cert = self.nodes[node_id]
+        lines = [
+            f"[listener_settings.{name}]",
+            f"ssl_certfile = {_toml(cert.cert)}",
+            f"ssl_keyfile = {_toml(cert.key)}",
+            f"ssl_cafile = {_toml(self.ca.cert)}",
+            f"ssl_client_auth = {_toml(client_auth)}",
+            f"ssl_principal_mapping_rules = {_toml(PRINCIPAL_RULES)}",
+            *(f"{k} = {_toml(v)}" for k, v in extra.items()),
+        ]
+        return "\n".join(lines) + "\n"
+
+    def node_config(
+        self, role: str, node_id: int, port: int, quorum: str, *, broker_port: int | None = None
+    ) -> Path:
+        """Write ``root/tls/<role>-<id>.toml``; ``port`` is the controller listener of a
+        controller, the client listener of a broker (``broker_port`` its inter-broker one)."""
+        common = [
+            'controller_listener_names = "CONTROLLER"',
+            f"super_users = {_toml(self.super_users)}",
+            "authorizer_enable = true",
+        ]
+        if role == "controller":
+            body = [
+                f'listeners = "CONTROLLER://127.0.0.1:{port}"',
+                'listener_security_protocol_map = "CONTROLLER:SSL"',
+                *common,
+                "",
+                self._settings("CONTROLLER", node_id, "required"),
+            ]
+        else:
+            assert broker_port is not None
+            body = [
+                f'listeners = "CLIENT://127.0.0.1:{port},BROKER://127.0.0.1:{broker_port}"',
+                'listener_security_protocol_map = "CLIENT:SASL_SSL,BROKER:SSL,CONTROLLER:SSL"',
+                'inter_broker_listener_name = "BROKER"',
+                *common,
+                "",
+                self._settings(
+                    "CLIENT", node_id, "requested", http_auth_mechanisms=["basic", "bearer"]
+                ),
+                self._settings("BROKER", node_id, "required"),
+                self._settings("CONTROLLER", node_id, "required"),
+            ]
+        path = self.root / "tls" / f"{role}-{node_id}.toml"
+        path.write_text("\n".join(body))
+        return path
+
+    def client_ssl(self, *, admin: bool = True) -> ssl.SSLContext:
+        """Trusts the CA; presents the admin certificate unless ``admin`` is False."""
+        ctx = ssl.create_default_context(cafile=str(self.ca.cert))
+        if admin:
+            ctx.load_cert_chain(self.admin.cert, self.admin.key)
+        return ctx
