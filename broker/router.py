@@ -35,6 +35,7 @@ import msgpack
 from broker.errors import BrokerError
 from broker.replica_manager import ReplicaError, ReplicaManager, error_code
 from common import netbind
+from common.principal import forwarding_headers
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -361,7 +362,8 @@ class PartitionRouter:
             async with self._sess().post(
                 f"{url}{INTERNAL_PREFIX}/{route}",
                 data=data,
-                headers={"Content-Type": MSGPACK},
+                # The user's principal, so the leader checks the user's ACLs (issue 18).
+                headers={"Content-Type": MSGPACK, **forwarding_headers()},
                 timeout=aiohttp.ClientTimeout(total=left, sock_connect=CONNECT_TIMEOUT_S),
             ) as resp:
                 payload = await resp.read()

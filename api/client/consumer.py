@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.client.errors import ClientError
+from api.client.security import ClientSecurity
 from api.client.transport import (
     MetadataCache,
     Transport,
@@ -89,6 +90,7 @@ class AsyncConsumer:
         check_crcs: bool = True,
         source_host: str | None = None,
         isolation_level: str = "read_uncommitted",
+        security: ClientSecurity | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
@@ -104,7 +106,7 @@ class AsyncConsumer:
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
         self.transport = Transport(
-            request_timeout_s=self.request_timeout_s, source_host=source_host
+            request_timeout_s=self.request_timeout_s, source_host=source_host, security=security
         )
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self._parts: dict[TopicPartition, _PartitionState] = {}

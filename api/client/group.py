@@ -79,6 +79,7 @@ from typing import Any
 from api.client.consumer import AsyncConsumer
 from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, CommitFailedError
+from api.client.security import ClientSecurity
 from api.client.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from common.waits import wait_event
 
@@ -150,6 +151,7 @@ class AsyncGroupConsumer:
         check_crcs: bool = True,
         source_host: str | None = None,
         isolation_level: str = "read_uncommitted",
+        security: ClientSecurity | None = None,
     ) -> None:
         if not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -183,6 +185,7 @@ class AsyncGroupConsumer:
             check_crcs=check_crcs,
             source_host=source_host,
             isolation_level=isolation_level,
+            security=security,
         )
         self._coordinator = CoordinatorClient(
             self._fetcher.transport,

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, ProducerFencedError, TransactionAbortedError
 from api.client.partitioner import partition_for_key
+from api.client.security import ClientSecurity
 from api.client.transactions import TransactionManager, TxnPhase
 from api.client.transport import (
     MetadataCache,
@@ -141,6 +142,7 @@ class AsyncProducer:
         source_host: str | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if transactional_id is not None and not enable_idempotence:
             # As Kafka: a transactional producer is idempotent.
@@ -165,7 +167,7 @@ class AsyncProducer:
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.transport = Transport(
-            request_timeout_s=self.request_timeout_s, source_host=source_host
+            request_timeout_s=self.request_timeout_s, source_host=source_host, security=security
         )
         self.metadata = MetadataCache(self.transport, normalize_bootstrap(bootstrap))
         self._txn = (

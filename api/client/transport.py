@@ -25,7 +25,9 @@ import msgpack
 import orjson
 
 from api.client.errors import ClientError
+from api.client.security import ClientSecurity
 from common import netbind
+from common.principal import forwarding_headers
 
 MSGPACK = "application/msgpack"
 DATA_PREFIX = "/binary/v1"
@@ -58,11 +60,22 @@ class Transport:
         request_timeout_s: float = 30.0,
         connections: int = 100,
         source_host: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.request_timeout_s = request_timeout_s
         self._connections = connections
         self.source_host = source_host
+        self.security = security
+        self._authorization = None if security is None else security.authorization()
         self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        # Inside a broker (v2 consumer instances, group reads) the client forwards the
+        # principal of the request it serves (issue 18); a user's process has none.
+        h = forwarding_headers()
+        if self._authorization is not None:
+            h["Authorization"] = self._authorization
+        return h
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -70,11 +83,17 @@ class Transport:
                 # source_host: a fault-injection client on 127.0.0.N sends from it, so
                 # firewall rules between loopback addresses see who is talking.
                 connector=netbind.connector(
-                    self.source_host, limit=self._connections, keepalive_timeout=60
+                    self.source_host,
+                    limit=self._connections,
+                    keepalive_timeout=60,
+                    **({} if (ctx := self._ssl()) is None else {"ssl": ctx}),
                 ),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
             )
         return self._session
+
+    def _ssl(self) -> Any:
+        return None if self.security is None else self.security.ssl_context()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -108,7 +127,7 @@ class Transport:
             async with self.session().post(
                 f"{url}{DATA_PREFIX}/{route}",
                 data=data,
-                headers={"Content-Type": MSGPACK},
+                headers={"Content-Type": MSGPACK, **self._headers()},
                 timeout=timeout,
             ) as resp:
                 payload = await resp.read()
@@ -121,6 +140,7 @@ class Transport:
             answer = msgpack.unpackb(payload, raw=False)
         except Exception:  # not msgpack: a proxy's page, a server error
             answer = None
+        _raise_for_security(status, payload, url)
         # A body the broker refuses is answered 400 with the usual error map (INVALID_REQUEST).
         if status != 200 and not (
             status == 400 and isinstance(answer, dict) and answer.get("error")
@@ -135,9 +155,12 @@ class Transport:
     async def get_json(self, url: str, path: str, *, timeout_s: float = 5.0) -> Any:
         try:
             async with self.session().get(
-                f"{url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+                f"{url}{path}",
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                headers=self._headers(),
             ) as r:
                 payload = await r.read()
+                _raise_for_security(r.status, payload, url)
                 if r.status != 200:
                     raise ClientError(
                         "UNKNOWN_SERVER_ERROR",
@@ -148,6 +171,24 @@ class Transport:
             raise ClientError("REQUEST_TIMED_OUT", f"GET {url}{path}") from e
         except (aiohttp.ClientError, OSError) as e:
             raise ClientError("NETWORK_EXCEPTION", f"GET {url}{path}: {e}") from e
+
+
+def _raise_for_security(status: int, payload: bytes, url: str) -> None:
+    """401 and 403 (issue 18) as Kafka's error names, with the broker's message."""
+    if status not in (401, 403):
+        return
+    try:
+        message = str(orjson.loads(payload).get("message", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        message = payload[:200].decode(errors="replace")
+    if status == 401:
+        raise ClientError("SASL_AUTHENTICATION_FAILED", f"{url}: {message}")
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    for kind in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
+        if kind in message:
+            code = f"{kind}_AUTHORIZATION_FAILED"
+            break
+    raise ClientError(code, f"{url}: {message}")
 
 
 @dataclass(frozen=True)
@@ -210,10 +251,13 @@ class ClusterMetadata:
 
 
 async def fetch_cluster_metadata(
-    bootstrap: str | Sequence[str], *, timeout_s: float = 5.0
+    bootstrap: str | Sequence[str],
+    *,
+    timeout_s: float = 5.0,
+    security: ClientSecurity | None = None,
 ) -> ClusterMetadata:
     """One metadata answer from the first broker that gives one."""
-    t = Transport()
+    t = Transport(security=security)
     try:
         return await MetadataCache(t, normalize_bootstrap(bootstrap)).refresh(timeout_s=timeout_s)
     finally:

@@ -301,7 +301,7 @@ def build_broker(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
-    listeners.install(app)
+    listeners.install(app, config)
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships

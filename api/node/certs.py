@@ -124,6 +124,22 @@ def make_ca(out_dir: Path, cn: str = "Longboat dev CA") -> CertificateAuthority:
     return ca
 
 
+def make_signing_key(out_dir: Path, name: str = "jwt-issuer") -> Issued:
+    """An ES256 key pair a test or dev token issuer signs bearer tokens with:
+    ``out_dir/<name>.pub.pem`` (the listener's ``jwt_public_key_file``) and
+    ``out_dir/<name>-key.pem``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pair = Issued(out_dir / f"{name}.pub.pem", out_dir / f"{name}-key.pem")
+    pair.cert.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    _write_key(pair.key, key)
+    return pair
+
+
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     pem = key.private_bytes(
         serialization.Encoding.PEM,

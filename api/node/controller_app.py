@@ -423,7 +423,7 @@ def build_controller(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
-    listeners.install(app)
+    listeners.install(app, config)
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)

@@ -38,7 +38,18 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from api.node.config import ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
+from api.http.auth import (
+    AUTH_STATE_KEY,
+    LISTENER_AUTH,
+    AuthState,
+    Credentials,
+    JwtSettings,
+    ListenerAuth,
+    StaticCredentials,
+    auth_middleware,
+)
+from api.http.principals import PrincipalMapper, PrincipalMappingError
+from api.node.config import ConfigError, ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
 from api.node.listener import GuardedSite, ListenerLimits, limits_of
 
 log = logging.getLogger(__name__)
@@ -78,8 +89,9 @@ class BoundListener:
 
 @dataclass
 class Listeners:
-    """The sites of one app, filled in as they bind."""
+    """The sites of one app, filled in as they bind, and how each authenticates."""
 
+    auth: dict[str, ListenerAuth] = field(default_factory=dict)
     bound: list[BoundListener] = field(default_factory=list)
 
     def of_transport(self, transport: object) -> ListenerSpec | None:
@@ -87,6 +99,43 @@ class Listeners:
             if transport in b.site.connections:
                 return b.spec
         return None
+
+
+def listener_auth(spec: ListenerSpec) -> ListenerAuth:
+    """The authentication settings of a listener; ``ConfigError`` for rules or key files
+    that do not load."""
+    st = spec.settings
+    try:
+        mapper = PrincipalMapper(st.ssl_principal_mapping_rules)
+    except PrincipalMappingError as e:
+        raise ConfigError(f"listener {spec.name}: {e}") from None
+    jwt = None
+    if spec.protocol.http_auth and "bearer" in st.http_auth_mechanisms:
+        if st.jwt_public_key_file is None and st.jwt_jwks_file is None:
+            raise ConfigError(
+                f"listener {spec.name} accepts bearer tokens: it needs jwt_public_key_file "
+                "or jwt_jwks_file"
+            )
+        try:
+            jwt = JwtSettings.load(
+                st.jwt_public_key_file,
+                st.jwt_jwks_file,
+                st.jwt_issuer,
+                st.jwt_audience,
+                st.jwt_principal_claim,
+            )
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"listener {spec.name}: bearer token keys: {e}") from None
+    return ListenerAuth(
+        name=spec.name,
+        kinds=frozenset(str(k) for k in spec.kinds),
+        tls=spec.protocol.tls,
+        http_auth=spec.protocol.http_auth,
+        mechanisms=tuple(st.http_auth_mechanisms) if spec.protocol.http_auth else (),
+        anonymous=spec.anonymous_allowed,
+        mapper=mapper,
+        jwt=jwt,
+    )
 
 
 LISTENERS_KEY: web.AppKey[Listeners] = web.AppKey("listeners", Listeners)
@@ -105,10 +154,11 @@ async def listener_middleware(
 ) -> web.StreamResponse:
     listeners = request.app.get(LISTENERS_KEY)
     spec = None if listeners is None else listeners.of_transport(request.transport)
-    if spec is None:
+    if listeners is None or spec is None:
         # Not through a site of ours (aiohttp's test client): one listener of every kind.
         return await handler(request)
     request[LISTENER_SPEC_KEY] = spec
+    request[LISTENER_AUTH] = listeners.auth[spec.name]
     kind = route_kind(request.path)
     if kind is not None and kind not in spec.kinds:
         return not_found(request)
@@ -209,8 +259,20 @@ async def start_listeners(
     return runner, listeners
 
 
-def install(app: web.Application) -> None:
-    """Add the listener middleware to ``app`` (before it is frozen), after the error
-    middleware so its 404 has the shape of any other."""
-    app[LISTENERS_KEY] = Listeners()
+def install(
+    app: web.Application, config: NodeConfig, credentials: Credentials | None = None
+) -> AuthState:
+    """Add the listener and authentication middlewares to ``app`` (before it is frozen),
+    after the error middleware so their answers have the shape of any other.
+    ``credentials``: the users' SCRAM credentials (none known without)."""
+    app[LISTENERS_KEY] = Listeners({s.name: listener_auth(s) for s in config.listener_specs()})
+    state = app[AUTH_STATE_KEY] = AuthState(
+        credentials or StaticCredentials(), super_users=super_users(config)
+    )
     app.middlewares.append(listener_middleware)
+    app.middlewares.append(auth_middleware)
+    return state
+
+
+def super_users(config: NodeConfig) -> frozenset[str]:
+    return frozenset(u.strip() for u in config.super_users.split(";") if u.strip())

@@ -5,7 +5,8 @@
 of one node:
 
 * a controller listens on ``CONTROLLER`` (SSL, client certificate required);
-* a broker on ``CLIENT`` (SASL_SSL: HTTP Basic or Bearer, or a client certificate) and
+* a broker on ``CLIENT`` (SASL_SSL: HTTP Basic, a Bearer JWT signed by the setup's own
+  issuer key with audience ``longboat``, or a client certificate) and
   ``BROKER`` (SSL, client certificate required, the inter-broker listener);
 * certificate subjects map to ``User:<CN>`` (``RULE:^CN=([^,]+),O=Longboat$/$1/``), every
   node and ``admin`` are super users, and the authorizer is on: anybody else needs ACLs.
@@ -20,7 +21,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.node.certs import CertificateAuthority, Issued, make_ca
+from api.node.certs import CertificateAuthority, Issued, make_ca, make_signing_key
 
 PRINCIPAL_RULES = "RULE:^CN=([^,]+),O=Longboat$/$1/,DEFAULT"
 
@@ -41,13 +42,15 @@ class SecureSetup:
     ca: CertificateAuthority
     admin: Issued
     nodes: dict[int, Issued]
+    jwt_issuer: Issued
+    """ES256 key pair bearer tokens are signed with (``cert`` is the public key)."""
 
     @classmethod
     def create(cls, root: Path, node_ids: list[int]) -> SecureSetup:
         tls = root / "tls"
         ca = make_ca(tls)
         nodes = {i: ca.issue(f"node-{i}", tls) for i in node_ids}
-        return cls(root, ca, ca.issue("admin", tls), nodes)
+        return cls(root, ca, ca.issue("admin", tls), nodes, make_signing_key(tls))
 
     @property
     def super_users(self) -> str:
@@ -93,7 +96,12 @@ class SecureSetup:
                 *common,
                 "",
                 self._settings(
-                    "CLIENT", node_id, "requested", http_auth_mechanisms=["basic", "bearer"]
+                    "CLIENT",
+                    node_id,
+                    "requested",
+                    http_auth_mechanisms=["basic", "bearer"],
+                    jwt_public_key_file=self.jwt_issuer.cert,
+                    jwt_audience="longboat",
                 ),
                 self._settings("BROKER", node_id, "required"),
                 self._settings("CONTROLLER", node_id, "required"),
