@@ -41,13 +41,16 @@ from aiohttp import web
 from api.http.auth import (
     AUTH_STATE_KEY,
     LISTENER_AUTH,
+    AclSource,
     AuthState,
     Credentials,
     JwtSettings,
     ListenerAuth,
+    StaticAcls,
     StaticCredentials,
     auth_middleware,
 )
+from api.http.authz import AUTHORIZER_KEY, Authorizer, authz_middleware
 from api.http.principals import PrincipalMapper, PrincipalMappingError
 from api.node.config import ConfigError, ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
 from api.node.listener import GuardedSite, ListenerLimits, limits_of
@@ -260,17 +263,25 @@ async def start_listeners(
 
 
 def install(
-    app: web.Application, config: NodeConfig, credentials: Credentials | None = None
+    app: web.Application,
+    config: NodeConfig,
+    credentials: Credentials | None = None,
+    acls: AclSource | None = None,
 ) -> AuthState:
-    """Add the listener and authentication middlewares to ``app`` (before it is frozen),
-    after the error middleware so their answers have the shape of any other.
-    ``credentials``: the users' SCRAM credentials (none known without)."""
+    """Add the listener, authentication and (with ``authorizer_enable``) authorization
+    middlewares to ``app`` (before it is frozen), after the error middleware so their
+    answers have the shape of any other. ``credentials``: the users' SCRAM credentials,
+    ``acls``: the ACL bindings (none known without either)."""
     app[LISTENERS_KEY] = Listeners({s.name: listener_auth(s) for s in config.listener_specs()})
-    state = app[AUTH_STATE_KEY] = AuthState(
-        credentials or StaticCredentials(), super_users=super_users(config)
-    )
+    supers = super_users(config)
+    state = app[AUTH_STATE_KEY] = AuthState(credentials or StaticCredentials(), super_users=supers)
     app.middlewares.append(listener_middleware)
     app.middlewares.append(auth_middleware)
+    if config.authorizer_enable:
+        app[AUTHORIZER_KEY] = Authorizer(
+            acls or StaticAcls(), supers, config.allow_everyone_if_no_acl_found
+        )
+        app.middlewares.append(authz_middleware)
     return state
 
 

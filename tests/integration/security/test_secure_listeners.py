@@ -28,7 +28,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, 
 
 
 def _request(
-    url: str, ctx: ssl.SSLContext | None, *, method: str = "GET", body: bytes | None = None,
+    url: str,
+    ctx: ssl.SSLContext | None,
+    *,
+    method: str = "GET",
+    body: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
@@ -105,3 +109,146 @@ def test_an_expired_certificate_is_refused(cluster: tuple[Quorum, Brokers]) -> N
     ctx.load_cert_chain(old.cert, old.key)
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         _request(b.broker_url(101) + "/internal/broker/v1/replicas", ctx)
+
+
+def _token(q: Quorum, sub: str, *, exp_s: int = 300, aud: str = "longboat") -> str:
+    import time
+
+    import jwt
+
+    assert q.secure is not None
+    key = q.secure.jwt_issuer.key.read_text()
+    now = int(time.time())
+    return jwt.encode({"sub": sub, "aud": aud, "exp": now + exp_s}, key, algorithm="ES256")
+
+
+def _json_call(
+    url: str,
+    ctx: ssl.SSLContext | None,
+    *,
+    method: str = "GET",
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    h = {"Content-Type": "application/json", **(headers or {})}
+    status, raw = _request(url, ctx, method=method, body=data, headers=h)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+@pytest.fixture(scope="module")
+def topic(cluster: tuple[Quorum, Brokers]) -> str:
+    _q, b = cluster
+    _, clusters = _json_call(b.url(101) + "/v3/clusters", b.ssl)
+    cid = clusters["data"][0]["cluster_id"]
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/topics",
+        b.ssl,
+        method="POST",
+        body={"topic_name": "secret", "partitions_count": 1, "replication_factor": 2},
+    )
+    assert status in (200, 201), body
+    for i in range(3):
+        status, body = _json_call(
+            f"{b.url(101)}/topics/secret",
+            b.ssl,
+            method="POST",
+            body={"records": [{"value": {"n": i}}]},
+        )
+        assert status == 200, body
+    return cid
+
+
+def test_missing_or_bad_credentials_get_401(cluster: tuple[Quorum, Brokers]) -> None:
+    q, b = cluster
+    anon = q.secure.client_ssl(admin=False) if q.secure else None
+    status, body = _json_call(b.url(101) + "/v3/clusters", anon)
+    assert status == 401 and body["error_code"] == 40101, body
+    bad_basic = {"Authorization": "Basic " + __import__("base64").b64encode(b"eve:guess").decode()}
+    status, body = _json_call(b.url(101) + "/v3/clusters", anon, headers=bad_basic)
+    assert status == 401 and body["error_code"] == 40101
+    assert "guess" not in b.log_tail(101, 200)  # the secret never reaches the log
+    assert "eve" in b.log_tail(101, 200)  # the principal it claimed does
+    expired = {"Authorization": f"Bearer {_token(q, 'alice', exp_s=-60)}"}
+    status, body = _json_call(b.url(101) + "/v3/clusters", anon, headers=expired)
+    assert status == 401 and "expired" in body["message"].lower(), body
+    wrong_aud = {"Authorization": f"Bearer {_token(q, 'alice', aud='other')}"}
+    status, body = _json_call(b.url(101) + "/v3/clusters", anon, headers=wrong_aud)
+    assert status == 401
+    # The probes need no credentials.
+    status, _ = _json_call(b.url(101) + "/v3/health", anon)
+    assert status == 200
+
+
+def test_a_principal_without_describe_cannot_tell_a_topic_exists(
+    cluster: tuple[Quorum, Brokers], topic: str
+) -> None:
+    q, b = cluster
+    anon = q.secure.client_ssl(admin=False) if q.secure else None
+    alice = {"Authorization": f"Bearer {_token(q, 'alice')}"}
+    base = f"{b.url(101)}/v3/clusters/{topic}/topics"
+    status, body = _json_call(base, anon, headers=alice)
+    assert status == 200 and body["data"] == [], body  # the list is filtered
+    hidden = _json_call(base + "/secret", anon, headers=alice)
+    missing = _json_call(base + "/nosuch", anon, headers=alice)
+    assert hidden[0] == missing[0] == 404
+    assert hidden[1]["error_code"] == missing[1]["error_code"] == 40401
+    status, body = _json_call(
+        f"{b.url(101)}/topics/secret",
+        anon,
+        method="POST",
+        headers=alice,
+        body={"records": [{"value": 1}]},
+    )
+    assert status == 404, body
+    status, body = _json_call(base, b.ssl)  # the admin sees it
+    assert [t["topic_name"] for t in body["data"]] == ["secret"]
+
+
+def test_a_forged_follower_fetch_does_not_move_the_high_watermark(
+    cluster: tuple[Quorum, Brokers], topic: str
+) -> None:
+    import msgpack
+
+    q, b = cluster
+    assert q.secure is not None
+    md = b.metadata(101)
+    part = next(t for t in md["topics"] if t["name"] == "secret")["partitions"][0]
+    leader, follower = part["leader"], next(r for r in part["replicas"] if r != part["leader"])
+
+    def hw() -> int:
+        _, body = _json_call(
+            f"{b.url(leader)}/v3/clusters/{topic}/topics/secret/partitions/0/offset", b.ssl
+        )
+        return int(body["latest_offset"])  # latest = the high watermark
+
+    before = hw()
+    forged = msgpack.packb(
+        {"topic": "secret", "partition": 0, "replica_id": follower, "fetch_offset": before + 1000}
+    )
+    mallory = q.secure.ca.issue("mallory", q.secure.root / "tls")
+    ctx = ssl.create_default_context(cafile=str(q.secure.ca.cert))
+    ctx.load_cert_chain(mallory.cert, mallory.key)
+    h = {"Content-Type": "application/x-msgpack"}
+    # On the client listener the node route does not exist; the public fetch is a consumer's.
+    status, _ = _request(
+        f"{b.url(leader)}/internal/broker/v1/fetch", ctx, method="POST", body=forged, headers=h
+    )
+    assert status == 404
+    status, raw = _request(
+        f"{b.url(leader)}/binary/v1/fetch", b.ssl, method="POST", body=forged, headers=h
+    )
+    assert status == 400 and msgpack.unpackb(raw)["error"] == "INVALID_REQUEST"
+    # On the inter-broker listener a certificate that is not a node's lacks CLUSTER_ACTION.
+    status, raw = _request(
+        f"{b.broker_url(leader)}/internal/broker/v1/fetch",
+        ctx,
+        method="POST",
+        body=forged,
+        headers=h,
+    )
+    assert status == 403, raw
+    assert hw() == before
