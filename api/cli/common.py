@@ -24,8 +24,59 @@ import click
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="longboat")
-def main() -> None:
+@click.option(
+    "--ssl-cafile",
+    metavar="PEM",
+    help="CA bundle to trust for https:// brokers. Env: LONGBOAT_SSL_CAFILE.",
+)
+@click.option("--ssl-certfile", metavar="PEM", help="Client certificate (mTLS).")
+@click.option("--ssl-keyfile", metavar="PEM", help="The client certificate's key.")
+@click.option(
+    "--username",
+    help="HTTP Basic user; the password comes from $LONGBOAT_PASSWORD or a prompt.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A file holding a bearer token (JWT). Env: LONGBOAT_TOKEN.",
+)
+def main(
+    ssl_cafile: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+    username: str | None,
+    token_file: str | None,
+) -> None:
     """Longboat: a Kafka-style event log service."""
+    # The subcommands read their client security from the environment (client_security),
+    # so these options reach every one of them without each declaring them.
+    given = {
+        "LONGBOAT_SSL_CAFILE": ssl_cafile,
+        "LONGBOAT_SSL_CERTFILE": ssl_certfile,
+        "LONGBOAT_SSL_KEYFILE": ssl_keyfile,
+        "LONGBOAT_USERNAME": username,
+    }
+    if token_file is not None:
+        given["LONGBOAT_TOKEN"] = Path(token_file).read_text().strip()
+    if username is not None and not os.environ.get("LONGBOAT_PASSWORD"):
+        given["LONGBOAT_PASSWORD"] = click.prompt(f"password for {username}", hide_input=True)
+    os.environ.update({k: v for k, v in given.items() if v is not None})
+
+
+def client_security() -> Any:
+    """The ``ClientSecurity`` the CLI's clients use: options and ``LONGBOAT_*`` variables,
+    then the TLS files of a ``longboat dev up --secure`` cluster file; None: plaintext."""
+    from api.client.security import ClientSecurity
+
+    tls = (load_cluster() or {}).get("tls") or {}
+    try:
+        return ClientSecurity.from_env(
+            ssl_cafile=tls.get("ssl_cafile"),
+            ssl_certfile=tls.get("ssl_certfile"),
+            ssl_keyfile=tls.get("ssl_keyfile"),
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
 
 
 CLUSTER_FILE_ENV = "LONGBOAT_CLUSTER_FILE"
@@ -177,16 +228,22 @@ class HttpAdmin:
         self.urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
         self.url = ""
         self._cluster_id: str | None = None
+        security = client_security()
+        self._ssl = None if security is None else security.ssl_context()
+        auth = None if security is None else security.authorization()
+        self._headers = {"Content-Type": "application/json"}
+        if auth is not None:
+            self._headers["Authorization"] = auth
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         errors = []
         for url in ([self.url] if self.url else []) + [u for u in self.urls if u != self.url]:
             req = urllib.request.Request(
-                url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+                url + path, data=data, method=method, headers=self._headers
             )
             try:
-                with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+                with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=self._ssl) as r:
                     raw = r.read()
                     self.url = url
                     return r.status, json.loads(raw) if raw else None

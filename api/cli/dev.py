@@ -10,6 +10,13 @@ its last log lines) and the others keep running, so failover can be tried on a l
 ``longboat dev restart NODE`` (another terminal) drops a request file in ``DIR/control`` that
 the running ``dev up`` acts on, (re)starting that node on its port and data; pressing ``r`` in
 ``dev up``'s terminal restarts every node that is down.
+
+``--secure`` (issue 18) makes a CA and certificates under ``DIR/tls`` and runs every listener
+with TLS and authentication (``api.node.secure_setup``): controllers on SSL with client
+certificates required, brokers' client listeners on SASL_SSL (Basic, Bearer or a client
+certificate) and inter-broker listeners on SSL. The operator is ``User:admin``, a super user,
+by its certificate or a bearer token the setup signs (``DIR/tls/admin.jwt``, valid a day); the
+cluster file names the CA and the admin certificate, so the CLI uses them.
 """
 
 from __future__ import annotations
@@ -69,6 +76,11 @@ def dev_group() -> None:
     help="First broker's Kafka protocol port (the next brokers count up); 0: none.",
 )
 @override_option
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="TLS and authentication everywhere, with a CA and certificates made under DIR/tls.",
+)
 def dev_up(
     controllers: int,
     brokers: int,
@@ -77,6 +89,7 @@ def dev_up(
     broker_port: int,
     kafka_port: int,
     overrides: tuple[str, ...],
+    secure: bool,
 ) -> None:
     """Start C controllers and B brokers on 127.0.0.1 in the foreground (Ctrl-C stops all)."""
     from api.node.localcluster import Brokers, Quorum
@@ -86,6 +99,8 @@ def dev_up(
     c_ports = [controller_port + i for i in range(controllers)]
     b_ports = [broker_port + i for i in range(brokers)]
     k_ports = [kafka_port + i for i in range(brokers)] if kafka_port else []
+    if secure:
+        k_ports = []  # the Kafka listener has no TLS or SASL yet: not on a secure cluster
     busy = [p for p in c_ports + b_ports + k_ports if not port_free("127.0.0.1", p)]
     if busy:
         raise click.ClickException(
@@ -111,7 +126,13 @@ def dev_up(
         if not sep or not key.strip():
             raise click.UsageError(f"--override {o!r}: expected KEY=VALUE")
         same_id += ["--override", o]
-    quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id)
+    setup = None
+    if secure:
+        from api.node.secure_setup import SecureSetup
+
+        ids = [*range(1, controllers + 1), *range(101, 101 + brokers)]
+        setup = SecureSetup.create(root, ids)
+    quorum = Quorum(root, controllers, ports=c_ports, extra_args=same_id, secure=setup)
     bs = Brokers(
         root,
         quorum,
@@ -140,6 +161,23 @@ def dev_up(
         bs.wait_ready(timeout_s=60)
         sup.write_cluster_file()
         b1, c1 = bs.url(bs.ids[0]), quorum.url(1)
+        curl = "curl -s"
+        secure_lines = tls_var = ""
+        if setup is not None:
+            tls = setup.root / "tls"
+            token = tls / "admin.jwt"
+            token.write_text(setup.token("admin", valid_s=86_400) + "\n")
+            curl = "curl -s $TLS"
+            tls_var = (
+                f'\n  TLS="--cacert {setup.ca.cert} --cert {setup.admin.cert} '
+                f'--key {setup.admin.key}"'
+            )
+            secure_lines = f"""
+  # TLS everywhere; User:admin (a super user) by its certificate above, or by a token:
+  curl -s --cacert {setup.ca.cert} -H "Authorization: Bearer $(cat {token})" $B/v3/clusters
+  # without credentials: 401 {{"error_code":40101,...}}
+  curl -s --cacert {setup.ca.cert} $B/v3/clusters
+  # certificates and node configs: {tls}"""
         kafka_lines = ""
         if k_ports:
             kb = f"127.0.0.1:{k_ports[0]}"
@@ -156,14 +194,14 @@ Cluster file: {meta_path}   (logs: {root}/<role>-<id>/*.log)
 Console: {b1}/console/   (any broker serves it; the API: {b1}/openapi)
 
 Try:
-  B={b1} CID={cluster_id}
-  curl -s -X POST $B/v3/clusters/$CID/topics -H 'Content-Type: application/json' \\
+  B={b1} CID={cluster_id}{tls_var}
+  {curl} -X POST $B/v3/clusters/$CID/topics -H 'Content-Type: application/json' \\
     -d '{{"topic_name": "demo", "partitions_count": 3, "replication_factor": 3}}'
-  curl -s -X POST $B/v3/clusters/$CID/topics/demo/records -H 'Content-Type: application/json' \\
+  {curl} -X POST $B/v3/clusters/$CID/topics/demo/records -H 'Content-Type: application/json' \\
     -d '{{"partition_id": 0, "key": {{"type": "STRING", "data": "alice"}}, "value": {{"type": "JSON", "data": {{"item": "tea"}}}}}}'
-  curl -s "$B/v3/clusters/$CID/topics/demo/partitions/0/records?offset=0&format=json&key_format=string&timeout_ms=0"
-  curl -s $B/v3/health/ready
-  curl -s {c1}/v3/quorum/status
+  {curl} "$B/v3/clusters/$CID/topics/demo/partitions/0/records?offset=0&format=json&key_format=string&timeout_ms=0"
+  {curl} $B/v3/health/ready
+  {curl} {c1}/v3/quorum/status{secure_lines}
 
   export LONGBOAT_CLUSTER_FILE={meta_path}   # the CLI finds the cluster through it
   echo 'bob:an oar' | longboat produce demo --key-separator :
@@ -262,6 +300,13 @@ class _Supervisor:
                 for i in range(1, self.quorum.n + 1)
             ],
         }
+        setup = self.quorum.secure
+        if setup is not None:  # the CLI's TLS files (api.cli.common.client_security)
+            desc["tls"] = {
+                "ssl_cafile": str(setup.ca.cert),
+                "ssl_certfile": str(setup.admin.cert),
+                "ssl_keyfile": str(setup.admin.key),
+            }
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(desc, indent=2) + "\n")
         tmp.replace(self.root / "cluster.json")

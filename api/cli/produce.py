@@ -26,7 +26,7 @@ from typing import Any
 import click
 import orjson
 
-from api.cli.common import bootstrap_option, main, resolve_bootstrap, run_loop
+from api.cli.common import bootstrap_option, client_security, main, resolve_bootstrap, run_loop
 from api.cli.console_format import (
     FormatError,
     Header,
@@ -292,6 +292,7 @@ async def _produce(
         compression=compression,
         linger_ms=linger_ms,
         enable_idempotence=idempotent,
+        security=client_security(),
     ) as p:
         tail = b""
         while True:
@@ -674,7 +675,10 @@ async def _consume(
 
     how, arg = start
     async with AsyncConsumer(
-        bootstrap, auto_offset_reset="earliest" if how != "latest" else "latest", max_wait_ms=500
+        bootstrap,
+        auto_offset_reset="earliest" if how != "latest" else "latest",
+        max_wait_ms=500,
+        security=client_security(),
     ) as c:
         have = await c.partitions_for(topic)
         missing = sorted(set(partitions) - set(have))
@@ -716,6 +720,7 @@ async def _consume_group(
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=True,
         max_wait_ms=500,
+        security=client_security(),
     ) as c:
         c.subscribe([topic])
         return await _print_polls(

@@ -28,9 +28,8 @@ and a changed or removed credential takes effect at once.
 The liveness and readiness probes (``/v3/health``, ``/v3/health/ready``) need no credentials.
 
 Principal propagation: a broker forwarding a request sends the user's principal in
-``Longboat-Principal``; it is believed only on a broker or controller listener from a node
-principal (a super user), and becomes the request's principal (``request[VIA]`` keeps the
-node's).
+``Longboat-Principal``; it is believed only from a node principal (a super user), and becomes
+the request's principal (``request[VIA]`` keeps the node's); from anybody else it is ignored.
 """
 
 from __future__ import annotations
@@ -166,9 +165,9 @@ class ListenerAuth:
     jwt: JwtSettings | None = None
 
 
-LISTENER_AUTH = "longboat.listener_auth"
-PRINCIPAL = "longboat.principal"
-VIA = "longboat.via"
+LISTENER_AUTH: web.RequestKey[ListenerAuth] = web.RequestKey("listener_auth", ListenerAuth)
+PRINCIPAL: web.RequestKey[str] = web.RequestKey("principal", str)
+VIA: web.RequestKey[str] = web.RequestKey("via", str)
 """The node principal a propagated request came through."""
 
 
@@ -324,17 +323,11 @@ async def auth_middleware(
     if request.headers.get("Authorization") is not None:
         state.throttle.on_success(source)
     propagated = request.headers.get(PRINCIPAL_HEADER)
-    if propagated is not None:
-        if principal in state.super_users:
-            request[VIA] = principal
-            principal = propagated
-        elif "client" not in listener.kinds:
-            # On a node listener only nodes send it; a client listener ignores it (the
-            # request keeps its own principal, which is never more than it had).
-            state.note_failure(
-                listener.name, source, principal, f"{PRINCIPAL_HEADER} from a non-node principal"
-            )
-            return _unauthorized(f"{PRINCIPAL_HEADER} is only for nodes", listener)
+    if propagated is not None and principal in state.super_users:
+        # From anybody else it is ignored: the request keeps its own principal, never more
+        # than it had (and a plaintext cluster's ANONYMOUS forwarding keeps working).
+        request[VIA] = principal
+        principal = propagated
     request[PRINCIPAL] = principal
     token = CURRENT_PRINCIPAL.set(principal)
     try:

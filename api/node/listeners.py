@@ -142,7 +142,7 @@ def listener_auth(spec: ListenerSpec) -> ListenerAuth:
 
 
 LISTENERS_KEY: web.AppKey[Listeners] = web.AppKey("listeners", Listeners)
-LISTENER_SPEC_KEY = "longboat.listener"
+LISTENER_SPEC_KEY: web.RequestKey[ListenerSpec] = web.RequestKey("listener", ListenerSpec)
 """``request[LISTENER_SPEC_KEY]``: the ``ListenerSpec`` the request came in on."""
 
 

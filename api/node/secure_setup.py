@@ -110,6 +110,16 @@ class SecureSetup:
         path.write_text("\n".join(body))
         return path
 
+    def token(self, user: str, *, valid_s: int = 3600, audience: str = "longboat") -> str:
+        """A bearer token for ``User:<user>`` signed by this setup's issuer key."""
+        import time
+
+        import jwt
+
+        now = int(time.time())
+        claims = {"sub": user, "aud": audience, "iat": now, "exp": now + valid_s}
+        return jwt.encode(claims, self.jwt_issuer.key.read_text(), algorithm="ES256")
+
     def client_ssl(self, *, admin: bool = True) -> ssl.SSLContext:
         """Trusts the CA; presents the admin certificate unless ``admin`` is False."""
         ctx = ssl.create_default_context(cafile=str(self.ca.cert))

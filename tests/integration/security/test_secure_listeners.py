@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import socket
 import ssl
 import urllib.error
 import urllib.request
