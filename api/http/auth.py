@@ -224,6 +224,23 @@ class AuthState:
         )
 
 
+def failed_login_gauges(state: AuthState) -> Callable[[], list[tuple[str, str, float, Any]]]:
+    """``longboat_failed_logins`` by listener, for ``BrokerMetrics.add_gauges``."""
+
+    def gauges() -> list[tuple[str, str, float, Any]]:
+        return [
+            (
+                "longboat_failed_logins",
+                "Requests refused 401 since the process started, by listener",
+                float(n),
+                {"listener": name},
+            )
+            for name, n in sorted(state.failed_logins.items())
+        ]
+
+    return gauges
+
+
 AUTH_STATE_KEY: web.AppKey[AuthState] = web.AppKey("auth_state", AuthState)
 
 

@@ -54,6 +54,7 @@ import orjson
 from aiohttp import web
 
 from api.http.app import add_public_routes
+from api.http.auth import failed_login_gauges
 from api.http.console import add_console_routes
 from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
@@ -301,7 +302,7 @@ def build_broker(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
-    listeners.install(app, config)
+    auth = listeners.install(app, config)
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
@@ -350,6 +351,7 @@ def build_broker(
         replicas.txn_verifier = txn_verifier(srv.txn, replicas.leader_url, srv.txn.session.get)
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     add_console_routes(app, srv, http)  # the web console, /console/ (read-only)
+    http.metrics.add_gauges(failed_login_gauges(auth))
     if config.kafka_address is not None:
         srv.kafka = KafkaListener(
             KafkaContext(

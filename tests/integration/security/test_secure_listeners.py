@@ -251,3 +251,159 @@ def test_a_forged_follower_fetch_does_not_move_the_high_watermark(
     )
     assert status == 403, raw
     assert hw() == before
+
+
+SUBST = {
+    "{topic}": "secret",
+    "{group}": "g1",
+    "{partition}": "0",
+    "{broker_id}": "101",
+    "{subject}": "secret-value",
+    "{version}": "1",
+    "{id}": "1",
+    "{name}": "retention.ms",
+    "{consumer}": "c1",
+    "{instance}": "i1",
+}
+
+
+def _all_routes(tmp: Path) -> set[tuple[str, str]]:
+    import logging
+
+    from api.node.broker_app import build_broker
+    from api.node.config import load_config
+    from api.node.controller_app import build_controller
+
+    logging.disable(logging.CRITICAL)
+    try:
+        quorum = "1@h:1"
+        b, _ = build_broker(
+            load_config(
+                None, {"node_id": 101, "data_dir": str(tmp / "b"), "controller_quorum": quorum}
+            ),
+            autostart=False,
+        )
+        c, _ = build_controller(
+            load_config(
+                None,
+                {
+                    "node_id": 1,
+                    "roles": "controller",
+                    "data_dir": str(tmp / "c"),
+                    "controller_quorum": quorum,
+                },
+            )
+        )
+    finally:
+        logging.disable(logging.NOTSET)
+    return {
+        (r.method, r.resource.canonical)
+        for app in (b, c)
+        for r in app.router.routes()
+        if r.resource is not None and r.method != "HEAD"
+    }
+
+
+def test_route_matrix(cluster: tuple[Quorum, Brokers], topic: str, tmp_path: Path) -> None:
+    """Every route x {no credentials, bad credentials, a principal without ACLs, a node
+    principal}: 401/403/hidden as Kafka's rules say, and the refused calls change nothing."""
+    import base64
+
+    import msgpack
+
+    from api.http.authz import AUTHENTICATED, rule_for
+    from api.node.certs import make_ca
+    from api.node.listeners import route_kind
+    from metalog.security import ResourceType
+
+    q, b = cluster
+    assert q.secure is not None
+    offsets_before = b.get(101, f"/v3/clusters/{topic}/topics/secret/partitions/0/offset")
+    plain = q.secure.client_ssl(admin=False)
+    alice_cert = q.secure.ca.issue("alice", tmp_path)
+    alice_tls = ssl.create_default_context(cafile=str(q.secure.ca.cert))
+    alice_tls.load_cert_chain(alice_cert.cert, alice_cert.key)
+    rogue = make_ca(tmp_path / "rogue").issue("node-101", tmp_path / "rogue")
+    rogue_tls = ssl.create_default_context(cafile=str(q.secure.ca.cert))
+    rogue_tls.load_cert_chain(rogue.cert, rogue.key)
+    node_tls = ssl.create_default_context(cafile=str(q.secure.ca.cert))
+    node_tls.load_cert_chain(q.secure.nodes[102].cert, q.secure.nodes[102].key)
+    bad = {"Authorization": "Basic " + base64.b64encode(b"mallory:nope").decode()}
+    alice = {"Authorization": f"Bearer {_token(q, 'alice')}"}
+
+    def call(
+        base: str, method: str, path: str, ctx: ssl.SSLContext, h: dict[str, str]
+    ) -> int | str:
+        msgpack_route = path.startswith(("/binary/", "/internal/"))
+        body = msgpack.packb({}) if msgpack_route else b'{"topic_name": "secret2"}'
+        ctype = "application/x-msgpack" if msgpack_route else "application/json"
+        data = None if method in ("GET", "DELETE") else body
+        try:
+            status, raw = _request(
+                base + path, ctx, method=method, body=data, headers={"Content-Type": ctype, **h}
+            )
+        except (urllib.error.URLError, ssl.SSLError, ConnectionError, OSError) as e:
+            return f"refused: {type(e).__name__}"
+        if status == 200 and path.startswith("/binary/"):
+            err = msgpack.unpackb(raw).get("error")
+            return f"200 {err}"
+        return status
+
+    problems: list[str] = []
+    routes = sorted(_all_routes(tmp_path))
+    assert len(routes) > 100
+    for method, pattern in routes:
+        path = pattern.replace("{cluster_id}", topic)
+        for k, v in SUBST.items():
+            path = path.replace(k, v)
+        kind = route_kind(pattern)
+        if pattern in ("/v3/health", "/v3/health/ready"):
+            continue
+        rule = rule_for(method, pattern)
+        assert rule is not None, pattern
+        controller_only = pattern.startswith("/v3/quorum/")  # any listener, controllers'
+        if controller_only:
+            got = call(q.url(1), method, path, alice_tls, {})
+            if got != 403:
+                problems.append(f"{method} {pattern}: alice's certificate got {got}")
+            if call(q.url(1), method, path, node_tls, {}) != 200:
+                problems.append(f"{method} {pattern}: a node was refused")
+        elif kind is None or kind.value == "client":
+            base = b.url(101)
+            got_none = call(base, method, path, plain, {})
+            got_bad = call(base, method, path, plain, bad)
+            if got_none != 401 or got_bad != 401:
+                problems.append(f"{method} {pattern}: no creds {got_none}, bad {got_bad}")
+            got = call(base, method, path, plain, alice)
+            if rule is AUTHENTICATED:
+                ok = got not in (401, 403)
+            elif rule.resource_type is ResourceType.TOPIC and rule.operation.value != "CREATE":
+                ok = got in (404, "200 UNKNOWN_TOPIC_OR_PARTITION", 400)
+            else:
+                ok = got == 403 or (rule.operation is not None and got == 400)
+            if not ok:
+                problems.append(f"{method} {pattern}: alice got {got}")
+            if method == "GET":
+                got = call(base, method, path, node_tls, {})
+                if got in (401, 403):
+                    problems.append(f"{method} {pattern}: a node got {got}")
+        else:
+            base = b.broker_url(101) if kind.value == "broker" else q.url(1)
+            for who, ctx in (("no cert", plain), ("rogue", rogue_tls)):
+                got = call(base, method, path, ctx, {})
+                if not str(got).startswith("refused"):
+                    problems.append(f"{method} {pattern}: {who} got {got}")
+            got = call(base, method, path, alice_tls, {})
+            if got != 403:
+                problems.append(f"{method} {pattern}: alice's certificate got {got}")
+            got = call(base, method, path, node_tls, {})
+            if got in (401, 403, 404):
+                problems.append(f"{method} {pattern}: a node got {got}")
+    assert problems == [], "\n".join(problems)
+    # Nothing refused did anything.
+    assert b.get(101, f"/v3/clusters/{topic}/topics/secret/partitions/0/offset") == offsets_before
+    topics = b.get(101, f"/v3/clusters/{topic}/topics")["data"]
+    # (a node's group read may create __consumer_offsets: nodes may)
+    assert [t["topic_name"] for t in topics if not t["topic_name"].startswith("__")] == ["secret"]
+    metrics = _request(b.url(101) + "/metrics", b.ssl)[1].decode()
+    assert 'longboat_failed_logins{listener="CLIENT"}' in metrics
