@@ -54,7 +54,7 @@ from aiohttp import web
 from api.http.errors import JSON
 from api.http.principals import LoginThrottle, PrincipalMapper, PrincipalMappingError, subject_dn
 from common.principal import CURRENT_PRINCIPAL, PRINCIPAL_HEADER
-from metalog.security import ANONYMOUS, AclBinding, ScramCredential
+from metalog.security import ANONYMOUS, AclBinding, ResourceType, ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ class Credentials(Protocol):
 class AclSource(Protocol):
     """The ACL bindings in force (the metadata image's AclsImage, once wired)."""
 
-    def acls(self) -> Iterable[AclBinding]: ...
+    def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
+        """The bindings that can match a resource of ``resource_type``."""
+        ...
 
 
 @dataclass
@@ -91,8 +93,8 @@ class StaticCredentials:
 class StaticAcls:
     bindings: list[AclBinding] = field(default_factory=list)
 
-    def acls(self) -> Iterable[AclBinding]:
-        return self.bindings
+    def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
+        return [b for b in self.bindings if b.resource_type is resource_type]
 
 
 class AuthenticationError(Exception):
@@ -356,3 +358,24 @@ async def auth_middleware(
 def principal_of(request: web.Request) -> str:
     principal: str = request.get(PRINCIPAL, ANONYMOUS)
     return principal
+
+
+class ImageSecurity:
+    """Users and ACLs from the broker's (or controller's) current metadata image: the
+    ``ScramImage`` and ``AclsImage`` the metadata log's SCRAM and ACL records build (issue 18),
+    so every node checks the same users and a change reaches all of them through the log.
+
+    Until the image carries them (an image without ``scram``/``acls``) there are no users
+    and no ACLs: Basic logins fail and only super users pass the authorizer."""
+
+    def __init__(self, image: Callable[[], Any]) -> None:
+        self.image = image
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        scram = getattr(self.image(), "scram", None)
+        found = None if scram is None else scram.get(user, mechanism)
+        return found if isinstance(found, ScramCredential) else None
+
+    def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
+        acls = getattr(self.image(), "acls", None)
+        return () if acls is None else tuple(acls.for_type(resource_type))

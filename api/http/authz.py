@@ -292,7 +292,7 @@ class Authorizer:
         self, principal: str, host: str, op: Operation, rtype: ResourceType, name: str
     ) -> bool:
         return authorize(
-            self.acls.acls(),
+            self.acls.acls_for(rtype),
             principal,
             host,
             op,
@@ -304,7 +304,7 @@ class Authorizer:
 
     def writes_some_topic(self, principal: str, host: str) -> bool:
         """KIP-679: WRITE on any topic allows an idempotent producer id."""
-        bindings: Iterable[AclBinding] = self.acls.acls()
+        bindings: Iterable[AclBinding] = self.acls.acls_for(ResourceType.TOPIC)
         return any(
             b.resource_type is ResourceType.TOPIC
             and b.permission is Permission.ALLOW

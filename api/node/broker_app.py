@@ -54,7 +54,7 @@ import orjson
 from aiohttp import web
 
 from api.http.app import add_public_routes
-from api.http.auth import failed_login_gauges
+from api.http.auth import ImageSecurity, failed_login_gauges
 from api.http.console import add_console_routes
 from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
@@ -302,7 +302,8 @@ def build_broker(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
-    auth = listeners.install(app, config)
+    security = ImageSecurity(lambda: follower.image)
+    auth = listeners.install(app, config, credentials=security, acls=security)
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships

@@ -49,6 +49,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from api.http.auth import ImageSecurity
 from api.http.errors import error_middleware
 from api.http.metrics import add_controller_metrics
 from api.node import listeners
@@ -423,7 +424,8 @@ def build_controller(
     app = web.Application(
         middlewares=[error_middleware], client_max_size=config.http_request_bytes_max
     )
-    listeners.install(app, config)
+    security = ImageSecurity(lambda: svc.controller.image)
+    listeners.install(app, config, credentials=security, acls=security)
     app[SERVICE_KEY] = svc
     app[DATA_DIR_KEY] = data_dir
     svc.node.add_routes(app)
