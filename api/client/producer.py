@@ -206,7 +206,11 @@ class AsyncProducer:
         self._loop = asyncio.get_running_loop()
 
     async def __aenter__(self) -> AsyncProducer:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()  # a producer that could not start holds no session
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -292,6 +292,8 @@ class MetadataCache:
                         url, "/v3/broker/metadata", timeout_s=min(5.0, timeout_s)
                     )
                 except ClientError as e:
+                    if e.code == "SASL_AUTHENTICATION_FAILED":
+                        raise  # not retriable: the same credentials fail everywhere (Kafka)
                     errors.append(str(e))
                     continue
                 md = ClusterMetadata.from_summary(data)

@@ -54,6 +54,7 @@ from aiohttp import web
 from api.http.errors import JSON
 from api.http.principals import LoginThrottle, PrincipalMapper, PrincipalMappingError, subject_dn
 from common.principal import CURRENT_PRINCIPAL, PRINCIPAL_HEADER
+from metalog.image import MetadataImage
 from metalog.security import ANONYMOUS, AclBinding, ResourceType, ScramCredential
 
 log = logging.getLogger(__name__)
@@ -363,19 +364,13 @@ def principal_of(request: web.Request) -> str:
 class ImageSecurity:
     """Users and ACLs from the broker's (or controller's) current metadata image: the
     ``ScramImage`` and ``AclsImage`` the metadata log's SCRAM and ACL records build (issue 18),
-    so every node checks the same users and a change reaches all of them through the log.
+    so every node checks the same users and a change reaches all of them through the log."""
 
-    Until the image carries them (an image without ``scram``/``acls``) there are no users
-    and no ACLs: Basic logins fail and only super users pass the authorizer."""
-
-    def __init__(self, image: Callable[[], Any]) -> None:
+    def __init__(self, image: Callable[[], MetadataImage]) -> None:
         self.image = image
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        scram = getattr(self.image(), "scram", None)
-        found = None if scram is None else scram.get(user, mechanism)
-        return found if isinstance(found, ScramCredential) else None
+        return self.image().scram.get(user, mechanism)
 
     def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
-        acls = getattr(self.image(), "acls", None)
-        return () if acls is None else tuple(acls.for_type(resource_type))
+        return self.image().acls.for_type(resource_type)

@@ -17,7 +17,8 @@ resource it names (from the path, the msgpack body of a binary route, or the JSO
 * cluster and broker descriptions, and the client's metadata, need only authentication (as
   Kafka's Metadata and DescribeCluster): their topic lists are filtered to the topics the
   principal may DESCRIBE, and the v3 and v2 topic lists likewise;
-* metrics and the quorum's status DESCRIBE on the CLUSTER;
+* metrics and the quorum's status DESCRIBE on the CLUSTER; listing ACLs and users DESCRIBE on
+  the CLUSTER, changing them ALTER on the CLUSTER (as Kafka);
 * the Schema Registry: reads need authentication; writes to a subject WRITE on the topic it
   names under the default TopicNameStrategy (``orders-value`` -> ``orders``), global config
   and mode writes ALTER_CONFIGS on the CLUSTER.
@@ -187,6 +188,16 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", V3T + "/records"): _topic(W),
     ("POST", V3T + "/records:batch"): _topic(W),
     ("GET", V3C + "/consumer-groups"): CLUSTER_DESCRIBE,
+    # ACL and SCRAM administration (Kafka's DescribeAcls/CreateAcls/DeleteAcls and
+    # Describe/AlterUserScramCredentials).
+    ("GET", V3C + "/acls"): CLUSTER_DESCRIBE,
+    ("POST", V3C + "/acls"): Rule(Operation.ALTER),
+    ("DELETE", V3C + "/acls"): Rule(Operation.ALTER),
+    ("POST", V3C + "/acls:batch"): Rule(Operation.ALTER),
+    ("GET", V3C + "/users"): CLUSTER_DESCRIBE,
+    ("POST", V3C + "/users"): Rule(Operation.ALTER),
+    ("GET", V3C + "/users/{user}"): CLUSTER_DESCRIBE,
+    ("DELETE", V3C + "/users/{user}"): Rule(Operation.ALTER),
     ("GET", V3G): _group(D),
     ("GET", V3G + "/consumers"): _group(D),
     ("GET", V3G + "/consumers/{consumer}"): _group(D),

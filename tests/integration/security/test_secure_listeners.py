@@ -264,6 +264,7 @@ SUBST = {
     "{name}": "retention.ms",
     "{consumer}": "c1",
     "{instance}": "i1",
+    "{user}": "nobody",
 }
 
 
@@ -407,3 +408,85 @@ def test_route_matrix(cluster: tuple[Quorum, Brokers], topic: str, tmp_path: Pat
     assert [t["topic_name"] for t in topics if not t["topic_name"].startswith("__")] == ["secret"]
     metrics = _request(b.url(101) + "/metrics", b.ssl)[1].decode()
     assert 'longboat_failed_logins{listener="CLIENT"}' in metrics
+
+
+def _basic_h(user: str, password: str) -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_users_and_acls_from_the_metadata_log(cluster: tuple[Quorum, Brokers], topic: str) -> None:
+    """A SCRAM user and an ACL made through the admin API reach every broker through the
+    log: Basic logs in on both, exactly the granted operation is allowed, through HTTP and
+    the Python client."""
+    import asyncio
+
+    from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
+    from api.client.security import ClientSecurity
+
+    q, b = cluster
+    assert q.secure is not None
+    cid = topic
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/users",
+        b.ssl,
+        method="POST",
+        body={"user_name": "bob", "password": "an oar", "mechanism": "SCRAM-SHA-512"},
+    )
+    assert status == 200, body
+    acl = {
+        "resource_type": "TOPIC",
+        "resource_name": "secret",
+        "pattern_type": "LITERAL",
+        "principal": "User:bob",
+        "host": "*",
+        "operation": "WRITE",
+        "permission": "ALLOW",
+    }
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/acls", b.ssl, method="POST", body=acl
+    )
+    assert status == 201, body
+    plain = q.secure.client_ssl(admin=False)
+    bob = _basic_h("bob", "an oar")
+    for broker in (101, 102):  # every broker follows the log
+        deadline = __import__("time").monotonic() + 20
+        while True:
+            status, body = _json_call(
+                f"{b.url(broker)}/topics/secret",
+                plain,
+                method="POST",
+                headers=bob,
+                body={"records": [{"value": {"from": "bob"}}]},
+            )
+            if status == 200 or __import__("time").monotonic() > deadline:
+                break
+        assert status == 200, (broker, body)
+    # WRITE implies DESCRIBE: reading is refused 403, not hidden.
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/topics/secret/partitions/0/records?offset=0",
+        plain,
+        headers=bob,
+    )
+    assert (status, body["error_code"]) == (403, 40301), body
+    assert _json_call(f"{b.url(101)}/v3/clusters", plain, headers=_basic_h("bob", "x"))[0] == 401
+
+    async def client() -> None:
+        sec = ClientSecurity(ssl_cafile=str(q.secure.ca.cert), username="bob", password="an oar")
+        async with AsyncProducer(b.url(101), security=sec, enable_idempotence=False) as p:
+            md = await p.send_and_wait("secret", b"v", key=b"k")
+            assert md.offset >= 0
+        async with AsyncConsumer(b.url(101), security=sec, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("secret", 0)])
+            with pytest.raises(ClientError) as e:
+                for _ in range(20):
+                    await c.poll(timeout_ms=500)
+            assert e.value.code == "TOPIC_AUTHORIZATION_FAILED", e.value
+        nobody = ClientSecurity(ssl_cafile=str(q.secure.ca.cert))
+        with pytest.raises(ClientError) as e:
+            async with AsyncProducer(b.url(101), security=nobody, enable_idempotence=False):
+                pass
+        assert e.value.code == "SASL_AUTHENTICATION_FAILED", e.value
+
+    asyncio.run(client())
