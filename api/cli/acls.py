@@ -28,6 +28,7 @@ import click
 from api.cli.common import (
     AdminError,
     bootstrap_option,
+    client_security,
     confirm_unless_yes,
     emit_json,
     json_option,
@@ -89,7 +90,7 @@ def _who(
 
 
 def _client(bootstrap: str | None) -> Admin:
-    return Admin(resolve_bootstrap(bootstrap))
+    return Admin(resolve_bootstrap(bootstrap), security=client_security())
 
 
 def _fail(e: ClientError) -> AdminError:

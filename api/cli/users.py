@@ -18,6 +18,7 @@ import click
 from api.cli.common import (
     AdminError,
     bootstrap_option,
+    client_security,
     confirm_unless_yes,
     emit_json,
     json_option,
@@ -67,7 +68,7 @@ def users_add(
     """Set NAME's SCRAM credential (creates the user, or changes its password)."""
     password = _read_password(password_stdin)
     try:
-        Admin(resolve_bootstrap(bootstrap)).upsert_user(
+        Admin(resolve_bootstrap(bootstrap), security=client_security()).upsert_user(
             name, password, mechanism=mechanism.upper(), iterations=iterations
         )
     except ClientError as e:
@@ -81,7 +82,7 @@ def users_add(
 def users_list(bootstrap: str | None, as_json: bool) -> None:
     """Users with SCRAM credentials."""
     try:
-        users = Admin(resolve_bootstrap(bootstrap)).describe_users()
+        users = Admin(resolve_bootstrap(bootstrap), security=client_security()).describe_users()
     except ClientError as e:
         raise AdminError(e.message or str(e)) from None
     if as_json:
@@ -107,7 +108,7 @@ def users_remove(name: str, mechanism: str | None, yes: bool, bootstrap: str | N
     """Delete NAME's SCRAM credential(s)."""
     confirm_unless_yes(yes, f"Remove the credentials of user {name}?")
     try:
-        Admin(resolve_bootstrap(bootstrap)).delete_user(
+        Admin(resolve_bootstrap(bootstrap), security=client_security()).delete_user(
             name, mechanism=mechanism.upper() if mechanism else None
         )
     except ClientError as e:

@@ -2,7 +2,8 @@
 
 ``AsyncProducer``/``AsyncConsumer``/``AsyncGroupConsumer`` are the asyncio clients;
 ``Producer``/``Consumer``/``GroupConsumer`` are their synchronous twins (the same code on a
-loop thread). ``Admin`` administers ACLs and SCRAM users (docs/security.md). See docs/client.md.
+loop thread). ``Admin`` administers ACLs and SCRAM users (docs/security.md); ``ClientSecurity``
+is how any of them reaches a secure cluster. See docs/client.md.
 """
 
 from api.client.admin import Admin
@@ -15,6 +16,7 @@ from api.client.errors import (
 )
 from api.client.group import AsyncGroupConsumer
 from api.client.producer import AsyncProducer, BatchDelivery
+from api.client.security import ClientSecurity
 from api.client.sync import Consumer, GroupConsumer, Producer
 from api.client.transport import ClusterMetadata, fetch_cluster_metadata
 from api.client.types import ConsumerGroupMetadata, ConsumerRecord, RecordMetadata, TopicPartition
@@ -26,6 +28,7 @@ __all__ = [
     "AsyncProducer",
     "BatchDelivery",
     "ClientError",
+    "ClientSecurity",
     "ClusterMetadata",
     "CommitFailedError",
     "Consumer",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.client.errors import ClientError
+from api.client.security import ClientSecurity
 from metalog.security import (
     AclBinding,
     AclBindingFilter,
@@ -94,6 +95,7 @@ class Admin:
         auth: tuple[str, str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
         timeout_s: float = 30.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         urls = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
         self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
@@ -105,6 +107,11 @@ class Admin:
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
+        if security is not None:  # the TLS and credentials the other clients take
+            self._ssl = self._ssl or security.ssl_context()
+            authorization = security.authorization()
+            if authorization is not None:
+                self._headers["Authorization"] = authorization
         self._url = ""
         self._cluster_id: str | None = None
 
