@@ -16,8 +16,9 @@ the default single listener.
 
 ``ratio`` is secure / plaintext (the issue's goal: at least 0.8).
 
-``--quick``: 100,000 records through the client, 20,000 through HTTP, one run; ``--smoke``:
-5,000 and 1,000; full: 500,000 and 100,000, three runs.
+Both clusters run at once and are measured in turn, the order alternating per run.
+``--quick``: 100,000 records through the client, 20,000 through HTTP, two runs; ``--smoke``:
+5,000 and 1,000, one run; full: 500,000 and 100,000, four runs.
 
 Usage: python scripts/bench/security.py [--quick | --smoke]
 """
@@ -26,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import ssl
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -215,9 +218,9 @@ async def create_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, r
                     await asyncio.sleep(0.1)
 
 
-def run_cluster(
-    root: Path, secure: bool, runs: int, n_client: int, n_http: int
-) -> list[dict[str, float]]:
+@contextlib.contextmanager
+def cluster(root: Path, secure: bool) -> Iterator[tuple[Target, ssl.SSLContext | None, str]]:
+    """A running cluster with the topic (and, secure, the user and its ACLs) made."""
     with running_cluster(root, controllers=1, brokers=2, secure=secure) as (q, b):
         urls = [b.url(i) for i in b.ids]
         security = None
@@ -229,13 +232,14 @@ def run_cluster(
             )
             admin_ssl = q.secure.client_ssl()
         t = Target(urls, security)
-        cid = asyncio.run(setup(t, admin_ssl, secure))
-        results = []
-        for run in range(runs):
-            asyncio.run(create_topics(t, admin_ssl, cid, run))
-            results.append(asyncio.run(measure(t, cid, run, n_client, n_http)))
-            progress(f"{'secure' if secure else 'plaintext'} run {run}: {results[-1]}")
-        return results
+        yield t, admin_ssl, asyncio.run(setup(t, admin_ssl, secure))
+
+
+def measure_run(
+    t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int, n_client: int, n_http: int
+) -> dict[str, float]:
+    asyncio.run(create_topics(t, admin_ssl, cid, run))
+    return asyncio.run(measure(t, cid, run, n_client, n_http))
 
 
 def main() -> None:
@@ -244,13 +248,21 @@ def main() -> None:
     sz = size(ap.parse_args())
     n_client, n_http, runs = {
         "smoke": (5_000, 1_000, 1),
-        "quick": (100_000, 20_000, 1),
-        "full": (500_000, 100_000, 3),
+        "quick": (100_000, 20_000, 2),
+        "full": (500_000, 100_000, 4),
     }[sz]
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-security-"))
+    plain: list[dict[str, float]] = []
+    secure: list[dict[str, float]] = []
     try:
-        plain = run_cluster(root / "plain", False, runs, n_client, n_http)
-        secure = run_cluster(root / "secure", True, runs, n_client, n_http)
+        # Both clusters up at once, measured in turn (the order alternating per run), so the
+        # load of a shared machine falls on both alike.
+        with cluster(root / "plain", False) as p, cluster(root / "secure", True) as s:
+            for run in range(runs):
+                order = [(p, plain, "plaintext"), (s, secure, "secure")]
+                for (t, admin_ssl, cid), out, name in order if run % 2 == 0 else order[::-1]:
+                    out.append(measure_run(t, admin_ssl, cid, run, n_client, n_http))
+                    progress(f"{name} run {run}: {out[-1]}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     params = {"records_client": n_client, "records_http": n_http, "value_bytes": len(VALUE)}
