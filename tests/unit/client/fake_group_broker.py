@@ -97,9 +97,9 @@ class FakeGroupBroker:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_get("/v3/broker/metadata", self._metadata)
-        app.router.add_post("/internal/broker/v1/fetch", self._fetch)
-        app.router.add_post("/internal/broker/v1/list_offsets", self._list_offsets)
-        app.router.add_post("/internal/broker/v1/group/{op}", self._group)
+        app.router.add_post("/binary/v1/fetch", self._fetch)
+        app.router.add_post("/binary/v1/list_offsets", self._list_offsets)
+        app.router.add_post("/binary/v1/group/{op}", self._group)
         # Handlers still running at stop (a delayed sync, a long poll) are not waited for.
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()

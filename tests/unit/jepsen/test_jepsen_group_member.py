@@ -34,7 +34,7 @@ class _Coordinator:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v3/broker/metadata", self.metadata)
-        app.router.add_post("/internal/broker/v1/group/{op}", self.group)
+        app.router.add_post("/binary/v1/group/{op}", self.group)
         return app
 
     async def metadata(self, request: web.Request) -> web.Response:
