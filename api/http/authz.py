@@ -19,6 +19,7 @@ resource it names (from the path, the msgpack body of a binary route, or the JSO
   principal may DESCRIBE, and the v3 and v2 topic lists likewise;
 * metrics and the quorum's status DESCRIBE on the CLUSTER; listing ACLs and users DESCRIBE on
   the CLUSTER, changing them ALTER on the CLUSTER (as Kafka);
+* the web console's pages need authentication, its data DESCRIBE on the CLUSTER;
 * the Schema Registry: reads need authentication; writes to a subject WRITE on the topic it
   names under the default TopicNameStrategy (``orders-value`` -> ``orders``), global config
   and mode writes ALTER_CONFIGS on the CLUSTER.
@@ -157,12 +158,22 @@ BINARY: dict[str, Rule] = {
     "group/list": Rule(D, binary=True),
     "group/reset_offsets": _bin(R, G, "group"),
     "group/delete": _bin(Operation.DELETE, G, "group"),
+    "group/delete_offsets": _bin(Operation.DELETE, G, "group"),
 }
 
 RULES: dict[tuple[str, str], Rule] = {
     **{("POST", f"/binary/v1/{route}"): rule for route, rule in BINARY.items()},
     ("GET", "/v3/broker/metadata"): AUTHENTICATED,
     ("GET", "/openapi.json"): AUTHENTICATED,
+    ("GET", "/openapi"): AUTHENTICATED,
+    # The read-only web console: its pages need a login, what it shows is the cluster's.
+    ("GET", "/console"): AUTHENTICATED,
+    ("GET", "/console/"): AUTHENTICATED,
+    ("GET", "/console/static"): AUTHENTICATED,
+    **{
+        ("GET", f"/console/api/{p}"): CLUSTER_DESCRIBE
+        for p in ("local", "cluster", "topics", "topics/{topic}", "reports", "reports/{run}")
+    },
     ("GET", "/metrics"): CLUSTER_DESCRIBE,
     ("GET", "/v3/quorum/status"): CLUSTER_DESCRIBE,
     ("GET", "/v3/quorum/metadata"): CLUSTER_DESCRIBE,
@@ -205,6 +216,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", V3G + "/lags"): _group(D),
     ("GET", V3G + "/lags/{topic}/partitions/{partition}"): _group(D),
     ("GET", V3G + "/lag-summary"): _group(D),
+    ("POST", V3G + "/offsets:reset"): _group(R),  # Kafka's AlterConsumerGroupOffsets
+    ("POST", V3G + "/offsets:delete"): _group(Operation.DELETE),  # Kafka's OffsetDelete
     # v2 (REST Proxy)
     ("GET", "/topics"): AUTHENTICATED,  # filtered
     ("GET", "/topics/{topic}"): _topic(D),
