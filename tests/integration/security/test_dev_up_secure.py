@@ -1,0 +1,80 @@
+"""``longboat dev up --secure`` as a user runs it: TLS and credentials everywhere, the CA
+and admin certificate in the cluster file (the CLI uses them), Ctrl-C stops it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from api.node.localcluster import free_ports
+
+pytestmark = pytest.mark.slow
+
+
+def _status(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=5, context=ctx
+        ) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_dev_up_secure(tmp_path: Path) -> None:
+    c_port, b_port = free_ports(2)
+    data = tmp_path / "dev"
+    cmd = [sys.executable, "-m", "api", "dev", "up", "--secure", "--controllers", "1"]
+    cmd += ["--brokers", "1", "--data-dir", str(data), "--controller-port", str(c_port)]
+    cmd += ["--broker-port", str(b_port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            out.append(line)
+            if "Ctrl-C stops the cluster" in line or not line:
+                break
+        text = "".join(out)
+        assert "Longboat is up" in text, text
+        assert f"B=https://127.0.0.1:{b_port}" in text and "--cacert" in text, text
+        desc = json.loads((data / "cluster.json").read_text())
+        tls = desc["tls"]
+        b = desc["brokers"][0]["url"]
+        admin = ssl.create_default_context(cafile=tls["ssl_cafile"])
+        admin.load_cert_chain(tls["ssl_certfile"], tls["ssl_keyfile"])
+        anon = ssl.create_default_context(cafile=tls["ssl_cafile"])
+        assert _status(f"{b}/v3/clusters", admin) == 200
+        assert _status(f"{b}/v3/clusters", anon) == 401
+        token = (data / "tls" / "admin.jwt").read_text().strip()
+        assert _status(f"{b}/v3/clusters", anon, {"Authorization": f"Bearer {token}"}) == 200
+        assert _status(f"https://127.0.0.1:{c_port}/v3/quorum/status", admin) == 200
+        # The CLI finds the CA and the admin certificate through the cluster file.
+        env = {"LONGBOAT_CLUSTER_FILE": str(data / "cluster.json")}
+        cli = subprocess.run(
+            [sys.executable, "-m", "api", "topics", "create", "t1", "--partitions", "1"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
