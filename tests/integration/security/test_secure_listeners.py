@@ -492,3 +492,34 @@ def test_users_and_acls_from_the_metadata_log(cluster: tuple[Quorum, Brokers], t
         assert e.value.code == "SASL_AUTHENTICATION_FAILED", e.value
 
     asyncio.run(client())
+
+
+def test_a_forwarded_request_is_checked_as_the_user_it_carries(
+    cluster: tuple[Quorum, Brokers], topic: str
+) -> None:
+    """A node forwarding a request names the user (Longboat-Principal): the receiving broker
+    checks that user's ACLs, not only the node's CLUSTER_ACTION; from a non-node the header
+    changes nothing."""
+    import msgpack
+
+    q, b = cluster
+    assert q.secure is not None
+    node = ssl.create_default_context(cafile=str(q.secure.ca.cert))
+    node.load_cert_chain(q.secure.nodes[102].cert, q.secure.nodes[102].key)
+    body = msgpack.packb({"topic": "secret", "partition": 0, "timestamp": -1})
+    h = {"Content-Type": "application/x-msgpack"}
+    url = f"{b.broker_url(101)}/internal/broker/v1/list_offsets"
+    status, raw = _request(url, node, method="POST", body=body, headers=h)
+    assert status == 200 and "offset" in msgpack.unpackb(raw), raw  # the node itself
+    as_alice = {**h, "Longboat-Principal": "User:alice"}  # alice has no ACL on secret
+    status, raw = _request(url, node, method="POST", body=body, headers=as_alice)
+    assert (status, msgpack.unpackb(raw)["error"]) == (200, "UNKNOWN_TOPIC_OR_PARTITION")
+    # A client cannot borrow the admin's identity by naming it.
+    alice_token = {"Authorization": f"Bearer {_token(q, 'alice')}"}
+    plain = q.secure.client_ssl(admin=False)
+    status, _ = _json_call(
+        f"{b.url(101)}/v3/clusters/{topic}/topics/secret",
+        plain,
+        headers={**alice_token, "Longboat-Principal": "User:admin"},
+    )
+    assert status == 404
