@@ -199,6 +199,24 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", V3T + "/records"): _topic(W),
     ("POST", V3T + "/records:batch"): _topic(W),
     ("GET", V3C + "/consumer-groups"): CLUSTER_DESCRIBE,
+    # Broker configs, reassignments, elections (Kafka's DescribeConfigs on the BROKER
+    # resource, which ACLs name as the CLUSTER; List/AlterPartitionReassignments,
+    # ElectLeaders), DeleteRecords.
+    ("GET", V3C + "/broker-configs"): Rule(Operation.DESCRIBE_CONFIGS),
+    ("GET", V3C + "/broker-configs/{name}"): Rule(Operation.DESCRIBE_CONFIGS),
+    ("GET", V3C + "/brokers/{broker_id}/configs"): Rule(Operation.DESCRIBE_CONFIGS),
+    ("GET", V3C + "/brokers/{broker_id}/configs/{name}"): Rule(Operation.DESCRIBE_CONFIGS),
+    ("GET", V3C + "/topics/-/partitions/-/reassignment"): CLUSTER_DESCRIBE,
+    ("POST", V3C + "/topics/-/partitions/-/reassignment"): Rule(Operation.ALTER),
+    ("GET", V3T + "/partitions/-/reassignment"): CLUSTER_DESCRIBE,
+    ("GET", V3T + "/partitions/{partition}/reassignment"): CLUSTER_DESCRIBE,
+    ("PATCH", V3T + "/partitions/{partition}/reassignment"): Rule(Operation.ALTER),
+    ("DELETE", V3T + "/partitions/{partition}/reassignment"): Rule(Operation.ALTER),
+    ("GET", V3C + "/reassignment-throttle"): Rule(Operation.DESCRIBE_CONFIGS),
+    ("PUT", V3C + "/reassignment-throttle"): Rule(Operation.ALTER_CONFIGS),
+    ("DELETE", V3C + "/reassignment-throttle"): Rule(Operation.ALTER_CONFIGS),
+    ("POST", V3C + "/elections"): Rule(Operation.ALTER),
+    ("POST", V3T + "/partitions/{partition}/records:delete"): _topic(Operation.DELETE),
     # ACL and SCRAM administration (Kafka's DescribeAcls/CreateAcls/DeleteAcls and
     # Describe/AlterUserScramCredentials).
     ("GET", V3C + "/acls"): CLUSTER_DESCRIBE,
