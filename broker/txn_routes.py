@@ -57,7 +57,7 @@ from broker.request_fields import (
     str_field,
     topic_value,
 )
-from broker.router import INTERNAL_PREFIX, MSGPACK
+from broker.router import INTERNAL_PREFIX, MSGPACK, PUBLIC_PREFIX
 from broker.txn.records import EPOCH_MAX, TRANSACTIONAL_ID_CHARS_MAX
 from broker.txn_coordinator import TxnCoordinator
 from broker.txn_markers import TxnVerifier
@@ -201,6 +201,8 @@ def add_txn_routes(app: web.Application, coordinator: TxnCoordinator) -> None:
     app[TXN_KEY] = coordinator
     for op, fn in OPS.items():
         app.router.add_post(f"{INTERNAL_PREFIX}/{TXN_ROUTE}/{op}", _handler(fn))
+        # The client library's public twin (issue 18: on a client listener, authenticated).
+        app.router.add_post(f"{PUBLIC_PREFIX}/{TXN_ROUTE}/{op}", _handler(fn))
 
 
 # ---------------------------------------------------------------- the partition leader's hook

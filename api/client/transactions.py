@@ -3,7 +3,7 @@
 What it owns: the producer's transactional id, its (producer id, epoch) as the coordinator
 handed them out, the phase of the current transaction, the partitions already added to it,
 and the error that ended it. ``AsyncProducer`` drives it; it talks to the transaction
-coordinator (``POST /internal/broker/v1/txn/<op>``, docs/transactions.md) through a
+coordinator (``POST /binary/v1/txn/<op>``, docs/transactions.md) through a
 ``CoordinatorClient`` that finds the coordinator and follows it when it moves.
 
 Phases (Kafka's ``TransactionManager.State``)::

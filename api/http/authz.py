@@ -14,6 +14,9 @@ resource it names (from the path, the msgpack body of a binary route, or the JSO
 * group membership, commits and v2 consumer instances READ on the GROUP, group descriptions
   and lags DESCRIBE, group deletion DELETE; listing groups DESCRIBE on the CLUSTER;
 * idempotent producer ids IDEMPOTENT_WRITE on the CLUSTER, or WRITE on some topic (KIP-679);
+  transactions WRITE (DESCRIBE to find or describe) on the TRANSACTIONAL_ID, transactional
+  offset commits READ on the GROUP (the topics a transaction adds are checked when it
+  produces to them);
 * cluster and broker descriptions, and the client's metadata, need only authentication (as
   Kafka's Metadata and DescribeCluster): their topic lists are filtered to the topics the
   principal may DESCRIBE, and the v3 and v2 topic lists likewise;
@@ -120,7 +123,7 @@ class Rule:
 AUTHENTICATED = Rule(None)
 NODE = Rule(Operation.CLUSTER_ACTION)
 CLUSTER_DESCRIBE = Rule(Operation.DESCRIBE)
-T, G = ResourceType.TOPIC, ResourceType.GROUP
+T, G, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 
 
 def _topic(op: Operation, key: str = "topic") -> Rule:
@@ -159,6 +162,15 @@ BINARY: dict[str, Rule] = {
     "group/reset_offsets": _bin(R, G, "group"),
     "group/delete": _bin(Operation.DELETE, G, "group"),
     "group/delete_offsets": _bin(Operation.DELETE, G, "group"),
+    "group/txn_commit": _bin(R, G, "group"),  # Kafka's TxnOffsetCommit
+    # The transaction coordinator (Kafka's FindCoordinator, InitProducerId, AddPartitions-
+    # ToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions on the TRANSACTIONAL_ID).
+    "txn/find_coordinator": _bin(D, X, "transactional_id"),
+    "txn/init_producer_id": _bin(W, X, "transactional_id"),
+    "txn/add_partitions": _bin(W, X, "transactional_id"),
+    "txn/add_offsets": _bin(W, X, "transactional_id"),
+    "txn/end_txn": _bin(W, X, "transactional_id"),
+    "txn/describe": _bin(D, X, "transactional_id"),
 }
 
 RULES: dict[tuple[str, str], Rule] = {
