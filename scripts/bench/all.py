@@ -29,6 +29,7 @@ BENCHMARKS = (
     "http_produce.py",
     "groups.py",
     "schemas.py",
+    "security.py",
     "spark_read.py",
     "metrics_scrape.py",
     "reassign.py",

@@ -35,6 +35,12 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "storage.encode_batch": True,
     },
     "page_cache.py": {"storage.page_cache.append": True},
+    "security.py": {
+        "security.client.produce": True,
+        "security.client.fetch": True,
+        "security.http_json.produce": True,
+        "security.http_json.fetch": True,
+    },
     "schemas.py": {
         "schemas.client.produce": True,
         "schemas.client.consume": True,
