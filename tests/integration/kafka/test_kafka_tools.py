@@ -11,6 +11,7 @@ system tests use. A JVM start costs seconds on this machine, so each test runs f
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import shutil
@@ -663,3 +664,58 @@ def test_verifiable_producer_and_consumer_lose_nothing(
     for p, off in acked:
         ends[p] = max(ends.get(p, 0), off + 1)
     assert last == ends
+
+
+# ------------------------------------------------------------------------ aiokafka
+
+
+def test_aiokafka_produce_and_group_consume_with_commit_and_resume(cluster: Cluster) -> None:
+    """A third client implementation: idempotent gzip produce with keys and headers, then a
+    group consumer that commits half way and a second one that resumes there."""
+    aiokafka = pytest.importorskip("aiokafka")
+    cluster.create_topic("aio", partitions=2)
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        p = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            compression_type="gzip",
+        )
+        await p.start()
+        try:
+            for i in range(10):
+                await p.send_and_wait(
+                    "aio", f"v{i}".encode(), key=b"k", headers=[("n", str(i).encode())]
+                )
+        finally:
+            await p.stop()
+
+        async def read(n: int, commit: bool) -> list[Any]:
+            c = aiokafka.AIOKafkaConsumer(
+                "aio",
+                bootstrap_servers=cluster.bootstrap,
+                group_id="aio-readers",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+            )
+            await c.start()
+            out: list[Any] = []
+            try:
+                async with asyncio.timeout(40):
+                    while len(out) < n:
+                        out.append(await c.getone())
+                if commit:
+                    await c.commit()
+            finally:
+                await c.stop()
+            return out
+
+        return await read(5, True), await read(5, False)
+
+    first, second = asyncio.run(run())
+    got = first + second
+    assert [m.value for m in got] == [f"v{i}".encode() for i in range(10)]
+    assert [m.offset for m in got] == list(range(10))  # one key: one partition, in order
+    assert all(m.key == b"k" for m in got)
+    assert [dict(m.headers)["n"] for m in got] == [str(i).encode() for i in range(10)]
