@@ -931,12 +931,6 @@ class GroupCoordinator:
     async def delete_group(self, group: str) -> ErrorCode:
         return await self._call(group, lambda st, now: st.handle_delete_group(group, now))
 
-    async def delete_offsets(
-        self, group: str, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, ErrorCode]:
-        wanted = list(partitions)
-        return await self._call(group, lambda st, now: st.handle_offset_delete(group, wanted, now))
-
     async def fetch_offsets(
         self,
         group: str,

@@ -541,7 +541,11 @@ async def handle_delete_groups(ctx: KafkaContext, version: int, req: Any) -> Any
 
 
 async def handle_offset_delete(ctx: KafkaContext, version: int, req: Any) -> Any:
-    """KIP-496. A missing group is a top-level GROUP_ID_NOT_FOUND, as in Kafka."""
+    """KIP-496, answered as Kafka does: a group-level refusal (GROUP_ID_NOT_FOUND...) at the
+    top; GROUP_SUBSCRIBED_TO_TOPIC on each partition of a topic a member reads, while the
+    other partitions' offsets are deleted. The coordinator refuses a request naming any
+    subscribed topic as a whole, so those are split off (from the group's description) and
+    the rest deleted in a second call, which checks the subscriptions again."""
     mod = response_module(47, version)
     wanted = [
         TopicPartition(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions
@@ -549,10 +553,17 @@ async def handle_offset_delete(ctx: KafkaContext, version: int, req: Any) -> Any
     top = ErrorCode.none
     answers: dict[TopicPartition, ErrorCode] = {}
     try:
-        per = await ctx.groups.delete_offsets(req.group_id, wanted)
-        answers = {tp: error_code(str(e)) for tp, e in per.items()}
-        if wanted and all(e == ErrorCode.group_id_not_found for e in answers.values()):
-            top, answers = ErrorCode.group_id_not_found, {}
+        err = error_code(str(await ctx.groups.delete_offsets(req.group_id, wanted)))
+        if err == ErrorCode.group_subscribed_to_topic:
+            d = await ctx.groups.describe(req.group_id)
+            subscribed = {t for m in d.members for t in m.topics}
+            rest = [tp for tp in wanted if tp.topic not in subscribed]
+            answers = {tp: err for tp in wanted if tp.topic in subscribed}
+            if rest:
+                err = error_code(str(await ctx.groups.delete_offsets(req.group_id, rest)))
+                answers.update((tp, err) for tp in rest)
+        elif err != ErrorCode.none:
+            top = err
     except CoordinatorError as e:
         top = _code(e)
     return build(

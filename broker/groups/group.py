@@ -1061,32 +1061,6 @@ class GroupCoordinatorState:
         fx.records.append(GroupTombstoneRecord(group_id))
         return self._outcome(ErrorCode.NONE, fx, g)
 
-    def handle_offset_delete(
-        self, group_id: str, partitions: Iterable[TopicPartition], now_ms: int
-    ) -> Outcome[dict[TopicPartition, ErrorCode]]:
-        """Delete committed offsets (Kafka's OffsetDelete, KIP-496): each partition's answer,
-        GROUP_SUBSCRIBED_TO_TOPIC for a topic a member of a non-empty group subscribes to
-        (its consumers would lose their place). A missing group is GROUP_ID_NOT_FOUND for all."""
-        g = self._group(group_id, create=False)
-        wanted = sorted(set(partitions))
-        if g is None:
-            return Outcome({tp: ErrorCode.GROUP_ID_NOT_FOUND for tp in wanted})
-        subscribed = (
-            set()
-            if g.state == GroupState.EMPTY
-            else {t for m in g.members.values() for t in m.topics}
-        )
-        fx = _Effects()
-        answer: dict[TopicPartition, ErrorCode] = {}
-        for tp in wanted:
-            if tp.topic in subscribed:
-                answer[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
-                continue
-            if g.offsets.pop(tp, None) is not None:
-                fx.records.append(OffsetTombstoneRecord(group_id, tp.topic, tp.partition))
-            answer[tp] = ErrorCode.NONE
-        return self._outcome(answer, fx, g)
-
     def update_topics(self, partitions_per_topic: Mapping[str, int], now_ms: int) -> Outcome[None]:
         """New topic metadata; STABLE groups whose plan no longer covers it rebalance.
 

@@ -58,4 +58,3 @@ class ErrorCode(StrEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
     # KIP-848's name for an assignor the coordinator does not have.
     UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"
-    GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"

@@ -294,6 +294,7 @@ def test_configs_describe_incremental_and_legacy_alter(cluster: Cluster) -> None
 
 def test_groups_list_describe_delete_and_offset_delete(cluster: Cluster) -> None:
     cluster.create_topic("grp", partitions=2)
+    cluster.create_topic("grp-other", partitions=1)
     produce(cluster, "grp", 6)
     admin = cluster.admin()
     kp_admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","))
@@ -311,9 +312,20 @@ def test_groups_list_describe_delete_and_offset_delete(cluster: Cluster) -> None
         with pytest.raises(confluent_kafka.KafkaException) as e:
             admin.delete_consumer_groups(["readers"])["readers"].result(timeout=15)
         assert e.value.args[0].code() == confluent_kafka.KafkaError.NON_EMPTY_GROUP
-        # OffsetDelete: no librdkafka binding, kafka-python's admin client sends it.
-        answer = kp_admin.delete_group_offsets("readers", [KPTopicPartition("grp", 0)])
-        assert answer == {KPTopicPartition("grp", 0): kafka.errors.GroupSubscribedToTopicError}
+        # OffsetDelete (no librdkafka binding: kafka-python's admin client sends it): refused
+        # per partition for the topic the member reads; another topic's offset goes.
+        c.commit(offsets=[TopicPartition("grp-other", 0, 3)], asynchronous=False)
+        answer = kp_admin.delete_group_offsets(
+            "readers", [KPTopicPartition("grp", 0), KPTopicPartition("grp-other", 0)]
+        )
+        assert answer == {
+            KPTopicPartition("grp", 0): kafka.errors.GroupSubscribedToTopicError,
+            KPTopicPartition("grp-other", 0): kafka.errors.NoError,
+        }
+        other = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions("readers", [TopicPartition("grp-other", 0)])]
+        )["readers"].result(timeout=15)
+        assert other.topic_partitions[0].offset < 0
     finally:
         c.close()
 

@@ -132,13 +132,6 @@ CASES: list[tuple[str, Setup, Act, ErrorCode]] = [
      lambda h, ids: h.st.handle_delete_group(G, h.now).response, ErrorCode.NON_EMPTY_GROUP),
     ("delete a group that does not exist", nothing,
      lambda h, ids: h.st.handle_delete_group(G, h.now).response, ErrorCode.GROUP_ID_NOT_FOUND),
-    # offset delete (KIP-496): per partition
-    ("delete offsets of a topic the members read", stable2,
-     lambda h, ids: h._take(h.st.handle_offset_delete(G, [tp("t", 0)], h.now)).response[tp("t", 0)],
-     ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),
-    ("delete offsets of a group that does not exist", nothing,
-     lambda h, ids: h._take(h.st.handle_offset_delete(G, [tp("t", 0)], h.now)).response[tp("t", 0)],
-     ErrorCode.GROUP_ID_NOT_FOUND),
 ]  # fmt: skip
 
 
@@ -177,16 +170,3 @@ def test_simple_commit_into_an_empty_or_missing_group_is_accepted() -> None:
 def test_join_request_defaults_are_kafkas() -> None:
     req = JoinRequest(G, "", frozenset({"t"}))
     assert (req.session_timeout_ms, req.rebalance_timeout_ms) == (45_000, 300_000)
-
-
-def test_offset_delete_of_an_empty_group_tombstones_only_the_named_offsets() -> None:
-    h, _ = empty_consumer_group()
-    h.commit({tp("t", 1): 5, tp("u", 0): 2})
-    before = len(h.records)
-    out = h._take(h.st.handle_offset_delete(G, [tp("t", 0), tp("t", 3)], h.now))
-    # An offset never committed is NONE too, as in Kafka, and writes nothing.
-    assert out.response == {tp("t", 0): ErrorCode.NONE, tp("t", 3): ErrorCode.NONE}
-    assert [type(r).__name__ for r in out.records] == ["OffsetTombstoneRecord"]
-    assert len(h.records) == before + 1
-    assert set(h.st.fetch_offsets(G)) == {tp("t", 1), tp("u", 0)}
-    assert h.state() == GroupState.EMPTY
