@@ -4,7 +4,8 @@ Topics and configs go to the controller as controller commands (``CreatePartitio
 ``AlterConfigs``), exactly as the HTTP API's v3 routes send them; groups go to this broker's
 ``GroupCoordinator`` (the client sends each group's request to its coordinator, found with
 FindCoordinator, as with Kafka); OffsetForLeaderEpoch reads the partition leader's epoch
-cache; DescribeCluster and DescribeConfigs read the broker's ``MetadataImage``.
+cache; DescribeCluster and DescribeConfigs read the broker's ``MetadataImage``;
+DescribeLogDirs reads the replica manager's logs.
 
 Config resources, as Kafka numbers them: TOPIC (2) is a topic's overrides over Kafka's
 defaults; BROKER (4) is a broker's dynamic overrides (name "" for the cluster-wide default).
@@ -19,6 +20,7 @@ Kafka's error names (``metalog.errors``), the coordinator's too (``broker.groups
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -595,12 +597,70 @@ async def handle_offset_delete(ctx: KafkaContext, version: int, req: Any) -> Any
     )
 
 
+# ------------------------------------------------------------------------ log dirs
+
+
+async def handle_describe_log_dirs(ctx: KafkaContext, version: int, req: Any) -> Any:
+    """This broker's one log directory and the sizes of its replicas (``kafka-log-dirs``).
+    ``offset_lag`` is Kafka's: how far the replica's log end is behind the high watermark
+    it knows (0 on a leader)."""
+    mod = response_module(35, version)
+    rm = ctx.replicas
+    wanted = (
+        None
+        if req.topics is None
+        else {(t.topic, int(p)) for t in req.topics for p in t.partitions}
+    )
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), rep in sorted(rm.by_name.items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        by_topic.setdefault(topic, []).append(
+            build(
+                mod,
+                "DescribeLogDirsPartition",
+                partition_index=partition,
+                partition_size=rep.log.size_bytes,
+                offset_lag=max(rep.high_watermark - rep.log.log_end_offset, 0),
+                is_future_key=False,
+            )
+        )
+    online = rm.log_dir.online
+    try:
+        usage = shutil.disk_usage(rm.data_dir)
+        total, usable = usage.total, usage.free
+    except OSError:
+        total = usable = -1
+    result = build(
+        mod,
+        "DescribeLogDirsResult",
+        error_code=ErrorCode.none if online else ErrorCode.kafka_storage_error,
+        log_dir=str(rm.data_dir),
+        topics=tuple(
+            build(mod, "DescribeLogDirsTopic", name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        )
+        if online
+        else (),
+        total_bytes=total,
+        usable_bytes=usable,
+    )
+    return build(
+        mod,
+        "DescribeLogDirsResponse",
+        throttle_time=ZERO_MS,
+        error_code=ErrorCode.none,
+        results=(result,),
+    )
+
+
 ADMIN_HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
     15: handle_describe_groups,
     16: handle_list_groups,
     23: handle_offset_for_leader_epoch,
     32: handle_describe_configs,
     33: handle_alter_configs,
+    35: handle_describe_log_dirs,
     37: handle_create_partitions,
     42: handle_delete_groups,
     44: handle_incremental_alter_configs,

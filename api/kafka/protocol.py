@@ -60,6 +60,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-320; 2+ carries the current leader epoch)
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
+    35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs

@@ -481,6 +481,44 @@ def test_kafka_topics_create_describe_alter_list_delete(cluster: Cluster, kafka_
     assert "jt" not in out.split()
 
 
+def test_kafka_log_dirs_describes_each_brokers_replicas(cluster: Cluster, kafka_java: Path) -> None:
+    cluster.create_topic("dirs", partitions=2)
+    produce(cluster, "dirs", 50, partition=0)  # acks=all: every in-sync replica has them
+    brokers = _log_dirs(kafka_java, cluster)
+    assert sorted(b["broker"] for b in brokers) == sorted(cluster.brokers.kafka_ports)
+    for b in brokers:
+        assert b["error"] is None
+        parts = {p["partition"]: p for p in b["partitions"]}
+        assert set(parts) == {"dirs-0", "dirs-1"}  # RF 3 on 3 brokers: every broker has both
+        assert parts["dirs-0"]["size"] > 0 and parts["dirs-1"]["size"] == 0
+        assert parts["dirs-0"]["offsetLag"] >= 0
+
+
+def _log_dirs(kafka_java: Path, cluster: Cluster) -> list[dict[str, Any]]:
+    """``kafka-log-dirs --describe`` for topic ``dirs``: per broker, its one log dir's
+    partitions (its JSON, flattened)."""
+    out = ok(
+        java(
+            kafka_java,
+            "org.apache.kafka.tools.LogDirsCommand",
+            "--bootstrap-server",
+            cluster.bootstrap,
+            "--describe",
+            "--topic-list",
+            "dirs",
+        )
+    )
+    doc = json.loads(next(ln for ln in out.splitlines() if ln.startswith("{")))
+    return [
+        {
+            "broker": b["broker"],
+            "error": b["logDirs"][0]["error"],
+            "partitions": b["logDirs"][0]["partitions"],
+        }
+        for b in doc["brokers"]
+    ]
+
+
 def test_console_producer_and_consumer_keep_keys_and_headers(
     cluster: Cluster, kafka_java: Path
 ) -> None:
