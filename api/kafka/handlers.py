@@ -60,7 +60,7 @@ from broker.router import as_replica_error
 from broker.txn_coordinator import TxnCoordinator
 from metalog.commands import CreateTopic, DeleteTopic
 from metalog.errors import MetadataError
-from metalog.image import MetadataImage
+from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage
 from metalog.records import BrokerId, TopicId
 from storage.batch import MAGIC_KAFKA, as_kafka_batch, decode_records, iter_batches
 from storage.errors import StorageError
@@ -885,11 +885,34 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
                 topic_config_error_code=0,
                 num_partitions=n,
                 replication_factor=rf,
-                configs=None,
+                # v5+: the Java AdminClient reads the created topic's configs (a null list
+                # fails its createTopics); Kafka answers every config with its source.
+                configs=_created_configs(mod, configs) if err == ErrorCode.none else (),
                 topic_id=uuid.UUID(int=0),
             )
         )
     return build(mod, "CreateTopicsResponse", throttle_time=ZERO_MS, topics=tuple(results))
+
+
+def _created_configs(mod: Any, overrides: dict[str, str]) -> tuple[Any, ...]:
+    """A new topic's configs for CreateTopics v5+: its own (source 1, TOPIC_CONFIG), else
+    Kafka's default (5, DEFAULT_CONFIG)."""
+    if not hasattr(mod, "CreatableTopicConfigs"):
+        return ()
+    merged = {**{k: (v, 5) for k, v in TOPIC_CONFIG_DEFAULTS.items()}}
+    merged.update((k, (v, 1)) for k, v in overrides.items())
+    return tuple(
+        build(
+            mod,
+            "CreatableTopicConfigs",
+            name=k,
+            value=v,
+            read_only=False,
+            config_source=src,
+            is_sensitive=False,
+        )
+        for k, (v, src) in sorted(merged.items())
+    )
 
 
 def _random_topic_id() -> Any:

@@ -54,6 +54,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn (5 is KIP-890 part 2's: the epoch bumped on every end)
     28: (0, 3),  # TxnOffsetCommit
+    # the admin APIs (api.kafka.admin)
+    15: (0, 6),  # DescribeGroups (6: an unknown group is GROUP_ID_NOT_FOUND, KIP-1043)
+    16: (0, 5),  # ListGroups
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-320; 2+ carries the current leader epoch)
+    32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs
+    35: (1, 4),  # DescribeLogDirs
+    37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
+    44: (0, 1),  # IncrementalAlterConfigs
+    47: (0, 0),  # OffsetDelete
+    60: (0, 2),  # DescribeCluster
 }
 PRODUCE_SERVED_MIN = 3
 

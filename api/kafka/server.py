@@ -18,6 +18,7 @@ import asyncio
 import logging
 import struct
 
+from api.kafka.admin import ADMIN_HANDLERS
 from api.kafka.handlers import HANDLERS, KafkaContext
 from api.kafka.protocol import (
     API_VERSIONS,
@@ -33,6 +34,8 @@ from api.kafka.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+_HANDLERS = {**HANDLERS, **ADMIN_HANDLERS}
 
 _SIZE = struct.Struct(">i")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
@@ -122,7 +125,7 @@ class KafkaListener:
         if key == API_VERSIONS:
             body = api_versions_body(version)
         else:
-            body = await HANDLERS[key](self.ctx, version, req)
+            body = await _HANDLERS[key](self.ctx, version, req)
             if body is None:
                 return None
         return encode_response(key, version, header.correlation_id, body)

@@ -60,6 +60,14 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "metadata.snapshot_catch_up": False,
         "metadata.controller_failover": False,
     },
+    "kafka_protocol.py": {
+        "kafka_protocol.produce": True,
+        "kafka_protocol.produce_mb": True,
+        "kafka_protocol.consume": True,
+        "kafka_protocol.latency_p50": True,
+        "kafka_protocol.latency_p99": True,
+        "kafka_protocol.python_client": True,
+    },
     "produce.py": {
         "produce.rf1_acks1": True,
         "produce.rf3_acks_all": True,

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""librdkafka against Longboat's Kafka listener and against Apache Kafka 4.4, in one run
+(JSON lines on stdout, progress on stderr: _report.py).
+
+Both clusters have 3 brokers on this machine and one topic of 6 partitions with RF 3 and
+``min.insync.replicas=2``; the clusters run one after the other, never together (2 cores).
+Longboat: 1 controller and 3 broker processes with ``kafka_listen``. Kafka: 3 nodes in
+KRaft combined mode (``process.roles=broker,controller``), started from the Maven Central jars
+(``scripts/setup-kafka-java.sh``) as ``kafka.Kafka`` after ``StorageTool format``, each with
+``-Xmx512m``. Each cluster first takes an unmeasured produce and consume of the same size (a
+JVM compiles its hot paths in its first seconds). Figures (100-byte records):
+
+* ``kafka_protocol.produce``: kcat (librdkafka's C client: the same library confluent-kafka
+  wraps) producing with ``acks=all`` and idempotence (``linger.ms=5``, ``batch.size=1 MiB``),
+  records/s, Longboat against Kafka; every record must land (end offsets checked). kcat and
+  not confluent-kafka's Python ``produce()`` loop, which on this machine enqueues only
+  150,000-250,000 records/s and would measure itself, not the brokers.
+* ``kafka_protocol.produce_mb``: the same in MB/s of record values.
+* ``kafka_protocol.consume``: one kcat consumer reading the topic from the start.
+* ``kafka_protocol.latency_p50`` / ``_p99``: confluent-kafka producing one record at a time at
+  a fixed 1,000 records/s (``linger.ms=0``), ms from ``produce()`` to its delivery report.
+* ``kafka_protocol.python_client``: Longboat's own Python client (``AsyncProducer.send_batch``,
+  acks=all, idempotent) to the same Longboat topic, against kcat on Longboat: the reference
+  the Kafka path is measured against.
+
+``--quick``: 300,000 records, one run; ``--smoke``: 20,000 records; full: 2,000,000, three
+runs. ``--skip-kafka`` measures Longboat alone (the Kafka figures then have no baseline).
+
+Usage: python scripts/bench/kafka_protocol.py [--quick | --smoke] [--skip-kafka]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _report import add_size_flags, figure, progress, size
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from api.client import AsyncProducer
+from api.node.localcluster import Brokers, Quorum, free_ports
+
+REPO = Path(__file__).resolve().parents[2]
+RECORD = 100
+VALUE = b"x" * RECORD
+PARTITIONS = 6
+LATENCY_RATE = 1000.0
+KAFKA_HEAP = "-Xmx512m"
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics(
+        [NewTopic(name, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
+        operation_timeout=30,
+    )[name]
+    fut.result(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        t = admin.list_topics(name, timeout=5).topics.get(name)
+        if (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == PARTITIONS
+            and all(p.leader >= 0 and len(p.isrs) == 3 for p in t.partitions.values())
+        ):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{name}: no leaders with full ISRs after 60 s")
+
+
+def kcat_path() -> str:
+    path = shutil.which("kcat")
+    if path is None:
+        subprocess.run([str(REPO / "scripts" / "setup-kafka-clients.sh")], check=True, timeout=600)
+        path = shutil.which("kcat")
+    if path is None:
+        raise RuntimeError("kcat is missing and scripts/setup-kafka-clients.sh did not install it")
+    return path
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's end offsets; retried while leadership settles (a new topic's
+    leaders may not know it yet when Metadata already names them)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused"})
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                return sum(
+                    c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(PARTITIONS)
+                )
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        c.close()
+
+
+def produce_rate(bootstrap: str, topic: str, n: int, records: Path) -> float:
+    """Records/s of n idempotent acks=all records through kcat (librdkafka's own C
+    client, reading one record a line from ``records``); all must land."""
+    before = end_offsets(bootstrap, topic)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            kcat_path(),
+            "-P",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-X",
+            "acks=all",
+            "-X",
+            "enable.idempotence=true",
+            "-X",
+            "linger.ms=5",
+            "-X",
+            f"batch.size={1 << 20}",
+            "-X",
+            "queue.buffering.max.messages=2000000",
+            "-l",
+            str(records),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    dt = time.perf_counter() - t0
+    landed = end_offsets(bootstrap, topic) - before
+    if landed != n:
+        raise RuntimeError(f"{landed} of {n} records landed")
+    return n / dt
+
+
+def consume_rate(bootstrap: str, topic: str, n: int) -> float:
+    """Records/s of one kcat consumer reading n records from the start of every partition."""
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [
+            kcat_path(),
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-c",
+            str(n),
+            "-f",
+            "%o\\n",
+            "-X",
+            f"fetch.max.bytes={8 << 20}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    dt = time.perf_counter() - t0
+    got = out.stdout.count(b"\n")
+    if got < n:
+        raise RuntimeError(f"consumed {got} of {n}")
+    return got / dt
+
+
+def latencies_ms(bootstrap: str, topic: str, n: int) -> list[float]:
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+    )
+    p.produce(topic, VALUE)
+    p.flush(30)
+    out: list[float] = []
+
+    def report(t: float) -> Callable[[Any, Any], None]:
+        def done(err: Any, _msg: Any) -> None:
+            if err is None:
+                out.append((time.perf_counter() - t) * 1000)
+
+        return done
+
+    start = time.perf_counter()
+    for i in range(n):
+        delay = start + i / LATENCY_RATE - time.perf_counter()
+        if delay > 0:
+            p.poll(delay)
+        p.produce(topic, VALUE, on_delivery=report(time.perf_counter()))
+        p.poll(0)
+    p.flush(30)
+    return out
+
+
+async def python_client_rate(bootstrap: list[str], topic: str, n: int) -> float:
+    chunk = 10_000
+    async with AsyncProducer(
+        bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        batch_size=1 << 20,
+        buffer_memory=256 << 20,
+    ) as p:
+        await p.send_batch(topic, [VALUE] * 1000)
+        await p.flush()
+        t0 = time.perf_counter()
+        futs = [await p.send_batch(topic, [VALUE] * chunk) for _ in range(max(n // chunk, 1))]
+        await asyncio.gather(*futs)
+        return max(n // chunk, 1) * chunk / (time.perf_counter() - t0)
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(int(q * len(s)), len(s) - 1)]
+
+
+# ----------------------------------------------------------------------------- clusters
+
+
+def kafka_jars() -> Path:
+    out = subprocess.run(
+        [str(REPO / "scripts" / "setup-kafka-java.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class KafkaCluster:
+    """3 Apache Kafka nodes in KRaft combined mode on 127.0.0.1, under ``root``."""
+
+    def __init__(self, root: Path, jars: Path) -> None:
+        self.root = root
+        self.jars = jars
+        ports = free_ports(6)
+        self.broker_ports, self.controller_ports = ports[:3], ports[3:]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports)
+
+    def _java(self, heap: str, main: str, *args: str) -> list[str]:
+        return ["java", heap, "-cp", f"{self.jars}/*", main, *args]
+
+    def start(self) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
+        for i in range(3):
+            node = self.root / f"node{i + 1}"
+            node.mkdir(parents=True)
+            props = node / "server.properties"
+            props.write_text(
+                "\n".join(
+                    [
+                        "process.roles=broker,controller",
+                        f"node.id={i + 1}",
+                        f"controller.quorum.voters={voters}",
+                        f"listeners=PLAINTEXT://127.0.0.1:{self.broker_ports[i]},"
+                        f"CONTROLLER://127.0.0.1:{self.controller_ports[i]}",
+                        f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.broker_ports[i]}",
+                        "controller.listener.names=CONTROLLER",
+                        "inter.broker.listener.name=PLAINTEXT",
+                        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                        f"log.dirs={node / 'data'}",
+                        "offsets.topic.replication.factor=3",
+                        "transaction.state.log.replication.factor=3",
+                        "transaction.state.log.min.isr=2",
+                        "group.initial.rebalance.delay.ms=0",
+                        "",
+                    ]
+                )
+            )
+            subprocess.run(
+                self._java(
+                    "-Xmx256m",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--cluster-id",
+                    cluster_id,
+                    "--config",
+                    str(props),
+                    "--ignore-formatted",
+                ),
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        for i in range(3):
+            node = self.root / f"node{i + 1}"
+            log = open(node / "kafka.out", "wb")  # noqa: SIM115 - closed with the process
+            self.procs.append(
+                subprocess.Popen(
+                    self._java(KAFKA_HEAP, "kafka.Kafka", str(node / "server.properties")),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "KAFKA_HEAP_OPTS": KAFKA_HEAP},
+                )
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                raise RuntimeError(f"a Kafka node exited: see {self.root}/node*/kafka.out")
+            try:
+                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                if len(md.brokers) == 3:
+                    return
+            except Exception:
+                pass
+            time.sleep(1)
+        raise RuntimeError("Kafka did not start within 120 s")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def warm_up(name: str, bootstrap: str, records: Path, n: int) -> None:
+    """A first produce and consume that is not measured: Kafka's JVMs compile their hot
+    paths in the first seconds, and a long-running broker is what is being compared."""
+    progress(f"{name}: warm-up, {n} records")
+    create_topic(bootstrap, "warm-up")
+    produce_rate(bootstrap, "warm-up", n, records)
+    consume_rate(bootstrap, "warm-up", n)
+
+
+def measure(
+    name: str, bootstrap: str, run: int, n: int, records: Path, add: Callable[[str, float], None]
+) -> None:
+    topic = f"bench-{run}"
+    create_topic(bootstrap, topic)
+    progress(f"{name} run {run + 1}: kcat (librdkafka) produce, {n} records")
+    add(f"{name}.produce", produce_rate(bootstrap, topic, n, records))
+    progress(f"{name} run {run + 1}: kcat (librdkafka) consume")
+    add(f"{name}.consume", consume_rate(bootstrap, topic, n))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_size_flags(ap)
+    ap.add_argument("--skip-kafka", action="store_true", help="Longboat alone (no Java)")
+    args = ap.parse_args()
+    n, runs, samples = {
+        "smoke": (20_000, 1, 200),
+        "quick": (300_000, 1, 2000),
+        "full": (2_000_000, 3, 5000),
+    }[size(args)]
+    root = Path(tempfile.mkdtemp(prefix="longboat-bench-kafka-"))
+    figures: dict[str, list[float]] = {}
+    lat: dict[str, list[float]] = {}
+
+    def add(name: str, v: float) -> None:
+        figures.setdefault(name, []).append(v)
+
+    jars = None if args.skip_kafka else kafka_jars()
+    kcat_path()
+    records = root / "records.txt"
+    records.write_bytes((VALUE + b"\n") * n)
+    q = Quorum(root / "longboat", 1)
+    brokers = Brokers(root / "longboat", q, 3, kafka_ports=free_ports(3))
+    try:
+        progress("starting Longboat: 1 controller, 3 brokers")
+        q.start_all()
+        brokers.start_all()
+        brokers.wait_ready(timeout_s=90)
+        boot = ",".join(f"127.0.0.1:{p}" for p in brokers.kafka_ports.values())
+        warm_up("longboat", boot, records, n)
+        for run in range(runs):
+            measure("longboat", boot, run, n, records, add)
+            progress(f"longboat run {run + 1}: Python client send_batch, {n} records")
+            http = [brokers.url(b) for b in brokers.ids]
+            add("longboat.python", asyncio.run(python_client_rate(http, f"bench-{run}", n)))
+        progress(f"longboat: latency at {LATENCY_RATE:.0f} records/s")
+        lat["longboat"] = latencies_ms(boot, "bench-0", samples)
+    finally:
+        brokers.stop_all()
+        q.stop_all()
+
+    if jars is not None:
+        kc = KafkaCluster(root / "kafka", jars)
+        try:
+            progress("starting Apache Kafka 4.4: 3 KRaft nodes")
+            kc.start()
+            warm_up("kafka", kc.bootstrap, records, n)
+            for run in range(runs):
+                measure("kafka", kc.bootstrap, run, n, records, add)
+            progress(f"kafka: latency at {LATENCY_RATE:.0f} records/s")
+            lat["kafka"] = latencies_ms(kc.bootstrap, "bench-0", samples)
+        finally:
+            kc.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+    params = {
+        "record_bytes": RECORD,
+        "records": n,
+        "partitions": PARTITIONS,
+        "replication_factor": 3,
+        "min_insync_replicas": 2,
+        "client": "kcat (librdkafka), acks=all, idempotent, linger.ms=5",
+    }
+    kafka = jars is not None
+    base = "Apache Kafka 4.4, 3 KRaft nodes, same client, same run"
+    figure(
+        "kafka_protocol.produce",
+        "records/s",
+        figures["longboat.produce"],
+        baseline=base if kafka else None,
+        baseline_values=figures.get("kafka.produce") if kafka else None,
+        params=params,
+    )
+    figure(
+        "kafka_protocol.produce_mb",
+        "MB/s",
+        [v * RECORD / 1e6 for v in figures["longboat.produce"]],
+        baseline=base if kafka else None,
+        baseline_values=[v * RECORD / 1e6 for v in figures["kafka.produce"]] if kafka else None,
+        params=params,
+    )
+    figure(
+        "kafka_protocol.consume",
+        "records/s",
+        figures["longboat.consume"],
+        baseline=base if kafka else None,
+        baseline_values=figures.get("kafka.consume") if kafka else None,
+        params=params,
+    )
+    lparams = {
+        **params,
+        "client": "confluent-kafka (librdkafka), acks=all, idempotent, linger.ms=0",
+        "rate_per_s": LATENCY_RATE,
+        "samples": samples,
+    }
+    for q_name, qv in (("p50", 0.5), ("p99", 0.99)):
+        figure(
+            f"kafka_protocol.latency_{q_name}",
+            "ms",
+            [percentile(lat["longboat"], qv)],
+            baseline=base if kafka else None,
+            baseline_values=[percentile(lat["kafka"], qv)] if kafka else None,
+            higher_is_better=False,
+            params=lparams,
+        )
+    figure(
+        "kafka_protocol.python_client",
+        "records/s",
+        figures["longboat.python"],
+        baseline="kcat (librdkafka) on Longboat's Kafka listener, same cluster and run",
+        baseline_values=figures["longboat.produce"],
+        params={**params, "client": "api.client.AsyncProducer.send_batch, acks=all, idempotent"},
+    )
+    progress(
+        "medians: "
+        + ", ".join(f"{k} {statistics.median(v):,.0f}" for k, v in sorted(figures.items()))
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
