@@ -1,0 +1,221 @@
+"""The HTTP transactional produce (``POST /v3/clusters/{id}/transactions``) against real
+processes (1 controller, 3 brokers):
+
+* a request over two topics and several partitions is visible whole at read_committed, each
+  record at the offset the answer gave;
+* a request with one bad record (unknown partition, unknown topic, bad value) fails whole
+  and leaves nothing readable at read_committed, and the id still works afterwards;
+* the same request id retried (on the same broker and on another) is answered from the
+  first commit and writes nothing more;
+* a producer of the same id elsewhere (the Python client) fences the broker's: 409, and the
+  next request takes the id back;
+* requests without an id run concurrently on the internal ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.client import AsyncProducer, ProducerFencedError
+from api.node.localcluster import running_cluster
+from tests.integration.txn.test_txn_processes import STATE_PARTITIONS, Cluster, read
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root: Path = tmp_path_factory.mktemp("txn-http")
+    with running_cluster(
+        root,
+        controllers=1,
+        broker_args=[
+            "--override",
+            f"transaction_state_log_num_partitions={STATE_PARTITIONS}",
+        ],
+    ) as (q, b):
+        c = Cluster(q, b)
+        c.create_topic("orders", 3)
+        c.create_topic("payments", 2)
+        yield c
+
+
+def cluster_id(c: Cluster, b: int) -> str:
+    with urllib.request.urlopen(f"{c.brokers.url(b)}/v3/clusters", timeout=10) as r:
+        return str(json.loads(r.read())["data"][0]["cluster_id"])
+
+
+def post(c: Cluster, b: int, body: Any, timeout_s: float = 60) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        f"{c.brokers.url(b)}/v3/clusters/{cluster_id(c, b)}/transactions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def committed(c: Cluster, topic: str, partitions: int) -> list[bytes]:
+    out: list[bytes] = []
+    for p in range(partitions):
+        out += asyncio.run(read(c.bootstrap, topic, p, "read_committed"))[0]
+    return sorted(out)
+
+
+def rec(topic: str, value: str, partition: int | None = None) -> dict[str, Any]:
+    r: dict[str, Any] = {"topic": topic, "value": {"type": "STRING", "data": value}}
+    if partition is not None:
+        r["partition_id"] = partition
+    return r
+
+
+def test_a_request_over_topics_and_partitions_is_read_whole_at_read_committed(
+    cluster: Cluster,
+) -> None:
+    body = {
+        "transactional_id": "http-a",
+        "records": [
+            rec("orders", "a-o0", 0),
+            rec("orders", "a-o1", 1),
+            rec("payments", "a-p0", 0),
+            rec("orders", "a-o2", 2),
+            {"topic": "payments", "key": {"type": "STRING", "data": "k"}, "value": None},
+            rec("orders", "a-o0b", 0),
+        ],
+    }
+    status, ans = post(cluster, cluster.any_broker(), body)
+    assert status == 200, ans
+    assert ans["duplicate"] is False
+    placed = [(r["topic_name"], r["partition_id"], r["offset"]) for r in ans["records"]]
+    assert [(t, p) for t, p, _ in placed][:4] == [
+        ("orders", 0),
+        ("orders", 1),
+        ("payments", 0),
+        ("orders", 2),
+    ]
+    # Same partition, same transaction: consecutive offsets in request order.
+    assert placed[5][2] == placed[0][2] + 1
+    assert {b"a-o0", b"a-o1", b"a-o2", b"a-o0b"} <= set(committed(cluster, "orders", 3))
+    assert b"a-p0" in committed(cluster, "payments", 2)
+
+
+def test_one_bad_record_fails_the_whole_request_and_nothing_is_visible(cluster: Cluster) -> None:
+    b = cluster.any_broker()
+    bad_bodies = [
+        ([rec("orders", "bad1-a", 0), rec("orders", "bad1-b", 7)], 404),  # no partition 7
+        ([rec("orders", "bad2-a", 0), rec("nosuchtopic", "bad2-b")], 404),
+        ([rec("orders", "bad3-a", 1), {"topic": "payments", "value": {"type": "NOPE"}}], 422),
+        ([rec("orders", "bad4-a", 2), {"value": {"type": "STRING", "data": "x"}}], 422),
+    ]
+    for records, want in bad_bodies:
+        status, ans = post(cluster, b, {"transactional_id": "http-bad", "records": records})
+        assert status == want, ans
+        assert set(ans) == {"error_code", "message"}
+        assert "records[1]" in ans["message"], ans
+    for body in ({"records": []}, {"records": "x"}, [1], {"records": [rec("orders", "x")], "y": 1}):
+        status, ans = post(cluster, b, body)
+        assert status == 422, (body, ans)
+    # Nothing of them at either level (refused before anything was sent) ...
+    values = committed(cluster, "orders", 3) + committed(cluster, "payments", 2)
+    assert not [v for v in values if v.startswith(b"bad")]
+    for p in range(3):
+        seen = asyncio.run(read(cluster.bootstrap, "orders", p, "read_uncommitted"))[0]
+        assert not [v for v in seen if v.startswith(b"bad")]
+    # ... and the id still works.
+    status, ans = post(
+        cluster, b, {"transactional_id": "http-bad", "records": [rec("orders", "bad-ok", 0)]}
+    )
+    assert status == 200, ans
+    assert b"bad-ok" in committed(cluster, "orders", 3)
+
+
+def test_a_retried_request_id_is_answered_from_the_first_commit_and_writes_once(
+    cluster: Cluster,
+) -> None:
+    b1, b2 = sorted(cluster.brokers.procs)[:2]
+    body = {
+        "transactional_id": "http-retry",
+        "request_id": "req-1",
+        "records": [rec("orders", "r1-a", 0), rec("payments", "r1-b", 1)],
+    }
+    status, first = post(cluster, b1, body)
+    assert status == 200 and first["duplicate"] is False, first
+    status, again = post(cluster, b1, body)
+    assert status == 200 and again["duplicate"] is True, again
+    assert again["records"] == first["records"]
+    # Another broker: its producer takes the id over (fencing the first) and still finds
+    # the request committed.
+    status, elsewhere = post(cluster, b2, body)
+    assert status == 200 and elsewhere["duplicate"] is True, elsewhere
+    assert elsewhere["records"] == first["records"]
+    # A new request id writes.
+    status, nxt = post(cluster, b2, {**body, "request_id": "req-2"})
+    assert status == 200 and nxt["duplicate"] is False, nxt
+    # The first broker's producer was fenced by the second: 409, then it takes the id back
+    # and recognises req-2.
+    status, fenced = post(cluster, b1, {**body, "request_id": "req-3"})
+    assert status == 409, fenced
+    status, back = post(cluster, b1, {**body, "request_id": "req-2"})
+    assert status == 200 and back["duplicate"] is True, back
+    values = committed(cluster, "orders", 3) + committed(cluster, "payments", 2)
+    assert values.count(b"r1-a") == 2 and values.count(b"r1-b") == 2  # req-1 and req-2 only
+    status, ans = post(cluster, b1, {"request_id": "x", "records": [rec("orders", "x")]})
+    assert status == 422, ans
+
+
+def test_a_newer_producer_of_the_id_fences_the_broker_and_the_next_request_takes_it_back(
+    cluster: Cluster,
+) -> None:
+    b = cluster.any_broker()
+
+    def send(value: str) -> tuple[int, dict[str, Any]]:
+        return post(
+            cluster, b, {"transactional_id": "http-fence", "records": [rec("orders", value, 0)]}
+        )
+
+    async def go() -> None:
+        assert (await asyncio.to_thread(send, "f-1"))[0] == 200
+        async with AsyncProducer(cluster.bootstrap, transactional_id="http-fence") as p:
+            await p.init_transactions()  # fences the broker's producer of the id
+            async with p.transaction():
+                await (await p.send("orders", b"f-client", partition=1))
+            status, ans = await asyncio.to_thread(send, "f-2")
+            assert status == 409 and ans["error_code"] == 40901, ans
+            assert "PRODUCER_FENCED" in ans["message"]
+            status, ans = await asyncio.to_thread(send, "f-3")  # takes the id back
+            assert status == 200, ans
+            with pytest.raises(ProducerFencedError):
+                async with p.transaction():
+                    await (await p.send("orders", b"f-zombie", partition=1))
+
+    asyncio.run(go())
+    values = committed(cluster, "orders", 3)
+    assert {b"f-1", b"f-client", b"f-3"} <= set(values)
+    assert b"f-2" not in values and b"f-zombie" not in values
+
+
+def test_requests_without_an_id_run_concurrently(cluster: Cluster) -> None:
+    b = cluster.any_broker()
+
+    def one(i: int) -> tuple[int, dict[str, Any]]:
+        return post(cluster, b, {"records": [rec("orders", f"anon-{i}-{k}") for k in range(5)]})
+
+    async def go() -> list[tuple[int, dict[str, Any]]]:
+        return await asyncio.gather(*(asyncio.to_thread(one, i) for i in range(12)))
+
+    results = asyncio.run(go())
+    assert all(s == 200 for s, _ in results), results
+    values = committed(cluster, "orders", 3)
+    assert sum(v.startswith(b"anon-") for v in values) == 60
