@@ -263,6 +263,7 @@ class TxnProducers:
         self._named: OrderedDict[str, _Entry] = OrderedDict()
         self._free_slots: list[int] = list(range(INTERNAL_SLOTS_MAX))
         self._slot_free = asyncio.Condition()
+        self._internal = {f"__longboat-http.{broker_id}.{n}" for n in range(INTERNAL_SLOTS_MAX)}
         self._closed = False
         self.created = 0
 
@@ -292,7 +293,7 @@ class TxnProducers:
             async with self._slot_free:
                 await self._slot_free.wait_for(lambda: bool(self._free_slots))
                 slot = self._free_slots.pop()
-            name = f"__longboat-http.{self.broker_id}.{slot}"
+            name = f"__longboat-http.{self.broker_id}.{slot}"  # one of self._internal
         else:
             name = tid
         try:
@@ -305,7 +306,11 @@ class TxnProducers:
             try:
                 async with e.lock:
                     if not e.ready:
-                        await e.producer.init_transactions()
+                        try:
+                            await e.producer.init_transactions()
+                        except ClientError as err:
+                            await self.drop(name, e)
+                            raise _http_error_of(err, False) from None
                         e.ready = True
                     yield name, e
             finally:
@@ -324,7 +329,7 @@ class TxnProducers:
             await e.producer.close()
 
     async def _trim(self) -> None:
-        idle = [n for n, e in self._named.items() if e.users == 0 and not n.startswith("__")]
+        idle = [n for n, e in self._named.items() if e.users == 0 and n not in self._internal]
         while len(self._named) > TXN_PRODUCERS_MAX + INTERNAL_SLOTS_MAX and idle:
             n = idle.pop(0)
             await self.drop(n, self._named[n])

@@ -32,6 +32,7 @@ BENCHMARKS = (
     "spark_read.py",
     "metrics_scrape.py",
     "reassign.py",
+    "transactions.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""
