@@ -54,11 +54,20 @@ from api.client.coordinator import CoordinatorClient
 from api.client.errors import ClientError, ProducerFencedError
 from api.client.partitioner import partition_for_key
 from api.client.transactions import TXN_OUTCOMES, TXN_ROUTE
+from api.http.auth import PRINCIPAL
+from api.http.authz import AUTHORIZER_KEY
 from api.http.context import HttpContext, ctx_of, json_body, json_response
-from api.http.errors import HttpError, kafka_error, partition_not_found, unprocessable
+from api.http.errors import (
+    HttpError,
+    kafka_error,
+    partition_not_found,
+    topic_not_found,
+    unprocessable,
+)
 from api.http.produce import max_message_bytes, now_ms, writable_topic_or_404
 from api.http.records import BATCH_OVERHEAD_BYTES, ParsedRecord, parse_all
 from broker.txn.records import PREPARED, TRANSACTION_STATE_TOPIC
+from metalog.security import Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -508,9 +517,37 @@ def _http_error_of(err: BaseException, committing: bool) -> HttpError:
 # --------------------------------------------------------------------------- route
 
 
+def authorize_topics_or_raise(request: web.Request, topics: Sequence[str]) -> None:
+    """WRITE on every topic of the request, when the node authorizes (issue 18): the route's
+    rule checked the transactional id only. A topic the principal may not even DESCRIBE is
+    answered as missing, as everywhere."""
+    az = request.app.get(AUTHORIZER_KEY)
+    principal = request.get(PRINCIPAL)
+    if az is None or principal is None:
+        return
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    host = str(peer[0]) if peer else "*"
+    for t in dict.fromkeys(topics):
+        if az.allows(principal, host, Operation.WRITE, ResourceType.TOPIC, t):
+            continue
+        if not az.allows(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, t):
+            raise topic_not_found(t)
+        raise HttpError(403, f"{principal} is not authorized to WRITE on TOPIC {t}", 40301)
+
+
 async def produce_transaction(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
-    req = await plan_request(ctx, await json_body(request))
+    body = await json_body(request)
+    if type(body) is dict and type(body.get("records")) is list:
+        authorize_topics_or_raise(
+            request,
+            [
+                r["topic"]
+                for r in body["records"]
+                if type(r) is dict and type(r.get("topic")) is str
+            ],
+        )
+    req = await plan_request(ctx, body)
     answer = await run_transaction(request.app[TXN_PRODUCERS_KEY], ctx.cluster_id, req)
     return json_response(answer)
 
