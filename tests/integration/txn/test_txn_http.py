@@ -25,7 +25,9 @@ from typing import Any
 import pytest
 
 from api.client import AsyncProducer, ProducerFencedError
-from api.node.localcluster import running_cluster
+from api.node.localcluster import running_cluster, wait_for
+from metalog.client import ControllerClient
+from metalog.commands import CreateTopic
 from tests.integration.txn.test_txn_processes import STATE_PARTITIONS, Cluster, read
 
 pytestmark = pytest.mark.slow
@@ -219,3 +221,46 @@ def test_requests_without_an_id_run_concurrently(cluster: Cluster) -> None:
     assert all(s == 200 for s, _ in results), results
     values = committed(cluster, "orders", 3)
     assert sum(v.startswith(b"anon-") for v in values) == 60
+
+
+def test_a_send_refused_mid_transaction_aborts_what_was_already_written(cluster: Cluster) -> None:
+    # Each record fits the topic's max.message.bytes (the request is accepted), but the
+    # producer batches two of them to one partition and the leader refuses the batch, after
+    # the record to another topic was appended: the transaction is aborted, so that record
+    # is in the log and never visible at read_committed.
+    async def create() -> None:
+        async with ControllerClient(cluster.quorum.urls, timeout_s=20) as cc:
+            await cc.execute(
+                CreateTopic(
+                    name="small",
+                    num_partitions=1,
+                    replication_factor=3,
+                    configs={"max.message.bytes": "1000"},
+                )
+            )
+
+    asyncio.run(create())
+    wait_for(
+        "small led everywhere",
+        lambda: all(
+            cluster.partitions("small", b) and cluster.partitions("small", b)[0]["leader"] >= 0
+            for b in cluster.brokers.procs
+        ),
+        30,
+    )
+    body = {
+        "transactional_id": "http-mid",
+        "records": [
+            rec("orders", "mid-first", 0),
+            rec("small", "m" * 600, 0),
+            rec("small", "n" * 600, 0),
+        ],
+    }
+    status, ans = post(cluster, cluster.any_broker(), body)
+    assert status == 413, ans
+    assert "nothing of this request is visible" in ans["message"], ans
+    assert b"mid-first" not in committed(cluster, "orders", 3)
+    assert not committed(cluster, "small", 1)
+    # It was written, and aborted.
+    seen = asyncio.run(read(cluster.bootstrap, "orders", 0, "read_uncommitted"))[0]
+    assert b"mid-first" in seen
