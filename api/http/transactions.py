@@ -32,8 +32,9 @@ Who owns what:
   twice, on this broker or another.
 
 Fencing: a producer fenced by a newer one of the same id (another broker or a Kafka client
-took the id) answers 409 and is dropped from the cache; the next request re-initialises the
-id (fencing the other in turn).
+took the id) answers 409 and is closed; the next request makes a new one, whose
+InitProducerId takes the id back (fencing the other in turn). A cached producer keeps the
+``transaction_timeout_ms`` of the request that made it.
 """
 
 from __future__ import annotations
@@ -254,7 +255,10 @@ def answer_body(
 
 @dataclass
 class _Entry:
-    producer: AsyncProducer
+    """One id's slot in the cache. Its lock outlives its producer: a producer that failed
+    is closed and replaced under the lock, so requests queued behind it get the new one."""
+
+    producer: AsyncProducer | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ready: bool = False
     users: int = 0
@@ -276,25 +280,23 @@ class TxnProducers:
         self._closed = False
         self.created = 0
 
-    def _new(self, tid: str, timeout_ms: int) -> _Entry:
+    def _new(self, tid: str, timeout_ms: int) -> AsyncProducer:
         self.created += 1
-        return _Entry(
-            AsyncProducer(
-                self.bootstrap,
-                transactional_id=tid,
-                transaction_timeout_ms=timeout_ms,
-                linger_ms=0,
-                # Inside the request's own deadline, so a coordinator that stays away ends
-                # as a ClientError (503) with the transaction aborted.
-                request_timeout_ms=10_000,
-                delivery_timeout_ms=20_000,
-            )
+        return AsyncProducer(
+            self.bootstrap,
+            transactional_id=tid,
+            transaction_timeout_ms=timeout_ms,
+            linger_ms=0,
+            # Inside the request's own deadline, so a coordinator that stays away ends
+            # as a ClientError (503) with the transaction aborted.
+            request_timeout_ms=10_000,
+            delivery_timeout_ms=20_000,
         )
 
     @contextlib.asynccontextmanager
     async def use(self, tid: str | None, timeout_ms: int) -> AsyncIterator[tuple[str, _Entry]]:
         """The id's producer, initialised, held alone for one request. A producer that did
-        not end its transaction cleanly is closed and forgotten (``drop``)."""
+        not end its transaction cleanly is closed and replaced (``reset``)."""
         if self._closed:
             raise HttpError(503, "The broker is shutting down.", 50302)
         slot: int | None = None
@@ -308,17 +310,18 @@ class TxnProducers:
         try:
             e = self._named.get(name)
             if e is None:
-                e = self._new(name, timeout_ms)
-                self._named[name] = e
+                e = self._named[name] = _Entry()
             self._named.move_to_end(name)
             e.users += 1
             try:
                 async with e.lock:
+                    if e.producer is None:
+                        e.producer = self._new(name, timeout_ms)
                     if not e.ready:
                         try:
                             await e.producer.init_transactions()
                         except ClientError as err:
-                            await self.drop(name, e)
+                            await self.reset(e)
                             raise _http_error_of(err, False) from None
                         e.ready = True
                     yield name, e
@@ -331,22 +334,24 @@ class TxnProducers:
                     self._free_slots.append(slot)
                     self._slot_free.notify()
 
-    async def drop(self, name: str, e: _Entry) -> None:
-        if self._named.get(name) is e:
-            del self._named[name]
-        with contextlib.suppress(Exception):
-            await e.producer.close()
+    async def reset(self, e: _Entry) -> None:
+        """Close the entry's producer (the next request makes a new one, whose
+        InitProducerId completes or aborts whatever this one left)."""
+        p, e.producer, e.ready, e.coordinator = e.producer, None, False, None
+        if p is not None:
+            with contextlib.suppress(Exception):
+                await p.close()
 
     async def _trim(self) -> None:
         idle = [n for n, e in self._named.items() if e.users == 0 and n not in self._internal]
         while len(self._named) > TXN_PRODUCERS_MAX + INTERNAL_SLOTS_MAX and idle:
-            n = idle.pop(0)
-            await self.drop(n, self._named[n])
+            await self.reset(self._named.pop(idle.pop(0)))
 
     async def close(self) -> None:
         self._closed = True
-        for n, e in list(self._named.items()):
-            await self.drop(n, e)
+        for e in list(self._named.values()):
+            await self.reset(e)
+        self._named.clear()
 
 
 TXN_PRODUCERS_KEY: web.AppKey[TxnProducers] = web.AppKey("txn_producers", TxnProducers)
@@ -389,6 +394,7 @@ async def _markers_written(e: _Entry, tid: str) -> None:
     (Kafka's too); waiting here means a client that reads after the answer, at
     read_committed, sees every record of it."""
     p = e.producer
+    assert p is not None
     if e.coordinator is None:
         e.coordinator = CoordinatorClient(
             p.transport,
@@ -416,6 +422,7 @@ async def run_transaction(
     outcome is unknown (a commit that did not answer)."""
     async with producers.use(req.transactional_id, req.timeout_ms) as (name, e):
         p = e.producer
+        assert p is not None
         committing = False
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
@@ -468,7 +475,7 @@ async def run_transaction(
                 cluster_id, req.transactional_id, req.request_id, placed, duplicate=False
             )
         except ProducerFencedError as err:
-            await producers.drop(name, e)
+            await producers.reset(e)
             raise HttpError(
                 409,
                 f"PRODUCER_FENCED: transactional id {name!r} was taken over by a newer "
@@ -483,7 +490,7 @@ async def run_transaction(
                 async with asyncio.timeout(5):
                     if not committing:
                         await p.abort_transaction()
-            await producers.drop(name, e)
+            await producers.reset(e)
             if isinstance(err, asyncio.CancelledError):
                 raise
             raise _http_error_of(err, committing) from None

@@ -264,3 +264,26 @@ def test_a_send_refused_mid_transaction_aborts_what_was_already_written(cluster:
     # It was written, and aborted.
     seen = asyncio.run(read(cluster.bootstrap, "orders", 0, "read_uncommitted"))[0]
     assert b"mid-first" in seen
+
+
+def test_a_request_queued_behind_a_fenced_one_gets_a_new_producer(cluster: Cluster) -> None:
+    b = cluster.any_broker()
+
+    def send(value: str) -> tuple[int, dict[str, Any]]:
+        body = {"transactional_id": "http-queue", "records": [rec("orders", value, 0)]}
+        return post(cluster, b, body)
+
+    async def go() -> list[int]:
+        assert (await asyncio.to_thread(send, "q-0"))[0] == 200
+        async with AsyncProducer(cluster.bootstrap, transactional_id="http-queue") as p:
+            await p.init_transactions()  # fences the broker's producer
+        # Both wait on the id's lock: the first finds the producer fenced (409), the second
+        # must not be handed the fenced, closed producer (it was: 409 twice).
+        answers = await asyncio.gather(
+            asyncio.to_thread(send, "q-1"), asyncio.to_thread(send, "q-2")
+        )
+        return sorted(s for s, _ in answers)
+
+    assert asyncio.run(go()) == [200, 409]
+    values = committed(cluster, "orders", 3)
+    assert b"q-0" in values and (b"q-1" in values) != (b"q-2" in values)
