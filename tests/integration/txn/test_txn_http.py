@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -287,3 +288,27 @@ def test_a_request_queued_behind_a_fenced_one_gets_a_new_producer(cluster: Clust
     assert asyncio.run(go()) == [200, 409]
     values = committed(cluster, "orders", 3)
     assert b"q-0" in values and (b"q-1" in values) != (b"q-2" in values)
+
+
+def test_with_two_brokers_of_three_paused_the_request_fails_and_nothing_is_visible(
+    cluster: Cluster,
+) -> None:
+    # Last in the module: it pauses brokers. __transaction_state has min.insync.replicas 2,
+    # so with two of three brokers stopped no coordinator can write: the request is answered
+    # 503 (or 504 when its own deadline comes first), and nothing of it is ever visible.
+    b, *others = sorted(cluster.brokers.procs)
+    body = {"transactional_id": "http-down", "records": [rec("orders", "down-1", 0)]}
+    for o in others:
+        cluster.brokers.send_signal(o, signal.SIGSTOP)
+    try:
+        status, ans = post(cluster, b, body, timeout_s=90)
+    finally:
+        for o in others:
+            cluster.brokers.send_signal(o, signal.SIGCONT)
+    assert status in (503, 504), ans
+    assert "nothing of this request is visible" in ans["message"], ans
+    cluster.brokers.wait_ready(timeout_s=60)
+    status, ans = post(cluster, b, {**body, "records": [rec("orders", "down-2", 0)]})
+    assert status == 200, ans
+    values = committed(cluster, "orders", 3)
+    assert b"down-2" in values and b"down-1" not in values
