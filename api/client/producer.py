@@ -749,11 +749,15 @@ class AsyncProducer:
         self,
         offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
         group_metadata: ConsumerGroupMetadata | str,
+        *,
+        metadata: Mapping[tuple[str, int], str] | None = None,
     ) -> None:
         """Commit a consumer group's offsets (the next offset to read, per partition) with
         this transaction: visible to the group only if it commits (Kafka's
         ``sendOffsetsToTransaction``). ``group_metadata``: the consumer's
-        ``group_metadata()``, or a group id (no member check)."""
+        ``group_metadata()``, or a group id (no member check). ``metadata``: the string
+        committed with a partition's offset (Kafka's ``OffsetAndMetadata.metadata``; the
+        HTTP transactional produce keeps its last request id there)."""
         txn = self._txn_or_raise()
         meta = (
             ConsumerGroupMetadata(group_metadata)
@@ -776,7 +780,10 @@ class AsyncProducer:
             "producer_epoch": self.producer_epoch,
             "member_id": meta.member_id,
             "generation": meta.generation,
-            "offsets": [[t, p, int(o), ""] for (t, p), o in sorted(offsets.items())],
+            "offsets": [
+                [t, p, int(o), (metadata or {}).get((t, p), "")]
+                for (t, p), o in sorted(offsets.items())
+            ],
         }
         try:
             answer = await group.call("txn_commit", body, timeout_s=self.request_timeout_s)

@@ -38,6 +38,7 @@ from api.http.metrics import (
 from api.http.openapi import openapi_document
 from api.http.openapi_page import openapi_page
 from api.http.reassign import add_reassign_routes
+from api.http.transactions import add_transaction_routes
 from api.http.v2 import add_v2_routes
 from api.http.v2_consumers import add_v2_consumer_routes
 from api.http.v3 import add_v3_routes
@@ -108,6 +109,8 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
         advertised_url=config.url,
         instance_timeout_ms=config.consumer_instance_timeout_ms,
     )
+    # Issue 19: transactional produce over HTTP (api.http.transactions).
+    add_transaction_routes(app, [config.url], config.node_id)
     app.router.add_get("/metrics", metrics_handler(metrics.scrape))
     doc = orjson.dumps(openapi_document())
 

@@ -229,6 +229,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", V3C + "/reassignment-throttle"): Rule(Operation.ALTER_CONFIGS),
     ("POST", V3C + "/elections"): Rule(Operation.ALTER),
     ("POST", V3T + "/partitions/{partition}/records:delete"): _topic(Operation.DELETE),
+    # Issue 19: transactional produce over HTTP: WRITE on the TRANSACTIONAL_ID here (when the
+    # body names one), WRITE on each topic of its records in the route itself
+    # (api.http.transactions), since a rule names one resource.
+    ("POST", V3C + "/transactions"): Rule(W, X, _json("transactional_id")),
     # ACL and SCRAM administration (Kafka's DescribeAcls/CreateAcls/DeleteAcls and
     # Describe/AlterUserScramCredentials).
     ("GET", V3C + "/acls"): CLUSTER_DESCRIBE,

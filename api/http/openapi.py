@@ -770,6 +770,43 @@ OPERATIONS += [
     ),
 ]
 
+# Issue 19: transactional produce (api.http.transactions).
+SCHEMAS["TransactionalProduce"] = {
+    "type": "object",
+    "required": ["records"],
+    "properties": {
+        "transactional_id": {"type": "string", "minLength": 1, "maxLength": 249},
+        "request_id": {"type": "string", "minLength": 1, "maxLength": 200},
+        "transaction_timeout_ms": {"type": "integer", "minimum": 1000, "maximum": 900000},
+        "records": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 10000,
+            "items": {
+                "allOf": [
+                    {"$ref": "#/components/schemas/ProduceRecord"},
+                    {
+                        "type": "object",
+                        "required": ["topic"],
+                        "properties": {"topic": {"type": "string"}},
+                    },
+                ]
+            },
+        },
+    },
+}
+OPERATIONS += [
+    (
+        "post",
+        C + "/transactions",
+        "Produce records to several topics and partitions in one transaction: all "
+        "visible at read_committed or none; a request_id makes retries idempotent.",
+        [],
+        "TransactionalProduce",
+        "200",
+    ),
+]
+
 _INT_PARAMS = {"timeout_ms", "max_bytes", "max_offset", "timeout"}
 
 

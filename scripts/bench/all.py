@@ -34,6 +34,7 @@ BENCHMARKS = (
     "metrics_scrape.py",
     "reassign.py",
     "kafka_protocol.py",
+    "transactions.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""

@@ -111,6 +111,14 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "reassign.produce_during_move": True,
         "reassign.produce_during_throttled_move": True,
     },
+    "transactions.py": {
+        "txn.produce.n10": True,
+        "txn.produce.n100": True,
+        "txn.produce.n1000": True,
+        "txn.produce.commit_100ms": True,
+        "txn.commit_ms.n10": True,
+        "consume.read_committed": True,
+    },
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}
