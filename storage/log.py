@@ -64,6 +64,7 @@ the last is durable and ``flushed_offset`` is at least the active segment's base
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
 import logging
 import os
 import threading
@@ -323,9 +324,10 @@ class PartitionLog:
         """``OutOfSpaceError`` for ENOSPC/EDQUOT from anything but an fsync (the caller has
         undone what it wrote); anything else fails the directory."""
         if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
+            code = errno_codes.errorcode.get(e.errno or 0, str(e.errno))
             return OutOfSpaceError(
-                f"{operation} in {self.dir_path}: no space left on the "
-                f"device ({e.strerror}); refused, nothing written",
+                f"{operation} in {path or getattr(e, 'filename', None) or self.dir_path}: no "
+                f"space left on the device ({code}: {e.strerror}); refused, nothing written",
                 dir_path=self.log_dir.path,
             )
         return self._fail_dir(e, operation, path or getattr(e, "filename", None) or self.dir_path)

@@ -85,6 +85,7 @@ from dataclasses import dataclass
 import crc32c
 import msgpack
 
+from common.essential import describe_error
 from common.invariant import invariant
 from raft.aio.quorum_state import QuorumStateFile
 from raft.storage_port import MemoryStorage
@@ -340,9 +341,22 @@ class DurableLog:
         self.memory = mem
 
     def close(self) -> None:
-        if self.plog is not None:
-            self.plog.close()
-            self.plog = None
+        """Close the log (a clean shutdown: its files flushed, the clean-shutdown marker
+        written). On a disk that is full or failing that write fails: say so and go on, since
+        nothing is lost (every persist was flushed; without the marker the next start runs
+        recovery), and a node stopping after a disk error must exit the named way, not on
+        this second error."""
+        plog, self.plog = self.plog, None
+        if plog is None:
+            return
+        try:
+            plog.close()
+        except (OSError, StorageError) as e:
+            log.error(
+                "raft log %s: closing it failed (%s); the next start recovers it",
+                plog.dir_path,
+                describe_error(e),
+            )
 
     # ------------------------------------------------------------------ persist (blocking)
 
