@@ -36,7 +36,14 @@ Recovery (``open``), byte rules in docs/storage-format.md:
    asked (it is reported in ``recovery``); it can only hold data that was never fsynced.
 4. Any other bad batch (below the recovery point, so fsynced, even at the very end; or
    followed by a valid batch; or anywhere in a non-last segment, which was fsynced when
-   the log rolled past it) is corruption: ``open`` raises
+   the log rolled past it) is corruption, and so is data missing where the log says it
+   was (fault-injection finding 8): a last segment ending below the recovery point (a log
+   never ends in a gap on disk: a truncation into one rolls a segment based at the new
+   end), or a closed segment ending before a batch its offset index names (the index of a
+   closed segment names its last batch; a cleaned one is indexed by the cleaner, so a
+   compaction gap is no damage). So is a scanned batch whose leader epoch is below an
+   earlier batch's or above ``leader-epoch-checkpoint``'s latest (finding 9; the epoch is
+   outside the CRC; such a batch is never a torn write). ``open`` raises
    ``CorruptSegmentError`` with the file, the byte position and the first offset lost, and
    the log is not opened, so the bad batch is never served. ``allow_truncate_corrupt=True``
    instead cuts the log at the bad batch (dropping every later segment) and says so in
