@@ -20,6 +20,7 @@ Call everything on the event loop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from typing import Any
 
@@ -28,6 +29,17 @@ log = logging.getLogger(__name__)
 
 class NodeFailedError(Exception):
     """An essential task of this node died; the message says which and why."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` for a log line an operator acts on; an ``OSError`` spells out its
+    errno's name and its file (``OSError: ENOSPC on /data/...: No space left on device``), so
+    a disk that is full reads differently from one that fails."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        code = errno.errorcode.get(exc.errno, str(exc.errno))
+        where = f" on {exc.filename}" if exc.filename else ""
+        return f"{type(exc).__name__}: {code}{where}: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Essentials:
@@ -74,4 +86,4 @@ class Essentials:
             self.fail(what, "cancelled" if task.cancelled() else "returned")
             return
         log.error("%s: %s failed", self.node, what, exc_info=exc)
-        self.fail(what, f"{type(exc).__name__}: {exc}")
+        self.fail(what, describe_error(exc))

@@ -36,7 +36,14 @@ Recovery (``open``), byte rules in docs/storage-format.md:
    asked (it is reported in ``recovery``); it can only hold data that was never fsynced.
 4. Any other bad batch (below the recovery point, so fsynced, even at the very end; or
    followed by a valid batch; or anywhere in a non-last segment, which was fsynced when
-   the log rolled past it) is corruption: ``open`` raises
+   the log rolled past it) is corruption, and so is data missing where the log says it
+   was (fault-injection finding 8): a last segment ending below the recovery point (a log
+   never ends in a gap on disk: a truncation into one rolls a segment based at the new
+   end), or a closed segment ending before a batch its offset index names (the index of a
+   closed segment names its last batch; a cleaned one is indexed by the cleaner, so a
+   compaction gap is no damage). So is a scanned batch whose leader epoch is below an
+   earlier batch's or above ``leader-epoch-checkpoint``'s latest (finding 9; the epoch is
+   outside the CRC; such a batch is never a torn write). ``open`` raises
    ``CorruptSegmentError`` with the file, the byte position and the first offset lost, and
    the log is not opened, so the bad batch is never served. ``allow_truncate_corrupt=True``
    instead cuts the log at the bad batch (dropping every later segment) and says so in
@@ -64,6 +71,7 @@ the last is durable and ``flushed_offset`` is at least the active segment's base
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
 import logging
 import os
 import threading
@@ -89,6 +97,7 @@ from storage.batch import (
 )
 from storage.cleaner import compact_log
 from storage.config import LogConfig
+from storage.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
     CorruptCheckpointError,
@@ -322,9 +331,10 @@ class PartitionLog:
         """``OutOfSpaceError`` for ENOSPC/EDQUOT from anything but an fsync (the caller has
         undone what it wrote); anything else fails the directory."""
         if e.errno in NO_SPACE_ERRNOS and not isinstance(e, FsyncError):
+            code = errno_codes.errorcode.get(e.errno or 0, str(e.errno))
             return OutOfSpaceError(
-                f"{operation} in {self.dir_path}: no space left on the "
-                f"device ({e.strerror}); refused, nothing written",
+                f"{operation} in {path or getattr(e, 'filename', None) or self.dir_path}: no "
+                f"space left on the device ({code}: {e.strerror}); refused, nothing written",
                 dir_path=self.log_dir.path,
             )
         return self._fail_dir(e, operation, path or getattr(e, "filename", None) or self.dir_path)
@@ -407,6 +417,7 @@ class PartitionLog:
         recovery_point = _read_checkpoint(files, dir_path, checkpoint.RECOVERY_POINT_NAME, report)
         lso_saved = _read_checkpoint(files, dir_path, checkpoint.LOG_START_OFFSET_NAME, report)
         report.recovery_point = recovery_point
+        epochs_saved = files.exists(os.path.join(dir_path, EPOCH_CHECKPOINT_NAME))
         try:
             epochs = LeaderEpochCache.load(dir_path, files)
         except CorruptCheckpointError as e:
@@ -440,6 +451,8 @@ class PartitionLog:
                 lso_saved,
                 allow_truncate_corrupt,
                 report,
+                # Written before the batches it describes: no batch has a later epoch.
+                epochs.latest_epoch if epochs_saved and not report.epoch_cache_rebuilt else None,
             )
             if report.epoch_cache_rebuilt:
                 _rebuild_epochs(segments, epochs)
@@ -448,15 +461,11 @@ class PartitionLog:
                 s.close()
             raise
         # Deleted segments (after a cut) drop out of the list inside _recover.
+        # The log ends where its data ends: a truncation that ends in a gap rolls a segment
+        # based at the new end, so a log end the data does not reach is damage (_recover).
         leo = segments[-1].next_offset
         if clean is not None:
             leo = max(leo, clean["log_end_offset"])
-        elif recovery_point is not None and recovery_point > leo and report.corruption is None:
-            # Every offset below the recovery point was durable; a log end below it means
-            # the log ended in a gap (a truncation into offsets compaction had removed).
-            # Never hand those offsets out again. (Not after cutting corruption: those
-            # offsets are gone and must be fetched again.)
-            leo = recovery_point
         lso = max(segments[0].base_offset, lso_saved or 0)
         if lso > leo:
             # Records were deleted (DeleteRecords, durable) up to an offset the recovered
@@ -500,11 +509,28 @@ class PartitionLog:
         log_start: int | None,
         allow_truncate_corrupt: bool,
         report: RecoveryReport,
+        epoch_max: int | None = None,
     ) -> None:
         interval = config.index_interval_bytes
         # Every segment but the last was fsynced when the log rolled past it, so the
         # recovery point is never below the last one's base: the bound to use without one.
         rp = recovery_point if recovery_point is not None else segments[-1].base_offset
+
+        def cut_or_raise(i: int, corrupt: CorruptSegmentError) -> None:
+            """Refuse the log, or (``allow_truncate_corrupt``) drop every segment after
+            ``segments[i]``, whose file already ends where the good data ends."""
+            if not allow_truncate_corrupt:
+                raise corrupt
+            # The operator's (or a refetching follower's) choice: cut it.
+            report.corruption = corrupt
+            report.lost_end_offset = max(
+                [rp, segments[i].next_offset] + [s.base_offset for s in segments[i + 1 :]]
+            )
+            for later in segments[i + 1 :]:
+                later.delete()
+            del segments[i + 1 :]
+
+        epoch_prev = -1  # the last leader epoch scanned: epochs never decrease along a log
         i = 0
         while i < len(segments):
             seg = segments[i]
@@ -519,6 +545,18 @@ class PartitionLog:
             if not loaded:
                 file_bytes = seg.log.size()
                 headers, error = seg.recover(interval, verify=True)
+                bad_epoch = _bad_epoch(headers, epoch_prev, epoch_max)
+                if bad_epoch is not None:
+                    # The epoch lies outside the CRC (the leader stamps it after the producer
+                    # computed it), so a bit flip there passes every other check (finding 9).
+                    # A whole batch with a valid CRC was written whole: damage, never torn.
+                    k, reason = bad_epoch
+                    headers = headers[:k]
+                    where = sum(h.size for h in headers)
+                    seg.recover(interval, verify=True, end=where)
+                    error = CorruptRecordError(reason, path=seg.log_path, position=where)
+                if headers:
+                    epoch_prev = max(epoch_prev, headers[-1].leader_epoch)
                 if may_be_unflushed:
                     # The cache file is written before the batches it describes, so this
                     # only matters if it was lost; as Kafka, only newer epochs are added.
@@ -540,31 +578,53 @@ class PartitionLog:
                     # before the crash, and a torn append then lands on the old bytes).
                     at = max(seg.next_offset, log_start or 0)
                     torn = (
-                        last
+                        bad_epoch is None
+                        and last
                         and (recovery_point is None or at >= rp)
                         and not _valid_batch_after(seg, where)
                     )
                     corrupt = CorruptSegmentError(
-                        _below_recovery_point(error.reason, recovery_point, last, seg.next_offset),
+                        error.reason
+                        if bad_epoch is not None
+                        else _below_recovery_point(
+                            error.reason, recovery_point, last, seg.next_offset
+                        ),
                         path=seg.log_path,
                         position=where,
                         offset=seg.next_offset,
                     )
-                    if not torn and not allow_truncate_corrupt:
-                        raise corrupt
                     if torn:
                         report.torn_tail = (seg.log_path, where, file_bytes - where)
+                        for later in segments[i + 1 :]:
+                            later.delete()
+                        del segments[i + 1 :]
                     else:
-                        # The operator's (or a refetching follower's) choice: cut it.
-                        report.corruption = corrupt
-                        report.lost_end_offset = max(
-                            [rp, seg.next_offset] + [s.base_offset for s in segments[i + 1 :]]
-                        )
+                        cut_or_raise(i, corrupt)
                     seg.truncate_to_position(where, seg.next_offset)
                     seg.flush()
-                    for later in segments[i + 1 :]:
-                        later.delete()
-                    del segments[i + 1 :]
+                elif (
+                    seg.index_beyond_end is not None
+                    and next_base is not None
+                    and seg.next_offset <= seg.index_beyond_end[0] < next_base
+                ):
+                    # Closed and fsynced, and its index (written after its data, when the
+                    # log rolled past it) names a batch the file no longer holds: the file
+                    # lost its tail. Not a compaction gap: the cleaner indexes what it kept.
+                    # (An index naming an offset outside the segment is itself damaged: it
+                    # was rebuilt, as any unusable index is.)
+                    offset, position = seg.index_beyond_end
+                    cut_or_raise(
+                        i,
+                        CorruptSegmentError(
+                            f"the file ends at byte {seg.size_bytes} (offset {seg.next_offset}) "
+                            f"but its offset index, written when the segment was closed, has "
+                            f"the batch at offset {offset} at byte {position}: the file lost "
+                            f"its tail; offsets {seg.next_offset}..{next_base - 1} are missing",
+                            path=seg.log_path,
+                            position=seg.size_bytes,
+                            offset=seg.next_offset,
+                        ),
+                    )
             if next_base is not None and i + 1 < len(segments) and seg.next_offset > next_base:
                 raise CorruptSegmentError(
                     f"segment ends at offset {seg.next_offset}, past the next segment's base "
@@ -574,6 +634,29 @@ class PartitionLog:
                     offset=next_base,
                 )
             i += 1
+        active = segments[-1]
+        if (
+            clean is None
+            and recovery_point is not None
+            and report.corruption is None
+            and recovery_point > max(active.next_offset, log_start or 0)
+        ):
+            # Every offset below the recovery point was fsynced, and a log never ends in a
+            # gap on disk (a truncation into one rolls a segment based at the new end): data
+            # ending below it was lost by the disk, not removed by compaction (finding 8).
+            # (Offsets below the durable log start were deleted anyway: no loss there.)
+            cut_or_raise(
+                len(segments) - 1,
+                CorruptSegmentError(
+                    f"the log's data ends at offset {active.next_offset} (byte "
+                    f"{active.size_bytes}) but the recovery point says offsets below "
+                    f"{recovery_point} were fsynced: the segment lost its tail; offsets "
+                    f"{active.next_offset}..{recovery_point - 1} are missing",
+                    path=active.log_path,
+                    position=active.size_bytes,
+                    offset=active.next_offset,
+                ),
+            )
 
     def _write_checkpoint_or_raise(self, name: str, offset: int, operation: str) -> None:
         """Write checkpoint ``name``; an I/O error takes the directory offline (ENOSPC is
@@ -923,17 +1006,20 @@ class PartitionLog:
         doomed = [s for s in self._segments[1:] if s.base_offset >= offset]
         seg = self._segments[-1 - len(doomed)]
         new_leo = offset
+        data_end = seg.next_offset
         loc = seg.locate(offset)
         if loc is not None:
             pos = loc[0]
-            end_before = _end_offset_before(seg, pos)
+            end_before = data_end = _end_offset_before(seg, pos)
             # A batch straddling the log start goes whole too; the log is then empty from
             # the log start on. (``end_before``: never below the batches kept, even when
             # the header found at ``pos`` is garbage, as when cutting off corruption.)
             new_leo = max(min(offset, loc[2]), self._lso, end_before)
-        # Lower the recovery point before cutting: a crash in between must not leave a
-        # recovery point above the data (open would take it as the log end).
-        self._lower_recovery_point_locked(new_leo)
+        new_leo = max(new_leo, data_end)
+        # Lower the recovery point before cutting, and to where the data will end: a crash
+        # in between must not leave a recovery point above the data (open takes that for
+        # data the disk lost).
+        self._lower_recovery_point_locked(min(new_leo, data_end))
         with self._destructive("truncate"):
             for s in doomed:
                 self._segments.remove(s)
@@ -945,6 +1031,11 @@ class PartitionLog:
             if doomed:
                 self.files.fsync_dir(self.dir_path)
             self._after_truncate_locked(new_leo)
+            if new_leo > data_end:
+                # The log now ends in a gap (a cut into offsets compaction removed, or below
+                # the log start): a segment based at the new end records it on disk, where
+                # a data end below the recovery point otherwise means lost data.
+                self._roll_locked()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset`` (start and end).
@@ -1359,6 +1450,29 @@ def _below_recovery_point(reason: str, recovery_point: int | None, last: bool, o
     if recovery_point is not None and offset < recovery_point:
         return f"{reason}; below the recovery point {recovery_point} (fsynced), so not a torn write"
     return f"{reason}; valid batches follow it, so not a torn write"
+
+
+def _bad_epoch(
+    headers: list[BatchHeader], epoch_prev: int, epoch_max: int | None
+) -> tuple[int, str] | None:
+    """The first batch whose leader epoch cannot be right, as ``(index, reason)``: one below
+    an earlier batch's (epochs, and Raft terms, never decrease along a log) or above the
+    latest in the leader epoch checkpoint (``epoch_max``; it is written before the batches
+    of a new epoch). -1 (no epoch, as a v0/v1 producer's batch) passes."""
+    for k, h in enumerate(headers):
+        e = h.leader_epoch
+        if e < -1 or (e >= 0 and e < epoch_prev):
+            return k, (
+                f"leader epoch {e} of the batch at offset {h.base_offset} is below the "
+                f"epoch {epoch_prev} of an earlier batch (epochs never decrease along a log)"
+            )
+        if epoch_max is not None and e > epoch_max:
+            return k, (
+                f"leader epoch {e} of the batch at offset {h.base_offset} is above the latest "
+                f"epoch {epoch_max} in {EPOCH_CHECKPOINT_NAME}"
+            )
+        epoch_prev = max(epoch_prev, e)
+    return None
 
 
 def _rebuild_epochs(segments: list[Segment], epochs: LeaderEpochCache) -> None:

@@ -58,6 +58,8 @@ _WALK = struct.Struct(">qiiBIhi")
 """base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta"""
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35
+_NO_SIZE_LIMIT = 1 << 62
+"""Parsing an index file without checking it against its log's size."""
 
 
 def segment_name(base_offset: int) -> str:
@@ -91,6 +93,10 @@ class Segment:
         self.first_batch_max_timestamp: int | None = None
         """segment.ms counts from here, as Kafka's ``rollingBasedTimestamp``."""
         self.bytes_since_index_entry = 0
+        self.index_beyond_end: tuple[int, int] | None = None
+        """Set by ``load_indexes`` when the offset index file is well formed but has an
+        entry ``(offset, position)`` at or past the end of the ``.log``: the file lost data
+        the index was written for (recovery decides; see ``PartitionLog``)."""
         self.retired = False
         """Replaced by the cleaner or deleted: readers holding it must retry."""
         self.cache_dropped = 0
@@ -150,12 +156,18 @@ class Segment:
         for others it is the end of the last batch, found by a short scan from the last
         index entry.
         """
+        self.index_beyond_end = None
         try:
             if not (self.files.exists(self.index_path) and self.files.exists(self.timeindex_path)):
                 return False
-            index = OffsetIndex.from_bytes(
-                self.base_offset, self.files.read_file(self.index_path), self.size_bytes
-            )
+            raw = self.files.read_file(self.index_path)
+            try:
+                index = OffsetIndex.from_bytes(self.base_offset, raw, self.size_bytes)
+            except IndexFormatError:
+                whole = OffsetIndex.from_bytes(self.base_offset, raw, _NO_SIZE_LIMIT)
+                if len(whole) and whole.positions[-1] >= self.size_bytes:
+                    self.index_beyond_end = (whole.offsets[-1], whole.positions[-1])
+                return False
             tindex = TimeIndex.from_bytes(
                 self.base_offset, self.files.read_file(self.timeindex_path)
             )
@@ -483,9 +495,26 @@ class Segment:
 
     def finish_indexes(self) -> None:
         """Record the final max timestamp, so the time index alone gives the segment's
-        largest timestamp after a restart (Kafka does the same on roll)."""
+        largest timestamp after a restart (Kafka does the same on roll); and index the last
+        batch, so the offset index file says where the segment's data ends.
+
+        The second is ours, not Kafka's: a closed segment's data may end below the next
+        segment's base because compaction dropped its last batches, or because the disk lost
+        its tail. With the last batch indexed, a file cut at any batch boundary ends at or
+        before a position its index names, which recovery reports as damage (fault-injection
+        finding 8), while a cleaned segment (indexed by the cleaner after rewriting) does not.
+        """
         if self.max_timestamp > self.time_index.last_timestamp:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        if not self.size_bytes:
+            return
+        start = self.index.positions[-1] if len(self.index) else 0
+        last: tuple[int, BatchHeader] | None = None
+        for pos, h in self.scan(start, verify=False, end=self.size_bytes):
+            last = (pos, h)
+        if last is not None and (not len(self.index) or last[0] > self.index.positions[-1]):
+            self.index.append(last[1].base_offset, last[0])
+            self.bytes_since_index_entry = self.size_bytes - last[0]
 
     def write_indexes(self, suffix: str = "") -> None:
         """Write both index files whole (to their names plus ``suffix``) and fsync them."""

@@ -34,6 +34,14 @@ Routes (all on the node's ``listen`` address):
 * ``GET /metrics``                         Prometheus text: Raft term, commit lag and
   latency, the active controller's view of the cluster (offline partitions, ...), process
   and Python runtime (``api.http.metrics``).
+
+Disk errors fail-stop the controller, named (exit 70, ``/v3/health`` 503 meanwhile): an
+``OSError`` from the Raft log, a snapshot or quorum-state (ENOSPC or EIO) ends the Raft node
+task with the file and errno in its reason, and one while opening them at start stops the
+process the same way. A full disk is not waited out in-process: the Raft core takes every
+``persist`` for done (etcd's ``Ready`` contract), so refusing appends would mean holding
+back a Ready and every message behind it; a supervisor restarts the node, whose recovery
+trusts only what was fsynced, and the start fails the same named way until space returns.
 """
 
 from __future__ import annotations
@@ -60,13 +68,14 @@ from api.node.signals import (
     stop_signal_or_failure,
 )
 from common import netbind
-from common.essential import Essentials, NodeFailedError
+from common.essential import Essentials, NodeFailedError, describe_error
 from metalog import wire
 from metalog.controller import ControllerConfig, QuorumController
 from metalog.errors import MetadataError, NotControllerError
 from metalog.image import MetadataImage
 from metalog.service import ControllerService, error_to_wire
 from raft.aio.node import RaftNodeConfig
+from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +456,22 @@ def build_controller(
     svc.node.on_proposal_committed = metrics.commit_latency.observe
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        await svc.start()
+        try:
+            await svc.start()
+        except (OSError, StorageError) as e:
+            # Fail-stop, named (exit 70): a disk that is full or failing (ENOSPC, EIO), or
+            # damage found by recovery, with the file named; never a bare traceback.
+            reason = describe_error(e)
+            log.critical(
+                "controller %d: cannot open its metadata log in %s: %s; the node stops",
+                config.node_id,
+                node_cfg.data_dir,
+                reason,
+            )
+            raise NodeFailedError(
+                f"controller {config.node_id}: cannot open its metadata log in "
+                f"{node_cfg.data_dir}: {reason}"
+            ) from e
         assert svc.node.task is not None and svc.task is not None
         essentials.watch(svc.node.task, "raft node loop")
         essentials.watch(svc.task, "controller service")

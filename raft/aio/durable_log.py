@@ -42,9 +42,11 @@ Snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)::
       9     4  length   payload bytes
      13     *  payload  msgpack [index, term, [voters], [observers], data]
 
-Durability order inside ``persist`` (one call per Ready, in a worker thread): snapshot file,
-log truncation/append, one ``flush()`` (fsync) of the log, then the quorum-state file when
-term or vote changed. The node sends the Ready's messages only after ``persist`` returns.
+Durability order inside ``persist`` (one call per Ready, in a worker thread): the quorum-state
+file when term or vote changed (so no entry on disk has a term above it: ``open`` checks
+that, since a term is a batch's leader epoch, outside the CRC), snapshot file, log
+truncation/append, one ``flush()`` (fsync) of the log. The node sends the Ready's messages
+only after ``persist`` returns.
 
 Snapshots kept, and what a corrupt one does. The newest two snapshot files are kept, and
 the log keeps every entry after the *older* of them (``save_snapshot`` moves the log start
@@ -83,6 +85,7 @@ from dataclasses import dataclass
 import crc32c
 import msgpack
 
+from common.essential import describe_error
 from common.invariant import invariant
 from raft.aio.quorum_state import QuorumStateFile
 from raft.storage_port import MemoryStorage
@@ -109,7 +112,7 @@ from storage.batch import (
     parse_header,
 )
 from storage.config import LogConfig
-from storage.errors import StorageError
+from storage.errors import CorruptSegmentError, StorageError
 from storage.fileio import FileLayer, default_file_layer
 from storage.log import PartitionLog
 from storage.logdir import LogDirectory
@@ -297,6 +300,7 @@ class DurableLog:
             chunk = decode_entries(res.data)
             entries.extend(e for e in chunk if e.index > offset)  # skip below the log start
             offset = chunk[-1].index if chunk else plog.log_end_offset
+        _check_terms_or_raise(plog, entries, hs.term, self.quorum_state.path)
         if corrupt:
             self._fall_back_or_raise(snap, corrupt, plog, entries, hs)
         fresh = snap is None and not entries and hs.term == 0
@@ -337,9 +341,22 @@ class DurableLog:
         self.memory = mem
 
     def close(self) -> None:
-        if self.plog is not None:
-            self.plog.close()
-            self.plog = None
+        """Close the log (a clean shutdown: its files flushed, the clean-shutdown marker
+        written). On a disk that is full or failing that write fails: say so and go on, since
+        nothing is lost (every persist was flushed; without the marker the next start runs
+        recovery), and a node stopping after a disk error must exit the named way, not on
+        this second error."""
+        plog, self.plog = self.plog, None
+        if plog is None:
+            return
+        try:
+            plog.close()
+        except (OSError, StorageError) as e:
+            log.error(
+                "raft log %s: closing it failed (%s); the next start recovers it",
+                plog.dir_path,
+                describe_error(e),
+            )
 
     # ------------------------------------------------------------------ persist (blocking)
 
@@ -378,6 +395,17 @@ class DurableLog:
         must_sync: bool,
     ) -> None:
         intent = False
+        if hard_state is not None and self.hard_state_save_due(hard_state):
+            # Term and vote first: every entry on disk then has a term at or below the one in
+            # quorum-state, which ``open`` checks (a term is the batch's leader epoch, outside
+            # the CRC). Raft only needs both durable before the Ready's messages go out; a
+            # crash in between leaves a term with no entries of it, which is harmless, and a
+            # commit index past the log, which ``open`` clamps.
+            self.quorum_state.save(hard_state)
+            self._saved_hard_state = hard_state
+            self._saved_at = time.monotonic()
+            if self.fsync:
+                self.stats.fsyncs += 1
         if snapshot is not None:
             self._write_snapshot_file(snapshot)
             plog.truncate_fully_and_start_at(snapshot.index)
@@ -416,12 +444,6 @@ class DurableLog:
             if not self.fsync:
                 plog.flush()
             self._clear_truncation_intent()
-        if hard_state is not None and self.hard_state_save_due(hard_state):
-            self.quorum_state.save(hard_state)
-            self._saved_hard_state = hard_state
-            self._saved_at = time.monotonic()
-            if self.fsync:
-                self.stats.fsyncs += 1
         self.stats.persists += 1
 
     def hard_state_save_due(self, hs: HardState) -> bool:
@@ -650,6 +672,40 @@ class DurableLog:
 
     def log_end_offset(self) -> int:
         return self.plog.log_end_offset if self.plog is not None else 0
+
+
+def _check_terms_or_raise(
+    plog: PartitionLog, entries: Sequence[Entry], term: int, quorum_state_path: str
+) -> None:
+    """Refuse a log holding an entry of a term above ``term`` (quorum-state's, written before
+    any entry of a new term) or below an earlier entry's (Raft §5.3, log matching): the term
+    is the batch's leader epoch, outside the CRC, and a wrong one breaks log matching and the
+    vote rule (fault-injection finding 9). ``PartitionLog.open`` checks the segments it
+    scans; this covers the whole log, closed segments too (every entry is read here anyway).
+    """
+    prev = 0
+    for e in entries:
+        if e.term > term:
+            why = (
+                f"Raft entry {e.index} has term {e.term}, above the term {term} in "
+                f"{quorum_state_path} (written before any entry of a new term)"
+            )
+            break
+        if e.term < prev:
+            why = f"Raft entry {e.index} has term {e.term}, below the term {prev} before it"
+            break
+        prev = e.term
+    else:
+        return
+    offset = e.index - 1
+    seg = [s for s in plog.segments if s.base_offset <= offset][-1]
+    where = seg.locate(offset)
+    raise CorruptSegmentError(
+        why,
+        path=seg.log_path,
+        position=where[0] if where is not None else seg.size_bytes,
+        offset=offset,
+    )
 
 
 def _continues(entries: Sequence[Entry], snap: Snapshot) -> bool:

@@ -24,6 +24,8 @@ from raft.types import (
     SnapshotMetadata,
     Term,
 )
+from storage.batch import LEADER_EPOCH_OFFSET
+from storage.errors import CorruptSegmentError
 
 CS = ConfState(frozenset({NodeId(1), NodeId(2), NodeId(3)}))
 
@@ -41,6 +43,13 @@ def reopen(path) -> DurableLog:  # type: ignore[no-untyped-def]
 
 
 def persist(d: DurableLog, entries: list[Entry], hs: HardState | None = None) -> None:
+    if hs is None and entries:
+        # A node's term is never below its entries' (Raft §5.1), so a real Ready with entries
+        # of a new term carries it; open refuses a log whose terms pass quorum-state's.
+        cur, _ = d.memory.initial_state()
+        top = max(e.term for e in entries)
+        if top > cur.term:
+            hs = HardState(Term(top), cur.vote, cur.commit)
     d.persist(hs, entries, None, True)
     d.mirror_ready(hs, entries, None)
 
@@ -287,3 +296,42 @@ def test_a_damaged_truncation_journal_refuses_to_start(tmp_path) -> None:
     with pytest.raises(CorruptSnapshotError, match="truncation is damaged"):
         reopen(tmp_path)
     assert intent.exists()
+
+
+def _flip_term(d: DurableLog, index: int, bit: int) -> str:
+    """Flip a bit of the low byte of the leader epoch (the term) of the batch holding
+    entry ``index``; returns the segment's path."""
+    assert d.plog is not None
+    seg = d.plog.segments[-1]
+    where = seg.locate(index - 1)
+    assert where is not None
+    with open(seg.log_path, "r+b") as f:
+        f.seek(where[0] + LEADER_EPOCH_OFFSET + 3)
+        b = f.read(1)
+        f.seek(where[0] + LEADER_EPOCH_OFFSET + 3)
+        f.write(bytes([b[0] ^ (1 << bit)]))
+    return seg.log_path
+
+
+def test_a_term_above_quorum_state_refuses_to_start_with_the_segment_named(tmp_path) -> None:
+    # Finding 9 in the Raft log: the term is the batch's leader epoch, outside the CRC.
+    d = reopen(tmp_path)
+    persist(d, ents(1, 3, 1), HardState(Term(1), NodeId(1), LogIndex(0)))
+    persist(d, ents(4, 6, 2), HardState(Term(2), NodeId(1), LogIndex(3)))
+    path = _flip_term(d, 4, 0)  # term 2 read as 3
+    d.close()
+    os.unlink(os.path.join(tmp_path, "log", "leader-epoch-checkpoint"))  # only quorum-state left
+    with pytest.raises(CorruptSegmentError, match=r"entry 4 has term 3, above the term 2") as e:
+        reopen(tmp_path)
+    assert e.value.path == path and e.value.offset == 3
+
+
+def test_a_term_that_decreases_along_the_raft_log_refuses_to_start(tmp_path) -> None:
+    d = reopen(tmp_path)
+    persist(d, ents(1, 3, 2), HardState(Term(2), NodeId(1), LogIndex(0)))
+    persist(d, ents(4, 6, 3), HardState(Term(3), NodeId(1), LogIndex(3)))
+    path = _flip_term(d, 4, 1)  # term 3 read as 1
+    d.close()
+    with pytest.raises(CorruptSegmentError) as e:
+        reopen(tmp_path)
+    assert e.value.path == path and e.value.offset == 3
