@@ -88,6 +88,7 @@ class LongboatCluster(Cluster):
         idempotence: bool = True,
         topic: str = TOPIC,
         acks_require_fsync: bool = False,
+        extra_topics: tuple[str, ...] = (),
     ) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
@@ -100,6 +101,8 @@ class LongboatCluster(Cluster):
         """Brokers' ``acks_require_fsync``: every ISR member fsyncs before a write is acked."""
         self.topic = topic
         self.topic_configs: dict[str, str] = {"min.insync.replicas": str(min_insync_replicas)}
+        self.extra_topics = extra_topics
+        """More topics like `topic` (the txn-ctp workload's output topic), created with it."""
         self.start_timeout_s = 60.0
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
@@ -285,7 +288,8 @@ class LongboatCluster(Cluster):
         for b in self.brokers:
             self.processes[b].start()
         self._wait("every broker ready", self.ready, deadline)
-        self.create_topic(deadline)
+        for topic in (self.topic, *self.extra_topics):
+            self.create_topic(deadline, topic)
         if full_isr:
             self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy, deadline)
         else:
@@ -308,11 +312,13 @@ class LongboatCluster(Cluster):
             tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}" for n, p in self.processes.items())
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
-    def create_topic(self, deadline: float) -> None:
-        """Create the workload's topic through a broker's v3 HTTP API, as a user would."""
+    def create_topic(self, deadline: float, topic: str | None = None) -> None:
+        """Create the workload's topic (or `topic`, configured alike) through a broker's v3
+        HTTP API, as a user would."""
+        topic = topic or self.topic
         body = json.dumps(
             {
-                "topic_name": self.topic,
+                "topic_name": topic,
                 "partitions_count": self.partitions,
                 "replication_factor": self.replication_factor,
                 "configs": [{"name": k, "value": v} for k, v in sorted(self.topic_configs.items())],
@@ -341,7 +347,7 @@ class LongboatCluster(Cluster):
                 except (OSError, ValueError, KeyError, IndexError) as e:
                     last = repr(e)
             time.sleep(0.2)
-        raise RuntimeError(f"cluster: could not create topic {self.topic}: {last}")
+        raise RuntimeError(f"cluster: could not create topic {topic}: {last}")
 
     # ---- clients
 
@@ -367,6 +373,18 @@ class LongboatCluster(Cluster):
         return LongboatGroupMember(
             self, name, host, group=group, assignor=assignor, on_rebalance=on_rebalance
         )
+
+    def txn_client(self, name: str, host: str, transactional_id: str) -> Any:
+        """The txn workloads' client (`jepsen_tests.workloads.txn.TxnClient`)."""
+        from jepsen_tests.longboat_txn import LongboatTxnClient
+
+        return LongboatTxnClient(self, name, host, transactional_id)
+
+    def ctp_processor(self, name: str, host: str, transactional_id: str) -> Any:
+        """A txn-ctp processor (`jepsen_tests.workloads.txn.CtpProcessor`)."""
+        from jepsen_tests.longboat_txn import LongboatCtpProcessor
+
+        return LongboatCtpProcessor(self, name, host, transactional_id)
 
     async def prepare_group(self, group: str, host: str) -> None:
         from jepsen_tests.longboat_client import wait_for_group_coordinator

@@ -16,7 +16,8 @@ Op shapes:
   "offsets": {k: next}, "commit_ns": t?}``: what the step consumed (read_committed), the
   outputs it sent in its transaction and the consumer offsets it sent with it.
 * ``poll``  invoke ``{"keys": [...]}`` (``"final": true`` for the reads after healing); ok
-  ``{"reads": {k: [[offset, value], ...]}}``, read at read_committed.
+  ``{"reads": {k: [[offset, value], ...]}}``, read at read_committed. The final poll that
+  finds a key's end adds ``"complete": true``: the final reads of that key saw all of it.
 * ``committed``  ok ``{"group": g, "offsets": {k: next}}``: the group's committed offsets,
   read after healing.
 
@@ -327,14 +328,14 @@ def check(history: History) -> dict[str, Any]:
 
 
 def _final_complete(polls: list[Pair], final_ids: set[int]) -> set[str]:
-    """Keys whose final reads reached the end: their last final poll returned nothing."""
-    last: dict[str, bool] = {}
+    """Keys whose final reads reached the end: a final poll says ``complete``."""
+    out: set[str] = set()
     for p in polls:
-        if p.invoke.index not in final_ids or p.complete is None:
-            continue
-        for k, recs in _reads_of(p.complete.value).items():
-            last[k] = not recs
-    return {k for k, done in last.items() if done}
+        if p.invoke.index in final_ids and p.complete is not None:
+            v = p.complete.value
+            if isinstance(v, dict) and v.get("complete"):
+                out.update(_reads_of(v))
+    return out
 
 
 Obs = tuple[str, int, Any, int, int, Any, bool]
