@@ -55,6 +55,25 @@ BROKER_ID_BASE = 100  # broker i has node id 100 + i
 CORRUPT_SEGMENT_BYTES = 16 << 10
 
 
+TXN_STATE_TOPIC = "__transaction_state"
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (a signed 32-bit int over UTF-16 code units)."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def txn_state_partition(transactional_id: str, partitions: int) -> int:
+    """Kafka's ``partitionFor``: ``Utils.abs(hashCode) % partitions`` (``abs`` of the
+    smallest int is 0)."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -222,6 +241,30 @@ class LongboatCluster(Cluster):
             if name is not None:
                 out[f"k{p}"] = name
         return out
+
+    transactional_ids: list[str] = []
+    """The run's transactional ids (set by the runner for the txn workloads)."""
+
+    def txn_coordinator(self, pick: int = 0) -> str | None:
+        """A broker that coordinates one of `transactional_ids` now: the leader of its
+        ``__transaction_state`` partition (``abs(javaHashCode(id)) % partitions``, Kafka's
+        ``partitionFor``). None before the topic exists."""
+        md = self.broker_metadata()
+        if md is None:
+            return None
+        table = next((t for t in md.get("topics", []) if t["name"] == TXN_STATE_TOPIC), None)
+        if table is None or not table["partitions"] or not self.transactional_ids:
+            return None
+        leaders = {int(p["partition"]): int(p["leader"]) for p in table["partitions"]}
+        n = len(leaders)
+        chosen = sorted(
+            {
+                self.by_id[leaders[p]]
+                for p in (txn_state_partition(i, n) for i in self.transactional_ids)
+                if leaders.get(p, -1) in self.by_id
+            }
+        )
+        return chosen[pick % len(chosen)] if chosen else None
 
     def voters(self) -> dict[str, tuple[int, str]]:
         return {c: (self.node_ids[c], self.url(c)) for c in self.controllers}

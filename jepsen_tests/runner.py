@@ -581,6 +581,10 @@ async def _drive_txn(
     deadline = t0 + cfg.time_limit_s
     values = value_counter()
     ctp = cfg.workload == "txn-ctp"
+    ids = [
+        f"jepsen-ctp-{i}" if ctp and i % 2 == 1 else f"jepsen-txn-{i}" for i in range(len(clients))
+    ]
+    cluster.transactional_ids = ids  # what --target-specs txn-coordinator aims at
     conns: list[Any] = []
     workers: list[Any] = []
     for i, c in enumerate(clients):
@@ -589,11 +593,11 @@ async def _drive_txn(
         if ctp and i % 2 == 1:
 
             def new_processor(c: str = c, host: str = host, i: int = i) -> Any:
-                return cluster.ctp_processor(c, host, f"jepsen-ctp-{i}")
+                return cluster.ctp_processor(c, host, ids[i])
 
             workers.append(txn_workload.CtpWorker(i, len(clients), new_processor, rec, rng))
         else:
-            tc = cluster.txn_client(c, host, f"jepsen-txn-{i}")
+            tc = cluster.txn_client(c, host, ids[i])
             conns.append(tc)
             workers.append(
                 txn_workload.TxnWorker(i, len(clients), tc, cluster.keys, rec, values, rng)
@@ -671,6 +675,9 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
         if ctl is None and f.kind != "membership":
             ctl = cluster.leader_of_something(pick)
         targets = (ctl,) if ctl is not None else ()
+    elif step.target_spec == "txn-coordinator":
+        coord = getattr(cluster, "txn_coordinator", lambda _pick: None)(pick)
+        targets = (coord,) if coord is not None else ()
     elif step.target_spec == "voter":
         voters = sorted(cluster.voters())
         targets = (voters[pick % len(voters)],) if voters else ()
