@@ -11,9 +11,9 @@ How outcomes map (see `jepsen_tests.workloads.txn`): anything that fails before
 abort -> DefiniteError; ``commit_transaction`` raising ``TransactionAbortedError`` (a send
 failed: the commit was never sent) -> abort and DefiniteError; any other failure of the
 commit (a timeout, a lost coordinator, ``ProducerFencedError``, which may answer a retry of a
-commit that was applied) -> IndefiniteError. After any failure the producer is dropped and
-the next transaction starts a new one with the same id (``init_transactions`` fences the old
-one and aborts what it left open).
+commit that was applied) -> IndefiniteError. After an unknown commit, or an abort that
+failed, the producer is dropped and the next transaction starts a new one with the same id
+(``init_transactions`` fences the old one and aborts what it left open).
 """
 
 from __future__ import annotations
@@ -197,8 +197,15 @@ class LongboatTxnClient:
         except ClientError as e:
             self._positions.pop(tp, None)
             raise DefiniteError(str(e)) from e
+        out = [(r.offset, int(r.value)) for r in recs if r.value is not None]
+        if not out and nxt <= offset:
+            # Below the last stable offset and nothing came, not even aborted records to
+            # step over: a slow or unavailable leader, not the end of the key.
+            raise DefiniteError(
+                f"no records from {offset} within {self.poll_timeout_ms} ms (LSO {lso})"
+            )
         self._positions[tp] = nxt
-        return [(r.offset, int(r.value)) for r in recs if r.value is not None], nxt
+        return out, nxt
 
     async def crashed(self) -> None:
         await self.txn.drop()

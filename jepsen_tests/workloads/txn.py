@@ -62,7 +62,8 @@ class TxnClient(Protocol):
         self, key: str, offset: int, max_records: int
     ) -> tuple[list[tuple[int, Any]], int]:
         """Committed records of ``key`` from ``offset``: ([(offset, value), ...], the next
-        position: past aborted records and markers too). DefiniteError if it failed."""
+        position: past aborted records and markers too). ``([], offset)`` only at the last
+        stable offset; DefiniteError if it failed or brought nothing."""
         ...
 
     async def crashed(self) -> None:
