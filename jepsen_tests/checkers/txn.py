@@ -314,10 +314,14 @@ def check(history: History) -> dict[str, Any]:
         "stats": {
             "txns": dict(Counter(t.type for t in txns if t.pair.f == TXN)),
             "ctp": dict(Counter(t.type for t in txns if t.pair.f == CTP)),
+            # Drawn to abort and with something to abort (a ctp step that consumed nothing
+            # had nothing).
             "aborted_on_purpose": sum(
                 1
                 for t in txns
-                if isinstance(t.pair.invoke.value, dict) and t.pair.invoke.value.get("abort")
+                if isinstance(t.pair.invoke.value, dict)
+                and t.pair.invoke.value.get("abort")
+                and t.sends
             ),
             "committed": sum(1 for t in txns if t.committed),
             "polls": len(polls),
