@@ -27,7 +27,7 @@ from typing import Any
 from jepsen_tests.cluster import Cluster
 from jepsen_tests.nemesis import GROUPS, FaultInjectionUnavailable
 from jepsen_tests.resources import MB, ResourceBound
-from jepsen_tests.runner import CONSUMERS, RunConfig, recheck, run
+from jepsen_tests.runner import CONSUMERS, WORKLOADS, RunConfig, recheck, run
 
 SOAK_NEMESES = (
     "pause,partition,partition-oneway,delay,reorder,clock-skew,clock-strobe,disk-full,membership"
@@ -46,6 +46,13 @@ def _summary(results: dict[str, Any], out: Path) -> int:
         print(
             f"  sends {st['sends']}, polls {st['polls']}; committed {st['committed']}, "
             f"read {st['values_read']}; final reads complete: "
+            f"{all((results.get('final_reads_complete') or {'': False}).values())}"
+        )
+    if "txns" in st:
+        print(
+            f"  txns {st['txns']}, ctp steps {st['ctp']}; aborted on purpose "
+            f"{st['aborted_on_purpose']}, committed {st['committed']}; polls {st['polls']}, "
+            f"records read {st['records_read']}; final reads complete: "
             f"{all((results.get('final_reads_complete') or {'': False}).values())}"
         )
     if st.get("group"):
@@ -92,12 +99,14 @@ def make_cluster(args: argparse.Namespace) -> Cluster:
             sync_interval_ms=args.toy_sync_interval_ms,
         )
     from jepsen_tests.longboat import LongboatCluster
+    from jepsen_tests.longboat_txn import OUTPUT_TOPIC
 
     return LongboatCluster(
         n=args.nodes,
         partitions=args.keys,
         idempotence=args.idempotence == "on",
         acks_require_fsync=args.acks_require_fsync,
+        extra_topics=(OUTPUT_TOPIC,) if args.workload == "txn-ctp" else (),
     )
 
 
@@ -136,7 +145,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _run_options(r: argparse.ArgumentParser, soak: bool = False) -> None:
     """The options of a run (and of a soak, which is a run with other defaults)."""
-    r.add_argument("--workload", default="queue", choices=["queue", "metadata"])
+    r.add_argument("--workload", default="queue", choices=list(WORKLOADS))
     r.add_argument(
         "--nemesis",
         default=SOAK_NEMESES if soak else "",

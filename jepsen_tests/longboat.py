@@ -55,6 +55,25 @@ BROKER_ID_BASE = 100  # broker i has node id 100 + i
 CORRUPT_SEGMENT_BYTES = 16 << 10
 
 
+TXN_STATE_TOPIC = "__transaction_state"
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (a signed 32-bit int over UTF-16 code units)."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def txn_state_partition(transactional_id: str, partitions: int) -> int:
+    """Kafka's ``partitionFor``: ``Utils.abs(hashCode) % partitions`` (``abs`` of the
+    smallest int is 0)."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -88,6 +107,7 @@ class LongboatCluster(Cluster):
         idempotence: bool = True,
         topic: str = TOPIC,
         acks_require_fsync: bool = False,
+        extra_topics: tuple[str, ...] = (),
     ) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
@@ -100,6 +120,8 @@ class LongboatCluster(Cluster):
         """Brokers' ``acks_require_fsync``: every ISR member fsyncs before a write is acked."""
         self.topic = topic
         self.topic_configs: dict[str, str] = {"min.insync.replicas": str(min_insync_replicas)}
+        self.extra_topics = extra_topics
+        """More topics like `topic` (the txn-ctp workload's output topic), created with it."""
         self.start_timeout_s = 60.0
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
@@ -220,6 +242,30 @@ class LongboatCluster(Cluster):
                 out[f"k{p}"] = name
         return out
 
+    transactional_ids: list[str] = []
+    """The run's transactional ids (set by the runner for the txn workloads)."""
+
+    def txn_coordinator(self, pick: int = 0) -> str | None:
+        """A broker that coordinates one of `transactional_ids` now: the leader of its
+        ``__transaction_state`` partition (``abs(javaHashCode(id)) % partitions``, Kafka's
+        ``partitionFor``). None before the topic exists."""
+        md = self.broker_metadata()
+        if md is None:
+            return None
+        table = next((t for t in md.get("topics", []) if t["name"] == TXN_STATE_TOPIC), None)
+        if table is None or not table["partitions"] or not self.transactional_ids:
+            return None
+        leaders = {int(p["partition"]): int(p["leader"]) for p in table["partitions"]}
+        n = len(leaders)
+        chosen = sorted(
+            {
+                self.by_id[leaders[p]]
+                for p in (txn_state_partition(i, n) for i in self.transactional_ids)
+                if leaders.get(p, -1) in self.by_id
+            }
+        )
+        return chosen[pick % len(chosen)] if chosen else None
+
     def voters(self) -> dict[str, tuple[int, str]]:
         return {c: (self.node_ids[c], self.url(c)) for c in self.controllers}
 
@@ -285,7 +331,8 @@ class LongboatCluster(Cluster):
         for b in self.brokers:
             self.processes[b].start()
         self._wait("every broker ready", self.ready, deadline)
-        self.create_topic(deadline)
+        for topic in (self.topic, *self.extra_topics):
+            self.create_topic(deadline, topic)
         if full_isr:
             self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy, deadline)
         else:
@@ -308,11 +355,13 @@ class LongboatCluster(Cluster):
             tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}" for n, p in self.processes.items())
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
-    def create_topic(self, deadline: float) -> None:
-        """Create the workload's topic through a broker's v3 HTTP API, as a user would."""
+    def create_topic(self, deadline: float, topic: str | None = None) -> None:
+        """Create the workload's topic (or `topic`, configured alike) through a broker's v3
+        HTTP API, as a user would."""
+        topic = topic or self.topic
         body = json.dumps(
             {
-                "topic_name": self.topic,
+                "topic_name": topic,
                 "partitions_count": self.partitions,
                 "replication_factor": self.replication_factor,
                 "configs": [{"name": k, "value": v} for k, v in sorted(self.topic_configs.items())],
@@ -341,7 +390,7 @@ class LongboatCluster(Cluster):
                 except (OSError, ValueError, KeyError, IndexError) as e:
                     last = repr(e)
             time.sleep(0.2)
-        raise RuntimeError(f"cluster: could not create topic {self.topic}: {last}")
+        raise RuntimeError(f"cluster: could not create topic {topic}: {last}")
 
     # ---- clients
 
@@ -367,6 +416,18 @@ class LongboatCluster(Cluster):
         return LongboatGroupMember(
             self, name, host, group=group, assignor=assignor, on_rebalance=on_rebalance
         )
+
+    def txn_client(self, name: str, host: str, transactional_id: str) -> Any:
+        """The txn workloads' client (`jepsen_tests.workloads.txn.TxnClient`)."""
+        from jepsen_tests.longboat_txn import LongboatTxnClient
+
+        return LongboatTxnClient(self, name, host, transactional_id)
+
+    def ctp_processor(self, name: str, host: str, transactional_id: str) -> Any:
+        """A txn-ctp processor (`jepsen_tests.workloads.txn.CtpProcessor`)."""
+        from jepsen_tests.longboat_txn import LongboatCtpProcessor
+
+        return LongboatCtpProcessor(self, name, host, transactional_id)
 
     async def prepare_group(self, group: str, host: str) -> None:
         from jepsen_tests.longboat_client import wait_for_group_coordinator

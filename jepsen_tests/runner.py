@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen_tests import report
-from jepsen_tests.checkers import linear, queue
+from jepsen_tests.checkers import linear, queue, txn
 from jepsen_tests.cluster import Cluster, GroupMember, OnRebalance
 from jepsen_tests.history import History, Recorder
 from jepsen_tests.nemesis import (
@@ -62,6 +62,7 @@ from jepsen_tests.nemesis.proxy import InterceptNet, ProxyNemesis, ProxyNet, pro
 from jepsen_tests.nemesis.reassign import ReassignNemesis
 from jepsen_tests.nemesis.schedule import DISK_SPECS, PROCESS_SPECS, Step, generate
 from jepsen_tests.resources import ResourceBound, ResourceMonitor, check_growth
+from jepsen_tests.workloads import txn as txn_workload
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
 from jepsen_tests.workloads.queue import (
     GROUP,
@@ -72,7 +73,8 @@ from jepsen_tests.workloads.queue import (
     value_counter,
 )
 
-WORKLOADS = ("queue", "metadata")
+WORKLOADS = ("queue", "metadata", "txn", "txn-ctp")
+TXN_WORKLOADS = ("txn", "txn-ctp")
 CONSUMERS = ("assign", "group", "mixed")
 """How the queue workload's workers consume: all by assignment, all as members of one
 consumer group, or alternately (odd-numbered workers in the group)."""
@@ -181,6 +183,10 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         )
     if cfg.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {cfg.workload!r}; known: {', '.join(WORKLOADS)}")
+    if cfg.workload in TXN_WORKLOADS and not hasattr(cluster, "txn_client"):
+        raise ValueError(f"--workload {cfg.workload}: {type(cluster).__name__} has no transactions")
+    if cfg.workload == "txn-ctp" and cfg.concurrency < 2:
+        raise ValueError("--workload txn-ctp needs --concurrency 2 or more")
     check_consumers(cluster, cfg)
     kinds = expand_kinds(cfg.nemeses)
     cluster.configure_for(kinds)
@@ -469,6 +475,10 @@ async def _drive(
     loop = asyncio.get_running_loop()
     if cfg.workload == "queue" and cfg.consumers != "assign":
         await cluster.prepare_group(GROUP, client_address(150))
+    if cfg.workload == "txn-ctp":
+        await cluster.prepare_group(txn_workload.CTP_GROUP, client_address(150))
+    if cfg.workload in TXN_WORKLOADS:
+        return await _drive_txn(cluster, cfg, rec, nemesis, steps, clients, client_hosts)
     t0 = loop.time()
     deadline = t0 + cfg.time_limit_s
     values = value_counter()
@@ -555,6 +565,92 @@ async def _drive(
         await reader.close()
 
 
+async def _drive_txn(
+    cluster: Any,
+    cfg: RunConfig,
+    rec: Recorder,
+    nemesis: Nemesis,
+    steps: list[Step],
+    clients: list[str],
+    client_hosts: dict[str, str],
+) -> dict[str, bool]:
+    """The txn workloads: producers (and, for txn-ctp, processors on odd workers) under the
+    schedule, then the group's committed offsets and final reads of every key."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    deadline = t0 + cfg.time_limit_s
+    values = value_counter()
+    ctp = cfg.workload == "txn-ctp"
+    ids = [
+        f"jepsen-ctp-{i}" if ctp and i % 2 == 1 else f"jepsen-txn-{i}" for i in range(len(clients))
+    ]
+    cluster.transactional_ids = ids  # what --target-specs txn-coordinator aims at
+    conns: list[Any] = []
+    workers: list[Any] = []
+    for i, c in enumerate(clients):
+        rng = random.Random(f"{cfg.seed}/client/{i}")
+        host = client_hosts[c]
+        if ctp and i % 2 == 1:
+
+            def new_processor(c: str = c, host: str = host, i: int = i) -> Any:
+                return cluster.ctp_processor(c, host, ids[i])
+
+            workers.append(txn_workload.CtpWorker(i, len(clients), new_processor, rec, rng))
+        else:
+            tc = cluster.txn_client(c, host, ids[i])
+            conns.append(tc)
+            workers.append(
+                txn_workload.TxnWorker(i, len(clients), tc, cluster.keys, rec, values, rng)
+            )
+    stops: list[asyncio.Task[None]] = []
+
+    async def stop_later(f: Fault, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        await asyncio.to_thread(nemesis.stop, f)
+
+    async def schedule() -> None:
+        for s in steps:
+            await asyncio.sleep(max(0.0, t0 + s.at_s - loop.time()))
+            f = _resolve(s, cluster)
+            await asyncio.to_thread(nemesis.start, f)
+            stops.append(asyncio.ensure_future(stop_later(f, t0 + s.at_s + s.duration_s)))
+
+    sched = asyncio.ensure_future(schedule())
+    try:
+        await asyncio.gather(*(w.run(deadline) for w in workers))
+        await sched
+        await asyncio.gather(*stops)
+    finally:
+        for t in [sched, *stops]:
+            t.cancel()
+        for conn in conns:
+            await conn.close()
+    await asyncio.to_thread(nemesis.heal_all)
+    await asyncio.sleep(cfg.recovery_s)
+    healed_at = loop.time()
+    while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
+        await asyncio.sleep(0.5)
+    host = client_address(150)
+    if ctp:
+        # Before the final reads: what the group committed, then everything it may cover.
+        proc = cluster.ctp_processor("final", host, "jepsen-ctp-final")
+        try:
+            await txn_workload.final_committed(proc, rec, process=10_001)
+        finally:
+            await proc.close()
+    reader = cluster.txn_client("final", host, "jepsen-txn-final")
+    try:
+        return await txn_workload.final_reads(
+            reader,
+            txn_workload.all_keys(cluster.keys, ctp),
+            rec,
+            process=10_000,
+            timeout_s=cfg.final_read_timeout_s,
+        )
+    finally:
+        await reader.close()
+
+
 def _member_factory(
     cluster: Cluster, client: str, host: str, assignor: str
 ) -> Callable[[str, OnRebalance], GroupMember]:
@@ -579,6 +675,9 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
         if ctl is None and f.kind != "membership":
             ctl = cluster.leader_of_something(pick)
         targets = (ctl,) if ctl is not None else ()
+    elif step.target_spec == "txn-coordinator":
+        coord = getattr(cluster, "txn_coordinator", lambda _pick: None)(pick)
+        targets = (coord,) if coord is not None else ()
     elif step.target_spec == "voter":
         voters = sorted(cluster.voters())
         targets = (voters[pick % len(voters)],) if voters else ()
@@ -597,6 +696,8 @@ def check_history(history: History, workload: str, *, idempotent: bool = True) -
         return queue.check(history, idempotent=idempotent)
     if workload == "metadata":
         return linear.check_metadata(history)
+    if workload in TXN_WORKLOADS:
+        return txn.check(history)
     raise ValueError(f"no checker for workload {workload!r}")
 
 

@@ -42,8 +42,10 @@ class Step:
         }
 
 
-RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter"})
-"""Target specs only the running cluster can resolve (the runner does, at fault start)."""
+RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter", "txn-coordinator"})
+"""Target specs only the running cluster can resolve (the runner does, at fault start).
+``txn-coordinator``: the broker leading the ``__transaction_state`` partition of one of the
+run's transactional ids (``--target-specs txn-coordinator``: coordinator failover)."""
 
 
 PROCESS_SPECS = ("one", "one", "minority", "majority", "leader", "controller")
