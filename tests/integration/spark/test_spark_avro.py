@@ -20,6 +20,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from longboat_spark_harness import LocalCluster, cluster, spark_session
 
 from api.client import Consumer, Producer, TopicPartition
+from api.client.schemas import AvroSerializer, JSONSerializer
+from api.client.schemas import SchemaRegistryClient as LbRegistry
 
 pytestmark = pytest.mark.slow
 
@@ -247,3 +249,30 @@ def test_a_dataframe_written_as_avro_reads_back_equal_and_confluent_decodes_it(
             .mode("append")
             .save()
         )
+
+
+def test_avro_keys_and_json_schema_values(spark: Any, lc: LocalCluster) -> None:
+    lc.create_topic("points", 1)
+    registry = LbRegistry(lc.bootstrap.split(","))
+    flat = json.dumps(
+        {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "number"}}}
+    )
+    to_json = JSONSerializer(registry, flat)
+    to_key = AvroSerializer(registry, '"string"', is_key=True)
+    with Producer(lc.bootstrap) as p:
+        for i in range(4):
+            p.send("points", to_json({"x": i, "y": i / 4}, "points"), key=to_key(f"p{i}", "points"))
+        p.flush()
+    df = reader(spark, lc, subscribe="points", valueFormat="jsonschema", keyFormat="avro")
+    assert df.schema["key"].dataType.simpleString() == "string"
+    assert df.schema["value"].dataType.simpleString() == "struct<x:bigint,y:double>"
+    got = sorted((r.key, r.value.x, r.value.y) for r in df.collect())
+    assert got == [(f"p{i}", i, i / 4) for i in range(4)]
+    # A schema that is not a flat object: the value stays JSON text.
+    lc.create_topic("docs", 1)
+    nested = json.dumps({"type": "object", "properties": {"p": {"type": "object"}}})
+    with Producer(lc.bootstrap) as p:
+        p.send("docs", JSONSerializer(registry, nested)({"p": {"q": 1}}, "docs")).result(30)
+    text = reader(spark, lc, subscribe="docs", valueFormat="jsonschema")
+    assert text.schema["value"].dataType.simpleString() == "string"
+    assert [json.loads(r.value) for r in text.collect()] == [{"p": {"q": 1}}]
