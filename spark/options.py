@@ -128,6 +128,32 @@ _SINK_OPTIONS = {
     "request.timeout.ms",
     "kafka.request.timeout.ms",
 }
+# Schema-registry formats of keys and values (parsed by spark/avro.py).
+FORMAT_SOURCE_OPTIONS = {
+    "valueformat",
+    "keyformat",
+    "schema.registry.url",
+    "valuesubject",
+    "keysubject",
+    "valueschemaversion",
+    "keyschemaversion",
+    "valueschemaid",
+    "keyschemaid",
+    "mode",
+}
+FORMAT_SINK_OPTIONS = {
+    "valueformat",
+    "keyformat",
+    "schema.registry.url",
+    "valuesubject",
+    "keysubject",
+    "valueschema",
+    "keyschema",
+    "valueschema.autoregister",
+    "keyschema.autoregister",
+}
+_SOURCE_OPTIONS |= FORMAT_SOURCE_OPTIONS
+_SINK_OPTIONS |= FORMAT_SINK_OPTIONS
 # Set by Spark itself on some paths, or harmless Kafka client settings we have no use for.
 _IGNORED = {
     "path",

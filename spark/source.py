@@ -54,6 +54,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark import avro
 from spark.cluster import ClusterView
 from spark.fetch import RangeTask, read_range
 from spark.options import (
@@ -95,21 +96,50 @@ class LongboatDataSource(DataSource):
         # Reads only: a write takes the DataFrame's schema. includeHeaders adds the column.
         raw = {k.lower(): v for k, v in self.options.items()}
         include = str(raw.get("includeheaders", "false")).strip().lower() == "true"
-        return kafka_struct(include)
+        # valueFormat/keyFormat avro|jsonschema: the columns typed by the registry's reader
+        # schemas, which ride in the columns' metadata to reader() (spark/avro.py).
+        formats = avro.parse_formats(self.options, sink=False)
+        if not formats.any:
+            return kafka_struct(include)
+        o = parse_source_options(self.options, streaming=False)
+        topic = avro.single_topic(o.subscribe, o.assign)
+        return avro.with_columns(kafka_struct(include), formats, topic)
 
     def reader(self, schema: StructType) -> LongboatBatchReader:
-        return LongboatBatchReader(parse_source_options(self.options, streaming=False))
+        return LongboatBatchReader(
+            parse_source_options(self.options, streaming=False), _decoders(self.options, schema)
+        )
 
     def streamReader(self, schema: StructType) -> LongboatStreamReader:
-        return LongboatStreamReader(parse_source_options(self.options, streaming=True))
+        return LongboatStreamReader(
+            parse_source_options(self.options, streaming=True), _decoders(self.options, schema)
+        )
 
     def writer(self, schema: StructType, overwrite: bool) -> LongboatWriter:
-        return LongboatWriter(_sink(self.options, schema, overwrite))
+        sink = _sink(self.options, schema, overwrite)
+        return LongboatWriter(sink, _encoders(self.options, schema, sink))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> LongboatStreamWriter:
         # overwrite is output mode "complete": as Kafka's sink, every micro-batch appends the
         # whole result again (a topic cannot be truncated; readers keep the last per key).
-        return LongboatStreamWriter(_sink(self.options, schema, overwrite=False))
+        sink = _sink(self.options, schema, overwrite=False)
+        return LongboatStreamWriter(sink, _encoders(self.options, schema, sink))
+
+
+def _decoders(options: Any, schema: StructType) -> tuple[avro.ColumnDecoder, ...]:
+    return avro.decoders(schema, avro.parse_formats(options, sink=False))
+
+
+def _encoders(options: Any, schema: StructType, sink: SinkOptions) -> _Encoders:
+    formats = avro.parse_formats(options, sink=True)
+    dtypes = {f.name.lower(): f.dataType for f in schema.fields}
+    return _Encoders(formats.registry, avro.encoders(formats, dtypes, sink.topic))
+
+
+@dataclass(frozen=True)
+class _Encoders:
+    registry: tuple[str, ...] = ()
+    columns: tuple[avro.ColumnEncoder, ...] = ()
 
 
 class LongboatInputPartition(InputPartition):
@@ -166,7 +196,9 @@ def _starting_offsets(
     )
 
 
-def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+def _read(
+    partition: InputPartition | None, decoders: tuple[avro.ColumnDecoder, ...] = ()
+) -> Iterator[pa.RecordBatch]:
     task = (
         partition.task
         if isinstance(partition, LongboatInputPartition)
@@ -176,12 +208,15 @@ def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         # Nothing to read: when partitions() returns [], Spark 4.3 plans one
         # InputPartition(None) all the same (plan_data_source_read.py).
         return iter(())
+    if decoders:
+        return avro.decode_batches(decoders, read_range(task))
     return read_range(task)
 
 
 class LongboatBatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, decoders: tuple[avro.ColumnDecoder, ...] = ()) -> None:
         self.opts = opts
+        self.decoders = decoders
 
     def partitions(self) -> list[LongboatInputPartition]:
         o = self.opts
@@ -212,7 +247,7 @@ class LongboatBatchReader(DataSourceReader):
             return _tasks(o, cv, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition)
+        return _read(partition, self.decoders)
 
 
 class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -224,8 +259,9 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     offsets are fixed when the query starts and never passed.
     """
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, decoders: tuple[avro.ColumnDecoder, ...] = ()) -> None:
         self.opts = opts
+        self.decoders = decoders
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
 
@@ -320,7 +356,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return _tasks(o, cv, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(partition)
+        return _read(partition, self.decoders)
 
     def commit(self, end: dict[str, Any]) -> None:
         # As Kafka's source: offsets live in Spark's checkpoint, nothing is committed to the
@@ -346,7 +382,10 @@ def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
             f"a longboat write needs a 'value' column (binary or string); the DataFrame has "
             f"{schema.simpleString()}"
         )
+    encoded = {c.column for c in avro.parse_formats(options, sink=True).columns()}
     for name in ("key", "value"):
+        if name in encoded:
+            continue  # encoded as Avro (spark/avro.py checks the struct against its schema)
         if name in fields and not isinstance(fields[name], _BYTES_TYPES):
             raise LongboatOptionError(
                 f"column '{name}' must be binary or string, not {fields[name].simpleString()}; "
@@ -453,18 +492,23 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     return n
 
 
-def _write(sink: SinkOptions, iterator: Iterator[pa.RecordBatch]) -> LongboatCommitMessage:
+def _write(
+    sink: SinkOptions, iterator: Iterator[pa.RecordBatch], enc: _Encoders | None = None
+) -> LongboatCommitMessage:
+    if enc is not None and enc.columns:
+        iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
     return LongboatCommitMessage(asyncio.run(_produce(sink, iterator)))
 
 
 class LongboatWriter(DataSourceArrowWriter):
     """``df.write.format("longboat")``: rows with value (key, topic, partition, headers)."""
 
-    def __init__(self, sink: SinkOptions) -> None:
+    def __init__(self, sink: SinkOptions, encoders: _Encoders | None = None) -> None:
         self.sink = sink
+        self.encoders = encoders
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LongboatCommitMessage:
-        return _write(self.sink, iterator)
+        return _write(self.sink, iterator, self.encoders)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         total = sum(m.records for m in messages if isinstance(m, LongboatCommitMessage))
@@ -479,11 +523,12 @@ class LongboatWriter(DataSourceArrowWriter):
 class LongboatStreamWriter(DataSourceStreamArrowWriter):
     """``writeStream.format("longboat")``: at-least-once per micro-batch, as Kafka's sink."""
 
-    def __init__(self, sink: SinkOptions) -> None:
+    def __init__(self, sink: SinkOptions, encoders: _Encoders | None = None) -> None:
         self.sink = sink
+        self.encoders = encoders
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LongboatCommitMessage:
-        return _write(self.sink, iterator)
+        return _write(self.sink, iterator, self.encoders)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         pass

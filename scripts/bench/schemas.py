@@ -19,8 +19,13 @@ same dicts every time; its JSON text is the baseline's value.
 * ``schemas.rest_v2.consume``: a v2 consumer instance with ``format: avro`` against one with
   ``format: json``, reading everything back.
 
-Not measured yet: Spark decoding Avro topic records into columns (the Spark source does not
-decode the registry's wire format yet; issue 21).
+* ``schemas.spark.read``: Spark (local[2]) reading the client's Avro topic with
+  ``valueFormat=avro`` (every value decoded into a struct column in Spark's Python workers:
+  fastavro per value, then pyarrow) into the ``noop`` sink, rows/s, against Spark reading the
+  same rows (the same struct column) from a Parquet file. Spark's ``format("avro")`` would be
+  the natural baseline but spark-avro is a separate package that is not available offline
+  here. ``binary_rows_per_s`` in its params: the same topic read as raw bytes (no decoding),
+  so the decoding's own cost is the gap between the two topic figures.
 
 ``--quick``: 100,000 records for the client, 20,000 through REST, one run; ``--smoke``: 5,000
 and 1,000; full: 500,000 and 100,000, three runs.
@@ -34,15 +39,18 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 from _report import add_size_flags, figure, progress, size
+from spark_read import session, timed
 
 from api.client import AsyncConsumer, AsyncProducer, TopicPartition
 from api.client.schemas import AvroDeserializer, AvroSerializer, SchemaRegistryClient
@@ -189,6 +197,43 @@ async def rest_consume(url: str, topic: str, n: int, fmt: str, group: str) -> fl
         return got / (time.perf_counter() - t0)
 
 
+def spark_read(
+    boot: list[str], topic: str, n: int, root: Path, runs: int
+) -> dict[str, list[float]]:
+    """rows/s: the Avro topic decoded by the longboat source, the same rows from Parquet, and
+    the topic's raw bytes; each read once untimed first (the JIT's first pass is slower)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [trade(i % CHUNK) for i in range(n)]
+    path = root / "trades.parquet"
+    pq.write_table(pa.table({"value": rows}), path)
+    spark = session()
+    try:
+
+        def from_topic(fmt: str) -> Any:
+            r = spark.read.format("longboat").option("bootstrap", ",".join(boot))
+            return r.option("subscribe", topic).option("valueFormat", fmt).load().select("value")
+
+        sources: dict[str, Callable[[], Any]] = {
+            "avro": lambda: from_topic("avro"),
+            "parquet": lambda: spark.read.parquet(str(path)).select("value"),
+            "binary": lambda: from_topic("binary"),
+        }
+        got = sources["avro"]().where("value.id >= 0").count()
+        if got != n:
+            raise RuntimeError(f"Spark read {got} Avro rows of {n}")
+        out: dict[str, list[float]] = {}
+        for name, df in sources.items():
+            df().write.format("noop").mode("overwrite").save()  # warm
+            for _ in range(runs):
+                dt = timed(lambda df=df: df().write.format("noop").mode("overwrite").save())  # type: ignore[misc]
+                out.setdefault(name, []).append(n / dt)
+        return out
+    finally:
+        spark.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_size_flags(ap)
@@ -248,6 +293,8 @@ def main() -> int:
             total = n_rest + REST_BATCH
             add("rest_avro_in", asyncio.run(rest_consume(url, ra, total, "avro", f"ga-{run}")))
             add("rest_json_in", asyncio.run(rest_consume(url, rj, total, "json", f"gj-{run}")))
+        progress(f"Spark: the Avro topic ({n + 100} records) into columns, against Parquet")
+        sp = spark_read(boot, f"avro-{runs - 1}", n + 100, root, runs)
     finally:
         brokers.stop_all()
         q.stop_all()
@@ -290,6 +337,20 @@ def main() -> int:
         baseline="a v2 consumer instance with format json, the same records",
         baseline_values=fig["rest_json_in"],
         params={**params, "records": n_rest},
+    )
+    figure(
+        "schemas.spark.read",
+        "rows/s",
+        sp["avro"],
+        baseline="the same rows (the value struct) from a Parquet file; spark-avro is not "
+        "available offline, so not format('avro')",
+        baseline_values=sp["parquet"],
+        params={
+            **params,
+            "records": n + 100,
+            "spark": "local[2], noop sink",
+            "binary_rows_per_s": round(statistics.median(sp["binary"]), 1),
+        },
     )
     return 0
 

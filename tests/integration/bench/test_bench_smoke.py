@@ -46,6 +46,7 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "schemas.client.consume": True,
         "schemas.rest_v2.produce": True,
         "schemas.rest_v2.consume": True,
+        "schemas.spark.read": True,
     },
     "raft_node.py": {
         "raft.propose_throughput": True,
