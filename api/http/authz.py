@@ -184,7 +184,15 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/console/static"): AUTHENTICATED,
     **{
         ("GET", f"/console/api/{p}"): CLUSTER_DESCRIBE
-        for p in ("local", "cluster", "topics", "topics/{topic}", "reports", "reports/{run}")
+        for p in (
+            "local",
+            "cluster",
+            "topics",
+            "topics/{topic}",
+            "reports",
+            "reports/{run}",
+            "settings",
+        )
     },
     ("GET", "/metrics"): CLUSTER_DESCRIBE,
     ("GET", "/v3/quorum/status"): CLUSTER_DESCRIBE,

@@ -1,4 +1,4 @@
-"""The web console: a read-only page served by every broker at ``/console/``.
+"""The web console: a page served by every broker at ``/console/``.
 
 The page (``console_static/``: plain HTML, CSS and JavaScript, no build step, nothing from a
 CDN) reads the public API (``/v3/clusters/...``: brokers, topic configs, partitions' records,
@@ -11,6 +11,10 @@ consumer groups) and the few JSON reads it lacks, added here under ``/console/ap
 * ``GET /console/api/topics``     every topic with partitions, offsets held, size, health and
   current throughput; ``GET /console/api/topics/{topic}`` one topic with every partition
   (leader, replicas, ISR, offsets, size) and its throughput over the last minutes.
+* ``GET /console/api/settings``  what the page may offer: ``{"admin_enabled"}`` (the node's
+  ``console_admin_enabled``; off, the page shows no admin action and makes no write call).
+  Admin actions go to the public REST routes, never to a console route: the broker's
+  authentication and ACLs judge the console's user as they judge curl.
 * ``GET /console/api/reports``    the fault-injection runs (``jepsen_tests`` run directories,
   each with a ``results.json``) under the node's ``console_reports_dir`` (off when unset);
   ``.../reports/{run}`` one run's results and schedule; ``.../reports/{run}/report.html``
@@ -73,11 +77,13 @@ class Console:
         local_rows: Callable[[], list[console_view.Row]],
         voter_urls: dict[int, str],
         reports_dir: Path | None,
+        admin_enabled: bool = False,
     ) -> None:
         self.ctx = ctx
         self.local_rows = local_rows
         self.voter_urls = voter_urls
         self.reports_dir = reports_dir
+        self.admin_enabled = admin_enabled
         self.history = console_view.ThroughputHistory(
             THROUGHPUT_INTERVAL_MS, THROUGHPUT_SAMPLES_MAX
         )
@@ -345,6 +351,10 @@ async def topic(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+async def settings(request: web.Request) -> web.Response:
+    return json_response({"admin_enabled": _console(request).admin_enabled})
+
+
 async def reports(request: web.Request) -> web.Response:
     c = _console(request)
     return json_response(
@@ -431,6 +441,7 @@ def add_console_routes(app: web.Application, srv: Any, ctx: HttpContext) -> Cons
         local_rows_of(srv.replicas),
         {v.node_id: v.url for v in config.voters},
         None if reports_dir is None else Path(reports_dir),
+        admin_enabled=config.console_admin_enabled,
     )
     app[CONSOLE_KEY] = console
     r = app.router
@@ -441,6 +452,7 @@ def add_console_routes(app: web.Application, srv: Any, ctx: HttpContext) -> Cons
     r.add_get("/console/api/cluster", cluster)
     r.add_get("/console/api/topics", topics)
     r.add_get("/console/api/topics/{topic}", topic)
+    r.add_get("/console/api/settings", settings)
     r.add_get("/console/api/reports", reports)
     r.add_get("/console/api/reports/{run:.+}", report)
 

@@ -338,6 +338,11 @@ class NodeConfig(BaseModel):
     """A directory whose fault-injection runs (``jepsen_tests`` run directories, each with a
     ``results.json``) the web console lists and shows (``api.http.console``). Unset: the
     console's reports page says it is off."""
+    console_admin_enabled: bool = False
+    """The web console shows admin actions (create and delete topics, alter a topic config,
+    reset an empty group's offsets). The page does them through the public REST routes, so
+    authentication and ACLs apply to the console's user as to curl. Off: the console is
+    read-only and its page makes no write calls."""
     metrics_per_partition: bool = True
     """``/metrics`` shows series per partition (offsets, ISR, flags; consumer lag per
     partition). Off on clusters with many partitions, to bound what Prometheus stores: the

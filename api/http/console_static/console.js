@@ -8,6 +8,11 @@
 // pages that change (overview, topic, groups) draw again every REFRESH_MS while shown. A
 // route change bumps `generation`, which stops the previous page's timer and drops its
 // answers still in flight.
+//
+// Admin actions (create, delete, alter a topic's config, reset a group's offsets) exist only
+// when /console/api/settings says the broker has console_admin_enabled: otherwise no form is
+// drawn and apiWrite() refuses before any request. They call the public REST routes, so the
+// broker's authentication and ACLs judge the console's user exactly as they judge curl.
 "use strict";
 
 const REFRESH_MS = 5000;
@@ -18,6 +23,7 @@ const LAG_HISTORY_MAX = 300;
 
 const main = document.getElementById("main");
 let cluster = null; // {cluster_id}
+let settings = { admin_enabled: false }; // /console/api/settings
 let generation = 0;
 let timer = null;
 let routeStart = 0;
@@ -47,6 +53,66 @@ async function api(path) {
     throw new Error(msg);
   }
   return body;
+}
+
+// The one way the page writes: admin actions only. A refusal (401, 403, a bad request, a
+// group not empty) is said in words; the broker answers those before changing anything.
+async function apiWrite(method, path, body) {
+  if (!settings.admin_enabled) throw new Error("This console is read-only (console_admin_enabled is off).");
+  const init = { method: method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  let out = null;
+  try {
+    out = await resp.json();
+  } catch (e) {
+    out = null;
+  }
+  if (!resp.ok) {
+    const msg = out && out.message ? out.message : resp.statusText;
+    const what = resp.status === 401 ? "Not authenticated (401)" : resp.status === 403 ? "Not allowed (403)" : "Refused (" + resp.status + ")";
+    throw new Error(what + ": " + msg + (resp.status < 500 ? " Nothing was changed." : ""));
+  }
+  return out;
+}
+
+// An admin panel that outlives the redraws of its page (they replace main's HTML; the panel
+// is put back, with what the user typed), dropped on a route change.
+let panels = { gen: -1, byId: new Map() };
+
+function adminPanel(gen, id, title, html, bind) {
+  if (panels.gen !== gen) panels = { gen: gen, byId: new Map() };
+  let el = panels.byId.get(id);
+  if (!el) {
+    el = document.createElement("section");
+    el.className = "admin";
+    el.id = id;
+    el.innerHTML = "<h2>" + esc(title) + "</h2>" + html + '<p class="admin-result" aria-live="polite"></p>';
+    bind(el);
+    panels.byId.set(id, el);
+  }
+  return el;
+}
+
+// Run an admin action from `button`: its outcome (or why it was refused) shown in the panel.
+async function act(el, button, fn) {
+  const out = el.querySelector(".admin-result");
+  button.disabled = true;
+  out.className = "admin-result muted";
+  out.textContent = "working…";
+  try {
+    const text = await fn();
+    out.className = "admin-result done";
+    out.textContent = text;
+  } catch (e) {
+    out.className = "admin-result error";
+    out.textContent = e.message;
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function v3(path) {
@@ -290,6 +356,26 @@ const topicsState = { filter: "", internal: false, page: 0 };
 
 async function topicsPage(gen) {
   const d = await api("/console/api/topics");
+  const create = !settings.admin_enabled ? null : adminPanel(gen, "create-topic", "Create a topic",
+    '<form class="bar"><label>Name<input name="name" required></label>' +
+    '<label>Partitions<input name="partitions" type="number" min="1" value="1" class="w6"></label>' +
+    '<label>Replication factor<input name="rf" type="number" min="1" value="1" class="w6"></label>' +
+    '<button type="submit">Create</button></form>',
+    (el) => el.querySelector("form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const f = new FormData(e.target);
+      const name = String(f.get("name")).trim();
+      act(el, e.target.querySelector("button"), async () => {
+        await apiWrite("POST", v3("/topics"), {
+          topic_name: name, partitions_count: Number(f.get("partitions")), replication_factor: Number(f.get("rf")),
+        });
+        if (gen === generation) {
+          Object.assign(d, await api("/console/api/topics"));
+          draw();
+        }
+        return "Created topic " + name + ".";
+      });
+    }));
   if (gen !== generation) return;
   const draw = () => {
     const f = topicsState.filter.toLowerCase();
@@ -313,6 +399,7 @@ async function topicsPage(gen) {
         t.offline ? "bad" : t.under_replicated ? "warn" : ""]),
       { id: "topics" });
     main.innerHTML = s;
+    if (create) main.querySelector("h1").after(create);
     const input = document.getElementById("topic-filter");
     input.addEventListener("input", () => {
       topicsState.filter = input.value;
@@ -337,7 +424,7 @@ async function topicsPage(gen) {
 }
 
 async function topicPage(gen, name) {
-  const [t, cfg] = await Promise.all([
+  let [t, cfg] = await Promise.all([
     api("/console/api/topics/" + enc(name)),
     api(v3("/topics/" + enc(name) + "/configs")),
   ]);
@@ -371,6 +458,13 @@ async function topicPage(gen, name) {
       cfg.data.map((c) => [[esc(c.name), esc(c.value), c.is_default ? '<span class="muted">default</span>' : tag(c.source || "topic")],
         ""]), { id: "configs" });
     main.innerHTML = s;
+    if (settings.admin_enabled) {
+      const alter = topicAdmin(gen, t.name, cfg, async () => {
+        cfg = await api(v3("/topics/" + enc(name) + "/configs"));
+        if (gen === generation) draw();
+      });
+      for (const el of alter) main.append(el);
+    }
     bindPager(main, (p) => {
       state.page = p;
       draw();
@@ -386,6 +480,53 @@ async function topicPage(gen, name) {
     refresh(gen, again, REFRESH_MS);
   };
   refresh(gen, again, REFRESH_MS);
+}
+
+// The topic page's admin panels: alter one config, delete the topic (typed confirmation).
+function topicAdmin(gen, name, cfg, reload) {
+  const alter = adminPanel(gen, "alter-config", "Alter a config",
+    '<form class="bar"><label>Config<select name="name"></select></label>' +
+    '<label>Value<input name="value" required></label><button type="submit">Set</button></form>',
+    (el) => el.querySelector("form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const f = new FormData(e.target);
+      const key = String(f.get("name")), value = String(f.get("value"));
+      act(el, e.target.querySelector("button"), async () => {
+        await apiWrite("PUT", v3("/topics/" + enc(name) + "/configs/" + enc(key)), { value: value });
+        await reload();
+        return "Set " + key + " = " + value + ".";
+      });
+    }));
+  const select = alter.querySelector("select");
+  if (!select.options.length) {
+    for (const c of cfg.data) {
+      const o = document.createElement("option");
+      o.value = o.textContent = c.name;
+      select.append(o);
+    }
+  }
+  const del = adminPanel(gen, "delete-topic", "Delete this topic",
+    '<form class="bar"><label>Type the topic name to confirm<input name="confirm" autocomplete="off"></label>' +
+    '<button type="submit" disabled>Delete</button></form>',
+    (el) => {
+      const form = el.querySelector("form");
+      const input = form.querySelector("input"), button = form.querySelector("button");
+      input.addEventListener("input", () => {
+        button.disabled = input.value !== name;
+      });
+      form.addEventListener("submit", (e) => {
+        e.preventDefault();
+        if (input.value !== name) return;
+        act(el, button, async () => {
+          await apiWrite("DELETE", v3("/topics/" + enc(name)));
+          input.value = "";
+          return "Deleted topic " + name + ".";
+        }).then(() => {
+          button.disabled = input.value !== name;
+        });
+      });
+    });
+  return [alter, del];
 }
 
 async function messagesPage(gen) {
@@ -519,6 +660,21 @@ async function groupPage(gen, group) {
       r.lag ?? "-", esc(r.consumer_id ?? "")], r.lag ? "warn" : ""]),
     { id: "lags" });
   main.innerHTML = s;
+  if (settings.admin_enabled) {
+    main.append(adminPanel(gen, "reset-offsets", "Reset the group's offsets",
+      '<p class="muted">Every partition the group has committed, to the earliest or latest offset. ' +
+      "The group must be empty (no members).</p>" +
+      '<form class="bar"><label>To<select name="to"><option value="earliest">earliest</option>' +
+      '<option value="latest">latest</option></select></label><button type="submit">Reset</button></form>',
+      (el) => el.querySelector("form").addEventListener("submit", (e) => {
+        e.preventDefault();
+        const to = String(new FormData(e.target).get("to"));
+        act(el, e.target.querySelector("button"), async () => {
+          const r = await apiWrite("POST", base + "/offsets:reset", { to: to, all_topics: true, execute: true });
+          return "Reset " + r.partitions.length + " partition(s) to " + to + ".";
+        });
+      })));
+  }
   ready("group");
   refresh(gen, () => groupPage(gen, group), GROUP_REFRESH_MS);
 }
@@ -631,7 +787,14 @@ async function route() {
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.dataset.nav === nav);
   try {
     if (!cluster) {
-      cluster = (await api("/v3/clusters")).data[0];
+      [cluster, settings] = await Promise.all([
+        api("/v3/clusters").then((c) => c.data[0]),
+        api("/console/api/settings"),
+      ]);
+      if (settings.admin_enabled) {
+        document.getElementById("footer").textContent = "Admin actions on (console_admin_enabled): they use the " +
+          "public API as your user, under its ACLs. Pages refresh every few seconds.";
+      }
       document.getElementById("cluster").textContent = "cluster " + cluster.cluster_id;
     }
     if (parts.length === 0) await overview(gen);
