@@ -45,8 +45,9 @@ def chromium_or_install() -> str:
 
 
 @contextmanager
-def browser(profile_dir: Path) -> Iterator[BrowserContext]:
-    """A headless Chromium with an empty profile in ``profile_dir``."""
+def browser(profile_dir: Path, *, ignore_https_errors: bool = False) -> Iterator[BrowserContext]:
+    """A headless Chromium with an empty profile in ``profile_dir``; ``ignore_https_errors``
+    for a secure test cluster, whose CA the browser does not know."""
     exe = chromium_or_install()
     profile_dir.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
@@ -56,6 +57,7 @@ def browser(profile_dir: Path) -> Iterator[BrowserContext]:
             headless=True,
             args=CHROMIUM_ARGS,
             viewport={"width": 1400, "height": 1000},
+            ignore_https_errors=ignore_https_errors,
         )
         try:
             yield ctx
