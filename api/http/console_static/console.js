@@ -74,7 +74,8 @@ async function apiWrite(method, path, body) {
   if (!resp.ok) {
     const msg = out && out.message ? out.message : resp.statusText;
     const what = resp.status === 401 ? "Not authenticated (401)" : resp.status === 403 ? "Not allowed (403)" : "Refused (" + resp.status + ")";
-    throw new Error(what + ": " + msg + (resp.status < 500 ? " Nothing was changed." : ""));
+    const end = /[.!?]$/.test(msg) ? "" : ".";
+    throw new Error(what + ": " + msg + end + (resp.status < 500 ? " Nothing was changed." : ""));
   }
   return out;
 }

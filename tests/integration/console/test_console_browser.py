@@ -529,9 +529,9 @@ def test_admin_resets_an_empty_groups_offsets(
 
 
 def test_admin_refusal_is_shown_and_changes_nothing(admin_cluster: HttpCluster, page: Page) -> None:
-    """A 403 from the create route, answered by the browser's route hook (what the broker's
-    ACLs answer a principal without CREATE: tests/integration/security checks the broker's
-    side), is shown as such and the page keeps working."""
+    """A 403 from the create route, answered by the browser's route hook (as the broker's
+    ACLs answer a principal without CREATE; test_console_secure.py gets it from a secure
+    cluster), is shown as such and the page keeps working."""
     c = admin_cluster
 
     def refuse(route: Any) -> None:
@@ -542,7 +542,10 @@ def test_admin_refusal_is_shown_and_changes_nothing(admin_cluster: HttpCluster, 
             status=403,
             content_type="application/json",
             body=json.dumps(
-                {"error_code": 40301, "message": "Principal User:bob may not CREATE Cluster."}
+                {
+                    "error_code": 40301,
+                    "message": "User:bob is not authorized to CREATE on TOPIC refused-topic",
+                }
             ),
         )
 
@@ -552,7 +555,7 @@ def test_admin_refusal_is_shown_and_changes_nothing(admin_cluster: HttpCluster, 
     page.click("#create-topic button")
     page.wait_for_selector("#create-topic .admin-result.error", timeout=20_000)
     text = page.inner_text("#create-topic .admin-result")
-    assert "Not allowed (403)" in text and "may not CREATE" in text, text
+    assert "Not allowed (403)" in text and "not authorized to CREATE" in text, text
     assert "Nothing was changed" in text, text
     assert c.call("GET", f"{c.v3()}/topics/refused-topic")[0] == 404
     assert page.is_enabled("#create-topic button")
