@@ -200,7 +200,12 @@ def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
     u = urlsplit(config.url)
     eps = [Endpoint(u.scheme or "http", u.hostname or config.host, u.port or config.port)]
     if config.listeners:
-        eps += [Endpoint(s.name, s.host, s.port) for s in config.listener_specs()]
+        # Not the registry's own listener: brokers and clients never dial it for the log.
+        eps += [
+            Endpoint(s.name, s.host, s.port)
+            for s in config.listener_specs()
+            if s.kinds != {ListenerKind.SCHEMA_REGISTRY}
+        ]
     if config.kafka_address is not None:
         eps.append(Endpoint(KAFKA_LISTENER, *config.kafka_address))
     return tuple(eps)

@@ -13,7 +13,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from raft.types import NODE_ID_MAX
 
@@ -66,6 +74,9 @@ class ListenerKind(StrEnum):
     CLIENT = "client"
     BROKER = "broker"
     CONTROLLER = "controller"
+    SCHEMA_REGISTRY = "schema_registry"
+    """Only the Schema Registry's routes (``schema_registry_listen``); client listeners serve
+    them too."""
 
 
 class ListenerSettings(BaseModel):
@@ -120,6 +131,9 @@ class ListenerSpec(BaseModel):
             return self.settings.allow_anonymous
         return self.protocol is SecurityProtocol.PLAINTEXT
 
+
+SCHEMA_REGISTRY_LISTENER = "SCHEMA_REGISTRY"
+"""The name of the listener ``schema_registry_listen`` adds."""
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)://(?P<addr>.+)$")
 
@@ -198,6 +212,12 @@ class NodeConfig(BaseModel):
     kafka_listen: str | None = None
     """HOST:PORT of the broker's Kafka protocol listener (docs/kafka-protocol.md); off when
     unset. Registered as the broker's ``kafka`` endpoint, so Metadata answers name it."""
+    schema_registry_listen: str | None = None
+    """HOST:PORT where the broker also serves the Schema Registry's routes alone (and the
+    health/metrics routes every listener has), as Confluent's registry on a port of its own;
+    off when unset. It is a listener named ``SCHEMA_REGISTRY`` with the security protocol
+    and ``listener_settings`` of the (first) client listener: the same TLS, authentication
+    and ACLs. The client listeners keep serving the registry as well."""
     kafka_request_bytes_max: int = Field(default=100 << 20, ge=1 << 20)
     """The largest Kafka request frame; a larger size prefix closes the connection (Kafka's
     ``socket.request.max.bytes``)."""
@@ -355,14 +375,14 @@ class NodeConfig(BaseModel):
             return tuple(r.strip() for r in v.split(",") if r.strip())
         return v
 
-    @field_validator("listen", "kafka_listen")
+    @field_validator("listen", "kafka_listen", "schema_registry_listen")
     @classmethod
-    def _check_listen(cls, v: str | None) -> str | None:
+    def _check_listen(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None:
             return v
         m = _HOSTPORT.match(v)
         if not m or not 0 < int(m["port"]) < 65536:
-            raise ValueError(f"listen must be HOST:PORT, got {v!r}")
+            raise ValueError(f"{info.field_name} must be HOST:PORT, got {v!r}")
         return v
 
     @model_validator(mode="before")
@@ -421,6 +441,29 @@ class NodeConfig(BaseModel):
                 raise ValueError(
                     f"listener {s.name} asks for client certificates: it needs ssl_cafile"
                 )
+        if self.schema_registry_listen is not None:
+            if "broker" not in self.roles:
+                raise ValueError("schema_registry_listen is for brokers (the registry is theirs)")
+            only = frozenset({ListenerKind.SCHEMA_REGISTRY})
+            reg = next((s for s in specs if s.kinds == only), None)
+            if reg is None:
+                raise ValueError(
+                    "schema_registry_listen takes the security of a client listener: "
+                    "this node has none"
+                )
+            for s in specs:
+                if s is reg:
+                    continue
+                if s.name == reg.name:
+                    raise ValueError(
+                        f"listener {reg.name} is the name schema_registry_listen takes: "
+                        "rename the listener"
+                    )
+                if (s.host, s.port) == (reg.host, reg.port):
+                    raise ValueError(
+                        f"schema_registry_listen {self.schema_registry_listen} is listener "
+                        f"{s.name}'s address: give the registry a port of its own"
+                    )
         # A broker keeps the controller listener's settings to dial it (Kafka's brokers do).
         known = {s.name for s in specs} | set(self.controller_names())
         unknown = {n.upper() for n in self.listener_settings} - known
@@ -429,7 +472,27 @@ class NodeConfig(BaseModel):
         return self
 
     def listener_specs(self) -> list[ListenerSpec]:
-        """This node's listeners (see ``listeners``)."""
+        """This node's listeners (see ``listeners``), the registry's own last."""
+        specs = self._named_listener_specs()
+        if self.schema_registry_listen is None or "broker" not in self.roles:
+            return specs
+        client = next((s for s in specs if ListenerKind.CLIENT in s.kinds), None)
+        if client is None:
+            return specs  # no broker listener: _check_listeners says so
+        host, port = self.schema_registry_listen.rsplit(":", 1)
+        return [
+            *specs,
+            ListenerSpec(
+                name=SCHEMA_REGISTRY_LISTENER,
+                host=host.strip("[]"),
+                port=int(port),
+                protocol=client.protocol,
+                kinds=frozenset({ListenerKind.SCHEMA_REGISTRY}),
+                settings=client.settings,
+            ),
+        ]
+
+    def _named_listener_specs(self) -> list[ListenerSpec]:
         settings = {k.upper(): v for k, v in self.listener_settings.items()}
         if not self.listeners:
             host, port = self.listen.rsplit(":", 1)

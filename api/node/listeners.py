@@ -14,6 +14,12 @@ broker            ``/internal/broker/*`` (replica fetch, forwarding, group and
                   schema writes between brokers)
 client            everything else: the public HTTP API and the client library's
                   binary routes (``/binary/v1/*``)
+schema_registry   the Schema Registry's ``/subjects``, ``/schemas``,
+                  ``/compatibility``, ``/config``, ``/mode``; client listeners
+                  serve them too. ``schema_registry_listen`` adds a listener of
+                  this kind alone (named ``SCHEMA_REGISTRY``, with the security
+                  of the first client listener), as Confluent's registry on a
+                  port of its own
 every listener    ``/v3/health``, ``/v3/health/ready``, ``/metrics``,
                   ``/v3/quorum/status``, ``/v3/quorum/metadata`` (operators and
                   probes reach any process on whatever it listens on)
@@ -68,14 +74,29 @@ _KIND_PREFIXES = (
 )
 
 
+_REGISTRY_ROOTS = frozenset({"subjects", "schemas", "compatibility", "config", "mode"})
+"""The first path segments of the Schema Registry's routes (``api.http.schemas``)."""
+
+
 def route_kind(path: str) -> ListenerKind | None:
-    """The kind of listener ``path`` is served on; None: every listener."""
+    """The kind of listener ``path`` is served on; None: every listener. The registry's
+    routes are ``SCHEMA_REGISTRY`` ones, which client listeners serve too (``serves``)."""
     if path in ANY_LISTENER_PATHS:
         return None
     for prefix, kind in _KIND_PREFIXES:
         if path.startswith(prefix):
             return kind
+    if path.lstrip("/").split("/", 1)[0] in _REGISTRY_ROOTS:
+        return ListenerKind.SCHEMA_REGISTRY
     return ListenerKind.CLIENT
+
+
+def serves(spec: ListenerSpec, kind: ListenerKind | None) -> bool:
+    """Whether listener ``spec`` answers routes of ``kind`` (``route_kind``)."""
+    if kind is None or kind in spec.kinds:
+        return True
+    # Confluent's clients pointed at a broker's client listener keep finding the registry.
+    return kind is ListenerKind.SCHEMA_REGISTRY and ListenerKind.CLIENT in spec.kinds
 
 
 @dataclass
@@ -162,8 +183,7 @@ async def listener_middleware(
         return await handler(request)
     request[LISTENER_SPEC_KEY] = spec
     request[LISTENER_AUTH] = listeners.auth[spec.name]
-    kind = route_kind(request.path)
-    if kind is not None and kind not in spec.kinds:
+    if not serves(spec, route_kind(request.path)):
         return not_found(request)
     return await handler(request)
 

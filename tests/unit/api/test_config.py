@@ -152,3 +152,79 @@ def test_kafka_listen_is_off_by_default_and_registers_a_kafka_endpoint() -> None
     ]
     with pytest.raises(ConfigError, match="kafka_listen"):
         load_config(None, {**base, "kafka_listen": "nowhere"})
+
+
+_BROKER = {
+    "node_id": 101,
+    "controller_quorum": "1@127.0.0.1:9301",
+    "data_dir": "d",
+    "listen": "127.0.0.1:8082",
+}
+
+
+def test_schema_registry_listen_adds_a_registry_listener_with_the_client_security() -> None:
+    from api.node.broker_app import broker_endpoints
+    from api.node.config import ListenerKind, SecurityProtocol
+
+    assert [s.name for s in load_config(None, _BROKER).listener_specs()] == ["PLAINTEXT"]
+    c = load_config(None, {**_BROKER, "schema_registry_listen": "127.0.0.1:8081"})
+    reg = c.listener_specs()[-1]
+    assert (reg.name, reg.host, reg.port, reg.protocol) == (
+        "SCHEMA_REGISTRY",
+        "127.0.0.1",
+        8081,
+        SecurityProtocol.PLAINTEXT,
+    )
+    assert reg.kinds == {ListenerKind.SCHEMA_REGISTRY}
+    # Named listeners: it takes the client listener's protocol and settings; not advertised.
+    named = load_config(
+        None,
+        {
+            **_BROKER,
+            "listeners": "CLIENT://127.0.0.1:8082,BROKER://127.0.0.1:8083",
+            "listener_security_protocol_map": "CLIENT:SASL_PLAINTEXT,BROKER:PLAINTEXT",
+            "inter_broker_listener_name": "BROKER",
+            "listener_settings": {"CLIENT": {"http_auth_mechanisms": ["basic"]}},
+            "schema_registry_listen": "127.0.0.1:8081",
+        },
+    )
+    reg = named.listener_specs()[-1]
+    client = named.listener_specs()[0]
+    assert (reg.protocol, reg.settings) == (SecurityProtocol.SASL_PLAINTEXT, client.settings)
+    assert "SCHEMA_REGISTRY" not in [e.name for e in broker_endpoints(named)]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            {"schema_registry_listen": "8081"},
+            "schema_registry_listen must be HOST:PORT, got '8081'",
+        ),
+        ({"schema_registry_listen": "h:0"}, "schema_registry_listen must be HOST:PORT"),
+        ({"schema_registry_listen": "127.0.0.1:8082"}, "give the registry a port of its own"),
+        (
+            {
+                "roles": ["controller"],
+                "node_id": 1,
+                "listen": "127.0.0.1:9301",
+                "schema_registry_listen": "127.0.0.1:8081",
+            },
+            "schema_registry_listen is for brokers",
+        ),
+        (
+            {
+                "listeners": "SCHEMA_REGISTRY://127.0.0.1:8083",
+                "listener_security_protocol_map": "SCHEMA_REGISTRY:PLAINTEXT",
+                "schema_registry_listen": "127.0.0.1:8081",
+            },
+            "is the name schema_registry_listen takes",
+        ),
+    ],
+)
+def test_bad_schema_registry_listen_is_refused_naming_the_key(
+    change: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load_config(None, {**_BROKER, **change})
+    assert says in str(ei.value)

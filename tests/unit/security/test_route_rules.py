@@ -63,3 +63,36 @@ def test_node_routes_need_cluster_action_and_live_on_node_listeners(tmp_path: Pa
             assert route_kind(path) in (ListenerKind.BROKER, ListenerKind.CONTROLLER)
         elif path.startswith("/binary/"):
             assert route_kind(path) is ListenerKind.CLIENT
+
+
+def test_registry_routes_are_their_own_kind_served_on_client_listeners_too(
+    tmp_path: Path,
+) -> None:
+    from api.http.schemas import add_schema_registry_routes
+    from api.node.config import ListenerSettings, ListenerSpec, SecurityProtocol
+    from api.node.listeners import serves
+
+    registry = web.Application()
+    add_schema_registry_routes(registry)
+    reg_paths = {p for _, p in _routes(registry)}
+    # Exactly the registry's routes are SCHEMA_REGISTRY ones: none of the REST API's.
+    for _, path in _apps(tmp_path):
+        assert (route_kind(path) is ListenerKind.SCHEMA_REGISTRY) == (path in reg_paths), path
+
+    def spec(*kinds: ListenerKind) -> ListenerSpec:
+        return ListenerSpec(
+            name="L",
+            host="h",
+            port=1,
+            protocol=SecurityProtocol.PLAINTEXT,
+            kinds=frozenset(kinds),
+            settings=ListenerSettings(),
+        )
+
+    client, own = spec(ListenerKind.CLIENT), spec(ListenerKind.SCHEMA_REGISTRY)
+    assert serves(client, ListenerKind.SCHEMA_REGISTRY) and serves(
+        own, ListenerKind.SCHEMA_REGISTRY
+    )
+    assert not serves(own, ListenerKind.CLIENT) and not serves(own, ListenerKind.BROKER)
+    assert serves(own, route_kind("/v3/health"))
+    assert not serves(spec(ListenerKind.BROKER), ListenerKind.SCHEMA_REGISTRY)

@@ -1,0 +1,85 @@
+"""The Schema Registry on a port of its own (``schema_registry_listen``): a real broker
+process serves the registry there, to Confluent's own client, and nothing of the REST API;
+the client listener keeps serving the registry; a bad value stops the broker at start with a
+message naming the key. About 10 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from api.node.localcluster import free_ports, running_cluster
+
+pytestmark = pytest.mark.slow
+
+USER = json.dumps(
+    {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_registry_on_its_own_port_serves_confluent_and_not_the_rest_api(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    own = f"http://127.0.0.1:{port}"
+    with running_cluster(
+        tmp_path,
+        controllers=1,
+        brokers=1,
+        broker_args=["--override", f"schema_registry_listen=127.0.0.1:{port}"],
+    ) as (_, brokers):
+        reg = SchemaRegistryClient({"url": own})
+        sid = reg.register_schema("users-value", Schema(USER, "AVRO"))
+        assert json.loads(reg.get_schema(sid).schema_str or "") == json.loads(USER)
+        assert reg.get_latest_version("users-value").schema_id == sid
+        assert reg.get_subjects() == ["users-value"]
+        # The client listener serves the same registry (clients pointed at a broker).
+        on_client = SchemaRegistryClient({"url": brokers.url(brokers.ids[0])})
+        assert on_client.lookup_schema("users-value", Schema(USER, "AVRO")).schema_id == sid
+        # The registry's port has none of the REST API, but the health probe.
+        assert _status(own + "/subjects") == 200
+        assert _status(own + "/v3/clusters") == 404
+        assert _status(own + "/topics") == 404
+        assert _status(own + "/v3/health") == 200
+        assert _status(brokers.url(brokers.ids[0]) + "/v3/clusters") == 200
+
+
+def test_a_bad_schema_registry_listen_is_refused_at_start(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "broker",
+            "start",
+            "--node-id",
+            "101",
+            "--listen",
+            "127.0.0.1:8082",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--controller-quorum",
+            "1@127.0.0.1:9301",
+            "--override",
+            "schema_registry_listen=registry.example",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "schema_registry_listen must be HOST:PORT, got 'registry.example'" in out.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
