@@ -1,16 +1,20 @@
 """The Schema Registry on a port of its own (``schema_registry_listen``): a real broker
 process serves the registry there, to Confluent's own client, and nothing of the REST API;
-the client listener keeps serving the registry; a bad value stops the broker at start with a
-message naming the key. About 10 s."""
+the client listener keeps serving the registry; on a secure cluster it has the client
+listener's TLS, authentication and authorization; a bad value stops the broker at start with
+a message naming the key. About 30 s."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -83,3 +87,54 @@ def test_a_bad_schema_registry_listen_is_refused_at_start(tmp_path: Path) -> Non
     assert out.returncode != 0
     assert "schema_registry_listen must be HOST:PORT, got 'registry.example'" in out.stderr
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+def _call(
+    url: str, ctx: ssl.SSLContext | None, method: str = "GET", body: Any = None, **headers: str
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_registry_port_has_the_client_listeners_tls_authentication_and_acls(
+    tmp_path: Path,
+) -> None:
+    (port,) = free_ports(1)
+    own = f"https://127.0.0.1:{port}"
+    with running_cluster(
+        tmp_path,
+        controllers=1,
+        brokers=1,
+        secure=True,
+        ready_timeout_s=90,
+        broker_args=["--override", f"schema_registry_listen=127.0.0.1:{port}"],
+    ) as (_, brokers):
+        setup = brokers.secure
+        assert setup is not None
+        admin, anonymous = setup.client_ssl(), setup.client_ssl(admin=False)
+        ct = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+        reg = {"schema": USER}
+        # TLS only, as the client listener (SASL_SSL).
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(own.replace("https", "http") + "/subjects", timeout=10)
+        # Authentication: nobody without a certificate or credentials.
+        assert _call(own + "/subjects", anonymous)[0] == 401
+        # Authorization: alice (a valid token, no ACLs) may not register; admin may. Without
+        # DESCRIBE on the subject's topic she gets what a missing topic gets (authz.py).
+        alice = {"Authorization": f"Bearer {setup.token('alice')}"}
+        path = "/subjects/users-value/versions"
+        for url in (own, brokers.url(brokers.ids[0])):  # as on the client listener
+            st, out = _call(url + path, anonymous, "POST", reg, **ct, **alice)
+            assert (st, out["error_code"]) == (404, 40401), out
+        assert _call(own + path, admin, "POST", reg, **ct) == (200, {"id": 1})
+        assert _call(own + "/subjects", anonymous, **alice)[0] == 200
+        # The REST API is not on the registry's port, even for a super user.
+        assert _call(own + "/v3/clusters", admin) == (
+            404,
+            {"error_code": 404, "message": "HTTP 404 Not Found"},
+        )
