@@ -371,7 +371,7 @@ def test_route_matrix(cluster: tuple[Quorum, Brokers], topic: str, tmp_path: Pat
                 problems.append(f"{method} {pattern}: alice's certificate got {got}")
             if call(q.url(1), method, path, node_tls, {}) != 200:
                 problems.append(f"{method} {pattern}: a node was refused")
-        elif kind is None or kind.value == "client":
+        elif kind is None or kind.value in ("client", "schema_registry"):  # both on CLIENT
             base = b.url(101)
             got_none = call(base, method, path, plain, {})
             got_bad = call(base, method, path, plain, bad)
