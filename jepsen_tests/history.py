@@ -48,6 +48,10 @@ REBALANCE = "rebalance"
 CREATE_TOPIC = "create_topic"
 DELETE_TOPIC = "delete_topic"
 DESCRIBE_TOPIC = "describe_topic"
+REGISTER_SCHEMA = "register_schema"
+READ_SCHEMA_ID = "read_schema_id"
+READ_SUBJECT_VERSION = "read_subject_version"
+READ_SUBJECT = "read_subject"
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,21 @@ class LongboatCluster(Cluster):
         )
         return chosen[pick % len(chosen)] if chosen else None
 
+    def schemas_leader(self) -> str | None:
+        """The broker leading the Schema Registry's ``_schemas`` partition (every
+        registration is written through it); None before the topic exists."""
+        md = self.broker_metadata()
+        table = next((t for t in (md or {}).get("topics", []) if t["name"] == "_schemas"), None)
+        if table is None or not table["partitions"]:
+            return None
+        return self.by_id.get(int(table["partitions"][0]["leader"]))
+
+    def schema_client(self, name: str, host: str) -> Any:
+        """The schemas workload's client (`jepsen_tests.workloads.schemas.SchemaClient`)."""
+        from jepsen_tests.longboat_schemas import LongboatSchemaClient
+
+        return LongboatSchemaClient(self, name, host)
+
     def voters(self) -> dict[str, tuple[int, str]]:
         return {c: (self.node_ids[c], self.url(c)) for c in self.controllers}
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from jepsen_tests import report
 from jepsen_tests.checkers import linear, queue, txn
+from jepsen_tests.checkers import schemas as schemas_checker
 from jepsen_tests.cluster import Cluster, GroupMember, OnRebalance
 from jepsen_tests.history import History, Recorder
 from jepsen_tests.nemesis import (
@@ -62,6 +63,7 @@ from jepsen_tests.nemesis.proxy import InterceptNet, ProxyNemesis, ProxyNet, pro
 from jepsen_tests.nemesis.reassign import ReassignNemesis
 from jepsen_tests.nemesis.schedule import DISK_SPECS, PROCESS_SPECS, Step, generate
 from jepsen_tests.resources import ResourceBound, ResourceMonitor, check_growth
+from jepsen_tests.workloads import schemas as schemas_workload
 from jepsen_tests.workloads import txn as txn_workload
 from jepsen_tests.workloads.metadata import MetadataWorker, topic_names
 from jepsen_tests.workloads.queue import (
@@ -73,8 +75,11 @@ from jepsen_tests.workloads.queue import (
     value_counter,
 )
 
-WORKLOADS = ("queue", "metadata", "txn", "txn-ctp")
+WORKLOADS = ("queue", "metadata", "txn", "txn-ctp", "schemas")
 TXN_WORKLOADS = ("txn", "txn-ctp")
+SCHEMAS_PROCESS_SPECS = ("one", "minority", "schemas-leader", "schemas-leader", "controller")
+"""The schemas workload's kills and pauses aim mostly at the broker leading ``_schemas``: the
+one every registration is written through."""
 CONSUMERS = ("assign", "group", "mixed")
 """How the queue workload's workers consume: all by assignment, all as members of one
 consumer group, or alternately (odd-numbered workers in the group)."""
@@ -187,6 +192,8 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         raise ValueError(f"--workload {cfg.workload}: {type(cluster).__name__} has no transactions")
     if cfg.workload == "txn-ctp" and cfg.concurrency < 2:
         raise ValueError("--workload txn-ctp needs --concurrency 2 or more")
+    if cfg.workload == "schemas" and not hasattr(cluster, "schema_client"):
+        raise ValueError(f"--workload schemas: {type(cluster).__name__} has no schema registry")
     check_consumers(cluster, cfg)
     kinds = expand_kinds(cfg.nemeses)
     cluster.configure_for(kinds)
@@ -329,7 +336,8 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
             duration_s=cfg.fault_duration_s,
             gap_s=cfg.fault_gap_s,
             tracks=cfg.tracks,
-            process_specs=cfg.process_specs or PROCESS_SPECS,
+            process_specs=cfg.process_specs
+            or (SCHEMAS_PROCESS_SPECS if cfg.workload == "schemas" else PROCESS_SPECS),
             disk_specs=cfg.process_specs or DISK_SPECS,
         )
         steps = [_with_clients(s, clients) for s in steps]
@@ -479,6 +487,8 @@ async def _drive(
         await cluster.prepare_group(txn_workload.CTP_GROUP, client_address(150))
     if cfg.workload in TXN_WORKLOADS:
         return await _drive_txn(cluster, cfg, rec, nemesis, steps, clients, client_hosts)
+    if cfg.workload == "schemas":
+        return await _drive_schemas(cluster, cfg, rec, nemesis, steps, clients, client_hosts)
     t0 = loop.time()
     deadline = t0 + cfg.time_limit_s
     values = value_counter()
@@ -651,6 +661,68 @@ async def _drive_txn(
         await reader.close()
 
 
+async def _drive_schemas(
+    cluster: Any,
+    cfg: RunConfig,
+    rec: Recorder,
+    nemesis: Nemesis,
+    steps: list[Step],
+    clients: list[str],
+    client_hosts: dict[str, str],
+) -> dict[str, bool]:
+    """The schemas workload: registrations and reads under the schedule, then every
+    subject's versions read once the cluster has healed."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    deadline = t0 + cfg.time_limit_s
+    subjects = schemas_workload.subject_names()
+    known_ids: list[int] = []
+    conns: list[Any] = []
+    workers: list[Any] = []
+    for i, c in enumerate(clients):
+        sc = cluster.schema_client(c, client_hosts[c])
+        conns.append(sc)
+        rng = random.Random(f"{cfg.seed}/client/{i}")
+        workers.append(
+            schemas_workload.SchemaWorker(i, len(clients), sc, subjects, rec, rng, known_ids)
+        )
+    stops: list[asyncio.Task[None]] = []
+
+    async def stop_later(f: Fault, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        await asyncio.to_thread(nemesis.stop, f)
+
+    async def schedule() -> None:
+        for s in steps:
+            await asyncio.sleep(max(0.0, t0 + s.at_s - loop.time()))
+            f = _resolve(s, cluster)
+            await asyncio.to_thread(nemesis.start, f)
+            stops.append(asyncio.ensure_future(stop_later(f, t0 + s.at_s + s.duration_s)))
+
+    sched = asyncio.ensure_future(schedule())
+    try:
+        await asyncio.gather(*(w.run(deadline) for w in workers))
+        await sched
+        await asyncio.gather(*stops)
+    finally:
+        for t in [sched, *stops]:
+            t.cancel()
+        for conn in conns:
+            await conn.close()
+    await asyncio.to_thread(nemesis.heal_all)
+    await asyncio.sleep(cfg.recovery_s)
+    healed_at = loop.time()
+    while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
+        await asyncio.sleep(0.5)
+    reader = cluster.schema_client("final", client_address(150))
+    try:
+        return await schemas_workload.final_reads(
+            reader, subjects, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
+        )
+    finally:
+        await reader.close()
+
+
 def _member_factory(
     cluster: Cluster, client: str, host: str, assignor: str
 ) -> Callable[[str, OnRebalance], GroupMember]:
@@ -678,6 +750,9 @@ def _resolve(step: Step, cluster: Cluster) -> Fault:
     elif step.target_spec == "txn-coordinator":
         coord = getattr(cluster, "txn_coordinator", lambda _pick: None)(pick)
         targets = (coord,) if coord is not None else ()
+    elif step.target_spec == "schemas-leader":
+        sl = getattr(cluster, "schemas_leader", lambda: None)()
+        targets = (sl,) if sl is not None else ()
     elif step.target_spec == "voter":
         voters = sorted(cluster.voters())
         targets = (voters[pick % len(voters)],) if voters else ()
@@ -698,6 +773,8 @@ def check_history(history: History, workload: str, *, idempotent: bool = True) -
         return linear.check_metadata(history)
     if workload in TXN_WORKLOADS:
         return txn.check(history)
+    if workload == "schemas":
+        return schemas_checker.check(history)
     raise ValueError(f"no checker for workload {workload!r}")
 
 

@@ -42,10 +42,13 @@ class Step:
         }
 
 
-RUNTIME_SPECS = frozenset({"leader", "controller", "leader-followers", "voter", "txn-coordinator"})
+RUNTIME_SPECS = frozenset(
+    {"leader", "controller", "leader-followers", "voter", "txn-coordinator", "schemas-leader"}
+)
 """Target specs only the running cluster can resolve (the runner does, at fault start).
 ``txn-coordinator``: the broker leading the ``__transaction_state`` partition of one of the
-run's transactional ids (``--target-specs txn-coordinator``: coordinator failover)."""
+run's transactional ids (``--target-specs txn-coordinator``: coordinator failover).
+``schemas-leader``: the broker leading the Schema Registry's ``_schemas`` partition."""
 
 
 PROCESS_SPECS = ("one", "one", "minority", "majority", "leader", "controller")
