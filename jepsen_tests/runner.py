@@ -675,7 +675,7 @@ async def _drive_schemas(
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     deadline = t0 + cfg.time_limit_s
-    subjects = schemas_workload.subject_names()
+    subjects = schemas_workload.Subjects()
     known_ids: list[int] = []
     conns: list[Any] = []
     workers: list[Any] = []
@@ -717,7 +717,7 @@ async def _drive_schemas(
     reader = cluster.schema_client("final", client_address(150))
     try:
         return await schemas_workload.final_reads(
-            reader, subjects, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
+            reader, subjects.names, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
         )
     finally:
         await reader.close()

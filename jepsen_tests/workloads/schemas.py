@@ -1,10 +1,13 @@
 """The schemas workload: Schema Registry registrations, reads by id and reads by version.
 
-A few subjects, each evolving compatibly under the registry's default BACKWARD level: schema
-``n`` of the workload is an Avro record ``JepsenRec`` with fields ``f1..fn``, each an int with
-a default, so any of them may follow any other (a reader with more fields fills the defaults,
-one with fewer skips the rest). Workers, through random brokers, register a random schema under
-a random subject (often one already registered: the same schema twice must answer the same id),
+Subjects, each evolving compatibly under the registry's default BACKWARD level: schema ``n`` of
+the workload is an Avro record ``JepsenRec`` with fields ``f1..fn``, each an int with a
+default, so any of them may follow any other (a reader with more fields fills the defaults, one
+with fewer skips the rest). New subjects keep coming (`Subjects`: a new one every few
+registrations, workers choosing among the newest few), so that new versions are written all
+through the run and its faults rather than only in its first second. Workers, through random
+brokers, register a random schema under one of the newest subjects (often one already
+registered there: the same schema twice must answer the same id),
 read a schema by an id some registration answered, and read a subject's version (a number or
 ``latest``). After the faults heal, every subject's versions are read once more: the final
 state `jepsen_tests.checkers.schemas` holds every acknowledged registration against.
@@ -63,8 +66,24 @@ def schema_key(text: str) -> str:
         return "?" + text
 
 
-def subject_names(n: int = 3) -> list[str]:
-    return [f"jepsen-{i}-value" for i in range(n)]
+class Subjects:
+    """The run's subjects, shared by its workers: a new one every `every` registrations,
+    each op choosing among the `window` newest."""
+
+    def __init__(self, every: int = 8, window: int = 3) -> None:
+        self.names: list[str] = []
+        self.every = every
+        self.window = window
+        self.registrations = 0
+
+    def for_register(self, rng: random.Random) -> str:
+        if self.registrations % self.every == 0:
+            self.names.append(f"jepsen-{len(self.names)}-value")
+        self.registrations += 1
+        return rng.choice(self.names[-self.window :])
+
+    def for_read(self, rng: random.Random) -> str:
+        return rng.choice(self.names[-self.window :])
 
 
 class SchemaWorker:
@@ -73,7 +92,7 @@ class SchemaWorker:
         index: int,
         n_workers: int,
         client: SchemaClient,
-        subjects: Sequence[str],
+        subjects: Subjects,
         recorder: Recorder,
         rng: random.Random,
         known_ids: list[int],
@@ -81,7 +100,7 @@ class SchemaWorker:
         self.process = index
         self.n_workers = n_workers
         self.client = client
-        self.subjects = list(subjects)
+        self.subjects = subjects
         self.rec = recorder
         self.rng = rng
         # Ids some registration answered (shared by the workers): what reads by id ask for.
@@ -106,9 +125,9 @@ class SchemaWorker:
         return out
 
     async def step(self) -> None:
-        s = self.rng.choice(self.subjects)
         r = self.rng.random()
         if r < 0.4 or not self.known_ids:
+            s = self.subjects.for_register(self.rng)
             n = self.rng.randint(1, MAX_FIELDS)
             text = schema_text(n)
 
@@ -127,6 +146,7 @@ class SchemaWorker:
 
             await self._op(READ_ID, {"id": i}, by_id)
         else:
+            s = self.subjects.for_read(self.rng)
             v = self.rng.choice(["latest", "1", "2", "3", str(self.rng.randint(1, MAX_FIELDS))])
 
             async def by_version() -> dict[str, Any]:
@@ -181,7 +201,7 @@ async def final_reads(
     """Read every subject until one read succeeds (the cluster has healed, but a broker may
     still be catching up its registry); True per subject that was read."""
     done: dict[str, bool] = {}
-    w = SchemaWorker(process, 1, client, subjects, rec, random.Random(0), [])
+    w = SchemaWorker(process, 1, client, Subjects(), rec, random.Random(0), [])
     loop = asyncio.get_running_loop()
     for s in subjects:
         deadline = loop.time() + timeout_s
