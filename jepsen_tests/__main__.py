@@ -198,7 +198,8 @@ def _run_options(r: argparse.ArgumentParser, soak: bool = False) -> None:
         default="",
         metavar="SPEC,...",
         help="what kill/pause/freeze/lose-unsynced choose among: one, minority, "
-        "majority, leader, controller (default: all, one twice as likely)",
+        "majority, leader, controller, txn-coordinator, schemas-leader (default: all, one "
+        "twice as likely; the schemas workload: mostly schemas-leader)",
     )
     r.add_argument(
         "--recovery-timeout",
