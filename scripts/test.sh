@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # The whole check: lint, types, import-layer contracts, then every test.
-# Usage: ./scripts/test.sh [pytest args...]
+# Usage: ./scripts/test.sh [--extended] [pytest args...]
+#   --extended: instead of the fast suite, the tests marked `extended` (Apache Kafka's Java
+#   tools, Spark with Avro, the heavy benchmark smoke runs, 1,000 partitions in a browser):
+#   minutes of JVM and cluster time the fast suite leaves out to stay within its budget.
 set -euo pipefail
+tier=(-m "not extended")
+if [[ "${1:-}" == "--extended" ]]; then
+    shift
+    tier=(-m extended)
+fi
 # The Spark data source tests need pyspark + pyarrow; the benchmarks' peer clients are small.
 export LONGBOAT_EXTRAS="${LONGBOAT_EXTRAS:-dev,spark,bench}"
 source "$(dirname "$0")/_env.sh"
@@ -23,5 +31,5 @@ echo "==> the browser for the console's browser tests (chromium)" >&2
 echo "==> Prometheus for the monitoring tests (promtool, a real scrape of deploy/'s queries)" >&2
 ./scripts/setup-monitoring.sh
 echo "==> pytest" >&2
-# CI has 2 cores; the suite is sized to finish well under 20 minutes there.
-python -m pytest -q --durations=30 "$@"
+# CI has 2 cores; the fast suite is sized to finish within 25 minutes there.
+python -m pytest -q --durations=30 "${tier[@]}" "$@"

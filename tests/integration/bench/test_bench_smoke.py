@@ -176,7 +176,15 @@ def _check_figure(fig: object, has_baseline: bool) -> None:
         assert fig["ratio"] == pytest.approx(want, rel=0.01, abs=0.002)
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED))
+# Smoke runs that start several clusters, JVMs or a Spark session: in the extended tier
+# (./scripts/test.sh --extended, docs/testing.md), so the fast suite stays within its budget.
+EXTENDED = {"kafka_protocol.py", "security.py", "reassign.py", "metrics_scrape.py", "schemas.py"}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [pytest.param(s, marks=pytest.mark.extended) if s in EXTENDED else s for s in sorted(EXPECTED)],
+)
 def test_smoke_run_prints_every_figure_with_its_baseline(script: str, tmp_path: Path) -> None:
     env = dict(
         os.environ,

@@ -561,6 +561,7 @@ def test_admin_refusal_is_shown_and_changes_nothing(admin_cluster: HttpCluster, 
     assert page.is_enabled("#create-topic button")
 
 
+@pytest.mark.extended  # a 1,000-partition cluster: minutes on 2 cores (docs/testing.md)
 def test_pages_draw_fast_with_1000_partitions(
     cluster: HttpCluster, page: Page, shots: Path
 ) -> None:

@@ -43,7 +43,8 @@ from kio.schema.errors import ErrorCode  # noqa: E402
 
 from api.node.localcluster import Brokers, running_cluster, wait_for  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): minutes of JVM or Spark time the fast suite cannot afford.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 REPO = Path(__file__).resolve().parents[3]
 JAVA_TIMEOUT_S = 120

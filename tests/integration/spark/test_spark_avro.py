@@ -23,7 +23,8 @@ from api.client import Consumer, Producer, TopicPartition
 from api.client.schemas import AvroSerializer, JSONSerializer
 from api.client.schemas import SchemaRegistryClient as LbRegistry
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): minutes of JVM or Spark time the fast suite cannot afford.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 USER_V1 = json.dumps(
     {
