@@ -23,9 +23,9 @@ resource it names (from the path, the msgpack body of a binary route, or the JSO
 * metrics and the quorum's status DESCRIBE on the CLUSTER; listing ACLs and users DESCRIBE on
   the CLUSTER, changing them ALTER on the CLUSTER (as Kafka);
 * the web console's pages need authentication, its data DESCRIBE on the CLUSTER;
-* the Schema Registry: reads need authentication; writes to a subject WRITE on the topic it
-  names under the default TopicNameStrategy (``orders-value`` -> ``orders``), global config
-  and mode writes ALTER_CONFIGS on the CLUSTER.
+* the Schema Registry: a subject's reads DESCRIBE and its writes WRITE on the topic it names
+  under the default TopicNameStrategy (``orders-value`` -> ``orders``); lists and reads by id
+  need authentication; global config and mode writes ALTER_CONFIGS on the CLUSTER.
 
 A known principal without the right gets 403 ``{"error_code": 40301}``. Without DESCRIBE on a
 topic it gets exactly what a missing topic gets (404 40401 over HTTP,
@@ -291,10 +291,6 @@ RULES: dict[tuple[str, str], Rule] = {
 
 _SR_READS = (
     "/subjects",
-    "/subjects/{subject}/versions",
-    "/subjects/{subject}/versions/{version}",
-    "/subjects/{subject}/versions/{version}/schema",
-    "/subjects/{subject}/versions/{version}/referencedby",
     "/schemas",
     "/schemas/types",
     "/schemas/ids/{id}",
@@ -302,16 +298,31 @@ _SR_READS = (
     "/schemas/ids/{id}/versions",
     "/schemas/ids/{id}/subjects",
     "/config",
-    "/config/{subject}",
     "/mode",
-    "/mode/{subject}",
 )
 RULES.update({("GET", p): AUTHENTICATED for p in _SR_READS})
+# A subject's own reads (its versions, config, mode, a lookup or a compatibility test in it):
+# DESCRIBE on the topic it names under TopicNameStrategy, which a topic's producers (WRITE)
+# and consumers (READ) both have; a principal with no right on the topic gets the answer a
+# missing subject gets, as a topic it may not describe is answered as missing.
 RULES.update(
     {
-        ("POST", "/subjects/{subject}"): AUTHENTICATED,  # looks a schema up
-        ("POST", "/compatibility/subjects/{subject}/versions/{version}"): AUTHENTICATED,
-        ("POST", "/compatibility/subjects/{subject}/versions"): AUTHENTICATED,
+        (m, p): Rule(D, T, _subject_topic)
+        for m, p in (
+            ("GET", "/subjects/{subject}/versions"),
+            ("GET", "/subjects/{subject}/versions/{version}"),
+            ("GET", "/subjects/{subject}/versions/{version}/schema"),
+            ("GET", "/subjects/{subject}/versions/{version}/referencedby"),
+            ("GET", "/config/{subject}"),
+            ("GET", "/mode/{subject}"),
+            ("POST", "/subjects/{subject}"),
+            ("POST", "/compatibility/subjects/{subject}/versions/{version}"),
+            ("POST", "/compatibility/subjects/{subject}/versions"),
+        )
+    }
+)
+RULES.update(
+    {
         ("PUT", "/config"): Rule(Operation.ALTER_CONFIGS),
         ("DELETE", "/config"): Rule(Operation.ALTER_CONFIGS),
         ("PUT", "/mode"): Rule(Operation.ALTER_CONFIGS),

@@ -96,7 +96,8 @@ def _call(
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
-            return int(r.status), json.loads(r.read())
+            raw = r.read()
+            return int(r.status), json.loads(raw) if raw else None
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
 
@@ -133,6 +134,39 @@ def test_registry_port_has_the_client_listeners_tls_authentication_and_acls(
             assert (st, out["error_code"]) == (404, 40401), out
         assert _call(own + path, admin, "POST", reg, **ct) == (200, {"id": 1})
         assert _call(own + "/subjects", anonymous, **alice)[0] == 200
+        # A subject's reads need DESCRIBE on its topic: none yet, so it looks missing.
+        assert _call(own + path, anonymous, **alice)[0] == 404
+        # WRITE on the topic (a producer's ACL) lets her register and read its subject, and
+        # still nothing of another topic's.
+        client = brokers.url(brokers.ids[0])
+        _, clusters = _call(client + "/v3/clusters", admin)
+        cid = clusters["data"][0]["cluster_id"]
+        acl = {
+            "resource_type": "TOPIC",
+            "resource_name": "users",
+            "pattern_type": "LITERAL",
+            "principal": "User:alice",
+            "host": "*",
+            "operation": "WRITE",
+            "permission": "ALLOW",
+        }
+        st, out = _call(
+            f"{client}/v3/clusters/{cid}/acls",
+            admin,
+            "POST",
+            acl,
+            **{"Content-Type": "application/json"},
+        )
+        assert st == 201, out
+        v2 = {
+            "schema": USER.replace(
+                '"fields": [', '"fields": [{"name": "age", "type": "int", "default": 0}, ', 1
+            )
+        }
+        st, out = _call(own + path, anonymous, "POST", v2, **ct, **alice)
+        assert st == 200 and out["id"] == 2, out
+        assert _call(own + path, anonymous, **alice) == (200, [1, 2])
+        assert _call(own + "/subjects/orders-value/versions", anonymous, **alice)[0] == 404
         # The REST API is not on the registry's port, even for a super user.
         assert _call(own + "/v3/clusters", admin) == (
             404,
