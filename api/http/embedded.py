@@ -15,7 +15,8 @@ fastavro's).
 
 The v3 produce routes take the same through a key's or value's fields, as the REST Proxy v3:
 ``{"type": "AVRO" | "JSONSCHEMA", "schema_id" | "schema_version" | "schema", "subject", "data"}``
-(``subject`` defaults to ``<topic>-key``/``<topic>-value``; with neither id, version nor schema
+(``subject`` defaults to what ``subject_name_strategy`` names: TOPIC_NAME, the default,
+``<topic>-key``/``<topic>-value``; RECORD_NAME; TOPIC_RECORD_NAME; with neither id, version nor schema
 the subject's latest version; ``type`` may be left out beside a ``schema_id``).
 ``prepare_v3`` turns such fields into ``records.Encoded`` before the records are parsed, and a
 record whose schema cannot be resolved into ``records.Refused``: it fails alone.
@@ -55,7 +56,7 @@ SCHEMA_LOOKUP_FAILED = 40801
 
 _TYPE_OF = {"avro": AVRO, "jsonschema": JSON}
 _FMT_OF_V3 = {"AVRO": "avro", "JSONSCHEMA": "jsonschema"}
-_V3_SCHEMA_KEYS = ("schema_id", "schema_version", "schema", "subject")
+_V3_SCHEMA_KEYS = ("schema_id", "schema_version", "schema", "subject", "subject_name_strategy")
 
 
 def frame(schema_id: int, payload: bytes) -> bytes:
@@ -255,7 +256,9 @@ class EmbeddedCodec:
     async def _v3_schema_id(
         self, topic: str, part: str, field: dict[str, Any], kind: str | None
     ) -> int:
-        subject = field.get("subject", f"{topic}-{part}")
+        subject = field.get("subject")
+        if subject is None:
+            subject = _subject_by_strategy(topic, part, field)
         if not isinstance(subject, str) or not subject:
             raise unprocessable(f"'{part}.subject' must be a non-empty string.", 42206)
         if field.get("schema_id") is not None:
@@ -310,6 +313,48 @@ class EmbeddedCodec:
         except RegistryError as e:
             raise _registry_refusal(e, f"registering '{where}' under {subject!r}") from None
         return int(out["id"])
+
+
+_STRATEGIES = ("TOPIC_NAME", "RECORD_NAME", "TOPIC_RECORD_NAME")
+
+
+def _subject_by_strategy(topic: str, part: str, field: dict[str, Any]) -> str:
+    """The subject the REST Proxy v3's ``subject_name_strategy`` names: TOPIC_NAME (the
+    default) ``<topic>-key|value``; RECORD_NAME the record's full name; TOPIC_RECORD_NAME
+    ``<topic>-<record full name>``. The record's name comes from the ``schema`` given."""
+    strategy = field.get("subject_name_strategy", "TOPIC_NAME")
+    if strategy not in _STRATEGIES:
+        raise unprocessable(
+            f"'{part}.subject_name_strategy' must be one of {', '.join(_STRATEGIES)}.", 42206
+        )
+    if strategy == "TOPIC_NAME":
+        return f"{topic}-{part}"
+    record = _record_name(field.get("schema"))
+    if record is None:
+        raise unprocessable(
+            f"'{part}.subject_name_strategy' {strategy} needs the record's schema in "
+            f"'{part}.schema' (or name the subject in '{part}.subject').",
+            42206,
+        )
+    return record if strategy == "RECORD_NAME" else f"{topic}-{record}"
+
+
+def _record_name(schema: Any) -> str | None:
+    """The full name of the record a schema text defines (Avro's name and namespace, or a JSON
+    Schema's title, as Confluent's serializers take them); None if it names none."""
+    if not isinstance(schema, str):
+        return None
+    try:
+        obj = orjson.loads(schema)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name") or obj.get("title")
+    if not isinstance(name, str) or not name:
+        return None
+    ns = obj.get("namespace")
+    return f"{ns}.{name}" if isinstance(ns, str) and ns and "." not in name else name
 
 
 def _uses_schema(field: Any) -> bool:

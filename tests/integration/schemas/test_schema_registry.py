@@ -453,6 +453,21 @@ def test_rest_proxy_v3_schema_values_by_id_subject_version_and_text(c: HttpClust
     assert c.call("POST", f"{c.v3()}/topics/v3plain/records", {"value": {"data": 1}})[0] == 200
     st, _, err = c.call("GET", f"{c.v3()}/topics/v3plain/partitions/0/records?format=avro")
     assert st == 422 and err["error_code"] == 42203 and "wire format" in err["message"], err
+    # The REST Proxy v3's subject name strategies: RECORD_NAME and TOPIC_RECORD_NAME name the
+    # subject by the record in the schema given; without a schema they cannot.
+    for strategy, subject in (("RECORD_NAME", "Order"), ("TOPIC_RECORD_NAME", "v3avro-Order")):
+        value = {
+            "type": "AVRO",
+            "subject_name_strategy": strategy,
+            "schema": ORDER,
+            "data": {"id": 9, "amount": 1.0},
+        }
+        st, _, rep = c.call("POST", url, {"value": value})
+        assert st == 200, rep
+        assert cf(c, 0).get_latest_version(subject).schema_id == sid
+    bad = {"type": "AVRO", "subject_name_strategy": "RECORD_NAME", "data": {"id": 1}}
+    st, _, err = c.call("POST", url, {"value": bad})
+    assert st == 422 and err["error_code"] == 42206 and "schema" in err["message"], err
     # JSON Schema through a batch, checked (another topic: a subject keeps one schema type).
     c.create_topic("v3json", partitions=1, rf=3)
     st, _, ans = c.call(
