@@ -688,3 +688,65 @@ def test_admin_create_existing_and_delete_topics(cluster: Cluster) -> None:
     with pytest.raises(confluent_kafka.KafkaException) as ei:
         missing.result(timeout=20)
     assert ei.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_confluent_avro_serdes_over_kafkas_protocol_with_longboats_registry(
+    cluster: Cluster,
+) -> None:
+    """Issue 21 with issue 20: Confluent's AvroSerializer and AvroDeserializer, their registry
+    client pointed at a broker, through confluent-kafka over Kafka's protocol; the same records
+    read by Longboat's REST v3 with format=avro."""
+    import urllib.request
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    schema = json.dumps(
+        {
+            "type": "record",
+            "name": "Payment",
+            "namespace": "shop",
+            "fields": [
+                {"name": "id", "type": "long"},
+                {"name": "memo", "type": ["null", "string"], "default": None},
+            ],
+        }
+    )
+    cluster.create_topic("avro-kafka", partitions=1)
+    registry = SchemaRegistryClient({"url": cluster.http[0]})
+    ser = AvroSerializer(registry, schema)
+    p = CKProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    values = [{"id": i, "memo": None if i % 2 else f"m{i}"} for i in range(5)]
+    for v in values:
+        p.produce(
+            "avro-kafka", value=ser(v, SerializationContext("avro-kafka", MessageField.VALUE))
+        )
+    assert p.flush(30) == 0
+    c = CKConsumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "avro-readers",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.subscribe(["avro-kafka"])
+    de = AvroDeserializer(SchemaRegistryClient({"url": cluster.http[1]}))
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append(de(m.value(), SerializationContext("avro-kafka", MessageField.VALUE)))
+    c.close()
+    assert got == values
+    with urllib.request.urlopen(f"{cluster.http[2]}/v3/clusters", timeout=10) as r:
+        cid = json.loads(r.read())["data"][0]["cluster_id"]
+    url = f"{cluster.http[2]}/v3/clusters/{cid}/topics/avro-kafka/partitions/0/records?format=avro"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        page = json.loads(r.read())
+    # Avro's JSON encoding: the union's branch is named.
+    assert [r["value"] for r in page["records"]] == [
+        {"id": v["id"], "memo": None if v["memo"] is None else {"string": v["memo"]}}
+        for v in values
+    ]
