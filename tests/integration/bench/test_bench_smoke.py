@@ -178,7 +178,15 @@ def _check_figure(fig: object, has_baseline: bool) -> None:
 
 # Smoke runs that start several clusters, JVMs or a Spark session: in the extended tier
 # (./scripts/test.sh --extended, docs/testing.md), so the fast suite stays within its budget.
-EXTENDED = {"kafka_protocol.py", "security.py", "reassign.py", "metrics_scrape.py", "schemas.py"}
+EXTENDED = {
+    "kafka_protocol.py",
+    "security.py",
+    "reassign.py",
+    "metrics_scrape.py",
+    "schemas.py",
+    "spark_read.py",
+    "groups.py",
+}
 
 
 @pytest.mark.parametrize(

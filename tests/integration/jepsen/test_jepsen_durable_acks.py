@@ -26,7 +26,9 @@ from jepsen_support import produce_to_partition0, read_partition0
 
 from jepsen_tests.longboat import LongboatCluster
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): a real fault-injection run of its own; the fast
+# suite keeps the queue workload (test_jepsen_longboat.py) and the transactional one.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 
 def _lost_after_power_cut_of_every_broker(run: Path, fsync: bool) -> list[int]:

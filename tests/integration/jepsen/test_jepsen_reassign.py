@@ -19,7 +19,9 @@ from jepsen_support import no_leftover_nodes
 
 from jepsen_tests.history import History
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): a real fault-injection run of its own; the fast
+# suite keeps the queue workload (test_jepsen_longboat.py) and the transactional one.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 ARGS = (
     "--nemesis",

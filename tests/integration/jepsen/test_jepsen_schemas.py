@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from jepsen_support import require_netns
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): a real fault-injection run of its own; the fast
+# suite keeps the queue workload (test_jepsen_longboat.py) and the transactional one.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 
 def _run(out: Path, *args: str) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from jepsen_support import read_partition0
 from api.client import AsyncProducer
 from jepsen_tests.longboat import LongboatCluster
 
-pytestmark = pytest.mark.slow
+# In the extended tier (docs/testing.md): a real fault-injection run of its own; the fast
+# suite keeps the queue workload (test_jepsen_longboat.py) and the transactional one.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 
 def _lost_after_leader_restart(run: Path, restart_after_s: float) -> tuple[list[int], str]:
