@@ -451,8 +451,13 @@ class PartitionLog:
                 lso_saved,
                 allow_truncate_corrupt,
                 report,
-                # Written before the batches it describes: no batch has a later epoch.
-                epochs.latest_epoch if epochs_saved and not report.epoch_cache_rebuilt else None,
+                # Written before the batches it describes: no batch has a later epoch. An
+                # empty checkpoint bounds nothing (as a missing one): the property test of
+                # the log model found batches of epoch 0 beside a checkpoint holding no epoch
+                # after delete-records, a clean reopen and a crash.
+                epochs.latest_epoch
+                if epochs_saved and not report.epoch_cache_rebuilt and epochs.latest_epoch >= 0
+                else None,
             )
             if report.epoch_cache_rebuilt:
                 _rebuild_epochs(segments, epochs)
