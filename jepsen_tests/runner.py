@@ -522,41 +522,7 @@ async def _drive(
             mc = cluster.metadata_client(c, client_hosts[c], dial)
             conns.append(mc)
             workers.append(MetadataWorker(i, len(clients), mc, topics, rec, rng))
-    stops: list[asyncio.Task[None]] = []
-
-    async def stop_later(f: Fault, at: float) -> None:
-        await asyncio.sleep(max(0.0, at - loop.time()))
-        await asyncio.to_thread(nemesis.stop, f)
-
-    async def schedule() -> None:
-        for s in steps:
-            await asyncio.sleep(max(0.0, t0 + s.at_s - loop.time()))
-            f = _resolve(s, cluster)
-            await asyncio.to_thread(nemesis.start, f)
-            stops.append(asyncio.ensure_future(stop_later(f, t0 + s.at_s + s.duration_s)))
-
-    sched = asyncio.ensure_future(schedule())
-    try:
-        await asyncio.gather(*(w.run(deadline) for w in workers))
-        await sched
-        await asyncio.gather(*stops)
-    finally:
-        for t in [sched, *stops]:
-            t.cancel()
-        for c in conns:
-            await c.close()
-    await asyncio.to_thread(nemesis.heal_all)
-    await asyncio.sleep(cfg.recovery_s)
-    # Liveness phase: give the healed cluster time to elect and refill its ISRs before the
-    # final reads (on this thread: its probes must run inside the namespace).
-    healed_at = loop.time()
-    while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
-        await asyncio.sleep(0.5)
-    if loop.time() - healed_at >= cfg.recovery_timeout_s:
-        print(
-            f"cluster not healthy {cfg.recovery_timeout_s}s after healing; reading anyway",
-            file=sys.stderr,
-        )
+    await _under_faults(cluster, cfg, nemesis, steps, t0, deadline, workers, conns)
     if cfg.workload == "metadata":
         mreader = cluster.metadata_client("final", client_address(150), lambda c, n: dial("", n))
         final = MetadataWorker(10_000, 1, mreader, topics, rec, random.Random(0))
@@ -612,34 +578,7 @@ async def _drive_txn(
             workers.append(
                 txn_workload.TxnWorker(i, len(clients), tc, cluster.keys, rec, values, rng)
             )
-    stops: list[asyncio.Task[None]] = []
-
-    async def stop_later(f: Fault, at: float) -> None:
-        await asyncio.sleep(max(0.0, at - loop.time()))
-        await asyncio.to_thread(nemesis.stop, f)
-
-    async def schedule() -> None:
-        for s in steps:
-            await asyncio.sleep(max(0.0, t0 + s.at_s - loop.time()))
-            f = _resolve(s, cluster)
-            await asyncio.to_thread(nemesis.start, f)
-            stops.append(asyncio.ensure_future(stop_later(f, t0 + s.at_s + s.duration_s)))
-
-    sched = asyncio.ensure_future(schedule())
-    try:
-        await asyncio.gather(*(w.run(deadline) for w in workers))
-        await sched
-        await asyncio.gather(*stops)
-    finally:
-        for t in [sched, *stops]:
-            t.cancel()
-        for conn in conns:
-            await conn.close()
-    await asyncio.to_thread(nemesis.heal_all)
-    await asyncio.sleep(cfg.recovery_s)
-    healed_at = loop.time()
-    while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
-        await asyncio.sleep(0.5)
+    await _under_faults(cluster, cfg, nemesis, steps, t0, deadline, workers, conns)
     host = client_address(150)
     if ctp:
         # Before the final reads: what the group committed, then everything it may cover.
@@ -686,6 +625,31 @@ async def _drive_schemas(
         workers.append(
             schemas_workload.SchemaWorker(i, len(clients), sc, subjects, rec, rng, known_ids)
         )
+    await _under_faults(cluster, cfg, nemesis, steps, t0, deadline, workers, conns)
+    reader = cluster.schema_client("final", client_address(150))
+    try:
+        return await schemas_workload.final_reads(
+            reader, subjects.names, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
+        )
+    finally:
+        await reader.close()
+
+
+async def _under_faults(
+    cluster: Any,
+    cfg: RunConfig,
+    nemesis: Nemesis,
+    steps: list[Step],
+    t0: float,
+    deadline: float,
+    workers: list[Any],
+    conns: list[Any],
+) -> None:
+    """Every workload's middle: the workers run until ``deadline`` while the nemesis starts and
+    stops each scheduled fault; then the connections close, every fault is healed, and the
+    cluster gets ``recovery_timeout_s`` to elect and refill its ISRs before the final reads (on
+    this thread: its probes must run inside the namespace)."""
+    loop = asyncio.get_running_loop()
     stops: list[asyncio.Task[None]] = []
 
     async def stop_later(f: Fault, at: float) -> None:
@@ -714,13 +678,11 @@ async def _drive_schemas(
     healed_at = loop.time()
     while not cluster.healthy() and loop.time() - healed_at < cfg.recovery_timeout_s:
         await asyncio.sleep(0.5)
-    reader = cluster.schema_client("final", client_address(150))
-    try:
-        return await schemas_workload.final_reads(
-            reader, subjects.names, rec, process=10_000, timeout_s=cfg.final_read_timeout_s
+    if loop.time() - healed_at >= cfg.recovery_timeout_s:
+        print(
+            f"cluster not healthy {cfg.recovery_timeout_s}s after healing; reading anyway",
+            file=sys.stderr,
         )
-    finally:
-        await reader.close()
 
 
 def _member_factory(

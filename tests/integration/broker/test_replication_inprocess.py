@@ -13,30 +13,16 @@ from typing import Any
 
 import aiohttp
 import msgpack
-from aiohttp import web
+from inprocess_brokers import two_brokers, wait
 
-from api.node.broker_app import build_broker
-from api.node.config import NodeConfig
-from api.node.controller_app import build_controller
-from api.node.localcluster import free_ports
 from broker.producer_state import ProducerStateConfig
 from broker.replica_manager import (
     PRODUCER_SNAPSHOT_NAME,
-    ReplicaManager,
     load_producer_state,
 )
-from metalog.client import ControllerClient
-from metalog.commands import CreateTopic
 from metalog.records import BrokerId
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import PartitionLog
-
-
-async def _serve(app: web.Application, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
 
 
 async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
@@ -45,16 +31,6 @@ async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
         s.post(f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r,
     ):
         return msgpack.unpackb(await r.read(), raw=False)
-
-
-async def _wait(what: str, cond: Any, timeout_s: float = 15) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
 def _values(log: PartitionLog) -> list[bytes | None]:
@@ -70,59 +46,8 @@ def _values(log: PartitionLog) -> list[bytes | None]:
 
 def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
     async def go() -> None:
-        cport, p1, p2 = free_ports(3)
-        quorum = f"1@127.0.0.1:{cport}"
-        ccfg = NodeConfig(
-            node_id=1,
-            roles=("controller",),
-            listen=f"127.0.0.1:{cport}",
-            controller_quorum=quorum,
-            data_dir=tmp_path / "c1",
-        )
-        capp, _ = build_controller(ccfg)
-        runners = [await _serve(capp, cport)]
-        mgrs: dict[int, ReplicaManager] = {}
-        urls: dict[int, str] = {}
-        for bid, port in ((11, p1), (12, p2)):
-            cfg = NodeConfig(
-                node_id=bid,
-                listen=f"127.0.0.1:{port}",
-                controller_quorum=quorum,
-                data_dir=tmp_path / f"b{bid}",
-            )
-            app, srv = build_broker(cfg, heartbeat_interval_s=0.2)
-            runners.append(await _serve(app, port))
-            mgrs[bid] = srv.replicas
-            urls[bid] = f"http://127.0.0.1:{port}"
-        try:
-            await _wait(
-                "both brokers registered",
-                lambda: all(
-                    m.image is not None
-                    and len(m.image.brokers) == 2
-                    and not any(b.fenced for b in m.image.brokers.brokers.values())
-                    for m in mgrs.values()
-                ),
-            )
-            async with ControllerClient([ccfg.url], timeout_s=10) as c:
-                await c.execute(
-                    CreateTopic(
-                        name="t",
-                        num_partitions=1,
-                        replication_factor=2,
-                        configs={"min.insync.replicas": "2"},
-                    )
-                )
-
-            def leader() -> int | None:
-                for bid, m in mgrs.items():
-                    rep = m.by_name.get(("t", 0))
-                    if rep is not None and rep.leader is not None and rep.leader.is_leader:
-                        return bid
-                return None
-
-            lid = await _wait("a leader", leader)
-            fid = next(b for b in mgrs if b != lid)
+        async with two_brokers(tmp_path) as tb:
+            mgrs, urls, lid, fid = tb.mgrs, tb.urls, tb.leader, tb.follower
             sent = []
             ts0 = int(time.time() * 1000)
             for i in range(10):
@@ -139,7 +64,7 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             lrep = mgrs[lid].by_name[("t", 0)]
             assert frep.log.log_end_offset == 10  # acks=all: the follower has it
             assert lrep.high_watermark == 10
-            await _wait("the follower's HW", lambda: frep.high_watermark == 10)
+            await wait("the follower's HW", lambda: frep.high_watermark == 10)
             for rep in (frep, lrep):
                 assert _values(rep.log) == sent
 
@@ -205,7 +130,7 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
                 },
             )
             assert not ans.get("error"), ans
-            await _wait(
+            await wait(
                 "the ISR shrunk by the leader",
                 lambda: (
                     lrep.leader is not None
@@ -227,11 +152,11 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
             assert ans["error"] == "NOT_ENOUGH_REPLICAS", ans
             assert lrep.high_watermark == 10  # KIP-966: no HW progress below min ISR
             del fmgr.leader_url
-            await _wait(
+            await wait(
                 "the follower back in the ISR",
                 lambda: lrep.leader is not None and sorted(lrep.leader.isr) == sorted((lid, fid)),
             )
-            await _wait("the HW past the acks=1 batch", lambda: lrep.high_watermark == 11)
+            await wait("the HW past the acks=1 batch", lambda: lrep.high_watermark == 11)
             assert _values(frep.log) == [*sent, b"acks1"]
 
             # A clean shutdown snapshots producer state; the next open loads it (and the
@@ -268,8 +193,5 @@ def test_two_brokers_replicate_a_partition_in_process(tmp_path: Path) -> None:
                 assert loaded.end_offset == rebuilt.end_offset == plog.log_end_offset
             finally:
                 plog.close()
-        finally:
-            for r in reversed(runners):
-                await r.cleanup()
 
     asyncio.run(go())

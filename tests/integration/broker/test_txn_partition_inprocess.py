@@ -13,26 +13,13 @@ from typing import Any
 
 import aiohttp
 import msgpack
-from aiohttp import web
+from inprocess_brokers import two_brokers, wait
 
-from api.node.broker_app import build_broker
-from api.node.config import NodeConfig
-from api.node.controller_app import build_controller
-from api.node.localcluster import free_ports
 from broker.producer_state import ProducerStateConfig
-from broker.replica_manager import ReplicaManager, load_producer_state
-from metalog.client import ControllerClient
-from metalog.commands import CreateTopic
+from broker.replica_manager import load_producer_state
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import PartitionLog
 from storage.txn import AbortedTxn
-
-
-async def _serve(app: web.Application, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
 
 
 async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
@@ -41,16 +28,6 @@ async def _call(url: str, route: str, body: dict[str, Any]) -> Any:
         s.post(f"{url}/internal/broker/v1/{route}", data=msgpack.packb(body)) as r,
     ):
         return msgpack.unpackb(await r.read(), raw=False)
-
-
-async def _wait(what: str, cond: Any, timeout_s: float = 15) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
 def _values(data: bytes) -> list[bytes | None]:
@@ -63,59 +40,8 @@ def _values(data: bytes) -> list[bytes | None]:
 
 def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
     async def go() -> None:
-        cport, p1, p2 = free_ports(3)
-        quorum = f"1@127.0.0.1:{cport}"
-        ccfg = NodeConfig(
-            node_id=1,
-            roles=("controller",),
-            listen=f"127.0.0.1:{cport}",
-            controller_quorum=quorum,
-            data_dir=tmp_path / "c1",
-        )
-        capp, _ = build_controller(ccfg)
-        runners = [await _serve(capp, cport)]
-        mgrs: dict[int, ReplicaManager] = {}
-        urls: dict[int, str] = {}
-        for bid, port in ((11, p1), (12, p2)):
-            cfg = NodeConfig(
-                node_id=bid,
-                listen=f"127.0.0.1:{port}",
-                controller_quorum=quorum,
-                data_dir=tmp_path / f"b{bid}",
-            )
-            app, srv = build_broker(cfg, heartbeat_interval_s=0.2)
-            runners.append(await _serve(app, port))
-            mgrs[bid] = srv.replicas
-            urls[bid] = f"http://127.0.0.1:{port}"
-        try:
-            await _wait(
-                "both brokers registered",
-                lambda: all(
-                    m.image is not None
-                    and len(m.image.brokers) == 2
-                    and not any(b.fenced for b in m.image.brokers.brokers.values())
-                    for m in mgrs.values()
-                ),
-            )
-            async with ControllerClient([ccfg.url], timeout_s=10) as c:
-                await c.execute(
-                    CreateTopic(
-                        name="t",
-                        num_partitions=1,
-                        replication_factor=2,
-                        configs={"min.insync.replicas": "2"},
-                    )
-                )
-
-            def leader() -> int | None:
-                for bid, m in mgrs.items():
-                    rep = m.by_name.get(("t", 0))
-                    if rep is not None and rep.leader is not None and rep.leader.is_leader:
-                        return bid
-                return None
-
-            lid = await _wait("a leader", leader)
-            fid = next(b for b in mgrs if b != lid)
+        async with two_brokers(tmp_path) as tb:
+            mgrs, urls, lid, fid = tb.mgrs, tb.urls, tb.leader, tb.follower
             lurl, lmgr = urls[lid], mgrs[lid]
             lrep = lmgr.by_name[("t", 0)]
             frep = mgrs[fid].by_name[("t", 0)]
@@ -205,7 +131,7 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             assert lrep.high_watermark == 7 and lrep.last_stable_offset == 7
             assert frep.log.log_end_offset == 7  # acks=all: the follower has both
             assert lrep.producers.aborted_txns == [AbortedTxn(100, 0, 5, 4)]
-            await _wait("the follower's state", lambda: frep.high_watermark == 7)
+            await wait("the follower's state", lambda: frep.high_watermark == 7)
             assert frep.producers.aborted_txns == lrep.producers.aborted_txns
             assert frep.producers.first_unstable_offset is None
             ans = await fetch("read_committed")
@@ -251,7 +177,7 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             slow[300] = asyncio.Event()
             first = asyncio.ensure_future(produce([b"c0"], pid=300, seq=0, transactional_id="c"))
             second = asyncio.ensure_future(produce([b"c1"], pid=300, seq=1, transactional_id="c"))
-            await _wait("both asking", lambda: sum(a[1] == 300 for a in asked) == 2)
+            await wait("both asking", lambda: sum(a[1] == 300 for a in asked) == 2)
             slow[300].set()
             a1, a2 = await first, await second
             assert not a1.get("error") and not a2.get("error"), (a1, a2)
@@ -260,7 +186,7 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             # transaction the coordinator has just ended (KIP-890's verification guard).
             slow[400] = asyncio.Event()
             late = asyncio.ensure_future(produce([b"d0"], pid=400, seq=0, transactional_id="d"))
-            await _wait("asking", lambda: any(a[1] == 400 for a in asked))
+            await wait("asking", lambda: any(a[1] == 400 for a in asked))
             assert await markers({"producer_id": 400, "commit": False, "coordinator_epoch": 1}) == [
                 None
             ]
@@ -286,8 +212,5 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
                     assert st.end_offset == end and st.first_unstable_offset is None
             finally:
                 plog.close()
-        finally:
-            for r in reversed(runners):
-                await r.cleanup()
 
     asyncio.run(go())
