@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 from aiohttp import web
@@ -63,34 +63,47 @@ GROUPS_KEY: web.AppKey[GroupCoordinator] = web.AppKey("group_coordinator", Group
 Body = dict[str, Any]
 
 
-def _pack(data: Body, status: int = 200) -> web.Response:
+def pack(data: Body, status: int = 200) -> web.Response:
     return web.Response(
         body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK, status=status
     )
 
 
-def _handler(
-    fn: Callable[[GroupCoordinator, Body], Awaitable[Body]],
+C = TypeVar("C")
+
+
+def coordinator_handler(
+    key: web.AppKey[C], what: str, fn: Callable[[C, Body], Awaitable[Body]]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A coordinator's route (the group's here, the transactions' in ``broker.txn_routes``):
+    ``fn(coordinator, body)``'s answer with ``error`` NONE, or its refusal as an ``error``
+    (400 for a bad field: every field is read before the coordinator is called, so nothing
+    was done; NOT_COORDINATOR names the coordinator it knows of)."""
+
     async def handle(request: web.Request) -> web.Response:
-        coordinator = request.app[GROUPS_KEY]
+        coordinator = request.app[key]
         try:
             out = await fn(coordinator, body_or_raise(await request.read()))
             out.setdefault("error", "NONE")
-            return _pack(out)
+            return pack(out)
         except InvalidRequestError as e:
-            # Every field is read before the coordinator is called: nothing was done.
-            return _pack({"error": e.code, "message": f"{request.path}: {e}"}, 400)
+            return pack({"error": e.code, "message": f"{request.path}: {e}"}, 400)
         except CoordinatorError as e:
             err: Body = {"error": e.code, "message": str(e)}
             if e.code == NOT_COORDINATOR:
                 err["coordinator_id"] = e.coordinator_id
-            return _pack(err)
+            return pack(err)
         except Exception as e:
-            log.exception("group %s failed", request.path)
-            return _pack({"error": "UNKNOWN_SERVER_ERROR", "message": repr(e)})
+            log.exception("%s %s failed", what, request.path)
+            return pack({"error": "UNKNOWN_SERVER_ERROR", "message": repr(e)})
 
     return handle
+
+
+def _handler(
+    fn: Callable[[GroupCoordinator, Body], Awaitable[Body]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    return coordinator_handler(GROUPS_KEY, "group", fn)
 
 
 # ---------------------------------------------------------------- field codecs

@@ -80,7 +80,7 @@ from broker.txn.state import (
     TxnConfig,
     TxnCoordinatorState,
 )
-from broker.txn_markers import TxnMarker
+from broker.txn_markers import TxnMarker, encode_markers
 from common import netbind
 from common.invariant import invariant
 from common.waits import wait_event
@@ -728,17 +728,7 @@ class RoutedMarkerWriter:
         if url is None:
             return dict.fromkeys(failed, "LEADER_NOT_AVAILABLE")
         body = {
-            "markers": [
-                {
-                    "topic": m.topic,
-                    "partition": m.partition,
-                    "producer_id": m.producer_id,
-                    "producer_epoch": m.producer_epoch,
-                    "commit": m.commit,
-                    "coordinator_epoch": m.coordinator_epoch,
-                }
-                for m in markers
-            ],
+            "markers": encode_markers(markers),
             "timeout_ms": self.timeout_ms,
         }
         try:

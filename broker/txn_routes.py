@@ -43,13 +43,13 @@ import aiohttp
 import msgpack
 from aiohttp import web
 
-from broker.group_coordinator import NOT_COORDINATOR, CoordinatorError
+from broker.group_coordinator import CoordinatorError
+from broker.group_routes import coordinator_handler
 from broker.groups.types import TopicPartition
 from broker.request_fields import (
     INT32_MAX,
     INT64_MAX,
     InvalidRequestError,
-    body_or_raise,
     bool_field,
     int_field,
     list_field,
@@ -70,33 +70,10 @@ TXN_ROUTE = "txn"
 Body = dict[str, Any]
 
 
-def _pack(data: Body, status: int = 200) -> web.Response:
-    return web.Response(
-        body=msgpack.packb(data, use_bin_type=True), content_type=MSGPACK, status=status
-    )
-
-
 def _handler(
     fn: Callable[[TxnCoordinator, Body], Awaitable[Body]],
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
-        coordinator = request.app[TXN_KEY]
-        try:
-            out = await fn(coordinator, body_or_raise(await request.read()))
-            out.setdefault("error", "NONE")
-            return _pack(out)
-        except InvalidRequestError as e:
-            return _pack({"error": e.code, "message": f"{request.path}: {e}"}, 400)
-        except CoordinatorError as e:
-            err: Body = {"error": e.code, "message": str(e)}
-            if e.code == NOT_COORDINATOR:
-                err["coordinator_id"] = e.coordinator_id
-            return _pack(err)
-        except Exception as e:
-            log.exception("txn %s failed", request.path)
-            return _pack({"error": "UNKNOWN_SERVER_ERROR", "message": repr(e)})
-
-    return handle
+    return coordinator_handler(TXN_KEY, "txn", fn)
 
 
 def _tid(b: Body) -> str:

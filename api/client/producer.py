@@ -216,19 +216,23 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def flush(self) -> None:
-        """Wait until every record sent so far is acknowledged or failed."""
+    def _seal_all(self) -> list[asyncio.Future[Any]]:
+        """Seal every open batch; the waiters of every batch not yet acknowledged."""
         for q in list(self._queues.values()):
             if q.open is not None and q.open.records:
                 self._seal(q)
-        # Records sent before this call, as Kafka's flush(): concurrent sends do not keep it
-        # waiting.
-        waits = [
+        return [
             w
             for q in self._queues.values()
             for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
             for w in b.waiters
         ]
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged or failed."""
+        # Records sent before this call, as Kafka's flush(): concurrent sends do not keep it
+        # waiting.
+        waits = self._seal_all()
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
 
@@ -800,15 +804,7 @@ class AsyncProducer:
     async def _flush_ok(self) -> BaseException | None:
         """Flush; the first failure of a batch of the transaction, None if all were
         delivered."""
-        for q in list(self._queues.values()):
-            if q.open is not None and q.open.records:
-                self._seal(q)
-        waits = [
-            w
-            for q in self._queues.values()
-            for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
-            for w in b.waiters
-        ]
+        waits = self._seal_all()
         results = await asyncio.gather(*waits, return_exceptions=True) if waits else []
         return next((r for r in results if isinstance(r, BaseException)), None)
 

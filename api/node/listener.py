@@ -127,11 +127,9 @@ def limits_of(config: NodeConfig) -> ListenerLimits:
     )
 
 
-async def start_listener(
-    app: web.Application, host: str, port: int, limits: ListenerLimits
-) -> tuple[web.AppRunner, GuardedSite]:
-    """Set ``app`` up and listen on ``host:port`` within ``limits``. If the port cannot be
-    bound, the runner is cleaned up and the ``OSError`` raised."""
+async def app_runner(app: web.Application, limits: ListenerLimits) -> web.AppRunner:
+    """``app`` set up with the request bounds of ``limits`` (every listener of a node shares
+    them; the connection bound is each site's)."""
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -142,6 +140,15 @@ async def start_listener(
         max_headers=limits.headers_max,
     )
     await runner.setup()
+    return runner
+
+
+async def start_listener(
+    app: web.Application, host: str, port: int, limits: ListenerLimits
+) -> tuple[web.AppRunner, GuardedSite]:
+    """Set ``app`` up and listen on ``host:port`` within ``limits``. If the port cannot be
+    bound, the runner is cleaned up and the ``OSError`` raised."""
+    runner = await app_runner(app, limits)
     site = GuardedSite(runner, host, port, limits, reuse_address=True)
     try:
         await site.start()

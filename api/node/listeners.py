@@ -59,7 +59,7 @@ from api.http.auth import (
 from api.http.authz import AUTHORIZER_KEY, Authorizer, authz_middleware
 from api.http.principals import PrincipalMapper, PrincipalMappingError
 from api.node.config import ConfigError, ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
-from api.node.listener import GuardedSite, ListenerLimits, limits_of
+from api.node.listener import GuardedSite, ListenerLimits, app_runner, limits_of
 
 log = logging.getLogger(__name__)
 
@@ -245,16 +245,7 @@ async def start_listeners(
     runner is cleaned up and the ``OSError`` raised."""
     limits = limits or limits_of(config)
     listeners = app[LISTENERS_KEY]
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=limits.keepalive_timeout_s,
-        max_line_size=limits.header_bytes_max,
-        max_field_size=limits.header_bytes_max,
-        max_headers=limits.headers_max,
-    )
-    await runner.setup()
+    runner = await app_runner(app, limits)
     try:
         for spec in config.listener_specs():
             site = GuardedSite(

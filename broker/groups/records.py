@@ -23,9 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from broker.groups.types import RebalanceProtocol, TopicPartition
+from broker.record_fields import int_field as _int
+from broker.record_fields import pack as _pack
+from broker.record_fields import str_field as _str
+from broker.record_fields import unpack as _unpack
 from storage.errors import CorruptRecordError
 
 _VERSION = 0
@@ -192,26 +194,3 @@ def _decode(k: Any, v: Any) -> GroupRecord:
 def _check_value(v: Any, n: int) -> None:
     if not isinstance(v, list) or len(v) != n or v[0] != _VERSION:
         raise CorruptRecordError(f"record value is not a version-{_VERSION} array of {n}")
-
-
-def _str(x: Any) -> str:
-    if not isinstance(x, str):
-        raise CorruptRecordError(f"expected a string, got {type(x).__name__}")
-    return x
-
-
-def _int(x: Any) -> int:
-    if not isinstance(x, int) or isinstance(x, bool):
-        raise CorruptRecordError(f"expected an integer, got {type(x).__name__}")
-    return x
-
-
-def _pack(obj: object) -> bytes:
-    return bytes(msgpack.packb(obj, use_bin_type=True))
-
-
-def _unpack(raw: bytes) -> Any:
-    try:
-        return msgpack.unpackb(raw, use_list=True, raw=False)
-    except Exception as e:  # msgpack raises several unrelated types on garbage
-        raise CorruptRecordError(f"not msgpack: {e}") from e

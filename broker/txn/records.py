@@ -25,9 +25,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-import msgpack
-
 from broker.groups.types import TopicPartition
+from broker.record_fields import int_field as _int
+from broker.record_fields import pack as _pack
+from broker.record_fields import str_field as _str
+from broker.record_fields import unpack as _unpack
 from storage.errors import CorruptRecordError
 
 _VERSION = 0
@@ -201,26 +203,3 @@ def decode_txn(key: bytes, value: bytes | None) -> TxnMetadata | str:
     if epoch == EPOCH_MAX and state not in PREPARED | COMPLETED:
         raise CorruptRecordError(f"epoch {EPOCH_MAX} in state {state.value}")
     return meta
-
-
-def _str(x: Any) -> str:
-    if not isinstance(x, str):
-        raise CorruptRecordError(f"expected a string, got {type(x).__name__}")
-    return x
-
-
-def _int(x: Any) -> int:
-    if not isinstance(x, int) or isinstance(x, bool):
-        raise CorruptRecordError(f"expected an integer, got {type(x).__name__}")
-    return x
-
-
-def _pack(obj: object) -> bytes:
-    return bytes(msgpack.packb(obj, use_bin_type=True))
-
-
-def _unpack(raw: bytes) -> Any:
-    try:
-        return msgpack.unpackb(raw, use_list=True, raw=False)
-    except Exception as e:  # msgpack raises several unrelated types on garbage
-        raise CorruptRecordError(f"not msgpack: {e}") from e
