@@ -452,9 +452,11 @@ class PartitionLog:
                 allow_truncate_corrupt,
                 report,
                 # Written before the batches it describes: no batch has a later epoch. An
-                # empty checkpoint bounds nothing (as a missing one): the property test of
-                # the log model found batches of epoch 0 beside a checkpoint holding no epoch
-                # after delete-records, a clean reopen and a crash.
+                # empty checkpoint bounds nothing (as a missing one): once delete-records
+                # moves the log start to the log end, the cache's one entry starts at the end
+                # and open trims it, while the active segment still holds the deleted
+                # batches below the log start (the property test of the log model found it).
+                # A non-empty cache starts at or below the log start, so it bounds those too.
                 epochs.latest_epoch
                 if epochs_saved and not report.epoch_cache_rebuilt and epochs.latest_epoch >= 0
                 else None,
