@@ -175,7 +175,12 @@ def test_metadata_workload_linearizable_on_correct_toy_and_not_on_the_buggy_one(
     )
     assert rc == 1, log
     assert res["result"]["valid"] is False
-    assert res["result"]["counts"].get("nonlinearizable-topics", 0) > 0
+    # A lost create or delete shows up either way, by which the run's timing decides: a
+    # describe that contradicts an acknowledged change (nonlinearizable), or the topic seen
+    # under two ids after a lost create was made again (divergent definition)
+    lost_change_anomalies = {"nonlinearizable-topics", "divergent-definition"}
+    assert set(res["result"]["anomaly_types"]) & lost_change_anomalies, res["result"]["counts"]
+    assert set(res["result"]["anomaly_types"]) <= lost_change_anomalies, res["result"]["counts"]
 
 
 def test_longboat_run_refuses_proxy_faults_its_clients_would_not_feel(tmp_path: Path) -> None:
