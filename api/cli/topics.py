@@ -169,12 +169,16 @@ def _describe_one(
         p["under_replicated"] = "under_replicated" in flags
         p["under_min_isr"] = "under_min_isr" in flags
         p["unavailable"] = "unavailable" in flags
-        try:
-            _, off = admin.request(
-                "GET", admin.v3(f"/topics/{topic}/partitions/{p['partition_id']}/offset")
-            )
-        except AdminError:
-            off = {"earliest_offset": None, "latest_offset": None}
+        off = {"earliest_offset": None, "latest_offset": None}
+        # An unavailable partition has no leader to answer: asking would wait out the
+        # broker's leader retries (about 10 s each) for an answer that is known to be none
+        if "unavailable" not in flags:
+            try:
+                _, off = admin.request(
+                    "GET", admin.v3(f"/topics/{topic}/partitions/{p['partition_id']}/offset")
+                )
+            except AdminError:
+                pass
         p["earliest_offset"], p["latest_offset"] = off["earliest_offset"], off["latest_offset"]
         rows.append(p)
     if wanted and not rows:
