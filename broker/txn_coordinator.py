@@ -21,9 +21,14 @@ Theory of operation
   PrepareCommit and CompleteCommit (markers are idempotent on the partition side).
 * **Writes.** A request runs the core; a target it returns is appended (acks=all) and takes
   effect only once committed (``on_written``), and only then is the caller answered. The
-  core allows one pending transition per id, so writes of one id never overlap. A failed
-  append drops the shard (NOT_COORDINATOR if leadership is gone, else
-  COORDINATOR_NOT_AVAILABLE and a reload, which realigns the core with what was written).
+  core allows one pending transition per id, so writes of one id never overlap, with one
+  exception: the next transaction's first add_partitions, which waited for the previous
+  transaction's markers, is appended right behind its COMPLETE_* (chained) instead of once
+  that is committed, so the two replicate in one round. This relies on ``OffsetsLog.append``
+  placing its records in the log before it first suspends (``ReplicaOffsetsLog`` does), so
+  the log holds them in the order they were decided. A failed append drops the shard
+  (NOT_COORDINATOR if leadership is gone, else COORDINATOR_NOT_AVAILABLE and a reload,
+  which realigns the core with what was written).
 * **Markers.** After a PREPARE_* is committed a task writes a marker to every partition of
   the transaction (``MarkerWriter``: the partition leaders append control batches and wait
   for their high watermarks), retrying the failures with back-off while this leadership
@@ -66,6 +71,7 @@ from broker.group_coordinator import (
 from broker.groups.types import TopicPartition
 from broker.router import INTERNAL_PREFIX, MSGPACK
 from broker.txn.records import (
+    COMPLETED,
     PREPARED,
     TRANSACTION_STATE_TOPIC,
     TxnMetadata,
@@ -138,7 +144,8 @@ class _Shard:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     """The load and every marker task: cancelled when the shard is dropped."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set (and replaced) whenever a transition of the shard takes effect."""
+    """Set (and replaced) whenever a transition of the shard takes effect, a completion
+    starts being written (a next transaction may chain behind it), or a write fails."""
 
 
 @dataclass(frozen=True)
@@ -331,6 +338,11 @@ class TxnCoordinator:
         """Append ``target``; once committed it is the id's state. Raises ``CoordinatorError``
         if it could not be written (the shard is then dropped, and reloaded if still ours)."""
         tid = target.transactional_id
+        if target.state in COMPLETED:
+            # Requests waiting for the id may chain the next transaction's first
+            # add_partitions behind this record (``TxnCoordinatorState.chained``): they run
+            # only once this task suspends, which ``append`` does after placing the record.
+            self._changed(shard)
         try:
             await self.log.append(
                 shard.partition,
@@ -342,6 +354,7 @@ class TxnCoordinator:
         except Exception as e:
             if shard.state is not None:
                 shard.state.on_write_failed(tid)
+            self._changed(shard)  # a write chained behind this one learns it failed
             still_leader = self.log.leadership(shard.partition) == shard.lead
             log.warning(
                 "broker %d: append to %s-%d failed (%s); %s",
@@ -360,13 +373,27 @@ class TxnCoordinator:
                 f"appending to {TRANSACTION_STATE_TOPIC}-{shard.partition} failed: {e}",
                 coordinator_id=self._leader_in(self.image(), shard.partition),
             ) from None
-        if shard.closed or shard.state is None:
-            raise CoordinatorError(NOT_COORDINATOR, "the coordinator moved during the write")
+        while True:
+            if shard.closed or shard.state is None:
+                raise CoordinatorError(NOT_COORDINATOR, "the coordinator moved during the write")
+            if shard.state.pending.get(tid) is target:
+                break
+            if shard.state.chained.get(tid) is not target:
+                # The completion it was chained behind failed: the shard reloads.
+                raise CoordinatorError(
+                    COORDINATOR_NOT_AVAILABLE, "the write this one followed failed; retry"
+                )
+            # Chained: committed, but the completion before it in the log is taken first.
+            await wait_event(shard.changed, self.config.append_timeout_ms / 1000)
         shard.state.on_written(target)
-        changed, shard.changed = shard.changed, asyncio.Event()
-        changed.set()
+        self._changed(shard)
         if target.state in PREPARED:
             self._spawn(shard, self._complete(shard, target), f"txn-markers-{tid}")
+
+    @staticmethod
+    def _changed(shard: _Shard) -> None:
+        changed, shard.changed = shard.changed, asyncio.Event()
+        changed.set()
 
     async def _complete(self, shard: _Shard, prepared: TxnMetadata) -> None:
         """Write the markers of a decided transaction, then its COMPLETE_* record."""

@@ -13,8 +13,15 @@ Every request is a ``handle_*`` call that returns a ``Step``: an error (Kafka's 
 partition and, once committed, calls ``on_written(target)`` (the transition takes effect);
 if the append fails, ``on_write_failed(tid)`` (nothing changed). While a transition is
 pending every request for that id is answered ``CONCURRENT_TRANSACTIONS`` (retriable), as
-in Kafka, so there is at most one write in flight per id and the log order of its records
-is the order of its transitions. Answers never reflect state that is not durable yet.
+in Kafka, so the log order of an id's records is the order of its transitions. Answers
+never reflect state that is not durable yet.
+
+One exception keeps a write off a transaction's critical path: while a COMPLETE_* is
+pending (every marker of the ended transaction is written), the next transaction's first
+``add_partitions`` is decided against it and *chained* behind it (``chained``): the shell
+appends it after the COMPLETE_* (the log keeps their order, and a record is committed only
+with every record before it), so both replicate together instead of one after the other,
+and ``on_written`` takes them in that order. Its answer still waits for its own record.
 
 A transaction's life (the pair is (producer id, epoch); ``e`` the client's epoch):
 
@@ -116,6 +123,10 @@ class TxnCoordinatorState:
         """Invariant: only ever metadata that is committed in the partition."""
         self.pending: dict[str, TxnMetadata] = {}
         """Targets being written: at most one per id."""
+        self.chained: dict[str, TxnMetadata] = {}
+        """An ONGOING decided against the id's pending COMPLETE_* and written after it.
+        Invariant: an id is in ``chained`` only while it is in ``pending`` with a
+        COMPLETE_* target."""
 
     # ------------------------------------------------------------ replay, writes
 
@@ -126,10 +137,22 @@ class TxnCoordinatorState:
         else:
             self.txns[record.transactional_id] = record
 
-    def _target(self, target: TxnMetadata, result: TxnMetadata | None = None) -> Step:
+    def _target(
+        self, target: TxnMetadata, result: TxnMetadata | None = None, *, chain: bool = False
+    ) -> Step:
         tid = target.transactional_id
-        invariant(tid not in self.pending, "two pending transitions of %r", tid)
-        prev = self.txns.get(tid)
+        if chain:
+            invariant(
+                tid in self.pending
+                and self.pending[tid].state in COMPLETED
+                and tid not in self.chained,
+                "%r: a chained transition needs a pending completion and no other chain",
+                tid,
+            )
+            prev: TxnMetadata | None = self.pending[tid]
+        else:
+            invariant(tid not in self.pending, "two pending transitions of %r", tid)
+            prev = self.txns.get(tid)
         if prev is not None:
             invariant(
                 prev.state in VALID_PREVIOUS[target.state],
@@ -146,18 +169,27 @@ class TxnCoordinatorState:
                 tid,
             )
         target.check()
-        self.pending[tid] = target
+        if chain:
+            self.chained[tid] = target
+        else:
+            self.pending[tid] = target
         return Step(target=target, result=result or target)
 
     def on_written(self, target: TxnMetadata) -> None:
-        """``target`` is committed in the partition: it is the id's state now."""
+        """``target`` is committed in the partition: it is the id's state now. A chained
+        target is taken only after the completion it follows (log order)."""
         tid = target.transactional_id
         invariant(self.pending.get(tid) is target, "%r: written target is not the pending", tid)
         del self.pending[tid]
         self.txns[tid] = target
+        nxt = self.chained.pop(tid, None)
+        if nxt is not None:
+            self.pending[tid] = nxt
 
     def on_write_failed(self, tid: str) -> None:
+        """Nothing of the id's pending (and chained) transitions is known to be written."""
         self.pending.pop(tid, None)
+        self.chained.pop(tid, None)
 
     # ------------------------------------------------------------ checks
 
@@ -280,8 +312,14 @@ class TxnCoordinatorState:
         meta = self.txns.get(tid)
         if meta is None:
             return _err(INVALID_PRODUCER_ID_MAPPING)
+        chain = False
         if self._busy(tid):
-            return _err(CONCURRENT_TRANSACTIONS)
+            completing = self.pending[tid]
+            if completing.state not in COMPLETED or tid in self.chained:
+                return _err(CONCURRENT_TRANSACTIONS)
+            # The previous transaction's markers are all written and its completion is
+            # being appended: decide against that completion and write after it.
+            meta, chain = completing, True
         code = self._check_pair(meta, producer_id, producer_epoch)
         if code != NONE:
             return _err(code)
@@ -298,7 +336,8 @@ class TxnCoordinatorState:
                 txn_start_ms=start,
                 last_update_ms=now_ms,
                 rotated=False,
-            )
+            ),
+            chain=chain,
         )
 
     def verify_partition(

@@ -46,6 +46,7 @@ ops = st.lists(
                 "commit-v1",
                 "abort-v1",
                 "markers",
+                "markers+add",
                 "timeout",
                 "verify",
             ]
@@ -95,6 +96,26 @@ def test_random_requests_keep_the_rules(script: list, start_epoch: int) -> None:
             )
         elif op == "markers" and T in st_.txns and st_.txns[T].state in PREPARED:
             step = st_.on_markers_written(T, st_.txns[T], now)
+        elif op == "markers+add" and T in st_.txns and st_.txns[T].state in PREPARED:
+            # The next transaction's first add, decided while the completion is written
+            # and chained behind it: both records, in that order, or neither.
+            done = st_.on_markers_written(T, st_.txns[T], now)
+            assert done.target is not None
+            nxt = st_.handle_add_partitions(T, *pair, tps, now) if pair is not None else Step()
+            if nxt.target is not None:
+                assert pair == newest and st_.chained[T] is nxt.target
+            if not ok:
+                st_.on_write_failed(T)
+                assert T not in st_.pending and T not in st_.chained
+                continue
+            for target in (done.target, nxt.target):
+                if target is not None:
+                    prev = st_.txns.get(T)
+                    assert prev is not None and prev.state in VALID_PREVIOUS[target.state]
+                    st_.on_written(target)
+                    log.append(encode_txn(target))
+            assert not st_.pending and not st_.chained
+            continue
         elif op == "timeout" and T in st_.timed_out(now):
             step = call(lambda pid, now=now: st_.abort_timed_out(T, now, pid))
         elif op == "verify" and pair is not None:

@@ -47,6 +47,10 @@ class FakeLog:
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail: str | None = None
+        self.fail_next: str | None = None
+        """Fails one append, the next one to pass the gate."""
+        self.waiting = 0
+        """Appends issued and not yet through the gate."""
 
     def leadership(self, partition: int) -> Leadership | None:
         return self.leaders.get(partition)
@@ -60,7 +64,14 @@ class FakeLog:
     async def append(
         self, partition: int, lead: Leadership, records: list[KeyValue], ts: int, timeout_ms: int
     ) -> None:
-        await self.gate.wait()
+        self.waiting += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= 1
+        if self.fail_next is not None:
+            code, self.fail_next = self.fail_next, None
+            raise CoordinatorError(code)
         if self.fail is not None:
             raise CoordinatorError(self.fail)
         self.logs[partition].extend(records)
@@ -374,5 +385,71 @@ async def test_a_cancelled_request_still_settles_its_write() -> None:
         await until(lambda: fake.states()[-1] == "Ongoing")
         await until(lambda: T not in c.shards[0].state.pending)  # type: ignore[union-attr]
         await c.end_txn(T, r.producer_id, r.producer_epoch, commit=True)  # not stuck
+    finally:
+        await c.stop()
+
+
+async def _committed_then_markers_held(
+    fake: FakeLog, markers: FakeMarkers, c: TxnCoordinator
+) -> tuple[int, int]:
+    """A committed transaction whose markers wait on ``markers.gate``: the next pair."""
+    r = await c.init_producer_id(T, 60_000)
+    await c.add_partitions(T, r.producer_id, r.producer_epoch, [A0])
+    markers.gate.clear()
+    nxt = await c.end_txn(T, r.producer_id, r.producer_epoch, commit=True)
+    return nxt.producer_id, nxt.producer_epoch
+
+
+@run_async
+async def test_the_next_add_is_appended_behind_the_completion_not_after_it() -> None:
+    fake, markers = FakeLog(), FakeMarkers()
+    c = await started(fake, markers)
+    try:
+        pid, epoch = await _committed_then_markers_held(fake, markers, c)
+        add = asyncio.create_task(c.add_partitions(T, pid, epoch, [B0]))
+        await asyncio.sleep(0.05)
+        assert not add.done()  # the previous transaction's markers come first
+        fake.gate.clear()
+        markers.gate.set()
+        # Both records are in flight at once: the add did not wait for the completion to
+        # be committed (the old way: one append, then the other).
+        await until(lambda: fake.waiting == 2)
+        assert not add.done()  # answered only once its own record is committed
+        fake.gate.set()
+        await add
+        assert fake.states()[-3:] == ["PrepareCommit", "CompleteCommit", "Ongoing"]
+        m = c.describe(T)
+        assert m is not None and m.state is TxnState.ONGOING and m.partitions == {B0}
+        assert (m.producer_id, m.producer_epoch) == (pid, epoch)
+        assert c.verify(T, pid, epoch, B0) is None
+        await c.end_txn(T, pid, epoch, commit=True)  # the chain left nothing pending
+    finally:
+        await c.stop()
+
+
+@run_async
+async def test_an_add_chained_behind_a_failed_completion_is_retried_after_the_reload() -> None:
+    fake, markers = FakeLog(), FakeMarkers()
+    c = await started(fake, markers)
+    try:
+        pid, epoch = await _committed_then_markers_held(fake, markers, c)
+        add = asyncio.create_task(c.add_partitions(T, pid, epoch, [B0]))
+        await asyncio.sleep(0.05)
+        fake.gate.clear()
+        markers.gate.set()
+        await until(lambda: fake.waiting == 2)
+        # The completion is refused before it reaches the log; the add behind it is written
+        # (a record after PrepareCommit whose markers are all written: as good as both).
+        fake.fail_next = "NOT_ENOUGH_REPLICAS"
+        fake.gate.set()
+        with pytest.raises(CoordinatorError) as e:
+            await add
+        assert e.value.code == COORDINATOR_NOT_AVAILABLE
+        assert fake.states()[-2:] == ["PrepareCommit", "Ongoing"]
+        await until(lambda: 0 in c.shards and c.shards[0].state is not None)
+        await c.add_partitions(T, pid, epoch, [B0])  # the retry: already in, nothing written
+        assert fake.states() == ["Empty", "Ongoing", "PrepareCommit", "Ongoing"]
+        await c.end_txn(T, pid, epoch, commit=True)
+        await until(lambda: fake.states()[-1] == "CompleteCommit")
     finally:
         await c.stop()

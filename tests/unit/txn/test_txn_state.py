@@ -128,6 +128,55 @@ def test_requests_while_markers_are_written_are_concurrent_transactions() -> Non
     assert st.txns[T].state is TxnState.ONGOING and st.txns[T].partitions == {A1}
 
 
+def test_the_next_add_chains_behind_a_pending_completion_and_takes_effect_after_it() -> None:
+    st = TxnCoordinatorState()
+    pair = init(st)
+    begin(st, pair)
+    written(st, end(st, pair, True))
+    nxt = (pair[0], pair[1] + 1)
+    done = st.on_markers_written(T, st.txns[T], 0)
+    assert done.target is not None and done.target.state is TxnState.COMPLETE_COMMIT
+    # A stale pair is fenced against the completion as against committed state.
+    assert st.handle_add_partitions(T, *pair, [A1], 0).error == PRODUCER_FENCED
+    chained = st.handle_add_partitions(T, *nxt, [A1], 7)
+    assert chained.error == NONE and chained.target is not None
+    assert chained.target.state is TxnState.ONGOING and chained.target.partitions == {A1}
+    assert chained.target.txn_start_ms == 7
+    # One chain only, and nothing else while it is in flight.
+    assert st.handle_add_partitions(T, *nxt, [B0], 0).error == CONCURRENT_TRANSACTIONS
+    assert st.handle_end_txn(T, *nxt, True, 0).error == CONCURRENT_TRANSACTIONS
+    assert st.handle_init_producer_id(T, 60_000, 0).error == CONCURRENT_TRANSACTIONS
+    # Nothing is verified before it is committed, and only in log order.
+    assert st.verify_partition(T, *nxt, A1) == INVALID_TXN_STATE
+    with pytest.raises(InvariantError):
+        st.on_written(chained.target)
+    written(st, done)
+    assert st.txns[T].state is TxnState.COMPLETE_COMMIT and st.pending[T] is chained.target
+    written(st, chained)
+    assert st.txns[T].state is TxnState.ONGOING and not st.pending and not st.chained
+    assert st.verify_partition(T, *nxt, A1) == NONE
+
+
+def test_only_an_add_after_a_completion_chains() -> None:
+    st = TxnCoordinatorState()
+    pair = init(st)
+    assert st.handle_add_partitions(T, *pair, [A0], 0).target is not None  # pending Ongoing
+    assert st.handle_add_partitions(T, *pair, [A1], 0).error == CONCURRENT_TRANSACTIONS
+    assert not st.chained
+
+
+def test_a_failed_completion_drops_the_add_chained_behind_it() -> None:
+    st = TxnCoordinatorState()
+    pair = init(st)
+    begin(st, pair)
+    written(st, end(st, pair, True))
+    st.on_markers_written(T, st.txns[T], 0)
+    assert st.handle_add_partitions(T, pair[0], pair[1] + 1, [A1], 0).target is not None
+    st.on_write_failed(T)
+    assert not st.pending and not st.chained
+    assert st.txns[T].state is TxnState.PREPARE_COMMIT
+
+
 def test_a_pending_write_makes_every_request_concurrent_transactions() -> None:
     st = TxnCoordinatorState()
     pair = init(st)
