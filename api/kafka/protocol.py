@@ -33,6 +33,8 @@ from kio.static.constants import EntityType
 
 API_VERSIONS = 18
 PRODUCE = 0
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (0, 9),  # Produce (3-9 served; 0-2 refused, see the module docstring)
@@ -66,6 +68,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     44: (0, 1),  # IncrementalAlterConfigs
     47: (0, 0),  # OffsetDelete
     60: (0, 2),  # DescribeCluster
+    # SASL (api.kafka.server): answered ILLEGAL_SASL_STATE on a listener without SASL.
+    17: (0, 1),  # SaslHandshake (0: raw tokens follow; 1: SaslAuthenticate frames them)
+    36: (0, 2),  # SaslAuthenticate (1+: session lifetime, KIP-368; always 0 here)
 }
 PRODUCE_SERVED_MIN = 3
 

@@ -10,13 +10,42 @@ What closes a connection, as Kafka does: a size below the header or above
 parse, an API or version this listener does not serve (there is no response format to
 answer it in; ApiVersions is the exception, answered per KIP-511), and a Produce v0-2 (see
 ``api.kafka.protocol``). Produce with ``acks=0`` gets no response, as in Kafka.
+
+Security (issue 18; ``api.kafka.security``): an SSL or SASL_SSL listener speaks TLS; a
+plaintext client's bytes fail its handshake and the connection closes. On SSL the principal
+is the client certificate's mapped subject (``User:ANONYMOUS`` without one where the
+listener allows it, else the connection is closed). On SASL_PLAINTEXT and SASL_SSL a
+connection must authenticate first, as with Kafka's SaslServerAuthenticator:
+
+=================  ======================================================================
+state              what is served
+=================  ======================================================================
+handshake          ApiVersions; SaslHandshake (v1: an offered mechanism starts the
+                   exchange, another one is answered UNSUPPORTED_SASL_MECHANISM and the
+                   connection closed; v0: the same, then raw SASL tokens follow without
+                   request headers, as Kafka 0.10 clients send them). Anything else closes
+                   the connection.
+authenticating     SaslAuthenticate, one step of the exchange each (``api.kafka.sasl``).
+                   A failure is answered SASL_AUTHENTICATION_FAILED (58) with a message that
+                   names no secret, counted and logged with the claimed principal and the
+                   source address, and the connection closed; the source's later attempts
+                   wait first (the HTTP listeners' per-source throttle).
+authenticated      every API, each checked against the ACLs by its handler.
+=================  ======================================================================
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import secrets
+import ssl
 import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from api.kafka.admin import ADMIN_HANDLERS
 from api.kafka.handlers import HANDLERS, KafkaContext
@@ -24,21 +53,51 @@ from api.kafka.protocol import (
     API_VERSIONS,
     PRODUCE,
     PRODUCE_SERVED_MIN,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     MalformedRequestError,
+    RequestHeader,
     api_versions_body,
+    build,
     decode_request,
     encode_response,
     parse_header,
+    response_module,
     supports,
     unsupported_api_versions_frame,
 )
+from api.kafka.sasl import Exchange, SaslFailedError, new_exchange
+from api.kafka.security import PLAINTEXT, SESSION, ListenerSecurity, Session
 
 log = logging.getLogger(__name__)
 
 _HANDLERS = {**HANDLERS, **ADMIN_HANDLERS}
 
 _SIZE = struct.Struct(">i")
-REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+UNAUTHENTICATED_BYTES_MAX = 512 * 1024
+"""A frame before authentication is a SASL token or ApiVersions: Kafka bounds it likewise
+(``sasl.server.max.receive.size``), so an unauthenticated peer cannot make it buffer 100 MB."""
+
+
+class ConnectionRefusedByPolicy(Exception):
+    """Close the connection (after sending ``frame``, when there is one)."""
+
+    def __init__(self, why: str, frame: bytes | None = None) -> None:
+        super().__init__(why)
+        self.frame = frame
+
+
+@dataclass
+class _Conn:
+    """One connection's SASL state (see the module docstring's table)."""
+
+    session: Session
+    source: str
+    exchange: Exchange | None = None
+    raw_tokens: bool = False
+    """After SaslHandshake v0: the next frames are bare SASL tokens."""
+    mechanism: str = ""
 
 
 class KafkaListener:
@@ -50,16 +109,20 @@ class KafkaListener:
         *,
         request_bytes_max: int = REQUEST_BYTES_MAX,
         connections_max: int = 1024,
+        security: ListenerSecurity = PLAINTEXT,
     ) -> None:
         self.ctx = ctx
         self.request_bytes_max = request_bytes_max
         self.connections_max = connections_max
+        self.security = security
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.requests = 0
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, host, port, reuse_address=True, ssl=self.security.ssl_context
+        )
 
     @property
     def port(self) -> int:
@@ -84,11 +147,22 @@ class KafkaListener:
         self._conns.add(task)
         peer = writer.get_extra_info("peername")
         try:
-            await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
+            conn = self._open(writer)
+            SESSION.set(conn.session)  # this task's own context: one session per connection
+            await self._serve(reader, writer, conn)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         except MalformedRequestError as e:
-            log.info("kafka listener: closing %s: %s", peer, e)
+            log.info("kafka listener %s: closing %s: %s", self.security.name, peer, e)
+        except ConnectionRefusedByPolicy as e:
+            log.info("kafka listener %s: closing %s: %s", self.security.name, peer, e)
+            if e.frame is not None:
+                try:
+                    writer.write(e.frame)
+                    async with asyncio.timeout(5):
+                        await writer.drain()
+                except (ConnectionError, TimeoutError, ssl.SSLError):
+                    pass
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -97,20 +171,61 @@ class KafkaListener:
             self._conns.discard(task)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _open(self, writer: asyncio.StreamWriter) -> _Conn:
+        sec = self.security
+        peer = writer.get_extra_info("peername")
+        source = str(peer[0]) if peer else "unknown"
+        session = Session(host=source, authorizer=sec.authorizer, authenticated=not sec.sasl)
+        if sec.protocol == "SSL":
+            cert = writer.get_extra_info("peercert")
+            if cert and sec.cert_principal is not None:
+                try:
+                    session.principal = sec.cert_principal(cert)
+                except ValueError as e:
+                    self._failed(source, "", f"client certificate: {e}")
+                    raise ConnectionRefusedByPolicy(
+                        "certificate subject maps to no principal"
+                    ) from None
+            elif not sec.anonymous:
+                self._failed(source, "", "no client certificate")
+                raise ConnectionRefusedByPolicy("a client certificate is required")
+        return _Conn(session, source)
+
+    def _failed(self, source: str, claimed: str, why: str) -> None:
+        if self.security.logins is not None:
+            self.security.logins.note_failure(self.security.name, source, claimed, why)
+        else:
+            log.warning(
+                "kafka listener %s: authentication failed from %s (principal %s): %s",
+                self.security.name,
+                source,
+                claimed or "none given",
+                why,
+            )
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn
+    ) -> None:
         while True:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
-            if size < 8 or size > self.request_bytes_max:
-                raise MalformedRequestError(
-                    f"request size {size} outside [8, {self.request_bytes_max}]"
-                )
+            limit = (
+                self.request_bytes_max
+                if conn.session.authenticated
+                else min(self.request_bytes_max, UNAUTHENTICATED_BYTES_MAX)
+            )
+            if size < (0 if conn.raw_tokens else 8) or size > limit:
+                raise MalformedRequestError(f"request size {size} outside [8, {limit}]")
             frame = await reader.readexactly(size)
-            out = await self.handle_frame(frame)
+            out: bytes | None
+            if conn.raw_tokens:
+                out = await self._raw_token(conn, frame)
+            else:
+                out = await self.handle_frame(frame, conn)
             if out is not None:
                 writer.write(out)
                 await writer.drain()
 
-    async def handle_frame(self, frame: bytes) -> bytes | None:
+    async def handle_frame(self, frame: bytes, conn: _Conn | None = None) -> bytes | None:
         """The response frame for one request frame; None when none is due (acks=0)."""
         header = parse_header(frame)
         self.requests += 1
@@ -121,11 +236,131 @@ class KafkaListener:
             raise MalformedRequestError(
                 f"api {key} v{version} is not served (client {header.client_id!r})"
             )
+        if (
+            conn is not None
+            and not conn.session.authenticated
+            and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+        ):
+            # Kafka's SaslServerAuthenticator: an illegal request during the handshake.
+            raise ConnectionRefusedByPolicy(
+                f"api {key} before SASL authentication (client {header.client_id!r})"
+            )
         req = decode_request(header, frame)
         if key == API_VERSIONS:
             body = api_versions_body(version)
+        elif key == SASL_HANDSHAKE:
+            return self._handshake(header, req, conn)
+        elif key == SASL_AUTHENTICATE:
+            return await self._authenticate(header, req, conn)
         else:
             body = await _HANDLERS[key](self.ctx, version, req)
             if body is None:
                 return None
         return encode_response(key, version, header.correlation_id, body)
+
+    # ---------------------------------------------------------------- SASL
+
+    def _handshake(self, header: RequestHeader, req: Any, conn: _Conn | None) -> bytes:
+        version = header.api_version
+        mod = response_module(SASL_HANDSHAKE, version)
+        offered = self.security.mechanisms if self.security.sasl else ()
+
+        def answer(err: ErrorCode) -> bytes:
+            body = build(mod, "SaslHandshakeResponse", error_code=err, mechanisms=offered)
+            return encode_response(SASL_HANDSHAKE, version, header.correlation_id, body)
+
+        if conn is None or not self.security.sasl or conn.session.authenticated:
+            # Kafka: a handshake on a listener without SASL, or a second one (no re-
+            # authentication is offered: session lifetimes are 0).
+            return answer(ErrorCode.illegal_sasl_state)
+        if conn.exchange is not None:
+            raise ConnectionRefusedByPolicy(
+                "a second SaslHandshake", answer(ErrorCode.illegal_sasl_state)
+            )
+        mechanism = str(req.mechanism)
+        if mechanism not in offered:
+            raise ConnectionRefusedByPolicy(
+                f"SASL mechanism {mechanism[:40]!r} is not enabled",
+                answer(ErrorCode.unsupported_sasl_mechanism),
+            )
+        assert self.security.users is not None
+        conn.mechanism = mechanism
+        conn.exchange = new_exchange(mechanism, self.security.users, _nonce)
+        conn.raw_tokens = version == 0
+        return answer(ErrorCode.none)
+
+    async def _step(self, conn: _Conn, token: bytes) -> bytes:
+        """One step of the exchange; ``SaslFailedError`` is counted and logged here."""
+        assert conn.exchange is not None
+        logins = self.security.logins
+        if logins is not None:
+            delay_ms = logins.delay_ms(conn.source)
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
+        try:
+            out = conn.exchange.step(token)
+        except SaslFailedError as e:
+            self._failed(conn.source, e.claimed, f"{conn.mechanism}: {e}")
+            raise
+        if conn.exchange.principal is not None:
+            conn.session.principal = conn.exchange.principal
+            conn.session.authenticated = True
+            conn.raw_tokens = False
+            if logins is not None:
+                logins.on_success(conn.source)
+            log.debug(
+                "kafka listener %s: %s authenticated %s from %s",
+                self.security.name,
+                conn.mechanism,
+                conn.session.principal,
+                conn.source,
+            )
+        return out
+
+    async def _authenticate(self, header: RequestHeader, req: Any, conn: _Conn | None) -> bytes:
+        version = header.api_version
+        mod = response_module(SASL_AUTHENTICATE, version)
+
+        def answer(err: ErrorCode, message: str | None = None, data: bytes = b"") -> bytes:
+            body = build(
+                mod,
+                "SaslAuthenticateResponse",
+                error_code=err,
+                error_message=message,
+                auth_bytes=data,
+                session_lifetime=_ZERO,
+            )
+            return encode_response(SASL_AUTHENTICATE, version, header.correlation_id, body)
+
+        if conn is None or conn.exchange is None or conn.session.authenticated:
+            if conn is not None and not conn.session.authenticated:
+                raise ConnectionRefusedByPolicy(
+                    "SaslAuthenticate before SaslHandshake",
+                    answer(ErrorCode.illegal_sasl_state, "SaslHandshake first"),
+                )
+            return answer(ErrorCode.illegal_sasl_state, "no SASL exchange is in progress")
+        try:
+            out = await self._step(conn, bytes(req.auth_bytes))
+        except SaslFailedError as e:
+            raise ConnectionRefusedByPolicy(
+                "SASL authentication failed",
+                answer(ErrorCode.sasl_authentication_failed, str(e)),
+            ) from None
+        return answer(ErrorCode.none, None, out)
+
+    async def _raw_token(self, conn: _Conn, token: bytes) -> bytes:
+        """SaslHandshake v0's framing: a bare token in, a bare token out (size-prefixed)."""
+        try:
+            out = await self._step(conn, token)
+        except SaslFailedError:
+            raise ConnectionRefusedByPolicy("SASL authentication failed") from None
+        if conn.session.authenticated and not out:
+            return _SIZE.pack(0)
+        return _SIZE.pack(len(out)) + out
+
+
+def _nonce() -> str:
+    return secrets.token_urlsafe(24)
+
+
+_ZERO = datetime.timedelta(0)
