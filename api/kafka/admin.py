@@ -15,6 +15,14 @@ its dynamic overrides only (a Longboat broker has no static ``server.properties`
 
 Errors are Kafka's codes per resource, group or partition: the controller's refusals carry
 Kafka's error names (``metalog.errors``), the coordinator's too (``broker.groups.types``).
+
+Authorization (issue 18, Kafka's rules): CreatePartitions ALTER on the topic,
+OffsetForLeaderEpoch DESCRIBE on it, DescribeConfigs DESCRIBE_CONFIGS and AlterConfigs/
+IncrementalAlterConfigs ALTER_CONFIGS on the topic (or, for a broker resource, on the
+CLUSTER), DescribeGroups DESCRIBE on each group, ListGroups every group with DESCRIBE on the
+CLUSTER and otherwise only those the principal may DESCRIBE, DeleteGroups DELETE on each
+group, OffsetDelete DELETE on the group and READ on each topic, DescribeLogDirs DESCRIBE on
+the CLUSTER. DescribeCluster needs only an authenticated principal, as in Kafka.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from api.kafka.handlers import (
     _kafka_endpoint,
 )
 from api.kafka.protocol import build, error_code, response_module
+from api.kafka.security import allowed, allowed_on_cluster
 from broker.errors import BrokerError
 from broker.group_coordinator import CoordinatorError
 from broker.groups.types import GroupState, TopicPartition
@@ -42,8 +51,10 @@ from metalog.commands import AlterConfigs, CreatePartitions
 from metalog.errors import MetadataError
 from metalog.image import CLUSTER_RESOURCE, TOPIC_CONFIG_DEFAULTS, MetadataImage
 from metalog.records import BrokerId, ConfigResourceType
+from metalog.security import Operation, ResourceType
 from storage.errors import StorageError
 
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 IMAGE_WAIT_S = 5.0
 """How long an alter waits for this broker's image to show the change, so that the same
 client's next describe (on this broker) sees it; the change is committed either way."""
@@ -167,6 +178,17 @@ async def handle_create_partitions(ctx: KafkaContext, version: int, req: Any) ->
             if t.assignments is None
             else tuple(tuple(BrokerId(int(b)) for b in a.broker_ids) for a in t.assignments)
         )
+        if not allowed(Operation.ALTER, TOPIC, t.name):
+            results.append(
+                build(
+                    mod,
+                    "CreatePartitionsTopicResult",
+                    name=t.name,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    error_message=None,
+                )
+            )
+            continue
         err, msg = await _controller(
             ctx,
             CreatePartitions(
@@ -204,6 +226,8 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, version: int, req: A
         for p in t.partitions:
             err, epoch, end = ErrorCode.none, -1, -1
             try:
+                if not allowed(Operation.DESCRIBE, TOPIC, t.topic):
+                    raise _Denied
                 ans = ctx.replicas.offsets_for_leader_epoch(
                     t.topic,
                     int(p.partition),
@@ -211,6 +235,8 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, version: int, req: A
                     int(p.leader_epoch),
                 )
                 epoch, end = int(ans["leader_epoch"]), int(ans["end_offset"])
+            except _Denied:
+                err = ErrorCode.topic_authorization_failed
             except (BrokerError, StorageError) as e:
                 err = _code(e)
             parts.append(
@@ -229,7 +255,20 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, version: int, req: A
     return build(mod, "OffsetForLeaderEpochResponse", throttle_time=ZERO_MS, topics=tuple(topics))
 
 
+class _Denied(Exception):
+    """The principal may not DESCRIBE the topic."""
+
+
 # ------------------------------------------------------------------------ configs
+
+
+def _config_refusal(rtype: int, rname: str, op: Operation) -> tuple[ErrorCode, str] | None:
+    """Kafka: a topic's configs need ``op`` on the topic, a broker's on the CLUSTER."""
+    if rtype == RESOURCE_TOPIC and not allowed(op, TOPIC, rname):
+        return ErrorCode.topic_authorization_failed, f"not authorized to {op} on topic {rname}"
+    if rtype == RESOURCE_BROKER and not allowed_on_cluster(op):
+        return ErrorCode.cluster_authorization_failed, f"not authorized to {op} on the cluster"
+    return None
 
 
 def _topic_config_entries(
@@ -264,7 +303,10 @@ async def handle_describe_configs(ctx: KafkaContext, version: int, req: Any) -> 
         keys = None if r.configuration_keys is None else set(r.configuration_keys)
         err, msg = ErrorCode.none, None
         entries: list[tuple[str, str | None, int, list[tuple[str, str | None, int]]]] = []
-        if rtype == RESOURCE_TOPIC:
+        refusal = _config_refusal(rtype, rname, Operation.DESCRIBE_CONFIGS)
+        if refusal is not None:
+            err, msg = refusal
+        elif rtype == RESOURCE_TOPIC:
             if image.topics.get(rname) is None:
                 err, msg = ErrorCode.unknown_topic_or_partition, f"topic {rname!r} does not exist"
             else:
@@ -332,6 +374,9 @@ async def _alter_resource(
     kind = _longboat_resource(rtype)
     if kind is None:
         return ErrorCode.invalid_request, f"resource type {rtype} is not served"
+    refusal = _config_refusal(rtype, rname, Operation.ALTER_CONFIGS)
+    if refusal is not None:
+        return refusal
     if isinstance(ops, ErrorCode):
         return ops, "the operation does not apply to this config"
     err, msg = await _controller(
@@ -446,6 +491,8 @@ async def handle_describe_groups(ctx: KafkaContext, version: int, req: Any) -> A
     groups = []
     for gid in req.groups:
         try:
+            if not allowed(Operation.DESCRIBE, GROUP, gid):
+                raise CoordinatorError("GROUP_AUTHORIZATION_FAILED", "not authorized")
             d = await ctx.groups.describe(gid)
         except CoordinatorError as e:
             groups.append(
@@ -506,8 +553,11 @@ async def handle_list_groups(ctx: KafkaContext, version: int, req: Any) -> Any:
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     err = ErrorCode.none
     listed = []
+    every = allowed_on_cluster(Operation.DESCRIBE)
     try:
         for g in await ctx.groups.list_groups():
+            if not every and not allowed(Operation.DESCRIBE, GROUP, g.group):
+                continue
             state = _GROUP_STATES[g.state]
             if states and state.lower() not in states:
                 continue
@@ -535,6 +585,8 @@ async def handle_delete_groups(ctx: KafkaContext, version: int, req: Any) -> Any
     results = []
     for gid in req.groups_names:
         try:
+            if not allowed(Operation.DELETE, GROUP, gid):
+                raise CoordinatorError("GROUP_AUTHORIZATION_FAILED", "not authorized")
             err = error_code(str(await ctx.groups.delete_group(gid)))
         except CoordinatorError as e:
             err = _code(e)
@@ -549,23 +601,38 @@ async def handle_offset_delete(ctx: KafkaContext, version: int, req: Any) -> Any
     subscribed topic as a whole, so those are split off (from the group's description) and
     the rest deleted in a second call, which checks the subscriptions again."""
     mod = response_module(47, version)
+    refused = {t.name for t in req.topics if not allowed(Operation.READ, TOPIC, t.name)}
     wanted = [
-        TopicPartition(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions
+        TopicPartition(t.name, int(p.partition_index))
+        for t in req.topics
+        if t.name not in refused
+        for p in t.partitions
     ]
     top = ErrorCode.none
-    answers: dict[TopicPartition, ErrorCode] = {}
+    answers: dict[TopicPartition, ErrorCode] = {
+        TopicPartition(t.name, int(p.partition_index)): ErrorCode.topic_authorization_failed
+        for t in req.topics
+        if t.name in refused
+        for p in t.partitions
+    }
     try:
+        if not allowed(Operation.DELETE, GROUP, req.group_id):
+            raise CoordinatorError("GROUP_AUTHORIZATION_FAILED", "not authorized")
+        if not wanted:
+            raise _Denied
         err = error_code(str(await ctx.groups.delete_offsets(req.group_id, wanted)))
         if err == ErrorCode.group_subscribed_to_topic:
             d = await ctx.groups.describe(req.group_id)
             subscribed = {t for m in d.members for t in m.topics}
             rest = [tp for tp in wanted if tp.topic not in subscribed]
-            answers = {tp: err for tp in wanted if tp.topic in subscribed}
+            answers.update((tp, err) for tp in wanted if tp.topic in subscribed)
             if rest:
                 err = error_code(str(await ctx.groups.delete_offsets(req.group_id, rest)))
                 answers.update((tp, err) for tp in rest)
         elif err != ErrorCode.none:
             top = err
+    except _Denied:
+        pass  # every topic refused: answered per partition
     except CoordinatorError as e:
         top = _code(e)
     return build(
@@ -605,6 +672,15 @@ async def handle_describe_log_dirs(ctx: KafkaContext, version: int, req: Any) ->
     ``offset_lag`` is Kafka's: how far the replica's log end is behind the high watermark
     it knows (0 on a leader)."""
     mod = response_module(35, version)
+    if not allowed_on_cluster(Operation.DESCRIBE):
+        # Kafka: v3+ carries the error; before, an empty answer.
+        return build(
+            mod,
+            "DescribeLogDirsResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     rm = ctx.replicas
     wanted = (
         None

@@ -14,6 +14,19 @@ metadata (its topics, owned partitions, and the first assignor it offers that th
 has), the leader is handed every member's metadata as Kafka does, and SyncGroup answers each
 member with the coordinator's plan, encoded as a ``ConsumerProtocolAssignment``; the plan the
 leader sends is not used. Only ``protocol_type`` "consumer" is served.
+
+Authorization (issue 18): each handler asks ``api.kafka.security.allowed`` with Kafka's rules
+(KafkaApis): Produce WRITE on the topic (and on the TRANSACTIONAL_ID of a transactional
+produce), Fetch READ, ListOffsets and Metadata DESCRIBE (a Metadata request for every topic
+lists only those the principal may describe; one naming a topic it may not describe is
+answered TOPIC_AUTHORIZATION_FAILED whether it exists or not), the group APIs READ on the
+GROUP (FindCoordinator DESCRIBE), OffsetCommit READ on the group and each topic, OffsetFetch
+DESCRIBE on both, CreateTopics CREATE on the CLUSTER or the topic, DeleteTopics DELETE,
+InitProducerId WRITE on its TRANSACTIONAL_ID or else IDEMPOTENT_WRITE on the CLUSTER (or
+WRITE on some topic, KIP-679), and the transaction APIs WRITE on the TRANSACTIONAL_ID (plus
+WRITE on added topics, READ on the group of offsets). A refused resource is answered
+with Kafka's error (TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and nothing
+is done for it.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
 from api.kafka.protocol import build, error_code, response_module
+from api.kafka.security import allowed, may_create_topic, may_get_producer_id
 from broker.errors import BrokerError
 from broker.group_coordinator import OFFSETS_TOPIC, CoordinatorError, GroupCoordinator
 from broker.groups.group import (
@@ -62,6 +76,7 @@ from metalog.commands import CreateTopic, DeleteTopic
 from metalog.errors import MetadataError
 from metalog.image import TOPIC_CONFIG_DEFAULTS, MetadataImage
 from metalog.records import BrokerId, TopicId
+from metalog.security import Operation, ResourceType
 from storage.batch import MAGIC_KAFKA, as_kafka_batch, decode_records, iter_batches
 from storage.errors import StorageError
 
@@ -71,6 +86,8 @@ ZERO_MS = datetime.timedelta(0)
 KAFKA_LISTENER = "kafka"
 """The endpoint name a broker registers its Kafka listener under."""
 COORDINATOR_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+TOPIC, GROUP, TXN_ID = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+READ, WRITE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.DESCRIBE
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -151,16 +168,24 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
         requested = None  # every topic (v0: an empty list means all)
     else:
         requested = [t.name for t in req.topics if t.name is not None]
-    names = sorted(image.topics.by_name.keys()) if requested is None else requested
+    if requested is None:
+        names = [n for n in sorted(image.topics.by_name.keys()) if allowed(DESCRIBE, TOPIC, n)]
+    else:
+        names = requested
     topics = []
     for name in names:
         t = image.topics.get(name)
-        if t is None:
+        denied = requested is not None and not allowed(DESCRIBE, TOPIC, name)
+        if t is None or denied:
             topics.append(
                 build(
                     mod,
                     "MetadataResponseTopic",
-                    error_code=ErrorCode.unknown_topic_or_partition,
+                    error_code=(
+                        ErrorCode.topic_authorization_failed
+                        if denied
+                        else ErrorCode.unknown_topic_or_partition
+                    ),
                     name=name,
                     topic_id=uuid.UUID(int=0),
                     is_internal=False,
@@ -226,6 +251,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
     acks = int(req.acks)
     timeout_ms = max(int(req.timeout.total_seconds() * 1000), 1)
     transactional = req.transactional_id is not None
+    txn_allowed = not transactional or allowed(WRITE, TXN_ID, req.transactional_id)
 
     async def one(topic: str, p: Any) -> Any:
         err, base = ErrorCode.none, -1
@@ -235,6 +261,10 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
                 ErrorCode.transactional_id_authorization_failed,
                 ("transactions are not served by this listener"),
             )
+        elif not txn_allowed:
+            err = ErrorCode.transactional_id_authorization_failed
+        elif not allowed(WRITE, TOPIC, topic):
+            err = ErrorCode.topic_authorization_failed
         elif p.records is None or len(p.records) == 0:
             err = ErrorCode.invalid_record
         else:
@@ -292,7 +322,12 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     max_wait_ms = min(max(int(req.max_wait.total_seconds() * 1000), 0), ctx.fetch_wait_ms_max)
     min_bytes = max(int(req.min_bytes), 0)
     total_max = int(getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF)
-    wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
+    denied = [
+        (t.topic, p) for t in req.topics if not allowed(READ, TOPIC, t.topic) for p in t.partitions
+    ]
+    wanted = [
+        (t.topic, p) for t in req.topics if allowed(READ, TOPIC, t.topic) for p in t.partitions
+    ]
     deadline = time.monotonic() + max_wait_ms / 1000
     # IsolationLevel 1 (v4+): up to the LSO, with the aborted transactions of the range; a
     # Kafka consumer filters their batches itself, so they are sent as they are.
@@ -337,6 +372,7 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     ):
         await _wait_any(ctx, wanted, deadline, isolation)
         results = await read_all(0)
+    results += [(t, p, ErrorCode.topic_authorization_failed, {}) for t, p in denied]
     topics: dict[str, list[Any]] = {}
     for topic, p, err, ans in results:
         hw = int(ans.get("high_watermark", -1)) if ans else -1
@@ -445,6 +481,8 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
             err, off, epoch, found_ts = ErrorCode.none, -1, -1, -1
             ts = int(p.timestamp)
             try:
+                if not allowed(DESCRIBE, TOPIC, t.name):
+                    raise _Denied
                 if ts < -2:
                     raise _Unsupported
                 off = int(
@@ -458,6 +496,8 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
                     found_ts = _timestamp_at(rep.log, off)
             except _Unsupported:
                 err = ErrorCode.unsupported_version
+            except _Denied:
+                err = ErrorCode.topic_authorization_failed
             except (BrokerError, StorageError) as e:
                 err = _code(e)
             parts.append(
@@ -491,6 +531,14 @@ class _Unsupported(Exception):
     """A ListOffsets spec this listener does not serve yet (-3 max timestamp and beyond)."""
 
 
+class _Denied(Exception):
+    """The principal may not do it (the handler answers its API's authorization error)."""
+
+
+class _Skip(Exception):
+    """Nothing to send to the coordinator."""
+
+
 # ------------------------------------------------------------------------ producer ids
 
 
@@ -508,7 +556,7 @@ async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> 
         )
 
     if req.transactional_id is not None:
-        if ctx.txn is None:
+        if ctx.txn is None or not allowed(WRITE, TXN_ID, req.transactional_id):
             return answer(ErrorCode.transactional_id_authorization_failed)
         try:
             r = await ctx.txn.init_producer_id(
@@ -517,6 +565,8 @@ async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> 
         except CoordinatorError as e:
             return answer(_code(e))
         return answer(ErrorCode.none, r.producer_id, r.producer_epoch)
+    if not may_get_producer_id():
+        return answer(ErrorCode.cluster_authorization_failed)
     try:
         pid = await ctx.next_producer_id()
     except ProducerIdThrottledError as e:  # KIP-936: new ids are rate-limited per broker
@@ -542,6 +592,10 @@ async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> 
         node, host, port, err, msg = -1, "", -1, ErrorCode.none, None
         if key_type not in (0, 1) or (key_type == 1 and ctx.txn is None):
             err, msg = ErrorCode.coordinator_not_available, f"no coordinator of key type {key_type}"
+        elif key_type == 0 and not allowed(DESCRIBE, GROUP, key):
+            err = ErrorCode.group_authorization_failed
+        elif key_type == 1 and not allowed(DESCRIBE, TXN_ID, key):
+            err = ErrorCode.transactional_id_authorization_failed
         else:
             try:
                 info = await (
@@ -641,6 +695,8 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
             base["protocol_name"] = ""
         return build(mod, "JoinGroupResponse", **base)
 
+    if not allowed(READ, GROUP, req.group_id):
+        return answer(ErrorCode.group_authorization_failed)
     if req.protocol_type != "consumer":
         return answer(ErrorCode.inconsistent_group_protocol)
     offered = [(p.name, bytes(p.metadata)) for p in req.protocols]
@@ -701,6 +757,16 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 async def handle_sync_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(14, version)
+    if not allowed(READ, GROUP, req.group_id):
+        return build(
+            mod,
+            "SyncGroupResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.group_authorization_failed,
+            protocol_type="consumer",
+            protocol_name=getattr(req, "protocol_name", None),
+            assignment=b"",
+        )
     try:
         resp = await ctx.groups.sync(
             SyncRequest(req.group_id, req.member_id, int(req.generation_id))
@@ -722,6 +788,13 @@ async def handle_sync_group(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 async def handle_heartbeat(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(12, version)
+    if not allowed(READ, GROUP, req.group_id):
+        return build(
+            mod,
+            "HeartbeatResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.group_authorization_failed,
+        )
     try:
         err = error_code(
             str(
@@ -740,6 +813,14 @@ async def handle_leave_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
     results = []
     top = ErrorCode.none
+    if not allowed(READ, GROUP, req.group_id):
+        return build(
+            mod,
+            "LeaveGroupResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.group_authorization_failed,
+            members=(),
+        )
     for mid in ids:
         try:
             err = error_code(str(await ctx.groups.leave(LeaveRequest(req.group_id, mid))))
@@ -759,28 +840,39 @@ async def handle_leave_group(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 async def handle_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(8, version)
+    group_ok = allowed(READ, GROUP, req.group_id)
+    refused = {t.name for t in req.topics if not allowed(READ, TOPIC, t.name)}
     offsets = {
         TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
             int(p.committed_offset), p.committed_metadata or ""
         )
         for t in req.topics
+        if t.name not in refused
         for p in t.partitions
     }
     generation = int(
         getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
     )
-    try:
-        err = error_code(
-            str(
-                await ctx.groups.commit(
-                    OffsetCommitRequest(
-                        req.group_id, offsets, member_id=req.member_id, generation=generation
+    err = ErrorCode.none if group_ok else ErrorCode.group_authorization_failed
+    if group_ok and offsets:
+        try:
+            err = error_code(
+                str(
+                    await ctx.groups.commit(
+                        OffsetCommitRequest(
+                            req.group_id, offsets, member_id=req.member_id, generation=generation
+                        )
                     )
                 )
             )
-        )
-    except CoordinatorError as e:
-        err = _code(e)
+        except CoordinatorError as e:
+            err = _code(e)
+
+    def code(topic: str) -> ErrorCode:
+        if group_ok and topic in refused:
+            return ErrorCode.topic_authorization_failed
+        return err
+
     return build(
         mod,
         "OffsetCommitResponse",
@@ -795,7 +887,7 @@ async def handle_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any
                         mod,
                         "OffsetCommitResponsePartition",
                         partition_index=p.partition_index,
-                        error_code=err,
+                        error_code=code(t.name),
                     )
                     for p in t.partitions
                 ),
@@ -814,14 +906,23 @@ async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     )
     top = ErrorCode.none
     committed: dict[TopicPartition, Any] = {}
-    try:
-        committed = dict(await ctx.groups.fetch_offsets(req.group_id, wanted))
-    except CoordinatorError as e:
-        top = _code(e)
-    tps = wanted if wanted is not None else sorted(committed)
+    if not allowed(DESCRIBE, GROUP, req.group_id):
+        top = ErrorCode.group_authorization_failed
+    else:
+        try:
+            readable = None if wanted is None else [tp for tp in wanted if _describable(tp)]
+            committed = dict(await ctx.groups.fetch_offsets(req.group_id, readable))
+        except CoordinatorError as e:
+            top = _code(e)
+    tps = wanted if wanted is not None else [tp for tp in sorted(committed) if _describable(tp)]
+    if top == ErrorCode.group_authorization_failed and version >= 2:
+        tps = []  # Kafka answers the group error alone
     by_topic: dict[str, list[Any]] = {}
     for tp in tps:
         c = committed.get(tp)
+        part_err = top if version < 2 else ErrorCode.none
+        if part_err == ErrorCode.none and not _describable(tp):
+            part_err = ErrorCode.topic_authorization_failed
         by_topic.setdefault(tp.topic, []).append(
             build(
                 mod,
@@ -830,7 +931,7 @@ async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
                 committed_offset=-1 if c is None else c.offset,
                 committed_leader_epoch=-1,
                 metadata="" if c is None else c.metadata,
-                error_code=top if version < 2 else ErrorCode.none,
+                error_code=part_err,
             )
         )
     return build(
@@ -843,6 +944,10 @@ async def handle_offset_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
             for t, ps in by_topic.items()
         ),
     )
+
+
+def _describable(tp: TopicPartition) -> bool:
+    return allowed(DESCRIBE, TOPIC, tp.topic)
 
 
 # ------------------------------------------------------------------------ topics
@@ -860,6 +965,8 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         n, rf = int(t.num_partitions), int(t.replication_factor)
         try:
+            if not may_create_topic(t.name):
+                raise _Denied
             await ctx.execute(
                 CreateTopic(
                     name=t.name,
@@ -871,6 +978,8 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
                     topic_id=None if req.validate_only else _random_topic_id(),
                 )
             )
+        except _Denied:
+            err, msg = ErrorCode.topic_authorization_failed, "not authorized to create it"
         except MetadataError as e:
             err, msg = error_code(str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))), str(e)
         except Exception as e:  # no controller answered
@@ -926,7 +1035,9 @@ async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any
     for name in req.topic_names:
         err = ErrorCode.none
         t = ctx.image.topics.get(name)
-        if t is None:
+        if not allowed(Operation.DELETE, TOPIC, name):
+            err = ErrorCode.topic_authorization_failed
+        elif t is None:
             err = ErrorCode.unknown_topic_or_partition
         else:
             try:
@@ -955,16 +1066,28 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, version: int, req: Any
     mod = response_module(24, version)
     topics = req.v3_and_below_topics
     tps = [TopicPartition(t.name, int(p)) for t in topics for p in t.partitions]
-    try:
-        await _txn_or_raise(ctx).add_partitions(
-            req.v3_and_below_transactional_id,
-            int(req.v3_and_below_producer_id),
-            int(req.v3_and_below_producer_epoch),
-            tps,
-        )
-        err = ErrorCode.none
-    except CoordinatorError as e:
-        err = _code(e)
+    refused = {t.name for t in topics if not allowed(WRITE, TOPIC, t.name)}
+    err = ErrorCode.none
+    if not allowed(WRITE, TXN_ID, req.v3_and_below_transactional_id):
+        err = ErrorCode.transactional_id_authorization_failed
+    elif refused:
+        err = ErrorCode.operation_not_attempted  # Kafka: the others are not added either
+    else:
+        try:
+            await _txn_or_raise(ctx).add_partitions(
+                req.v3_and_below_transactional_id,
+                int(req.v3_and_below_producer_id),
+                int(req.v3_and_below_producer_epoch),
+                tps,
+            )
+        except CoordinatorError as e:
+            err = _code(e)
+
+    def code(topic: str) -> ErrorCode:
+        if err == ErrorCode.operation_not_attempted and topic in refused:
+            return ErrorCode.topic_authorization_failed
+        return err
+
     return build(
         mod,
         "AddPartitionsToTxnResponse",
@@ -979,7 +1102,7 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, version: int, req: Any
                         mod,
                         "AddPartitionsToTxnPartitionResult",
                         partition_index=p,
-                        partition_error_code=err,
+                        partition_error_code=code(t.name),
                     )
                     for p in t.partitions
                 ),
@@ -992,6 +1115,10 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, version: int, req: Any
 async def handle_add_offsets_to_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(25, version)
     try:
+        if not allowed(WRITE, TXN_ID, req.transactional_id):
+            raise CoordinatorError("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "not authorized")
+        if not allowed(READ, GROUP, req.group_id):
+            raise CoordinatorError("GROUP_AUTHORIZATION_FAILED", "not authorized")
         txn = _txn_or_raise(ctx)
         # The group's offsets partition must exist: looking the group's coordinator up
         # creates __consumer_offsets, as the client's FindCoordinator would next.
@@ -1008,6 +1135,8 @@ async def handle_add_offsets_to_txn(ctx: KafkaContext, version: int, req: Any) -
 async def handle_end_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(26, version)
     try:
+        if not allowed(WRITE, TXN_ID, req.transactional_id):
+            raise CoordinatorError("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "not authorized")
         await _txn_or_raise(ctx).end_txn(
             req.transactional_id,
             int(req.producer_id),
@@ -1023,14 +1152,24 @@ async def handle_end_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
 
 async def handle_txn_offset_commit(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(28, version)
+    refused = {t.name for t in req.topics if not allowed(READ, TOPIC, t.name)}
     offsets = {
         TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
             int(p.committed_offset), p.committed_metadata or ""
         )
         for t in req.topics
+        if t.name not in refused
         for p in t.partitions
     }
+    whole: ErrorCode | None = None
+    if not allowed(WRITE, TXN_ID, req.transactional_id):
+        whole = ErrorCode.transactional_id_authorization_failed
+    elif not allowed(READ, GROUP, req.group_id):
+        whole = ErrorCode.group_authorization_failed
+    err = whole or ErrorCode.none
     try:
+        if whole is not None or not offsets:
+            raise _Skip
         err = error_code(
             str(
                 await ctx.groups.txn_commit(
@@ -1046,8 +1185,16 @@ async def handle_txn_offset_commit(ctx: KafkaContext, version: int, req: Any) ->
                 )
             )
         )
+    except _Skip:
+        pass
     except CoordinatorError as e:
         err = _code(e)
+
+    def code(topic: str) -> ErrorCode:
+        if whole is None and topic in refused:
+            return ErrorCode.topic_authorization_failed
+        return err
+
     return build(
         mod,
         "TxnOffsetCommitResponse",
@@ -1062,7 +1209,7 @@ async def handle_txn_offset_commit(ctx: KafkaContext, version: int, req: Any) ->
                         mod,
                         "TxnOffsetCommitResponsePartition",
                         partition_index=p.partition_index,
-                        error_code=err,
+                        error_code=code(t.name),
                     )
                     for p in t.partitions
                 ),
