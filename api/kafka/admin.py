@@ -138,7 +138,7 @@ async def handle_describe_cluster(ctx: KafkaContext, version: int, req: Any) -> 
     with_fenced = bool(getattr(req, "include_fenced_brokers", False))
     brokers = []
     for br in sorted(image.brokers.brokers.values(), key=lambda b: int(b.broker_id)):
-        ep = _kafka_endpoint(image, int(br.broker_id))
+        ep = _kafka_endpoint(image, int(br.broker_id), ctx.endpoint)
         if ep is None or (br.fenced and not with_fenced):
             continue
         brokers.append(

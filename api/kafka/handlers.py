@@ -84,7 +84,17 @@ log = logging.getLogger(__name__)
 
 ZERO_MS = datetime.timedelta(0)
 KAFKA_LISTENER = "kafka"
-"""The endpoint name a broker registers its Kafka listener under."""
+"""The endpoint name a broker registers its (first) Kafka listener under; a broker with
+several registers the others as ``kafka:<NAME>`` (``kafka_endpoint_name``)."""
+
+
+def kafka_endpoint_name(listener: str, first: bool) -> str:
+    """The endpoint a Kafka listener is registered as. Metadata answers a client with the
+    endpoints of the listener it came in on, as Kafka does, so an SSL client is never sent
+    to a plaintext port."""
+    return KAFKA_LISTENER if first else f"{KAFKA_LISTENER}:{listener}"
+
+
 COORDINATOR_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
 TOPIC, GROUP, TXN_ID = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 READ, WRITE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.DESCRIBE
@@ -112,6 +122,9 @@ class KafkaContext:
     execute: Callable[[Any], Awaitable[Any]]
     """Runs a controller command (``ControllerClient.execute``)."""
     fetch_wait_ms_max: int = 30_000
+    endpoint: str = KAFKA_LISTENER
+    """The endpoint name of this listener (``kafka_endpoint_name``): what Metadata,
+    FindCoordinator and DescribeCluster answer with."""
     txn: TxnCoordinator | None = None
     """The transaction coordinator (InitProducerId with a transactional id, FindCoordinator
     key type 1, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn); None: transactions refused."""
@@ -136,12 +149,14 @@ def _code(e: BaseException) -> ErrorCode:
 # ------------------------------------------------------------------------ Metadata
 
 
-def _kafka_endpoint(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
+def _kafka_endpoint(
+    image: MetadataImage, broker_id: int, name: str = KAFKA_LISTENER
+) -> tuple[str, int] | None:
     br = image.brokers.get(BrokerId(broker_id))
     if br is None:
         return None
     for ep in br.endpoints:
-        if ep.name == KAFKA_LISTENER:
+        if ep.name == name:
             return ep.host, ep.port
     return None
 
@@ -151,7 +166,7 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
     image = ctx.image
     brokers = []
     for br in image.brokers.brokers.values():
-        ep = _kafka_endpoint(image, int(br.broker_id))
+        ep = _kafka_endpoint(image, int(br.broker_id), ctx.endpoint)
         if ep is not None and not br.fenced:
             brokers.append(
                 build(
@@ -603,7 +618,7 @@ async def handle_find_coordinator(ctx: KafkaContext, version: int, req: Any) -> 
                     if key_type == 0
                     else ctx.txn.find_coordinator(key)  # type: ignore[union-attr]
                 )
-                ep = _kafka_endpoint(ctx.image, info.coordinator_id)
+                ep = _kafka_endpoint(ctx.image, info.coordinator_id, ctx.endpoint)
                 if ep is None:
                     err = ErrorCode.coordinator_not_available
                     msg = f"broker {info.coordinator_id} has no Kafka listener"

@@ -27,9 +27,11 @@ controlled shutdown) on one aiohttp app. Routes, on the node's ``listen`` addres
 * The web console at ``/console/`` and its reads under ``/console/api/``
   (``api.http.console``).
 
-With ``kafka_listen`` set, the broker also serves Kafka's binary protocol there
-(``api.kafka``) over the same replica manager, coordinator, producer ids and image, and
-registers it as its ``kafka`` endpoint. ``serve_broker`` binds it before registering.
+With ``kafka_listen`` (or ``kafka_listeners``) set, the broker also serves Kafka's binary
+protocol there (``api.kafka``; each listener with its own security, ``api.node.kafka_security``)
+over the same replica manager, coordinator, producer ids and image, and registers the first
+as its ``kafka`` endpoint, the others as ``kafka:<NAME>``. ``serve_broker`` binds them before
+registering.
 
 ``serve_broker`` runs until SIGTERM/SIGINT, then shuts down in a controlled way (leadership
 moves away before the broker is fenced) and returns. The clean-shutdown marker
@@ -55,14 +57,15 @@ from aiohttp import web
 
 from api.http.app import add_public_routes
 from api.http.auth import ImageSecurity, failed_login_gauges
+from api.http.authz import AUTHORIZER_KEY
 from api.http.console import add_console_routes
 from api.http.errors import error_middleware
 from api.http.schemas import add_schema_registry_routes
-from api.kafka.handlers import KAFKA_LISTENER, KafkaContext
-from api.kafka.server import KafkaListener
+from api.kafka.handlers import KafkaContext, kafka_endpoint_name
 from api.node import listeners
 from api.node.config import ListenerKind, NodeConfig
 from api.node.controller_app import image_summary
+from api.node.kafka_security import KafkaListeners, kafka_listeners
 from api.node.signals import (
     FAILED_CLEANUP_TIMEOUT_S,
     cleanup_within,
@@ -112,8 +115,9 @@ class BrokerServer:
     groups: GroupCoordinator
     essentials: Essentials
     schemas: SchemaRegistry | None = None
-    kafka: KafkaListener | None = None
-    """The Kafka protocol listener (``kafka_listen``); bound by ``serve_broker``."""
+    kafka: KafkaListeners | None = None
+    """The Kafka protocol listeners (``kafka_listen``, ``kafka_listeners``); bound by
+    ``serve_broker``."""
     txn: TxnCoordinator | None = None
 
     async def start(self) -> None:
@@ -206,8 +210,10 @@ def broker_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
             for s in config.listener_specs()
             if s.kinds != {ListenerKind.SCHEMA_REGISTRY}
         ]
-    if config.kafka_address is not None:
-        eps.append(Endpoint(KAFKA_LISTENER, *config.kafka_address))
+    eps += [
+        Endpoint(kafka_endpoint_name(s.name, i == 0), s.host, s.port)
+        for i, s in enumerate(config.kafka_listener_specs())
+    ]
     return tuple(eps)
 
 
@@ -358,21 +364,21 @@ def build_broker(
     http = add_public_routes(app, srv)  # after the producer ids: its produce lanes take them
     add_console_routes(app, srv, http)  # the web console, /console/ (read-only)
     http.metrics.add_gauges(failed_login_gauges(auth))
-    if config.kafka_address is not None:
-        srv.kafka = KafkaListener(
-            KafkaContext(
-                broker_id=config.node_id,
-                cluster_id=http.cluster_id,
-                image_fn=lambda: follower.image,
-                replicas=replicas,
-                groups=groups,
-                next_producer_id=pids.next_id,
-                execute=http.controllers.execute,
-                txn=srv.txn,
-            ),
-            request_bytes_max=config.kafka_request_bytes_max,
-            connections_max=config.http_connections_max,
-        )
+    srv.kafka = kafka_listeners(
+        config,
+        KafkaContext(
+            broker_id=config.node_id,
+            cluster_id=http.cluster_id,
+            image_fn=lambda: follower.image,
+            replicas=replicas,
+            groups=groups,
+            next_producer_id=pids.next_id,
+            execute=http.controllers.execute,
+            txn=srv.txn,
+        ),
+        auth,
+        app.get(AUTHORIZER_KEY),
+    )
 
     async def lifecycle_ctx(app: web.Application) -> AsyncIterator[None]:
         if autostart:
@@ -452,13 +458,12 @@ async def serve_broker(config: NodeConfig) -> bool:
     app, srv = build_broker(config, autostart=False)
     runner, _bound = await listeners.start_listeners(app, config)
     log.info("broker %d listening on %s", config.node_id, config.url)
-    if srv.kafka is not None and config.kafka_address is not None:
+    if srv.kafka is not None:
         try:
-            await srv.kafka.start(*config.kafka_address)
+            await srv.kafka.start()
         except OSError:
             await runner.cleanup()
             raise
-        log.info("broker %d: Kafka listener on %s", config.node_id, config.kafka_listen)
     await srv.start()
     failure = await stop_signal_or_failure(srv.essentials)
     if failure is not None:

@@ -108,6 +108,11 @@ class ListenerSettings(BaseModel):
     jwt_audience: str | None = None
     jwt_principal_claim: str = "sub"
     """The claim naming the user (Kafka's ``sasl.oauthbearer.sub.claim.name``)."""
+    sasl_enabled_mechanisms: tuple[
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], ...
+    ] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    """A SASL_* Kafka listener's mechanisms (Kafka's ``sasl.enabled.mechanisms``).
+    OAUTHBEARER validates tokens with the ``jwt_*`` settings above."""
 
 
 class ListenerSpec(BaseModel):
@@ -131,6 +136,10 @@ class ListenerSpec(BaseModel):
             return self.settings.allow_anonymous
         return self.protocol is SecurityProtocol.PLAINTEXT
 
+
+KAFKA_LISTENER_NAME = "KAFKA"
+"""The name of the Kafka listener ``kafka_listen`` adds (its protocol map entry and
+``listener_settings`` key)."""
 
 SCHEMA_REGISTRY_LISTENER = "SCHEMA_REGISTRY"
 """The name of the listener ``schema_registry_listen`` adds."""
@@ -218,6 +227,11 @@ class NodeConfig(BaseModel):
     off when unset. It is a listener named ``SCHEMA_REGISTRY`` with the security protocol
     and ``listener_settings`` of the (first) client listener: the same TLS, authentication
     and ACLs. The client listeners keep serving the registry as well."""
+    kafka_listeners: str = ""
+    """More Kafka protocol listeners, ``NAME://HOST:PORT,...`` as Kafka's ``listeners``; each
+    takes its security protocol from ``listener_security_protocol_map`` and its TLS and
+    SASL settings from ``listener_settings.NAME`` (docs/security.md). ``kafka_listen`` is the
+    listener named ``KAFKA`` (PLAINTEXT unless the map names it)."""
     kafka_request_bytes_max: int = Field(default=100 << 20, ge=1 << 20)
     """The largest Kafka request frame; a larger size prefix closes the connection (Kafka's
     ``socket.request.max.bytes``)."""
@@ -464,8 +478,34 @@ class NodeConfig(BaseModel):
                         f"schema_registry_listen {self.schema_registry_listen} is listener "
                         f"{s.name}'s address: give the registry a port of its own"
                     )
+        try:
+            kafka = self.kafka_listener_specs()
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        for k in kafka:
+            if any(k.name == s.name or (k.host, k.port) == (s.host, s.port) for s in specs):
+                raise ValueError(
+                    f"Kafka listener {k.name} has the name or address of an HTTP listener"
+                )
+            st = k.settings
+            if k.protocol.tls and (st.ssl_certfile is None or st.ssl_keyfile is None):
+                raise ValueError(
+                    f"Kafka listener {k.name} is {k.protocol}: listener_settings.{k.name} "
+                    "needs ssl_certfile and ssl_keyfile"
+                )
+            if st.ssl_client_auth != "none" and st.ssl_cafile is None:
+                raise ValueError(
+                    f"Kafka listener {k.name} asks for client certificates: it needs ssl_cafile"
+                )
+        if kafka and "broker" not in self.roles:
+            raise ValueError("Kafka listeners are for brokers")
         # A broker keeps the controller listener's settings to dial it (Kafka's brokers do).
-        known = {s.name for s in specs} | set(self.controller_names())
+        known = (
+            {s.name for s in specs}
+            | set(self.controller_names())
+            | {k.name for k in kafka}
+            | {KAFKA_LISTENER_NAME}
+        )
         unknown = {n.upper() for n in self.listener_settings} - known
         if self.listeners and unknown:
             raise ValueError(f"listener_settings names no listener: {', '.join(sorted(unknown))}")
@@ -542,6 +582,44 @@ class NodeConfig(BaseModel):
             )
         return out
 
+    def kafka_listener_specs(self) -> list[ListenerSpec]:
+        """The Kafka protocol listeners: ``kafka_listen`` (named ``KAFKA``) first, then
+        ``kafka_listeners``. ``kinds`` is empty: they serve no HTTP route."""
+        entries: list[tuple[str, str, int]] = []
+        if self.kafka_listen is not None:
+            kh, _, kp = self.kafka_listen.rpartition(":")
+            entries.append((KAFKA_LISTENER_NAME, kh.strip("[]"), int(kp)))
+        entries += parse_listeners(self.kafka_listeners)
+        names = [n for n, _, _ in entries]
+        if len(set(names)) != len(names):
+            raise ConfigError(
+                f"Kafka listener names repeat: {', '.join(names)} (kafka_listen is "
+                f"{KAFKA_LISTENER_NAME})"
+            )
+        protocols = self.protocol_map()
+        settings = {k.upper(): v for k, v in self.listener_settings.items()}
+        out = []
+        for name, host, port in entries:
+            proto = protocols.get(name)
+            if proto is None:
+                if name != KAFKA_LISTENER_NAME:
+                    raise ConfigError(
+                        f"Kafka listener {name} has no security protocol: add {name}:PLAINTEXT "
+                        "(or SSL, SASL_PLAINTEXT, SASL_SSL) to listener_security_protocol_map"
+                    )
+                proto = SecurityProtocol.PLAINTEXT
+            out.append(
+                ListenerSpec(
+                    name=name,
+                    host=host,
+                    port=port,
+                    protocol=proto,
+                    kinds=frozenset(),
+                    settings=settings.get(name, ListenerSettings()),
+                )
+            )
+        return out
+
     def protocol_map(self) -> dict[str, SecurityProtocol]:
         return {
             **{p.value: p for p in SecurityProtocol},
@@ -590,10 +668,9 @@ class NodeConfig(BaseModel):
 
     @property
     def kafka_address(self) -> tuple[str, int] | None:
-        if self.kafka_listen is None:
-            return None
-        host, port = self.kafka_listen.rsplit(":", 1)
-        return host.strip("[]"), int(port)
+        """The first Kafka listener's address."""
+        specs = self.kafka_listener_specs()
+        return (specs[0].host, specs[0].port) if specs else None
 
     @property
     def url(self) -> str:
