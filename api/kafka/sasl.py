@@ -101,7 +101,7 @@ def _attributes(message: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in message.split(","):
         key, sep, value = part.partition("=")
-        if not sep or len(key) != 1:
+        if not sep or not key:
             raise SaslFailedError("malformed SCRAM message")
         out.setdefault(key, value)
     return out

@@ -236,6 +236,7 @@ class Brokers:
         extra_args: list[str] | None = None,
         ports: list[int] | None = None,
         kafka_ports: list[int] | None = None,
+        kafka_listener_names: tuple[str, ...] = ("KAFKA",),
     ) -> None:
         self.root = root
         self.quorum = quorum
@@ -248,6 +249,15 @@ class Brokers:
             dict(zip(self.ids, kafka_ports, strict=True)) if kafka_ports is not None else {}
         )
         """Each broker's Kafka listener port (``kafka_listen``); none when not given."""
+        self.kafka_listener_ports: dict[int, dict[str, int]] = {
+            b: {
+                name: (port if i == 0 else free_ports(1)[0])
+                for i, name in enumerate(kafka_listener_names if self.secure else ("KAFKA",))
+            }
+            for b, port in self.kafka_ports.items()
+        }
+        """A secure cluster's brokers' Kafka listeners (``secure_setup.KAFKA_PROTOCOLS``),
+        name -> port; the first is ``kafka_ports``."""
         self.broker_ports = dict(zip(self.ids, free_ports(n), strict=True))
         """Each broker's inter-broker listener port (secure clusters only)."""
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -269,9 +279,15 @@ class Brokers:
         config = []
         if self.secure is not None:
             path = self.secure.node_config(
-                "broker", b, self.ports[b], self.quorum.quorum, broker_port=self.broker_ports[b]
+                "broker",
+                b,
+                self.ports[b],
+                self.quorum.quorum,
+                broker_port=self.broker_ports[b],
+                kafka=self.kafka_listener_ports.get(b),
             )
             config = ["--config", str(path)]
+            kafka = []  # the config names them, each with its protocol
         self.procs[b] = _spawn_node(
             "broker",
             b,
@@ -354,12 +370,15 @@ def running_cluster(
     ready_timeout_s: float = 60.0,
     kafka: bool = False,
     secure: bool = False,
+    kafka_listener_names: tuple[str, ...] = ("KAFKA",),
 ) -> Iterator[tuple[Quorum, Brokers]]:
     """Controllers and brokers as processes under ``root``, every broker ready; all stopped
     on exit (brokers first, so their controlled shutdowns reach a controller). ``kafka``:
     each broker also serves Kafka's protocol on a free port (``Brokers.kafka_ports``).
     ``secure``: TLS and authentication everywhere (``api.node.secure_setup``; the cluster's
-    ``ssl`` context trusts its CA and presents the admin certificate)."""
+    ``ssl`` context trusts its CA and presents the admin certificate); with ``kafka`` too, each
+    broker serves the Kafka listeners ``kafka_listener_names`` (``KAFKA`` is SASL_SSL,
+    ``secure_setup.KAFKA_PROTOCOLS``)."""
     setup = None
     if secure:
         from api.node.secure_setup import SecureSetup
@@ -368,7 +387,12 @@ def running_cluster(
         setup = SecureSetup.create(root, ids)
     q = Quorum(root, controllers, extra_args=controller_args, secure=setup)
     b = Brokers(
-        root, q, brokers, extra_args=broker_args, kafka_ports=free_ports(brokers) if kafka else None
+        root,
+        q,
+        brokers,
+        extra_args=broker_args,
+        kafka_ports=free_ports(brokers) if kafka else None,
+        kafka_listener_names=kafka_listener_names,
     )
     q.start_all()
     b.start_all()

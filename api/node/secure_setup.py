@@ -9,7 +9,10 @@ of one node:
   issuer key with audience ``longboat``, or a client certificate) and
   ``BROKER`` (SSL, client certificate required, the inter-broker listener);
 * certificate subjects map to ``User:<CN>`` (``RULE:^CN=([^,]+),O=Longboat$/$1/``), every
-  node and ``admin`` are super users, and the authorizer is on: anybody else needs ACLs.
+  node and ``admin`` are super users, and the authorizer is on: anybody else needs ACLs;
+* a broker given Kafka ports serves Kafka's protocol on them (``KAFKA_PROTOCOLS``): ``KAFKA``
+  is SASL_SSL (PLAIN, SCRAM-SHA-256/512, and OAUTHBEARER with the setup's issuer), and the
+  tests add ``KAFKA_SASL_PLAINTEXT`` and ``KAFKA_SSL`` (client certificate required).
 
 ``longboat dev up --secure`` and the integration tests run clusters from these files.
 """
@@ -24,6 +27,12 @@ from pathlib import Path
 from api.node.certs import CertificateAuthority, Issued, make_ca, make_signing_key
 
 PRINCIPAL_RULES = "RULE:^CN=([^,]+),O=Longboat$/$1/,DEFAULT"
+KAFKA_PROTOCOLS = {
+    "KAFKA": "SASL_SSL",
+    "KAFKA_SASL_PLAINTEXT": "SASL_PLAINTEXT",
+    "KAFKA_SSL": "SSL",
+}
+"""The Kafka listeners a secure broker can have, by name (``node_config(kafka=...)``)."""
 
 
 def _toml(v: object) -> str:
@@ -70,10 +79,18 @@ class SecureSetup:
         return "\n".join(lines) + "\n"
 
     def node_config(
-        self, role: str, node_id: int, port: int, quorum: str, *, broker_port: int | None = None
+        self,
+        role: str,
+        node_id: int,
+        port: int,
+        quorum: str,
+        *,
+        broker_port: int | None = None,
+        kafka: dict[str, int] | None = None,
     ) -> Path:
         """Write ``root/tls/<role>-<id>.toml``; ``port`` is the controller listener of a
-        controller, the client listener of a broker (``broker_port`` its inter-broker one)."""
+        controller, the client listener of a broker (``broker_port`` its inter-broker one).
+        ``kafka``: a broker's Kafka listeners, name (a ``KAFKA_PROTOCOLS`` key) -> port."""
         common = [
             'controller_listener_names = "CONTROLLER"',
             f"super_users = {_toml(self.super_users)}",
@@ -89,9 +106,20 @@ class SecureSetup:
             ]
         else:
             assert broker_port is not None
+            kafka = kafka or {}
+            protocols = ",".join(f"{n}:{KAFKA_PROTOCOLS[n]}" for n in kafka)
             body = [
                 f'listeners = "CLIENT://127.0.0.1:{port},BROKER://127.0.0.1:{broker_port}"',
-                'listener_security_protocol_map = "CLIENT:SASL_SSL,BROKER:SSL,CONTROLLER:SSL"',
+                'listener_security_protocol_map = "CLIENT:SASL_SSL,BROKER:SSL,CONTROLLER:SSL'
+                + (f',{protocols}"' if protocols else '"'),
+                *(
+                    [
+                        "kafka_listeners = "
+                        + _toml(",".join(f"{n}://127.0.0.1:{p}" for n, p in kafka.items()))
+                    ]
+                    if kafka
+                    else []
+                ),
                 'inter_broker_listener_name = "BROKER"',
                 *common,
                 "",
@@ -105,10 +133,28 @@ class SecureSetup:
                 ),
                 self._settings("BROKER", node_id, "required"),
                 self._settings("CONTROLLER", node_id, "required"),
+                *(self._kafka_settings(n, node_id) for n in kafka),
             ]
         path = self.root / "tls" / f"{role}-{node_id}.toml"
         path.write_text("\n".join(body))
         return path
+
+    def _kafka_settings(self, name: str, node_id: int) -> str:
+        proto = KAFKA_PROTOCOLS[name]
+        if proto == "SASL_SSL":
+            return self._settings(
+                name,
+                node_id,
+                "none",
+                sasl_enabled_mechanisms=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"],
+                jwt_public_key_file=self.jwt_issuer.cert,
+                jwt_audience="longboat",
+            )
+        if proto == "SSL":
+            return self._settings(name, node_id, "required")
+        return (
+            f"[listener_settings.{name}]\nssl_principal_mapping_rules = {_toml(PRINCIPAL_RULES)}\n"
+        )
 
     def token(self, user: str, *, valid_s: int = 3600, audience: str = "longboat") -> str:
         """A bearer token for ``User:<user>`` signed by this setup's issuer key."""
