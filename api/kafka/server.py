@@ -98,6 +98,7 @@ class _Conn:
     raw_tokens: bool = False
     """After SaslHandshake v0: the next frames are bare SASL tokens."""
     mechanism: str = ""
+    delayed: bool = False
 
 
 class KafkaListener:
@@ -293,7 +294,8 @@ class KafkaListener:
         """One step of the exchange; ``SaslFailedError`` is counted and logged here."""
         assert conn.exchange is not None
         logins = self.security.logins
-        if logins is not None:
+        if logins is not None and not conn.delayed:
+            conn.delayed = True  # once per connection: its exchange's first step
             delay_ms = logins.delay_ms(conn.source)
             if delay_ms:
                 await asyncio.sleep(delay_ms / 1000)
