@@ -14,9 +14,11 @@ the running ``dev up`` acts on, (re)starting that node on its port and data; pre
 ``--secure`` (issue 18) makes a CA and certificates under ``DIR/tls`` and runs every listener
 with TLS and authentication (``api.node.secure_setup``): controllers on SSL with client
 certificates required, brokers' client listeners on SASL_SSL (Basic, Bearer or a client
-certificate) and inter-broker listeners on SSL. The operator is ``User:admin``, a super user,
-by its certificate or a bearer token the setup signs (``DIR/tls/admin.jwt``, valid a day); the
-cluster file names the CA and the admin certificate, so the CLI uses them.
+certificate) and inter-broker listeners on SSL, and brokers' Kafka listeners on SASL_SSL. The
+operator is ``User:admin``, a super user, by its certificate or a bearer token the setup signs
+(``DIR/tls/admin.jwt``, valid a day), or over Kafka's protocol with a SCRAM-SHA-512 password
+made at start (``DIR/tls/admin.password``); the cluster file names the CA and the admin
+certificate, so the CLI uses them.
 """
 
 from __future__ import annotations
@@ -99,8 +101,6 @@ def dev_up(
     c_ports = [controller_port + i for i in range(controllers)]
     b_ports = [broker_port + i for i in range(brokers)]
     k_ports = [kafka_port + i for i in range(brokers)] if kafka_port else []
-    if secure:
-        k_ports = []  # the Kafka listener has no TLS or SASL yet: not on a secure cluster
     busy = [p for p in c_ports + b_ports + k_ports if not port_free("127.0.0.1", p)]
     if busy:
         raise click.ClickException(
@@ -179,7 +179,18 @@ def dev_up(
   curl -s --cacert {setup.ca.cert} $B/v3/clusters
   # certificates and node configs: {tls}"""
         kafka_lines = ""
-        if k_ports:
+        if k_ports and setup is not None:  # the Kafka listener is SASL_SSL (secure_setup)
+            kb = f"127.0.0.1:{k_ports[0]}"
+            pw = setup.add_scram_admin(b1, cluster_id)
+            kafka_lines = f"""
+  # Kafka clients: SASL_SSL as User:admin (SCRAM-SHA-512; docs/security.md)
+  KAFKA="-X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 \\
+    -X sasl.username=admin -X sasl.password=$(cat {pw}) -X ssl.ca.location={setup.ca.cert}"
+  kcat -b {kb} $KAFKA -L
+  # confluent-kafka: {{"bootstrap.servers": "{kb}", "security.protocol": "SASL_SSL",
+  #   "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+  #   "sasl.password": open("{pw}").read().strip(), "ssl.ca.location": "{setup.ca.cert}"}}"""
+        elif k_ports:
             kb = f"127.0.0.1:{k_ports[0]}"
             kafka_lines = f"""
   # Kafka clients: bootstrap.servers={kb} (docs/kafka-protocol.md)

@@ -166,6 +166,30 @@ class SecureSetup:
         claims = {"sub": user, "aud": audience, "iat": now, "exp": now + valid_s}
         return jwt.encode(claims, self.jwt_issuer.key.read_text(), algorithm="ES256")
 
+    def add_scram_admin(self, broker_url: str, cluster_id: str) -> Path:
+        """Give ``User:admin`` a random SCRAM-SHA-512 password too (the Kafka listener's SASL
+        clients log in with one), through ``broker_url``'s users route with the admin
+        certificate; the password is written to ``root/tls/admin.password`` (owner only)."""
+        import os
+        import secrets
+        import urllib.request
+
+        password = secrets.token_urlsafe(18)
+        body = {"user_name": "admin", "password": password, "mechanism": "SCRAM-SHA-512"}
+        req = urllib.request.Request(
+            f"{broker_url}/v3/clusters/{cluster_id}/users",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30, context=self.client_ssl()):
+            pass
+        path = self.root / "tls" / "admin.password"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return path
+
     def client_ssl(self, *, admin: bool = True) -> ssl.SSLContext:
         """Trusts the CA; presents the admin certificate unless ``admin`` is False."""
         ctx = ssl.create_default_context(cafile=str(self.ca.cert))

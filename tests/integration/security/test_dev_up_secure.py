@@ -32,11 +32,11 @@ def _status(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None
 
 
 def test_dev_up_secure(tmp_path: Path) -> None:
-    c_port, b_port = free_ports(2)
+    c_port, b_port, k_port = free_ports(3)
     data = tmp_path / "dev"
     cmd = [sys.executable, "-m", "api", "dev", "up", "--secure", "--controllers", "1"]
     cmd += ["--brokers", "1", "--data-dir", str(data), "--controller-port", str(c_port)]
-    cmd += ["--broker-port", str(b_port)]
+    cmd += ["--broker-port", str(b_port), "--kafka-port", str(k_port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
     try:
@@ -71,6 +71,20 @@ def test_dev_up_secure(tmp_path: Path) -> None:
             timeout=60,
         )
         assert cli.returncode == 0, cli.stdout + cli.stderr
+        # The Kafka listener is SASL_SSL; the admin's SCRAM password is made at start.
+        assert "security.protocol=SASL_SSL" in text, text
+        ck = pytest.importorskip("confluent_kafka.admin")
+        md = ck.AdminClient(
+            {
+                "bootstrap.servers": f"127.0.0.1:{k_port}",
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "admin",
+                "sasl.password": (data / "tls" / "admin.password").read_text().strip(),
+                "ssl.ca.location": tls["ssl_cafile"],
+            }
+        ).list_topics(timeout=20)
+        assert "t1" in md.topics
     finally:
         proc.send_signal(signal.SIGINT)
         try:
