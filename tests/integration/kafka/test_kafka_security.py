@@ -214,6 +214,18 @@ def test_produce_and_consume_with_the_right_acls(
     assert got[-2:] == [tag + b"-0", tag + b"-1"]
 
 
+def test_oauthbearer_with_a_token_of_the_clusters_issuer(sec: Secure) -> None:
+    token = sec.setup.token("alice")
+    conf = {
+        **sec.conf("KAFKA"),
+        "sasl.mechanism": "OAUTHBEARER",
+        "oauth_cb": lambda _config: (token, time.time() + 3600),
+    }
+    before = sec.end_offset("orders")
+    assert produce(conf, "orders", [b"by-token"]) == [None]
+    assert sec.end_offset("orders") == before + 1
+
+
 def test_a_user_without_write_gets_a_topic_authorization_error(sec: Secure) -> None:
     before = sec.end_offset("orders")
     errors = produce(sec.sasl("bob", "SCRAM-SHA-512"), "orders", [b"forbidden"])
