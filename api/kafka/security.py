@@ -82,6 +82,8 @@ class Session:
     authenticated: bool = True
     """False on a SASL listener until the exchange succeeds."""
     cache: dict[tuple[Operation, ResourceType, str], bool] = field(default_factory=dict)
+    """Decisions within the request being served (a produce to many partitions of one
+    topic asks once); cleared before each request so ACL changes apply at once."""
 
 
 SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(

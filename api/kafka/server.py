@@ -254,6 +254,10 @@ class KafkaListener:
         elif key == SASL_AUTHENTICATE:
             return await self._authenticate(header, req, conn)
         else:
+            if conn is not None:
+                # Decisions are kept for one request only: an ACL change applies to the
+                # connection's next request, as in Kafka.
+                conn.session.cache.clear()
             body = await _HANDLERS[key](self.ctx, version, req)
             if body is None:
                 return None
