@@ -120,3 +120,14 @@ def test_every_mechanism_has_an_exchange(users: Users) -> None:
         assert new_exchange(m, users, lambda: "n").principal is None
     with pytest.raises(ValueError):
         new_exchange("GSSAPI", users, lambda: "n")
+
+
+def test_scram_refuses_the_client_nonce_sent_twice(users: Users) -> None:
+    """librdkafka before 2.6.1 sends ``r=<client nonce><whole nonce>`` (librdkafka#4895);
+    Kafka 4 refuses it since CVE-2024-56128 (RFC 5802: the nonce must be the server's)."""
+    client = scram.ScramClient("alice", "s3cret", "SCRAM-SHA-256")
+    ex = new_exchange("SCRAM-SHA-256", users, lambda: "srv")
+    client.process_server_first_message(ex.step(client.first_message()))
+    final = client.final_message().replace(b"r=", b"r=" + client.nonce[: -len(b"srv")], 1)
+    with pytest.raises(SaslFailedError, match="nonce"):
+        ex.step(final)
