@@ -138,6 +138,10 @@ class KafkaContext:
         return self.image_fn()
 
 
+class AcksZeroFailedError(Exception):
+    """An acks=0 produce failed somewhere: the listener closes the connection."""
+
+
 def _code(e: BaseException) -> ErrorCode:
     if isinstance(e, CoordinatorError):
         return error_code(e.code)
@@ -313,6 +317,16 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
 
     topics = await asyncio.gather(*(topic_resp(t) for t in req.topic_data))
     if acks == 0:
+        failed = [
+            f"{t.name}-{p.index}: {p.error_code.name}"
+            for t in topics
+            for p in t.partition_responses
+            if p.error_code != ErrorCode.none
+        ]
+        if failed:
+            # Kafka closes the connection when an acks=0 produce fails (KafkaApis), the only
+            # way to tell such a producer to refresh its metadata or stop.
+            raise AcksZeroFailedError(", ".join(failed[:5]))
         return None
     return build(mod, "ProduceResponse", responses=tuple(topics), throttle_time=ZERO_MS)
 

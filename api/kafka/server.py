@@ -9,7 +9,8 @@ What closes a connection, as Kafka does: a size below the header or above
 ``request_bytes_max`` (Kafka's ``socket.request.max.bytes``), a header or body that does not
 parse, an API or version this listener does not serve (there is no response format to
 answer it in; ApiVersions is the exception, answered per KIP-511), and a Produce v0-2 (see
-``api.kafka.protocol``). Produce with ``acks=0`` gets no response, as in Kafka.
+``api.kafka.protocol``). Produce with ``acks=0`` gets no response, as in Kafka, and a failed
+one (a partition not led here, a topic not writable by the principal) closes the connection.
 
 Security (issue 18; ``api.kafka.security``): an SSL or SASL_SSL listener speaks TLS; a
 plaintext client's bytes fail its handshake and the connection closes. On SSL the principal
@@ -48,7 +49,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from api.kafka.admin import ADMIN_HANDLERS
-from api.kafka.handlers import HANDLERS, KafkaContext
+from api.kafka.handlers import HANDLERS, AcksZeroFailedError, KafkaContext
 from api.kafka.protocol import (
     API_VERSIONS,
     PRODUCE,
@@ -155,6 +156,10 @@ class KafkaListener:
             pass
         except MalformedRequestError as e:
             log.info("kafka listener %s: closing %s: %s", self.security.name, peer, e)
+        except AcksZeroFailedError as e:
+            log.info(
+                "kafka listener %s: closing %s after acks=0 errors: %s", self.security.name, peer, e
+            )
         except ConnectionRefusedByPolicy as e:
             log.info("kafka listener %s: closing %s: %s", self.security.name, peer, e)
             if e.frame is not None:

@@ -41,7 +41,7 @@ from confluent_kafka import (  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from api.node.certs import Issued  # noqa: E402
-from api.node.localcluster import Brokers, Quorum, running_cluster  # noqa: E402
+from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -231,6 +231,17 @@ def test_a_user_without_write_gets_a_topic_authorization_error(sec: Secure) -> N
     errors = produce(sec.sasl("bob", "SCRAM-SHA-512"), "orders", [b"forbidden"])
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert sec.end_offset("orders") == before  # nothing was written
+    # acks=0 gets no answer; the refusal closes the connection, as Kafka does.
+    produce({**sec.sasl("bob", "SCRAM-SHA-512"), "acks": 0}, "orders", [b"forbidden"])
+    assert sec.end_offset("orders") == before
+    wait_for(
+        "the acks=0 refusal closes the connection",
+        lambda: (
+            "after acks=0 errors: orders-0: topic_authorization_failed" in sec.b.log_tail(B, 80)
+        ),
+        15,
+    )
+    assert sec.end_offset("orders") == before
 
 
 def test_metadata_hides_what_the_user_may_not_describe(sec: Secure) -> None:
