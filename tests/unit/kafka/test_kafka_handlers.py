@@ -332,9 +332,17 @@ def test_produce_every_served_version(version: int) -> None:
         transactional_id=None,
         acks=0,
         timeout=datetime.timedelta(seconds=5),
-        topic_data=req.topic_data,
+        topic_data=(
+            mod.TopicProduceData(
+                name="t", partition_data=(mod.PartitionProduceData(index=0, records=Records(b"x")),)
+            ),
+        ),
     )
     assert asyncio.run(h.handle_produce(data_ctx(), version, acks0)) is None
+    # An acks=0 produce that fails anywhere closes the connection (Kafka's KafkaApis).
+    failing = dataclasses.replace(acks0, topic_data=req.topic_data)
+    with pytest.raises(h.AcksZeroFailedError, match="t-1: not_leader_or_follower"):
+        asyncio.run(h.handle_produce(data_ctx(), version, failing))
 
 
 @pytest.mark.parametrize("version", versions(1))
