@@ -71,6 +71,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # SASL (api.kafka.server): answered ILLEGAL_SASL_STATE on a listener without SASL.
     17: (0, 1),  # SaslHandshake (0: raw tokens follow; 1: SaslAuthenticate frames them)
     36: (0, 2),  # SaslAuthenticate (1+: session lifetime, KIP-368; always 0 here)
+    # ACL administration (api.kafka.acl_admin); v0 has no pattern types (Kafka 4 starts at 1).
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
 }
 PRODUCE_SERVED_MIN = 3
 

@@ -48,6 +48,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from api.kafka.acl_admin import ACL_HANDLERS
 from api.kafka.admin import ADMIN_HANDLERS
 from api.kafka.handlers import HANDLERS, AcksZeroFailedError, KafkaContext
 from api.kafka.protocol import (
@@ -72,7 +73,7 @@ from api.kafka.security import PLAINTEXT, SESSION, ListenerSecurity, Session
 
 log = logging.getLogger(__name__)
 
-_HANDLERS = {**HANDLERS, **ADMIN_HANDLERS}
+_HANDLERS = {**HANDLERS, **ADMIN_HANDLERS, **ACL_HANDLERS}
 
 _SIZE = struct.Struct(">i")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes

@@ -260,6 +260,61 @@ def test_a_group_the_user_may_not_read_is_refused(sec: Secure) -> None:
     assert e.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
+def test_acls_administered_over_kafkas_protocol(sec: Secure) -> None:
+    """CreateAcls/DescribeAcls/DeleteAcls through confluent-kafka's AdminClient: the same
+    bindings the HTTP API shows, and only for a principal with ALTER on the CLUSTER."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient(sec.sasl("bob", "PLAIN"))
+    grant = AclBinding(
+        ResourceType.TOPIC,
+        "audit-",
+        ResourcePatternType.PREFIXED,
+        "User:dave",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    with pytest.raises(KafkaException) as e:  # bob has no ALTER on the CLUSTER
+        admin.create_acls([grant])[grant].result(timeout=10)
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    sec.acl("User:bob", "CLUSTER", "kafka-cluster", "ALTER", "DESCRIBE")
+    assert admin.create_acls([grant])[grant].result(timeout=10) is None
+    dave = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:dave",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert admin.describe_acls(dave).result(timeout=10) == [grant]
+    http = sec.v3("/acls?principal=User:dave", method="GET")["data"]
+    assert [(a["resource_name"], a["pattern_type"], a["operation"]) for a in http] == [
+        ("audit-", "PREFIXED", "READ")
+    ]
+    assert admin.delete_acls([dave])[dave].result(timeout=10) == [grant]
+    assert admin.describe_acls(dave).result(timeout=10) == []
+    bob_on_cluster = AclBindingFilter(
+        ResourceType.BROKER,  # confluent-kafka's name for Kafka's CLUSTER resource type (4)
+        None,
+        ResourcePatternType.ANY,
+        "User:bob",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert len(admin.delete_acls([bob_on_cluster])[bob_on_cluster].result(timeout=10)) == 2
+
+
 def _cert(sec: Secure, cn: str) -> Issued:
     return sec.setup.ca.issue(cn, sec.setup.root / "tls")
 
