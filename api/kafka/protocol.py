@@ -71,10 +71,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # SASL (api.kafka.server): answered ILLEGAL_SASL_STATE on a listener without SASL.
     17: (0, 1),  # SaslHandshake (0: raw tokens follow; 1: SaslAuthenticate frames them)
     36: (0, 2),  # SaslAuthenticate (1+: session lifetime, KIP-368; always 0 here)
-    # ACL administration (api.kafka.acl_admin); v0 has no pattern types (Kafka 4 starts at 1).
-    29: (1, 3),  # DescribeAcls
+    # ACL and SCRAM administration (api.kafka.security_admin).
+    29: (1, 3),  # DescribeAcls (v0 has no pattern types; Kafka 4 starts at 1)
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
+    50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
+    51: (0, 0),  # AlterUserScramCredentials
 }
 PRODUCE_SERVED_MIN = 3
 

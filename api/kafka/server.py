@@ -48,7 +48,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from api.kafka.acl_admin import ACL_HANDLERS
 from api.kafka.admin import ADMIN_HANDLERS
 from api.kafka.handlers import HANDLERS, AcksZeroFailedError, KafkaContext
 from api.kafka.protocol import (
@@ -70,10 +69,11 @@ from api.kafka.protocol import (
 )
 from api.kafka.sasl import Exchange, SaslFailedError, new_exchange
 from api.kafka.security import PLAINTEXT, SESSION, ListenerSecurity, Session
+from api.kafka.security_admin import SECURITY_ADMIN_HANDLERS
 
 log = logging.getLogger(__name__)
 
-_HANDLERS = {**HANDLERS, **ADMIN_HANDLERS, **ACL_HANDLERS}
+_HANDLERS = {**HANDLERS, **ADMIN_HANDLERS, **SECURITY_ADMIN_HANDLERS}
 
 _SIZE = struct.Struct(">i")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes

@@ -112,7 +112,7 @@ class Secure:
             **{
                 "sasl.mechanism": mechanism,
                 "sasl.username": user,
-                "sasl.password": USERS[user] if password is None else password,
+                "sasl.password": password if password is not None else USERS[user],
             },
         )
 
@@ -313,6 +313,45 @@ def test_acls_administered_over_kafkas_protocol(sec: Secure) -> None:
         AclPermissionType.ANY,
     )
     assert len(admin.delete_acls([bob_on_cluster])[bob_on_cluster].result(timeout=10)) == 2
+
+
+def test_scram_users_administered_over_kafkas_protocol(sec: Secure) -> None:
+    """KIP-554 through confluent-kafka's AdminClient as User:admin (its certificate on the SSL
+    listener): a user made with AlterUserScramCredentials logs in with SCRAM and shows in
+    DescribeUserScramCredentials and in the HTTP API; deleting it removes it."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(
+        sec.conf(
+            "KAFKA_SSL",
+            **{
+                "ssl.certificate.location": str(sec.setup.admin.cert),
+                "ssl.key.location": str(sec.setup.admin.key),
+            },
+        )
+    )
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    up = UserScramCredentialUpsertion("erin", info, b"erin-pw")
+    assert admin.alter_user_scram_credentials([up])["erin"].result(timeout=10) is None
+    described = admin.describe_user_scram_credentials(["erin"])["erin"].result(timeout=10)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)
+    ]
+    assert sec.v3("/users/erin", method="GET")["credentials"] == [
+        {"mechanism": "SCRAM-SHA-256", "iterations": 8192}
+    ]
+    erin = sec.sasl("erin", "SCRAM-SHA-256", password="erin-pw")
+    AdminClient(erin).list_topics(timeout=10)  # logs in
+    gone = UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)
+    assert admin.alter_user_scram_credentials([gone])["erin"].result(timeout=10) is None
+    with pytest.raises(KafkaException) as e:
+        admin.describe_user_scram_credentials(["erin"])["erin"].result(timeout=10)
+    assert e.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
 
 
 def _cert(sec: Secure, cn: str) -> Issued:

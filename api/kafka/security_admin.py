@@ -1,23 +1,30 @@
-"""Kafka's ACL admin APIs on the Kafka listener (issue 18): DescribeAcls, CreateAcls,
-DeleteAcls, so ``kafka-acls`` and an AdminClient's ``create_acls``/``describe_acls``/
-``delete_acls`` administer the same bindings as the HTTP API's ``/v3/clusters/{id}/acls``.
+"""Kafka's security admin APIs on the Kafka listener (issue 18): DescribeAcls, CreateAcls,
+DeleteAcls, DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554), so
+``kafka-acls``, ``kafka-configs --entity-type users`` and an AdminClient administer the same
+bindings and users as the HTTP API's ``/v3/clusters/{id}/acls`` and ``.../users``.
 
-Describing reads the broker's metadata image (``AclsImage.matching``); creating and deleting
-go to the controller as ``CreateAcls``/``DeleteAcls`` commands (all or nothing, as the HTTP
-routes send them), and the answer waits, briefly, until this broker's image shows the change.
-Kafka's rules: describing needs DESCRIBE on the CLUSTER, creating and deleting ALTER
-(CLUSTER_AUTHORIZATION_FAILED otherwise); without an authorizer all three answer
-SECURITY_DISABLED, as Kafka does.
+Describing reads the broker's metadata image (``AclsImage.matching``, ``ScramImage``);
+changes go to the controller as ``CreateAcls``/``DeleteAcls``/``AlterUserScramCredentials``
+commands (all or nothing, as the HTTP routes send them), and the answer waits, briefly,
+until this broker's image shows the change. Kafka's rules: describing needs DESCRIBE on the
+CLUSTER, changing ALTER (CLUSTER_AUTHORIZATION_FAILED otherwise); without an authorizer the
+ACL APIs answer SECURITY_DISABLED, as Kafka does (users can be administered either way).
+
+A SCRAM upsertion carries the salted password (``Hi(password, salt, i)``), never the
+password, as KIP-554 sends it; the broker derives the stored and server keys from it.
 
 On the wire the enums are Kafka's numbers (``AclResourceType``, ``PatternType``,
-``AclOperation``, ``AclPermissionType``); Longboat's model has the resource types, operations
-and permissions Kafka's authorizer checks on these resources (no DELEGATION_TOKEN or USER
-resources, no token operations): a binding naming another is answered INVALID_REQUEST.
+``AclOperation``, ``AclPermissionType``, ``ScramMechanism``); Longboat's model has the
+resource types, operations and permissions Kafka's authorizer checks on these resources (no
+DELEGATION_TOKEN or USER resources, no token operations): a binding naming another is
+answered INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,16 +35,25 @@ from kio.static.primitive import i8
 from api.kafka.handlers import ZERO_MS, KafkaContext
 from api.kafka.protocol import build, error_code, response_module
 from api.kafka.security import SESSION, allowed_on_cluster
-from metalog.commands import CreateAcls, DeleteAcls
+from metalog.commands import (
+    AlterUserScramCredentials,
+    CreateAcls,
+    DeleteAcls,
+    ScramDeletion,
+    ScramUpsertion,
+)
 from metalog.errors import MetadataError
 from metalog.image import MetadataImage
 from metalog.security import (
+    SCRAM_MECHANISMS,
+    SCRAM_MIN_ITERATIONS,
     AclBinding,
     AclBindingFilter,
     Operation,
     PatternType,
     Permission,
     ResourceType,
+    ScramCredential,
 )
 
 IMAGE_WAIT_S = 5.0
@@ -271,9 +287,162 @@ async def handle_delete_acls(ctx: KafkaContext, version: int, req: Any) -> Any:
     return build(mod, "DeleteAclsResponse", throttle_time=ZERO_MS, filter_results=tuple(out))
 
 
-ACL_HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
+# ------------------------------------------------------------------------ SCRAM users
+
+SCRAM_WIRE = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+"""Kafka's ``ScramMechanism`` ids."""
+SCRAM_ITERATIONS_MAX = 16384
+"""Kafka's bound (``ScramMechanism.maxIterations``), also the HTTP API's."""
+
+
+async def handle_describe_user_scram_credentials(ctx: KafkaContext, version: int, req: Any) -> Any:
+    mod = response_module(50, version)
+
+    def answer(err: ErrorCode, msg: str | None = None, results: tuple[Any, ...] = ()) -> Any:
+        return build(
+            mod,
+            "DescribeUserScramCredentialsResponse",
+            throttle_time=ZERO_MS,
+            error_code=err,
+            error_message=msg,
+            results=results,
+        )
+
+    if not allowed_on_cluster(Operation.DESCRIBE):
+        return answer(ErrorCode.cluster_authorization_failed)
+    users = ctx.image.scram.users()
+    names = sorted(users) if req.users is None else [u.name for u in req.users]
+    results = []
+    for name in names:
+        err, msg, creds = ErrorCode.none, None, users.get(name, [])
+        if names.count(name) > 1:
+            err, msg, creds = ErrorCode.duplicate_resource, "user named twice", []
+        elif not creds:
+            err, msg = ErrorCode.resource_not_found, f"no credentials for user {name}"
+        results.append(
+            build(
+                mod,
+                "DescribeUserScramCredentialsResult",
+                user=name,
+                error_code=err,
+                error_message=msg,
+                credential_infos=tuple(
+                    build(
+                        mod,
+                        "CredentialInfo",
+                        mechanism=_wire(SCRAM_WIRE, c.mechanism),
+                        iterations=c.iterations,
+                    )
+                    for c in creds
+                ),
+            )
+        )
+    return answer(ErrorCode.none, None, tuple(results))
+
+
+def _credential(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+    """RFC 5802's keys from the salted password the client sent (KIP-554)."""
+    digest = SCRAM_MECHANISMS[mechanism]
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    return ScramCredential(
+        mechanism,
+        salt,
+        iterations,
+        hashlib.new(digest, client_key).digest(),
+        hmac.new(salted, b"Server Key", digest).digest(),
+    )
+
+
+async def handle_alter_user_scram_credentials(ctx: KafkaContext, version: int, req: Any) -> Any:
+    """Each user's changes are checked as Kafka checks them; the valid ones go to the
+    controller in one command."""
+    mod = response_module(51, version)
+    changes = [(d.name, "delete", d) for d in req.deletions]
+    changes += [(u.name, "upsert", u) for u in req.upsertions]
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
+    order = list(dict.fromkeys(name for name, _, _ in changes))
+    if not allowed_on_cluster(Operation.ALTER):
+        errors = {n: (ErrorCode.cluster_authorization_failed, None) for n in order}
+    upsertions: list[ScramUpsertion] = []
+    deletions: list[ScramDeletion] = []
+    seen: set[tuple[str, int]] = set()
+    for name, kind, c in changes:
+        if name in errors:
+            continue
+        mechanism = SCRAM_WIRE.get(int(c.mechanism))
+        if not name:
+            errors[name] = (ErrorCode.unacceptable_credential, "empty user name")
+        elif mechanism is None:
+            errors[name] = (ErrorCode.unsupported_sasl_mechanism, f"mechanism {c.mechanism}")
+        elif (name, int(c.mechanism)) in seen:
+            errors[name] = (ErrorCode.duplicate_resource, "a mechanism of the user named twice")
+        elif kind == "delete":
+            if ctx.image.scram.get(name, mechanism) is None:
+                errors[name] = (ErrorCode.resource_not_found, f"no {mechanism} credential")
+            else:
+                deletions.append(ScramDeletion(name, mechanism))
+        elif not SCRAM_MIN_ITERATIONS <= int(c.iterations) <= SCRAM_ITERATIONS_MAX:
+            errors[name] = (
+                ErrorCode.unacceptable_credential,
+                f"iterations must be {SCRAM_MIN_ITERATIONS} to {SCRAM_ITERATIONS_MAX}",
+            )
+        elif not c.salt or not c.salted_password:
+            errors[name] = (ErrorCode.unacceptable_credential, "empty salt or salted password")
+        else:
+            cred = _credential(
+                mechanism, bytes(c.salt), int(c.iterations), bytes(c.salted_password)
+            )
+            upsertions.append(
+                ScramUpsertion(
+                    name, mechanism, cred.salt, cred.iterations, cred.stored_key, cred.server_key
+                )
+            )
+        seen.add((name, int(c.mechanism)))
+    upsertions = [u for u in upsertions if u.name not in errors]
+    deletions = [d for d in deletions if d.name not in errors]
+    if upsertions or deletions:
+        command = AlterUserScramCredentials(
+            upsertions=tuple(upsertions), deletions=tuple(deletions)
+        )
+        _resp, err, msg = await _execute(ctx, command)
+        for name in {u.name for u in upsertions} | {d.name for d in deletions}:
+            errors[name] = (err, msg)
+        if err == ErrorCode.none:
+            await _wait(ctx, _scram_applied(upsertions, deletions))
+    return build(
+        mod,
+        "AlterUserScramCredentialsResponse",
+        throttle_time=ZERO_MS,
+        results=tuple(
+            build(
+                mod,
+                "AlterUserScramCredentialsResult",
+                user=name,
+                error_code=errors.get(name, (ErrorCode.none, None))[0],
+                error_message=errors.get(name, (ErrorCode.none, None))[1],
+            )
+            for name in order
+        ),
+    )
+
+
+def _scram_applied(
+    upsertions: list[ScramUpsertion], deletions: list[ScramDeletion]
+) -> Callable[[MetadataImage], bool]:
+    def cond(image: MetadataImage) -> bool:
+        return all(
+            (c := image.scram.get(u.name, u.mechanism)) is not None and c.stored_key == u.stored_key
+            for u in upsertions
+        ) and all(image.scram.get(d.name, d.mechanism) is None for d in deletions)
+
+    return cond
+
+
+SECURITY_ADMIN_HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
     29: handle_describe_acls,
     30: handle_create_acls,
     31: handle_delete_acls,
+    50: handle_describe_user_scram_credentials,
+    51: handle_alter_user_scram_credentials,
 }
 """Merged into the listener's handlers; versions in ``api.kafka.protocol.SUPPORTED``."""
