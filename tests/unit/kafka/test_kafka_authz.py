@@ -212,3 +212,62 @@ def test_without_an_authorizer_everything_is_allowed() -> None:
 
 def test_fake_groups_is_the_handlers_tests_own() -> None:
     assert FakeGroups([]).calls == []
+
+
+@pytest.mark.parametrize("version", versions(29))
+def test_acl_admin_every_version(acls: StaticAcls, version: int) -> None:
+    from api.kafka import security_admin as sa
+
+    describe = request(
+        29,
+        version,
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    out = round_trip(29, version, run(sa.handle_describe_acls(ctx(), version, describe)))
+    assert out.error_code == ErrorCode.cluster_authorization_failed
+    acls.bindings.append(allow(ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE))
+    _next_request()
+    out = round_trip(29, version, run(sa.handle_describe_acls(ctx(), version, describe)))
+    assert (out.error_code, out.resources) == (ErrorCode.none, ())
+    mod = __import__(f"kio.schema.create_acls.v{version}.request", fromlist=["x"])
+    creation = mod.AclCreation(
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:x",
+        host="*",
+        operation=3,
+        permission_type=3,
+    )
+    create = request(30, version, creations=(creation,))
+    out = round_trip(30, version, run(sa.handle_create_acls(ctx(), version, create)))
+    assert [r.error_code for r in out.results] == [ErrorCode.cluster_authorization_failed]
+    token = SESSION.set(Session(ALICE, "127.0.0.1", None))  # no authorizer
+    try:
+        out = round_trip(30, version, run(sa.handle_create_acls(ctx(), version, create)))
+        assert [r.error_code for r in out.results] == [ErrorCode.security_disabled]
+    finally:
+        SESSION.reset(token)
+
+
+def test_scram_admin_needs_the_cluster(acls: StaticAcls) -> None:
+    from api.kafka import security_admin as sa
+
+    describe = request(50, 0, users=None)
+    out = round_trip(50, 0, run(sa.handle_describe_user_scram_credentials(ctx(), 0, describe)))
+    assert out.error_code == ErrorCode.cluster_authorization_failed
+    mod = __import__("kio.schema.alter_user_scram_credentials.v0.request", fromlist=["x"])
+    up = mod.ScramCredentialUpsertion(
+        name="u", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p"
+    )
+    alter = request(51, 0, deletions=(), upsertions=(up,))
+    out = round_trip(51, 0, run(sa.handle_alter_user_scram_credentials(ctx(), 0, alter)))
+    assert [(r.user, r.error_code) for r in out.results] == [
+        ("u", ErrorCode.cluster_authorization_failed)
+    ]
