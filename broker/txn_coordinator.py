@@ -54,6 +54,7 @@ from typing import Any, Protocol
 import aiohttp
 import msgpack
 
+from broker.endpoints import endpoint_url
 from broker.group_coordinator import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
@@ -544,8 +545,11 @@ class TxnCoordinator:
             raise CoordinatorError(
                 COORDINATOR_NOT_AVAILABLE, f"no coordinator for transactional id {tid!r} now"
             )
-        ep = br.endpoints[0]
-        return CoordinatorInfo(leader, f"http://{ep.host}:{ep.port}", p)
+        # Clients dial the first endpoint, with its scheme (https on a TLS client listener;
+        # issue 18), as the group coordinator answers.
+        url = endpoint_url(br.endpoints, None)
+        assert url is not None
+        return CoordinatorInfo(leader, url, p)
 
     async def _create_state_topic(self) -> None:
         usable = len(self.image().brokers.usable())

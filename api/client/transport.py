@@ -27,7 +27,7 @@ import orjson
 from api.client.errors import ClientError
 from api.client.security import ClientSecurity
 from common import netbind
-from common.principal import forwarding_headers
+from common.principal import PRINCIPAL_HEADER, forwarding_headers
 
 MSGPACK = "application/msgpack"
 DATA_PREFIX = "/binary/v1"
@@ -68,11 +68,20 @@ class Transport:
         self.security = security
         self._authorization = None if security is None else security.authorization()
         self._session: aiohttp.ClientSession | None = None
+        self.acting_as: Callable[[str | None], str | None] | None = None
+        """Inside a broker: the principal each call (by route; None for a JSON read) is
+        made for, or None for the node itself, instead of the serving request's. A producer
+        kept between requests (``api.http.transactions``) acts for whichever request holds
+        it, which its background tasks' inherited context cannot tell."""
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, route: str | None = None) -> dict[str, str]:
         # Inside a broker (v2 consumer instances, group reads) the client forwards the
         # principal of the request it serves (issue 18); a user's process has none.
-        h = forwarding_headers()
+        if self.acting_as is None:
+            h = forwarding_headers()
+        else:
+            p = self.acting_as(route)
+            h = {} if p is None else {PRINCIPAL_HEADER: p}
         if self._authorization is not None:
             h["Authorization"] = self._authorization
         return h
@@ -127,7 +136,7 @@ class Transport:
             async with self.session().post(
                 f"{url}{DATA_PREFIX}/{route}",
                 data=data,
-                headers={"Content-Type": MSGPACK, **self._headers()},
+                headers={"Content-Type": MSGPACK, **self._headers(route)},
                 timeout=timeout,
             ) as resp:
                 payload = await resp.read()

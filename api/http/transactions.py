@@ -31,6 +31,17 @@ Who owns what:
   ``"duplicate": true`` and writes nothing. So a retry after a lost answer cannot commit
   twice, on this broker or another.
 
+Identity (issue 18): the producers dial this broker's client listener with the node's own
+certificate (``common.netbind``) and name the calling user in ``Longboat-Principal``, which a
+broker believes from a node only, so what Kafka would check as the user is checked as the
+user, on whichever broker answers: WRITE on each topic at its leader, WRITE on a named
+transactional id at its coordinator (``acting_principal``). The pool's ids and the
+bookkeeping group are the broker's own: a request without an id needs the user's
+IDEMPOTENT_WRITE instead (``authorize_topics_or_raise``, before anything is sent). A kept
+producer serves many users in turn; each call names the request holding it, never the one
+that made it. The client listener must ask for client certificates
+(``ssl_client_auth = "requested"``, as ``dev up --secure`` configures it).
+
 Fencing: a producer fenced by a newer one of the same id (another broker or a Kafka client
 took the id) answers 409 and is closed; the next request makes a new one, whose
 InitProducerId takes the id back (fencing the other in turn). A cached producer keeps the
@@ -68,7 +79,7 @@ from api.http.errors import (
 from api.http.produce import max_message_bytes, now_ms, writable_topic_or_404
 from api.http.records import BATCH_OVERHEAD_BYTES, ParsedRecord, parse_all
 from broker.txn.records import PREPARED, TRANSACTION_STATE_TOPIC
-from metalog.security import Operation, ResourceType
+from metalog.security import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +275,31 @@ class _Entry:
     users: int = 0
     coordinator: CoordinatorClient | None = None
     """The id's transaction coordinator, asked whether the commit's markers are written."""
+    internal: bool = False
+    """An id of the broker's pool (a request without ``transactional_id``)."""
+    principal: str | None = None
+    """Who the request holding the producer is (issue 18): the producer's calls are made
+    for them (``acting_principal``). Between requests it stays the last one's: never the
+    node's own, whatever a background task of the producer still sends."""
+
+
+def acting_principal(route: str | None, principal: str | None, internal: bool) -> str | None:
+    """Whom a call of the broker's transactional producer acts for (issue 18): the calling
+    user for what Kafka would check as the user, the node itself (None: no
+    ``Longboat-Principal``, the node's certificate) for the broker's own bookkeeping.
+
+    * produce: the user (WRITE on each topic, checked by the partition's leader);
+    * the transaction coordinator (``txn/*``): the user when the request named the
+      transactional id (WRITE on the TRANSACTIONAL_ID, as Kafka's InitProducerId,
+      AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), the node for an id of the broker's pool,
+      which no user holds ACLs on (the route asked the user's IDEMPOTENT_WRITE instead);
+    * the request-id bookkeeping group (``group/*``) and metadata reads: the node.
+    """
+    if principal is None or route is None or route.startswith("group/"):
+        return None
+    if route.startswith("txn/") and internal:
+        return None
+    return principal
 
 
 class TxnProducers:
@@ -280,9 +316,9 @@ class TxnProducers:
         self._closed = False
         self.created = 0
 
-    def _new(self, tid: str, timeout_ms: int) -> AsyncProducer:
+    def _new(self, tid: str, timeout_ms: int, e: _Entry) -> AsyncProducer:
         self.created += 1
-        return AsyncProducer(
+        p = AsyncProducer(
             self.bootstrap,
             transactional_id=tid,
             transaction_timeout_ms=timeout_ms,
@@ -292,11 +328,18 @@ class TxnProducers:
             request_timeout_ms=10_000,
             delivery_timeout_ms=20_000,
         )
+        # Through the node's own TLS certificate (``common.netbind``), naming the user each
+        # call acts for: the receiving broker believes the name from a node only.
+        p.transport.acting_as = lambda route: acting_principal(route, e.principal, e.internal)
+        return p
 
     @contextlib.asynccontextmanager
-    async def use(self, tid: str | None, timeout_ms: int) -> AsyncIterator[tuple[str, _Entry]]:
-        """The id's producer, initialised, held alone for one request. A producer that did
-        not end its transaction cleanly is closed and replaced (``reset``)."""
+    async def use(
+        self, tid: str | None, timeout_ms: int, principal: str | None = None
+    ) -> AsyncIterator[tuple[str, _Entry]]:
+        """The id's producer, initialised, held alone for one request of ``principal``. A
+        producer that did not end its transaction cleanly is closed and replaced
+        (``reset``)."""
         if self._closed:
             raise HttpError(503, "The broker is shutting down.", 50302)
         slot: int | None = None
@@ -315,8 +358,9 @@ class TxnProducers:
             e.users += 1
             try:
                 async with e.lock:
+                    e.principal, e.internal = principal, tid is None
                     if e.producer is None:
-                        e.producer = self._new(name, timeout_ms)
+                        e.producer = self._new(name, timeout_ms, e)
                     if not e.ready:
                         try:
                             await e.producer.init_transactions()
@@ -415,12 +459,12 @@ async def _markers_written(e: _Entry, tid: str) -> None:
 
 
 async def run_transaction(
-    producers: TxnProducers, cluster_id: str, req: TxnRequest
+    producers: TxnProducers, cluster_id: str, req: TxnRequest, principal: str | None = None
 ) -> dict[str, Any]:
-    """Write ``req``'s records in one transaction and commit it: the answer body. Raises
-    ``HttpError`` (the transaction aborted, nothing visible) except where it says the
-    outcome is unknown (a commit that did not answer)."""
-    async with producers.use(req.transactional_id, req.timeout_ms) as (name, e):
+    """Write ``req``'s records in one transaction and commit it, for ``principal``: the
+    answer body. Raises ``HttpError`` (the transaction aborted, nothing visible) except
+    where it says the outcome is unknown (a commit that did not answer)."""
+    async with producers.use(req.transactional_id, req.timeout_ms, principal) as (name, e):
         p = e.producer
         assert p is not None
         committing = False
@@ -524,10 +568,16 @@ def _http_error_of(err: BaseException, committing: bool) -> HttpError:
 # --------------------------------------------------------------------------- route
 
 
-def authorize_topics_or_raise(request: web.Request, topics: Sequence[str]) -> None:
+def authorize_topics_or_raise(
+    request: web.Request, topics: Sequence[str], *, transactional: bool = True
+) -> None:
     """WRITE on every topic of the request, when the node authorizes (issue 18): the route's
     rule checked the transactional id only. A topic the principal may not even DESCRIBE is
-    answered as missing, as everywhere."""
+    answered as missing, as everywhere. Without a transactional id (``transactional``
+    False) the broker's own id writes, so the user needs what an idempotent producer
+    needs: IDEMPOTENT_WRITE on the CLUSTER, or WRITE on some topic (KIP-679). Checked
+    here, before anything is sent, so a refusal changes nothing; the leaders check WRITE
+    again, as the user, when the records arrive."""
     az = request.app.get(AUTHORIZER_KEY)
     principal = request.get(PRINCIPAL)
     if az is None or principal is None:
@@ -540,6 +590,13 @@ def authorize_topics_or_raise(request: web.Request, topics: Sequence[str]) -> No
         if not az.allows(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, t):
             raise topic_not_found(t)
         raise HttpError(403, f"{principal} is not authorized to WRITE on TOPIC {t}", 40301)
+    if not transactional and not (
+        az.allows(principal, host, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+        or az.writes_some_topic(principal, host)
+    ):
+        raise HttpError(
+            403, f"{principal} is not authorized to IDEMPOTENT_WRITE on the CLUSTER", 40301
+        )
 
 
 async def produce_transaction(request: web.Request) -> web.Response:
@@ -553,9 +610,12 @@ async def produce_transaction(request: web.Request) -> web.Response:
                 for r in body["records"]
                 if type(r) is dict and type(r.get("topic")) is str
             ],
+            transactional=body.get("transactional_id") is not None,
         )
     req = await plan_request(ctx, body)
-    answer = await run_transaction(request.app[TXN_PRODUCERS_KEY], ctx.cluster_id, req)
+    answer = await run_transaction(
+        request.app[TXN_PRODUCERS_KEY], ctx.cluster_id, req, request.get(PRINCIPAL)
+    )
     return json_response(answer)
 
 

@@ -526,3 +526,144 @@ def test_a_forwarded_request_is_checked_as_the_user_it_carries(
         headers={**alice_token, "Longboat-Principal": "User:admin"},
     )
     assert status == 404
+
+
+def _grant(b: Brokers, cid: str, principal: str, acls: list[tuple[str, str, str]]) -> None:
+    """ALLOW ``principal`` each (resource type, name, operation), LITERAL, and wait until
+    every broker shows them (a leader checks the user's ACLs in its own image)."""
+    data = [
+        {
+            "resource_type": rt,
+            "resource_name": name,
+            "pattern_type": "LITERAL",
+            "principal": principal,
+            "host": "*",
+            "operation": op,
+            "permission": "ALLOW",
+        }
+        for rt, name, op in acls
+    ]
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/acls:batch", b.ssl, method="POST", body={"data": data}
+    )
+    assert status == 201, body
+    import time
+
+    for broker in b.ids:
+        deadline = time.monotonic() + 20
+        while True:
+            _, got = _json_call(
+                f"{b.url(broker)}/v3/clusters/{cid}/acls?principal={principal}", b.ssl
+            )
+            have = {(a["resource_type"], a["resource_name"], a["operation"]) for a in got["data"]}
+            if set(acls) <= have:
+                break
+            assert time.monotonic() < deadline, (broker, have)
+            time.sleep(0.05)
+
+
+def _add_user(b: Brokers, cid: str, user: str, password: str) -> dict[str, str]:
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/users",
+        b.ssl,
+        method="POST",
+        body={"user_name": user, "password": password},
+    )
+    assert status == 200, body
+    return _basic_h(user, password)
+
+
+def _create_topic(b: Brokers, cid: str, name: str, partitions: int = 1) -> None:
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/topics",
+        b.ssl,
+        method="POST",
+        body={"topic_name": name, "partitions_count": partitions, "replication_factor": 2},
+    )
+    assert status in (201, 400), body  # 400: exists (a rerun)
+
+
+def _committed_values(b: Brokers, cid: str, topic: str) -> list[Any]:
+    status, body = _json_call(
+        f"{b.url(101)}/v3/clusters/{cid}/topics/{topic}/partitions/0/records"
+        "?offset=earliest&isolation_level=read_committed&format=json&timeout_ms=0",
+        b.ssl,
+    )
+    assert status == 200, body
+    return [r["value"] for r in body["records"]]
+
+
+def test_http_transactions_act_as_the_calling_user(
+    cluster: tuple[Quorum, Brokers], topic: str
+) -> None:
+    """POST /transactions on a secure cluster: the broker's transactional producer acts for
+    the caller (Longboat-Principal from the node's certificate), so the caller's ACLs
+    apply: WRITE on every topic, WRITE on the transactional id it names, IDEMPOTENT_WRITE
+    (here implied by WRITE on a topic, KIP-679) without one. A caller short of WRITE on one
+    topic is refused 403 and nothing of the request becomes visible."""
+    q, b = cluster
+    assert q.secure is not None
+    cid = topic
+    for t in ("txa", "txb"):
+        _create_topic(b, cid, t)
+    carol = _add_user(b, cid, "carol", "pw-carol")
+    dave = _add_user(b, cid, "dave", "pw-dave")
+    _grant(
+        b,
+        cid,
+        "User:carol",
+        [
+            ("TOPIC", "txa", "WRITE"),
+            ("TOPIC", "txb", "WRITE"),
+            ("TRANSACTIONAL_ID", "c-tx", "WRITE"),
+        ],
+    )
+    # dave may write txa and read txb (so he learns txb exists: 403, not 404).
+    _grant(
+        b,
+        cid,
+        "User:dave",
+        [
+            ("TOPIC", "txa", "WRITE"),
+            ("TOPIC", "txb", "READ"),
+            ("TRANSACTIONAL_ID", "d-tx", "WRITE"),
+        ],
+    )
+    plain = q.secure.client_ssl(admin=False)
+    url = f"{b.url(101)}/v3/clusters/{cid}/transactions"
+
+    def body(tag: str, tid: str | None, topics: tuple[str, ...] = ("txa", "txb")) -> Any:
+        out: dict[str, Any] = {
+            "records": [{"topic": t, "value": {"type": "JSON", "data": tag}} for t in topics]
+        }
+        if tid is not None:
+            out["transactional_id"] = tid
+            out["request_id"] = f"r-{tag}"
+        return out
+
+    for tag, tid in (("named", "c-tx"), ("pooled", None)):
+        status, ans = _json_call(url, plain, method="POST", headers=carol, body=body(tag, tid))
+        assert status == 200, (tag, ans)
+        assert [r["topic_name"] for r in ans["records"]] == ["txa", "txb"]
+    assert _committed_values(b, cid, "txa") == ["named", "pooled"]
+    assert _committed_values(b, cid, "txb") == ["named", "pooled"]
+    # A retry of the named request is answered from the bookkeeping group (the node's).
+    status, ans = _json_call(url, plain, method="POST", headers=carol, body=body("named", "c-tx"))
+    assert status == 200 and ans["duplicate"] is True, ans
+
+    refusals = [
+        (dave, body("d1", "d-tx"), 403),  # no WRITE on txb
+        (dave, body("d2", None), 403),  # the same through the broker's own id
+        (dave, body("d3", "c-tx", ("txa",)), 403),  # carol's transactional id
+        (carol, body("c4", "d-tx"), 403),  # dave's
+    ]
+    for who, req, want in refusals:
+        status, ans = _json_call(url, plain, method="POST", headers=who, body=req)
+        assert (status, ans["error_code"]) == (want, 40301), (req, ans)
+    # dave's own id, on the topic he may write: allowed (the refusals were his rights).
+    status, ans = _json_call(
+        url, plain, method="POST", headers=dave, body=body("d5", "d-tx", ("txa",))
+    )
+    assert status == 200, ans
+    assert _committed_values(b, cid, "txa") == ["named", "pooled", "d5"]
+    assert _committed_values(b, cid, "txb") == ["named", "pooled"]

@@ -13,7 +13,12 @@ from aiohttp.test_utils import make_mocked_request
 from api.http.auth import PRINCIPAL
 from api.http.authz import AUTHORIZER_KEY, Authorizer
 from api.http.errors import HttpError
-from api.http.transactions import authorize_topics_or_raise, placed_of, runs_of
+from api.http.transactions import (
+    acting_principal,
+    authorize_topics_or_raise,
+    placed_of,
+    runs_of,
+)
 from metalog.security import AclBinding, Operation, PatternType, Permission, ResourceType
 
 
@@ -61,3 +66,58 @@ def test_every_topic_needs_write_and_an_undescribable_one_is_missing() -> None:
 def test_without_an_authorizer_nothing_is_checked() -> None:
     req = make_mocked_request("POST", "/v3/clusters/c/transactions", app=web.Application())
     authorize_topics_or_raise(req, ["anything"])
+
+
+def test_without_a_transactional_id_the_caller_needs_idempotent_write() -> None:
+    cluster_iw = AclBinding(
+        "User:alice",
+        "*",
+        ResourceType.CLUSTER,
+        "kafka-cluster",
+        PatternType.LITERAL,
+        Operation.IDEMPOTENT_WRITE,
+        Permission.ALLOW,
+    )
+    # WRITE on a topic implies it (KIP-679); so does the CLUSTER grant; DESCRIBE does not.
+    authorize_topics_or_raise(
+        _request([_allow(Operation.WRITE, "orders")]), ["orders"], transactional=False
+    )
+    authorize_topics_or_raise(_request([cluster_iw]), [], transactional=False)
+    with pytest.raises(HttpError) as e:
+        authorize_topics_or_raise(
+            _request([_allow(Operation.DESCRIBE, "orders")]), [], transactional=False
+        )
+    assert (e.value.status, e.value.error_code) == (403, 40301)
+    assert "IDEMPOTENT_WRITE" in e.value.message
+
+
+def test_the_producer_acts_for_the_caller_except_for_the_brokers_bookkeeping() -> None:
+    for route in ("produce", "txn/init_producer_id", "txn/add_partitions", "txn/end_txn"):
+        assert acting_principal(route, "User:carol", internal=False) == "User:carol"
+    # The broker's own ids and the request-id bookkeeping group are the node's; produce
+    # through them is still the caller's.
+    assert acting_principal("txn/init_producer_id", "User:carol", internal=True) is None
+    assert acting_principal("produce", "User:carol", internal=True) == "User:carol"
+    for route in ("group/txn_commit", "group/fetch_offsets", None):
+        assert acting_principal(route, "User:carol", internal=False) is None
+
+
+def test_a_kept_producers_calls_carry_the_current_holder_not_the_creator() -> None:
+    """Background tasks of a producer inherit the context of the request that started
+    them; the transport's ``acting_as`` names whoever holds it now."""
+    import contextvars
+
+    from api.client.transport import Transport
+    from common.principal import CURRENT_PRINCIPAL, PRINCIPAL_HEADER
+
+    holder = {"who": "User:carol"}
+    t = Transport()
+    t.acting_as = lambda route: acting_principal(route, holder["who"], internal=False)
+    ctx = contextvars.copy_context()
+    ctx.run(CURRENT_PRINCIPAL.set, "User:creator")
+    assert ctx.run(t._headers, "produce") == {PRINCIPAL_HEADER: "User:carol"}
+    holder["who"] = "User:dave"
+    assert ctx.run(t._headers, "produce") == {PRINCIPAL_HEADER: "User:dave"}
+    assert ctx.run(t._headers, "group/txn_commit") == {}
+    # Without the hook, the inherited context decides (the v2 consumer instances' way).
+    assert ctx.run(Transport()._headers, "produce") == {PRINCIPAL_HEADER: "User:creator"}
