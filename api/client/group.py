@@ -530,7 +530,19 @@ class AsyncGroupConsumer:
             )
             err = str(ans.get("error") or "NONE")
             if err == "NONE":
-                self._last_committed.update(offsets)
+                refused = _refused_partitions(ans)
+                self._last_committed.update(
+                    (tp, o) for tp, o in offsets.items() if tp not in refused
+                )
+                if refused:
+                    # Kafka's OffsetCommit answers a topic the principal may not READ per
+                    # partition and commits the others (issue 18).
+                    code = next(iter(refused.values()))
+                    raise ClientError(
+                        code,
+                        f"group {self.group_id!r}: offsets of {sorted(refused)} not committed "
+                        "(the others were)",
+                    )
                 return
             moved_on = (gen, mid) != (self._generation, self._member_id)
             if err in FENCED and not moved_on:
@@ -935,3 +947,11 @@ class AsyncGroupConsumer:
 def _log_task_error(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("commit_async failed: %s", task.exception())
+
+
+def _refused_partitions(ans: dict[str, Any]) -> dict[TopicPartition, str]:
+    """A commit answer's ``partition_errors`` (``[topic, partition, error]``: the partitions
+    the coordinator did not commit, e.g. TOPIC_AUTHORIZATION_FAILED) by partition."""
+    return {
+        TopicPartition(str(e[0]), int(e[1])): str(e[2]) for e in ans.get("partition_errors") or ()
+    }

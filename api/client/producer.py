@@ -792,6 +792,12 @@ class AsyncProducer:
         try:
             answer = await group.call("txn_commit", body, timeout_s=self.request_timeout_s)
             err, message = str(answer.get("error") or "NONE"), str(answer.get("message") or "")
+            refused = answer.get("partition_errors") or []
+            if err == "NONE" and refused:
+                # A topic the principal may not READ (issue 18): Kafka's TxnOffsetCommit
+                # answers it per partition, an abortable error of the transaction.
+                err = str(refused[0][2])
+                message = f"offsets of {[[e[0], e[1]] for e in refused]} refused"
         except ClientError as e:
             err, message = e.code, e.message
         if err != "NONE":

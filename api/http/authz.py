@@ -45,7 +45,8 @@ import orjson
 from aiohttp import web
 
 from api.http.auth import PRINCIPAL, VIA, AclSource
-from api.http.errors import JSON, topic_not_found
+from api.http.errors import JSON, HttpError, topic_not_found
+from common.principal import CURRENT_PRINCIPAL
 from metalog.security import (
     CLUSTER_NAME,
     AclBinding,
@@ -351,6 +352,141 @@ FILTERED = {
 }
 
 
+# Kafka's per-topic checks inside a group request (its KafkaApis): OffsetCommit,
+# TxnOffsetCommit, OffsetDelete (and Longboat's offset reset, Kafka's AlterConsumerGroup-
+# Offsets, an OffsetCommit) need READ on each topic: the partitions of a topic the principal
+# may not read are answered TOPIC_AUTHORIZATION_FAILED (``partition_errors``) and the others
+# done. OffsetFetch (and the lag, which shows the committed offsets) needs DESCRIBE on each
+# topic: the others are left out of the answer. Route -> the body's (writes) or answer's
+# (reads) list of ``[topic, partition, ...]`` entries.
+GROUP_TOPIC_WRITES = {
+    "commit": "offsets",
+    "txn_commit": "offsets",
+    "reset_offsets": "offsets",
+    "delete_offsets": "partitions",
+}
+GROUP_TOPIC_READS = {"fetch_offsets": "offsets", "lag": "partitions"}
+_GROUP_PREFIXES = ("/binary/v1/group/", "/internal/broker/v1/group/")
+TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
+
+
+def _group_op(canonical: str) -> str | None:
+    for prefix in _GROUP_PREFIXES:
+        if canonical.startswith(prefix):
+            op = canonical[len(prefix) :]
+            return op if op in GROUP_TOPIC_WRITES or op in GROUP_TOPIC_READS else None
+    return None
+
+
+def _entry_topic(e: Any) -> str | None:
+    """The topic of a ``[topic, partition, ...]`` entry; None for a malformed one (the
+    route refuses it itself)."""
+    return e[0] if isinstance(e, list) and len(e) >= 2 and isinstance(e[0], str) else None
+
+
+async def _group_topics(
+    az: Authorizer,
+    request: web.Request,
+    principal: str,
+    op: str,
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> web.StreamResponse:
+    """The group route ``op`` with Kafka's per-topic checks for ``principal`` (see
+    ``GROUP_TOPIC_WRITES``)."""
+    host = _host(request)
+    seen: dict[tuple[str, Operation], bool] = {}
+
+    def may(topic: str, operation: Operation) -> bool:
+        k = (topic, operation)
+        if k not in seen:
+            seen[k] = az.allows(principal, host, operation, T, topic)
+        return seen[k]
+
+    if op in GROUP_TOPIC_READS:
+        # The coordinator asks the leaders for end offsets (the lag) as the node: the
+        # answer is cut to the user's topics here, where a leader asked as the user would
+        # hide a topic and leave the coordinator retrying it until it timed out.
+        token = CURRENT_PRINCIPAL.set(None)
+        try:
+            response = await handler(request)
+        finally:
+            CURRENT_PRINCIPAL.reset(token)
+        if isinstance(response, web.Response) and response.status == 200:
+            key = GROUP_TOPIC_READS[op]
+            body = response.body
+            data = msgpack.unpackb(body, raw=False) if isinstance(body, bytes) else None
+            rows = data.get(key) if isinstance(data, dict) else None
+            if isinstance(data, dict) and isinstance(rows, list):
+                keep = [r for r in rows if (t := _entry_topic(r)) is None or may(t, D)]
+                if len(keep) != len(rows):
+                    data[key] = keep
+                    response.body = msgpack.packb(data, use_bin_type=True)
+        return response
+    key = GROUP_TOPIC_WRITES[op]
+    try:
+        data = msgpack.unpackb(await request.read(), raw=False)
+    except Exception:  # the route refuses a bad body itself
+        return await handler(request)
+    entries = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return await handler(request)
+    kept, refused = [], []
+    for e in entries:
+        t = _entry_topic(e)
+        if t is None or may(t, R):
+            kept.append(e)
+        else:
+            refused.append([t, e[1], TOPIC_AUTHORIZATION_FAILED])
+    if not refused:
+        return await handler(request)
+    log.info(
+        "denied: %s %s READ on TOPIC %s (group %s %s)",
+        principal,
+        host,
+        ",".join(sorted({str(r[0]) for r in refused})),
+        data.get("group"),
+        op,
+    )
+    if not kept:
+        # Nothing left to do: answered here, as Kafka answers without the coordinator.
+        return web.Response(
+            body=msgpack.packb({"error": "NONE", "partition_errors": refused}, use_bin_type=True),
+            content_type="application/msgpack",
+        )
+    data[key] = kept
+    request._read_bytes = msgpack.packb(data, use_bin_type=True)  # what the route reads
+    response = await handler(request)
+    if isinstance(response, web.Response) and isinstance(response.body, bytes):
+        try:
+            answer = msgpack.unpackb(response.body, raw=False)
+        except Exception:
+            return response
+        if isinstance(answer, dict):
+            answer["partition_errors"] = [*answer.get("partition_errors", []), *refused]
+            response.body = msgpack.packb(answer, use_bin_type=True)
+    return response
+
+
+def read_topics_or_raise(request: web.Request, topics: Iterable[str], what: str) -> None:
+    """A v3 group route that changes offsets of ``topics`` (a reset, an offset deletion):
+    403 before anything is done unless the principal may READ each (the coordinator would
+    refuse those partitions one by one and do the rest; over REST the request is one
+    change). The same answer whether a topic exists or not, as Kafka's."""
+    az = request.app.get(AUTHORIZER_KEY)
+    principal = request.get(PRINCIPAL)
+    if az is None or principal is None:
+        return
+    host = _host(request)
+    refused = [t for t in dict.fromkeys(topics) if not az.allows(principal, host, R, T, t)]
+    if refused:
+        raise HttpError(
+            403,
+            f"{principal} is not authorized to READ on TOPIC {', '.join(refused)} "
+            f"({what}); nothing was changed",
+            40301,
+        )
+
+
 def rule_for(method: str, canonical: str) -> Rule | None:
     if method == "HEAD":
         method = "GET"
@@ -493,6 +629,10 @@ async def authz_middleware(
         refusal = await check(az, request, rule, principal)
     if refusal is not None:
         return refusal
+    group_op = _group_op(canonical)
+    if group_op is not None and (rule is not NODE or VIA in request):
+        # A user's group request (a node's own, without a user, has every right).
+        return await _group_topics(az, request, principal, group_op, handler)
     response = await handler(request)
     key = ("GET" if request.method == "HEAD" else request.method, canonical)
     if key in FILTERED and isinstance(response, web.Response) and response.status == 200:

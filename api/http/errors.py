@@ -93,6 +93,12 @@ KAFKA_ERRORS: dict[str, tuple[int, int]] = {
     "INVALID_REPLICA_ASSIGNMENT": (400, 40002),
     "INVALID_CONFIG": (400, 40002),
     "NOT_CONTROLLER": (503, 50003),
+    # issue 18: a user's right refused further in (a group's coordinator refusing topics of
+    # a commit the user asked through the HTTP API), as the REST Proxy answers 403.
+    "TOPIC_AUTHORIZATION_FAILED": (403, 40301),
+    "GROUP_AUTHORIZATION_FAILED": (403, 40301),
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": (403, 40301),
+    "CLUSTER_AUTHORIZATION_FAILED": (403, 40301),
 }
 
 

@@ -44,6 +44,7 @@ from api.client.offset_reset import (
 )
 from api.client.transport import MetadataCache, Transport
 from api.client.types import TopicPartition
+from api.http.authz import read_topics_or_raise
 from api.http.context import HttpContext, base_url, ctx_of, json_body, json_response, path_int
 from api.http.errors import HttpError, bad_request, kafka_error
 
@@ -526,6 +527,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
             now_ms=int(time.time() * 1000),
         )
         if execute:
+            read_topics_or_raise(request, (r["topic"] for r in plan["plan"]), "offset reset")
             await execute_reset(call, plan)
     except ResetError as e:
         raise _reset_http_error(e) from None
@@ -555,6 +557,7 @@ async def delete_offsets(request: web.Request) -> web.Response:
     scopes = _scopes_of(body)
     if not scopes:
         raise bad_request("'topics' must name at least one topic.")
+    read_topics_or_raise(request, (t for t, _ in scopes), "offset deletion")
     await _describe_or_404(ga, group)
     committed = (await ga.call(group, "fetch_offsets", {})).get("offsets") or []
     have = {(str(r[0]), int(r[1])) for r in committed if r[2] is not None and r[2] >= 0}

@@ -431,6 +431,15 @@ class ConsumerInstance:
             },
         )
         err = str(ans.get("error") or "NONE")
+        refused = ans.get("partition_errors") or []
+        if err == "NONE" and refused:
+            # Kafka's OffsetCommit: a topic the principal may not READ is refused per
+            # partition, the others are committed (issue 18).
+            raise kafka_error(
+                str(refused[0][2]),
+                f"offsets of {sorted((str(e[0]), int(e[1])) for e in refused)} were not "
+                "committed (the others were)",
+            )
         if err != "NONE":
             raise illegal_state(
                 f"Commit refused: {err}. A manually assigned consumer "

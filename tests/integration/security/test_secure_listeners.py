@@ -667,3 +667,149 @@ def test_http_transactions_act_as_the_calling_user(
     assert status == 200, ans
     assert _committed_values(b, cid, "txa") == ["named", "pooled", "d5"]
     assert _committed_values(b, cid, "txb") == ["named", "pooled"]
+
+
+def _binary(
+    url: str, ctx: ssl.SSLContext, route: str, body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any]:
+    import msgpack
+
+    status, raw = _request(
+        f"{url}/binary/v1/{route}",
+        ctx,
+        method="POST",
+        body=msgpack.packb(body),
+        headers={"Content-Type": "application/msgpack", **headers},
+    )
+    assert status == 200, (route, status, raw)
+    out: dict[str, Any] = msgpack.unpackb(raw)
+    return out
+
+
+def test_group_offsets_are_checked_per_topic(cluster: tuple[Quorum, Brokers], topic: str) -> None:
+    """Kafka's per-topic rules inside group requests, on every HTTP path to them: a commit
+    (binary, v2 consumer instance) commits the topics the user may READ and answers the
+    others TOPIC_AUTHORIZATION_FAILED; offset reads leave out topics the user may not
+    DESCRIBE; v3 offset changes of a topic the user may not READ are refused whole."""
+    q, b = cluster
+    assert q.secure is not None
+    cid = topic
+    for t in ("oa", "ob", "oc"):
+        _create_topic(b, cid, t)
+        for i in range(3):
+            status, body = _json_call(
+                f"{b.url(101)}/topics/{t}", b.ssl, method="POST", body={"records": [{"value": i}]}
+            )
+            assert status == 200, body
+    erin = _add_user(b, cid, "erin", "pw-erin")
+    _grant(
+        b,
+        cid,
+        "User:erin",
+        [("GROUP", "eg", "READ"), ("TOPIC", "oa", "READ"), ("TOPIC", "ob", "DESCRIBE")],
+    )
+    plain = q.secure.client_ssl(admin=False)
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:  # the group's coordinator (the first ask creates __consumer_offsets)
+        found = _binary(b.url(101), b.ssl, "group/find_coordinator", {"group": "eg"}, {})
+        if found["error"] == "NONE" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    url = str(found["url"])
+
+    def committed(who: dict[str, str], ctx: ssl.SSLContext) -> dict[str, int]:
+        ans = _binary(url, ctx, "group/fetch_offsets", {"group": "eg"}, who)
+        return {str(r[0]): int(r[2]) for r in ans["offsets"] if r[2] is not None and r[2] >= 0}
+
+    def commit(who: dict[str, str], ctx: ssl.SSLContext, offsets: dict[str, int]) -> Any:
+        body = {
+            "group": "eg",
+            "member_id": "",
+            "generation": -1,
+            "offsets": [[t, 0, o, ""] for t, o in offsets.items()],
+        }
+        return _binary(url, ctx, "group/commit", body, who)
+
+    # The client library's route: oa committed, ob (DESCRIBE only) and oc (nothing) refused.
+    ans = commit(erin, plain, {"oa": 1, "ob": 1, "oc": 1})
+    assert ans["error"] == "NONE", ans
+    assert sorted(map(tuple, ans["partition_errors"])) == [
+        ("ob", 0, "TOPIC_AUTHORIZATION_FAILED"),
+        ("oc", 0, "TOPIC_AUTHORIZATION_FAILED"),
+    ]
+    assert committed({}, b.ssl) == {"oa": 1}  # the admin sees what was committed
+    ans = commit(erin, plain, {"oc": 2})  # nothing it may commit: nothing done
+    assert ans["partition_errors"] == [["oc", 0, "TOPIC_AUTHORIZATION_FAILED"]], ans
+    assert committed({}, b.ssl) == {"oa": 1}
+    assert commit({}, b.ssl, {"ob": 2, "oc": 2})["error"] == "NONE"
+    # Reads leave out what erin may not DESCRIBE (oc), asked for or not.
+    assert committed(erin, plain) == {"oa": 1, "ob": 2}
+    ans = _binary(
+        url, plain, "group/fetch_offsets", {"group": "eg", "partitions": [["oc", 0]]}, erin
+    )
+    assert ans["offsets"] == [], ans
+    lag = _binary(url, plain, "group/lag", {"group": "eg"}, erin)
+    assert sorted(r[0] for r in lag["partitions"]) == ["oa", "ob"], lag
+    # A v2 consumer instance (the broker's own client, acting for erin).
+    base = f"{url}/consumers/eg"
+    status, inst = _json_call(
+        base,
+        plain,
+        method="POST",
+        headers=erin,
+        body={"name": "e1", "auto.commit.enable": "false"},  # its close commits nothing
+    )
+    assert status == 200, inst
+    ib = f"{base}/instances/e1"
+    parts = [{"topic": t, "partition": 0} for t in ("oa", "ob")]
+    status, ans = _json_call(
+        ib + "/assignments", plain, method="POST", headers=erin, body={"partitions": parts}
+    )
+    assert status == 204, ans
+    status, ans = _json_call(
+        ib + "/offsets",
+        plain,
+        method="POST",
+        headers=erin,
+        body={"offsets": [{**p, "offset": 2} for p in parts]},
+    )
+    assert (status, ans["error_code"]) == (403, 40301), ans
+    assert "ob" in ans["message"], ans
+    assert committed({}, b.ssl) == {"oa": 3, "ob": 2, "oc": 2}  # oa committed, ob not
+    oc = [{"topic": "oc", "partition": 0}]
+    status, ans = _json_call(
+        ib + "/offsets",
+        plain,
+        method="GET",
+        headers=erin,
+        body={"partitions": [*parts, *oc]},
+    )
+    assert status == 200, ans
+    assert sorted(o["topic"] for o in ans["offsets"]) == ["oa", "ob"], ans
+    _json_call(ib, plain, method="DELETE", headers=erin)
+    # v3: offset changes of a topic erin may not READ are refused whole.
+    g = f"{url}/v3/clusters/{cid}/consumer-groups/eg"
+    status, ans = _json_call(
+        g + "/offsets:delete", plain, method="POST", headers=erin, body={"topics": ["oa", "ob"]}
+    )
+    assert (status, ans["error_code"]) == (403, 40301), ans
+    status, ans = _json_call(
+        g + "/offsets:reset",
+        plain,
+        method="POST",
+        headers=erin,
+        body={"to": "earliest", "topics": ["ob"], "execute": True},
+    )
+    assert (status, ans["error_code"]) == (403, 40301), ans
+    assert committed({}, b.ssl) == {"oa": 3, "ob": 2, "oc": 2}
+    status, ans = _json_call(
+        g + "/offsets:reset",
+        plain,
+        method="POST",
+        headers=erin,
+        body={"to": "earliest", "topics": ["oa"], "execute": True},
+    )
+    assert status == 200, ans
+    assert committed({}, b.ssl) == {"oa": 0, "ob": 2, "oc": 2}
