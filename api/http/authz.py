@@ -467,6 +467,16 @@ async def _group_topics(
     return response
 
 
+def request_allows(request: web.Request, op: Operation, rtype: ResourceType, name: str) -> bool:
+    """Whether the request's principal may ``op`` on the resource (always, without an
+    authorizer): for a route that shows several resources, each under its own right."""
+    az = request.app.get(AUTHORIZER_KEY)
+    principal = request.get(PRINCIPAL)
+    if az is None or principal is None:
+        return True
+    return az.allows(principal, _host(request), op, rtype, name)
+
+
 def read_topics_or_raise(request: web.Request, topics: Iterable[str], what: str) -> None:
     """A v3 group route that changes offsets of ``topics`` (a reset, an offset deletion):
     403 before anything is done unless the principal may READ each (the coordinator would

@@ -44,9 +44,10 @@ from api.client.offset_reset import (
 )
 from api.client.transport import MetadataCache, Transport
 from api.client.types import TopicPartition
-from api.http.authz import read_topics_or_raise
+from api.http.authz import read_topics_or_raise, request_allows
 from api.http.context import HttpContext, base_url, ctx_of, json_body, json_response, path_int
 from api.http.errors import HttpError, bad_request, kafka_error
+from metalog.security import Operation, ResourceType
 
 COORDINATOR_RETRY_S = 15.0
 """How long a request keeps looking for a group's coordinator (failover, the offsets topic
@@ -277,7 +278,13 @@ async def _lag_rows(ga: GroupAccess, group: str) -> list[list[Any]]:
 async def list_consumer_groups(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     ga = request.app[GROUPS_KEY]
-    groups = await ga.list()
+    # Kafka's ListGroups and DescribeGroups: a group the principal may not DESCRIBE is left
+    # out (its description would be GROUP_AUTHORIZATION_FAILED).
+    groups = [
+        g
+        for g in await ga.list()
+        if request_allows(request, Operation.DESCRIBE, ResourceType.GROUP, str(g["group"]))
+    ]
     sem = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
     async def one(g: dict[str, Any]) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from broker.schemas.state import (
     RegistryState,
     parse_version,
 )
+from common.principal import CURRENT_PRINCIPAL
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 BODY_TYPES = frozenset(
@@ -153,7 +154,15 @@ async def _registry_read(request: web.Request, fn: Callable[[RegistryState], Any
     ctx = request.app.get(CONTEXT_KEY)
     if ctx is not None:
         await ctx.sync_metadata()
-    return await _registry(request).read(fn)
+    # The sync asks the leader of _schemas for its high watermark: the broker's own
+    # bookkeeping, as the node (the route checked the user's right). Asked as the user, who
+    # may not DESCRIBE _schemas, the leader hid the topic, and a user's read on any other
+    # broker of a secure cluster waited out read_sync_timeout_ms, then answered unsynced.
+    token = CURRENT_PRINCIPAL.set(None)
+    try:
+        return await _registry(request).read(fn)
+    finally:
+        CURRENT_PRINCIPAL.reset(token)
 
 
 async def _read(request: web.Request, fn: Callable[[RegistryState], Any]) -> web.Response:
