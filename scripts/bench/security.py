@@ -16,9 +16,30 @@ the default single listener.
 
 ``ratio`` is secure / plaintext (the issue's goal: at least 0.8).
 
-Both clusters run at once and are measured in turn, the order alternating per run.
-``--quick``: 100,000 records through the client, 20,000 through HTTP, two runs; ``--smoke``:
-5,000 and 1,000, one run; full: 500,000 and 100,000, four runs.
+Method: both clusters run at once, and each workload is measured in short pairs, a plaintext
+run and a secure run back to back, the order alternating from pair to pair (ABBAAB...), so
+that the load of a shared machine, which drifts over seconds, falls on both halves of a pair
+alike. Each pair gives a ratio; a figure's ``params`` carry their median and spread
+(``pair_ratio_median``, ``pair_ratio_spread``: min, first quartile, third quartile, max),
+which is the figure to quote; ``value`` and ``baseline_value`` are the medians of the secure
+and plaintext runs (two short runs of a loaded machine compared once said 0.64 one time and
+1.54 the next).
+
+Where the cost is, as figures of their own:
+
+* ``security.cost.tls_handshake``: a request on a new connection (GET /v3/health, which needs
+  no credentials), secure against plaintext, alternating: the TLS handshake's price;
+* ``security.cost.tls_request``: the same request on a kept-alive connection: TLS's record
+  layer per request;
+* ``security.cost.basic_auth``: a remembered HTTP Basic login (``AuthState.basic_principal``,
+  in process: one HMAC and lookups; ``params.first_login_ms``: the PBKDF2 derivation a new
+  connection's first login of a user pays once per process);
+* ``security.cost.acl_check``: one authorization (``Authorizer.allows``) against the bench's
+  two ACLs, in process (``params.with_1000_other_bindings_us``: among 1,000 others' on other
+  topics: the check scans every binding of the resource type).
+
+``--quick``: 7 pairs of 20,000 records through the client and 4,000 through HTTP per
+workload; ``--smoke``: 2 pairs of 2,000 and 500; full: 15 pairs of 100,000 and 20,000.
 
 Usage: python scripts/bench/security.py [--quick | --smoke]
 """
@@ -28,11 +49,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import shutil
 import ssl
+import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +64,17 @@ import orjson
 from _report import add_size_flags, figure, progress, size
 
 from api.client import AsyncConsumer, AsyncProducer, ClientSecurity, TopicPartition
+from api.http.auth import AuthState, StaticCredentials
+from api.http.authz import Authorizer
 from api.node.localcluster import running_cluster
+from metalog.security import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+    ScramCredential,
+)
 
 TOPIC = "bench"
 PARTITIONS = 2
@@ -121,7 +154,8 @@ async def setup(t: Target, admin_ssl: ssl.SSLContext | None, secure: bool) -> st
 async def client_produce(t: Target, topic: str, n: int) -> float:
     async with AsyncProducer(t.urls, security=t.security, linger_ms=5) as p:
         t0 = time.perf_counter()
-        futs = [p.send_batch(topic, [VALUE] * 5_000) for _ in range(n // 5_000)]
+        chunk = min(5_000, n)
+        futs = [p.send_batch(topic, [VALUE] * chunk) for _ in range(n // chunk)]
         for f in futs:
             await (await f)
         await p.flush()
@@ -138,6 +172,8 @@ async def client_fetch(t: Target, topic: str, n: int) -> float:
         t0 = time.perf_counter()
         while got < n:
             got += len(await c.poll(timeout_ms=1000))
+            if time.perf_counter() - t0 > 120:
+                raise RuntimeError(f"read {got} of {n} records in 120 s")
         return got / (time.perf_counter() - t0)
 
 
@@ -188,15 +224,6 @@ async def http_fetch(t: Target, cid: str, topic: str, n: int) -> float:
         return got / (time.perf_counter() - t0)
 
 
-async def measure(t: Target, cid: str, run: int, n_client: int, n_http: int) -> dict[str, float]:
-    out = {}
-    out["client.produce"] = await client_produce(t, f"{TOPIC}-c{run}", n_client)
-    out["client.fetch"] = await client_fetch(t, f"{TOPIC}-c{run}", n_client)
-    out["http_json.produce"] = await http_produce(t, f"{TOPIC}-h{run}", n_http)
-    out["http_json.fetch"] = await http_fetch(t, cid, f"{TOPIC}-h{run}", n_http)
-    return out
-
-
 async def create_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int) -> None:
     admin = Target(t.urls, None)
     admin.ssl = admin_ssl
@@ -235,45 +262,214 @@ def cluster(root: Path, secure: bool) -> Iterator[tuple[Target, ssl.SSLContext |
         yield t, admin_ssl, asyncio.run(setup(t, admin_ssl, secure))
 
 
-def measure_run(
-    t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int, n_client: int, n_http: int
-) -> dict[str, float]:
-    asyncio.run(create_topics(t, admin_ssl, cid, run))
-    return asyncio.run(measure(t, cid, run, n_client, n_http))
+WORKLOADS = ("client.produce", "client.fetch", "http_json.produce", "http_json.fetch")
+Cluster = tuple[Target, ssl.SSLContext | None, str]
+
+
+async def one_workload(
+    key: str, t: Target, cid: str, pair: int, n_client: int, n_http: int
+) -> float:
+    """Records/s of one run of ``key``; a fetch reads what the pair's produce wrote."""
+    if key == "client.produce":
+        return await client_produce(t, f"{TOPIC}-c{pair}", n_client)
+    if key == "client.fetch":
+        return await client_fetch(t, f"{TOPIC}-c{pair}", n_client)
+    if key == "http_json.produce":
+        return await http_produce(t, f"{TOPIC}-h{pair}", n_http)
+    return await http_fetch(t, cid, f"{TOPIC}-h{pair}", n_http)
+
+
+def measure_pairs(
+    plain: Cluster, secure: Cluster, pairs: int, n_client: int, n_http: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Per workload, ``pairs`` of (plaintext, secure) records/s measured back to back, the
+    order alternating from pair to pair."""
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in WORKLOADS}
+    for pair in range(pairs):
+        for t, admin_ssl, cid in (plain, secure):
+            asyncio.run(create_topics(t, admin_ssl, cid, pair))
+        order = [("plain", plain), ("secure", secure)]
+        if pair % 2:
+            order.reverse()
+        for key in WORKLOADS:
+            got = {}
+            for name, (t, _admin_ssl, cid) in order:
+                got[name] = asyncio.run(one_workload(key, t, cid, pair, n_client, n_http))
+            out[key].append((got["plain"], got["secure"]))
+            progress(
+                f"pair {pair} {key}: plaintext {got['plain']:,.0f}, secure {got['secure']:,.0f} "
+                f"records/s, ratio {got['secure'] / got['plain']:.2f}"
+            )
+    return out
+
+
+def spread(xs: list[float]) -> list[float]:
+    """min, first quartile, third quartile, max (the quartiles of one value are itself)."""
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return [round(min(xs), 3), round(q[0], 3), round(q[2], 3), round(max(xs), 3)]
+
+
+async def _health_ms(url: str, ctx: ssl.SSLContext | None, n: int, *, new: bool) -> list[float]:
+    """Latencies of ``n`` GET /v3/health, each on a new connection (``new``) or all on one."""
+    conn = aiohttp.TCPConnector(force_close=new, limit=1, ssl=ctx if ctx is not None else True)
+    out = []
+    async with aiohttp.ClientSession(connector=conn) as s:
+        if not new:
+            async with s.get(f"{url}/v3/health") as r:  # the one connection, made
+                await r.read()
+        for _ in range(n):
+            t0 = time.perf_counter()
+            async with s.get(f"{url}/v3/health") as r:
+                await r.read()
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def connection_costs(plain: Cluster, secure: Cluster, rounds: int, n: int) -> None:
+    """``security.cost.tls_handshake`` and ``security.cost.tls_request``: median latencies,
+    the clusters alternating per round."""
+    for name, new in (("tls_handshake", True), ("tls_request", False)):
+        got: dict[str, list[float]] = {"plain": [], "secure": []}
+        for r in range(rounds):
+            order = [("plain", plain), ("secure", secure)]
+            for who, (t, _admin_ssl, _cid) in order if r % 2 == 0 else order[::-1]:
+                ctx = None if t.security is None else t.ssl
+                lat = asyncio.run(_health_ms(t.urls[0], ctx, n, new=new))
+                got[who].append(statistics.median(lat))
+        what = "a new connection" if new else "a kept-alive connection"
+        figure(
+            f"security.cost.{name}",
+            "ms",
+            got["secure"],
+            baseline=f"the same GET /v3/health on {what} to the plaintext cluster, same run",
+            baseline_values=got["plain"],
+            higher_is_better=False,
+            params={
+                "request": "GET /v3/health (no credentials)",
+                "requests_per_round": n,
+                "extra_ms": round(
+                    statistics.median(got["secure"]) - statistics.median(got["plain"]), 3
+                ),
+            },
+        )
+
+
+def _per_call_us(fn: Callable[[], object], n: int) -> float:
+    """The median over 5 batches of ``n`` calls, in microseconds per call."""
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        batches.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(batches)
+
+
+def check_costs(n: int) -> None:
+    """``security.cost.basic_auth`` and ``security.cost.acl_check``, in process."""
+    cred = ScramCredential.derive("SCRAM-SHA-256", PASSWORD, b"0123456789abcdef", 4096)
+    state = AuthState(StaticCredentials({(USER, "SCRAM-SHA-256"): cred}))
+    t0 = time.perf_counter()
+    state.basic_principal(USER, PASSWORD)  # PBKDF2, then remembered
+    first_ms = (time.perf_counter() - t0) * 1000
+    figure(
+        "security.cost.basic_auth",
+        "us",
+        [_per_call_us(lambda: state.basic_principal(USER, PASSWORD), n)],
+        params={
+            "mechanism": "SCRAM-SHA-256",
+            "iterations": 4096,
+            "first_login_ms": round(first_ms, 3),
+        },
+    )
+
+    def allow(who: str, topic: str, op: Operation) -> AclBinding:
+        return AclBinding(
+            who, "*", ResourceType.TOPIC, topic, PatternType.LITERAL, op, Permission.ALLOW
+        )
+
+    mine = [
+        AclBinding(
+            f"User:{USER}",
+            "*",
+            ResourceType.TOPIC,
+            "bench",
+            PatternType.PREFIXED,
+            op,
+            Permission.ALLOW,
+        )
+        for op in (Operation.WRITE, Operation.READ)
+    ]
+    others = [allow(f"User:u{i}", f"t{i}", Operation.READ) for i in range(1000)]
+
+    def check_us(bindings: list[AclBinding]) -> float:
+        # As a node's image holds them: a tuple per resource type (AclsImage.for_type).
+        by_type = tuple(b for b in bindings if b.resource_type is ResourceType.TOPIC)
+        az = Authorizer(_Acls(by_type), frozenset({"User:admin"}))
+        return _per_call_us(
+            lambda: az.allows(
+                f"User:{USER}", "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, "bench-c0"
+            ),
+            n,
+        )
+
+    figure(
+        "security.cost.acl_check",
+        "us",
+        [check_us(mine)],
+        params={
+            "bindings": len(mine),
+            "operation": "WRITE on a topic, allowed by a prefix",
+            "with_1000_other_bindings_us": round(check_us(mine + others), 3),
+        },
+    )
+
+
+class _Acls:
+    def __init__(self, topic_bindings: tuple[AclBinding, ...]) -> None:
+        self.topic_bindings = topic_bindings
+
+    def acls_for(self, resource_type: ResourceType) -> tuple[AclBinding, ...]:
+        return self.topic_bindings if resource_type is ResourceType.TOPIC else ()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_flags(ap)
     sz = size(ap.parse_args())
-    n_client, n_http, runs = {
-        "smoke": (5_000, 1_000, 1),
-        "quick": (100_000, 20_000, 2),
-        "full": (500_000, 100_000, 4),
+    n_client, n_http, pairs = {
+        "smoke": (2_000, 500, 2),
+        "quick": (20_000, 4_000, 7),
+        "full": (100_000, 20_000, 15),
     }[sz]
+    rounds, n_health = (2, 5) if sz == "smoke" else (6, 40)
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-security-"))
-    plain: list[dict[str, float]] = []
-    secure: list[dict[str, float]] = []
     try:
-        # Both clusters up at once, measured in turn (the order alternating per run), so the
-        # load of a shared machine falls on both alike.
         with cluster(root / "plain", False) as p, cluster(root / "secure", True) as s:
-            for run in range(runs):
-                order = [(p, plain, "plaintext"), (s, secure, "secure")]
-                for (t, admin_ssl, cid), out, name in order if run % 2 == 0 else order[::-1]:
-                    out.append(measure_run(t, admin_ssl, cid, run, n_client, n_http))
-                    progress(f"{name} run {run}: {out[-1]}")
+            got = measure_pairs(p, s, pairs, n_client, n_http)
+            connection_costs(p, s, rounds, n_health)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    check_costs(200 if sz == "smoke" else 20_000)
     params = {"records_client": n_client, "records_http": n_http, "value_bytes": len(VALUE)}
-    for key in ("client.produce", "client.fetch", "http_json.produce", "http_json.fetch"):
+    for key in WORKLOADS:
+        ratios = [sec / pl for pl, sec in got[key]]
+        progress(
+            f"{key}: pair ratio median {statistics.median(ratios):.2f}, spread "
+            f"{json.dumps(spread(ratios))} over {len(ratios)} pairs"
+        )
         figure(
             f"security.{key}",
             "records/s",
-            [r[key] for r in secure],
-            baseline="the same on a plaintext cluster, same run",
-            baseline_values=[r[key] for r in plain],
-            params={**params, "secure": "TLS everywhere + SCRAM Basic + ACLs"},
+            [sec for _pl, sec in got[key]],
+            baseline="the same on a plaintext cluster, same run, measured in alternating pairs",
+            baseline_values=[pl for pl, _sec in got[key]],
+            params={
+                **params,
+                "secure": "TLS everywhere + SCRAM Basic + ACLs",
+                "pair_ratio_median": round(statistics.median(ratios), 3),
+                "pair_ratio_spread": spread(ratios),
+            },
         )
 
 

@@ -40,6 +40,10 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "security.client.fetch": True,
         "security.http_json.produce": True,
         "security.http_json.fetch": True,
+        "security.cost.tls_handshake": True,
+        "security.cost.tls_request": True,
+        "security.cost.basic_auth": False,
+        "security.cost.acl_check": False,
     },
     "schemas.py": {
         "schemas.client.produce": True,
