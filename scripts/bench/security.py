@@ -31,6 +31,8 @@ Where the cost is, as figures of their own:
   no credentials), secure against plaintext, alternating: the TLS handshake's price;
 * ``security.cost.tls_request``: the same request on a kept-alive connection: TLS's record
   layer per request;
+* ``security.cost.tls_bulk``: MB/s of a 72 KB document on a kept-alive connection (TLS's
+  encryption and its asyncio/uvloop transports per byte);
 * ``security.cost.basic_auth``: a remembered HTTP Basic login (``AuthState.basic_principal``,
   in process: one HMAC and lookups; ``params.first_login_ms``: the PBKDF2 derivation a new
   connection's first login of a user pays once per process);
@@ -38,7 +40,7 @@ Where the cost is, as figures of their own:
   two ACLs, in process (``params.with_1000_other_bindings_us``: among 1,000 others' on other
   topics: the check scans every binding of the resource type).
 
-``--quick``: 7 pairs of 20,000 records through the client and 4,000 through HTTP per
+``--quick``: 5 pairs of 20,000 records through the client and 4,000 through HTTP per
 workload; ``--smoke``: 2 pairs of 2,000 and 500; full: 15 pairs of 100,000 and 20,000.
 
 Usage: python scripts/bench/security.py [--quick | --smoke]
@@ -337,6 +339,8 @@ def connection_costs(plain: Cluster, secure: Cluster, rounds: int, n: int) -> No
                 lat = asyncio.run(_health_ms(t.urls[0], ctx, n, new=new))
                 got[who].append(statistics.median(lat))
         what = "a new connection" if new else "a kept-alive connection"
+        if not new:
+            _bulk_figure(plain, secure, rounds)
         figure(
             f"security.cost.{name}",
             "ms",
@@ -352,6 +356,35 @@ def connection_costs(plain: Cluster, secure: Cluster, rounds: int, n: int) -> No
                 ),
             },
         )
+
+
+async def _bulk_mb_s(t: Target, n: int) -> float:
+    """MB/s of ``n`` GET /openapi.json (72 KB) on one kept-alive connection."""
+    conn = aiohttp.TCPConnector(limit=1, ssl=t.ssl if t.ssl is not None else True)
+    got = 0
+    async with aiohttp.ClientSession(connector=conn) as s:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            async with s.get(f"{t.urls[0]}/openapi.json", headers=t.headers) as r:
+                got += len(await r.read())
+        return got / (time.perf_counter() - t0) / 1e6
+
+
+def _bulk_figure(plain: Cluster, secure: Cluster, rounds: int) -> None:
+    """``security.cost.tls_bulk``: bytes through TLS (the same document, kept-alive)."""
+    got: dict[str, list[float]] = {"plain": [], "secure": []}
+    for r in range(rounds):
+        order = [("plain", plain), ("secure", secure)]
+        for who, (t, _admin_ssl, _cid) in order if r % 2 == 0 else order[::-1]:
+            got[who].append(asyncio.run(_bulk_mb_s(t, 50)))
+    figure(
+        "security.cost.tls_bulk",
+        "MB/s",
+        got["secure"],
+        baseline="the same GET /openapi.json on a kept-alive connection to the plaintext cluster",
+        baseline_values=got["plain"],
+        params={"request": "GET /openapi.json (72 KB; Basic, remembered, on the secure one)"},
+    )
 
 
 def _per_call_us(fn: Callable[[], object], n: int) -> float:
@@ -402,7 +435,7 @@ def check_costs(n: int) -> None:
     ]
     others = [allow(f"User:u{i}", f"t{i}", Operation.READ) for i in range(1000)]
 
-    def check_us(bindings: list[AclBinding]) -> float:
+    def check_us(bindings: list[AclBinding], n: int) -> float:
         # As a node's image holds them: a tuple per resource type (AclsImage.for_type).
         by_type = tuple(b for b in bindings if b.resource_type is ResourceType.TOPIC)
         az = Authorizer(_Acls(by_type), frozenset({"User:admin"}))
@@ -416,11 +449,11 @@ def check_costs(n: int) -> None:
     figure(
         "security.cost.acl_check",
         "us",
-        [check_us(mine)],
+        [check_us(mine, n)],
         params={
             "bindings": len(mine),
             "operation": "WRITE on a topic, allowed by a prefix",
-            "with_1000_other_bindings_us": round(check_us(mine + others), 3),
+            "with_1000_other_bindings_us": round(check_us(mine + others, max(n // 100, 10)), 3),
         },
     )
 
@@ -439,10 +472,10 @@ def main() -> None:
     sz = size(ap.parse_args())
     n_client, n_http, pairs = {
         "smoke": (2_000, 500, 2),
-        "quick": (20_000, 4_000, 7),
+        "quick": (20_000, 4_000, 5),
         "full": (100_000, 20_000, 15),
     }[sz]
-    rounds, n_health = (2, 5) if sz == "smoke" else (6, 40)
+    rounds, n_health = (2, 5) if sz == "smoke" else (4, 40)
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-security-"))
     try:
         with cluster(root / "plain", False) as p, cluster(root / "secure", True) as s:

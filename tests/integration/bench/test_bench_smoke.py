@@ -42,6 +42,7 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "security.http_json.fetch": True,
         "security.cost.tls_handshake": True,
         "security.cost.tls_request": True,
+        "security.cost.tls_bulk": True,
         "security.cost.basic_auth": False,
         "security.cost.acl_check": False,
     },
