@@ -31,7 +31,9 @@ from pydantic import BaseModel
 
 from api.http.context import base_url, ctx_of, json_response, path_int
 from api.http.errors import HttpError
+from broker.endpoints import endpoint_url
 from common import netbind
+from common.principal import forwarding_headers
 from metalog.records import BrokerId
 
 FORWARDED_HEADER = "X-Longboat-Forwarded"
@@ -200,17 +202,19 @@ async def _broker_or_forward(request: web.Request) -> tuple[int, web.Response | 
         raise HttpError(404, f"Broker {bid} not found.", 404)
     if request.headers.get(FORWARDED_HEADER):
         raise HttpError(404, f"Broker {bid} is not this broker ({ctx.broker_id}).", 404)
-    eps = [e for e in b.endpoints if e.name == "http"] or list(b.endpoints[:1])
-    if not eps:
+    # Its client endpoint, with its scheme (https on a TLS listener; issue 18), dialled with
+    # the node's certificate and naming the user, whose rights the other broker checks too.
+    base = endpoint_url(b.endpoints, None)
+    if base is None:
         raise HttpError(503, f"Broker {bid} has no endpoint to ask.", 50302)
-    url = f"http://{eps[0].host}:{eps[0].port}{request.path}"
+    url = f"{base}{request.path}"
     try:
         async with (
             aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
                 connector=netbind.connector(),
             ) as session,
-            session.get(url, headers={FORWARDED_HEADER: "1"}) as resp,
+            session.get(url, headers={FORWARDED_HEADER: "1", **forwarding_headers()}) as resp,
         ):
             body = await resp.read()
             ctype = _content_type(resp.headers.get("Content-Type", ""))

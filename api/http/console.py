@@ -47,6 +47,7 @@ from aiohttp import web
 from api.http import console_view
 from api.http.context import HttpContext, json_response
 from api.http.errors import HttpError, topic_not_found
+from broker.endpoints import endpoint_url
 from common import netbind
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,11 @@ class Console:
             image = self.ctx.image
             targets: dict[int, str] = {}
             for b in image.brokers.brokers.values():
-                http = next((e for e in b.endpoints if e.name == "http"), None)
-                if int(b.broker_id) != self.ctx.broker_id and http is not None:
-                    targets[int(b.broker_id)] = f"http://{http.host}:{http.port}/console/api/local"
+                # The client endpoint with its scheme: https on a secure cluster (issue 18),
+                # dialled with the node's certificate (netbind).
+                url = endpoint_url(b.endpoints, None)
+                if int(b.broker_id) != self.ctx.broker_id and url is not None:
+                    targets[int(b.broker_id)] = f"{url}/console/api/local"
 
             async def one(bid: int, url: str) -> tuple[int, Any]:
                 try:

@@ -344,7 +344,7 @@ def cluster_view(
     brokers = []
     for bid, b in sorted(image.brokers.brokers.items()):
         rows = reports.get(int(bid), [])
-        http = next((e for e in b.endpoints if e.name == "http"), None)
+        http = next((e for e in b.endpoints if e.name in ("http", "https")), None)
         brokers.append(
             {
                 "broker_id": int(bid),

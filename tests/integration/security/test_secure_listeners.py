@@ -1016,3 +1016,30 @@ def test_route_matrix_with_exactly_the_needed_acl(
 
 def orjson_dumps(v: Any) -> bytes:
     return json.dumps(v).encode()
+
+
+def test_a_broker_asks_another_over_tls_for_the_user(
+    cluster: tuple[Quorum, Brokers], topic: str
+) -> None:
+    """Routes a broker answers by asking another (a broker's configs, the console's
+    overview) dial its https endpoint with the node's certificate (they dialled http://,
+    which a TLS listener refuses), and a forwarded config read is checked as the user."""
+    q, b = cluster
+    assert q.secure is not None
+    cid = topic
+    frank = _add_user(b, cid, "frank", "pw-frank")
+    _grant(b, cid, "User:frank", [("CLUSTER", "kafka-cluster", "DESCRIBE_CONFIGS")])
+    plain = q.secure.client_ssl(admin=False)
+    url = f"{b.url(101)}/v3/clusters/{cid}/brokers/102/configs"
+    for who, ctx in ((frank, plain), ({}, b.ssl)):
+        status, body = _json_call(url, ctx, headers=who)
+        assert status == 200, body
+        assert {c["broker_id"] for c in body["data"]} == {102}, body
+    grace = _add_user(b, cid, "grace", "pw-grace")
+    status, body = _json_call(url, plain, headers=grace)
+    assert (status, body["error_code"]) == (403, 40301), body
+    status, body = _json_call(f"{b.url(101)}/console/api/cluster", b.ssl)
+    assert status == 200, body
+    other = next(x for x in body["brokers"] if x["broker_id"] == 102)
+    assert other["reachable"] is True and other["replicas"] > 0, other
+    assert other["port"] == b.ports[102], other
