@@ -48,7 +48,14 @@ from metalog.records import (
     TopicRecord,
     UserScramCredentialRecord,
 )
-from metalog.security import AclBinding, AclBindingFilter, ResourceType, ScramCredential
+from metalog.security import (
+    WILDCARD,
+    AclBinding,
+    AclBindingFilter,
+    PatternType,
+    ResourceType,
+    ScramCredential,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -528,21 +535,46 @@ class FeaturesImage:
 class AclsImage:
     """The ACL bindings (issue 18), by the id their ``AccessControlEntryRecord`` gave them.
 
-    ``by_type`` holds the same bindings grouped by resource type, which is what
-    ``metalog.security.authorize`` scans for one decision; ACLs change rarely, so
-    ``MetadataDelta.apply`` rebuilds it whole when they do.
+    ``by_type`` holds the same bindings grouped by resource type, and ``on_resource`` picks
+    out of them the few that can match one resource (its literal name, the literal ``*``,
+    the prefixes it starts with), which is what ``metalog.security.authorize`` checks for
+    one decision: a scan of every binding of the type cost 0.5 ms per decision at 1,000
+    ACLs, and Kafka's authorizer indexes them the same way. ACLs change rarely, so
+    ``MetadataDelta.apply`` rebuilds the indexes whole when they do.
     """
 
     by_id: PMap[str, AclBinding] = field(default_factory=PMap)
     by_type: Mapping[ResourceType, tuple[AclBinding, ...]] = field(default_factory=dict)
     """Invariant: the bindings of ``by_id``, grouped by ``resource_type``, sorted by id."""
 
+    literal: Mapping[tuple[ResourceType, str], tuple[AclBinding, ...]] = field(default_factory=dict)
+    """LITERAL bindings by (resource type, name); ``*`` is a name here."""
+    prefixed: Mapping[tuple[ResourceType, str], tuple[AclBinding, ...]] = field(
+        default_factory=dict
+    )
+    """PREFIXED bindings by (resource type, prefix)."""
+    prefix_lengths: Mapping[ResourceType, tuple[int, ...]] = field(default_factory=dict)
+    """The lengths of the prefixes in ``prefixed``, per resource type."""
+
     @staticmethod
     def of(by_id: PMap[str, AclBinding]) -> AclsImage:
         grouped: dict[ResourceType, list[AclBinding]] = {}
+        literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         for _, acl in sorted(by_id.items()):
             grouped.setdefault(acl.resource_type, []).append(acl)
-        return AclsImage(by_id, {t: tuple(v) for t, v in grouped.items()})
+            index = prefixed if acl.pattern_type is PatternType.PREFIXED else literal
+            index.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+        lengths: dict[ResourceType, set[int]] = {}
+        for t, prefix in prefixed:
+            lengths.setdefault(t, set()).add(len(prefix))
+        return AclsImage(
+            by_id,
+            {t: tuple(v) for t, v in grouped.items()},
+            {k: tuple(v) for k, v in literal.items()},
+            {k: tuple(v) for k, v in prefixed.items()},
+            {t: tuple(sorted(n)) for t, n in lengths.items()},
+        )
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -551,6 +583,19 @@ class AclsImage:
         """The bindings that can match a resource of ``resource_type``: pass them to
         ``metalog.security.authorize``."""
         return self.by_type.get(resource_type, ())
+
+    def on_resource(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        """The bindings that can match the resource ``name`` of ``resource_type`` (each
+        ``matches_resource`` it): pass them to ``metalog.security.authorize``."""
+        out = [
+            *self.literal.get((resource_type, name), ()),
+            *(self.literal.get((resource_type, WILDCARD), ()) if name != WILDCARD else ()),
+        ]
+        for n in self.prefix_lengths.get(resource_type, ()):
+            if n > len(name):
+                break
+            out += self.prefixed.get((resource_type, name[:n]), ())
+        return out
 
     def matching(self, flt: AclBindingFilter) -> list[tuple[str, AclBinding]]:
         """(id, binding) of every binding ``flt`` matches, sorted by id."""

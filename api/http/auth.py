@@ -79,6 +79,11 @@ class AclSource(Protocol):
         """The bindings that can match a resource of ``resource_type``."""
         ...
 
+    def acls_on(self, resource_type: ResourceType, name: str) -> Iterable[AclBinding]:
+        """The bindings that can match the resource ``name`` of ``resource_type`` (a subset
+        of ``acls_for``: what one decision needs to look at)."""
+        ...
+
 
 @dataclass
 class StaticCredentials:
@@ -96,6 +101,9 @@ class StaticAcls:
 
     def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
         return [b for b in self.bindings if b.resource_type is resource_type]
+
+    def acls_on(self, resource_type: ResourceType, name: str) -> Iterable[AclBinding]:
+        return [b for b in self.bindings if b.matches_resource(resource_type, name)]
 
 
 class AuthenticationError(Exception):
@@ -374,3 +382,6 @@ class ImageSecurity:
 
     def acls_for(self, resource_type: ResourceType) -> Iterable[AclBinding]:
         return self.image().acls.for_type(resource_type)
+
+    def acls_on(self, resource_type: ResourceType, name: str) -> Iterable[AclBinding]:
+        return self.image().acls.on_resource(resource_type, name)

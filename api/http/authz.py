@@ -515,7 +515,7 @@ class Authorizer:
         self, principal: str, host: str, op: Operation, rtype: ResourceType, name: str
     ) -> bool:
         return authorize(
-            self.acls.acls_for(rtype),
+            self.acls.acls_on(rtype, name),
             principal,
             host,
             op,

@@ -69,6 +69,7 @@ from api.client import AsyncConsumer, AsyncProducer, ClientSecurity, TopicPartit
 from api.http.auth import AuthState, StaticCredentials
 from api.http.authz import Authorizer
 from api.node.localcluster import running_cluster
+from metalog.image import AclsImage, PMap
 from metalog.security import (
     AclBinding,
     Operation,
@@ -436,9 +437,9 @@ def check_costs(n: int) -> None:
     others = [allow(f"User:u{i}", f"t{i}", Operation.READ) for i in range(1000)]
 
     def check_us(bindings: list[AclBinding], n: int) -> float:
-        # As a node's image holds them: a tuple per resource type (AclsImage.for_type).
-        by_type = tuple(b for b in bindings if b.resource_type is ResourceType.TOPIC)
-        az = Authorizer(_Acls(by_type), frozenset({"User:admin"}))
+        # As a node holds them: the metadata image's AclsImage and its per-resource index.
+        image = AclsImage.of(PMap({str(i): b for i, b in enumerate(bindings)}))
+        az = Authorizer(_Acls(image), frozenset({"User:admin"}))
         return _per_call_us(
             lambda: az.allows(
                 f"User:{USER}", "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, "bench-c0"
@@ -459,11 +460,14 @@ def check_costs(n: int) -> None:
 
 
 class _Acls:
-    def __init__(self, topic_bindings: tuple[AclBinding, ...]) -> None:
-        self.topic_bindings = topic_bindings
+    def __init__(self, image: AclsImage) -> None:
+        self.image = image
 
     def acls_for(self, resource_type: ResourceType) -> tuple[AclBinding, ...]:
-        return self.topic_bindings if resource_type is ResourceType.TOPIC else ()
+        return self.image.for_type(resource_type)
+
+    def acls_on(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        return self.image.on_resource(resource_type, name)
 
 
 def main() -> None:

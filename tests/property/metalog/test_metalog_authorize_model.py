@@ -15,6 +15,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metalog.image import AclsImage, PMap
 from metalog.security import (
     AclBinding,
     Operation,
@@ -105,6 +106,36 @@ def test_authorize_agrees_with_the_reference_model(
     expected = model(acls, principal, host, op, rtype, name, supers, allow_if_no_acl)
     got = authorize(
         acls,
+        principal,
+        host,
+        op,
+        rtype,
+        name,
+        super_users=supers,
+        allow_if_no_acl=allow_if_no_acl,
+    )
+    assert got == expected
+
+
+@settings(max_examples=1_000)
+@given(st.lists(bindings, max_size=12), requests, super_users, st.booleans())
+def test_a_decision_on_the_images_index_agrees_with_the_model(
+    acls: list[AclBinding],
+    request: tuple[str, str, Operation, ResourceType, str],
+    supers: frozenset[str],
+    allow_if_no_acl: bool,
+) -> None:
+    # What a node decides with: only the bindings AclsImage.on_resource picks for the
+    # resource (its literal name, '*', the prefixes it starts with), not all of the type.
+    principal, host, op, rtype, name = request
+    image = AclsImage.of(PMap({f"{i:04}": a for i, a in enumerate(acls)}))
+    picked = image.on_resource(rtype, name)
+    assert sorted(map(repr, picked)) == sorted(
+        repr(a) for a in image.for_type(rtype) if a.matches_resource(rtype, name)
+    )
+    expected = model(acls, principal, host, op, rtype, name, supers, allow_if_no_acl)
+    got = authorize(
+        picked,
         principal,
         host,
         op,

@@ -37,6 +37,9 @@ class Acls:
     def acls_for(self, rtype: ResourceType) -> list[AclBinding]:
         return [b for b in self.bindings if b.resource_type is rtype]
 
+    def acls_on(self, rtype: ResourceType, name: str) -> list[AclBinding]:
+        return [b for b in self.bindings if b.matches_resource(rtype, name)]
+
 
 def _allow(op: Operation, topic: str) -> AclBinding:
     return AclBinding(
