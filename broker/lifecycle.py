@@ -12,8 +12,9 @@ Kafka's ``BrokerLifecycleManager``. States (``BrokerState``, Kafka's ``BrokerSta
   marker names, ``broker.clean_shutdown``; -1 after an unclean shutdown, which takes the
   broker out of every ISR and ELR), retried until the active controller answers. The answer's broker epoch
   is the offset of the ``RegisterBrokerRecord``. ``DUPLICATE_BROKER_REGISTRATION`` (an older
-  incarnation of this id still holds a session, e.g. after a SIGKILL) is retried until that
-  session expires.
+  incarnation of this id still holds a session) is retried until that session expires;
+  after a SIGKILL or a power cut it is not raised, because the registration names the
+  incarnation that held the data directory before (``previous_incarnation_id``).
 * RECOVERY: fenced. Heartbeats every ``heartbeat_interval_s`` (2 s) report the metadata
   follower's offset; the controller unfences the broker once that offset reaches the broker
   epoch (it has replayed its own registration). A heartbeat also goes out at once when the
@@ -110,6 +111,8 @@ class BrokerLifecycle:
         *,
         previous_broker_epoch: int | None = None,
         replica_logs: Callable[[], tuple[ReplicaLogInfo, ...]] | None = None,
+        incarnation_id: str | None = None,
+        previous_incarnation_id: str | None = None,
     ) -> None:
         self.config = config
         self.follower = follower
@@ -118,7 +121,10 @@ class BrokerLifecycle:
         self._replica_logs = replica_logs
         self._reported: set[tuple[str, int, int]] = set()  # logged once per partition epoch
         self._client = ControllerClient(controller_urls, timeout_s=config.request_timeout_s)
-        self.incarnation_id = uuid.uuid4().hex
+        self.incarnation_id = incarnation_id or uuid.uuid4().hex
+        self.previous_incarnation_id = previous_incarnation_id
+        """The incarnation that held the data directory before this process locked it
+        (``broker.clean_shutdown.claim_data_dir``): proven dead, not waited out."""
         self.state = BrokerState.NOT_RUNNING
         self.broker_epoch: BrokerEpoch | None = None
         self.fenced = True
@@ -238,6 +244,7 @@ class BrokerLifecycle:
             endpoints=cfg.endpoints,
             rack=cfg.rack,
             previous_broker_epoch=BrokerEpoch(-1 if previous is None else previous),
+            previous_incarnation_id=self.previous_incarnation_id,
         )
         attempt = 0
         while not self._shutdown_requested.is_set():

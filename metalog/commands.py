@@ -102,6 +102,12 @@ class RegisterBroker(Command):
     whole (its clean-shutdown marker), or the epoch this process registered with before;
     -1 after an unclean shutdown. Unless it is the epoch of the registration being replaced,
     the broker may have lost unflushed writes and leaves every ISR and ELR."""
+    previous_incarnation_id: str | None = None
+    """The incarnation that held this broker's data directory before this process locked it
+    (``broker.clean_shutdown.claim_data_dir``), or None when unknown. It proves that
+    incarnation dead, so the controller replaces its registration at once instead of waiting
+    out its session (``DUPLICATE_BROKER_REGISTRATION``): a broker restarted after a crash
+    fetches again, and its old leaderships move, seconds sooner."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,11 @@ Broker lifecycle (KIP-631): ``RegisterBroker`` -> registered and fenced, epoch =
 ``RegisterBrokerRecord`` -> heartbeats every 2 s; the first one with ``current_metadata_offset
 >= epoch`` unfences it -> ``want_shutdown`` moves its leaderships away, marks it in controlled
 shutdown, and once it leads nothing fences it and answers ``should_shutdown`` -> a session
-without heartbeat for 9 s is fenced by ``poll``. Fencing removes the broker from every ISR
+without heartbeat for 9 s is fenced by ``poll``. A new incarnation registers while the old
+one's session lives only if it names the old one as ``previous_incarnation_id`` (it took the
+data directory the old one held, so that one is dead); its registration replaces the old one
+at once, which leaves its ISRs and leaderships (and, unless its logs closed cleanly, its
+ELRs) as a fencing does. Fencing removes the broker from every ISR
 (into the ELR where the ISR is below ``min.insync.replicas``, KIP-966) and elects new leaders
 from the ISR, or with an empty ISR from the ELR; with neither the leader is -1 unless the
 topic has ``unclean.leader.election.enable=true``, and a partition whose replicas that held
@@ -1189,9 +1193,16 @@ class QuorumController:
         if cmd.broker_id < 0:
             raise InvalidRequestError(f"broker id must be >= 0, got {cmd.broker_id}")
         existing = batch.delta.broker(cmd.broker_id)
+        # Another incarnation holding a live session may still be running (two processes
+        # given one id): wait for its session to expire (Kafka's
+        # DUPLICATE_BROKER_REGISTRATION). Unless the new one names it as the incarnation
+        # that held its data directory before it took the directory's lock: then that one
+        # is dead, and waiting out its session would only keep the restarted broker from
+        # fetching, and the dead one leading, for up to a session (finding 1b).
         if (
             existing is not None
             and existing.incarnation_id != cmd.incarnation_id
+            and existing.incarnation_id != cmd.previous_incarnation_id
             and not existing.fenced
             and self._has_session(cmd.broker_id, now_ms)
         ):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -119,6 +120,8 @@ class BrokerServer:
     """The Kafka protocol listeners (``kafka_listen``, ``kafka_listeners``); bound by
     ``serve_broker``."""
     txn: TxnCoordinator | None = None
+    data_dir_claim: clean_shutdown.DataDirClaim | None = None
+    """The data directory's lock (``broker.clean_shutdown.claim_data_dir``), dropped at stop."""
 
     async def start(self) -> None:
         self.replicas.essentials = self.essentials  # the replica timer and every fetcher
@@ -165,6 +168,8 @@ class BrokerServer:
         await self.follower.stop()
         await self.replicas.stop()
         self._write_clean_shutdown_marker()
+        if self.data_dir_claim is not None:
+            self.data_dir_claim.release()
 
     def _write_clean_shutdown_marker(self) -> None:
         """Every log flushed and closed: the next process may say so when it registers. An
@@ -255,6 +260,8 @@ def build_broker(
     # Before anything registers or opens a log: this process's own crash must never pass
     # for a clean shutdown (KIP-966).
     previous_epoch = clean_shutdown.take_marker(config.data_dir)
+    incarnation_id = uuid.uuid4().hex
+    claim = clean_shutdown.claim_data_dir(config.data_dir, incarnation_id)
     log.info(
         "broker %d: %s",
         config.node_id,
@@ -305,6 +312,8 @@ def build_broker(
         follower,
         previous_broker_epoch=previous_epoch,
         replica_logs=replicas.replica_log_reports,
+        incarnation_id=incarnation_id,
+        previous_incarnation_id=claim.previous_incarnation_id,
     )
     follower.subscribe(replicas.on_metadata)
     inter = config.listener_of(ListenerKind.BROKER)
@@ -334,6 +343,7 @@ def build_broker(
         groups,
         Essentials(f"broker {config.node_id}"),
         schemas,
+        data_dir_claim=claim,
     )
     app[BROKER_KEY] = srv
     app.router.add_get("/v3/health", handle_health)

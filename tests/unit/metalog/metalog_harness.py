@@ -69,6 +69,7 @@ class Harness:
         rack: str | None = None,
         incarnation: str = "i0",
         previous_broker_epoch: int = -1,
+        previous_incarnation_id: str | None = None,
     ) -> BrokerEpoch:
         resp = self.run(
             RegisterBroker(
@@ -77,6 +78,7 @@ class Harness:
                 rack=rack,
                 endpoints=(Endpoint("http", "127.0.0.1", 9000 + broker_id),),
                 previous_broker_epoch=BrokerEpoch(previous_broker_epoch),
+                previous_incarnation_id=previous_incarnation_id,
             )
         )
         self.epochs[BrokerId(broker_id)] = resp.broker_epoch

@@ -46,6 +46,7 @@ from metalog.errors import (
 from metalog.image import RETIRED_TOPIC_IDS_MAX, MetadataImage, PMap
 from metalog.records import (
     NO_LEADER,
+    BrokerId,
     ConfigResourceType,
     LeaderRecoveryState,
     NoOpRecord,
@@ -538,6 +539,29 @@ def test_second_incarnation_is_refused_while_the_first_has_a_live_session() -> N
         h.register(1, incarnation="other")
     h.now_ms = 9_000  # the session (last heartbeat at 0) expired
     h.register(1, incarnation="other")
+
+
+def test_a_new_incarnation_naming_the_live_one_replaces_it_at_once() -> None:
+    """It took the data directory the old one held (``previous_incarnation_id``): the old
+    one is dead, so its session is not waited out and its leaderships move now."""
+    h = cluster(1, 2, 3)
+    h.run(CreateTopic(name="t", assignments={0: (1, 2, 3)}))
+    old_epoch = h.epochs[1]
+    h.now_ms = 1_000  # the old incarnation's session has 8 s to run
+    with pytest.raises(DuplicateBrokerRegistrationError):
+        h.register(1, incarnation="i1", previous_incarnation_id="someone-else")
+    h.register(1, incarnation="i1", previous_incarnation_id="i0")
+    reg = h.part("t")
+    assert reg.leader in (2, 3) and 1 not in reg.isr
+    b = h.image.brokers.get(1)
+    assert b is not None and b.incarnation_id == "i1" and b.fenced
+    with pytest.raises(StaleBrokerEpochError):  # the old incarnation is fenced off
+        h.run(
+            BrokerHeartbeat(
+                broker_id=BrokerId(1), broker_epoch=old_epoch, current_metadata_offset=0
+            )
+        )
+    assert h.heartbeat(1).is_fenced is False  # caught up: back in service
 
 
 def test_reregistration_takes_the_broker_out_of_isrs_and_leadership() -> None:

@@ -157,6 +157,33 @@ def test_a_replica_back_empty_from_an_unclean_shutdown_is_not_elected_over_the_e
     assert reg.leader_recovery_state == LeaderRecoveryState.RECOVERED
 
 
+def test_a_restart_proven_by_the_data_directory_is_unclean_and_not_waited_out() -> None:
+    """Finding 1b again, the restarted broker 2 registering while its old session lives (it
+    names the incarnation that held its data directory): it leaves the ISR and the ELR at
+    once, and broker 3, which holds every acknowledged write, is the one waited for."""
+    h = three_replicas()
+    fence(h, 1, 3)
+    h.now_ms += 1_000  # broker 2's old session is live
+    h.register(2, incarnation="i1", previous_incarnation_id="i0")
+    h.heartbeat(2)
+    reg = h.part("t")
+    assert reg.isr == () and reg.elr == (3,) and reg.leader == NO_LEADER
+    h.heartbeat(3)
+    assert h.part("t").leader == 3
+
+
+def test_a_clean_restart_proven_by_the_data_directory_stays_eligible() -> None:
+    h = three_replicas()
+    fence(h, 3)
+    h.now_ms += 1_000
+    h.register(
+        2, incarnation="i1", previous_broker_epoch=h.epochs[B(2)], previous_incarnation_id="i0"
+    )
+    h.heartbeat(2)
+    reg = h.part("t")  # out of the ISR as if fenced; below min.insync.replicas: eligible
+    assert reg.leader == 1 and reg.isr == (1,) and reg.elr == (2,)
+
+
 def test_without_elr_the_replica_back_empty_leads_as_the_last_isr_member() -> None:
     """The same history on Kafka 3.x rules loses every write broker 3 held (finding 1b)."""
     h = three_replicas(eligible_leader_replicas_enabled=False)
