@@ -140,7 +140,8 @@ def claim_data_dir(
     try:
         body = json.dumps({"version": _VERSION, "incarnation_id": incarnation_id}).encode()
         files.write_file_atomic(path, body)
-    except BaseException:
-        os.close(fd)
-        raise
+    except OSError as e:
+        # The previous incarnation is dead all the same; the next process will name an
+        # older one, which the controller no longer has, and wait out our session: safe.
+        log.warning("%s: cannot record this incarnation (%s)", path, e)
     return DataDirClaim(fd, previous)

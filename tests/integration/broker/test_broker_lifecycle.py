@@ -245,19 +245,19 @@ def test_a_broker_whose_registration_is_removed_registers_again(cluster: Cluster
     assert cluster.controller_brokers()[victim]["epoch"] == after["broker_epoch"]
 
 
-def test_a_killed_broker_restarted_at_once_waits_out_its_old_session(cluster: Cluster) -> None:
+def test_a_killed_broker_restarted_at_once_registers_without_waiting_out_its_old_session(
+    cluster: Cluster,
+) -> None:
     b, victim = cluster.brokers, cluster.brokers.ids[0]
     before = b.ready(victim)[1]
     b.kill(victim, signal.SIGKILL)
-    t0 = time.monotonic()
     b.start(victim)
-    # The old incarnation still holds a session: DUPLICATE_BROKER_REGISTRATION until the
-    # controller fences it (9 s after its last heartbeat); then the new one registers.
+    # The old incarnation still holds a session, but the new process took the data
+    # directory's lock and names it (previous_incarnation_id): the controller replaces it at
+    # once instead of answering DUPLICATE_BROKER_REGISTRATION until the session expires.
     b.wait_ready([victim], timeout_s=SESSION_TIMEOUT_S + 10)
-    waited_s = time.monotonic() - t0
     after = b.ready(victim)[1]
     assert after["incarnation_id"] != before["incarnation_id"]
     assert after["broker_epoch"] > before["broker_epoch"]
-    assert waited_s > SESSION_TIMEOUT_S - 4, waited_s
-    assert "another incarnation of broker" in b.log_tail(victim, 200)
+    assert "another incarnation of broker" not in b.log_tail(victim, 200)
     assert "no clean-shutdown marker: the last stop was unclean" in b.log_tail(victim, 200)
