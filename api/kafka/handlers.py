@@ -98,6 +98,14 @@ def kafka_endpoint_name(listener: str, first: bool) -> str:
 COORDINATOR_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
 TOPIC, GROUP, TXN_ID = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 READ, WRITE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.DESCRIBE
+# Protocol names other clients give the same assignors. KafkaJS's one built-in assigner is
+# "RoundRobinAssigner"; a KafkaJS member looks its assigner up by the name JoinGroup answers,
+# so the answer keeps the member's own name (``handle_join_group``).
+ASSIGNOR_ALIASES = {"RoundRobinAssigner": "roundrobin"}
+
+
+def coordinator_assignor(name: str) -> str:
+    return ASSIGNOR_ALIASES.get(name, name)
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -729,9 +737,12 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     if req.protocol_type != "consumer":
         return answer(ErrorCode.inconsistent_group_protocol)
     offered = [(p.name, bytes(p.metadata)) for p in req.protocols]
-    chosen = next(((n, m) for n, m in offered if n in COORDINATOR_ASSIGNORS), None)
+    chosen = next(
+        ((n, m) for n, m in offered if coordinator_assignor(n) in COORDINATOR_ASSIGNORS), None
+    )
     if chosen is None:
         return answer(ErrorCode.inconsistent_group_protocol)
+    assignor = coordinator_assignor(chosen[0])
     try:
         topics, owned = _subscription(chosen[1])
     except Exception:
@@ -742,16 +753,16 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
         topics=topics,
         protocol=(
             RebalanceProtocol.COOPERATIVE
-            if chosen[0] == "cooperative-sticky"
+            if assignor == "cooperative-sticky"
             else RebalanceProtocol.EAGER
         ),
-        assignor=chosen[0],
+        assignor=assignor,
         client_id="",
         session_timeout_ms=int(req.session_timeout.total_seconds() * 1000),
         rebalance_timeout_ms=int(
             getattr(req, "rebalance_timeout", req.session_timeout).total_seconds() * 1000
         ),
-        owned=owned if chosen[0] == "cooperative-sticky" else None,
+        owned=owned if assignor == "cooperative-sticky" else None,
     )
     try:
         resp = await ctx.groups.join(jr)
@@ -761,7 +772,8 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     if err != ErrorCode.none:
         return answer(err, member_id=resp.member_id or req.member_id)
     ctx.group_metadata[(req.group_id, resp.member_id)] = chosen
-    name = resp.assignor or chosen[0]
+    # The protocol name answered is the member's own spelling of the coordinator's choice.
+    name = next((n for n, _ in offered if coordinator_assignor(n) == resp.assignor), chosen[0])
     members = ()
     if resp.leader == resp.member_id:
         members = tuple(

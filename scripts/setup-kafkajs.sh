@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install KafkaJS (npm, the version tests/kafkajs/package-lock.json pins) into
+# tests/kafkajs/node_modules for the KafkaJS conformance test
+# (tests/integration/kafka/test_kafkajs.py): `npm ci` from the committed lockfile. Idempotent:
+# does nothing when the pinned version is installed. Needs Node.js and npm.
+set -euo pipefail
+
+dir="$(cd "$(dirname "$0")/../tests/kafkajs" && pwd)"
+for tool in node npm; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "setup-kafkajs: $tool is missing (Node.js 14+ and npm are needed)" >&2
+    exit 1
+  fi
+done
+want="$(node -p 'require(process.argv[1]).packages["node_modules/kafkajs"].version' \
+  "$dir/package-lock.json")"
+have="$(node -p 'try { require(process.argv[1]).version } catch (e) { "" }' \
+  "$dir/node_modules/kafkajs/package.json")"
+if [[ "$have" == "$want" ]]; then
+  exit 0
+fi
+echo "==> npm ci: kafkajs $want into tests/kafkajs/node_modules" >&2
+(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
