@@ -107,6 +107,7 @@ def make_cluster(args: argparse.Namespace) -> Cluster:
         idempotence=args.idempotence == "on",
         acks_require_fsync=args.acks_require_fsync,
         extra_topics=(OUTPUT_TOPIC,) if args.workload == "txn-ctp" else (),
+        kafka_clients=args.client == "kafka",
     )
 
 
@@ -172,6 +173,13 @@ def _run_options(r: argparse.ArgumentParser, soak: bool = False) -> None:
         default="on",
         choices=["on", "off"],
         help="the Longboat producers' enable_idempotence",
+    )
+    r.add_argument(
+        "--client",
+        default="longboat",
+        choices=["longboat", "kafka"],
+        help="queue workload (consumers assign): Longboat's Python client over HTTP, or "
+        "confluent-kafka (librdkafka) over the brokers' Kafka listeners",
     )
     r.add_argument(
         "--acks-require-fsync",

@@ -108,6 +108,7 @@ class LongboatCluster(Cluster):
         topic: str = TOPIC,
         acks_require_fsync: bool = False,
         extra_topics: tuple[str, ...] = (),
+        kafka_clients: bool = False,
     ) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
@@ -121,6 +122,10 @@ class LongboatCluster(Cluster):
         self.topic = topic
         self.topic_configs: dict[str, str] = {"min.insync.replicas": str(min_insync_replicas)}
         self.extra_topics = extra_topics
+        self.kafka_clients = kafka_clients
+        """The queue workload's clients are confluent-kafka's, over each broker's Kafka
+        listener (``jepsen_tests.kafka_client``), instead of Longboat's Python client."""
+        self.kafka_ports: dict[str, int] = {}
         """More topics like `topic` (the txn-ctp workload's output topic), created with it."""
         self.start_timeout_s = 60.0
         self.keys = [f"k{p}" for p in range(partitions)]
@@ -160,6 +165,9 @@ class LongboatCluster(Cluster):
     def controller_urls(self) -> list[str]:
         return [self.url(c) for c in self.controllers]
 
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"{self.spec(b).host}:{self.kafka_ports[b]}" for b in self.brokers)
+
     def configure_for(self, kinds: list[str]) -> None:
         if "disk-corrupt" in kinds:
             # Closed segments, and so index files, for the nemesis to damage: segments roll
@@ -181,6 +189,8 @@ class LongboatCluster(Cluster):
         )
         conf_dir = run_dir / "config"
         conf_dir.mkdir(parents=True, exist_ok=True)
+        if self.kafka_clients:
+            self.kafka_ports = {b: free_port(self.spec(b).host) for b in self.brokers}
         for n in self.nodes:
             n.data_dir.mkdir(parents=True, exist_ok=True)
             conf = conf_dir / f"{n.name}.toml"
@@ -193,6 +203,11 @@ class LongboatCluster(Cluster):
                 + (
                     "acks_require_fsync = true\n"
                     if self.acks_require_fsync and "broker" in n.roles
+                    else ""
+                )
+                + (
+                    f'kafka_listen = "{n.host}:{self.kafka_ports[n.name]}"\n'
+                    if n.name in self.kafka_ports
                     else ""
                 )
             )
@@ -412,6 +427,10 @@ class LongboatCluster(Cluster):
     def client(self, name: str, host: str, dial: Dial) -> QueueClient:
         # `dial` is not used: the client goes to the addresses brokers advertise (see
         # `dials_through_proxies`).
+        if self.kafka_clients:
+            from jepsen_tests.kafka_client import KafkaQueueClient
+
+            return KafkaQueueClient(self, name)
         from jepsen_tests.longboat_client import LongboatQueueClient
 
         return LongboatQueueClient(self, name, host)

@@ -1,15 +1,16 @@
 // KafkaJS 2.2 against Longboat's Kafka listener, driven by tests/integration/kafka/test_kafkajs.py.
-// Usage: node run.js BOOTSTRAP TOPIC GROUP N_PRODUCE N_CONSUME
-// Creates TOPIC through the admin client, produces N_PRODUCE records (acks all, idempotent,
-// gzip every other batch), consumes N_CONSUME records from the beginning in GROUP, commits,
-// then asks the admin client about the topic and the group. Prints one JSON object on stdout
-// for the test to check; KafkaJS's own log goes to stderr.
+// Usage: node run.js '{"bootstrap": "h:p,...", "topic": T, "group": G, "produce": N,
+//                      "consumeTopics": [T, ...], "consume": M}'
+// Creates T (3 partitions, RF 3) through the admin client, produces N records to it (acks all,
+// idempotent, gzip every other batch), consumes M records from the beginning of consumeTopics
+// in group G (KafkaJS's own group protocol client), commits, then asks the admin client about
+// the topic and the group. Prints one JSON object on stdout for the test to check; KafkaJS's
+// own log goes to stderr.
 'use strict'
 const { Kafka, CompressionTypes, logLevel } = require('kafkajs')
 
-const [bootstrap, topic, groupId, nProduceArg, nConsumeArg] = process.argv.slice(2)
-const nProduce = Number(nProduceArg)
-const nConsume = Number(nConsumeArg)
+const args = JSON.parse(process.argv[2])
+const { bootstrap, topic, group: groupId, produce: nProduce, consume: nConsume } = args
 
 const kafka = new Kafka({
   clientId: 'longboat-kafkajs-test',
@@ -73,13 +74,14 @@ async function main () {
 
   const consumer = kafka.consumer({ groupId, sessionTimeout: 10000, heartbeatInterval: 1000 })
   await consumer.connect()
-  await consumer.subscribe({ topic, fromBeginning: true })
+  await consumer.subscribe({ topics: args.consumeTopics, fromBeginning: true })
   const consumed = []
   await withTimeout('consume', 60000, new Promise((resolve, reject) => {
     consumer.run({
       autoCommit: true,
-      eachMessage: async ({ partition, message }) => {
+      eachMessage: async ({ topic, partition, message }) => {
         consumed.push({
+          topic,
           partition,
           offset: message.offset,
           key: message.key && message.key.toString(),
