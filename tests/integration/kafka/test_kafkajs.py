@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from api.client import Consumer as LBConsumer  # noqa: E402
 from api.client import Producer as LBProducer  # noqa: E402
 from api.client import TopicPartition as LBTopicPartition  # noqa: E402
-from api.node.localcluster import Brokers, Quorum, running_cluster, wait_for  # noqa: E402
+from api.node.localcluster import Brokers, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +45,6 @@ def kafkajs() -> Path:
         pytest.skip("KafkaJS needs node and npm (see scripts/setup-kafkajs.sh)")
     subprocess.run([str(REPO / "scripts" / "setup-kafkajs.sh")], check=True, timeout=600)
     return REPO / "tests" / "kafkajs" / "run.js"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Quorum, Brokers]]:
-    with running_cluster(
-        tmp_path_factory.mktemp("kafkajs"), controllers=1, brokers=3, kafka=True
-    ) as c:
-        yield c
 
 
 def bootstrap(brokers: Brokers) -> str:
@@ -84,9 +75,9 @@ def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
 
 
 def test_kafkajs_admin_idempotent_produce_and_group_consume(
-    cluster: tuple[Quorum, Brokers], kafkajs: Path
+    kafka_listener_cluster: Brokers, kafkajs: Path
 ) -> None:
-    _, brokers = cluster
+    brokers = kafka_listener_cluster
     bs = bootstrap(brokers)
     # Written by Longboat's own client (through HTTP) for KafkaJS's group consumer to read.
     py_topic = "py-for-js"

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from api.node.localcluster import Brokers, running_cluster, wait_for  # noqa: E402
+from api.node.localcluster import Brokers, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +60,9 @@ def connector() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
-    root = tmp_path_factory.mktemp("spark-kafka")
-    with running_cluster(root, controllers=1, brokers=3, kafka=True) as (_, b):
-        yield b
+@pytest.fixture
+def brokers(kafka_listener_cluster: Brokers) -> Brokers:
+    return kafka_listener_cluster
 
 
 def bootstrap(b: Brokers) -> str:
