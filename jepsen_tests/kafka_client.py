@@ -164,8 +164,9 @@ class KafkaQueueClient:
             if m.error() is not None:
                 self._at = None
                 raise DefiniteError(str(m.error()))
-            if m.value() is not None and m.partition() == partition and m.offset() >= offset:
-                out.append((int(m.offset()), int(m.value())))
+            at, value = m.offset(), m.value()
+            if value is not None and at is not None and m.partition() == partition and at >= offset:
+                out.append((at, int(value)))
         if not out:
             self._at = None
             raise DefiniteError(
