@@ -459,3 +459,34 @@ def test_init_producer_id_throttled_is_throttling_quota_exceeded() -> None:
     out = round_trip(22, 4, asyncio.run(h.handle_init_producer_id(c, 4, req)))
     assert out.error_code == ErrorCode.throttling_quota_exceeded
     assert out.throttle_time == datetime.timedelta(milliseconds=250)
+
+
+def _join(c: h.KafkaContext, version: int, *names: str) -> Any:
+    mod = __import__(f"kio.schema.join_group.v{version}.request", fromlist=["x"])
+    req = request(
+        11,
+        version,
+        group_id="g",
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=tuple(
+            mod.JoinGroupRequestProtocol(name=n, metadata=subscription(["t"])) for n in names
+        ),
+    )
+    return round_trip(11, version, asyncio.run(h.handle_join_group(c, version, req)))
+
+
+@pytest.mark.parametrize("version", versions(11))
+def test_join_with_kafkajs_assigner_name_is_answered_in_that_name(version: int) -> None:
+    # KafkaJS offers its round robin as "RoundRobinAssigner" and looks the assigner up by the
+    # protocol name JoinGroup answers; the coordinator knows it as "roundrobin".
+    c = ctx()
+    out = _join(c, version, "RoundRobinAssigner")
+    assert (out.error_code, out.protocol_name) == (ErrorCode.none, "RoundRobinAssigner")
+    assert c.groups.calls[0].assignor == "roundrobin"  # type: ignore[attr-defined]
+    assert _join(ctx(), version, "MyOwnAssigner").error_code == (
+        ErrorCode.inconsistent_group_protocol
+    )
