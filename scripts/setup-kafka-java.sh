@@ -13,12 +13,11 @@ if [[ -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
-for tool in java mvn; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "setup-kafka-java: $tool is missing (Java 17+ and Maven are needed)" >&2
-    exit 1
-  fi
-done
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+source "$root/scripts/_apt.sh"
+apt_install setup-kafka-java "Maven Central's jars (Java and Maven)" "${missing[@]}"
 tmp="$dir.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 mvn -q -B -f "$root/tests/kafka_java/pom.xml" dependency:copy-dependencies \

@@ -2,16 +2,16 @@
 # Install KafkaJS (npm, the version tests/kafkajs/package-lock.json pins) into
 # tests/kafkajs/node_modules for the KafkaJS conformance test
 # (tests/integration/kafka/test_kafkajs.py): `npm ci` from the committed lockfile. Idempotent:
-# does nothing when the pinned version is installed. Needs Node.js and npm.
+# does nothing when the pinned version is installed. Installs Node.js and npm (Debian's
+# packages) when they are missing.
 set -euo pipefail
 
 dir="$(cd "$(dirname "$0")/../tests/kafkajs" && pwd)"
-for tool in node npm; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "setup-kafkajs: $tool is missing (Node.js 14+ and npm are needed)" >&2
-    exit 1
-  fi
-done
+missing=()
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+source "$(dirname "$0")/_apt.sh"
+apt_install setup-kafkajs "the KafkaJS test (Node.js 14+ and npm)" "${missing[@]}"
 want="$(node -p 'require(process.argv[1]).packages["node_modules/kafkajs"].version' \
   "$dir/package-lock.json")"
 have="$(node -p 'try { require(process.argv[1]).version } catch (e) { "" }' \

@@ -21,10 +21,11 @@ if [[ -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
-if ! command -v mvn >/dev/null 2>&1; then
-  echo "setup-spark-kafka: mvn is missing (Maven fetches the connector)" >&2
-  exit 1
-fi
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+source "$root/scripts/_apt.sh"
+apt_install setup-spark-kafka "Maven Central's jars (Java and Maven)" "${missing[@]}"
 tmp="$dir.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 copy() {

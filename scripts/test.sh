@@ -26,6 +26,13 @@ echo "==> system tools for the fault-injection tests (nftables, iptables, faketi
 ./scripts/setup-jepsen.sh
 echo "==> system tools for the Kafka protocol tests (kcat)" >&2
 ./scripts/setup-kafka-clients.sh
+echo "==> KafkaJS (npm) for the KafkaJS test" >&2
+./scripts/setup-kafkajs.sh
+if [[ "${tier[1]}" == "extended" ]]; then
+    echo "==> Apache Kafka 4.4's Java client and tools, Spark's Kafka connector (Maven Central)" >&2
+    ./scripts/setup-kafka-java.sh >/dev/null
+    PYTHON=python ./scripts/setup-spark-kafka.sh >/dev/null
+fi
 echo "==> the browser for the console's browser tests (chromium)" >&2
 ./scripts/setup-browser.sh
 echo "==> Prometheus for the monitoring tests (promtool, a real scrape of deploy/'s queries)" >&2
