@@ -54,6 +54,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from api.client import ClientError
 from spark import avro
 from spark.cluster import ClusterView
 from spark.fetch import RangeTask, read_range
@@ -79,6 +80,7 @@ from spark.planning import (
     timestamps_needed,
 )
 from spark.schema import kafka_struct
+from spark.security import client_security, reraise_auth
 
 log = logging.getLogger("spark.longboat")
 
@@ -173,6 +175,7 @@ def _tasks(
                 fail_on_data_loss=opts.fail_on_data_loss,
                 poll_timeout_ms=opts.poll_timeout_ms,
                 isolation_level=opts.isolation_level,
+                security=opts.security,
             )
         )
         for r in ranges
@@ -220,7 +223,7 @@ class LongboatBatchReader(DataSourceReader):
 
     def partitions(self) -> list[LongboatInputPartition]:
         o = self.opts
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             tps = cv.topic_partitions(o, missing_ok=False)
             if not tps:
                 return []
@@ -267,7 +270,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.opts
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             tps = cv.topic_partitions(o, missing_ok=True)
             if not tps:
                 return {}
@@ -282,13 +285,21 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
+        with ClusterView(
+            self.opts.bootstrap,
+            isolation_level=self.opts.isolation_level,
+            security=self.opts.security,
+        ) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             self._target = cv.latest(tps) if tps else {}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_json(start)
-        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
+        with ClusterView(
+            self.opts.bootstrap,
+            isolation_level=self.opts.isolation_level,
+            security=self.opts.security,
+        ) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             latest = cv.latest(tps) if tps else {}
             new = {t: [p for p in ps if p not in begin.get(t, {})] for t, ps in tps.items()}
@@ -337,7 +348,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = {t: ps for t, ps in todo.items() if ps}
         if not todo:
             return []
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             earliest = cv.earliest(todo)
             ranges = []
             for t, ps in todo.items():
@@ -449,6 +460,7 @@ async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
         enable_idempotence=sink.acks == -1,
         request_timeout_ms=sink.request_timeout_ms,
         delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000),
+        security=client_security(sink.security),
     ) as p:
         for batch in batches:
             rows = batch.num_rows
@@ -497,7 +509,11 @@ def _write(
 ) -> LongboatCommitMessage:
     if enc is not None and enc.columns:
         iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
-    return LongboatCommitMessage(asyncio.run(_produce(sink, iterator)))
+    try:
+        return LongboatCommitMessage(asyncio.run(_produce(sink, iterator)))
+    except ClientError as e:
+        reraise_auth(e)
+        raise
 
 
 class LongboatWriter(DataSourceArrowWriter):
