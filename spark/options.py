@@ -122,6 +122,12 @@ class SinkOptions:
     request_timeout_ms: int = 30_000
     """Per request, and how long a record may wait for metadata (a topic that is missing)."""
     security: SecurityOptions = SecurityOptions()
+    exactly_once: bool = False
+    """``exactlyOnce``: each task of a micro-batch writes in one transaction and records the
+    batch id with it, so a batch Spark runs again is not written twice (spark/exactly_once.py)."""
+    transactional_id_prefix: str = "longboat-spark-"
+    """Transactional ids (and bookkeeping groups) are ``<prefix><query id>-<partition>``."""
+    transaction_timeout_ms: int = 60_000
 
 
 _SOURCE_OPTIONS = {
@@ -160,6 +166,10 @@ _SINK_OPTIONS = {
     "kafka.compression.type",
     "request.timeout.ms",
     "kafka.request.timeout.ms",
+    "exactlyonce",
+    "transactionalidprefix",
+    "transaction.timeout.ms",
+    "kafka.transaction.timeout.ms",
 }
 # Schema-registry formats of keys and values (parsed by spark/avro.py).
 FORMAT_SOURCE_OPTIONS = {
@@ -651,6 +661,22 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         or 30_000
     )
     topic = opts.get("topic")
+    exactly_once = _bool(opts, "exactlyonce", False)
+    if exactly_once and acks != -1:
+        raise LongboatOptionError(
+            "option 'exactlyOnce' writes with a transactional producer, which needs acks=all"
+        )
+    prefix = opts.get("transactionalidprefix", "longboat-spark-")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{0,100}", prefix):
+        raise LongboatOptionError(
+            "option 'transactionalIdPrefix' may hold letters, digits, '.', '_' and '-' "
+            f"(at most 100), got {prefix!r}"
+        )
+    txn_timeout = (
+        _int(opts, "transaction.timeout.ms", minimum=1000)
+        or _int(opts, "kafka.transaction.timeout.ms", minimum=1000)
+        or 60_000
+    )
     return SinkOptions(
         bootstrap=parse_bootstrap(opts),
         topic=topic.strip() if topic else None,
@@ -660,6 +686,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         compression=compression,
         request_timeout_ms=timeout,
         security=parse_security(opts),
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=txn_timeout,
     )
 
 

@@ -55,7 +55,7 @@ from pyspark.sql.types import (
 )
 
 from api.client import ClientError
-from spark import avro
+from spark import avro, exactly_once
 from spark.cluster import ClusterView
 from spark.fetch import RangeTask, read_range
 from spark.options import (
@@ -79,8 +79,9 @@ from spark.planning import (
     split_ranges,
     timestamps_needed,
 )
+from spark.produce import produce
 from spark.schema import kafka_struct
-from spark.security import client_security, reraise_auth
+from spark.security import reraise_auth
 
 log = logging.getLogger("spark.longboat")
 
@@ -119,6 +120,11 @@ class LongboatDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> LongboatWriter:
         sink = _sink(self.options, schema, overwrite)
+        if sink.exactly_once:
+            raise LongboatOptionError(
+                "option 'exactlyOnce' is for writeStream (it deduplicates micro-batches by "
+                "their batch id); a batch write has none"
+            )
         return LongboatWriter(sink, _encoders(self.options, schema, sink))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> LongboatStreamWriter:
@@ -429,79 +435,8 @@ def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
 @dataclass
 class LongboatCommitMessage(WriterCommitMessage):
     records: int
-
-
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    idx = {n.lower(): i for i, n in enumerate(batch.schema.names)}.get(name)
-    if idx is None:
-        return None
-    col = batch.column(idx)
-    if name in ("key", "value") and (
-        pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
-    ):
-        col = col.cast(pa.binary())
-    return list(col.to_pylist())
-
-
-def _utf8(v: str | bytes | None) -> bytes | None:
-    return v.encode() if isinstance(v, str) else v
-
-
-async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    from api.client import AsyncProducer
-
-    n = 0
-    pending: list[asyncio.Future[Any]] = []
-    async with AsyncProducer(
-        list(sink.bootstrap),
-        acks=sink.acks,
-        linger_ms=sink.linger_ms,
-        compression=sink.compression,
-        enable_idempotence=sink.acks == -1,
-        request_timeout_ms=sink.request_timeout_ms,
-        delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000),
-        security=client_security(sink.security),
-    ) as p:
-        for batch in batches:
-            rows = batch.num_rows
-            if not rows:
-                continue
-            values = _column(batch, "value") or [None] * rows
-            keys = _column(batch, "key")
-            topics = None if sink.topic else _column(batch, "topic")
-            parts = _column(batch, "partition")
-            headers = _column(batch, "headers") if sink.include_headers else None
-            if topics is None and parts is None and not (headers and any(headers)):
-                # The bulk path: one future per stored batch, not per record.
-                pending.append(await p.send_batch(str(sink.topic), values, keys=keys))
-            else:
-                for i in range(rows):
-                    topic = sink.topic or (topics[i] if topics else None)
-                    if topic is None:
-                        raise LongboatOptionError(
-                            f"row {n + i} has a null topic and no 'topic' option is set"
-                        )
-                    hs = (
-                        [(h["key"], _utf8(h["value"])) for h in headers[i]]
-                        if headers and headers[i]
-                        else None
-                    )
-                    pending.append(
-                        await p.send(
-                            topic,
-                            values[i],
-                            key=keys[i] if keys else None,
-                            headers=hs,
-                            partition=parts[i] if parts and parts[i] is not None else None,
-                        )
-                    )
-            n += rows
-            if len(pending) >= 10_000:
-                await asyncio.gather(*pending)  # raises the first failure: the task fails
-                pending.clear()
-        await p.flush()
-        await asyncio.gather(*pending)
-    return n
+    skipped: bool = False
+    """exactlyOnce: the task's part of the batch was already committed; nothing written."""
 
 
 def _write(
@@ -510,7 +445,7 @@ def _write(
     if enc is not None and enc.columns:
         iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
     try:
-        return LongboatCommitMessage(asyncio.run(_produce(sink, iterator)))
+        return LongboatCommitMessage(asyncio.run(produce(sink, iterator)))
     except ClientError as e:
         reraise_auth(e)
         raise
@@ -537,17 +472,42 @@ class LongboatWriter(DataSourceArrowWriter):
 
 
 class LongboatStreamWriter(DataSourceStreamArrowWriter):
-    """``writeStream.format("longboat")``: at-least-once per micro-batch, as Kafka's sink."""
+    """``writeStream.format("longboat")``: at-least-once per micro-batch, as Kafka's sink, or
+    exactly once with ``exactlyOnce=true`` (``spark.exactly_once``)."""
 
     def __init__(self, sink: SinkOptions, encoders: _Encoders | None = None) -> None:
         self.sink = sink
         self.encoders = encoders
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LongboatCommitMessage:
-        return _write(self.sink, iterator, self.encoders)
+        if not self.sink.exactly_once:
+            return _write(self.sink, iterator, self.encoders)
+        enc = self.encoders
+        if enc is not None and enc.columns:
+            iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
+        try:
+            w = exactly_once.write(self.sink, iterator, exactly_once.batch_task_of_spark())
+        except ClientError as e:
+            reraise_auth(e)
+            raise
+        return LongboatCommitMessage(w.records, w.skipped)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        done = [m for m in messages if isinstance(m, LongboatCommitMessage)]
+        if self.sink.exactly_once and any(m.skipped for m in done):
+            log.info(
+                "longboat batch %d: %d of %d tasks found the batch already committed and "
+                "wrote nothing",
+                batchId,
+                sum(m.skipped for m in done),
+                len(done),
+            )
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("longboat stream batch %d aborted; records already produced remain", batchId)
+        if self.sink.exactly_once:
+            # Each task aborted its own transaction (or the next attempt's init does).
+            log.warning("longboat stream batch %d aborted; its transactions were aborted", batchId)
+        else:
+            log.warning(
+                "longboat stream batch %d aborted; records already produced remain", batchId
+            )
