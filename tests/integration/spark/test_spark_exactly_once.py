@@ -2,7 +2,8 @@
 local[2] SparkSession: a micro-batch Spark runs again is not written twice, a failed task
 leaves nothing a read_committed reader can see, and a zombie attempt is fenced.
 
-One cluster (1 controller, 2 brokers) and one session for the module.
+One cluster (1 controller, 2 brokers) and one session for the module; the session starts
+only for the Spark queries (extended tier).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def _produce(b: Brokers, topic: str, first: int, last: int) -> list[str]:
     return sorted(f"r{i}" for i in range(first, last))
 
 
+@pytest.mark.extended  # ~60-90 s of Spark on a loaded 2-core box; the fast tier keeps the
+# task body's tests below (a retry, a failed task, a zombie) on the same cluster.
 def test_a_batch_run_again_after_a_crash_is_not_written_twice(
     spark: Any, cluster: tuple[Quorum, Brokers], tmp_path: Path
 ) -> None:

@@ -1,8 +1,10 @@
 """The longboat data source against a secure cluster of real processes (issue 18): TLS on
 every listener, SCRAM users, ACLs, in a real local[2] SparkSession.
 
-One cluster (1 controller, 2 brokers, ``running_cluster(secure=True)``) and one session
-for the module. ``alice`` may read and write the topic; ``bob`` may only write it (which
+One cluster (1 controller, 2 brokers, ``running_cluster(secure=True)``) for the module. The
+fast tier runs the data source's driver and task code as Spark would, without a session
+(planning, ``read_range``, the writer's ``write``); the extended tier runs the same in a
+real local[2] SparkSession. ``alice`` may read and write the topic; ``bob`` may only write it (which
 implies DESCRIBE, so he sees it exist and is refused its records, not told it is missing).
 """
 
@@ -18,6 +20,9 @@ from longboat_spark_harness import spark_session
 from api.client import Admin, ClientSecurity, Consumer, TopicPartition
 from api.node.localcluster import Brokers, Quorum, running_cluster
 from metalog.security import AclBinding, Operation, PatternType, Permission, ResourceType
+from spark.options import parse_source_options
+from spark.security import LongboatAuthError
+from spark.source import LongboatBatchReader, LongboatDataSource
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +132,48 @@ def _values(df: Any) -> list[str]:
     return sorted(r.v for r in df.selectExpr("CAST(value AS STRING) AS v").collect())
 
 
+def _plan_and_read(opts: dict[str, str]) -> list[str]:
+    """What Spark's driver and tasks run for a batch read, in this process."""
+    reader = LongboatBatchReader(
+        parse_source_options({**opts, "subscribe": TOPIC}, streaming=False)
+    )
+    out: list[str] = []
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            out += [bytes(v).decode() for v in batch.column("value").to_pylist()]
+    return sorted(out)
+
+
+def _write_rows(opts: dict[str, str], rows: list[str]) -> None:
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("value", StringType())])
+    writer = LongboatDataSource({**opts, "topic": TOPIC}).writer(schema, False)
+    writer.write(iter([pa.RecordBatch.from_pydict({"value": rows})]))
+
+
+def test_the_sources_driver_and_task_code_over_tls_with_credentials(
+    cluster: tuple[Quorum, Brokers],
+) -> None:
+    q, b = cluster
+    rows = [f"task-{i}" for i in range(20)]
+    _write_rows(_opts(q, b), rows)
+    got = _plan_and_read(_opts(q, b))
+    assert set(rows) <= set(got)
+    assert _plan_and_read({**_opts(q, b), "fetchFormat": "batches"}) == got
+    with pytest.raises(LongboatAuthError, match="SASL_AUTHENTICATION_FAILED") as e:
+        _plan_and_read(_opts(q, b, password="wrong-pass-99"))
+    assert "wrong-pass-99" not in str(e.value)
+    with pytest.raises(LongboatAuthError, match="SASL_AUTHENTICATION_FAILED"):
+        _write_rows(_opts(q, b, password="wrong-pass-99"), ["x"])
+    # bob: planning is allowed (DESCRIBE), the task's fetch is refused, in either format.
+    for fmt in ("arrow", "batches"):
+        with pytest.raises(LongboatAuthError, match="TOPIC_AUTHORIZATION_FAILED"):
+            _plan_and_read({**_opts(q, b, user="bob"), "fetchFormat": fmt})
+
+
+@pytest.mark.extended
 def test_write_then_read_over_tls_with_scram_credentials(
     spark: Any, cluster: tuple[Quorum, Brokers]
 ) -> None:
@@ -137,6 +184,7 @@ def test_write_then_read_over_tls_with_scram_credentials(
     assert set(_values(_read(spark, _opts(q, b)))) >= {v for _, v in rows}
 
 
+@pytest.mark.extended
 def test_a_wrong_password_or_a_user_without_read_is_refused_by_name(
     spark: Any, cluster: tuple[Quorum, Brokers]
 ) -> None:
@@ -204,6 +252,7 @@ def test_refusals_on_every_path(spark: Any, cluster: tuple[Quorum, Brokers]) -> 
         _read(spark, untrusted).collect()
 
 
+@pytest.mark.extended
 def test_secrets_stay_out_of_the_plan(
     spark: Any, cluster: tuple[Quorum, Brokers], capsys: pytest.CaptureFixture[str]
 ) -> None:
