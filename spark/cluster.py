@@ -3,7 +3,9 @@
 Through the Python client (``api.client``) only: cluster metadata from any broker, and
 ``ListOffsets`` answers (earliest = log start, latest = high watermark, by timestamp) from each
 partition's leader. One ``ClusterView`` serves one planning step and is closed after it, so
-no client, thread or socket outlives the call (nor is pickled with a reader).
+no client, thread or socket outlives the call (nor is pickled with a reader). TLS and
+credentials (``SecurityOptions``) go to every call; a refusal of them is a
+``LongboatAuthError`` (``spark.security``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from api.client import (
     TopicPartition,
     fetch_cluster_metadata,
 )
-from spark.options import LongboatOptionError, Offsets, SourceOptions
+from spark.options import LongboatOptionError, Offsets, SecurityOptions, SourceOptions
 from spark.planning import TopicPartitions
+from spark.security import (
+    auth_error,
+    auth_headers,
+    client_security,
+    reraise_auth,
+    ssl_context,
+)
 
 
 class ClusterView:
@@ -33,7 +42,9 @@ class ClusterView:
         *,
         timeout_ms: int = 30_000,
         isolation_level: str = "read_uncommitted",
+        security: SecurityOptions = SecurityOptions(),
     ) -> None:
+        self.security = security
         self.isolation_level = isolation_level
         """``kafka.isolation.level``: at read_committed, "latest" is the last stable offset."""
         self.bootstrap = bootstrap
@@ -59,6 +70,7 @@ class ClusterView:
                 list(self.bootstrap),
                 request_timeout_ms=self.timeout_ms,
                 isolation_level=self.isolation_level,
+                security=client_security(self.security),
             )
         return self._consumer
 
@@ -67,9 +79,14 @@ class ClusterView:
         if self._metadata is None:
             try:
                 self._metadata = asyncio.run(
-                    fetch_cluster_metadata(list(self.bootstrap), timeout_s=self.timeout_ms / 1000)
+                    fetch_cluster_metadata(
+                        list(self.bootstrap),
+                        timeout_s=self.timeout_ms / 1000,
+                        security=client_security(self.security),
+                    )
                 )
             except ClientError as e:
+                reraise_auth(e)
                 raise ConnectionError(
                     f"no Longboat broker answered at {', '.join(self.bootstrap)}: {e}"
                 ) from e
@@ -105,19 +122,31 @@ class ClusterView:
         return {t: ps for t, ps in out.items() if ps}
 
     def earliest(self, tps: TopicPartitions) -> Offsets:
-        return _nest(self.consumer.beginning_offsets(_flat(tps)))
+        try:
+            return _nest(self.consumer.beginning_offsets(_flat(tps)))
+        except ClientError as e:
+            reraise_auth(e)
+            raise
 
     def latest(self, tps: TopicPartitions) -> Offsets:
-        return _nest(self.consumer.end_offsets(_flat(tps)))
+        try:
+            return _nest(self.consumer.end_offsets(_flat(tps)))
+        except ClientError as e:
+            reraise_auth(e)
+            raise
 
     def offsets_for_times(
         self, wanted: dict[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
         if not wanted:
             return {}
-        got = self.consumer.offsets_for_times(
-            {TopicPartition(t, p): ts for (t, p), ts in wanted.items()}
-        )
+        try:
+            got = self.consumer.offsets_for_times(
+                {TopicPartition(t, p): ts for (t, p), ts in wanted.items()}
+            )
+        except ClientError as e:
+            reraise_auth(e)
+            raise
         return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def urls_for(self, topic: str, partition: int) -> tuple[str, ...]:
@@ -131,14 +160,17 @@ class ClusterView:
         """The id in the HTTP API's v3 paths, or None when brokers serve no ``/v3/clusters``
         (the reader then fetches raw batches and builds the Arrow rows itself)."""
         for url in self.bootstrap:
+            req = urllib.request.Request(f"{url}/v3/clusters", headers=auth_headers(self.security))
             try:
                 with urllib.request.urlopen(
-                    f"{url}/v3/clusters", timeout=self.timeout_ms / 1000
+                    req, timeout=self.timeout_ms / 1000, context=ssl_context(self.security)
                 ) as r:
                     data: Any = json.loads(r.read())
             except urllib.error.HTTPError as e:
                 if e.code == 404:
                     return None
+                if e.code in (401, 403):
+                    raise auth_error(e.code, _message(e), url) from None
                 continue
             except (OSError, ValueError):
                 continue
@@ -147,6 +179,13 @@ class ClusterView:
                 return str(items[0]["cluster_id"])
             return None
         return None
+
+
+def _message(e: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(e.read()).get("message", ""))
+    except (ValueError, AttributeError, OSError):
+        return f"HTTP {e.code}"
 
 
 def _flat(tps: TopicPartitions) -> list[TopicPartition]:

@@ -15,6 +15,11 @@ Two ways to fetch, chosen per task:
   ``api.client.arrow.records_to_arrow``. The fallback when the v3 API is not served, and a way to move
   the decoding from the brokers to Spark's workers (option ``fetchFormat``).
 
+Both go over ``https://`` with the job's truststore and client certificate when the brokers'
+URLs are https, and carry its credentials (``spark.security``); a 401 or 403 fails the task
+at once with Kafka's error name (``LongboatAuthError``), as no other broker would answer
+differently.
+
 Either way only offsets below the high watermark come back (the broker's fetch never returns
 more), and the range stops at its end offset.
 """
@@ -23,17 +28,20 @@ from __future__ import annotations
 
 import http.client
 import logging
+import ssl
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 import orjson
 import pyarrow as pa
 
+from spark.options import SecurityOptions
 from spark.planning import DataLossError, check_start
+from spark.security import auth_error, auth_headers, connect
 
 log = logging.getLogger("spark.longboat")
 
@@ -72,6 +80,7 @@ class RangeTask:
     poll_timeout_ms: int
     isolation_level: str = "read_uncommitted"
     """read_committed: fetches stop at the last stable offset, aborted records left out."""
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
 
 class FetchError(RuntimeError):
@@ -88,8 +97,10 @@ class _Fetched:
 
 
 class _Connections:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, security: SecurityOptions = SecurityOptions()) -> None:
         self.timeout_s = timeout_s
+        self.security = security
+        self._auth = auth_headers(security)
         self._conns: dict[str, http.client.HTTPConnection] = {}
 
     def request(
@@ -98,16 +109,22 @@ class _Connections:
         for attempt in (0, 1):
             conn = self._conns.get(url)
             if conn is None:
-                u = urllib.parse.urlsplit(url)
-                conn = http.client.HTTPConnection(
-                    u.hostname or "127.0.0.1", u.port or 80, timeout=self.timeout_s
-                )
+                conn = connect(url, self.security, self.timeout_s)
                 self._conns[url] = conn
             try:
-                conn.request(method, path, body=body, headers=headers)
+                conn.request(method, path, body=body, headers={**headers, **self._auth})
                 resp = conn.getresponse()
                 data = resp.read()
+                if resp.status in (401, 403):
+                    err = _json_error(data) or {}
+                    raise auth_error(resp.status, str(err.get("message") or ""), url)
                 return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+            except ssl.SSLError as e:
+                # A certificate the job does not trust (or that the broker refuses) is no
+                # network blip: say so rather than retry.
+                conn.close()
+                del self._conns[url]
+                raise FetchError("SSL_HANDSHAKE_FAILED", f"{method} {url}{path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 del self._conns[url]
@@ -125,7 +142,7 @@ class _Connections:
 class RangeReader:
     def __init__(self, task: RangeTask) -> None:
         self.task = task
-        self.conns = _Connections(timeout_s=30 + FETCH_WAIT_MS / 1000)
+        self.conns = _Connections(timeout_s=30 + FETCH_WAIT_MS / 1000, security=task.security)
         self.url_index = 0
         self.use_arrow = task.cluster_id is not None
 

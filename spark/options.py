@@ -8,6 +8,15 @@ case-insensitive, as Spark's are. Offsets JSON is Kafka's: ``{"topic": {"0": 23,
 with -2 for earliest and -1 for latest; partition keys are strings because JSON keys are
 (and offsets come back from Spark's checkpoints that way).
 
+Security (issue 18, docs/security.md): ``kafka.security.protocol`` (PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL) picks ``https://`` for bare ``host:port`` entries; trust and client
+certificates are PEM files named as Kafka's PEM stores (``kafka.ssl.truststore.location``,
+``kafka.ssl.keystore.location``) or as librdkafka's (``kafka.ssl.ca.location``,
+``kafka.ssl.certificate.location`` + ``kafka.ssl.key.location``); HTTP credentials come from
+``longboat.auth.username``/``password`` or ``longboat.auth.token``, or from Kafka's
+``kafka.sasl.jaas.config`` with a SCRAM or PLAIN mechanism (sent as HTTP Basic, which brokers
+check against their SCRAM credentials).
+
 Every mistake is a ``LongboatOptionError`` that names the option and what would be valid.
 
 Pure: no I/O.
@@ -30,6 +39,28 @@ Offsets = dict[str, dict[int, int]]
 
 class LongboatOptionError(ValueError):
     """A bad option of the ``longboat`` data source."""
+
+
+@dataclass(frozen=True)
+class SecurityOptions:
+    """How the driver and the executors reach a secure cluster; None fields are not set.
+
+    Files are paths that must exist on the driver and on every executor (as Spark's Kafka
+    source needs its truststore there). Secrets stay out of ``repr``, so a logged or
+    printed options object does not show them.
+    """
+
+    tls: bool = False
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    @property
+    def any(self) -> bool:
+        return self.tls or self.username is not None or self.token is not None
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,7 @@ class SourceOptions:
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     """``kafka.isolation.level``, as Spark's Kafka source passes it to its consumers:
     read_committed reads up to the last stable offset, without aborted transactions."""
+    security: SecurityOptions = SecurityOptions()
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is read (internal ``__`` topics only when named explicitly)."""
@@ -89,6 +121,13 @@ class SinkOptions:
     compression: str = "none"
     request_timeout_ms: int = 30_000
     """Per request, and how long a record may wait for metadata (a topic that is missing)."""
+    security: SecurityOptions = SecurityOptions()
+    exactly_once: bool = False
+    """``exactlyOnce``: each task of a micro-batch writes in one transaction and records the
+    batch id with it, so a batch Spark runs again is not written twice (spark/exactly_once.py)."""
+    transactional_id_prefix: str = "longboat-spark-"
+    """Transactional ids (and bookkeeping groups) are ``<prefix><query id>-<partition>``."""
+    transaction_timeout_ms: int = 60_000
 
 
 _SOURCE_OPTIONS = {
@@ -127,6 +166,10 @@ _SINK_OPTIONS = {
     "kafka.compression.type",
     "request.timeout.ms",
     "kafka.request.timeout.ms",
+    "exactlyonce",
+    "transactionalidprefix",
+    "transaction.timeout.ms",
+    "kafka.transaction.timeout.ms",
 }
 # Schema-registry formats of keys and values (parsed by spark/avro.py).
 FORMAT_SOURCE_OPTIONS = {
@@ -152,8 +195,24 @@ FORMAT_SINK_OPTIONS = {
     "valueschema.autoregister",
     "keyschema.autoregister",
 }
-_SOURCE_OPTIONS |= FORMAT_SOURCE_OPTIONS
-_SINK_OPTIONS |= FORMAT_SINK_OPTIONS
+# TLS and credentials (issue 18), for reads and writes alike.
+SECURITY_OPTIONS = {
+    "kafka.security.protocol",
+    "kafka.ssl.truststore.location",
+    "kafka.ssl.truststore.type",
+    "kafka.ssl.ca.location",
+    "kafka.ssl.keystore.location",
+    "kafka.ssl.keystore.type",
+    "kafka.ssl.certificate.location",
+    "kafka.ssl.key.location",
+    "kafka.sasl.mechanism",
+    "kafka.sasl.jaas.config",
+    "longboat.auth.username",
+    "longboat.auth.password",
+    "longboat.auth.token",
+}
+_SOURCE_OPTIONS |= FORMAT_SOURCE_OPTIONS | SECURITY_OPTIONS
+_SINK_OPTIONS |= FORMAT_SINK_OPTIONS | SECURITY_OPTIONS
 # Set by Spark itself on some paths, or harmless Kafka client settings we have no use for.
 _IGNORED = {
     "path",
@@ -168,6 +227,13 @@ _IGNORED = {
 _UNSUPPORTED = {
     "minoffsetspertrigger": "Longboat streams do not wait for a minimum of offsets",
     "maxtriggerdelay": "Longboat streams do not wait for a minimum of offsets",
+    # Silently ignoring these would leave a job believing its key is protected.
+    "kafka.ssl.key.password": "encrypted private keys are not supported; give an unencrypted "
+    "PEM key in kafka.ssl.key.location, readable only by the job's user",
+    "kafka.ssl.keystore.password": "keystores are PEM files here (kafka.ssl.keystore.location "
+    "holding the certificate chain and an unencrypted key), not password-protected JKS/PKCS12",
+    "kafka.ssl.truststore.password": "truststores are PEM files of CA certificates here "
+    "(kafka.ssl.truststore.type=PEM), not password-protected JKS/PKCS12",
 }
 
 
@@ -187,26 +253,162 @@ def _check_names(opts: Mapping[str, str], allowed: set[str], what: str) -> None:
         raise LongboatOptionError(f"unknown {what} option '{name}'; valid options: {valid}")
 
 
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _protocol(opts: Mapping[str, str]) -> str | None:
+    raw = opts.get("kafka.security.protocol")
+    if raw is None:
+        return None
+    proto = raw.strip().upper()
+    if proto not in _PROTOCOLS:
+        raise LongboatOptionError(
+            f"option 'kafka.security.protocol' must be one of {', '.join(_PROTOCOLS)}, got {raw!r}"
+        )
+    return proto
+
+
 def parse_bootstrap(opts: Mapping[str, str]) -> tuple[str, ...]:
+    """Broker URLs. A bare ``host:port`` is ``https://`` under ``kafka.security.protocol``
+    SSL or SASL_SSL, ``http://`` otherwise; an explicit scheme must agree with the protocol."""
     raw = opts.get("bootstrap") or opts.get("kafka.bootstrap.servers")
     if not raw or not raw.strip():
         raise LongboatOptionError(
             "option 'bootstrap' is required: broker URLs, comma separated, "
             "e.g. http://127.0.0.1:8082 (kafka.bootstrap.servers is accepted too)"
         )
+    proto = _protocol(opts)
+    tls = None if proto is None else proto.endswith("SSL")
     urls = []
     for part in raw.split(","):
         part = part.strip()
         if not part:
             continue
         if "://" not in part:
-            part = "http://" + part
+            part = ("https://" if tls else "http://") + part
         if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?/?", part):
             raise LongboatOptionError(
                 f"option 'bootstrap': {part!r} is not a broker URL like http://127.0.0.1:8082"
             )
+        if tls is not None and part.startswith("https://") != tls:
+            raise LongboatOptionError(
+                f"option 'bootstrap': {part!r} does not match kafka.security.protocol={proto} "
+                f"({'https' if tls else 'http'} URLs, or bare host:port)"
+            )
         urls.append(part.rstrip("/"))
     return tuple(urls)
+
+
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _jaas_credentials(opts: Mapping[str, str]) -> tuple[str, str] | None:
+    """username and password from ``kafka.sasl.jaas.config``, as Spark's Kafka jobs set them:
+    ``org.apache.kafka.common.security.scram.ScramLoginModule required username="u"
+    password="p";``. Never quotes the option's text in an error (it holds the password)."""
+    jaas = opts.get("kafka.sasl.jaas.config")
+    mechanism = opts.get("kafka.sasl.mechanism", "GSSAPI" if jaas else "").strip().upper()
+    if not jaas:
+        if mechanism:
+            raise LongboatOptionError(
+                "option 'kafka.sasl.mechanism' needs 'kafka.sasl.jaas.config' with a username "
+                "and password (or use longboat.auth.username/password)"
+            )
+        return None
+    if mechanism == "OAUTHBEARER":
+        raise LongboatOptionError(
+            "kafka.sasl.mechanism=OAUTHBEARER: give the token in option 'longboat.auth.token' "
+            "(there is no Kafka login module here to fetch one)"
+        )
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise LongboatOptionError(
+            "option 'kafka.sasl.mechanism' must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 "
+            f"with a kafka.sasl.jaas.config (Kafka's default is GSSAPI), got {mechanism!r}"
+        )
+    found = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_FIELD.findall(jaas)}
+    if "username" not in found or "password" not in found:
+        raise LongboatOptionError(
+            'option \'kafka.sasl.jaas.config\' must hold username="..." and password="..." '
+            "(its text is not shown here because it holds a secret)"
+        )
+    return found["username"], found["password"]
+
+
+def parse_security(opts: Mapping[str, str]) -> SecurityOptions:
+    """TLS files and HTTP credentials; checked against ``kafka.security.protocol``."""
+    proto = _protocol(opts)
+    for name in ("kafka.ssl.truststore.type", "kafka.ssl.keystore.type"):
+        kind = opts.get(name)
+        if kind is not None and kind.strip().upper() != "PEM":
+            raise LongboatOptionError(
+                f"option '{name}' must be PEM (Python's ssl reads PEM files), got {kind!r}; "
+                "convert a JKS store with keytool -exportcert -rfc / openssl pkcs12"
+            )
+    cafile = opts.get("kafka.ssl.truststore.location") or opts.get("kafka.ssl.ca.location")
+    keystore = opts.get("kafka.ssl.keystore.location")
+    certfile = opts.get("kafka.ssl.certificate.location")
+    keyfile = opts.get("kafka.ssl.key.location")
+    if keystore and (certfile or keyfile):
+        raise LongboatOptionError(
+            "give either 'kafka.ssl.keystore.location' (one PEM file: certificate chain and "
+            "key) or 'kafka.ssl.certificate.location' with 'kafka.ssl.key.location', not both"
+        )
+    if keystore:
+        certfile = keyfile = keystore  # Python's ssl finds the key in the same PEM file
+    if bool(certfile) != bool(keyfile):
+        raise LongboatOptionError(
+            "options 'kafka.ssl.certificate.location' and 'kafka.ssl.key.location' go together"
+        )
+    user = opts.get("longboat.auth.username")
+    password = opts.get("longboat.auth.password")
+    token = opts.get("longboat.auth.token")
+    if (user is None) != (password is None):
+        raise LongboatOptionError(
+            "options 'longboat.auth.username' and 'longboat.auth.password' go together"
+        )
+    jaas = _jaas_credentials(opts)
+    if jaas is not None:
+        if user is not None or token is not None:
+            raise LongboatOptionError(
+                "give credentials once: kafka.sasl.jaas.config or longboat.auth.*, not both"
+            )
+        user, password = jaas
+    if user is not None and token is not None:
+        raise LongboatOptionError(
+            "give 'longboat.auth.username'/'password' or 'longboat.auth.token', not both"
+        )
+    has_credentials = user is not None or token is not None
+    tls_files = cafile or certfile
+    if proto is not None:
+        if proto.startswith("SASL") and not has_credentials:
+            raise LongboatOptionError(
+                f"kafka.security.protocol={proto} needs credentials: longboat.auth.username "
+                "and longboat.auth.password, longboat.auth.token, or kafka.sasl.jaas.config"
+            )
+        if not proto.startswith("SASL") and has_credentials:
+            raise LongboatOptionError(
+                f"credentials are given but kafka.security.protocol={proto} sends none; use "
+                f"{'SASL_SSL' if proto == 'SSL' else 'SASL_PLAINTEXT'}"
+            )
+        if tls_files and not proto.endswith("SSL"):
+            raise LongboatOptionError(
+                f"TLS files are given but kafka.security.protocol={proto} is not SSL or SASL_SSL"
+            )
+    tls = any(u.startswith("https://") for u in parse_bootstrap(opts))
+    if tls_files and not tls:
+        raise LongboatOptionError(
+            "TLS files are given but the bootstrap URLs are http://; use https:// URLs or "
+            "kafka.security.protocol=SSL (or SASL_SSL)"
+        )
+    return SecurityOptions(
+        tls=tls,
+        cafile=cafile,
+        certfile=certfile,
+        keyfile=keyfile,
+        username=user,
+        password=password,
+        token=token,
+    )
 
 
 def _int(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
@@ -429,6 +631,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120_000,
         fetch_format=fetch_format,  # type: ignore[arg-type]
         isolation_level=isolation,  # type: ignore[arg-type]
+        security=parse_security(opts),
     )
 
 
@@ -458,6 +661,22 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         or 30_000
     )
     topic = opts.get("topic")
+    exactly_once = _bool(opts, "exactlyonce", False)
+    if exactly_once and acks != -1:
+        raise LongboatOptionError(
+            "option 'exactlyOnce' writes with a transactional producer, which needs acks=all"
+        )
+    prefix = opts.get("transactionalidprefix", "longboat-spark-")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{0,100}", prefix):
+        raise LongboatOptionError(
+            "option 'transactionalIdPrefix' may hold letters, digits, '.', '_' and '-' "
+            f"(at most 100), got {prefix!r}"
+        )
+    txn_timeout = (
+        _int(opts, "transaction.timeout.ms", minimum=1000)
+        or _int(opts, "kafka.transaction.timeout.ms", minimum=1000)
+        or 60_000
+    )
     return SinkOptions(
         bootstrap=parse_bootstrap(opts),
         topic=topic.strip() if topic else None,
@@ -466,6 +685,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         linger_ms=linger_ms,
         compression=compression,
         request_timeout_ms=timeout,
+        security=parse_security(opts),
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=txn_timeout,
     )
 
 

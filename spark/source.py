@@ -54,7 +54,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark import avro
+from api.client import ClientError
+from spark import avro, exactly_once
 from spark.cluster import ClusterView
 from spark.fetch import RangeTask, read_range
 from spark.options import (
@@ -78,7 +79,9 @@ from spark.planning import (
     split_ranges,
     timestamps_needed,
 )
+from spark.produce import produce
 from spark.schema import kafka_struct
+from spark.security import reraise_auth
 
 log = logging.getLogger("spark.longboat")
 
@@ -117,6 +120,11 @@ class LongboatDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> LongboatWriter:
         sink = _sink(self.options, schema, overwrite)
+        if sink.exactly_once:
+            raise LongboatOptionError(
+                "option 'exactlyOnce' is for writeStream (it deduplicates micro-batches by "
+                "their batch id); a batch write has none"
+            )
         return LongboatWriter(sink, _encoders(self.options, schema, sink))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> LongboatStreamWriter:
@@ -173,6 +181,7 @@ def _tasks(
                 fail_on_data_loss=opts.fail_on_data_loss,
                 poll_timeout_ms=opts.poll_timeout_ms,
                 isolation_level=opts.isolation_level,
+                security=opts.security,
             )
         )
         for r in ranges
@@ -220,7 +229,7 @@ class LongboatBatchReader(DataSourceReader):
 
     def partitions(self) -> list[LongboatInputPartition]:
         o = self.opts
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             tps = cv.topic_partitions(o, missing_ok=False)
             if not tps:
                 return []
@@ -267,7 +276,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.opts
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             tps = cv.topic_partitions(o, missing_ok=True)
             if not tps:
                 return {}
@@ -282,13 +291,21 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
+        with ClusterView(
+            self.opts.bootstrap,
+            isolation_level=self.opts.isolation_level,
+            security=self.opts.security,
+        ) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             self._target = cv.latest(tps) if tps else {}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_json(start)
-        with ClusterView(self.opts.bootstrap, isolation_level=self.opts.isolation_level) as cv:
+        with ClusterView(
+            self.opts.bootstrap,
+            isolation_level=self.opts.isolation_level,
+            security=self.opts.security,
+        ) as cv:
             tps = cv.topic_partitions(self.opts, missing_ok=True)
             latest = cv.latest(tps) if tps else {}
             new = {t: [p for p in ps if p not in begin.get(t, {})] for t, ps in tps.items()}
@@ -337,7 +354,7 @@ class LongboatStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = {t: ps for t, ps in todo.items() if ps}
         if not todo:
             return []
-        with ClusterView(o.bootstrap, isolation_level=o.isolation_level) as cv:
+        with ClusterView(o.bootstrap, isolation_level=o.isolation_level, security=o.security) as cv:
             earliest = cv.earliest(todo)
             ranges = []
             for t, ps in todo.items():
@@ -418,78 +435,8 @@ def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
 @dataclass
 class LongboatCommitMessage(WriterCommitMessage):
     records: int
-
-
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    idx = {n.lower(): i for i, n in enumerate(batch.schema.names)}.get(name)
-    if idx is None:
-        return None
-    col = batch.column(idx)
-    if name in ("key", "value") and (
-        pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
-    ):
-        col = col.cast(pa.binary())
-    return list(col.to_pylist())
-
-
-def _utf8(v: str | bytes | None) -> bytes | None:
-    return v.encode() if isinstance(v, str) else v
-
-
-async def _produce(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    from api.client import AsyncProducer
-
-    n = 0
-    pending: list[asyncio.Future[Any]] = []
-    async with AsyncProducer(
-        list(sink.bootstrap),
-        acks=sink.acks,
-        linger_ms=sink.linger_ms,
-        compression=sink.compression,
-        enable_idempotence=sink.acks == -1,
-        request_timeout_ms=sink.request_timeout_ms,
-        delivery_timeout_ms=max(4 * sink.request_timeout_ms, 120_000),
-    ) as p:
-        for batch in batches:
-            rows = batch.num_rows
-            if not rows:
-                continue
-            values = _column(batch, "value") or [None] * rows
-            keys = _column(batch, "key")
-            topics = None if sink.topic else _column(batch, "topic")
-            parts = _column(batch, "partition")
-            headers = _column(batch, "headers") if sink.include_headers else None
-            if topics is None and parts is None and not (headers and any(headers)):
-                # The bulk path: one future per stored batch, not per record.
-                pending.append(await p.send_batch(str(sink.topic), values, keys=keys))
-            else:
-                for i in range(rows):
-                    topic = sink.topic or (topics[i] if topics else None)
-                    if topic is None:
-                        raise LongboatOptionError(
-                            f"row {n + i} has a null topic and no 'topic' option is set"
-                        )
-                    hs = (
-                        [(h["key"], _utf8(h["value"])) for h in headers[i]]
-                        if headers and headers[i]
-                        else None
-                    )
-                    pending.append(
-                        await p.send(
-                            topic,
-                            values[i],
-                            key=keys[i] if keys else None,
-                            headers=hs,
-                            partition=parts[i] if parts and parts[i] is not None else None,
-                        )
-                    )
-            n += rows
-            if len(pending) >= 10_000:
-                await asyncio.gather(*pending)  # raises the first failure: the task fails
-                pending.clear()
-        await p.flush()
-        await asyncio.gather(*pending)
-    return n
+    skipped: bool = False
+    """exactlyOnce: the task's part of the batch was already committed; nothing written."""
 
 
 def _write(
@@ -497,7 +444,11 @@ def _write(
 ) -> LongboatCommitMessage:
     if enc is not None and enc.columns:
         iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
-    return LongboatCommitMessage(asyncio.run(_produce(sink, iterator)))
+    try:
+        return LongboatCommitMessage(asyncio.run(produce(sink, iterator)))
+    except ClientError as e:
+        reraise_auth(e)
+        raise
 
 
 class LongboatWriter(DataSourceArrowWriter):
@@ -521,17 +472,42 @@ class LongboatWriter(DataSourceArrowWriter):
 
 
 class LongboatStreamWriter(DataSourceStreamArrowWriter):
-    """``writeStream.format("longboat")``: at-least-once per micro-batch, as Kafka's sink."""
+    """``writeStream.format("longboat")``: at-least-once per micro-batch, as Kafka's sink, or
+    exactly once with ``exactlyOnce=true`` (``spark.exactly_once``)."""
 
     def __init__(self, sink: SinkOptions, encoders: _Encoders | None = None) -> None:
         self.sink = sink
         self.encoders = encoders
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LongboatCommitMessage:
-        return _write(self.sink, iterator, self.encoders)
+        if not self.sink.exactly_once:
+            return _write(self.sink, iterator, self.encoders)
+        enc = self.encoders
+        if enc is not None and enc.columns:
+            iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
+        try:
+            w = exactly_once.write(self.sink, iterator, exactly_once.batch_task_of_spark())
+        except ClientError as e:
+            reraise_auth(e)
+            raise
+        return LongboatCommitMessage(w.records, w.skipped)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        done = [m for m in messages if isinstance(m, LongboatCommitMessage)]
+        if self.sink.exactly_once and any(m.skipped for m in done):
+            log.info(
+                "longboat batch %d: %d of %d tasks found the batch already committed and "
+                "wrote nothing",
+                batchId,
+                sum(m.skipped for m in done),
+                len(done),
+            )
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("longboat stream batch %d aborted; records already produced remain", batchId)
+        if self.sink.exactly_once:
+            # Each task aborted its own transaction (or the next attempt's init does).
+            log.warning("longboat stream batch %d aborted; its transactions were aborted", batchId)
+        else:
+            log.warning(
+                "longboat stream batch %d aborted; records already produced remain", batchId
+            )
