@@ -49,6 +49,12 @@ METADATA_STALE = frozenset(
 """Errors after which the client refreshes its cluster metadata before retrying."""
 
 
+SSL_AUTHENTICATION_FAILED = "SSL_AUTHENTICATION_FAILED"
+"""A broker's certificate the client does not trust (expired, another CA, another name):
+Kafka's ``SslAuthenticationException``, which has no error code of its own. Not retriable,
+as in Kafka: every broker would be refused the same way."""
+
+
 class ClientError(Exception):
     """A refusal or failure, with Kafka's error name in ``code``."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import aiohttp
 import msgpack
 import orjson
 
-from api.client.errors import ClientError
+from api.client.errors import SSL_AUTHENTICATION_FAILED, ClientError
 from api.client.security import ClientSecurity
 from common import netbind
 from common.principal import PRINCIPAL_HEADER, forwarding_headers
@@ -143,6 +144,8 @@ class Transport:
                 status = resp.status
         except TimeoutError as e:
             raise ClientError("REQUEST_TIMED_OUT", f"{route} to {url}") from e
+        except (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError) as e:
+            raise ClientError(SSL_AUTHENTICATION_FAILED, f"{route} to {url}: {e}") from e
         except (aiohttp.ClientError, OSError) as e:
             raise ClientError("NETWORK_EXCEPTION", f"{route} to {url}: {e}") from e
         try:
@@ -178,6 +181,8 @@ class Transport:
                 return orjson.loads(payload)
         except TimeoutError as e:
             raise ClientError("REQUEST_TIMED_OUT", f"GET {url}{path}") from e
+        except (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError) as e:
+            raise ClientError(SSL_AUTHENTICATION_FAILED, f"GET {url}{path}: {e}") from e
         except (aiohttp.ClientError, OSError) as e:
             raise ClientError("NETWORK_EXCEPTION", f"GET {url}{path}: {e}") from e
 
@@ -301,8 +306,10 @@ class MetadataCache:
                         url, "/v3/broker/metadata", timeout_s=min(5.0, timeout_s)
                     )
                 except ClientError as e:
-                    if e.code == "SASL_AUTHENTICATION_FAILED":
-                        raise  # not retriable: the same credentials fail everywhere (Kafka)
+                    if e.code in ("SASL_AUTHENTICATION_FAILED", SSL_AUTHENTICATION_FAILED):
+                        # Not retriable: the same credentials, or the same trust store, fail
+                        # with every broker (Kafka's AuthenticationException)
+                        raise
                     errors.append(str(e))
                     continue
                 md = ClusterMetadata.from_summary(data)

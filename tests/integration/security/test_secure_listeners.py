@@ -422,14 +422,18 @@ def _basic_h(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def test_users_and_acls_from_the_metadata_log(cluster: tuple[Quorum, Brokers], topic: str) -> None:
+def test_users_and_acls_from_the_metadata_log(
+    cluster: tuple[Quorum, Brokers], topic: str, tmp_path: Path
+) -> None:
     """A SCRAM user and an ACL made through the admin API reach every broker through the
     log: Basic logs in on both, exactly the granted operation is allowed, through HTTP and
     the Python client."""
     import asyncio
+    import time
 
     from api.client import AsyncConsumer, AsyncProducer, ClientError, TopicPartition
     from api.client.security import ClientSecurity
+    from api.node.certs import make_ca
 
     q, b = cluster
     assert q.secure is not None
@@ -494,6 +498,16 @@ def test_users_and_acls_from_the_metadata_log(cluster: tuple[Quorum, Brokers], t
             async with AsyncProducer(b.url(101), security=nobody, enable_idempotence=False):
                 pass
         assert e.value.code == "SASL_AUTHENTICATION_FAILED", e.value
+        # A client trusting another CA is refused at once, not after its metadata retries
+        # (Kafka's SslAuthenticationException is not retriable either).
+        rogue_ca = make_ca(tmp_path / "rogue").cert
+        untrusting = ClientSecurity(ssl_cafile=str(rogue_ca), username="bob", password="an oar")
+        t0 = time.monotonic()
+        with pytest.raises(ClientError) as e:
+            async with AsyncProducer(b.url(101), security=untrusting, enable_idempotence=False):
+                pass
+        assert e.value.code == "SSL_AUTHENTICATION_FAILED", e.value
+        assert time.monotonic() - t0 < 10
 
     asyncio.run(client())
 
