@@ -304,7 +304,6 @@ def load_producer_state(plog: PartitionLog, config: ProducerStateConfig) -> Prod
             plog.files.unlink(path)
     if state is not None:
         state.replay(*read_headers(plog, state.end_offset))
-        state.on_log_start_offset(plog.log_start_offset)
         return state
     headers, markers = read_headers(plog)
     return ProducerState.rebuild(
@@ -890,7 +889,7 @@ class ReplicaManager:
             try:
                 plog.maybe_roll(t)
                 if await asyncio.to_thread(plog.maybe_apply_retention, t, rep.high_watermark):
-                    rep.producers.on_log_start_offset(plog.log_start_offset)
+                    # (The aborted-transaction index of each deleted segment went with it.)
                     log.info(
                         "broker %d: %s retention: log start now %d",
                         self.broker_id,
