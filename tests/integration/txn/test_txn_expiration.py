@@ -1,5 +1,5 @@
 """Transactional id expiration with real processes (1 controller, 1 broker, Kafka's
-``transactional.id.expiration.ms`` shortened to 1.5 s): an idle id is removed and its
+``transactional.id.expiration.ms`` shortened to 1 s): an idle id is removed and its
 tombstone survives a restart; an id with an open transaction is kept however long it idles;
 a removed id starts afresh with a new producer id."""
 
@@ -21,7 +21,7 @@ from metalog.commands import CreateTopic
 
 pytestmark = pytest.mark.slow
 
-EXPIRATION_MS = 1_500
+EXPIRATION_MS = 1_000
 B = 101
 
 
@@ -64,7 +64,7 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
             "--override",
             f"transactional_id_expiration_ms={EXPIRATION_MS}",
             "--override",
-            "transaction_remove_expired_transaction_cleanup_interval_ms=200",
+            "transaction_remove_expired_transaction_cleanup_interval_ms=100",
         ],
     ) as (_, b):
         yield b
@@ -97,14 +97,14 @@ def test_an_idle_id_is_removed_an_open_one_kept_and_the_removal_survives_a_resta
     asyncio.run(create())
     loop = asyncio.new_event_loop()
     try:
+        before = time.monotonic()  # the id's last transition is later than this
         idle_pid, busy = loop.run_until_complete(setup())
-        assert state_of(brokers, "idle") == "CompleteCommit"
-        started = time.monotonic()
+        assert state_of(brokers, "idle") in ("PrepareCommit", "CompleteCommit")
         wait_for("the idle id removed", lambda: state_of(brokers, "idle") is None, 30)
-        assert time.monotonic() - started >= EXPIRATION_MS / 1000 * 0.5
+        assert time.monotonic() - before >= EXPIRATION_MS / 1000  # not before it expired
         # Several expirations later the id with an open transaction is still there, and
         # its transaction commits.
-        time.sleep(3 * EXPIRATION_MS / 1000)
+        time.sleep(2 * EXPIRATION_MS / 1000)
         assert state_of(brokers, "busy") == "Ongoing"
         loop.run_until_complete(busy.commit_transaction())
         loop.run_until_complete(busy.close())
