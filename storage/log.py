@@ -71,15 +71,18 @@ the last is durable and ``flushed_offset`` is at least the active segment's base
 Aborted transactions (KIP-98, Kafka's ``.txnindex``; rules in ``storage.txn_index``): the
 partition's producer state, which knows the open transactions, hands each abort marker's
 entry to ``append_aborted_txn`` right after the marker is appended, and it goes to the
-active segment (in memory; written with its index files at roll and at close).
+active segment (in memory, and appended to its file unsynced; fsynced at roll and close).
 ``aborted_txns_in`` answers read_committed fetches from the segments' entries. Truncation
 drops the entries of the markers cut; a deleted segment's file goes with it; the cleaner
 keeps the entries of the markers it keeps. On open a closed segment's ``.txnindex`` is
 checked (its format, and that each entry names a control batch of its producer); one that
-is missing or fails is reported in ``recovery`` and rebuilt, as is the ``.txnindex`` of every
-segment recovery scanned (the active one after a crash: its entries were only in memory).
-Rebuilding reads the log's batch headers from its first segment (``AbortTracker``: an
-entry needs the transactions open before its marker), decoding only control batches.
+is missing or fails is reported in ``recovery`` and rebuilt. The file of a segment recovery
+scanned (the active one after a crash: unsynced) is kept only if its entries name exactly
+the segment's abort markers (each a control batch of the entry's producer; any past the
+recovered end dropped); else it is rebuilt, unreported (a crash is no damage). Rebuilding
+reads the log's batch headers from its first segment (``AbortTracker``: an entry needs the
+transactions open before its marker), decoding only control batches, so a topic with no
+aborted transaction in its scanned segments never pays for it.
 """
 
 from __future__ import annotations
@@ -133,8 +136,15 @@ from storage.segment import (
     Segment,
     parse_segment_name,
 )
-from storage.txn import AbortedTxn, decode_marker
-from storage.txn_index import AbortTracker, TxnIndexError, collect, encode_entries
+from storage.txn import AbortedTxn, ControlMarker, decode_marker
+from storage.txn_index import (
+    ENTRY_BYTES,
+    AbortTracker,
+    TxnIndexError,
+    collect,
+    encode_entries,
+    parse_entries,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +204,8 @@ class RecoveryReport:
     txn_indexes_rebuilt: list[str] = field(default_factory=list)
     """``.txnindex`` files that were missing or failed their checks, with why (rebuilt
     from the log; never served). Those of segments recovery scanned are rebuilt unsaid."""
+    txn_index_walk_segments: int = 0
+    """How many segments were read to rebuild ``.txnindex`` files (0: none was needed)."""
     checkpoint_errors: list[CorruptCheckpointError] = field(default_factory=list)
     epoch_cache_rebuilt: bool = False
 
@@ -876,7 +888,7 @@ class PartitionLog:
         with self._fsync_lock:
             self._fsync(old)
         old.write_indexes()
-        old.txn_entries = None  # in its .txnindex now
+        old.close_txn_file()  # its entries are in its .txnindex now
         new = Segment.create(self.dir_path, self._leo, self.files)
         self._segments.append(new)
         self.files.fsync_dir(self.dir_path)  # the new segment's name
@@ -1062,9 +1074,7 @@ class PartitionLog:
                 self._retire(s, delete=True)
             if loc is not None:
                 seg.truncate_to_position(pos, end_before)
-            # The segment is active now; its file is stale until written at roll or close
-            # (recovery rebuilds an active segment's).
-            seg.txn_entries = kept_aborted
+            seg.set_aborted_txns(kept_aborted)  # it is the active segment now
             with self._fsync_lock:
                 self._fsync(seg)
             if doomed:
@@ -1129,8 +1139,11 @@ class PartitionLog:
         segment: call this before anything else is appended), ended the transaction
         ``entry`` describes."""
         with self._lock:
-            self._ensure_open()
-            self.active_segment.append_aborted_txn(entry)
+            self._writable_or_raise()
+            try:
+                self.active_segment.append_aborted_txn(entry)
+            except OSError as e:
+                raise self._io_error(e, "append") from e
 
     def aborted_txns_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions with data in ``[start_offset, end_offset)`` (Kafka's
@@ -1462,15 +1475,20 @@ class PartitionLog:
 
 
 def _load_txn_indexes(segments: list[Segment], report: RecoveryReport) -> None:
-    """Check every segment's ``.txnindex`` and rebuild those missing, failing or of a
-    scanned segment (see the module docstring); the active segment's entries go to memory."""
+    """Check every segment's ``.txnindex`` and rebuild those missing or failing, or of a
+    scanned segment whose file does not match its abort markers (see the module
+    docstring); the active segment's entries go to memory."""
     stale: dict[int, str | None] = {}
-    last = len(segments) - 1
+    kept: dict[int, list[AbortedTxn]] = {}
     for i, seg in enumerate(segments):
         if seg.txn_entries is not None:
             continue  # created by this open: nothing in it
         if seg.scanned:
-            stale[i] = None
+            entries = _recovered_txn_entries(seg)
+            if entries is None:
+                stale[i] = None
+            else:
+                kept[i] = entries
             continue
         try:
             entries = seg.load_txn_index()
@@ -1478,32 +1496,67 @@ def _load_txn_indexes(segments: list[Segment], report: RecoveryReport) -> None:
         except TxnIndexError as e:
             stale[i] = str(e)
             continue
-        if i == last:
-            seg.txn_entries = entries
-    if not stale:
-        return
-    for i, why in stale.items():
-        if why is not None:
-            report.txn_indexes_rebuilt.append(f"{segments[i].txnindex_path} ({why})")
-    rebuilt: dict[int, list[AbortedTxn]] = {i: [] for i in stale}
-    tracker = AbortTracker()
-    for i, seg in enumerate(segments[: max(stale) + 1]):
-        for pos, h in seg.scan(0, verify=False, end=seg.size_bytes):
-            marker = None
-            if h.is_control and h.producer_id >= 0:
-                try:
-                    marker = decode_marker(seg.log.pread(h.size, pos), verify=False)
-                except CorruptRecordError:
-                    marker = None  # not a transaction marker: it ends nothing
-            entry = tracker.on_batch(h, marker)
-            if entry is not None and i in rebuilt:
-                rebuilt[i].append(entry)
-    for i, entries in rebuilt.items():
-        seg = segments[i]
-        if i == last:
-            seg.txn_entries = entries  # written at roll or close
-        else:
-            seg.files.write_file_atomic(seg.txnindex_path, encode_entries(entries))
+        kept[i] = entries
+    if stale:
+        for i, why in stale.items():
+            if why is not None:
+                report.txn_indexes_rebuilt.append(f"{segments[i].txnindex_path} ({why})")
+        rebuilt: dict[int, list[AbortedTxn]] = {i: [] for i in stale}
+        tracker = AbortTracker()
+        report.txn_index_walk_segments = max(stale) + 1
+        for i, seg in enumerate(segments[: max(stale) + 1]):
+            for pos, h in seg.scan(0, verify=False, end=seg.size_bytes):
+                entry = tracker.on_batch(h, _marker_at(seg, pos, h))
+                if entry is not None and i in rebuilt:
+                    rebuilt[i].append(entry)
+        for i, entries in rebuilt.items():
+            kept[i] = entries
+            if i != len(segments) - 1:
+                seg = segments[i]
+                seg.files.write_file_atomic(seg.txnindex_path, encode_entries(entries))
+    for i, seg in enumerate(segments):
+        if i == len(segments) - 1:
+            if i in kept:
+                seg.set_aborted_txns(kept[i])  # the file rewritten to match
+        elif seg.scanned and i not in stale:
+            # A closed segment scanned (its successor began above the recovery point): its
+            # file was written whole at roll; rewrite it if entries past its end went.
+            seg.files.write_file_atomic(seg.txnindex_path, encode_entries(kept[i]))
+
+
+def _marker_at(seg: Segment, pos: int, h: BatchHeader) -> ControlMarker | None:
+    """The transaction marker of the control batch ``h`` at ``pos``; None for any other
+    batch, and for a control batch that is not a marker (it ends nothing)."""
+    if not h.is_control or h.producer_id < 0:
+        return None
+    try:
+        return decode_marker(seg.log.pread(h.size, pos), verify=False)
+    except CorruptRecordError:
+        return None
+
+
+def _recovered_txn_entries(seg: Segment) -> list[AbortedTxn] | None:
+    """The entries of a scanned segment's ``.txnindex`` if they can be trusted: whole
+    entries (a torn last one dropped) that pass the file's checks and name exactly the
+    segment's abort markers, those past its recovered end dropped. None: rebuild it."""
+    try:
+        raw = seg.files.read_file(seg.txnindex_path)
+    except OSError:
+        return None
+    raw = raw[: len(raw) - len(raw) % ENTRY_BYTES]
+    try:
+        entries = parse_entries(raw, seg.base_offset, 1 << 62)
+    except TxnIndexError:
+        return None
+    entries = [a for a in entries if a.last_offset < seg.next_offset]
+    aborts = {}
+    for pos, h in seg.scan(0, verify=False, end=seg.size_bytes):
+        marker = _marker_at(seg, pos, h)
+        if marker is not None and not marker.commit:
+            aborts[h.base_offset] = h.producer_id
+    if {a.last_offset: a.producer_id for a in entries} != aborts:
+        return None  # an entry lost (or an abort that closed nothing): rebuild
+    return entries
 
 
 def _check_markers(seg: Segment, entries: list[AbortedTxn]) -> None:

@@ -9,10 +9,13 @@ replaces them whole.
 
 Index files are written whole, and fsynced, when a segment stops being active (roll) and on
 clean shutdown. An active segment's indexes after a crash are rebuilt from its ``.log``
-(recovery scans it anyway), so the append path writes one thing: the batch. The same holds
-for the ``.txnindex``: the active segment keeps its entries in memory (``txn_entries``) and
-writes them whole with the other index files; a closed segment's are read from the file
-when asked for (``aborted_txns``), so memory holds only the active segment's.
+(recovery scans it anyway), so the append path writes one thing: the batch. The
+``.txnindex`` differs: the active segment keeps its entries in memory (``txn_entries``) and
+also appends each to its file as it comes (rare: one per abort marker), unsynced, so that
+after a crash recovery can check the file against the scanned batches instead of rebuilding
+it from the whole log (``storage.log``); it is fsynced with the other index files. A closed
+segment's entries are read from the file when asked for (``aborted_txns``), so memory holds
+only the active segment's.
 
 Must not: decode records (only ``offset_for_timestamp`` and the cleaner do, elsewhere), or
 know about other segments.
@@ -112,6 +115,9 @@ class Segment:
         """The aborted transactions whose markers this segment holds, in marker order, while
         it is active (or being rewritten by the cleaner); None once they are only in the
         ``.txnindex`` file (a closed segment)."""
+        self.txn_file: FileHandle | None = None
+        """The active segment's ``.txnindex``, open for append. Invariant: holds exactly
+        ``txn_entries`` (unsynced until ``write_indexes``)."""
         self.cache_dropped = 0
         """Bytes below this were asked out of the page cache at least twice (or once, clean):
         gone. ``PartitionLog.drop_cache_behind`` moves it and ``cache_asked``."""
@@ -157,6 +163,7 @@ class Segment:
         for p in (seg.index_path, seg.timeindex_path, seg.txnindex_path):
             if files.exists(p):
                 files.unlink(p)
+        seg.set_aborted_txns([])
         return seg
 
     @classmethod
@@ -544,7 +551,9 @@ class Segment:
             (self.index_path + suffix, self.index.to_bytes()),
             (self.timeindex_path + suffix, self.time_index.to_bytes()),
         ]
-        if self.txn_entries is not None:
+        if self.txn_file is not None:
+            self.txn_file.fsync()  # the active segment's: already whole
+        elif self.txn_entries is not None:
             out.append((self.txnindex_path + suffix, encode_entries(self.txn_entries)))
         for path, data in out:
             if self.files.exists(path):
@@ -598,31 +607,49 @@ class Segment:
         assert entries is not None
         invariant(
             self.base_offset <= entry.last_offset < self.next_offset
-            and (not entries or entries[-1].last_offset < entry.last_offset),
-            "%s: aborted transaction %s out of order",
+            and (not entries or entries[-1].last_offset < entry.last_offset)
+            and self.txn_file is not None,
+            "%s: aborted transaction %s out of order, or no file",
             self,
             entry,
         )
+        assert self.txn_file is not None
         entries.append(entry)
+        self.txn_file.write(encode_entries([entry]))
 
-    def truncate_aborted_txns(self, offset: int) -> None:
-        """Forget the entries of markers at or after ``offset``. The segment is active
-        afterwards (a truncation ends the log in it): its entries move to memory, and the
-        file is stale until written again (recovery rebuilds an active segment's)."""
-        entries = self.txn_entries if self.txn_entries is not None else self.aborted_txns()
-        self.txn_entries = [a for a in entries if a.last_offset < offset]
+    def set_aborted_txns(self, entries: list[AbortedTxn]) -> None:
+        """Make this the active segment's entries, in memory and in its file (rewritten):
+        at creation, at open, and when a truncation ends the log in it."""
+        if self.txn_file is None:
+            self.txn_file = self.files.open(self.txnindex_path)
+        self.txn_file.truncate(0)
+        if entries:
+            self.txn_file.write(encode_entries(entries))
+        self.txn_entries = list(entries)
+
+    def close_txn_file(self) -> None:
+        """The segment is closed (rolled): its entries are in its file only."""
+        if self.txn_file is not None:
+            self.txn_file.close()
+            self.txn_file = None
+        self.txn_entries = None
 
     def flush(self) -> None:
         self.log.fsync()
 
     def close(self) -> None:
         self.log.close()
+        if self.txn_file is not None:
+            self.txn_file.close()
 
     def delete(self) -> None:
         """Unlink this segment's files (readers with the handle keep reading; see
         ``retired``). The caller fsyncs the directory."""
         self.retired = True
         self.log.close()
+        if self.txn_file is not None:
+            self.txn_file.close()
+            self.txn_file = None
         for p in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             if self.files.exists(p):
                 self.files.unlink(p)

@@ -13,6 +13,7 @@ from storage_harness import open_log
 
 from storage.batch import encode_batch, parse_header
 from storage.errors import CorruptSegmentError
+from storage.fileio import LazyFileLayer
 from storage.log import PartitionLog
 from storage.txn import AbortedTxn, ControlMarker, encode_marker_batch
 from storage.txn_index import (
@@ -138,14 +139,45 @@ def test_a_clean_restart_loads_the_files_and_rebuilds_nothing(tmp_path) -> None:
     assert len(txnindex_files(str(tmp_path))) == len(again.segments)
 
 
-def test_after_a_crash_the_active_segments_entries_are_rebuilt_from_the_log(tmp_path) -> None:
+def test_after_a_kill_the_active_segments_file_is_checked_and_kept(tmp_path) -> None:
     log, w = a_log_with_aborts_over_segments(tmp_path)
-    log.flush()
-    log.abandon()  # the active segment's entries were only in memory
+    log.abandon()  # killed: what was written (not fsynced) is still in the page cache
     again = open_log(tmp_path, **SMALL)
     assert not again.recovery.clean
-    assert again.recovery.txn_indexes_rebuilt == []  # a crash is no damage
+    assert again.recovery.txn_index_walk_segments == 0  # it names every abort marker
     assert again.aborted_txns_in(0, again.log_end_offset) == w.entries
+
+
+def test_after_a_power_loss_a_lost_entry_is_rebuilt_from_the_log(tmp_path) -> None:
+    files = LazyFileLayer()
+    log = open_log(tmp_path, files, **SMALL)
+    w = Writer(log)
+    w.data(pid=1)  # 0
+    for _ in range(6):
+        w.data(pad=100)  # rolls
+    w.data(pid=2)  # 7
+    w.end(1, commit=False)  # 8: the transaction began in the first segment
+    w.end(2, commit=False)  # 9
+    log.flush()  # the batches are durable, the active segment's .txnindex is not
+    log.abandon()
+    files.crash()
+    again = open_log(tmp_path, files, **SMALL)
+    assert again.recovery.txn_indexes_rebuilt == []  # a crash is no damage
+    assert again.recovery.txn_index_walk_segments == len(again.segments) > 1
+    assert again.aborted_txns_in(0, again.log_end_offset) == w.entries
+    assert [a.producer_id for a in w.entries] == [1, 2]
+
+
+def test_a_log_without_transactions_never_walks_after_a_crash(tmp_path) -> None:
+    files = LazyFileLayer()
+    log = open_log(tmp_path, files, **SMALL)
+    for _ in range(20):
+        Writer(log).data(pad=100)
+    log.flush()
+    log.abandon()
+    files.crash()
+    again = open_log(tmp_path, files, **SMALL)
+    assert len(again.segments) > 1 and again.recovery.txn_index_walk_segments == 0
 
 
 def test_a_missing_or_corrupt_file_is_reported_rebuilt_and_never_served(tmp_path) -> None:
