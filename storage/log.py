@@ -1541,6 +1541,8 @@ def _recovered_txn_entries(seg: Segment) -> list[AbortedTxn] | None:
     segment's abort markers, those past its recovered end dropped. None: rebuild it."""
     try:
         raw = seg.files.read_file(seg.txnindex_path)
+    except FileNotFoundError:
+        raw = b""  # an active segment gets its file with its first entry
     except OSError:
         return None
     raw = raw[: len(raw) - len(raw) % ENTRY_BYTES]

@@ -11,7 +11,8 @@ Index files are written whole, and fsynced, when a segment stops being active (r
 clean shutdown. An active segment's indexes after a crash are rebuilt from its ``.log``
 (recovery scans it anyway), so the append path writes one thing: the batch. The
 ``.txnindex`` differs: the active segment keeps its entries in memory (``txn_entries``) and
-also appends each to its file as it comes (rare: one per abort marker), unsynced, so that
+also appends each to its file as it comes (rare: one per abort marker; the file is created
+with the first), unsynced, so that
 after a crash recovery can check the file against the scanned batches instead of rebuilding
 it from the whole log (``storage.log``); it is fsynced with the other index files. A closed
 segment's entries are read from the file when asked for (``aborted_txns``), so memory holds
@@ -116,8 +117,10 @@ class Segment:
         it is active (or being rewritten by the cleaner); None once they are only in the
         ``.txnindex`` file (a closed segment)."""
         self.txn_file: FileHandle | None = None
-        """The active segment's ``.txnindex``, open for append. Invariant: holds exactly
-        ``txn_entries`` (unsynced until ``write_indexes``)."""
+        """The active segment's ``.txnindex``, open for append once it has an entry (so a
+        partition without aborts holds no extra descriptor). Invariant: holds exactly
+        ``txn_entries`` (unsynced until ``write_indexes``); with no handle there is no file
+        until ``write_indexes`` writes it."""
         self.cache_dropped = 0
         """Bytes below this were asked out of the page cache at least twice (or once, clean):
         gone. ``PartitionLog.drop_cache_behind`` moves it and ``cache_asked``."""
@@ -163,7 +166,6 @@ class Segment:
         for p in (seg.index_path, seg.timeindex_path, seg.txnindex_path):
             if files.exists(p):
                 files.unlink(p)
-        seg.set_aborted_txns([])
         return seg
 
     @classmethod
@@ -607,23 +609,31 @@ class Segment:
         assert entries is not None
         invariant(
             self.base_offset <= entry.last_offset < self.next_offset
-            and (not entries or entries[-1].last_offset < entry.last_offset)
-            and self.txn_file is not None,
-            "%s: aborted transaction %s out of order, or no file",
+            and (not entries or entries[-1].last_offset < entry.last_offset),
+            "%s: aborted transaction %s out of order",
             self,
             entry,
         )
-        assert self.txn_file is not None
+        if self.txn_file is None:
+            self.txn_file = self.files.open(self.txnindex_path)
+            self.txn_file.truncate(0)
         entries.append(entry)
         self.txn_file.write(encode_entries([entry]))
 
     def set_aborted_txns(self, entries: list[AbortedTxn]) -> None:
-        """Make this the active segment's entries, in memory and in its file (rewritten):
-        at creation, at open, and when a truncation ends the log in it."""
-        if self.txn_file is None:
-            self.txn_file = self.files.open(self.txnindex_path)
-        self.txn_file.truncate(0)
-        if entries:
+        """Make this the active segment's entries, in memory and in its file (rewritten, or
+        removed when there are none): at creation, at open, and when a truncation ends the
+        log in it."""
+        if not entries:
+            if self.txn_file is not None:
+                self.txn_file.close()
+                self.txn_file = None
+            if self.files.exists(self.txnindex_path):
+                self.files.unlink(self.txnindex_path)
+        else:
+            if self.txn_file is None:
+                self.txn_file = self.files.open(self.txnindex_path)
+            self.txn_file.truncate(0)
             self.txn_file.write(encode_entries(entries))
         self.txn_entries = list(entries)
 
