@@ -50,9 +50,11 @@ producer in this partition if none is open (``current_txn_first_offset``); a con
 (a commit or abort marker, ``storage.txn``) of that producer closes it. The partition's
 *first unstable offset* is the smallest first offset of an open transaction; the last stable
 offset (LSO) is min(that, HW), computed by the caller that knows the HW. An abort marker
-records an ``AbortedTxn`` (producer, first offset, marker offset, LSO after it): the aborted
-index read_committed readers filter with, kept here in offset order, trimmed at the log start
-(``on_log_start_offset``), undone by truncation and carried in snapshots. Leader-side checks
+that closes an open transaction makes an ``AbortedTxn`` (producer, first offset, marker
+offset, LSO after it), which ``on_append`` returns: the caller hands it to the log's
+per-segment aborted-transaction index (``storage.txn_index``), which read_committed readers
+filter with; this state does not keep it (memory holds only the open transactions).
+Leader-side checks
 (Kafka's ``ProducerAppendInfo``): a control batch from a client is refused; a
 non-transactional batch of a producer with an open transaction is INVALID_TXN_STATE; a
 transactional batch that would open a transaction needs verification by the coordinator
@@ -66,7 +68,6 @@ Pure: no I/O, no clock, no global random.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -93,9 +94,10 @@ NO_PRODUCER_ID = -1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 _SNAPSHOT_MAGIC = b"LBPS"
-_SNAPSHOT_VERSION = 2
+_SNAPSHOT_VERSION = 3
 """1: no transactions; 2 adds each producer's open transaction and coordinator epoch, and
-the aborted transactions. Both are read."""
+the aborted transactions; 3 drops the aborted transactions again (they are in the log's
+``.txnindex`` files). All are read (a version 2 list is ignored)."""
 NO_TXN = -1
 _SNAPSHOT_HEADER = struct.Struct(">4sBI")  # magic, version, CRC-32C of the payload
 
@@ -211,8 +213,6 @@ class ProducerState:
         self._ongoing: dict[int, int] = {}
         """producer id -> first offset of its open transaction. Invariant: exactly the
         entries with ``in_transaction``."""
-        self._aborted: list[AbortedTxn] = []
-        """The aborted transactions, in marker (``last_offset``) order."""
 
     # ------------------------------------------------------------------ queries
 
@@ -239,16 +239,6 @@ class ProducerState:
         """Kafka's LSO: min(first unstable offset, HW)."""
         fu = self.first_unstable_offset
         return high_watermark if fu is None else min(fu, high_watermark)
-
-    @property
-    def aborted_txns(self) -> list[AbortedTxn]:
-        return list(self._aborted)
-
-    def aborted_txns_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions with data in ``[start_offset, end_offset)``."""
-        # In marker order, so by last_offset: skip those ended before the range at once.
-        i = bisect_left(self._aborted, start_offset, key=lambda a: a.last_offset)
-        return [a for a in self._aborted[i:] if a.first_offset < end_offset]
 
     def needs_txn_verification(self, header: BatchHeader) -> bool:
         """A transactional data batch that would open a transaction here (KIP-890 part 1: the
@@ -408,7 +398,6 @@ class ProducerState:
                     offset,
                     self.last_stable_offset(offset + 1),
                 )
-                self._aborted.append(aborted)
         same_epoch = prev is not None and prev.producer_epoch == header.producer_epoch
         self._producers[pid] = ProducerEntry(
             pid,
@@ -464,22 +453,11 @@ class ProducerState:
             else:
                 self._producers[pid] = prev
         self._end_offset = offset
-        while self._aborted and self._aborted[-1].last_offset >= offset:
-            self._aborted.pop()
         self._ongoing = {
             pid: e.current_txn_first_offset
             for pid, e in self._producers.items()
             if e.in_transaction
         }
-
-    def on_log_start_offset(self, log_start_offset: int) -> None:
-        """Retention or DeleteRecords moved the log start: forget aborted transactions wholly
-        below it (Kafka deletes the ``.txnindex`` with its segment)."""
-        i = 0
-        while i < len(self._aborted) and self._aborted[i].last_offset < log_start_offset:
-            i += 1
-        if i:
-            del self._aborted[:i]
 
     # ------------------------------------------------------------------ expiration
 
@@ -526,9 +504,8 @@ class ProducerState:
         """The state as of ``end_offset``, compact: a header (magic ``LBPS``, version, CRC-32C
         of the payload) then msgpack ``[end_offset, [[pid, epoch, [[first_seq, last_seq,
         first_offset, last_offset, timestamp_ms], ...], current_txn_first_offset,
-        coordinator_epoch, marker_timestamp_ms], ...], [[pid, first_offset, last_offset,
-        last_stable_offset], ...]]`` (version 1 had neither the last three fields of a
-        producer nor the aborted transactions)."""
+        coordinator_epoch, marker_timestamp_ms], ...]]`` (version 1 had not the last three
+        fields of a producer; version 2 had a third element, the aborted transactions)."""
         producers = [
             [
                 e.producer_id,
@@ -543,11 +520,7 @@ class ProducerState:
             ]
             for e in sorted(self._producers.values(), key=lambda e: e.producer_id)
         ]
-        aborted = [
-            [a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset]
-            for a in self._aborted
-        ]
-        payload: bytes = msgpack.packb([self._end_offset, producers, aborted], use_bin_type=True)
+        payload: bytes = msgpack.packb([self._end_offset, producers], use_bin_type=True)
         return (
             _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(payload))
             + payload
@@ -562,7 +535,7 @@ class ProducerState:
             raise CorruptProducerSnapshotError("producer snapshot too short")
         magic, version, crc = _SNAPSHOT_HEADER.unpack_from(data)
         payload = data[_SNAPSHOT_HEADER.size :]
-        if magic != _SNAPSHOT_MAGIC or version not in (1, _SNAPSHOT_VERSION):
+        if magic != _SNAPSHOT_MAGIC or version not in (1, 2, _SNAPSHOT_VERSION):
             raise CorruptProducerSnapshotError(
                 f"not a producer snapshot (magic {magic!r}, version {version})"
             )
@@ -582,8 +555,6 @@ class ProducerState:
                 state._producers[entry.producer_id] = entry
                 if entry.in_transaction:
                     state._ongoing[entry.producer_id] = entry.current_txn_first_offset
-            if version >= 2:
-                state._aborted = [AbortedTxn(*(_int(x) for x in a)) for a in body[2]]
         except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise CorruptProducerSnapshotError(f"producer snapshot does not decode: {e}") from e
         return state

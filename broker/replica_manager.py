@@ -30,8 +30,11 @@ Transactions, the partition side (KIP-98, docs/transactions.md): transactional p
 transaction), ``write_txn_markers`` (the leader appends a control batch and answers once
 the HW passes it, as Kafka's WriteTxnMarkers), the last stable offset of each replica
 (``Replica.last_stable_offset``), and reads at ``isolation_level`` read_committed (up to the
-LSO, with the aborted transactions of the range). Producer state (open transactions,
-aborted transactions) follows every batch a follower or recovery applies, markers included.
+LSO, with the aborted transactions of the range). Producer state (open transactions)
+follows every batch a follower or recovery applies, markers included; the entry of each
+abort marker a leader or follower appends goes to the log's per-segment aborted-transaction
+index (``PartitionLog.append_aborted_txn``, Kafka's ``.txnindex``), which read_committed
+reads collect from (``PartitionLog.aborted_txns_in``).
 
 Traffic per topic (bytes and records in and out, for ``/metrics``) is counted in plain
 integers on ``TopicTraffic`` objects as produce and fetch run; everything else the metrics
@@ -301,7 +304,6 @@ def load_producer_state(plog: PartitionLog, config: ProducerStateConfig) -> Prod
             plog.files.unlink(path)
     if state is not None:
         state.replay(*read_headers(plog, state.end_offset))
-        state.on_log_start_offset(plog.log_start_offset)
         return state
     headers, markers = read_headers(plog)
     return ProducerState.rebuild(
@@ -887,7 +889,7 @@ class ReplicaManager:
             try:
                 plog.maybe_roll(t)
                 if await asyncio.to_thread(plog.maybe_apply_retention, t, rep.high_watermark):
-                    rep.producers.on_log_start_offset(plog.log_start_offset)
+                    # (The aborted-transaction index of each deleted segment went with it.)
                     log.info(
                         "broker %d: %s retention: log start now %d",
                         self.broker_id,
@@ -904,10 +906,28 @@ class ReplicaManager:
         self, rep: Replica, fs: FollowerState, data: bytes, leader_hw: int
     ) -> None:
         if data:
-            rep.log.append_as_follower(data, now_ms=now_ms())
             markers = control_markers(data)
-            for _, h in iter_batches(data, verify=False):
-                rep.producers.on_append(h, None, markers.get(h.base_offset))
+            if not markers:
+                rep.log.append_as_follower(data, now_ms=now_ms())
+                for _, h in iter_batches(data, verify=False):
+                    rep.producers.on_append(h, None)
+            else:
+                # Up to each marker at a time: an abort marker's entry must reach the log's
+                # aborted-transaction index before the log can roll past the marker.
+                mv = memoryview(data)
+                start = 0
+                chunk: list[BatchHeader] = []
+                for pos, h in iter_batches(data, verify=False):
+                    chunk.append(h)
+                    end = pos + h.size
+                    if h.base_offset not in markers and end < len(data):
+                        continue
+                    rep.log.append_as_follower(bytes(mv[start:end]), now_ms=now_ms())
+                    for c in chunk:
+                        aborted = rep.producers.on_append(c, None, markers.get(c.base_offset))
+                        if aborted is not None:
+                            rep.log.append_aborted_txn(aborted)
+                    start, chunk = end, []
             self.committer.note_append(rep.log, len(data))
             if self.page_cache is not None:
                 self.page_cache.note_append(rep.log)
@@ -1100,7 +1120,9 @@ class ReplicaManager:
         marker = ControlMarker(m.commit, m.coordinator_epoch)
         batch = encode_marker_batch(m.producer_id, m.producer_epoch, marker, timestamp_ms=t)
         base, last = rep.log.append(batch, leader_epoch=leader.leader_epoch, now_ms=t)
-        rep.producers.on_append(parse_header(batch), base, marker)
+        aborted = rep.producers.on_append(parse_header(batch), base, marker)
+        if aborted is not None:
+            rep.log.append_aborted_txn(aborted)
         rep.txn_verifications.pop(m.producer_id, None)
         if self.page_cache is not None:
             self.page_cache.note_append(rep.log)
@@ -1250,7 +1272,7 @@ class ReplicaManager:
         end = fetch_offset
         for _, h in iter_batches(data, verify=False):
             end = h.next_offset
-        aborted = rep.producers.aborted_txns_in(fetch_offset, end) if end > fetch_offset else []
+        aborted = rep.log.aborted_txns_in(fetch_offset, end)
         if filter_aborted:
             data = read_committed_view(data, aborted)
         out = self._fetch_answer(rep, data)

@@ -36,6 +36,8 @@ Theory of operation
   does.
 * **Timeouts.** Every ``abort_timed_out_interval_ms`` each loaded shard's ONGOING
   transactions past their timeout are aborted (epoch bumped: the producer is fenced).
+* **Expiration.** Every ``remove_expired_interval_ms`` each loaded shard's ids idle past
+  ``transactional_id_expiration_ms`` (the core decides which) get their tombstone written.
 
 The clock is injected (wall-clock milliseconds by default) and the log, the markers and the
 producer ids are ports, so the unit tests run this shell against fakes.
@@ -129,6 +131,8 @@ class TxnCoordinatorConfig:
     append_timeout_ms: int = 5_000  # (offsets.commit.timeout.ms's counterpart)
     abort_timed_out_interval_ms: int = 10_000
     # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int = 3_600_000
+    # transaction.remove.expired.transaction.cleanup.interval.ms
     core: TxnConfig = field(default_factory=TxnConfig)
 
 
@@ -189,6 +193,7 @@ class TxnCoordinator:
         self._creating: asyncio.Task[None] | None = None
         self._stopped = False
         self._next_timeout_scan_ms = 0
+        self._next_expiry_scan_ms = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -227,6 +232,9 @@ class TxnCoordinator:
                 if now >= self._next_timeout_scan_ms:
                     self._next_timeout_scan_ms = now + self.config.abort_timed_out_interval_ms
                     self.abort_timed_out()
+                if now >= self._next_expiry_scan_ms:
+                    self._next_expiry_scan_ms = now + self.config.remove_expired_interval_ms
+                    self.remove_expired()
             except Exception:
                 log.exception("broker %d: txn coordinator reconcile failed", self.broker_id)
 
@@ -678,6 +686,26 @@ class TxnCoordinator:
     async def _abort_timed_out(self, tid: str) -> None:
         with contextlib.suppress(CoordinatorError):
             await self._run_step(tid, lambda st, now, pid: st.abort_timed_out(tid, now, pid))
+
+    def remove_expired(self) -> int:
+        """Start writing the tombstone of every expired transactional id; returns how many."""
+        started = 0
+        now = self.clock()
+        for shard in list(self.shards.values()):
+            if shard.state is None or shard.closed:
+                continue
+            for tid in shard.state.expired(now):
+                self._spawn(shard, self._expire(tid), f"txn-expire-{tid}")
+                started += 1
+        if started:
+            log.info("broker %d: removing %d expired transactional ids", self.broker_id, started)
+        return started
+
+    async def _expire(self, tid: str) -> None:
+        # INVALID_TXN_STATE (a request came in meanwhile) and a lost leadership both leave
+        # the id as it is: the next scan, here or on the next coordinator, looks again.
+        with contextlib.suppress(CoordinatorError):
+            await self._run_step(tid, lambda st, now, pid: st.expire(tid, now))
 
 
 class TxnRequestError(CoordinatorError):

@@ -6,8 +6,8 @@ How a pass works (``compact_log``):
    the log's lock) and keep those whose largest timestamp is at least
    ``min.compaction.lag.ms`` old: a prefix of the log.
 2. Without the lock: decode them and build ``key -> latest offset`` over that range.
-3. One segment at a time, rewrite it into ``<base>.log.cleaned`` (plus ``.index.cleaned`` and
-   ``.timeindex.cleaned``), keeping a record only if it is the latest of its key in the
+3. One segment at a time, rewrite it into ``<base>.log.cleaned`` (plus ``.index.cleaned``,
+   ``.timeindex.cleaned`` and ``.txnindex.cleaned``, the entries of the abort markers kept), keeping a record only if it is the latest of its key in the
    range. Offsets are preserved: a batch that loses records is rebuilt with
    ``rebuild_batch`` (same base offset, last offset delta, epoch and producer state); a
    batch that loses none is copied byte for byte; a batch that loses all is dropped, unless
@@ -61,6 +61,7 @@ from storage.errors import CorruptRecordError
 from storage.fileio import FileLayer
 from storage.segment import CLEANED_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, Segment
 from storage.txn import decode_marker
+from storage.txn_index import TXNINDEX_SUFFIX
 
 _cleaning = threading.Lock()
 _busy: set[int] = set()
@@ -239,10 +240,18 @@ def _rewrite_and_swap(log: CleanableLog, seg: Segment, out: list[bytes]) -> bool
         files.unlink(path)
     new = Segment(seg.dir_path, seg.base_offset, files, files.open(path))
     try:
+        kept_markers = set()
         for raw in out:
-            new.append([raw], parse_header(raw), log.config.index_interval_bytes)
+            h = parse_header(raw)
+            new.append([raw], h, log.config.index_interval_bytes)
+            if h.is_control:
+                kept_markers.add(h.base_offset)
+        # An aborted transaction stays indexed as long as its marker is kept (Kafka's
+        # CleanedTransactionMetadata): readers of what is left of it still need the entry.
+        new.txn_entries = [a for a in seg.aborted_txns() if a.last_offset in kept_markers]
         new.flush()
         new.write_indexes(CLEANED_SUFFIX)
+        new.txn_entries = None  # closed: read from its file once swapped in
     except BaseException:
         _discard([new])
         raise
@@ -253,6 +262,7 @@ def _rewrite_and_swap(log: CleanableLog, seg: Segment, out: list[bytes]) -> bool
         new.log.path = seg.log_path
         files.replace(seg.index_path + CLEANED_SUFFIX, seg.index_path)
         files.replace(seg.timeindex_path + CLEANED_SUFFIX, seg.timeindex_path)
+        files.replace(seg.txnindex_path + CLEANED_SUFFIX, seg.txnindex_path)
 
     if not log.replace_segments([seg], [new], rename_into_place):
         _discard([new])
@@ -269,6 +279,7 @@ def _discard(new_segments: list[Segment]) -> None:
             base + CLEANED_SUFFIX,
             base[: -len(".log")] + INDEX_SUFFIX + CLEANED_SUFFIX,
             base[: -len(".log")] + TIMEINDEX_SUFFIX + CLEANED_SUFFIX,
+            base[: -len(".log")] + TXNINDEX_SUFFIX + CLEANED_SUFFIX,
         ):
             with contextlib.suppress(OSError):
                 if new.files.exists(path):

@@ -1,7 +1,8 @@
 """Read-only inspection of a log directory: what ``longboat log dump|verify`` print.
 
 Segments (``.log``) and their sparse indexes (``.index``: offset -> position, ``.timeindex``:
-timestamp -> offset; layouts in ``storage.index``). Reads the files directly (no ``PartitionLog``: a corrupt log must still be
+timestamp -> offset; layouts in ``storage.index``), and their aborted-transaction indexes
+(``.txnindex``, ``storage.txn_index``, printed as Kafka's ``kafka-dump-log`` prints them). Reads the files directly (no ``PartitionLog``: a corrupt log must still be
 inspectable, and inspecting must not recover or change anything). Each segment is walked
 batch by batch; a batch with a bad CRC is reported and the walk goes on (its length field
 is the only way to find the next batch); an impossible header or an incomplete batch ends
@@ -28,6 +29,7 @@ from storage.errors import CorruptRecordError
 from storage.index import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
 from storage.txn import marker_of_record
+from storage.txn_index import ENTRY, ENTRY_BYTES, TXNINDEX_SUFFIX, TxnIndexError, parse_entries
 
 _CHUNK_BYTES = 1 << 20
 
@@ -242,24 +244,63 @@ class IndexEntry:
         return f"offset: {self.offset} position: {self.position}"
 
 
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
+
+
 def index_files(dir_path: str) -> list[str]:
-    """The ``.index`` and ``.timeindex`` files of a log directory, in offset order (or the
-    one given directly)."""
+    """The ``.index``, ``.timeindex`` and ``.txnindex`` files of a log directory, in offset
+    order (or the one given directly)."""
     if os.path.isfile(dir_path):
         return [dir_path]
     names = [
         n
         for n in os.listdir(dir_path)
-        if n.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)) and n.partition(".")[0].isdigit()
+        if n.endswith(_INDEX_SUFFIXES) and n.partition(".")[0].isdigit()
     ]
     return [os.path.join(dir_path, n) for n in sorted(names)]
 
 
 def is_index_file(path: str) -> bool:
-    return path.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX))
+    return path.endswith(_INDEX_SUFFIXES)
 
 
-def walk_index(path: str) -> Iterator[IndexEntry | Problem]:
+@dataclasses.dataclass
+class TxnIndexEntry:
+    """One entry of a ``.txnindex``."""
+
+    path: str
+    slot: int
+    version: int
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return (
+            f"version: {self.version} producerId: {self.producer_id} firstOffset: "
+            f"{self.first_offset} lastOffset: {self.last_offset} lastStableOffset: "
+            f"{self.last_stable_offset}"
+        )
+
+
+def walk_txn_index(path: str, base: int) -> Iterator[TxnIndexEntry | Problem]:
+    """Every entry of a ``.txnindex``, then what its checks find (``storage.txn_index``;
+    the segment's end is not known here, so a marker past it is not caught)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    for slot in range(len(data) // ENTRY_BYTES):
+        yield TxnIndexEntry(path, slot, *ENTRY.unpack_from(data, slot * ENTRY_BYTES))
+    try:
+        parse_entries(data, base, 1 << 62)
+    except TxnIndexError as e:
+        yield Problem(path, 0, str(e))
+
+
+def walk_index(path: str) -> Iterator[IndexEntry | TxnIndexEntry | Problem]:
     """Every entry of an index file, each checked as kafka-dump-log checks them: offsets
     (and positions, timestamps) increasing, and an offset index entry pointing at the start
     of a batch with that base offset in the segment's ``.log`` (when it is there)."""
@@ -269,6 +310,9 @@ def walk_index(path: str) -> Iterator[IndexEntry | Problem]:
         yield Problem(path, 0, f"not a segment index name (expected <20 digits>{INDEX_SUFFIX})")
         return
     base = int(stem)
+    if name.endswith(TXNINDEX_SUFFIX):
+        yield from walk_txn_index(path, base)
+        return
     timed = name.endswith(TIMEINDEX_SUFFIX)
     entry, size = (TIME_ENTRY, TIME_ENTRY_SIZE) if timed else (OFFSET_ENTRY, OFFSET_ENTRY_SIZE)
     with open(path, "rb") as f:

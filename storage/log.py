@@ -17,6 +17,7 @@ Layout of the directory::
     00000000000000000000.log        batches back to back (storage.batch)
     00000000000000000000.index      sparse offset index   (storage.index)
     00000000000000000000.timeindex  sparse time index     (storage.index)
+    00000000000000000000.txnindex   aborted transactions  (storage.txn_index)
     00000000000000004096.log ...    the next segment, named by its base offset
     leader-epoch-checkpoint         storage.epoch_cache
     recovery-point-offset-checkpoint, log-start-offset-checkpoint, clean-shutdown
@@ -66,6 +67,22 @@ directory's corruption listeners, unless the index was what was wrong (then it i
 
 Rolling fsyncs the segment being closed and writes its index files, so every segment but
 the last is durable and ``flushed_offset`` is at least the active segment's base offset.
+
+Aborted transactions (KIP-98, Kafka's ``.txnindex``; rules in ``storage.txn_index``): the
+partition's producer state, which knows the open transactions, hands each abort marker's
+entry to ``append_aborted_txn`` right after the marker is appended, and it goes to the
+active segment (in memory, and appended to its file unsynced; fsynced at roll and close).
+``aborted_txns_in`` answers read_committed fetches from the segments' entries. Truncation
+drops the entries of the markers cut; a deleted segment's file goes with it; the cleaner
+keeps the entries of the markers it keeps. On open a closed segment's ``.txnindex`` is
+checked (its format, and that each entry names a control batch of its producer); one that
+is missing or fails is reported in ``recovery`` and rebuilt. The file of a segment recovery
+scanned (the active one after a crash: unsynced) is kept only if its entries name exactly
+the segment's abort markers (each a control batch of the entry's producer; any past the
+recovered end dropped); else it is rebuilt, unreported (a crash is no damage). Rebuilding
+reads the log's batch headers from its first segment (``AbortTracker``: an entry needs the
+transactions open before its marker), decoding only control batches, so a topic with no
+aborted transaction in its scanned segments never pays for it.
 """
 
 from __future__ import annotations
@@ -118,6 +135,15 @@ from storage.segment import (
     RELATIVE_OFFSET_MAX,
     Segment,
     parse_segment_name,
+)
+from storage.txn import AbortedTxn, ControlMarker, decode_marker
+from storage.txn_index import (
+    ENTRY_BYTES,
+    AbortTracker,
+    TxnIndexError,
+    collect,
+    encode_entries,
+    parse_entries,
 )
 
 logger = logging.getLogger(__name__)
@@ -175,6 +201,11 @@ class RecoveryReport:
     last segment deleted): the range to fetch again reaches at least this far."""
     indexes_rebuilt: list[str] = field(default_factory=list)
     """Segments whose index files were missing or failed their checks (rebuilt)."""
+    txn_indexes_rebuilt: list[str] = field(default_factory=list)
+    """``.txnindex`` files that were missing or failed their checks, with why (rebuilt
+    from the log; never served). Those of segments recovery scanned are rebuilt unsaid."""
+    txn_index_walk_segments: int = 0
+    """How many segments were read to rebuild ``.txnindex`` files (0: none was needed)."""
     checkpoint_errors: list[CorruptCheckpointError] = field(default_factory=list)
     epoch_cache_rebuilt: bool = False
 
@@ -193,6 +224,7 @@ class RecoveryReport:
                 "again"
             )
         out += [f"rebuilt the indexes of {p}" for p in self.indexes_rebuilt]
+        out += [f"rebuilt {p}" for p in self.txn_indexes_rebuilt]
         out += [f"{e}: ignored" for e in self.checkpoint_errors]
         if self.epoch_cache_rebuilt:
             out.append("rebuilt the leader epoch cache from the batch headers")
@@ -482,6 +514,12 @@ class PartitionLog:
                 s.delete()
             segments[:] = [Segment.create(dir_path, lso, files)]
             leo = lso
+        try:
+            _load_txn_indexes(segments, report)
+        except BaseException:
+            for s in segments:
+                s.close()
+            raise
         # Start first: an epoch that would start at the log end holds no data and goes.
         epochs.truncate_from_start(lso)
         epochs.truncate_from_end(leo)
@@ -850,6 +888,7 @@ class PartitionLog:
         with self._fsync_lock:
             self._fsync(old)
         old.write_indexes()
+        old.close_txn_file()  # its entries are in its .txnindex now
         new = Segment.create(self.dir_path, self._leo, self.files)
         self._segments.append(new)
         self.files.fsync_dir(self.dir_path)  # the new segment's name
@@ -1023,6 +1062,8 @@ class PartitionLog:
             # the header found at ``pos`` is garbage, as when cutting off corruption.)
             new_leo = max(min(offset, loc[2]), self._lso, end_before)
         new_leo = max(new_leo, data_end)
+        # Read before anything changes (a closed segment's come from its file).
+        kept_aborted = [a for a in seg.aborted_txns() if a.last_offset < new_leo]
         # Lower the recovery point before cutting, and to where the data will end: a crash
         # in between must not leave a recovery point above the data (open takes that for
         # data the disk lost).
@@ -1033,6 +1074,7 @@ class PartitionLog:
                 self._retire(s, delete=True)
             if loc is not None:
                 seg.truncate_to_position(pos, end_before)
+            seg.set_aborted_txns(kept_aborted)  # it is the active segment now
             with self._fsync_lock:
                 self._fsync(seg)
             if doomed:
@@ -1085,10 +1127,45 @@ class PartitionLog:
         close), so a reader in another thread that still holds it never reads a reused fd."""
         seg.retired = True
         if delete:
-            for p in (seg.log_path, seg.index_path, seg.timeindex_path):
+            for p in (seg.log_path, seg.index_path, seg.timeindex_path, seg.txnindex_path):
                 if self.files.exists(p):
                     self.files.unlink(p)
         self._retired.append(seg)
+
+    # ------------------------------------------------------------------ aborted transactions
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """The abort marker at ``entry.last_offset``, just appended (it is in the active
+        segment: call this before anything else is appended), ended the transaction
+        ``entry`` describes."""
+        with self._lock:
+            self._writable_or_raise()
+            try:
+                self.active_segment.append_aborted_txn(entry)
+            except OSError as e:
+                raise self._io_error(e, "append") from e
+
+    def aborted_txns_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in ``[start_offset, end_offset)`` (Kafka's
+        ``collectAbortedTxns``), from the segment holding ``start_offset`` onwards.
+        ``CorruptSegmentError`` if a ``.txnindex`` read fails its checks (never served)."""
+        out: list[AbortedTxn] = []
+        if end_offset <= start_offset:
+            return out
+        with self._lock:
+            self._ensure_open()
+            segs = self._segments
+            i = max(0, bisect_right(segs, start_offset, key=_base_offset) - 1)
+            # Segments after the range too: a later marker may abort data of the range.
+            for seg in segs[i:]:
+                try:
+                    entries = seg.aborted_txns()
+                except CorruptSegmentError as e:
+                    logger.error("%s: %s", self.dir_path, e)
+                    raise
+                if collect(entries, start_offset, end_offset, out):
+                    break
+        return out
 
     def _close_retired_locked(self, keep: int = 0) -> None:
         while len(self._retired) > keep:
@@ -1395,6 +1472,110 @@ class PartitionLog:
                     raise
             n += hi - lo
         return n
+
+
+def _load_txn_indexes(segments: list[Segment], report: RecoveryReport) -> None:
+    """Check every segment's ``.txnindex`` and rebuild those missing or failing, or of a
+    scanned segment whose file does not match its abort markers (see the module
+    docstring); the active segment's entries go to memory."""
+    stale: dict[int, str | None] = {}
+    kept: dict[int, list[AbortedTxn]] = {}
+    for i, seg in enumerate(segments):
+        if seg.txn_entries is not None:
+            continue  # created by this open: nothing in it
+        if seg.scanned:
+            entries = _recovered_txn_entries(seg)
+            if entries is None:
+                stale[i] = None
+            else:
+                kept[i] = entries
+            continue
+        try:
+            entries = seg.load_txn_index()
+            _check_markers(seg, entries)
+        except TxnIndexError as e:
+            stale[i] = str(e)
+            continue
+        kept[i] = entries
+    if stale:
+        for i, why in stale.items():
+            if why is not None:
+                report.txn_indexes_rebuilt.append(f"{segments[i].txnindex_path} ({why})")
+        rebuilt: dict[int, list[AbortedTxn]] = {i: [] for i in stale}
+        tracker = AbortTracker()
+        report.txn_index_walk_segments = max(stale) + 1
+        for i, seg in enumerate(segments[: max(stale) + 1]):
+            for pos, h in seg.scan(0, verify=False, end=seg.size_bytes):
+                entry = tracker.on_batch(h, _marker_at(seg, pos, h))
+                if entry is not None and i in rebuilt:
+                    rebuilt[i].append(entry)
+        for i, entries in rebuilt.items():
+            kept[i] = entries
+            if i != len(segments) - 1:
+                seg = segments[i]
+                seg.files.write_file_atomic(seg.txnindex_path, encode_entries(entries))
+    for i, seg in enumerate(segments):
+        if i == len(segments) - 1:
+            if i in kept:
+                seg.set_aborted_txns(kept[i])  # the file rewritten to match
+        elif seg.scanned and i not in stale:
+            # A closed segment scanned (its successor began above the recovery point): its
+            # file was written whole at roll; rewrite it if entries past its end went.
+            seg.files.write_file_atomic(seg.txnindex_path, encode_entries(kept[i]))
+
+
+def _marker_at(seg: Segment, pos: int, h: BatchHeader) -> ControlMarker | None:
+    """The transaction marker of the control batch ``h`` at ``pos``; None for any other
+    batch, and for a control batch that is not a marker (it ends nothing)."""
+    if not h.is_control or h.producer_id < 0:
+        return None
+    try:
+        return decode_marker(seg.log.pread(h.size, pos), verify=False)
+    except CorruptRecordError:
+        return None
+
+
+def _recovered_txn_entries(seg: Segment) -> list[AbortedTxn] | None:
+    """The entries of a scanned segment's ``.txnindex`` if they can be trusted: whole
+    entries (a torn last one dropped) that pass the file's checks and name exactly the
+    segment's abort markers, those past its recovered end dropped. None: rebuild it."""
+    try:
+        raw = seg.files.read_file(seg.txnindex_path)
+    except FileNotFoundError:
+        raw = b""  # an active segment gets its file with its first entry
+    except OSError:
+        return None
+    raw = raw[: len(raw) - len(raw) % ENTRY_BYTES]
+    try:
+        entries = parse_entries(raw, seg.base_offset, 1 << 62)
+    except TxnIndexError:
+        return None
+    entries = [a for a in entries if a.last_offset < seg.next_offset]
+    aborts = {}
+    for pos, h in seg.scan(0, verify=False, end=seg.size_bytes):
+        marker = _marker_at(seg, pos, h)
+        if marker is not None and not marker.commit:
+            aborts[h.base_offset] = h.producer_id
+    if {a.last_offset: a.producer_id for a in entries} != aborts:
+        return None  # an entry lost (or an abort that closed nothing): rebuild
+    return entries
+
+
+def _check_markers(seg: Segment, entries: list[AbortedTxn]) -> None:
+    """Each entry's ``last_offset`` is the base of a control batch of its producer."""
+    for a in entries:
+        loc = seg.locate(a.last_offset)
+        try:
+            h = None if loc is None else seg.batch_header_at(loc[0])
+        except CorruptRecordError:
+            h = None
+        if h is None or not (
+            h.is_control and h.base_offset == a.last_offset and h.producer_id == a.producer_id
+        ):
+            raise TxnIndexError(
+                f"entry of producer {a.producer_id} names offset {a.last_offset}, which is not "
+                "its marker"
+            )
 
 
 def _base_offset(seg: Segment) -> int:

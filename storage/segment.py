@@ -1,4 +1,5 @@
-"""One segment of a partition log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``.
+"""One segment of a partition log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``,
+and its aborted-transaction index ``.txnindex`` (``storage.txn_index``).
 
 A segment is named by the base offset it was created at (20 digits, zero-padded, as Kafka
 names them), holds whole batches back to back, and knows where its batches are through an
@@ -8,7 +9,14 @@ replaces them whole.
 
 Index files are written whole, and fsynced, when a segment stops being active (roll) and on
 clean shutdown. An active segment's indexes after a crash are rebuilt from its ``.log``
-(recovery scans it anyway), so the append path writes one thing: the batch.
+(recovery scans it anyway), so the append path writes one thing: the batch. The
+``.txnindex`` differs: the active segment keeps its entries in memory (``txn_entries``) and
+also appends each to its file as it comes (rare: one per abort marker; the file is created
+with the first), unsynced, so that
+after a crash recovery can check the file against the scanned batches instead of rebuilding
+it from the whole log (``storage.log``); it is fsynced with the other index files. A closed
+segment's entries are read from the file when asked for (``aborted_txns``), so memory holds
+only the active segment's.
 
 Must not: decode records (only ``offset_for_timestamp`` and the cleaner do, elsewhere), or
 know about other segments.
@@ -37,6 +45,8 @@ from storage.batch import (
 from storage.errors import CorruptRecordError, CorruptSegmentError
 from storage.fileio import Buffer, FileHandle, FileLayer
 from storage.index import IndexFormatError, OffsetIndex, TimeIndex
+from storage.txn import AbortedTxn
+from storage.txn_index import TXNINDEX_SUFFIX, TxnIndexError, encode_entries, parse_entries
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -99,6 +109,18 @@ class Segment:
         the index was written for (recovery decides; see ``PartitionLog``)."""
         self.retired = False
         """Replaced by the cleaner or deleted: readers holding it must retry."""
+        self.scanned = False
+        """``recover`` rebuilt this segment's indexes from its batches (after a crash, or
+        unusable index files): its ``.txnindex`` is rebuilt too (``storage.log``)."""
+        self.txn_entries: list[AbortedTxn] | None = []
+        """The aborted transactions whose markers this segment holds, in marker order, while
+        it is active (or being rewritten by the cleaner); None once they are only in the
+        ``.txnindex`` file (a closed segment)."""
+        self.txn_file: FileHandle | None = None
+        """The active segment's ``.txnindex``, open for append once it has an entry (so a
+        partition without aborts holds no extra descriptor). Invariant: holds exactly
+        ``txn_entries`` (unsynced until ``write_indexes``); with no handle there is no file
+        until ``write_indexes`` writes it."""
         self.cache_dropped = 0
         """Bytes below this were asked out of the page cache at least twice (or once, clean):
         gone. ``PartitionLog.drop_cache_behind`` moves it and ``cache_asked``."""
@@ -121,6 +143,10 @@ class Segment:
         return os.path.join(self.dir_path, segment_name(self.base_offset) + TIMEINDEX_SUFFIX)
 
     @property
+    def txnindex_path(self) -> str:
+        return os.path.join(self.dir_path, segment_name(self.base_offset) + TXNINDEX_SUFFIX)
+
+    @property
     def is_empty(self) -> bool:
         return self.size_bytes == 0
 
@@ -137,7 +163,7 @@ class Segment:
         seg = cls(dir_path, base_offset, files, files.open(_log_path(dir_path, base_offset)))
         if seg.log.size():
             seg.log.truncate(0)  # a stale file of the same name, left by a crash
-        for p in (seg.index_path, seg.timeindex_path):
+        for p in (seg.index_path, seg.timeindex_path, seg.txnindex_path):
             if files.exists(p):
                 files.unlink(p)
         return seg
@@ -147,6 +173,7 @@ class Segment:
         """Open with no scan; call ``load_indexes`` or ``recover`` next."""
         seg = cls(dir_path, base_offset, files, files.open(_log_path(dir_path, base_offset)))
         seg.size_bytes = seg.log.size()
+        seg.txn_entries = None  # in the file, checked by the log (``load_txn_index``)
         return seg
 
     def load_indexes(self, next_offset: int | None) -> bool:
@@ -225,6 +252,7 @@ class Segment:
         self.offset_of_max_timestamp = self.base_offset
         self.first_batch_max_timestamp = None
         self.bytes_since_index_entry = 0
+        self.scanned = True
         headers: list[BatchHeader] = []
         error: CorruptRecordError | None = None
         try:
@@ -517,12 +545,19 @@ class Segment:
             self.bytes_since_index_entry = self.size_bytes - last[0]
 
     def write_indexes(self, suffix: str = "") -> None:
-        """Write both index files whole (to their names plus ``suffix``) and fsync them."""
+        """Write the index files whole (to their names plus ``suffix``) and fsync them. The
+        ``.txnindex`` is written from ``txn_entries`` when they are in memory (an active or
+        rewritten segment); a closed segment's file is already written."""
         self.finish_indexes()
-        for path, data in (
+        out: list[tuple[str, bytes]] = [
             (self.index_path + suffix, self.index.to_bytes()),
             (self.timeindex_path + suffix, self.time_index.to_bytes()),
-        ):
+        ]
+        if self.txn_file is not None:
+            self.txn_file.fsync()  # the active segment's: already whole
+        elif self.txn_entries is not None:
+            out.append((self.txnindex_path + suffix, encode_entries(self.txn_entries)))
+        for path, data in out:
             if self.files.exists(path):
                 self.files.unlink(path)
             f = self.files.open(path)
@@ -533,22 +568,99 @@ class Segment:
                 f.close()
 
     def delete_index_files(self) -> None:
-        for p in (self.index_path, self.timeindex_path):
+        for p in (self.index_path, self.timeindex_path, self.txnindex_path):
             if self.files.exists(p):
                 self.files.unlink(p)
+
+    # ------------------------------------------------------------------ aborted transactions
+
+    def load_txn_index(self) -> list[AbortedTxn]:
+        """The entries of the ``.txnindex`` file, checked against this segment's offsets;
+        ``TxnIndexError`` if the file is missing or fails its checks."""
+        if not self.files.exists(self.txnindex_path):
+            raise TxnIndexError("missing")
+        try:
+            raw = self.files.read_file(self.txnindex_path)
+        except FileNotFoundError:
+            raise TxnIndexError("missing") from None
+        return parse_entries(raw, self.base_offset, max(self.next_offset, self.base_offset))
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """This segment's entries: from memory while active, else from its file.
+        ``CorruptSegmentError`` if the file no longer passes its checks (it did at open):
+        never served."""
+        entries = self.txn_entries
+        if entries is not None:
+            return list(entries)
+        try:
+            return self.load_txn_index()
+        except (TxnIndexError, OSError) as e:
+            raise CorruptSegmentError(
+                f"aborted transaction index: {e}",
+                path=self.txnindex_path,
+                position=0,
+                offset=self.base_offset,
+            ) from None
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record the abort marker at ``entry.last_offset``, just appended here (active)."""
+        entries = self.txn_entries
+        invariant(entries is not None, "%s: aborted transaction added to a closed segment", self)
+        assert entries is not None
+        invariant(
+            self.base_offset <= entry.last_offset < self.next_offset
+            and (not entries or entries[-1].last_offset < entry.last_offset),
+            "%s: aborted transaction %s out of order",
+            self,
+            entry,
+        )
+        if self.txn_file is None:
+            self.txn_file = self.files.open(self.txnindex_path)
+            self.txn_file.truncate(0)
+        entries.append(entry)
+        self.txn_file.write(encode_entries([entry]))
+
+    def set_aborted_txns(self, entries: list[AbortedTxn]) -> None:
+        """Make this the active segment's entries, in memory and in its file (rewritten, or
+        removed when there are none): at creation, at open, and when a truncation ends the
+        log in it."""
+        if not entries:
+            if self.txn_file is not None:
+                self.txn_file.close()
+                self.txn_file = None
+            if self.files.exists(self.txnindex_path):
+                self.files.unlink(self.txnindex_path)
+        else:
+            if self.txn_file is None:
+                self.txn_file = self.files.open(self.txnindex_path)
+            self.txn_file.truncate(0)
+            self.txn_file.write(encode_entries(entries))
+        self.txn_entries = list(entries)
+
+    def close_txn_file(self) -> None:
+        """The segment is closed (rolled): its entries are in its file only."""
+        if self.txn_file is not None:
+            self.txn_file.close()
+            self.txn_file = None
+        self.txn_entries = None
 
     def flush(self) -> None:
         self.log.fsync()
 
     def close(self) -> None:
         self.log.close()
+        if self.txn_file is not None:
+            self.txn_file.close()
 
     def delete(self) -> None:
         """Unlink this segment's files (readers with the handle keep reading; see
         ``retired``). The caller fsyncs the directory."""
         self.retired = True
         self.log.close()
-        for p in (self.log_path, self.index_path, self.timeindex_path):
+        if self.txn_file is not None:
+            self.txn_file.close()
+            self.txn_file = None
+        for p in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             if self.files.exists(p):
                 self.files.unlink(p)
 

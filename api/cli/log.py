@@ -1,8 +1,8 @@
 """``longboat log dump|verify``: inspect partition log directories, as kafka-dump-log does.
 
 Both read the segment files directly and change nothing (no recovery runs). ``dump`` also
-prints index files (a ``.index``/``.timeindex`` path, or ``--indexes`` for a directory's),
-checking each entry against its segment, and decodes the records of the two internal logs
+prints index files (a ``.index``/``.timeindex``/``.txnindex`` path, or ``--indexes`` for a
+directory's), checking each entry against its segment, and decodes the records of the two internal logs
 (kafka-dump-log's ``--cluster-metadata-decoder`` and ``--offsets-decoder``): the metadata
 log's Raft entries (their ``metalog.records``, or the membership of a configuration entry)
 and ``__consumer_offsets``' commits, tombstones and group metadata. ``verify``
@@ -115,7 +115,8 @@ def _dump_indexes(paths: list[str], as_json: bool) -> int:
 @click.option(
     "--indexes",
     is_flag=True,
-    help="Dump the directory's .index/.timeindex files (a path to one index file needs no flag).",
+    help="Dump the directory's .index/.timeindex/.txnindex files (a path to one index file "
+    "needs no flag).",
 )
 @click.option(
     "--cluster-metadata-decoder",
@@ -153,8 +154,8 @@ def dump(
         files = index_files(path)
         if not files:
             raise click.ClickException(
-                f"{path} holds no index files (*.index, *.timeindex): a segment's are written "
-                "when it rolls and when the node stops cleanly"
+                f"{path} holds no index files (*.index, *.timeindex, *.txnindex): a segment's "
+                "are written when it rolls and when the node stops cleanly"
             )
         if _dump_indexes(files, as_json):
             sys.exit(1)

@@ -455,7 +455,13 @@ def _txn_coordinator(
             abort_timed_out_interval_ms=(
                 config.transaction_abort_timed_out_transaction_cleanup_interval_ms
             ),
-            core=TxnConfig(transaction_max_timeout_ms=config.transaction_max_timeout_ms),
+            remove_expired_interval_ms=(
+                config.transaction_remove_expired_transaction_cleanup_interval_ms
+            ),
+            core=TxnConfig(
+                transaction_max_timeout_ms=config.transaction_max_timeout_ms,
+                transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+            ),
         ),
         session=session,
     )

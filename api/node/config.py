@@ -290,6 +290,11 @@ class NodeConfig(BaseModel):
     """The longest ``transaction_timeout_ms`` a producer may ask for."""
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(default=10_000, ge=1)
     """How often each coordinator aborts the transactions past their timeout."""
+    transactional_id_expiration_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1)
+    """A transactional id with no transaction for this long is removed (a tombstone in
+    ``__transaction_state``); its next InitProducerId gets a new producer id."""
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(default=3_600_000, ge=1)
+    """How often each coordinator looks for expired transactional ids."""
     transaction_partition_verification_enable: bool = True
     """KIP-890 part 1: a partition leader asks the coordinator before a producer's first
     transactional batch opens a transaction there. Off: any transactional batch is taken (as

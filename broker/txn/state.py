@@ -40,9 +40,17 @@ PREPARE_X           every marker written                 COMPLETE_X
 
 ``PREPARE_EPOCH_FENCE`` is never stored, as in Kafka: fencing an ongoing transaction is
 written directly as a PREPARE_ABORT with the bumped epoch, and the request that fenced it
-is answered CONCURRENT_TRANSACTIONS so it comes back once the abort completed. ``DEAD``
-(a tombstone) is in the table of legal transitions for transactional id expiration, which
-is not implemented yet.
+is answered CONCURRENT_TRANSACTIONS so it comes back once the abort completed.
+
+Expiration (Kafka's ``transactional.id.expiration.ms``): an id with no transaction (EMPTY or
+COMPLETE_*) whose last transition is older than ``transactional_id_expiration_ms`` goes to
+``DEAD``, written as a tombstone so compaction drops its key; once written the id is
+forgotten, and its next InitProducerId starts afresh with a new producer id. An id with a
+transaction (ONGOING, PREPARE_*) never expires, nor one with a transition pending.
+
+==================  ===================================  ==============================
+EMPTY, COMPLETE_*   idle past the expiration             DEAD (tombstone; forgotten)
+==================  ===================================  ==============================
 
 Fencing (KIP-98, KIP-890 part 2): every transaction ends with an epoch bump, and the markers
 carry the bumped epoch, so a late write of the ended transaction is refused by the partition
@@ -96,6 +104,8 @@ class TxnConfig:
     """Broker configs; Kafka's names beside each."""
 
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # transactional.id.expiration.ms: an id idle (no transaction) this long is removed.
 
 
 @dataclass(frozen=True)
@@ -181,7 +191,10 @@ class TxnCoordinatorState:
         tid = target.transactional_id
         invariant(self.pending.get(tid) is target, "%r: written target is not the pending", tid)
         del self.pending[tid]
-        self.txns[tid] = target
+        if target.state is S.DEAD:
+            del self.txns[tid]  # its tombstone is committed: the id is forgotten
+        else:
+            self.txns[tid] = target
         nxt = self.chained.pop(tid, None)
         if nxt is not None:
             self.pending[tid] = nxt
@@ -434,6 +447,28 @@ class TxnCoordinatorState:
         if ended is None:
             return Step(need_producer_id=True)
         return self._target(ended)
+
+    def expired(self, now_ms: int) -> list[str]:
+        """Ids without a transaction (EMPTY, COMPLETE_*) and not being changed whose last
+        transition is at least ``transactional_id_expiration_ms`` old (Kafka's
+        ``TransactionStateManager.removeExpiredTransactionalIds``)."""
+        return sorted(tid for tid, m in self.txns.items() if self._expirable(tid, m, now_ms))
+
+    def _expirable(self, tid: str, meta: TxnMetadata, now_ms: int) -> bool:
+        return (
+            (meta.state is S.EMPTY or meta.state in COMPLETED)
+            and tid not in self.pending
+            and meta.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms
+        )
+
+    def expire(self, tid: str, now_ms: int) -> Step:
+        """Remove an expired id: the target is DEAD, written as a tombstone; once written
+        (``on_written``) the id is gone. INVALID_TXN_STATE if it is no longer expirable (a
+        request for it came in since ``expired`` listed it)."""
+        meta = self.txns.get(tid)
+        if meta is None or not self._expirable(tid, meta, now_ms):
+            return _err(INVALID_TXN_STATE)
+        return self._target(meta.with_(state=S.DEAD, last_update_ms=now_ms, rotated=False))
 
     def prepared(self) -> list[TxnMetadata]:
         """Transactions whose outcome is decided but whose markers may not all be written

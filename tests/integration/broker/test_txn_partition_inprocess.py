@@ -7,6 +7,7 @@ state, and producer state after a restart."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,9 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             ) == [None, None]
             assert lrep.high_watermark == 7 and lrep.last_stable_offset == 7
             assert frep.log.log_end_offset == 7  # acks=all: the follower has both
-            assert lrep.producers.aborted_txns == [AbortedTxn(100, 0, 5, 4)]
+            assert lrep.log.aborted_txns_in(0, 7) == [AbortedTxn(100, 0, 5, 4)]
             await wait("the follower's state", lambda: frep.high_watermark == 7)
-            assert frep.producers.aborted_txns == lrep.producers.aborted_txns
+            assert frep.log.aborted_txns_in(0, 7) == lrep.log.aborted_txns_in(0, 7)
             assert frep.producers.first_unstable_offset is None
             ans = await fetch("read_committed")
             assert _values(ans["records"]) == [b"plain", b"b0"]
@@ -202,14 +203,26 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             # Producer state survives a restart, snapshot or not.
             end = lrep.log.log_end_offset
             ldir = lrep.log.dir_path
-            want_aborted = lrep.producers.aborted_txns
+            want_aborted = lrep.log.aborted_txns_in(0, end)
+            assert want_aborted
             await lmgr.stop()
             plog = PartitionLog.open(ldir)
             try:
+                assert plog.recovery.clean and plog.recovery.txn_indexes_rebuilt == []
+                assert plog.aborted_txns_in(0, end) == want_aborted
                 for _ in range(2):  # from the snapshot, then rebuilt from the log
                     st = load_producer_state(plog, ProducerStateConfig())
-                    assert st.aborted_txns == want_aborted
                     assert st.end_offset == end and st.first_unstable_offset is None
+            finally:
+                plog.close()
+            # Without the .txnindex files (a log from before them): rebuilt on open.
+            for name in os.listdir(ldir):
+                if name.endswith(".txnindex"):
+                    os.unlink(os.path.join(ldir, name))
+            plog = PartitionLog.open(ldir)
+            try:
+                assert plog.recovery.txn_indexes_rebuilt
+                assert plog.aborted_txns_in(0, end) == want_aborted
             finally:
                 plog.close()
 

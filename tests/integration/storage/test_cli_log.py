@@ -165,3 +165,32 @@ def test_dump_decodes_metadata_and_consumer_offsets_records(tmp_path) -> None:
         main, ["log", "dump", offsets, "--offsets-decoder", "--cluster-metadata-decoder"]
     )
     assert r.exit_code == 2 and "exclude each other" in r.output
+
+
+def test_dump_prints_the_aborted_transactions_as_kafka_dump_log_does(tmp_path) -> None:
+    from storage.txn import AbortedTxn, ControlMarker, encode_marker_batch
+
+    d = str(tmp_path / "t-0")
+    log = PartitionLog.open(d, LogConfig())
+    txn = encode_batch(
+        [(b"k", b"v", 1000, [])],
+        producer_id=100,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    log.append(txn, leader_epoch=0)  # 0
+    marker = encode_marker_batch(100, 0, ControlMarker(False, 0), timestamp_ms=1000)
+    log.append(marker, leader_epoch=0)  # 1
+    log.append_aborted_txn(AbortedTxn(100, 0, 1, 2))
+    log.close()
+    path = f"{d}/00000000000000000000.txnindex"
+    r = CliRunner().invoke(main, ["log", "dump", path])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1:] == [
+        "version: 0 producerId: 100 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"
+    ]
+    with open(path, "ab") as f:
+        f.write(b"\x00")  # not a whole entry
+    r = CliRunner().invoke(main, ["log", "dump", d, "--indexes"])
+    assert r.exit_code == 1 and "not a whole number" in r.output, r.output

@@ -1,9 +1,12 @@
 """ProducerState, the transaction side (KIP-98, KIP-890 part 1): open transactions, the first
 unstable offset and LSO, markers (commit, abort, fencing by producer and coordinator epoch),
-the aborted-transaction list, truncation, snapshots and rebuild with markers."""
+the aborted transactions abort markers make (the log indexes them: storage.txn_index),
+truncation, snapshots and rebuild with markers."""
 
 from __future__ import annotations
 
+import crc32c
+import msgpack
 import pytest
 from replication_harness import header
 
@@ -35,6 +38,8 @@ class Log:
         self.state = ProducerState()
         self.headers: list[BatchHeader] = []
         self.markers: dict[int, ControlMarker] = {}
+        self.aborted: list[AbortedTxn] = []
+        """What ``on_append`` handed over, as the log's index would get it."""
 
     def append(self, h: BatchHeader) -> int:
         self.state.check_and_plan(h)
@@ -53,7 +58,9 @@ class Log:
         m = ControlMarker(commit, coordinator_epoch)
         self.headers.append(h)
         self.markers[base] = m
-        self.state.on_append(h, base, m)
+        aborted = self.state.on_append(h, base, m)
+        if aborted is not None:
+            self.aborted.append(aborted)
         return base
 
 
@@ -73,7 +80,7 @@ def test_lso_is_the_first_offset_of_the_oldest_open_transaction() -> None:
     assert log.state.first_unstable_offset == 6
     log.end(11, commit=False)  # 9
     assert log.state.first_unstable_offset is None
-    assert log.state.aborted_txns == [AbortedTxn(11, 6, 9, 10)]
+    assert log.aborted == [AbortedTxn(11, 6, 9, 10)]
 
 
 def test_abort_records_the_lso_after_the_marker() -> None:
@@ -81,7 +88,7 @@ def test_abort_records_the_lso_after_the_marker() -> None:
     log.append(txn(1))  # 0
     log.append(txn(2))  # 1
     log.end(2, commit=False)  # 2: producer 1 still open at 0
-    assert log.state.aborted_txns == [AbortedTxn(2, 1, 2, 0)]
+    assert log.aborted == [AbortedTxn(2, 1, 2, 0)]
 
 
 def test_marker_from_an_older_producer_epoch_is_refused() -> None:
@@ -150,11 +157,12 @@ def test_truncation_undoes_markers_and_transactions() -> None:
     log.append(txn(2))  # 2
     log.end(2, commit=False)  # 3
     log.state.truncate_to(3)
-    assert log.state.aborted_txns == [AbortedTxn(1, 0, 1, 2)]
     assert log.state.first_unstable_offset == 2
     log.state.truncate_to(1)
-    assert log.state.aborted_txns == []
     assert log.state.first_unstable_offset == 0
+    # The abort marker cut, a new one aborts the same transaction the same way.
+    assert log.end(1, commit=False) == 1
+    assert log.aborted[-1] == AbortedTxn(1, 0, 1, 2)
     log.state.truncate_to(0)
     assert log.state.first_unstable_offset is None and len(log.state) == 0
 
@@ -168,24 +176,27 @@ def test_snapshot_and_rebuild_keep_transactions() -> None:
     log.append(txn(1, seq=1))
     loaded = ProducerState.from_snapshot(log.state.encode_snapshot())
     rebuilt = ProducerState.rebuild(log.headers, markers=log.markers)
+    assert log.aborted == [AbortedTxn(1, 0, 2, 3)]
     for s in (loaded, rebuilt):
         assert s.producers == log.state.producers
-        assert s.aborted_txns == log.state.aborted_txns == [AbortedTxn(1, 0, 2, 3)]
         assert s.first_unstable_offset == 3
         entry = s.get(1)
         assert entry is not None and entry.coordinator_epoch == 7
 
 
-def test_retention_drops_aborted_transactions_below_the_log_start() -> None:
+def test_a_version_2_snapshot_with_aborted_transactions_is_still_read() -> None:
     log = Log()
     log.append(txn(1))
     log.end(1, commit=False)
     log.append(txn(2))
-    log.end(2, commit=False)
-    log.state.on_log_start_offset(2)
-    assert [a.producer_id for a in log.state.aborted_txns] == [2]
-    assert log.state.aborted_txns_in(0, 2) == []
-    assert log.state.aborted_txns_in(3, 4) == [AbortedTxn(2, 2, 3, 4)]
+    raw = log.state.encode_snapshot()
+    header, payload = raw[:9], msgpack.unpackb(raw[9:])
+    payload.append([[1, 0, 1, 2]])
+    body = msgpack.packb(payload)
+    v2 = header[:4] + bytes([2]) + crc32c.crc32c(body).to_bytes(4, "big") + body
+    loaded = ProducerState.from_snapshot(v2)
+    assert loaded.producers == log.state.producers
+    assert loaded.first_unstable_offset == 2
 
 
 def test_a_producer_with_an_open_transaction_does_not_expire() -> None:

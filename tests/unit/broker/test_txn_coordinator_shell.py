@@ -453,3 +453,23 @@ async def test_an_add_chained_behind_a_failed_completion_is_retried_after_the_re
         await until(lambda: fake.states()[-1] == "CompleteCommit")
     finally:
         await c.stop()
+
+
+@run_async
+async def test_an_expired_id_gets_its_tombstone_and_starts_afresh() -> None:
+    fake, markers, clock = FakeLog(), FakeMarkers(), Clock()
+    c = await started(fake, markers, clock)
+    try:
+        r = await c.init_producer_id(T, 60_000)
+        await c.add_partitions(T, r.producer_id, r.producer_epoch, [A0])
+        await c.end_txn(T, r.producer_id, r.producer_epoch, commit=True)
+        await until(lambda: fake.states()[-1] == "CompleteCommit")
+        assert c.remove_expired() == 0
+        clock.now += 7 * 24 * 3600 * 1000  # Kafka's default transactional.id.expiration.ms
+        assert c.remove_expired() == 1
+        await until(lambda: fake.states()[-1] == "tombstone")
+        assert c.describe(T) is None
+        again = await c.init_producer_id(T, 60_000)
+        assert again.producer_id != r.producer_id and again.producer_epoch == 0
+    finally:
+        await c.stop()

@@ -24,6 +24,7 @@ from broker.txn.state import (
     NONE,
     PRODUCER_FENCED,
     Step,
+    TxnConfig,
     TxnCoordinatorState,
 )
 from common.invariant import InvariantError
@@ -390,3 +391,63 @@ def test_a_rotation_at_init_is_not_taken_for_one_at_the_end() -> None:
     step = written(st, st.handle_end_txn(T, *pair, True, 0, bump_epoch=False))
     assert step.target is not None and step.target.marker_pair() == (9, 0)
     assert decode_txn(*encode_txn(step.target)).marker_pair() == (9, 0)
+
+
+# ---------------------------------------------------------------- expiration
+
+DAY_MS = 24 * 3600 * 1000
+WEEK_MS = 7 * DAY_MS
+
+
+def test_an_idle_id_expires_after_seven_days_into_a_tombstone_and_is_forgotten() -> None:
+    st = TxnCoordinatorState()
+    pair = init(st, now=1_000)
+    begin(st, pair, A0, now=2_000)
+    written(st, end(st, pair, True, now=3_000))
+    written(st, st.on_markers_written(T, st.txns[T], 3_000))  # COMPLETE_COMMIT at 3 s
+    assert st.expired(3_000 + WEEK_MS - 1) == []
+    assert st.expired(3_000 + WEEK_MS) == [T]
+    step = st.expire(T, 3_000 + WEEK_MS)
+    assert step.target is not None and step.target.state is TxnState.DEAD
+    assert encode_txn(step.target)[1] is None  # a tombstone: compaction drops the key
+    # Pending: every request waits, and the id is not listed again.
+    assert st.handle_init_producer_id(T, 60_000, 0).error == CONCURRENT_TRANSACTIONS
+    assert st.expired(3_000 + 2 * WEEK_MS) == []
+    written(st, step)
+    assert T not in st.txns
+    # The old pair means nothing now; the next init starts afresh with a new producer id.
+    assert st.handle_add_partitions(T, *pair, [A0], 0).error == INVALID_PRODUCER_ID_MAPPING
+    assert init(st, pid=2000) == (2000, 0)
+
+
+def test_an_id_with_a_transaction_never_expires() -> None:
+    st = TxnCoordinatorState(TxnConfig(transactional_id_expiration_ms=10))
+    pair = init(st, now=0)
+    begin(st, pair, A0, now=0)
+    assert st.expired(10 * WEEK_MS) == []
+    assert st.expire(T, 10 * WEEK_MS).error == INVALID_TXN_STATE
+    written(st, end(st, pair, False, now=0))  # PREPARE_ABORT: markers not yet written
+    assert st.expired(10 * WEEK_MS) == []
+    assert st.expire(T, 10 * WEEK_MS).error == INVALID_TXN_STATE
+    complete(st)
+    assert st.expired(10 * WEEK_MS) == [T]
+
+
+def test_a_request_since_the_scan_keeps_the_id() -> None:
+    st = TxnCoordinatorState(TxnConfig(transactional_id_expiration_ms=1_000))
+    init(st, now=0)
+    assert st.expired(1_000) == [T]
+    init(st, now=1_000)  # the producer came back: its last update is now
+    assert st.expire(T, 1_500).error == INVALID_TXN_STATE
+    assert T in st.txns
+    assert st.expired(2_000) == [T]
+
+
+def test_a_failed_tombstone_write_changes_nothing() -> None:
+    st = TxnCoordinatorState(TxnConfig(transactional_id_expiration_ms=1_000))
+    pair = init(st, now=0)
+    step = st.expire(T, 5_000)
+    assert step.target is not None
+    st.on_write_failed(T)
+    assert st.txns[T].state is TxnState.EMPTY
+    assert (st.txns[T].producer_id, st.txns[T].producer_epoch) == pair
