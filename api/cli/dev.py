@@ -499,10 +499,11 @@ def dev_restart(node: str, data_dir: str | None, timeout_s: float) -> None:
 
     # A secure cluster's nodes answer over TLS, and a controller's status only to a
     # principal it knows: the CLI's security (the cluster file names the CA and the admin
-    # certificate).
+    # certificate). Credentials go only without a certificate: a controller's SSL listener
+    # refuses an Authorization header.
     security = client_security()
     ctx = None if security is None else security.ssl_context()
-    auth = None if security is None else security.authorization()
+    auth = None if security is None or security.ssl_certfile else security.authorization()
     headers = {"Authorization": auth} if auth is not None else {}
 
     def serves() -> bool:

@@ -88,13 +88,29 @@ def quorum_group() -> None:
 
 
 def _controller_tls() -> tuple[ssl.SSLContext | None, dict[str, str]]:
-    """The TLS context and headers (``Authorization``, if credentials were given) the quorum
-    commands send to controllers."""
+    """The TLS context and headers the quorum commands send to controllers: credentials
+    (``Authorization``) only without a client certificate, as a controller listener is
+    usually SSL, which refuses an ``Authorization`` header, and a certificate identifies the
+    caller on a SASL_SSL one too."""
     security = client_security()
     if security is None:
         return None, {}
-    auth = security.authorization()
+    auth = security.authorization() if security.ssl_certfile is None else None
     return security.ssl_context(), ({"Authorization": auth} if auth is not None else {})
+
+
+def _unreachable(errors: list[str]) -> str:
+    """Why no controller answered, with a hint where a certificate was probably missing."""
+    why = "no controller answered: " + "; ".join(errors)
+    security = client_security()
+    if any(u.startswith("https://") for u in errors) and (
+        security is None or security.ssl_certfile is None
+    ):
+        why += (
+            " (a secure controller listener wants a client certificate of the cluster's CA: "
+            "--ssl-certfile/--ssl-keyfile, or LONGBOAT_SSL_CERTFILE/LONGBOAT_SSL_KEYFILE)"
+        )
+    return why
 
 
 def _controller_session() -> aiohttp.ClientSession:
@@ -151,7 +167,7 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     try:
         st, seen = run_loop(fetch())
     except ControllerUnavailableError as e:
-        raise click.ClickException(f"no controller answered: {e}") from None
+        raise click.ClickException(_unreachable([str(e)])) from None
     if st.get("role") != "leader":
         raise click.ClickException(
             f"no leader: node {st['node_id']} is {st['role']} in term {st['term']}"
@@ -285,7 +301,7 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
     for attempt in range(10):
         leader_url = run_loop(find_leader())
         if leader_url is None:
-            out = {"message": "no controller answered: " + "; ".join(errors.values())}
+            out = {"message": _unreachable(list(errors.values()))}
             time.sleep(min(0.2 * (attempt + 1), 1.0))
             continue
         code, out = _post_json(f"{leader_url}/internal/controller/v1/membership", body)
