@@ -28,7 +28,7 @@ intercepting proxies also cover), the authorizer on. The harness itself (health,
 topic creation, the membership and reassign nemeses' commands) is ``User:admin`` by the admin
 certificate; the workload's clients are ``User:jepsen``, a SCRAM user made for the run with
 a random password, over TLS with HTTP Basic, holding only the ACLs the workloads need
-(`JEPSEN_ACLS`).
+(`jepsen_acls`).
 
 This module starts processes and speaks HTTP: it imports no server package.
 """
