@@ -181,6 +181,11 @@ class Cluster(ABC):
         """The node that writes the metadata now, if the cluster has such a role."""
         return None
 
+    def cli_env(self) -> dict[str, str]:
+        """Environment a ``longboat`` command run against this cluster needs (a secure
+        cluster's TLS files); empty by default."""
+        return {}
+
     def voters(self) -> dict[str, tuple[int, str]]:
         """Metadata quorum voters: name -> (node id, URL); empty without a Raft quorum."""
         return {}

@@ -19,22 +19,36 @@ leaders), ``GET /v3/quorum/status`` on the controllers (the active controller). 
 use blocking ``urllib`` with short timeouts and must run on a thread inside the namespace (the
 runner's main thread is).
 
+With ``secure=True`` (``run --secure``, issue 18) the cluster is the one ``longboat dev up
+--secure`` makes, on the run's addresses: a CA and a certificate per node under
+``<run>/tls`` (``api.node.secure_setup``, each naming its node's 127.0.0.N), controllers on
+an SSL listener that requires client certificates, brokers on a SASL_SSL client listener and
+an SSL inter-broker listener (a second port, `NodeSpec.extra` ``more_ports``, which the
+intercepting proxies also cover), the authorizer on. The harness itself (health, leaders,
+topic creation, the membership and reassign nemeses' commands) is ``User:admin`` by the admin
+certificate; the workload's clients are ``User:jepsen``, a SCRAM user made for the run with
+a random password, over TLS with HTTP Basic, holding only the ACLs the workloads need
+(`jepsen_acls`).
+
 This module starts processes and speaks HTTP: it imports no server package.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import socket
+import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from api.client.security import ClientSecurity
 from jepsen_tests.cluster import (
     Cluster,
     Dial,
@@ -48,6 +62,9 @@ from jepsen_tests.cluster import (
 )
 from jepsen_tests.nemesis.net import node_address
 from jepsen_tests.nemesis.process import NodeProcess, wait_until
+
+if TYPE_CHECKING:
+    from api.node.secure_setup import SecureSetup
 
 TOPIC = "jepsen"
 CONTROLLER_ID_BASE = 0  # controller i has node id i
@@ -80,17 +97,50 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def http_json(url: str, timeout_s: float = 1.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+def http_json(url: str, timeout_s: float = 1.0, context: ssl.SSLContext | None = None) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as r:
         return json.loads(r.read())
 
 
-def http_status(url: str, timeout_s: float = 1.0) -> int:
+def http_status(url: str, timeout_s: float = 1.0, context: ssl.SSLContext | None = None) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+
+
+CLIENT_USER = "jepsen"
+"""The SCRAM user the workloads' clients are on a secure cluster (``User:jepsen``)."""
+
+
+def jepsen_acls(topics: list[str]) -> list[dict[str, str]]:
+    """What ``User:jepsen`` may do, as REST v3 ACL bindings: produce to and read the
+    workload's topics, produce idempotently, consume in any group, use any transactional id;
+    create, describe, reconfigure and delete the metadata workload's topics (``topic-*``);
+    register schemas under the schemas workload's subjects (``jepsen-N-value`` names topic
+    ``jepsen-N``). Nothing on the cluster beyond ``IDEMPOTENT_WRITE``, and no node route."""
+
+    def acl(rtype: str, name: str, op: str, pattern: str = "LITERAL") -> dict[str, str]:
+        return {
+            "resource_type": rtype,
+            "resource_name": name,
+            "pattern_type": pattern,
+            "principal": f"User:{CLIENT_USER}",
+            "host": "*",
+            "operation": op,
+            "permission": "ALLOW",
+        }
+
+    out = [acl("TOPIC", t, op) for t in topics for op in ("WRITE", "READ")]
+    out += [acl("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")]
+    out += [acl("GROUP", "*", "READ"), acl("TRANSACTIONAL_ID", "*", "WRITE")]
+    out += [
+        acl("TOPIC", "topic-", op, "PREFIXED")
+        for op in ("CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS")
+    ]
+    out += [acl("TOPIC", "jepsen-", "WRITE", "PREFIXED")]
+    return out
 
 
 class LongboatCluster(Cluster):
@@ -109,6 +159,7 @@ class LongboatCluster(Cluster):
         acks_require_fsync: bool = False,
         extra_topics: tuple[str, ...] = (),
         kafka_clients: bool = False,
+        secure: bool = False,
     ) -> None:
         if n < 1 or replication_factor > n:
             raise ValueError(f"{n} brokers cannot hold replication factor {replication_factor}")
@@ -136,6 +187,14 @@ class LongboatCluster(Cluster):
             **{b: BROKER_ID_BASE + i + 1 for i, b in enumerate(self.brokers)},
         }
         self.by_id = {v: k for k, v in self.node_ids.items()}
+        self.secure = secure
+        """TLS, authentication and ACLs everywhere (module docstring)."""
+        self.client_security: ClientSecurity | None = None
+        """What the workload's clients connect with (set up by `setup` when secure)."""
+        self.admin_ssl: ssl.SSLContext | None = None
+        """The harness's own TLS context: the CA, and the admin certificate (a super user)."""
+        self.tls_files: dict[str, str] = {}
+        """The CA and the admin certificate and key, by ``ClientSecurity`` field name."""
         names = self.controllers + self.brokers
         # Ports are chosen in setup, inside the namespace; 0 until then.
         self.nodes = [
@@ -157,7 +216,15 @@ class LongboatCluster(Cluster):
 
     def url(self, name: str) -> str:
         n = self.spec(name)
-        return f"http://{n.host}:{n.port}"
+        return f"{'https' if self.secure else 'http'}://{n.host}:{n.port}"
+
+    def cli_env(self) -> dict[str, str]:
+        """What a ``longboat`` command run by a nemesis needs in its environment: the admin
+        certificate on a secure cluster (``LONGBOAT_SSL_*``), nothing otherwise."""
+        return {f"LONGBOAT_{k.upper()}": v for k, v in self.tls_files.items()}
+
+    def _json(self, url: str, timeout_s: float) -> Any:
+        return http_json(url, timeout_s, self.admin_ssl)
 
     def broker_urls(self) -> list[str]:
         return [self.url(b) for b in self.brokers]
@@ -180,13 +247,19 @@ class LongboatCluster(Cluster):
     def setup(self, run_dir: Path, env_for: EnvFor, wrap: Wrap) -> None:
         nodes = []
         for n in self.nodes:
+            more = (
+                {"more_ports": (free_port(n.host),)} if self.secure and "broker" in n.roles else {}
+            )
             nodes.append(
-                NodeSpec(n.name, n.host, free_port(n.host), run_dir / "data" / n.name, n.roles)
+                NodeSpec(
+                    n.name, n.host, free_port(n.host), run_dir / "data" / n.name, n.roles, more
+                )
             )
         self.nodes = nodes
         quorum = ",".join(
             f"{self.node_ids[c]}@{self.spec(c).host}:{self.spec(c).port}" for c in self.controllers
         )
+        secure = self._secure_setup(run_dir) if self.secure else None
         conf_dir = run_dir / "config"
         conf_dir.mkdir(parents=True, exist_ok=True)
         if self.kafka_clients:
@@ -194,10 +267,20 @@ class LongboatCluster(Cluster):
         for n in self.nodes:
             n.data_dir.mkdir(parents=True, exist_ok=True)
             conf = conf_dir / f"{n.name}.toml"
+            # Top-level keys first: the secure part ends in [listener_settings.*] tables.
+            listeners = f'listen = "{n.host}:{n.port}"\n'
+            if secure is not None:
+                listeners = secure.node_config(
+                    n.roles[0],
+                    self.node_ids[n.name],
+                    n.port,
+                    quorum,
+                    broker_port=(n.extra.get("more_ports") or (None,))[0],
+                    host=n.host,
+                ).read_text()
             conf.write_text(
                 f"node_id = {self.node_ids[n.name]}\n"
                 f'roles = ["{n.roles[0]}"]\n'
-                f'listen = "{n.host}:{n.port}"\n'
                 f'controller_quorum = "{quorum}"\n'
                 f'data_dir = "{n.data_dir}"\n'
                 + (
@@ -210,6 +293,7 @@ class LongboatCluster(Cluster):
                     if n.name in self.kafka_ports
                     else ""
                 )
+                + listeners
             )
             argv = [sys.executable, "-m", "api", n.roles[0], "start", "--config", str(conf)]
             self.processes[n.name] = NodeProcess(
@@ -219,12 +303,33 @@ class LongboatCluster(Cluster):
                 {"PYTHONUNBUFFERED": "1", **env_for(n.name)},
             )
 
+    def _secure_setup(self, run_dir: Path) -> SecureSetup:
+        """The CA, the node and admin certificates (``longboat dev up --secure``'s code, each
+        node's certificate naming its own address), and the clients' credentials."""
+        from api.node.secure_setup import SecureSetup
+
+        hosts = {self.node_ids[n.name]: n.host for n in self.nodes}
+        setup = SecureSetup.create(run_dir, sorted(hosts), hosts)
+        self.tls_files = {
+            "ssl_cafile": str(setup.ca.cert),
+            "ssl_certfile": str(setup.admin.cert),
+            "ssl_keyfile": str(setup.admin.key),
+        }
+        self.admin_ssl = setup.client_ssl()
+        # A fresh password per run, kept in memory only (never in the run directory's logs).
+        self.client_security = ClientSecurity(
+            ssl_cafile=str(setup.ca.cert),
+            username=CLIENT_USER,
+            password=secrets.token_urlsafe(18),
+        )
+        return setup
+
     # ---- state, as a client sees it
 
     def active_controller(self) -> str | None:
         for c in self.controllers:
             try:
-                st = http_json(self.url(c) + "/v3/quorum/status", 0.5)
+                st = self._json(self.url(c) + "/v3/quorum/status", 0.5)
             except (OSError, ValueError):
                 continue
             if st.get("role") == "leader" and st.get("active_controller"):
@@ -234,7 +339,7 @@ class LongboatCluster(Cluster):
     def broker_metadata(self) -> dict[str, Any] | None:
         for b in self.brokers:
             try:
-                md: dict[str, Any] = http_json(self.url(b) + "/v3/broker/metadata", 0.5)
+                md: dict[str, Any] = self._json(self.url(b) + "/v3/broker/metadata", 0.5)
                 return md
             except (OSError, ValueError):
                 continue
@@ -330,7 +435,7 @@ class LongboatCluster(Cluster):
 
     def _broker_ready(self, b: str) -> bool:
         try:
-            return http_status(self.url(b) + "/v3/health/ready", 0.5) == 200
+            return http_status(self.url(b) + "/v3/health/ready", 0.5, self.admin_ssl) == 200
         except OSError:
             return False
 
@@ -361,8 +466,16 @@ class LongboatCluster(Cluster):
         for b in self.brokers:
             self.processes[b].start()
         self._wait("every broker ready", self.ready, deadline)
+        if self.client_security is not None:
+            self._create_client_user(deadline)
         for topic in (self.topic, *self.extra_topics):
             self.create_topic(deadline, topic)
+        if self.client_security is not None:
+            self._wait(
+                f"User:{CLIENT_USER} known and allowed on every broker",
+                self._client_user_everywhere,
+                deadline,
+            )
         if full_isr:
             self._wait(f"topic {self.topic}: every partition led, full ISR", self.healthy, deadline)
         else:
@@ -385,6 +498,66 @@ class LongboatCluster(Cluster):
             tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}" for n, p in self.processes.items())
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
+    def _admin_post(self, deadline: float, path: str, body: Any, what: str) -> None:
+        """POST ``body`` to ``/v3/clusters/<id><path>`` of some broker as the admin, until
+        one accepts it (a broker answers once its own image shows the change)."""
+        data = json.dumps(body).encode()
+        last = "no broker tried"
+        while time.monotonic() < deadline:
+            for b in self.brokers:
+                try:
+                    cid = self._json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
+                    req = urllib.request.Request(
+                        f"{self.url(b)}/v3/clusters/{cid}{path}",
+                        data=data,
+                        method="POST",
+                        headers={"Content-Type": "application/json"},
+                    )
+                    with urllib.request.urlopen(req, timeout=30, context=self.admin_ssl):
+                        return
+                except urllib.error.HTTPError as e:
+                    last = f"HTTP {e.code}: {e.read().decode(errors='replace')[:300]}"
+                except (OSError, ValueError, KeyError, IndexError) as e:
+                    last = repr(e)
+            time.sleep(0.2)
+        raise RuntimeError(f"cluster: could not {what}: {last}")
+
+    def _create_client_user(self, deadline: float) -> None:
+        """``User:jepsen``'s SCRAM credential and its ACLs (`jepsen_acls`)."""
+        sec = self.client_security
+        assert sec is not None and sec.password is not None
+        self._admin_post(
+            deadline,
+            "/users",
+            {"user_name": CLIENT_USER, "password": sec.password},
+            f"create user {CLIENT_USER}",
+        )
+        topics = [self.topic, *self.extra_topics]
+        self._admin_post(
+            deadline, "/acls:batch", {"data": jepsen_acls(topics)}, "create the client's ACLs"
+        )
+
+    def _client_user_everywhere(self) -> bool:
+        """Every broker authenticates the client user and lets it describe the topic: the
+        credential and the ACLs reached every broker's image (a client dials any of them)."""
+        sec = self.client_security
+        assert sec is not None
+        auth = sec.authorization() or ""
+        ctx = sec.ssl_context()
+        for b in self.brokers:
+            try:
+                cid = self._json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
+                req = urllib.request.Request(
+                    f"{self.url(b)}/v3/clusters/{cid}/topics/{self.topic}",
+                    headers={"Authorization": auth},
+                )
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+                    if r.status != 200:
+                        return False
+            except (OSError, ValueError, KeyError, IndexError):
+                return False
+        return True
+
     def create_topic(self, deadline: float, topic: str | None = None) -> None:
         """Create the workload's topic (or `topic`, configured alike) through a broker's v3
         HTTP API, as a user would."""
@@ -401,14 +574,14 @@ class LongboatCluster(Cluster):
         while time.monotonic() < deadline:
             for b in self.brokers:
                 try:
-                    cid = http_json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
+                    cid = self._json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
                     req = urllib.request.Request(
                         f"{self.url(b)}/v3/clusters/{cid}/topics",
                         data=body,
                         method="POST",
                         headers={"Content-Type": "application/json"},
                     )
-                    with urllib.request.urlopen(req, timeout=30) as r:
+                    with urllib.request.urlopen(req, timeout=30, context=self.admin_ssl) as r:
                         if r.status in (200, 201, 202):
                             return
                         last = f"HTTP {r.status}"

@@ -44,6 +44,7 @@ from api.client import (
     TopicPartition,
 )
 from api.client.coordinator import CoordinatorClient
+from api.client.security import ClientSecurity
 from api.client.transport import MetadataCache, Transport, normalize_bootstrap
 from jepsen_tests.cluster import DefiniteError, IndefiniteError, OnRebalance
 
@@ -57,6 +58,8 @@ class LongboatCluster(Protocol):
     keys: list[str]
     brokers: list[str]
     by_id: dict[int, str]
+    client_security: ClientSecurity | None
+    """TLS trust and credentials on a secure cluster; None: plaintext."""
 
     def url(self, name: str) -> str: ...
 
@@ -122,6 +125,7 @@ class LongboatQueueClient:
                 request_timeout_ms=self.request_timeout_ms,
                 delivery_timeout_ms=self.delivery_timeout_ms,
                 source_host=self.host,
+                security=self.cluster.client_security,
             )
             await _start_or_definite(p, "producer")
             self._producer = p
@@ -156,6 +160,7 @@ class LongboatQueueClient:
                 auto_offset_reset="none",
                 request_timeout_ms=self.request_timeout_ms,
                 source_host=self.host,
+                security=self.cluster.client_security,
             )
             await _start_or_definite(c, "consumer")
             c.assign([TopicPartition(self.cluster.topic, partition)])
@@ -265,6 +270,7 @@ class LongboatGroupMember:
                 max_wait_ms=200,
                 request_timeout_ms=request_timeout_ms,
                 source_host=host,
+                security=cluster.client_security,
             )
         )
 
@@ -340,7 +346,7 @@ async def wait_for_group_coordinator(
     """Until `group`'s coordinator answers: the first lookup creates ``__consumer_offsets``
     and its partitions' leaders load them, which takes seconds a run's members should not
     spend under faults."""
-    transport = Transport(request_timeout_s=5.0, source_host=host)
+    transport = Transport(request_timeout_s=5.0, source_host=host, security=cluster.client_security)
     try:
         metadata = MetadataCache(transport, normalize_bootstrap(cluster.broker_urls()))
         coordinator = CoordinatorClient(transport, metadata, group, retry_timeout_s=timeout_s)
@@ -405,9 +411,15 @@ class LongboatMetadataClient:
             # the caller sees. Record whether any attempt's headers went out.
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(_mark_sent)
+            security = self.cluster.client_security
+            ctx = None if security is None else security.ssl_context()
+            auth = None if security is None else security.authorization()
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=2.0),
-                connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=10),
+                connector=aiohttp.TCPConnector(
+                    local_addr=(self.host, 0), limit=10, ssl=ctx if ctx is not None else True
+                ),
+                headers={"Authorization": auth} if auth is not None else None,
                 trace_configs=[trace],
             )
         return self._session

@@ -31,6 +31,7 @@ from api.client import (
     TopicPartition,
     TransactionAbortedError,
 )
+from api.client.security import ClientSecurity
 from jepsen_tests.checkers.txn import OUT_PREFIX, input_key, output_key
 from jepsen_tests.cluster import DefiniteError, IndefiniteError
 from jepsen_tests.longboat_client import LongboatCluster
@@ -52,9 +53,15 @@ class _TxnProducer:
     """A transactional producer started on demand and dropped after any failure."""
 
     def __init__(
-        self, bootstrap: list[str], transactional_id: str, host: str, request_timeout_ms: int
+        self,
+        bootstrap: list[str],
+        transactional_id: str,
+        host: str,
+        request_timeout_ms: int,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.transactional_id = transactional_id
         self.host = host
         self.request_timeout_ms = request_timeout_ms
@@ -71,6 +78,7 @@ class _TxnProducer:
                 request_timeout_ms=self.request_timeout_ms,
                 delivery_timeout_ms=3 * self.request_timeout_ms,
                 source_host=self.host,
+                security=self.security,
             )
             try:
                 await p.init_transactions()
@@ -147,7 +155,9 @@ class LongboatTxnClient:
         self.request_timeout_ms = request_timeout_ms
         self.poll_timeout_ms = poll_timeout_ms
         self.bootstrap = cluster.broker_urls()
-        self.txn = _TxnProducer(self.bootstrap, transactional_id, host, request_timeout_ms)
+        self.txn = _TxnProducer(
+            self.bootstrap, transactional_id, host, request_timeout_ms, cluster.client_security
+        )
         self._consumers: dict[TopicPartition, AsyncConsumer] = {}
         self._positions: dict[TopicPartition, int] = {}
 
@@ -168,6 +178,7 @@ class LongboatTxnClient:
                 request_timeout_ms=self.request_timeout_ms,
                 source_host=self.host,
                 isolation_level="read_committed",
+                security=self.cluster.client_security,
             )
             try:
                 await c.start()
@@ -232,7 +243,13 @@ class LongboatCtpProcessor:
         session_timeout_ms: int = 6_000,
     ) -> None:
         self.cluster = cluster
-        self.txn = _TxnProducer(cluster.broker_urls(), transactional_id, host, request_timeout_ms)
+        self.txn = _TxnProducer(
+            cluster.broker_urls(),
+            transactional_id,
+            host,
+            request_timeout_ms,
+            cluster.client_security,
+        )
         self._key = {cluster.key_partition(k): k for k in cluster.keys}
         self.name = name
         self.host = host
@@ -255,6 +272,7 @@ class LongboatCtpProcessor:
             request_timeout_ms=self.request_timeout_ms,
             source_host=self.host,
             isolation_level="read_committed",
+            security=self.cluster.client_security,
         )
 
     async def _start(self) -> None:

@@ -270,7 +270,10 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         if "proxy" in cats and ns is not None:
             # Before any node starts: connections opened earlier would bypass it.
             intercept = InterceptNet(
-                ns, node_addr, {**{n.name: n.host for n in cluster.nodes}, **client_hosts}
+                ns,
+                node_addr,
+                {**{n.name: n.host for n in cluster.nodes}, **client_hosts},
+                {n.name: n.extra.get("more_ports", ()) for n in cluster.nodes},
             )
             intercept.start()
         cluster.start()
@@ -318,14 +321,14 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
                 raise FaultInjectionUnavailable(
                     f"membership: {type(cluster).__name__} has no Raft voters to change"
                 )
-            parts.append(MembershipNemesis(cluster.voters(), wrap, rec))
+            parts.append(MembershipNemesis(cluster.voters(), wrap, rec, env=cluster.cli_env()))
         if "reassign" in cats:
             reassignable = cluster.reassignable()
             if reassignable is None:
                 raise FaultInjectionUnavailable(
                     f"reassign: {type(cluster).__name__} has no partitions to move"
                 )
-            parts.append(ReassignNemesis(*reassignable, wrap, out, rec))
+            parts.append(ReassignNemesis(*reassignable, wrap, out, rec, env=cluster.cli_env()))
         nemesis = Composite(parts)
 
         steps = generate(

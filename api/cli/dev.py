@@ -43,6 +43,7 @@ import click
 from api.cli.common import (
     DEFAULT_DIR,
     NODE_FAILED_EXIT_STATUS,
+    client_security,
     cluster_file,
     main,
     override_option,
@@ -496,12 +497,22 @@ def dev_restart(node: str, data_dir: str | None, timeout_s: float) -> None:
     path = "/v3/health/ready" if role == "broker" else "/v3/quorum/status"
     from api.node.localcluster import wait_for
 
+    # A secure cluster's nodes answer over TLS, and a controller's status only to a
+    # principal it knows: the CLI's security (the cluster file names the CA and the admin
+    # certificate). Credentials go only without a certificate: a controller's SSL listener
+    # refuses an Authorization header.
+    security = client_security()
+    ctx = None if security is None else security.ssl_context()
+    auth = None if security is None or security.ssl_certfile else security.authorization()
+    headers = {"Authorization": auth} if auth is not None else {}
+
     def serves() -> bool:
         import urllib.error
         import urllib.request
 
+        req = urllib.request.Request(url + path, headers=headers)
         try:
-            with urllib.request.urlopen(url + path, timeout=2) as r:
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
                 return r.status == 200
         except urllib.error.HTTPError:
             return False

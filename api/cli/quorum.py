@@ -1,14 +1,23 @@
-"""``longboat controller start`` and ``longboat quorum status|add-voter|remove-voter``."""
+"""``longboat controller start`` and ``longboat quorum status|add-voter|remove-voter``.
+
+The quorum commands talk to controllers with the CLI's client security (``--ssl-cafile``,
+``--ssl-certfile``/``--ssl-keyfile``, ``--username``/``--token-file``, the ``LONGBOAT_*``
+variables, or the TLS files of a ``dev up --secure`` cluster file; issue 18): a secure
+controller listener wants TLS and, for ``add-voter``/``remove-voter`` (node routes), a
+principal with ``CLUSTER_ACTION`` on the cluster, such as the admin certificate.
+"""
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from api.cli.common import (
+    client_security,
     default_controllers,
     main,
     node_options,
@@ -19,6 +28,9 @@ from api.cli.common import (
     with_overrides,
 )
 from api.node.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 @main.group("controller")
@@ -75,6 +87,44 @@ def quorum_group() -> None:
     """Inspect the metadata quorum."""
 
 
+def _controller_tls() -> tuple[ssl.SSLContext | None, dict[str, str]]:
+    """The TLS context and headers the quorum commands send to controllers: credentials
+    (``Authorization``) only without a client certificate, as a controller listener is
+    usually SSL, which refuses an ``Authorization`` header, and a certificate identifies the
+    caller on a SASL_SSL one too."""
+    security = client_security()
+    if security is None:
+        return None, {}
+    auth = security.authorization() if security.ssl_certfile is None else None
+    return security.ssl_context(), ({"Authorization": auth} if auth is not None else {})
+
+
+def _unreachable(errors: list[str]) -> str:
+    """Why no controller answered, with a hint where a certificate was probably missing."""
+    why = "no controller answered: " + "; ".join(errors)
+    security = client_security()
+    if any(u.startswith("https://") for u in errors) and (
+        security is None or security.ssl_certfile is None
+    ):
+        why += (
+            " (a secure controller listener wants a client certificate of the cluster's CA: "
+            "--ssl-certfile/--ssl-keyfile, or LONGBOAT_SSL_CERTFILE/LONGBOAT_SSL_KEYFILE)"
+        )
+    return why
+
+
+def _controller_session() -> aiohttp.ClientSession:
+    """A session for ``ControllerClient`` with the CLI's security; made inside the loop."""
+    import aiohttp
+
+    ctx, headers = _controller_tls()
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=5),
+        connector=aiohttp.TCPConnector(ssl=ctx) if ctx is not None else None,
+        headers=headers,
+    )
+
+
 def _fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f} ms"
 
@@ -96,7 +146,7 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     urls = [u.strip() for u in bootstrap.split(",") if u.strip()]
 
     async def fetch() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        async with ControllerClient(urls, timeout_s=5) as c:
+        async with _controller_session() as s, ControllerClient(urls, timeout_s=5, session=s) as c:
             st = await c.get_json("/v3/quorum/status")
             leader_url = st.get("leader_url")
             if st.get("role") != "leader" and leader_url:
@@ -117,7 +167,7 @@ def quorum_status(bootstrap: str, as_json: bool) -> None:
     try:
         st, seen = run_loop(fetch())
     except ControllerUnavailableError as e:
-        raise click.ClickException(f"no controller answered: {e}") from None
+        raise click.ClickException(_unreachable([str(e)])) from None
     if st.get("role") != "leader":
         raise click.ClickException(
             f"no leader: node {st['node_id']} is {st['role']} in term {st['term']}"
@@ -203,17 +253,22 @@ def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[i
     import urllib.error
     import urllib.request
 
+    ctx, headers = _controller_tls()
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **headers},
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw or b"{}")
+        except ValueError:
+            return e.code, {"message": raw[:200].decode(errors="replace")}
 
 
 def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -221,14 +276,19 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
 
     urls = [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()]
 
+    errors: dict[str, str] = {}
+
     async def find_leader() -> str | None:
         # Ask every bootstrap controller: a removed voter, or one cut off, does not know the
         # leader (found by the membership nemesis of jepsen_tests).
-        async with ControllerClient(urls, timeout_s=5) as c:
+        async with _controller_session() as s, ControllerClient(urls, timeout_s=5, session=s) as c:
             for u in urls:
                 try:
                     st = await c.get_json("/v3/quorum/status", url=u)
-                except Exception:
+                except Exception as e:
+                    # Said at the end if no controller answers: a refused handshake or a
+                    # 401 is the operator's to fix, not a wait.
+                    errors[u] = str(e) or type(e).__name__
                     continue
                 if st.get("role") == "leader":
                     return u
@@ -241,6 +301,7 @@ def _membership(bootstrap: str, body: dict[str, Any]) -> dict[str, Any]:
     for attempt in range(10):
         leader_url = run_loop(find_leader())
         if leader_url is None:
+            out = {"message": _unreachable(list(errors.values()))}
             time.sleep(min(0.2 * (attempt + 1), 1.0))
             continue
         code, out = _post_json(f"{leader_url}/internal/controller/v1/membership", body)

@@ -55,10 +55,17 @@ class SecureSetup:
     """ES256 key pair bearer tokens are signed with (``cert`` is the public key)."""
 
     @classmethod
-    def create(cls, root: Path, node_ids: list[int]) -> SecureSetup:
+    def create(
+        cls, root: Path, node_ids: list[int], hosts: dict[int, str] | None = None
+    ) -> SecureSetup:
+        """``hosts``: a node's listen address where it is not 127.0.0.1 (its certificate
+        names it too, so that peers verify it there)."""
         tls = root / "tls"
         ca = make_ca(tls)
-        nodes = {i: ca.issue(f"node-{i}", tls) for i in node_ids}
+        hosts = hosts or {}
+        nodes = {
+            i: ca.issue(f"node-{i}", tls, hosts=(hosts[i],) if i in hosts else ()) for i in node_ids
+        }
         return cls(root, ca, ca.issue("admin", tls), nodes, make_signing_key(tls))
 
     @property
@@ -87,10 +94,12 @@ class SecureSetup:
         *,
         broker_port: int | None = None,
         kafka: dict[str, int] | None = None,
+        host: str = "127.0.0.1",
     ) -> Path:
         """Write ``root/tls/<role>-<id>.toml``; ``port`` is the controller listener of a
         controller, the client listener of a broker (``broker_port`` its inter-broker one).
-        ``kafka``: a broker's Kafka listeners, name (a ``KAFKA_PROTOCOLS`` key) -> port."""
+        ``kafka``: a broker's Kafka listeners, name (a ``KAFKA_PROTOCOLS`` key) -> port. Every
+        listener is on ``host``."""
         common = [
             'controller_listener_names = "CONTROLLER"',
             f"super_users = {_toml(self.super_users)}",
@@ -98,7 +107,7 @@ class SecureSetup:
         ]
         if role == "controller":
             body = [
-                f'listeners = "CONTROLLER://127.0.0.1:{port}"',
+                f'listeners = "CONTROLLER://{host}:{port}"',
                 'listener_security_protocol_map = "CONTROLLER:SSL"',
                 *common,
                 "",
@@ -109,13 +118,13 @@ class SecureSetup:
             kafka = kafka or {}
             protocols = ",".join(f"{n}:{KAFKA_PROTOCOLS[n]}" for n in kafka)
             body = [
-                f'listeners = "CLIENT://127.0.0.1:{port},BROKER://127.0.0.1:{broker_port}"',
+                f'listeners = "CLIENT://{host}:{port},BROKER://{host}:{broker_port}"',
                 'listener_security_protocol_map = "CLIENT:SASL_SSL,BROKER:SSL,CONTROLLER:SSL'
                 + (f',{protocols}"' if protocols else '"'),
                 *(
                     [
                         "kafka_listeners = "
-                        + _toml(",".join(f"{n}://127.0.0.1:{p}" for n, p in kafka.items()))
+                        + _toml(",".join(f"{n}://{host}:{p}" for n, p in kafka.items()))
                     ]
                     if kafka
                     else []

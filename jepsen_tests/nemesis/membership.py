@@ -13,6 +13,7 @@ the attempt, and the report the window.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -32,10 +33,13 @@ class MembershipNemesis(Nemesis):
         wrap: Wrap,
         recorder: Recorder | None = None,
         timeout_s: float = 60.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        """`voters`: controller name -> (node id, URL)."""
+        """`voters`: controller name -> (node id, URL); `env`: added to the command's
+        environment (a secure cluster's ``LONGBOAT_SSL_*`` admin certificate)."""
         super().__init__(recorder)
         self.voters = dict(voters)
+        self.env = {**os.environ, **(env or {})}
         self.wrap = wrap
         self.timeout_s = timeout_s
         self.removed: set[str] = set()
@@ -48,7 +52,9 @@ class MembershipNemesis(Nemesis):
         for _, url in self.voters.values():
             argv = self.wrap([sys.executable, "-m", "api", "quorum", *args, "--bootstrap", url])
             try:
-                r = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
+                r = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=self.timeout_s, env=self.env
+                )
                 ok, out = r.returncode == 0, (r.stdout + r.stderr).strip()
             except subprocess.TimeoutExpired:
                 ok, out = False, f"timed out after {self.timeout_s} s"

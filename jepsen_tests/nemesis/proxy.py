@@ -354,21 +354,32 @@ class InterceptNet(_ProxyLoop):
     """Transparent proxies on every TCP connection to the nodes (module docstring).
 
     `nodes`: node name -> the (host, port) it listens on; `parties`: every name that can be
-    the source of a link (nodes and clients) -> its address. Links are all (source, node)
-    pairs; each starts in ``pass``.
+    the source of a link (nodes and clients) -> its address; `more_ports`: node name -> the
+    other ports it listens on, on the same host (a secure broker's inter-broker listener),
+    whose connections belong to the same links. Links are all (source, node) pairs; each
+    starts in ``pass``.
     """
 
     def __init__(
-        self, netns: NetNamespace, nodes: Mapping[str, tuple[str, int]], parties: Mapping[str, str]
+        self,
+        netns: NetNamespace,
+        nodes: Mapping[str, tuple[str, int]],
+        parties: Mapping[str, str],
+        more_ports: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.netns = netns
         self.nodes = dict(nodes)
+        self.targets = [
+            (name, (host, p))
+            for name, (host, port) in self.nodes.items()
+            for p in (port, *(more_ports or {}).get(name, ()))
+        ]
         self.by_address = {host: name for name, host in parties.items()}
         self.states: dict[Link, LinkState] = {
             (src, dst): LinkState() for src in parties for dst in nodes if src != dst
         }
         self.conns: dict[Link, set[_Conn]] = {}
-        self.listeners: dict[str, asyncio.Server] = {}
+        self.listeners: dict[tuple[str, int], asyncio.Server] = {}
         self.redirects: dict[tuple[str, int], int] = {}
         self.links = self.states
         self.bytes_forwarded = 0
@@ -379,9 +390,11 @@ class InterceptNet(_ProxyLoop):
         """Listen for every node and install the redirects (before any node starts)."""
 
         async def listen_all() -> None:
-            for name, (host, port) in self.nodes.items():
-                srv = await asyncio.start_server(functools.partial(self._accept, name), host, 0)
-                self.listeners[name] = srv
+            for name, (host, port) in self.targets:
+                srv = await asyncio.start_server(
+                    functools.partial(self._accept, name, (host, port)), host, 0
+                )
+                self.listeners[(host, port)] = srv
                 self.redirects[(host, port)] = int(srv.sockets[0].getsockname()[1])
 
         self._call(listen_all())
@@ -409,7 +422,13 @@ class InterceptNet(_ProxyLoop):
     def _count(self, n: int) -> None:
         self.bytes_forwarded += n
 
-    async def _accept(self, dst: str, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self,
+        dst: str,
+        address: tuple[str, int],
+        r: asyncio.StreamReader,
+        w: asyncio.StreamWriter,
+    ) -> None:
         src_host = str(w.get_extra_info("peername")[0])
         link = (self.by_address.get(src_host, UNKNOWN), dst)
 
@@ -426,7 +445,7 @@ class InterceptNet(_ProxyLoop):
             with contextlib.suppress(OSError):  # keep the real source on the second leg
                 sock.bind((src_host, 0))
             async with asyncio.timeout(10):  # not wait_for: it can swallow a cancel on 3.11
-                await asyncio.get_running_loop().sock_connect(sock, self.nodes[dst])
+                await asyncio.get_running_loop().sock_connect(sock, address)
             ur, uw = await asyncio.open_connection(sock=sock)
         except (OSError, TimeoutError):
             sock.close()

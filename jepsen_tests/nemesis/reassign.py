@@ -18,11 +18,13 @@ A command the cluster refuses (no controller, a broker gone) is recorded as a ne
 from __future__ import annotations
 
 import json
+import os
 import random
+import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,17 @@ class ReassignNemesis(Nemesis):
         run_dir: Path,
         recorder: Recorder | None = None,
         timeout_s: float = 60.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`env`: added to the commands' environment, and the TLS files its
+        ``LONGBOAT_SSL_*`` name used for the nemesis's own requests (a secure cluster)."""
         super().__init__(recorder)
+        self.env = {**os.environ, **(env or {})}
+        self.ssl: ssl.SSLContext | None = None
+        if env and env.get("LONGBOAT_SSL_CAFILE"):
+            self.ssl = ssl.create_default_context(cafile=env["LONGBOAT_SSL_CAFILE"])
+            if env.get("LONGBOAT_SSL_CERTFILE"):
+                self.ssl.load_cert_chain(env["LONGBOAT_SSL_CERTFILE"], env["LONGBOAT_SSL_KEYFILE"])
         self.topic = topic
         self.broker_ids = sorted(broker_ids)
         self.bootstrap = ",".join(broker_urls)
@@ -76,7 +87,9 @@ class ReassignNemesis(Nemesis):
             ]
         )
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
+            r = subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.timeout_s, env=self.env
+            )
             ok, out = r.returncode == 0, (r.stdout + r.stderr).strip()
         except subprocess.TimeoutExpired:
             ok, out = False, f"timed out after {self.timeout_s} s"
@@ -159,12 +172,12 @@ class ReassignNemesis(Nemesis):
     def _remove_throttle(self) -> None:
         for url in self.bootstrap.split(","):
             try:
-                with urllib.request.urlopen(f"{url}/v3/clusters", timeout=5) as r:
+                with urllib.request.urlopen(f"{url}/v3/clusters", timeout=5, context=self.ssl) as r:
                     cid = json.loads(r.read())["data"][0]["cluster_id"]
                 req = urllib.request.Request(
                     f"{url}/v3/clusters/{cid}/reassignment-throttle", method="DELETE"
                 )
-                with urllib.request.urlopen(req, timeout=20):
+                with urllib.request.urlopen(req, timeout=20, context=self.ssl):
                     return
             except (OSError, ValueError, KeyError, IndexError):
                 continue

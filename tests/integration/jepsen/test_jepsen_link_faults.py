@@ -59,19 +59,25 @@ def test_intercepted_links_delay_blackhole_and_keep_partitions(tmp_path: Path) -
     ns = NetNamespace.create()
     node, client = node_address(1), client_address(1)
     echo = NodeProcess("n1", ns.wrap(echo_argv(node, 7200)), tmp_path / "echo.log")
+    # A second port of the same node (a secure broker's inter-broker listener).
+    echo2 = NodeProcess("n1b", ns.wrap(echo_argv(node, 7201)), tmp_path / "echo2.log")
     net: InterceptNet | None = None
     try:
         echo.start()
+        echo2.start()
         with ns.inside():
             wait_listening(host=node, port=7200)
-            net = InterceptNet(ns, {"n1": (node, 7200)}, {"n1": node, "c1": client})
+            wait_listening(host=node, port=7201)
+            net = InterceptNet(
+                ns, {"n1": (node, 7200)}, {"n1": node, "c1": client}, {"n1": (7201,)}
+            )
             net.start()
             assert "dnat to" in ns.run(["nft", "list", "table", "ip", "longboat_jepsen_nat"])
             nem = ProxyNemesis(net, ["n1", "c1"], Recorder(), nodes=["n1"])
 
-            def rtt() -> float:
+            def rtt(port: int = 7200) -> float:
                 t = time.monotonic()
-                assert round_trip(client, (node, 7200), timeout_s=2) == "ok"
+                assert round_trip(client, (node, port), timeout_s=2) == "ok"
                 return time.monotonic() - t
 
             assert rtt() < 0.2
@@ -80,8 +86,9 @@ def test_intercepted_links_delay_blackhole_and_keep_partitions(tmp_path: Path) -
             delay = Fault("delay", ("n1",), {"delay_ms": 150, "jitter_ms": 0})
             nem.start(delay)
             assert 0.29 < rtt() < 1.5  # one hop each way
+            assert 0.29 < rtt(7201) < 1.5  # the node's other port is on the same link
             nem.stop(delay)
-            assert rtt() < 0.2
+            assert rtt() < 0.2 and rtt(7201) < 0.2
             # links between nodes only: the client's link is left alone
             nodes_only = Fault("delay", ("n1",), {"delay_ms": 300, "nodes_only": True})
             nem.start(nodes_only)
@@ -105,4 +112,5 @@ def test_intercepted_links_delay_blackhole_and_keep_partitions(tmp_path: Path) -
         if net is not None:
             net.close()
         echo.destroy()
+        echo2.destroy()
         ns.destroy()

@@ -83,6 +83,7 @@ def _cluster(url: str) -> Any:
         keys=["k0", "k1"],
         broker_urls=lambda: [url],
         key_partition=lambda k: int(k[1:]),
+        client_security=None,
     )
 
 

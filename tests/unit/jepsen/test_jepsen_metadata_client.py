@@ -47,7 +47,9 @@ class _DyingBroker:
 
 
 def _client(port: int) -> LongboatMetadataClient:
-    cluster = SimpleNamespace(brokers=["b1"], url=lambda _name: f"http://127.0.0.1:{port}")
+    cluster = SimpleNamespace(
+        brokers=["b1"], url=lambda _name: f"http://127.0.0.1:{port}", client_security=None
+    )
     return LongboatMetadataClient(cluster, "p0", "127.0.0.1", timeout_s=5.0)  # type: ignore[arg-type]
 
 
