@@ -188,13 +188,17 @@ class Transport:
 
 
 def _raise_for_security(status: int, payload: bytes, url: str) -> None:
-    """401 and 403 (issue 18) as Kafka's error names, with the broker's message."""
-    if status not in (401, 403):
+    """401 and 403 (issue 18) as Kafka's error names, with the broker's message; a 503 from
+    a broker not yet caught up with the metadata log (it cannot check users yet) as the
+    retriable BROKER_NOT_AVAILABLE, so the client tries again or another broker."""
+    if status not in (401, 403, 503):
         return
     try:
         message = str(orjson.loads(payload).get("message", ""))
     except (orjson.JSONDecodeError, AttributeError):
         message = payload[:200].decode(errors="replace")
+    if status == 503:
+        raise ClientError("BROKER_NOT_AVAILABLE", f"{url}: HTTP 503: {message}")
     if status == 401:
         raise ClientError("SASL_AUTHENTICATION_FAILED", f"{url}: {message}")
     code = "CLUSTER_AUTHORIZATION_FAILED"

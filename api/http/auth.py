@@ -113,6 +113,12 @@ class AuthenticationError(Exception):
         self.claimed = claimed
 
 
+class CredentialsNotCurrentError(Exception):
+    """A user this node does not know yet, asked before its metadata first caught up with
+    the controller's: the user may be in the log it has not read. Answered 503 (retriable),
+    not 401, as Kafka's broker serves no client before its initial catch-up."""
+
+
 @dataclass(frozen=True)
 class JwtSettings:
     keys: dict[str | None, Any]
@@ -195,6 +201,10 @@ class AuthState:
     ) -> None:
         self.credentials = credentials
         self.super_users = super_users
+        self.metadata_caught_up: Callable[[], bool] | None = None
+        """Whether this node's metadata has caught up with the controller's (set by the
+        broker); until it first has, an unknown user is not refused but told to retry."""
+        self._caught_up_once = False
         self.throttle = throttle or LoginThrottle()
         self.clock_ms = clock_ms
         self.failed_logins: dict[str, int] = {}
@@ -207,6 +217,11 @@ class AuthState:
             c for m in SCRAM_ORDER if (c := self.credentials.scram_credential(user, m)) is not None
         ]
         if not creds:
+            if not self._credentials_current():
+                raise CredentialsNotCurrentError(
+                    "this broker is still catching up with the metadata log and cannot "
+                    "check the user yet; retry"
+                )
             raise AuthenticationError("unknown user or wrong password", f"User:{user}")
         tag = hmac.new(self._key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
         seen = self._verified.get(tag)
@@ -220,6 +235,12 @@ class AuthState:
                     self._verified.popitem(last=False)
                 return f"User:{user}"
         raise AuthenticationError("unknown user or wrong password", f"User:{user}")
+
+    def _credentials_current(self) -> bool:
+        if self._caught_up_once or self.metadata_caught_up is None:
+            return True
+        self._caught_up_once = self.metadata_caught_up()
+        return self._caught_up_once
 
     def note_failure(self, listener: str, source: str, claimed: str, why: str) -> None:
         self.failed_logins[listener] = self.failed_logins.get(listener, 0) + 1
@@ -348,6 +369,13 @@ async def auth_middleware(
     except AuthenticationError as e:
         state.note_failure(listener.name, source, e.claimed, e.message)
         return _unauthorized(e.message, listener)
+    except CredentialsNotCurrentError as e:
+        return web.Response(
+            status=503,
+            body=b'{"error_code":50302,"message":' + _json_str(str(e)) + b"}",
+            content_type=JSON,
+            headers={"Retry-After": "1"},
+        )
     if request.headers.get("Authorization") is not None:
         state.throttle.on_success(source)
     propagated = request.headers.get(PRINCIPAL_HEADER)

@@ -324,6 +324,7 @@ def build_broker(
     )
     security = ImageSecurity(lambda: follower.image)
     auth = listeners.install(app, config, credentials=security, acls=security)
+    auth.metadata_caught_up = lambda: follower.caught_up
     router = add_data_routes(app, replicas)
     groups = _group_coordinator(config, follower, replicas, router)
     follower.subscribe(groups.on_metadata)  # after the replicas: it reads their leaderships
