@@ -20,6 +20,17 @@ times) or int64 (offsets).
   log_end_offset, leader_epoch, diverging_epoch ([epoch, end_offset] or None),
   aborted_transactions? ([[producer_id, first_offset], ...], read_committed only: their
   batches in ``records`` are emptied, offsets kept)}
+* ``replica_fetch`` {replica_id, broker_epoch?, max_wait_ms?, max_bytes? (for the whole
+  answer), partitions: [{topic, partition, fetch_offset, leader_epoch?,
+  last_fetched_epoch?, high_watermark?, log_start_offset?, max_bytes?}, ...] (each
+  partition at most once)}
+  -> {partitions: [entry, ...]}: a follower's fetch of every partition it follows from this
+  leader (``broker.fetcher``; Kafka's FetchRequest from a replica fetcher). Each entry is
+  ``fetch``'s follower answer plus {topic, partition}, or {topic, partition, error,
+  message, leader_id} for that partition alone; a partition with nothing new (no data, no
+  HW past the one sent, no newer log start) is left out. Answered when any partition has
+  news, else after ``max_wait_ms``. Added beside ``fetch`` (which stays, for followers of
+  an older version during a rolling upgrade).
 * ``offsets_for_leader_epoch`` {topic, partition, current_leader_epoch?, epoch}
   -> {leader_epoch, end_offset}
 * ``list_offsets`` {topic, partition, timestamp (-2 earliest, -1 latest = HW, or ms),
@@ -62,6 +73,7 @@ import orjson
 from aiohttp import web
 
 from broker.errors import BrokerError
+from broker.fetch_plan import PartitionFetch
 from broker.fetcher import MSGPACK
 from broker.replica_manager import (
     DEBUG_REPLICA_ID,
@@ -226,6 +238,59 @@ async def _consumer_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[st
     return await _fetch(router, b)
 
 
+def _partition_fetch(i: int, p: Any) -> PartitionFetch:
+    if type(p) is not dict:
+        raise InvalidRequestError(f"'partitions[{i}]' must be a map, got {type(p).__name__}")
+    return PartitionFetch(
+        topic=topic_field(p),
+        partition=partition_field(p),
+        fetch_offset=int_field(p, "fetch_offset", 0, INT64_MAX),
+        leader_epoch=int_field(p, "leader_epoch", -1, INT32_MAX, default=-1),
+        last_fetched_epoch=int_field(p, "last_fetched_epoch", -1, INT32_MAX, default=-1),
+        high_watermark=int_field(p, "high_watermark", -1, INT64_MAX, default=-1),
+        log_start_offset=int_field(p, "log_start_offset", -1, INT64_MAX, default=-1),
+        max_bytes=min(
+            int_field(p, "max_bytes", 0, INT32_MAX, default=1 << 20), FETCH_RESPONSE_BYTES_MAX
+        ),
+    )
+
+
+def _fetch_entry(p: PartitionFetch, ans: dict[str, Any] | Exception) -> dict[str, Any]:
+    head = {"topic": p.topic, "partition": p.partition}
+    if isinstance(ans, ReplicaError):
+        return head | {"error": ans.error_code, "message": str(ans), "leader_id": ans.leader_id}
+    if isinstance(ans, BrokerError):
+        return head | {"error": error_code(ans), "message": str(ans), "leader_id": -1}
+    if isinstance(ans, Exception):
+        code = STORAGE_CODES.get(type(ans).__name__, "KAFKA_STORAGE_ERROR")
+        return head | {"error": code, "message": str(ans), "leader_id": -1}
+    return head | ans
+
+
+async def _replica_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    replica_id = int_field(b, "replica_id", 0, INT32_MAX)
+    broker_epoch = int_field(b, "broker_epoch", -1, INT64_MAX, default=-1)
+    max_wait_ms = min(int_field(b, "max_wait_ms", 0, INT32_MAX, default=0), FETCH_WAIT_MS_MAX)
+    max_bytes = min(
+        int_field(b, "max_bytes", 0, INT32_MAX, default=FETCH_RESPONSE_BYTES_MAX),
+        FETCH_RESPONSE_BYTES_MAX,
+    )
+    parts = [_partition_fetch(i, p) for i, p in enumerate(list_field(b, "partitions"))]
+    seen: set[tuple[str, int]] = set()
+    for p in parts:
+        if p.key in seen:
+            raise InvalidRequestError(f"'partitions' names {p.topic}-{p.partition} twice")
+        seen.add(p.key)
+    answers = await router.mgr.fetch_for_follower(
+        replica_id=replica_id,
+        broker_epoch=broker_epoch,
+        partitions=parts,
+        max_wait_ms=max_wait_ms,
+        response_bytes_max=max_bytes,
+    )
+    return {"partitions": [_fetch_entry(p, a) for p, a in answers]}
+
+
 async def _offsets_for_leader_epoch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     current = int_field(b, "current_leader_epoch", -1, INT32_MAX, default=-1)
@@ -299,6 +364,7 @@ def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRoute
     p = "/internal/broker/v1"
     app.router.add_post(f"{p}/produce", _handler(_produce))
     app.router.add_post(f"{p}/fetch", _handler(_fetch))
+    app.router.add_post(f"{p}/replica_fetch", _handler(_replica_fetch))
     app.router.add_post(f"{p}/offsets_for_leader_epoch", _handler(_offsets_for_leader_epoch))
     app.router.add_post(f"{p}/list_offsets", _handler(_list_offsets))
     app.router.add_post(f"{p}/write_txn_markers", _handler(_write_txn_markers))

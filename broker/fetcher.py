@@ -1,17 +1,33 @@
-"""The follower's fetcher: one task per (partition, leader, leader epoch).
+"""The follower's fetchers: one per source broker, each fetching every partition this broker
+follows from that leader in one long-polling request (Kafka's ``ReplicaFetcherThread``, with
+``num.replica.fetchers`` = ``FETCHERS_PER_SOURCE``, default 1).
 
-Started by ``ReplicaManager`` when the image names another broker leader, cancelled when that
-changes. It follows docs/replication.md, "Becoming follower":
+``ReplicaManager`` adds a partition (``ReplicaFetchers.add``) when the image names another
+broker leader, and removes it (``remove``) when that changes; a partition is then fetched by
+the fetcher of its leader. It follows docs/replication.md, "Becoming follower", per partition:
 
 1. apply ``FollowerState.first_step``; while a step asks, send OffsetsForLeaderEpoch to the
    leader's internal route and feed the answer to ``on_epoch_end_offset`` (KIP-101, KIP-279),
-   truncating the log and the producer state as each step says;
-2. long-poll ``/internal/broker/v1/fetch`` from the log end with the last fetched epoch;
-   append what comes with ``append_as_follower``, move the HW from the answer; a diverging
-   epoch in an answer goes back to step 1's rule.
+   truncating the log and the producer state as each step says. This runs in a task of its
+   own per partition; the partition is left out of the fetches meanwhile, the others go on;
+2. be asked for in the fetcher's next ``/internal/broker/v1/replica_fetch`` (the partitions
+   of one source in one body, from each log end with its last fetched epoch); the leader
+   answers as soon as any of them has data or a newer HW. Each partition's entry is handled
+   on its own (``broker.fetch_plan.entry_outcome``): data is appended with
+   ``append_as_follower`` and the HW moved; a diverging epoch goes back to step 1's rule; an
+   offset out of range restarts the log at the leader's start if it is below it; any other
+   error (not leader, fenced or unknown epoch, a storage error) backs that partition off
+   for ``RETRY_BACKOFF_S`` while the rest keep fetching.
 
-Errors (the leader not there yet, not leading yet, an epoch the leader does not know yet) are
-retried after a short back-off: the metadata log will restart the task if leadership moved.
+What to ask and what each answer means is decided by the pure ``broker.fetch_plan``; this
+module does the I/O. A request that fails as a whole (the leader unreachable) is retried
+after the same back-off. A leader that does not know ``replica_fetch`` (HTTP 404: an older
+broker during a rolling upgrade) is fetched from through the single-partition ``fetch``
+route, several partitions concurrently, until it is asked again ``LEGACY_RECHECK_S`` later.
+
+The replication throttle (``broker.throttle``) holds for the adding replicas of a
+reassignment: they are left out of a fetch while the shared bucket is overdrawn, asked for
+at most a bucket's request size between them, and what they receive is taken from it.
 
 The fetcher does not import ``broker.replica_manager``: it states what it needs of its host
 as ``FetcherHost`` and of a replica as ``FetchedReplica`` (``typing.Protocol``), which the
@@ -22,16 +38,35 @@ import-linter contract in pyproject.toml keeps it so).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from typing import Any, Protocol, TypeVar
+import zlib
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
 import msgpack
 
+from broker.fetch_plan import (
+    Append,
+    Diverge,
+    Outcome,
+    OutOfRange,
+    PartitionFetch,
+    PartitionKey,
+    Retry,
+    Slot,
+    answer_outcomes,
+    entry_outcome,
+    plan_fetch,
+)
 from broker.replica_state import FollowerState, TruncationStep
 from broker.throttle import TokenBucket
 from common import netbind
+from common.essential import Essentials
+from common.waits import wait_event
 from storage.group_commit import GroupCommitter
 from storage.log import PartitionLog
 
@@ -39,8 +74,19 @@ log = logging.getLogger(__name__)
 
 MSGPACK = "application/msgpack"
 FETCH_MAX_WAIT_MS = 500
+"""Kafka's ``replica.fetch.wait.max.ms``."""
 FETCH_MAX_BYTES = 1 << 20
+"""Per partition: Kafka's ``replica.fetch.max.bytes``."""
+FETCH_RESPONSE_BYTES_MAX = 10 << 20
+"""Per request: Kafka's ``replica.fetch.response.max.bytes``."""
+FETCHERS_PER_SOURCE = 1
+"""Kafka's ``num.replica.fetchers``: partitions of one source are spread over this many
+fetchers (by a hash of the partition), each with its own request in flight."""
 RETRY_BACKOFF_S = 0.2
+"""Kafka's ``replica.fetch.backoff.ms`` is 1 s; a shorter one lets a partition whose leader
+just moved catch up sooner (the metadata log moves it to the new leader's fetcher)."""
+LEGACY_RECHECK_S = 60.0
+LEGACY_IDLE_S = 0.05
 
 
 class FetchedReplica(Protocol):
@@ -63,7 +109,7 @@ ReplicaT_contra = TypeVar("ReplicaT_contra", bound=FetchedReplica, contravariant
 class FetcherHost(Protocol[ReplicaT_contra]):
     """What the fetcher needs of the broker that runs it (``ReplicaManager``). The methods
     that change a replica take it as the host's own replica type (``ReplicaT_contra``): the
-    fetcher only hands back the replica it was started with."""
+    fetcher only hands back the replica it was given."""
 
     @property
     def broker_id(self) -> int: ...
@@ -74,6 +120,8 @@ class FetcherHost(Protocol[ReplicaT_contra]):
 
     fetch_session: aiohttp.ClientSession | None
     """Shared by every fetcher of the host; the fetcher opens it when missing or closed."""
+    essentials: Essentials | None
+    """Fail-stop: a fetcher task that dies on an exception stops the node."""
 
     def broker_epoch(self) -> int | None: ...
     def leader_url(self, broker_id: int) -> str | None: ...
@@ -92,17 +140,26 @@ class FetchError(Exception):
         self.code = code
 
 
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+
+
 async def call(
     session: aiohttp.ClientSession, url: str, route: str, body: dict[str, Any]
 ) -> dict[str, Any]:
-    """POST a msgpack body to an internal broker route; the answer, or ``FetchError``."""
+    """POST a msgpack body to an internal broker route; the answer, or ``FetchError``
+    (``UNSUPPORTED_VERSION`` for a route the broker does not have)."""
     async with session.post(
         f"{url}/internal/broker/v1/{route}",
         data=msgpack.packb(body, use_bin_type=True),
         headers={"Content-Type": MSGPACK},
     ) as resp:
         payload = await resp.read()
-    out = msgpack.unpackb(payload, raw=False)
+    if resp.status == 404:
+        raise FetchError("UNSUPPORTED_VERSION", f"{url} has no route {route!r}")
+    try:
+        out = msgpack.unpackb(payload, raw=False)
+    except Exception:  # msgpack raises several types
+        out = None
     if not isinstance(out, dict):
         raise FetchError("UNKNOWN_SERVER_ERROR", f"HTTP {resp.status}: {payload[:200]!r}")
     if out.get("error"):
@@ -155,7 +212,7 @@ async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
             "list_offsets",
             {"topic": rep.topic, "partition": rep.partition, "timestamp": -2, "forwarded": True},
         )
-    except (FetchError, aiohttp.ClientError, OSError, TimeoutError):
+    except (FetchError, *TRANSPORT_ERRORS):
         return False
     start = int(ans["offset"])
     if rep.log.log_end_offset < start:
@@ -164,101 +221,407 @@ async def _restart_below_leader_start(mgr: FetcherHost[ReplicaT], rep: ReplicaT,
     return False
 
 
-async def run_fetcher(mgr: FetcherHost[ReplicaT], rep: ReplicaT, fs: FollowerState) -> None:
-    step: TruncationStep | None = fs.first_step
-    errors = 0
-    while True:
-        url = mgr.leader_url(fs.leader_id)
-        try:
-            if url is None:
-                raise FetchError("LEADER_NOT_AVAILABLE", f"no endpoint for {fs.leader_id}")
-            if step is not None:
-                await _truncate(mgr, rep, fs, step, url)
-                step = None
-            if mgr.acks_require_fsync and rep.log.flushed_offset < rep.log.log_end_offset:
-                # The fetch offset tells the leader what we hold; with durable acks it must
-                # mean what we hold on disk (group-committed with the other partitions).
-                await mgr.committer.durable(rep.log, rep.log.log_end_offset)
-            epoch = mgr.broker_epoch()
-            bucket = mgr.throttle_for(rep)
-            fetch_bytes_max = FETCH_MAX_BYTES
-            if bucket is not None:
-                # An adding replica of a reassignment: at most the throttled rate.
-                wait_s = bucket.delay_s(time.monotonic())
-                if wait_s > 0:
-                    await asyncio.sleep(wait_s)
-                fetch_bytes_max = min(fetch_bytes_max, bucket.request_bytes_max())
-            ans = await call(
-                _session(mgr),
-                url,
-                "fetch",
-                {
-                    "topic": rep.topic,
-                    "partition": rep.partition,
-                    "replica_id": int(mgr.broker_id),
-                    "broker_epoch": -1 if epoch is None else epoch,
-                    "fetch_offset": rep.log.log_end_offset,
-                    "leader_epoch": fs.leader_epoch,
-                    "last_fetched_epoch": rep.log.latest_epoch,
-                    "high_watermark": fs.high_watermark,
-                    "log_start_offset": rep.log.log_start_offset,
-                    "max_bytes": fetch_bytes_max,
-                    "max_wait_ms": FETCH_MAX_WAIT_MS,
-                    "min_bytes": 1,
-                },
+@dataclass(eq=False)
+class _Entry(Generic[ReplicaT]):
+    """One followed partition in a fetcher. Replaced (never reused) when the partition is
+    followed again, so an answer to a request sent for an older entry is recognised and
+    dropped."""
+
+    rep: ReplicaT
+    fs: FollowerState
+    step: TruncationStep | None
+    """The truncation still to apply before fetching (None: fetching)."""
+    side: asyncio.Task[None] | None = None
+    """Truncating or restarting the log; the partition is not fetched meanwhile."""
+    ready_at_s: float = 0.0
+    errors: int = 0
+
+    @property
+    def key(self) -> PartitionKey:
+        return (self.rep.topic, self.rep.partition)
+
+
+def _no_op(step: TruncationStep) -> bool:
+    return step.truncate_to is None and step.query_epoch is None
+
+
+class SourceFetcher(Generic[ReplicaT]):
+    """Fetches the partitions this broker follows from broker ``source_id`` (those of them
+    that hash to ``index``), one request at a time."""
+
+    def __init__(self, host: FetcherHost[ReplicaT], source_id: int, index: int) -> None:
+        self.host = host
+        self.source_id = source_id
+        self.name = f"replica fetcher {index} from broker {source_id}"
+        self.entries: dict[PartitionKey, _Entry[ReplicaT]] = {}
+        self.wake = asyncio.Event()
+        """Set when a partition is added or finishes truncating: an idle fetcher looks again."""
+        self.rounds = 0
+        self.errors = 0
+        self.legacy_until_s = 0.0
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    def add(self, rep: ReplicaT, fs: FollowerState) -> None:
+        step = fs.first_step
+        e = _Entry(rep, fs, None if _no_op(step) else step)
+        self.entries[e.key] = e
+        self.wake.set()
+
+    async def remove(self, key: PartitionKey) -> None:
+        e = self.entries.pop(key, None)
+        if e is not None and e.side is not None:
+            e.side.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await e.side
+
+    def following(self, key: PartitionKey, fs: FollowerState) -> bool:
+        e = self.entries.get(key)
+        return e is not None and e.fs is fs and not self.task.done()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        for key in list(self.entries):
+            await self.remove(key)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug in one round must not end replication from this source.
+                log.exception("broker %d: %s failed a round", self.host.broker_id, self.name)
+                await asyncio.sleep(1.0)
+
+    def _log_error(self, e: _Entry[ReplicaT], what: object) -> None:
+        e.errors += 1
+        if e.errors == 1 or e.errors % 50 == 0:
+            log.info(
+                "broker %d: fetching %s from %d: %s",
+                self.host.broker_id,
+                e.rep.name,
+                self.source_id,
+                what,
             )
-            div = ans.get("diverging_epoch")
-            if div is not None:
-                log.info(
-                    "broker %d: %s diverging epoch %s from leader %d",
-                    mgr.broker_id,
-                    rep.name,
-                    div,
-                    fs.leader_id,
-                )
-                step = fs.on_epoch_end_offset(int(div[0]), int(div[1]), rep.log)
-                continue
-            records = bytes(ans["records"])
-            mgr.append_as_follower(rep, fs, records, int(ans["high_watermark"]))
-            if bucket is not None:
-                bucket.take(len(records), time.monotonic())
-            if "log_start_offset" in ans:
-                mgr.follow_log_start(rep, int(ans["log_start_offset"]))
-            errors = 0
-        except asyncio.CancelledError:
-            raise
-        except FetchError as e:
-            if (
-                e.code == "OFFSET_OUT_OF_RANGE"
-                and url is not None
-                and await _restart_below_leader_start(mgr, rep, url)
-            ):
-                continue
-            errors += 1
-            if errors == 1 or errors % 50 == 0:
-                log.info(
-                    "broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name, fs.leader_id, e
-                )
+
+    def _start_side(self, e: _Entry[ReplicaT], coro: Coroutine[Any, Any, None]) -> None:
+        e.side = asyncio.get_running_loop().create_task(coro, name=f"truncating-{e.rep.name}")
+
+    async def _round(self) -> None:
+        host = self.host
+        now = time.monotonic()
+        for e in self.entries.values():
+            if e.step is not None and e.side is None and e.ready_at_s <= now:
+                self._start_side(e, self._truncating(e, e.step))
+        bucket: TokenBucket | None = None
+        throttled: set[PartitionKey] = set()
+        for key, e in self.entries.items():
+            b = host.throttle_for(e.rep)
+            if b is not None:
+                bucket = b
+                throttled.add(key)
+        slots = [
+            Slot(
+                key,
+                busy=e.side is not None,
+                ready_at_s=e.ready_at_s,
+                throttled=key in throttled,
+            )
+            for key, e in self.entries.items()
+        ]
+        plan = plan_fetch(
+            slots,
+            now_s=now,
+            rotation=self.rounds,
+            throttle_delay_s=0.0 if bucket is None else bucket.delay_s(now),
+            max_wait_ms=FETCH_MAX_WAIT_MS,
+        )
+        self.rounds += 1
+        if not plan.keys:
+            self.wake.clear()
+            await wait_event(self.wake, plan.sleep_s)
+            return
+        sent = [self.entries[k] for k in plan.keys]
+        url = host.leader_url(self.source_id)
+        if url is None:
+            for e in sent:
+                self._log_error(e, f"LEADER_NOT_AVAILABLE: no endpoint for {self.source_id}")
             await asyncio.sleep(RETRY_BACKOFF_S)
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            errors += 1
-            if errors == 1 and isinstance(
-                e, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError
+            return
+        if host.acks_require_fsync:
+            await self._flush(sent)
+        # Awaited above: a partition removed, re-added or backed off meanwhile is not sent.
+        sent = [e for e in sent if self.entries.get(e.key) is e and e.ready_at_s <= now]
+        if not sent:
+            return
+        n_throttled = sum(1 for e in sent if e.key in throttled)
+        requests = [
+            self._request(e, bucket if e.key in throttled else None, n_throttled) for e in sent
+        ]
+        try:
+            outcomes = await self._fetch(url, requests, plan.max_wait_ms)
+        except (FetchError, *TRANSPORT_ERRORS) as err:
+            self.errors += 1
+            if self.errors == 1 and isinstance(
+                err, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError
             ):
                 # A pooled keep-alive connection the leader had closed: retry at once.
                 log.debug(
-                    "broker %d: %s: retrying on a new connection: %r (cause %r)",
-                    mgr.broker_id,
-                    rep.name,
-                    e,
-                    e.__cause__ or e.__context__,
+                    "broker %d: %s: retrying on a new connection: %r",
+                    host.broker_id,
+                    self.name,
+                    err,
                 )
-                continue
-            if errors == 1 or errors % 50 == 0:
-                log.info(
-                    "broker %d: fetching %s from %d: %s", mgr.broker_id, rep.name, fs.leader_id, e
-                )
+                return
+            if self.errors == 1 or self.errors % 50 == 0:
+                log.info("broker %d: %s: %r", host.broker_id, self.name, err)
             await asyncio.sleep(RETRY_BACKOFF_S)
+            return
+        self.errors = 0
+        now = time.monotonic()
+        throttled_bytes = 0
+        for e in sent:
+            out = outcomes.get(e.key)
+            if out is None or self.entries.get(e.key) is not e:
+                continue  # nothing new, or no longer followed here as it was when asked
+            n = self._apply(e, out, now)
+            if e.key in throttled:
+                throttled_bytes += n
+        if bucket is not None and throttled_bytes:
+            bucket.take(throttled_bytes, now)
+
+    def _request(
+        self, e: _Entry[ReplicaT], bucket: TokenBucket | None, n_throttled: int
+    ) -> PartitionFetch:
+        plog = e.rep.log
+        max_bytes = FETCH_MAX_BYTES
+        if bucket is not None:
+            # The throttled partitions of one request share one request's worth of the bucket.
+            max_bytes = min(max_bytes, max(1024, bucket.request_bytes_max() // n_throttled))
+        return PartitionFetch(
+            topic=e.rep.topic,
+            partition=e.rep.partition,
+            fetch_offset=plog.log_end_offset,
+            leader_epoch=e.fs.leader_epoch,
+            last_fetched_epoch=plog.latest_epoch,
+            high_watermark=e.fs.high_watermark,
+            log_start_offset=plog.log_start_offset,
+            max_bytes=max_bytes,
+        )
+
+    async def _flush(self, sent: Sequence[_Entry[ReplicaT]]) -> None:
+        """With durable acks the fetch offset tells the leader what we hold on disk: fsync
+        what we appended since the last fetch (group-committed with every other log). A
+        partition whose fsync fails backs off; the others are sent."""
+        need = [e for e in sent if e.rep.log.flushed_offset < e.rep.log.log_end_offset]
+        if not need:
+            return
+        results = await asyncio.gather(
+            *(self.host.committer.durable(e.rep.log, e.rep.log.log_end_offset) for e in need),
+            return_exceptions=True,
+        )
+        for e, r in zip(need, results, strict=True):
+            if isinstance(r, BaseException):
+                self._log_error(e, f"flush before fetching: {r!r}")
+                e.ready_at_s = time.monotonic() + RETRY_BACKOFF_S
+
+    async def _fetch(
+        self, url: str, requests: Sequence[PartitionFetch], max_wait_ms: int
+    ) -> dict[PartitionKey, Outcome]:
+        host = self.host
+        epoch = host.broker_epoch()
+        if time.monotonic() >= self.legacy_until_s:
+            try:
+                ans = await call(
+                    _session(host),
+                    url,
+                    "replica_fetch",
+                    {
+                        "replica_id": int(host.broker_id),
+                        "broker_epoch": -1 if epoch is None else epoch,
+                        "max_wait_ms": max_wait_ms,
+                        "max_bytes": FETCH_RESPONSE_BYTES_MAX,
+                        "partitions": [r.to_wire() for r in requests],
+                    },
+                )
+                return answer_outcomes(ans)
+            except FetchError as err:
+                if err.code != "UNSUPPORTED_VERSION":
+                    raise
+                log.info(
+                    "broker %d: broker %d has no replica_fetch route (an older version): "
+                    "fetching one partition per request from it",
+                    host.broker_id,
+                    self.source_id,
+                )
+                self.legacy_until_s = time.monotonic() + LEGACY_RECHECK_S
+        return await self._fetch_each(url, requests, -1 if epoch is None else epoch)
+
+    async def _fetch_each(
+        self, url: str, requests: Sequence[PartitionFetch], broker_epoch: int
+    ) -> dict[PartitionKey, Outcome]:
+        """The single-partition ``fetch`` route, every partition at once without waiting
+        (one long poll per partition is what this module replaced), idling briefly when
+        nothing came."""
+
+        async def one(r: PartitionFetch) -> Outcome:
+            body = r.to_wire()
+            body.update(
+                replica_id=int(self.host.broker_id),
+                broker_epoch=broker_epoch,
+                max_wait_ms=0,
+                min_bytes=1,
+            )
+            try:
+                return entry_outcome(await call(_session(self.host), url, "fetch", body))
+            except FetchError as err:
+                return entry_outcome({"error": err.code, "message": str(err)})
+
+        results = await asyncio.gather(*(one(r) for r in requests))
+        out = {r.key: o for r, o in zip(requests, results, strict=True)}
+        news = any(
+            not isinstance(o, Append) or o.records or o.high_watermark > r.high_watermark
+            for r, o in zip(requests, results, strict=True)
+        )
+        if not news:
+            await asyncio.sleep(LEGACY_IDLE_S)
+        return out
+
+    def _apply(self, e: _Entry[ReplicaT], out: Outcome, now_s: float) -> int:
+        """Act on one partition's answer; the bytes appended."""
+        host, rep = self.host, e.rep
+        match out:
+            case Append(records, hw, log_start):
+                try:
+                    host.append_as_follower(rep, e.fs, records, hw)
+                    if log_start is not None:
+                        host.follow_log_start(rep, log_start)
+                except Exception:
+                    log.exception(
+                        "broker %d: appending %s fetched from %d failed",
+                        host.broker_id,
+                        rep.name,
+                        self.source_id,
+                    )
+                    e.ready_at_s = now_s + 1.0
+                    return 0
+                e.errors = 0
+                return len(records)
+            case Diverge(epoch, end_offset):
+                log.info(
+                    "broker %d: %s diverging epoch %s from leader %d",
+                    host.broker_id,
+                    rep.name,
+                    [epoch, end_offset],
+                    self.source_id,
+                )
+                e.step = e.fs.on_epoch_end_offset(epoch, end_offset, rep.log)
+                if _no_op(e.step):
+                    e.step = None
+            case OutOfRange(message):
+                self._start_side(e, self._restarting(e, message))
+            case Retry(code, message):
+                self._log_error(e, f"{code}: {message}")
+                e.ready_at_s = now_s + RETRY_BACKOFF_S
+        return 0
+
+    async def _truncating(self, e: _Entry[ReplicaT], step: TruncationStep) -> None:
+        try:
+            url = self.host.leader_url(self.source_id)
+            if url is None:
+                raise FetchError("LEADER_NOT_AVAILABLE", f"no endpoint for {self.source_id}")
+            await _truncate(self.host, e.rep, e.fs, step, url)
+            e.step = None
+            e.errors = 0
+        except asyncio.CancelledError:
+            raise
+        except (FetchError, *TRANSPORT_ERRORS) as err:
+            self._log_error(e, err)
+            e.ready_at_s = time.monotonic() + RETRY_BACKOFF_S
         except Exception:
-            log.exception("broker %d: fetcher of %s failed", mgr.broker_id, rep.name)
-            await asyncio.sleep(1.0)
+            log.exception("broker %d: truncating %s failed", self.host.broker_id, e.rep.name)
+            e.ready_at_s = time.monotonic() + 1.0
+        finally:
+            e.side = None
+            self.wake.set()
+
+    async def _restarting(self, e: _Entry[ReplicaT], message: str) -> None:
+        try:
+            url = self.host.leader_url(self.source_id)
+            if url is not None and await _restart_below_leader_start(self.host, e.rep, url):
+                return
+            self._log_error(e, f"OFFSET_OUT_OF_RANGE: {message}")
+            e.ready_at_s = time.monotonic() + RETRY_BACKOFF_S
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("broker %d: restarting %s failed", self.host.broker_id, e.rep.name)
+            e.ready_at_s = time.monotonic() + 1.0
+        finally:
+            e.side = None
+            self.wake.set()
+
+
+class ReplicaFetchers(Generic[ReplicaT]):
+    """Every fetcher of one broker, by source broker: where each followed partition is
+    fetched. A fetcher starts with its first partition and stops with its last."""
+
+    def __init__(
+        self, host: FetcherHost[ReplicaT], fetchers_per_source: int = FETCHERS_PER_SOURCE
+    ) -> None:
+        self.host = host
+        self.fetchers_per_source = max(1, fetchers_per_source)
+        self._fetchers: dict[tuple[int, int], SourceFetcher[ReplicaT]] = {}
+        self._where: dict[PartitionKey, tuple[int, int]] = {}
+
+    def add(self, rep: ReplicaT, fs: FollowerState) -> None:
+        """Fetch ``rep`` from ``fs.leader_id`` in ``fs.leader_epoch`` (the caller removed it
+        from wherever it was fetched before)."""
+        key = (rep.topic, rep.partition)
+        index = zlib.crc32(f"{rep.topic}\0{rep.partition}".encode()) % self.fetchers_per_source
+        fid = (int(fs.leader_id), index)
+        f = self._fetchers.get(fid)
+        if f is None or f.task.done():
+            f = SourceFetcher(self.host, fid[0], index)
+            self._fetchers[fid] = f
+            if self.host.essentials is not None:
+                # Cancelled when its last partition goes; only an exception is a death.
+                self.host.essentials.watch(f.task, f.name, only_errors=True)
+        f.add(rep, fs)
+        self._where[key] = fid
+
+    async def remove(self, rep: ReplicaT) -> None:
+        """Stop fetching ``rep``: once this returns, nothing fetched for it is applied."""
+        fid = self._where.pop((rep.topic, rep.partition), None)
+        if fid is None or (f := self._fetchers.get(fid)) is None:
+            return
+        await f.remove((rep.topic, rep.partition))
+        if not f.entries and self._fetchers.get(fid) is f:
+            del self._fetchers[fid]
+            await f.close()
+
+    def following(self, rep: ReplicaT, fs: FollowerState) -> bool:
+        """Whether ``rep`` is being fetched with ``fs``."""
+        key = (rep.topic, rep.partition)
+        fid = self._where.get(key)
+        f = None if fid is None else self._fetchers.get(fid)
+        return f is not None and f.following(key, fs)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each fetcher: its source and how many partitions it fetches."""
+        return [
+            {"source": src, "index": i, "partitions": len(f.entries)}
+            for (src, i), f in sorted(self._fetchers.items())
+        ]
+
+    async def close(self) -> None:
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        self._where.clear()
+        for f in fetchers:
+            await f.close()

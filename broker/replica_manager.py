@@ -60,7 +60,8 @@ from typing import Any
 
 from broker.endpoints import endpoint_url
 from broker.errors import BrokerError, InvalidTxnStateError
-from broker.fetcher import run_fetcher
+from broker.fetch_plan import PartitionFetch
+from broker.fetcher import ReplicaFetchers
 from broker.metadata_follower import MetadataUpdate
 from broker.producer_state import Duplicate, ProducerState, ProducerStateConfig
 from broker.replica_state import (
@@ -207,7 +208,6 @@ class Replica:
     registration: PartitionRegistration
     leader: LeaderState | None = None
     follower: FollowerState | None = None
-    fetcher: asyncio.Task[None] | None = None
     ack_futures: dict[int, asyncio.Future[BrokerError | None]] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set (then replaced) whenever the LEO or the HW moves: wakes long-polling fetches."""
@@ -224,6 +224,9 @@ class Replica:
     ``VerificationGuard``)."""
     traffic: TopicTraffic = field(default_factory=TopicTraffic)
     """Its topic's counters, shared by every replica of the topic here."""
+    fetch_waiters: set[asyncio.Event] = field(default_factory=set)
+    """Set by ``notify`` too: each is a multi-partition follower fetch long-polling this
+    replica among others (``fetch_for_follower``), which cannot wait on every ``changed``."""
 
     @property
     def name(self) -> str:
@@ -245,6 +248,8 @@ class Replica:
     def notify(self) -> None:
         ev, self.changed = self.changed, asyncio.Event()
         ev.set()
+        for w in self.fetch_waiters:
+            w.set()
 
 
 def log_config_for(configs: dict[str, str]) -> LogConfig:
@@ -372,6 +377,9 @@ class ReplicaManager:
         self._deferred = False
         self._maintenance: asyncio.Task[None] | None = None
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
+        self.fetchers: ReplicaFetchers[Replica] = ReplicaFetchers(self)
+        """One fetcher per source broker, each fetching all the partitions this broker
+        follows from it in one request (``broker.fetcher``)."""
         self._flush_tasks: set[asyncio.Task[None]] = set()
         self.log_dir = LogDirectory(str(self.data_dir))
         """The health of the data directory, shared by every log in it: an I/O error in one
@@ -430,6 +438,7 @@ class ReplicaManager:
         self.replicas.clear()
         self.by_name.clear()
         await self.controller.close()
+        await self.fetchers.close()
         if self.fetch_session is not None:
             await self.fetch_session.close()
 
@@ -603,12 +612,12 @@ class ReplicaManager:
         log.info("broker %d: deleted replica %s", self.broker_id, rep.name)
 
     async def _stop_tasks(self, rep: Replica) -> None:
-        for task in (rep.fetcher, rep.alter_task):
+        await self.fetchers.remove(rep)
+        for task in (rep.alter_task,):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        rep.fetcher = None
         rep.alter_task = None
 
     def _resign(self, rep: Replica) -> None:
@@ -647,8 +656,7 @@ class ReplicaManager:
         fs = rep.follower
         if (
             fs is not None
-            and rep.fetcher is not None
-            and not rep.fetcher.done()
+            and self.fetchers.following(rep, fs)
             and fs.leader_id == reg.leader
             and fs.leader_epoch == reg.leader_epoch
             and prev.leader_epoch == reg.leader_epoch
@@ -725,12 +733,7 @@ class ReplicaManager:
             rep.log.log_end_offset,
             hw,
         )
-        rep.fetcher = asyncio.get_running_loop().create_task(
-            run_fetcher(self, rep, rep.follower), name=f"fetcher-{rep.name}"
-        )
-        if self.essentials is not None:
-            # Cancelled whenever the replica stops following; only an exception is a death.
-            self.essentials.watch(rep.fetcher, f"fetcher of {rep.name}", only_errors=True)
+        self.fetchers.add(rep, rep.follower)
 
     def leader_url(self, broker_id: int) -> str | None:
         if self.image is None:
@@ -1217,26 +1220,17 @@ class ReplicaManager:
         _check_leader_epoch(leader_epoch, leader.leader_epoch, "fetch")
         is_follower = replica_id >= 0
         if is_follower:
-            div = self._check_diverging(rep, fetch_offset, last_fetched_epoch)
+            div = self._follower_position(
+                rep,
+                leader,
+                replica_id,
+                fetch_offset,
+                last_fetched_epoch,
+                broker_epoch,
+                log_start_offset,
+            )
             if div is not None:
                 return self._fetch_answer(rep, b"", diverging=div)
-            if fetch_offset > rep.log.log_end_offset:
-                raise ReplicaError(
-                    "OFFSET_OUT_OF_RANGE",
-                    f"fetch at {fetch_offset}, log end {rep.log.log_end_offset}",
-                )
-            leader.on_follower_fetch(
-                BrokerId(replica_id),
-                fetch_offset,
-                leader_epoch=leader.leader_epoch,
-                now_ms=now_ms(),
-                broker_epoch=broker_epoch,
-                log_start_offset=log_start_offset,
-            )
-            change = leader.maybe_expand_isr(BrokerId(replica_id))
-            if change is not None:
-                self._send_change(rep, change)
-            self._after_hw_change(rep)
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             if rep.leader is not leader or not leader.is_leader:
@@ -1265,6 +1259,135 @@ class ReplicaManager:
         if isolation_level == READ_COMMITTED and not is_follower:
             return self._committed_answer(rep, fetch_offset, data, filter_aborted)
         return self._fetch_answer(rep, data)
+
+    def _follower_position(
+        self,
+        rep: Replica,
+        leader: LeaderState,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        broker_epoch: int,
+        log_start_offset: int,
+    ) -> tuple[int, int] | None:
+        """A follower's fetch before any wait: the diverging epoch to answer (nothing
+        counted), or None once its position counts (``on_follower_fetch``, ISR expansion)."""
+        div = self._check_diverging(rep, fetch_offset, last_fetched_epoch)
+        if div is not None:
+            return div
+        if fetch_offset > rep.log.log_end_offset:
+            raise ReplicaError(
+                "OFFSET_OUT_OF_RANGE",
+                f"fetch at {fetch_offset}, log end {rep.log.log_end_offset}",
+            )
+        leader.on_follower_fetch(
+            BrokerId(replica_id),
+            fetch_offset,
+            leader_epoch=leader.leader_epoch,
+            now_ms=now_ms(),
+            broker_epoch=broker_epoch,
+            log_start_offset=log_start_offset,
+        )
+        change = leader.maybe_expand_isr(BrokerId(replica_id))
+        if change is not None:
+            self._send_change(rep, change)
+        self._after_hw_change(rep)
+        return None
+
+    async def fetch_for_follower(
+        self,
+        *,
+        replica_id: int,
+        broker_epoch: int,
+        partitions: Sequence[PartitionFetch],
+        max_wait_ms: int,
+        response_bytes_max: int,
+    ) -> list[tuple[PartitionFetch, dict[str, Any] | BrokerError | StorageError]]:
+        """A follower's fetch of many partitions at once (``replica_fetch``, Kafka's
+        FetchRequest from a replica fetcher). Each partition is checked and counted as
+        ``fetch`` does for one, on its own: one partition's error is that partition's
+        answer. The answer comes as soon as any partition has data, an HW past the one the
+        follower sent, a log start past the one it sent, or an error (Kafka's follower
+        ``fetch.min.bytes`` of 1), else after ``max_wait_ms``. Data is read in the order
+        asked (the follower rotates it) up to ``response_bytes_max`` in all, the first
+        partition with data getting at least one batch. A partition with nothing new is left
+        out of the answer; an entry is ``fetch``'s answer, or the partition's error."""
+        out: list[tuple[PartitionFetch, dict[str, Any] | BrokerError | StorageError]] = []
+        live: list[tuple[PartitionFetch, Replica, LeaderState]] = []
+        for p in partitions:
+            try:
+                rep, leader = self._leading(p.topic, p.partition)
+                _check_leader_epoch(p.leader_epoch, leader.leader_epoch, "fetch")
+                div = self._follower_position(
+                    rep,
+                    leader,
+                    replica_id,
+                    p.fetch_offset,
+                    p.last_fetched_epoch,
+                    broker_epoch,
+                    p.log_start_offset,
+                )
+                if div is not None:
+                    out.append((p, self._fetch_answer(rep, b"", diverging=div)))
+                    continue
+            except (BrokerError, StorageError) as e:
+                out.append((p, e))
+                continue
+            live.append((p, rep, leader))
+
+        def news() -> bool:
+            for p, rep, leader in live:
+                if (
+                    rep.leader is not leader
+                    or not leader.is_leader
+                    or rep.log.log_end_offset > p.fetch_offset
+                    or leader.high_watermark > p.high_watermark
+                    or rep.log.log_start_offset > p.log_start_offset
+                ):
+                    return True
+            return False
+
+        # One event for every partition asked: each replica's notify sets it.
+        wake = asyncio.Event()
+        for _, rep, _ in live:
+            rep.fetch_waiters.add(wake)
+        try:
+            deadline = time.monotonic() + max_wait_ms / 1000
+            while not out:
+                wake.clear()  # before looking: a notify from here on is not missed
+                if news():
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await wait_event(wake, left)
+        finally:
+            for _, rep, _ in live:
+                rep.fetch_waiters.discard(wake)
+        budget = response_bytes_max
+        for p, rep, leader in live:
+            try:
+                if rep.leader is not leader or not leader.is_leader:
+                    raise ReplicaError(
+                        "NOT_LEADER_OR_FOLLOWER",
+                        "leadership moved",
+                        leader_id=rep.registration.leader,
+                    )
+                data = b""
+                if budget > 0 and rep.log.log_end_offset > p.fetch_offset:
+                    data = rep.log.read(p.fetch_offset, min(p.max_bytes, budget)).data
+            except (BrokerError, StorageError) as e:
+                out.append((p, e))
+                continue
+            if (
+                data
+                or leader.high_watermark > p.high_watermark
+                or rep.log.log_start_offset > p.log_start_offset
+            ):
+                budget -= len(data)
+                rep.traffic.replication_bytes_out += len(data)
+                out.append((p, self._fetch_answer(rep, data)))
+        return out
 
     def _committed_answer(
         self, rep: Replica, fetch_offset: int, data: bytes, filter_aborted: bool

@@ -1,0 +1,224 @@
+"""The follower fetcher's pure core: which partitions one multi-partition fetch asks for, and
+what to do with each partition's answer.
+
+A follower runs one fetcher per source broker (Kafka's ``num.replica.fetchers``, default 1);
+it follows every partition that broker leads for it with one long-polling
+``/internal/broker/v1/replica_fetch`` request at a time (Kafka's ``ReplicaFetcherThread``, one
+FetchRequest per leader covering all its partitions). This module decides, for one round:
+
+* ``plan_fetch``: the partitions to ask about. A partition is left out while it is *busy*
+  (truncating: OffsetsForLeaderEpoch in flight, or restarting its log at the leader's start),
+  while it backs off after an error (its own ``ready_at_s``: one partition's error never
+  stalls the others), and, for an *adding* replica of a reassignment, while the replication
+  throttle's bucket is overdrawn (Kafka's follower quota leaves throttled partitions out of
+  a fetch the same way). The order rotates from round to round so that, under the response's
+  byte cap, no partition always comes last (KIP-74). The long poll is shortened so that a
+  partition coming out of back-off or throttle is asked for on time.
+* ``answer_outcomes``: each partition entry of an answer as one ``Outcome`` (append data and
+  move the HW, diverging epoch, offset out of range, or retry after a back-off), checked for
+  types first: an answer comes from another process, and a malformed entry is a retry of
+  that partition, never an exception in the fetcher.
+
+The leader leaves a partition out of its answer when it has nothing to say about it (no
+data, no HW past the one the follower sent, no newer log start, no error): that keeps the
+answer small when most partitions are idle. An omitted partition is simply asked again.
+
+Pure: no I/O, no clock, no global random (time comes in as ``now_s``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PartitionKey = tuple[str, int]
+"""(topic, partition)."""
+
+
+@dataclass(frozen=True)
+class PartitionFetch:
+    """One partition of a follower's multi-partition fetch (the fields of the single route's
+    ``fetch`` body that are per partition)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    leader_epoch: int
+    last_fetched_epoch: int
+    high_watermark: int
+    log_start_offset: int
+    max_bytes: int
+
+    @property
+    def key(self) -> PartitionKey:
+        return (self.topic, self.partition)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "fetch_offset": self.fetch_offset,
+            "leader_epoch": self.leader_epoch,
+            "last_fetched_epoch": self.last_fetched_epoch,
+            "high_watermark": self.high_watermark,
+            "log_start_offset": self.log_start_offset,
+            "max_bytes": self.max_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What the planner reads of one followed partition."""
+
+    key: PartitionKey
+    busy: bool = False
+    """Truncating or restarting its log: not fetched until that is done."""
+    ready_at_s: float = 0.0
+    """Backing off after an error until then."""
+    throttled: bool = False
+    """An adding replica of a reassignment: fetched within the replication throttle."""
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    keys: tuple[PartitionKey, ...]
+    """The partitions to ask for, in this order; empty: send nothing this round."""
+    max_wait_ms: int
+    """How long the leader may hold the request."""
+    sleep_s: float | None
+    """With no keys: how long until a partition may be asked for (None: not before a
+    partition is added or finishes truncating)."""
+
+
+def plan_fetch(
+    slots: Sequence[Slot],
+    *,
+    now_s: float,
+    rotation: int,
+    throttle_delay_s: float,
+    max_wait_ms: int,
+) -> FetchPlan:
+    """The partitions one fetch round asks for (rules in the module docstring).
+
+    ``throttle_delay_s`` is the replication throttle bucket's wait (0: throttled partitions
+    may be fetched now); ``rotation`` any counter the caller advances each round."""
+    asked: list[PartitionKey] = []
+    wake_s: float | None = None
+
+    def wake_at(t_s: float) -> None:
+        nonlocal wake_s
+        wake_s = t_s if wake_s is None else min(wake_s, t_s)
+
+    for s in slots:
+        if s.busy:
+            continue
+        if s.ready_at_s > now_s:
+            wake_at(s.ready_at_s)
+            continue
+        if s.throttled and throttle_delay_s > 0:
+            wake_at(now_s + throttle_delay_s)
+            continue
+        asked.append(s.key)
+    if asked:
+        k = rotation % len(asked)
+        asked = asked[k:] + asked[:k]
+    wait_ms = max_wait_ms
+    if wake_s is not None:
+        wait_ms = max(0, min(wait_ms, math.ceil((wake_s - now_s) * 1000)))
+    if not asked:
+        return FetchPlan((), 0, None if wake_s is None else max(0.0, wake_s - now_s))
+    return FetchPlan(tuple(asked), wait_ms, None)
+
+
+# ---------------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True)
+class Append:
+    """Append ``records`` (possibly none) and move the HW; follow the leader's log start."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int | None
+
+
+@dataclass(frozen=True)
+class Diverge:
+    """The leader's log diverges from ours: ``FollowerState.on_epoch_end_offset``."""
+
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class OutOfRange:
+    """Our fetch offset is outside the leader's log: restart at its log start if we are
+    below it (``truncate_fully``), else retry."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Back off this partition and ask again (the metadata log moves the partition to
+    another fetcher if its leader changed)."""
+
+    code: str
+    message: str
+
+
+Outcome = Append | Diverge | OutOfRange | Retry
+
+
+def _int(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+def entry_outcome(e: Any) -> Outcome:
+    """One partition entry of a fetch answer (the ``fetch`` route's answer or one item of
+    ``replica_fetch``'s ``partitions``) as what to do; never raises."""
+    if type(e) is not dict:
+        return Retry("UNKNOWN_SERVER_ERROR", f"an answer entry that is not a map: {e!r:.80}")
+    err = e.get("error")
+    if err:
+        code = str(err)
+        message = str(e.get("message", ""))
+        if code == "OFFSET_OUT_OF_RANGE":
+            return OutOfRange(message)
+        return Retry(code, message)
+    div = e.get("diverging_epoch")
+    if div is not None:
+        if (
+            type(div) is list
+            and len(div) == 2
+            and _int(div[0]) is not None
+            and _int(div[1]) is not None
+        ):
+            return Diverge(div[0], div[1])
+        return Retry("UNKNOWN_SERVER_ERROR", f"a malformed diverging_epoch: {div!r:.80}")
+    records = e.get("records")
+    hw = _int(e.get("high_watermark"))
+    if not isinstance(records, bytes) or hw is None or hw < -1:
+        return Retry("UNKNOWN_SERVER_ERROR", f"a malformed fetch answer: {sorted(e)!r:.120}")
+    start = _int(e.get("log_start_offset"))
+    return Append(records, hw, start if start is not None and start >= 0 else None)
+
+
+def answer_outcomes(ans: Any) -> dict[PartitionKey, Outcome]:
+    """A ``replica_fetch`` answer, by partition. A partition the answer leaves out had
+    nothing new. Entries that name no partition cannot be attributed and are dropped (their
+    partitions are asked again next round)."""
+    out: dict[PartitionKey, Outcome] = {}
+    parts = ans.get("partitions") if type(ans) is dict else None
+    if type(parts) is not list:
+        return out
+    for e in parts:
+        if type(e) is not dict:
+            continue
+        topic, partition = e.get("topic"), e.get("partition")
+        if type(topic) is not str or type(partition) is not int:
+            continue
+        out[(topic, partition)] = entry_outcome(e)
+    return out
