@@ -105,30 +105,22 @@ def plan_fetch(
     ``throttle_delay_s`` is the replication throttle bucket's wait (0: throttled partitions
     may be fetched now); ``rotation`` any counter the caller advances each round."""
     asked: list[PartitionKey] = []
-    wake_s: float | None = None
-
-    def wake_at(t_s: float) -> None:
-        nonlocal wake_s
-        wake_s = t_s if wake_s is None else min(wake_s, t_s)
-
+    wait_s: float | None = None
+    """The soonest a left-out partition may be asked for, from now."""
     for s in slots:
         if s.busy:
             continue
-        if s.ready_at_s > now_s:
-            wake_at(s.ready_at_s)
-            continue
-        if s.throttled and throttle_delay_s > 0:
-            wake_at(now_s + throttle_delay_s)
+        w = max(s.ready_at_s - now_s, throttle_delay_s if s.throttled else 0.0)
+        if w > 0:
+            wait_s = w if wait_s is None else min(wait_s, w)
             continue
         asked.append(s.key)
     if asked:
         k = rotation % len(asked)
         asked = asked[k:] + asked[:k]
-    wait_ms = max_wait_ms
-    if wake_s is not None:
-        wait_ms = max(0, min(wait_ms, math.ceil((wake_s - now_s) * 1000)))
     if not asked:
-        return FetchPlan((), 0, None if wake_s is None else max(0.0, wake_s - now_s))
+        return FetchPlan((), 0, wait_s)
+    wait_ms = max_wait_ms if wait_s is None else min(max_wait_ms, math.ceil(wait_s * 1000))
     return FetchPlan(tuple(asked), wait_ms, None)
 
 

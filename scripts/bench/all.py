@@ -35,6 +35,7 @@ BENCHMARKS = (
     "reassign.py",
     "kafka_protocol.py",
     "transactions.py",
+    "replication_partitions.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""

@@ -125,6 +125,10 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "txn.commit_ms.n10": True,
         "consume.read_committed": True,
     },
+    "replication_partitions.py": {
+        "replication.acks_all_wide": True,
+        "replication.catch_up_wide": False,
+    },
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}
@@ -191,6 +195,7 @@ EXTENDED = {
     "schemas.py",
     "spark_read.py",
     "groups.py",
+    "replication_partitions.py",
 }
 
 
