@@ -2,7 +2,9 @@
 in one process (one controller, two brokers, real HTTP): a body naming a partition twice is
 refused and changes nothing; one partition's error (unknown partition, unknown leader epoch) is that
 partition's answer while the others are served; idle partitions are left out and the request
-long-polls until data arrives on any partition, or until max wait."""
+long-polls until data arrives on any partition, or until max wait. On the follower, one
+partition that cannot be appended backs off alone while acks=all on the others completes;
+a leader without ``replica_fetch`` (an older version) is fetched from through ``fetch``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import aiohttp
 import msgpack
 from inprocess_brokers import two_brokers, wait
 
+from broker import fetcher
 from metalog.commands import CreateTopic
 from storage.batch import encode_batch
 
@@ -117,5 +120,90 @@ def test_replica_fetch_serves_each_partition_on_its_own(tmp_path: Path) -> None:
             got = [(e["topic"], e["partition"]) for e in ans["partitions"]]
             assert got == [target], ans
             assert len(ans["partitions"][0]["records"]) == len(batch)
+
+    asyncio.run(go())
+
+
+async def _produce(url: str, topic: str, partition: int, value: bytes) -> dict[str, Any]:
+    batch = encode_batch([(None, value, int(time.time() * 1000), ())])
+    body = {"topic": topic, "partition": partition, "acks": -1, "timeout_ms": 5_000}
+    ans: dict[str, Any] = (await _post(url, "produce", body | {"batch": batch}))[1]
+    return ans
+
+
+def test_one_partition_failing_on_the_follower_does_not_stall_the_others(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with two_brokers(tmp_path) as tb:
+            lid, fid, url = tb.leader, tb.follower, tb.urls[tb.leader]
+            fmgr: Any = tb.mgrs[fid]
+            await tb.mgrs[lid].controller.execute(
+                CreateTopic(name="m", num_partitions=6, replication_factor=2)
+            )
+
+            def led() -> list[int]:
+                m = tb.mgrs[lid]
+                return [
+                    p
+                    for p in range(6)
+                    if (r := m.by_name.get(("m", p))) is not None
+                    and r.leader is not None
+                    and r.leader.is_leader
+                ]
+
+            ps = await wait("two partitions of m led by the leader of t", lambda: led()[1:])
+            ps = led()
+            sick, well = ps[0], ps[1:]
+            # The follower cannot append what it fetches of one partition (as a bad disk
+            # would make it): that partition backs off, alone.
+            real = fmgr.append_as_follower
+
+            def append(rep: Any, fs: Any, data: bytes, hw: int) -> None:
+                if rep.name == f"m-{sick}" and data:
+                    raise OSError("injected: cannot append")
+                real(rep, fs, data, hw)
+
+            fmgr.append_as_follower = append
+            t0 = time.monotonic()
+            sick_ack = asyncio.create_task(_produce(url, "m", sick, b"stuck"))
+            for p in well:
+                ans = await _produce(url, "m", p, b"ok")
+                assert not ans.get("error"), ans
+            assert time.monotonic() - t0 < 5
+            assert not sick_ack.done()
+            assert tb.mgrs[fid].by_name[("m", sick)].log.log_end_offset == 0
+            # Healed, it catches up and the held acks=all completes.
+            del fmgr.append_as_follower
+            async with asyncio.timeout(10):
+                ans = await sick_ack
+            assert not ans.get("error"), ans
+            assert tb.mgrs[fid].by_name[("m", sick)].log.log_end_offset == 1
+
+    asyncio.run(go())
+
+
+def test_a_leader_without_replica_fetch_is_fetched_from_partition_by_partition(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A leader of an older version (a rolling upgrade) answers ``replica_fetch`` with 404:
+    the follower fetches through the single-partition ``fetch`` route instead."""
+    real = fetcher.call
+    asked: list[str] = []
+
+    async def call(session: Any, url: str, route: str, body: dict[str, Any]) -> Any:
+        asked.append(route)
+        if route == "replica_fetch":
+            raise fetcher.FetchError("UNSUPPORTED_VERSION", "no such route")
+        return await real(session, url, route, body)
+
+    monkeypatch.setattr(fetcher, "call", call)
+
+    async def go() -> None:
+        async with two_brokers(tmp_path) as tb:
+            for i in range(3):
+                ans = await _produce(tb.urls[tb.leader], "t", 0, f"v{i}".encode())
+                assert not ans.get("error") and ans["base_offset"] == i, ans
+            frep = tb.mgrs[tb.follower].by_name[("t", 0)]
+            assert frep.log.log_end_offset == 3
+            assert "fetch" in asked and asked.count("replica_fetch") == 1
 
     asyncio.run(go())

@@ -71,6 +71,7 @@ def test_answer_entries_become_outcomes() -> None:
 
 
 def test_a_malformed_entry_is_a_retry_never_an_exception() -> None:
+    bad: object
     for bad in (
         None,
         [],
