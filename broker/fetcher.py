@@ -264,6 +264,9 @@ class SourceFetcher(Generic[ReplicaT]):
     def add(self, rep: ReplicaT, fs: FollowerState) -> None:
         step = fs.first_step
         e = _Entry(rep, fs, None if _no_op(step) else step)
+        old = self.entries.get(e.key)
+        if old is not None and old.side is not None:
+            old.side.cancel()  # the caller removes first; never leave a truncation behind
         self.entries[e.key] = e
         self.wake.set()
 

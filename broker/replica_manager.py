@@ -7,9 +7,11 @@ asyncio shell must do":
   the whole image (so snapshots and deltas are handled alike): opens or creates the
   ``PartitionLog`` of each partition with a replica here under ``DATA_DIR/<topic>-<partition>``
   (``LogConfig`` from the topic's configs), becomes leader (the new epoch is assigned in the
-  log's epoch cache first, then ``LeaderState``) or follower (``FollowerState`` + a fetcher
-  task, ``broker.fetcher``), and deletes the logs of replicas that went away;
-* serves produce, fetch, OffsetsForLeaderEpoch and ListOffsets for ``broker.data_routes``;
+  log's epoch cache first, then ``LeaderState``) or follower (``FollowerState``, fetched by
+  the fetcher of its leader, ``broker.fetcher``), and deletes the logs of replicas that went
+  away;
+* serves produce, fetch (a follower's of many partitions at once too, ``fetch_for_follower``),
+  OffsetsForLeaderEpoch and ListOffsets for ``broker.data_routes``;
 * runs one timer task (acks=all deadlines through ``LeaderState.poll``, ISR shrink every
   ``replica.lag.time.max.ms / 2``) and sends ISR changes with ``AlterPartition``;
 * one ``GroupCommitter`` for every log (acks=1 waits for the fsync).
@@ -613,12 +615,11 @@ class ReplicaManager:
 
     async def _stop_tasks(self, rep: Replica) -> None:
         await self.fetchers.remove(rep)
-        for task in (rep.alter_task,):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        rep.alter_task = None
+        task, rep.alter_task = rep.alter_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     def _resign(self, rep: Replica) -> None:
         if rep.leader is not None:
