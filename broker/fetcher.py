@@ -38,7 +38,6 @@ import-linter contract in pyproject.toml keeps it so).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import zlib
@@ -87,6 +86,20 @@ RETRY_BACKOFF_S = 0.2
 just moved catch up sooner (the metadata log moves it to the new leader's fetcher)."""
 LEGACY_RECHECK_S = 60.0
 LEGACY_IDLE_S = 0.05
+SIDE_REQUESTS_MAX = 8
+"""OffsetsForLeaderEpoch and ListOffsets requests in flight per fetcher: after a leader
+change hundreds of partitions truncate at once, and unbounded they fill the HTTP pool and
+time each other out."""
+
+
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling it again every second: on
+    Python 3.11 a cancellation that meets aiohttp's request timeout can come out as a
+    ``TimeoutError``, which a retry loop then survives (a broker's metadata handling once
+    waited forever on such a fetcher). A cancellation of the caller still propagates."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait((task,), timeout=1.0)
 
 
 class FetchedReplica(Protocol):
@@ -259,6 +272,8 @@ class SourceFetcher(Generic[ReplicaT]):
         self.rounds = 0
         self.errors = 0
         self.legacy_until_s = 0.0
+        self.closing = False
+        self.side_requests = asyncio.Semaphore(SIDE_REQUESTS_MAX)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def add(self, rep: ReplicaT, fs: FollowerState) -> None:
@@ -273,25 +288,23 @@ class SourceFetcher(Generic[ReplicaT]):
     async def remove(self, key: PartitionKey) -> None:
         e = self.entries.pop(key, None)
         if e is not None and e.side is not None:
-            e.side.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await e.side
+            # Awaited: a truncation must not touch the log once the caller changes its role.
+            await stop_task(e.side)
 
     def following(self, key: PartitionKey, fs: FollowerState) -> bool:
         e = self.entries.get(key)
         return e is not None and e.fs is fs and not self.task.done()
 
     async def close(self) -> None:
-        self.task.cancel()
+        self.closing = True
         for key in list(self.entries):
             await self.remove(key)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        await stop_task(self.task)
 
     # ------------------------------------------------------------------ the loop
 
     async def _run(self) -> None:
-        while True:
+        while not self.closing:
             try:
                 await self._round()
             except asyncio.CancelledError:
@@ -538,13 +551,14 @@ class SourceFetcher(Generic[ReplicaT]):
             url = self.host.leader_url(self.source_id)
             if url is None:
                 raise FetchError("LEADER_NOT_AVAILABLE", f"no endpoint for {self.source_id}")
-            await _truncate(self.host, e.rep, e.fs, step, url)
+            async with self.side_requests:
+                await _truncate(self.host, e.rep, e.fs, step, url)
             e.step = None
             e.errors = 0
         except asyncio.CancelledError:
             raise
         except (FetchError, *TRANSPORT_ERRORS) as err:
-            self._log_error(e, err)
+            self._log_error(e, repr(err))
             e.ready_at_s = time.monotonic() + RETRY_BACKOFF_S
         except Exception:
             log.exception("broker %d: truncating %s failed", self.host.broker_id, e.rep.name)
@@ -556,8 +570,11 @@ class SourceFetcher(Generic[ReplicaT]):
     async def _restarting(self, e: _Entry[ReplicaT], message: str) -> None:
         try:
             url = self.host.leader_url(self.source_id)
-            if url is not None and await _restart_below_leader_start(self.host, e.rep, url):
-                return
+            if url is not None:
+                async with self.side_requests:
+                    restarted = await _restart_below_leader_start(self.host, e.rep, url)
+                if restarted:
+                    return
             self._log_error(e, f"OFFSET_OUT_OF_RANGE: {message}")
             e.ready_at_s = time.monotonic() + RETRY_BACKOFF_S
         except asyncio.CancelledError:
@@ -581,6 +598,7 @@ class ReplicaFetchers(Generic[ReplicaT]):
         self.fetchers_per_source = max(1, fetchers_per_source)
         self._fetchers: dict[tuple[int, int], SourceFetcher[ReplicaT]] = {}
         self._where: dict[PartitionKey, tuple[int, int]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def add(self, rep: ReplicaT, fs: FollowerState) -> None:
         """Fetch ``rep`` from ``fs.leader_id`` in ``fs.leader_epoch`` (the caller removed it
@@ -606,7 +624,11 @@ class ReplicaFetchers(Generic[ReplicaT]):
         await f.remove((rep.topic, rep.partition))
         if not f.entries and self._fetchers.get(fid) is f:
             del self._fetchers[fid]
-            await f.close()
+            # In the background: nothing it fetches now is applied (it follows nothing), and
+            # the caller (the metadata handling) need not wait for its request to end.
+            closing = asyncio.get_running_loop().create_task(f.close(), name=f"closing {f.name}")
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     def following(self, rep: ReplicaT, fs: FollowerState) -> bool:
         """Whether ``rep`` is being fetched with ``fs``."""
@@ -615,16 +637,11 @@ class ReplicaFetchers(Generic[ReplicaT]):
         f = None if fid is None else self._fetchers.get(fid)
         return f is not None and f.following(key, fs)
 
-    def describe(self) -> list[dict[str, Any]]:
-        """Each fetcher: its source and how many partitions it fetches."""
-        return [
-            {"source": src, "index": i, "partitions": len(f.entries)}
-            for (src, i), f in sorted(self._fetchers.items())
-        ]
-
     async def close(self) -> None:
         fetchers = list(self._fetchers.values())
         self._fetchers.clear()
         self._where.clear()
         for f in fetchers:
             await f.close()
+        for task in list(self._closing):
+            await stop_task(task)
