@@ -19,13 +19,13 @@ from typing import Any
 
 from api.http.auth import AuthenticationError, AuthState, JwtSettings
 from api.http.authz import Authorizer
-from api.http.principals import PrincipalMapper, PrincipalMappingError, subject_dn
+from api.http.principals import PrincipalMappingError, subject_dn
 from api.kafka.handlers import KafkaContext, kafka_endpoint_name
 from api.kafka.sasl import OAUTHBEARER, SaslFailedError
 from api.kafka.security import ListenerSecurity
 from api.kafka.server import KafkaListener
-from api.node.config import ConfigError, ListenerSpec, NodeConfig
-from api.node.listeners import server_ssl_context
+from api.node.config import ListenerSpec, NodeConfig
+from api.node.listeners import principal_sources, server_ssl_context
 from metalog.security import ScramCredential
 
 log = logging.getLogger(__name__)
@@ -77,27 +77,13 @@ def listener_security(
 ) -> ListenerSecurity:
     """The security of one Kafka listener; ``ConfigError`` for settings that do not load."""
     st = spec.settings
-    try:
-        mapper = PrincipalMapper(st.ssl_principal_mapping_rules)
-    except PrincipalMappingError as e:
-        raise ConfigError(f"Kafka listener {spec.name}: {e}") from None
-    jwt = None
-    if spec.protocol.http_auth and OAUTHBEARER in st.sasl_enabled_mechanisms:
-        if st.jwt_public_key_file is None and st.jwt_jwks_file is None:
-            raise ConfigError(
-                f"Kafka listener {spec.name} enables OAUTHBEARER: it needs jwt_public_key_file "
-                "or jwt_jwks_file"
-            )
-        try:
-            jwt = JwtSettings.load(
-                st.jwt_public_key_file,
-                st.jwt_jwks_file,
-                st.jwt_issuer,
-                st.jwt_audience,
-                st.jwt_principal_claim,
-            )
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"Kafka listener {spec.name}: bearer token keys: {e}") from None
+    mapper, jwt = principal_sources(
+        f"Kafka listener {spec.name}",
+        spec,
+        "enables OAUTHBEARER"
+        if spec.protocol.http_auth and OAUTHBEARER in st.sasl_enabled_mechanisms
+        else None,
+    )
 
     def cert_principal(cert: dict[str, Any]) -> str:
         try:

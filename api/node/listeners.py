@@ -125,31 +125,45 @@ class Listeners:
         return None
 
 
-def listener_auth(spec: ListenerSpec) -> ListenerAuth:
-    """The authentication settings of a listener; ``ConfigError`` for rules or key files
-    that do not load."""
+def principal_sources(
+    label: str, spec: ListenerSpec, bearer: str | None
+) -> tuple[PrincipalMapper, JwtSettings | None]:
+    """A listener's certificate-to-principal mapper and, when ``bearer`` says why it takes
+    bearer tokens (None: it does not), their keys; ``ConfigError`` naming ``label`` for
+    rules or key files that do not load. Shared by the HTTP and the Kafka listeners."""
     st = spec.settings
     try:
         mapper = PrincipalMapper(st.ssl_principal_mapping_rules)
     except PrincipalMappingError as e:
-        raise ConfigError(f"listener {spec.name}: {e}") from None
-    jwt = None
-    if spec.protocol.http_auth and "bearer" in st.http_auth_mechanisms:
-        if st.jwt_public_key_file is None and st.jwt_jwks_file is None:
-            raise ConfigError(
-                f"listener {spec.name} accepts bearer tokens: it needs jwt_public_key_file "
-                "or jwt_jwks_file"
-            )
-        try:
-            jwt = JwtSettings.load(
-                st.jwt_public_key_file,
-                st.jwt_jwks_file,
-                st.jwt_issuer,
-                st.jwt_audience,
-                st.jwt_principal_claim,
-            )
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"listener {spec.name}: bearer token keys: {e}") from None
+        raise ConfigError(f"{label}: {e}") from None
+    if bearer is None:
+        return mapper, None
+    if st.jwt_public_key_file is None and st.jwt_jwks_file is None:
+        raise ConfigError(f"{label} {bearer}: it needs jwt_public_key_file or jwt_jwks_file")
+    try:
+        jwt = JwtSettings.load(
+            st.jwt_public_key_file,
+            st.jwt_jwks_file,
+            st.jwt_issuer,
+            st.jwt_audience,
+            st.jwt_principal_claim,
+        )
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{label}: bearer token keys: {e}") from None
+    return mapper, jwt
+
+
+def listener_auth(spec: ListenerSpec) -> ListenerAuth:
+    """The authentication settings of a listener; ``ConfigError`` for rules or key files
+    that do not load."""
+    st = spec.settings
+    mapper, jwt = principal_sources(
+        f"listener {spec.name}",
+        spec,
+        "accepts bearer tokens"
+        if spec.protocol.http_auth and "bearer" in st.http_auth_mechanisms
+        else None,
+    )
     return ListenerAuth(
         name=spec.name,
         kinds=frozenset(str(k) for k in spec.kinds),

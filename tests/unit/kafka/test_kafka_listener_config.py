@@ -76,3 +76,33 @@ def test_bad_kafka_listener_configs_are_refused(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         config(tmp_path, **kw)
+
+
+def test_bearer_tokens_without_keys_are_refused_on_either_kind_of_listener(
+    tmp_path: Path,
+) -> None:
+    # One loader (api.node.listeners.principal_sources) serves the HTTP and Kafka listeners:
+    # each names its own listener and why it needed keys.
+    from api.http.auth import AuthState, StaticCredentials
+    from api.node.config import ConfigError
+    from api.node.kafka_security import listener_security
+    from api.node.listeners import listener_auth
+
+    c = config(
+        tmp_path,
+        kafka_listeners="OB://127.0.0.1:9093",
+        listener_security_protocol_map="OB:SASL_PLAINTEXT",
+        listener_settings={"OB": {"sasl_enabled_mechanisms": ["OAUTHBEARER"]}},
+    )
+    (spec,) = [s for s in c.kafka_listener_specs() if s.name == "OB"]
+    with pytest.raises(ConfigError, match="Kafka listener OB enables OAUTHBEARER: it needs"):
+        listener_security(spec, AuthState(StaticCredentials()), None)
+    h = config(
+        tmp_path,
+        listeners="CLIENT://127.0.0.1:8443",
+        listener_security_protocol_map="CLIENT:SASL_PLAINTEXT",
+        listener_settings={"CLIENT": {"http_auth_mechanisms": ["bearer"]}},
+    )
+    (hspec,) = h.listener_specs()
+    with pytest.raises(ConfigError, match="listener CLIENT accepts bearer tokens: it needs"):
+        listener_auth(hspec)
