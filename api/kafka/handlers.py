@@ -799,23 +799,16 @@ async def handle_join_group(ctx: KafkaContext, version: int, req: Any) -> Any:
 async def handle_sync_group(ctx: KafkaContext, version: int, req: Any) -> Any:
     mod = response_module(14, version)
     if not allowed(READ, GROUP, req.group_id):
-        return build(
-            mod,
-            "SyncGroupResponse",
-            throttle_time=ZERO_MS,
-            error_code=ErrorCode.group_authorization_failed,
-            protocol_type="consumer",
-            protocol_name=getattr(req, "protocol_name", None),
-            assignment=b"",
-        )
-    try:
-        resp = await ctx.groups.sync(
-            SyncRequest(req.group_id, req.member_id, int(req.generation_id))
-        )
-        err = error_code(str(resp.error))
-        assignment = _assignment(resp.assignment) if err == ErrorCode.none else b""
-    except CoordinatorError as e:
-        err, assignment = _code(e), b""
+        err, assignment = ErrorCode.group_authorization_failed, b""
+    else:
+        try:
+            resp = await ctx.groups.sync(
+                SyncRequest(req.group_id, req.member_id, int(req.generation_id))
+            )
+            err = error_code(str(resp.error))
+            assignment = _assignment(resp.assignment) if err == ErrorCode.none else b""
+        except CoordinatorError as e:
+            err, assignment = _code(e), b""
     return build(
         mod,
         "SyncGroupResponse",
