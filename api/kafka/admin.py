@@ -47,7 +47,7 @@ from api.kafka.security import allowed, allowed_on_cluster
 from broker.errors import BrokerError
 from broker.group_coordinator import CoordinatorError
 from broker.groups.types import GroupState, TopicPartition
-from metalog.commands import AlterConfigs, CreatePartitions
+from metalog.commands import AlterConfigs, CreatePartitions, ElectionType, ElectLeaders
 from metalog.errors import MetadataError
 from metalog.image import CLUSTER_RESOURCE, TOPIC_CONFIG_DEFAULTS, MetadataImage
 from metalog.records import BrokerId, ConfigResourceType
@@ -730,7 +730,108 @@ async def handle_describe_log_dirs(ctx: KafkaContext, version: int, req: Any) ->
     )
 
 
+# ------------------------------------------------------------------------ records, leaders
+
+
+async def handle_delete_records(ctx: KafkaContext, version: int, req: Any) -> Any:
+    """DeleteRecords on the partitions this broker leads (Kafka's AdminClient sends each
+    partition to its leader; elsewhere NOT_LEADER_OR_FOLLOWER sends it to refresh). Each
+    partition's log start moves and is answered once every ISR member's has (the low
+    watermark), as the HTTP route does. Needs DELETE on the topic."""
+    mod = response_module(21, version)
+    timeout_ms = max(int(req.timeout.total_seconds() * 1000), 1)
+
+    async def one(topic: str, p: Any) -> Any:
+        index, low, err = int(p.partition_index), -1, ErrorCode.none
+        if not allowed(Operation.DELETE, TOPIC, topic):
+            err = ErrorCode.topic_authorization_failed
+        else:
+            try:
+                ans = await ctx.replicas.delete_records(
+                    topic, index, int(p.offset), timeout_ms=timeout_ms
+                )
+                low = int(ans["low_watermark"])
+            except (BrokerError, StorageError) as e:
+                err = _code(e)
+        return build(
+            mod,
+            "DeleteRecordsPartitionResult",
+            partition_index=index,
+            low_watermark=low,
+            error_code=err,
+        )
+
+    topics = []
+    for t in req.topics:
+        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        topics.append(build(mod, "DeleteRecordsTopicResult", name=t.name, partitions=parts))
+    return build(mod, "DeleteRecordsResponse", throttle_time=ZERO_MS, topics=tuple(topics))
+
+
+async def handle_elect_leaders(ctx: KafkaContext, version: int, req: Any) -> Any:
+    """ElectLeaders (preferred or unclean) through the controller, one result per
+    partition; null partitions: every partition (Kafka's). Needs ALTER on the CLUSTER."""
+    mod = response_module(43, version)
+    kind = int(getattr(req, "election_type", 0))
+    asked = (
+        None
+        if req.topic_partitions is None
+        else tuple((t.topic, int(p)) for t in req.topic_partitions for p in t.partitions)
+    )
+
+    def answer(error: ErrorCode, results: dict[str, list[Any]]) -> Any:
+        return build(
+            mod,
+            "ElectLeadersResponse",
+            throttle_time=ZERO_MS,
+            error_code=error,
+            replica_election_results=tuple(
+                build(mod, "ReplicaElectionResult", topic=t, partition_result=tuple(rs))
+                for t, rs in results.items()
+            ),
+        )
+
+    def result(partition: int, error: ErrorCode, message: str | None) -> Any:
+        return build(
+            mod,
+            "PartitionResult",
+            partition_id=partition,
+            error_code=error,
+            error_message=message,
+        )
+
+    if not allowed_on_cluster(Operation.ALTER):
+        out: dict[str, list[Any]] = {}
+        for topic, p in asked or ():
+            out.setdefault(topic, []).append(
+                result(p, ErrorCode.cluster_authorization_failed, None)
+            )
+        return answer(ErrorCode.cluster_authorization_failed, out)
+    if kind not in (0, 1):
+        return answer(ErrorCode.invalid_request, {})
+    try:
+        resp = await ctx.execute(
+            ElectLeaders(
+                election=ElectionType.PREFERRED if kind == 0 else ElectionType.UNCLEAN,
+                partitions=asked,
+            )
+        )
+    except MetadataError as e:
+        return answer(error_code(e.code), {})
+    except Exception:  # no controller answered in time
+        return answer(ErrorCode.request_timed_out, {})
+    out = {}
+    for r in resp.results:
+        err = ErrorCode.none if r.error is None else error_code(r.error.code)
+        out.setdefault(r.topic, []).append(
+            result(r.partition, err, None if r.error is None else str(r.error))
+        )
+    return answer(ErrorCode.none, out)
+
+
 ADMIN_HANDLERS: dict[int, Callable[[KafkaContext, int, Any], Awaitable[Any]]] = {
+    21: handle_delete_records,
+    43: handle_elect_leaders,
     15: handle_describe_groups,
     16: handle_list_groups,
     23: handle_offset_for_leader_epoch,

@@ -63,6 +63,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     35: (1, 4),  # DescribeLogDirs
+    21: (0, 2),  # DeleteRecords (to each partition's leader)
+    43: (0, 2),  # ElectLeaders (0: preferred only; 1+ election type)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs

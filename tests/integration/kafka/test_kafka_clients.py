@@ -690,6 +690,46 @@ def test_admin_create_existing_and_delete_topics(cluster: Cluster) -> None:
     assert ei.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_admin_delete_records_and_elect_leaders(cluster: Cluster) -> None:
+    """DeleteRecords (each partition to its leader) moves the log start, which Kafka's
+    consumer then sees as the earliest offset; beyond the high watermark is refused;
+    ElectLeaders elects the preferred leader (or says none was needed)."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    cluster.create_topic("trimmed", partitions=2)
+    p = CKProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(20):
+        p.produce("trimmed", f"v{i}".encode(), partition=i % 2)
+    assert p.flush(20) == 0
+    futs = admin.delete_records(
+        [CKTopicPartition("trimmed", 0, 4), CKTopicPartition("trimmed", 1, -1)],
+        request_timeout=20,
+    )
+    got = {tp.partition: f.result(timeout=30) for tp, f in futs.items()}
+    assert got[0].low_watermark == 4 and got[1].low_watermark == 10, got
+    c = CKConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "trimmed-reader"})
+    try:
+        lo, hi = c.get_watermark_offsets(CKTopicPartition("trimmed", 0), timeout=10)
+        assert (lo, hi) == (4, 10)
+        lo, hi = c.get_watermark_offsets(CKTopicPartition("trimmed", 1), timeout=10)
+        assert (lo, hi) == (10, 10)
+    finally:
+        c.close()
+    beyond = admin.delete_records([CKTopicPartition("trimmed", 0, 99)], request_timeout=20)
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        next(iter(beyond.values())).result(timeout=30)
+    assert ei.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+
+    # Every replica is in sync and leads as assigned: a preferred election finds nothing to
+    # do (Kafka answers ELECTION_NOT_NEEDED, which the AdminClient raises for the partition).
+    res = admin.elect_leaders(ElectionType.PREFERRED, [CKTopicPartition("trimmed", 0)])
+    done = res.result(timeout=30)
+    (err,) = done.values()
+    assert err is None or err.args[0].code() == KafkaError.ELECTION_NOT_NEEDED, err
+
+
 def test_confluent_avro_serdes_over_kafkas_protocol_with_longboats_registry(
     cluster: Cluster,
 ) -> None:

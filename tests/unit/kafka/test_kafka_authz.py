@@ -271,3 +271,107 @@ def test_scram_admin_needs_the_cluster(acls: StaticAcls) -> None:
     assert [(r.user, r.error_code) for r in out.results] == [
         ("u", ErrorCode.cluster_authorization_failed)
     ]
+
+
+class _Replicas:
+    """The leader's DeleteRecords (``ReplicaManager.delete_records``), recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, timeout_ms: int
+    ) -> dict[str, int]:
+        self.calls.append((topic, partition, offset))
+        if offset > 10:
+            from broker.replica_manager import ReplicaError
+
+            raise ReplicaError("OFFSET_OUT_OF_RANGE", "past the high watermark")
+        return {"low_watermark": 10 if offset == -1 else offset}
+
+
+@pytest.mark.parametrize("version", versions(21))
+def test_delete_records_needs_delete_on_the_topic(acls: StaticAcls, version: int) -> None:
+    from kio.schema.delete_records.v0.request import DeleteRecordsPartition, DeleteRecordsTopic
+
+    c = ctx()
+    c.replicas = reps = _Replicas()  # type: ignore[assignment]
+    ask = [(0, 4), (1, -1), (2, 99)]
+
+    def req() -> Any:
+        parts = tuple(DeleteRecordsPartition(partition_index=p, offset=o) for p, o in ask)
+        topic = DeleteRecordsTopic(name="orders", partitions=parts)  # type: ignore[arg-type]
+        return request(21, version, topics=(topic,), timeout=datetime.timedelta(seconds=5))
+
+    def answer() -> list[tuple[int, int, ErrorCode]]:
+        out = round_trip(21, version, run(a.handle_delete_records(c, version, req())))
+        (t,) = out.topics
+        return [(p.partition_index, p.low_watermark, p.error_code) for p in t.partitions]
+
+    refused = ErrorCode.topic_authorization_failed
+    assert answer() == [(0, -1, refused), (1, -1, refused), (2, -1, refused)]
+    assert reps.calls == []
+    _next_request()
+    acls.bindings.append(allow(ResourceType.TOPIC, "orders", Operation.DELETE))
+    assert answer() == [
+        (0, 4, ErrorCode.none),
+        (1, 10, ErrorCode.none),
+        (2, -1, ErrorCode.offset_out_of_range),
+    ]
+    assert reps.calls == [("orders", 0, 4), ("orders", 1, -1), ("orders", 2, 99)]
+
+
+@pytest.mark.parametrize("version", versions(43))
+def test_elect_leaders_needs_alter_on_the_cluster(acls: StaticAcls, version: int) -> None:
+    from kio.schema.elect_leaders.v0.request import TopicPartitions
+
+    from metalog.commands import ElectionType, ElectLeaders
+    from metalog.errors import MetadataError
+    from metalog.records import BrokerId
+    from metalog.responses import ElectLeadersResponse, ElectLeadersResult
+
+    class NotNeeded(MetadataError):
+        code = "ELECTION_NOT_NEEDED"
+
+    c = ctx()
+    sent: list[Any] = []
+
+    async def execute(cmd: Any) -> Any:
+        sent.append(cmd)
+        return ElectLeadersResponse(
+            (
+                ElectLeadersResult("orders", 0, leader=BrokerId(102)),
+                ElectLeadersResult("orders", 1, error=NotNeeded("it leads already")),
+            )
+        )
+
+    c.execute = execute
+    tps = (TopicPartitions(topic="orders", partitions=(0, 1)),)  # type: ignore[arg-type]
+    req = request(
+        43, version, election_type=0, topic_partitions=tps, timeout=datetime.timedelta(seconds=5)
+    )
+
+    def answer() -> Any:
+        return round_trip(43, version, run(a.handle_elect_leaders(c, version, req)))
+
+    out = answer()
+    # v0 has no top-level error: each asked partition carries it
+    refused = ErrorCode.cluster_authorization_failed
+    assert getattr(out, "error_code", refused) == refused and sent == []
+    (r,) = out.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in r.partition_result] == [
+        (0, refused),
+        (1, refused),
+    ]
+    _next_request()
+    acls.bindings.append(allow(ResourceType.CLUSTER, "kafka-cluster", Operation.ALTER))
+    out = answer()
+    assert getattr(out, "error_code", ErrorCode.none) == ErrorCode.none
+    assert sent == [
+        ElectLeaders(election=ElectionType.PREFERRED, partitions=(("orders", 0), ("orders", 1)))
+    ]
+    (r,) = out.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in r.partition_result] == [
+        (0, ErrorCode.none),
+        (1, ErrorCode.election_not_needed),
+    ]
