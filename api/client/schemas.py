@@ -42,6 +42,7 @@ from referencing.jsonschema import DRAFT202012
 
 from api.client.avro_json import AvroJsonError, from_avro_json, to_avro_json
 from api.client.errors import ClientError
+from api.client.security import ClientSecurity
 
 MAGIC = 0
 HEADER_BYTES = 5
@@ -99,11 +100,21 @@ class SchemaRegistryClient:
     """See the module docstring. ``urls``: one or more registry base URLs (a broker's URL
     serves it); a connection failure or a 5xx answer moves on to the next."""
 
-    def __init__(self, urls: str | Sequence[str], *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout_s: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         if not self.urls:
             raise ValueError("at least one registry URL is needed")
         self.timeout_s = timeout_s
+        # A secure cluster's registry (issue 18): its CA and client certificate for https://
+        # URLs, the user's Basic or bearer credentials on every request.
+        self._ssl = None if security is None else security.ssl_context()
+        self._authorization = None if security is None else security.authorization()
         self._lock = threading.Lock()
         self._ids: dict[tuple[str, str, str, tuple[SchemaReference, ...]], int] = {}
         self._schemas: dict[int, RegisteredSchema] = {}
@@ -118,12 +129,14 @@ class SchemaRegistryClient:
         headers = {"Accept": CONTENT_TYPE + ", application/json"}
         if data is not None:
             headers["Content-Type"] = CONTENT_TYPE
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
         last: Exception | None = None
         for base in self.urls:
             req = urllib.request.Request(base + url_path, data=data, method=method, headers=headers)
             self.requests += 1
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._ssl) as resp:
                     raw = resp.read()
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as e:

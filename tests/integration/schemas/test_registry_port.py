@@ -167,6 +167,16 @@ def test_registry_port_has_the_client_listeners_tls_authentication_and_acls(
         assert st == 200 and out["id"] == 2, out
         assert _call(own + path, anonymous, **alice) == (200, [1, 2])
         assert _call(own + "/subjects/orders-value/versions", anonymous, **alice)[0] == 404
+        # The Python client's registry client takes the same TLS and credentials.
+        from api.client.schemas import SchemaRegistryClient, SchemaRegistryError
+        from api.client.security import ClientSecurity
+
+        ca = str(setup.ca.cert)
+        as_alice = ClientSecurity(ssl_cafile=ca, token=setup.token("alice"))
+        assert SchemaRegistryClient(own, security=as_alice).versions("users-value") == [1, 2]
+        with pytest.raises(SchemaRegistryError) as e:
+            SchemaRegistryClient(own, security=ClientSecurity(ssl_cafile=ca)).subjects()
+        assert e.value.status == 401
         # The REST API is not on the registry's port, even for a super user.
         assert _call(own + "/v3/clusters", admin) == (
             404,
