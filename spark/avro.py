@@ -70,7 +70,9 @@ from api.client.schemas import (
     frame,
     unframe,
 )
-from spark.options import LongboatOptionError, parse_bootstrap
+from api.client.security import ClientSecurity
+from spark.options import LongboatOptionError, parse_bootstrap, parse_security
+from spark.security import client_security
 
 Format = Literal["binary", "avro", "jsonschema"]
 META_SCHEMA = "longboat.schema"
@@ -105,6 +107,8 @@ class Formats:
     key: ColumnFormat
     value: ColumnFormat
     mode: Literal["FAILFAST", "PERMISSIVE"] = "FAILFAST"
+    security: ClientSecurity | None = None
+    """The job's TLS files and credentials (``spark.security``), for a secure registry."""
 
     @property
     def any(self) -> bool:
@@ -189,12 +193,15 @@ def parse_formats(options: Mapping[str, Any], *, sink: bool) -> Formats:
     key = _column_format(opts, "key", sink=sink)
     value = _column_format(opts, "value", sink=sink)
     registry: tuple[str, ...] = ()
+    security = None
     if key.kind != "binary" or value.kind != "binary":
         raw = opts.get("schema.registry.url")
         registry = (
             parse_bootstrap({"bootstrap": raw}) if raw else parse_bootstrap(opts)
         )  # every broker serves the registry
-    return Formats(registry, key, value, mode)  # type: ignore[arg-type]
+        # The registry is reached with the brokers' TLS files and credentials.
+        security = client_security(parse_security(opts))
+    return Formats(registry, key, value, mode, security)  # type: ignore[arg-type]
 
 
 def _subject(fmt: ColumnFormat, topic: str | None) -> str:
@@ -267,7 +274,7 @@ def with_columns(schema: StructType, formats: Formats, topic: str | None) -> Str
     """``schema`` (the Kafka rows) with its key/value columns typed by their schemas."""
     if not formats.any:
         return schema
-    registry = SchemaRegistryClient(list(formats.registry))
+    registry = SchemaRegistryClient(list(formats.registry), security=formats.security)
     fields: dict[str, StructField] = {
         c.column: column_field(registry, reader_schema(registry, c, topic), c.column)
         for c in formats.columns()
@@ -497,6 +504,7 @@ class ColumnDecoder:
     registry: tuple[str, ...]
     mode: Literal["FAILFAST", "PERMISSIVE"]
     reader_id: int = -1
+    security: ClientSecurity | None = None
 
 
 def decoders(schema: StructType, formats: Formats) -> tuple[ColumnDecoder, ...]:
@@ -516,6 +524,7 @@ def decoders(schema: StructType, formats: Formats) -> tuple[ColumnDecoder, ...]:
                 formats.registry,
                 formats.mode,
                 int(meta.get(META_ID, -1)),
+                formats.security,
             )
         )
     return tuple(out)
@@ -526,7 +535,7 @@ class Decoder:
 
     def __init__(self, spec: ColumnDecoder) -> None:
         self.spec = spec
-        self.registry = SchemaRegistryClient(list(spec.registry))
+        self.registry = SchemaRegistryClient(list(spec.registry), security=spec.security)
         dtype = StructType.fromJson(
             {
                 "fields": [
@@ -765,7 +774,7 @@ def encoders(
     """On the driver: the schema each Avro column is written with, registered if asked."""
     if not formats.any:
         return ()
-    registry = SchemaRegistryClient(list(formats.registry))
+    registry = SchemaRegistryClient(list(formats.registry), security=formats.security)
     out = []
     for c in formats.columns():
         dtype = dtypes.get(c.column)
@@ -794,13 +803,16 @@ def encoders(
 
 
 def encode_batches(
-    specs: tuple[ColumnEncoder, ...], registry: tuple[str, ...], batches: Iterator[pa.RecordBatch]
+    specs: tuple[ColumnEncoder, ...],
+    registry: tuple[str, ...],
+    batches: Iterator[pa.RecordBatch],
+    security: ClientSecurity | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The Avro columns of each batch replaced by their framed binary encoding."""
     if not specs:
         yield from batches
         return
-    client = SchemaRegistryClient(list(registry))
+    client = SchemaRegistryClient(list(registry), security=security)
     prepared = []
     for s in specs:
         parsed = _parse_avro(client, s.schema, ())

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from api.client import ClientError
+from api.client import ClientError, ClientSecurity
 from spark import avro, exactly_once
 from spark.cluster import ClusterView
 from spark.fetch import RangeTask, read_range
@@ -141,13 +141,14 @@ def _decoders(options: Any, schema: StructType) -> tuple[avro.ColumnDecoder, ...
 def _encoders(options: Any, schema: StructType, sink: SinkOptions) -> _Encoders:
     formats = avro.parse_formats(options, sink=True)
     dtypes = {f.name.lower(): f.dataType for f in schema.fields}
-    return _Encoders(formats.registry, avro.encoders(formats, dtypes, sink.topic))
+    return _Encoders(formats.registry, avro.encoders(formats, dtypes, sink.topic), formats.security)
 
 
 @dataclass(frozen=True)
 class _Encoders:
     registry: tuple[str, ...] = ()
     columns: tuple[avro.ColumnEncoder, ...] = ()
+    security: ClientSecurity | None = None
 
 
 class LongboatInputPartition(InputPartition):
@@ -443,7 +444,7 @@ def _write(
     sink: SinkOptions, iterator: Iterator[pa.RecordBatch], enc: _Encoders | None = None
 ) -> LongboatCommitMessage:
     if enc is not None and enc.columns:
-        iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
+        iterator = avro.encode_batches(enc.columns, enc.registry, iterator, enc.security)
     try:
         return LongboatCommitMessage(asyncio.run(produce(sink, iterator)))
     except ClientError as e:
@@ -484,7 +485,7 @@ class LongboatStreamWriter(DataSourceStreamArrowWriter):
             return _write(self.sink, iterator, self.encoders)
         enc = self.encoders
         if enc is not None and enc.columns:
-            iterator = avro.encode_batches(enc.columns, enc.registry, iterator)
+            iterator = avro.encode_batches(enc.columns, enc.registry, iterator, enc.security)
         try:
             w = exactly_once.write(self.sink, iterator, exactly_once.batch_task_of_spark())
         except ClientError as e:

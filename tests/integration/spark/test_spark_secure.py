@@ -267,3 +267,23 @@ def test_secrets_stay_out_of_the_plan(
     out = capsys.readouterr().out
     assert "BatchScan longboat" in out, out  # the plan was printed at all
     assert PASSWORD not in out and token not in out, out
+
+
+@pytest.mark.extended
+def test_avro_values_through_a_secure_registry(spark: Any, cluster: tuple[Quorum, Brokers]) -> None:
+    """valueFormat=avro registers and reads the subject's schema with the job's TLS files and
+    credentials (alice: WRITE and READ on the topic, so its subject's writes and reads)."""
+    q, b = cluster
+    rows = [(f"a{i}", (i, f"n{i}")) for i in range(10)]
+    df = spark.createDataFrame(rows, "key string, value struct<id:bigint,name:string>")
+    (
+        df.write.format("longboat")
+        .options(**_opts(q, b), topic=TOPIC, valueFormat="avro")
+        .option("valueSchema.autoRegister", "true")
+        .mode("append")
+        .save()
+    )
+    # The topic also holds the other tests' plain strings: PERMISSIVE leaves them null.
+    back = _read(spark, _opts(q, b), valueFormat="avro", mode="PERMISSIVE")
+    got = {(r.value.id, r.value.name) for r in back.select("value").collect() if r.value}
+    assert {(i, f"n{i}") for i in range(10)} <= got
