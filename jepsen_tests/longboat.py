@@ -498,9 +498,17 @@ class LongboatCluster(Cluster):
             tails = "\n".join(f"--- {n}:\n{p.log_tail(1500)}" for n, p in self.processes.items())
             raise RuntimeError(f"cluster: not {what} in time\n{tails}")
 
-    def _admin_post(self, deadline: float, path: str, body: Any, what: str) -> None:
+    def _admin_post(
+        self,
+        deadline: float,
+        path: str,
+        body: Any,
+        what: str,
+        done_already: Callable[[int, str], bool] = lambda _code, _answer: False,
+    ) -> None:
         """POST ``body`` to ``/v3/clusters/<id><path>`` of some broker as the admin, until
-        one accepts it (a broker answers once its own image shows the change)."""
+        one accepts it (a broker answers once its own image shows the change), or answers
+        an error ``done_already(status, body)`` says means it was done before."""
         data = json.dumps(body).encode()
         last = "no broker tried"
         while time.monotonic() < deadline:
@@ -516,7 +524,10 @@ class LongboatCluster(Cluster):
                     with urllib.request.urlopen(req, timeout=30, context=self.admin_ssl):
                         return
                 except urllib.error.HTTPError as e:
-                    last = f"HTTP {e.code}: {e.read().decode(errors='replace')[:300]}"
+                    answer = e.read().decode(errors="replace")
+                    if done_already(e.code, answer):
+                        return
+                    last = f"HTTP {e.code}: {answer[:300]}"
                 except (OSError, ValueError, KeyError, IndexError) as e:
                     last = repr(e)
             time.sleep(0.2)
@@ -562,38 +573,18 @@ class LongboatCluster(Cluster):
         """Create the workload's topic (or `topic`, configured alike) through a broker's v3
         HTTP API, as a user would."""
         topic = topic or self.topic
-        body = json.dumps(
+        self._admin_post(
+            deadline,
+            "/topics",
             {
                 "topic_name": topic,
                 "partitions_count": self.partitions,
                 "replication_factor": self.replication_factor,
                 "configs": [{"name": k, "value": v} for k, v in sorted(self.topic_configs.items())],
-            }
-        ).encode()
-        last = "no broker tried"
-        while time.monotonic() < deadline:
-            for b in self.brokers:
-                try:
-                    cid = self._json(self.url(b) + "/v3/clusters", 2.0)["data"][0]["cluster_id"]
-                    req = urllib.request.Request(
-                        f"{self.url(b)}/v3/clusters/{cid}/topics",
-                        data=body,
-                        method="POST",
-                        headers={"Content-Type": "application/json"},
-                    )
-                    with urllib.request.urlopen(req, timeout=30, context=self.admin_ssl) as r:
-                        if r.status in (200, 201, 202):
-                            return
-                        last = f"HTTP {r.status}"
-                except urllib.error.HTTPError as e:
-                    answer = e.read().decode(errors="replace")
-                    if e.code == 400 and "already exists" in answer:
-                        return
-                    last = f"HTTP {e.code}: {answer[:300]}"
-                except (OSError, ValueError, KeyError, IndexError) as e:
-                    last = repr(e)
-            time.sleep(0.2)
-        raise RuntimeError(f"cluster: could not create topic {topic}: {last}")
+            },
+            f"create topic {topic}",
+            done_already=lambda code, answer: code == 400 and "already exists" in answer,
+        )
 
     # ---- clients
 

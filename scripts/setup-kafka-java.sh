@@ -13,17 +13,10 @@ if [[ -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
-missing=()
-command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
-command -v mvn >/dev/null 2>&1 || missing+=(maven)
-source "$root/scripts/_apt.sh"
-apt_install setup-kafka-java "Maven Central's jars (Java and Maven)" "${missing[@]}"
+source "$root/scripts/_maven.sh"
+maven_tools setup-kafka-java
 tmp="$dir.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 mvn -q -B -f "$root/tests/kafka_java/pom.xml" dependency:copy-dependencies \
   -DoutputDirectory="$tmp" -DincludeScope=runtime >&2
-touch "$tmp/.complete"
-mkdir -p "$(dirname "$dir")"
-rm -rf "$dir"
-mv "$tmp" "$dir"
-echo "$dir"
+maven_publish "$tmp" "$dir"

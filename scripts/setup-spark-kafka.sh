@@ -21,11 +21,8 @@ if [[ -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
-missing=()
-command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
-command -v mvn >/dev/null 2>&1 || missing+=(maven)
-source "$root/scripts/_apt.sh"
-apt_install setup-spark-kafka "Maven Central's jars (Java and Maven)" "${missing[@]}"
+source "$root/scripts/_maven.sh"
+maven_tools setup-spark-kafka
 tmp="$dir.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 copy() {
@@ -47,8 +44,4 @@ else
 fi
 rm -f "$tmp.log"
 echo "$version" >"$tmp/connector-version"
-touch "$tmp/.complete"
-mkdir -p "$(dirname "$dir")"
-rm -rf "$dir"
-mv "$tmp" "$dir"
-echo "$dir"
+maven_publish "$tmp" "$dir"
