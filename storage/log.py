@@ -1411,12 +1411,26 @@ class PartitionLog:
         out of the page cache (``drop_cache_behind``). Cheap: it walks back from the active
         segment only as far as the first segment already out of the cache, so the broker
         may ask after every append."""
-        return sum(new for *_, new in self._cache_drops(keep_bytes))
+        pending = 0
+        keep = keep_bytes
+        last = len(self._segments) - 1
+        for i in range(last, -1, -1):
+            seg = self._segments[i]
+            size = seg.size_bytes
+            if seg.cache_dropped >= size and i != last:
+                break  # as in _cache_drops
+            target = max(0, size - keep)
+            keep = max(0, keep - size)
+            asked = min(seg.cache_dropped if i != last else seg.cache_asked, size)
+            pending += max(0, target - asked)
+        return pending
 
-    def _cache_drops(self, keep_bytes: int) -> list[tuple[Segment, int, int, int, int]]:
-        """``(segment, from, to, asked, new)``: ``[from, to)`` to ask out of the cache; it
-        covers the part asked once before (dirty then, written back since: this second ask
-        drops it), ending at ``asked``, and ``new`` bytes behind the kept tail never asked."""
+    def _cache_drops(self, keep_bytes: int, now_ms: int, settle_ms: int) -> list[_CacheDrop]:
+        """What to ask out of the cache at ``now_ms`` (no I/O, no clock): per segment the
+        range from what is out already to ``keep_bytes`` behind the end (or to what was
+        asked, if more). The bytes asked once at least ``settle_ms`` before are out after
+        this ask; the younger ones are asked again too (whatever of them was written back
+        goes) but stay to be asked later."""
         out = []
         keep = keep_bytes
         last = len(self._segments) - 1
@@ -1431,16 +1445,29 @@ class PartitionLog:
             lo, asked = min(seg.cache_dropped, size), min(seg.cache_asked, size)
             if i != last:
                 # Closed segments were fsynced when they rolled: clean, one ask drops them.
-                asked = target
-                new = target - lo
-            else:
-                new = max(0, target - asked)
+                hi = max(target, asked)
+                if hi > lo:
+                    out.append(_CacheDrop(seg, lo, hi, max(0, target - lo), hi, hi, []))
+                continue
+            settled = lo
+            for end, at_ms in seg.cache_asks:
+                if now_ms - at_ms < settle_ms:
+                    break
+                settled = min(end, size)
+            new = max(0, target - asked)
+            if new == 0 and settled == lo:
+                continue  # nothing new, nothing settled: asking again could only repeat
             hi = max(target, asked)
-            if hi > lo:
-                out.append((seg, lo, hi, asked, new))
+            asks = [(end, at_ms) for end, at_ms in seg.cache_asks if end > settled]
+            if new:
+                if asks and now_ms - asks[-1][1] < settle_ms // 8:
+                    asks[-1] = (hi, asks[-1][1])  # a few steps per settle: few pieces
+                else:
+                    asks.append((hi, now_ms))
+            out.append(_CacheDrop(seg, lo, hi, new, settled, hi, asks))
         return out
 
-    def drop_cache_behind(self, keep_bytes: int) -> int:
+    def drop_cache_behind(self, keep_bytes: int, *, now_ms: int = 0, settle_ms: int = 0) -> int:
         """Drop from the page cache what lies more than ``keep_bytes`` behind the log's end,
         so that the log's page-cache footprint stays bounded; returns the bytes asked.
 
@@ -1450,28 +1477,65 @@ class PartitionLog:
         keeping the footprint bounded makes appends reuse pages the log itself freed
         (docs/storage.md, "Page cache"). Readers of older data read the disk.
 
-        Dirty pages are not dropped at once: the first ask starts their write-back and the
-        next drops them, so every range is asked twice. Safe to call from a worker thread
-        while the loop appends (as ``flush``): the lock is held to pick the ranges only.
+        Dirty pages are not dropped at once: the first ask (``now_ms``) starts their
+        write-back and a later one drops them. Bytes asked once are asked again at every
+        call, and count as out after the first call at least ``settle_ms`` after their
+        first ask (the write-back has had time to end); ``cache_reask_at_ms`` says when
+        that comes, for a caller that gets no more appends to ask at. Safe to call from a
+        worker thread while the loop appends (as ``flush``): the lock is held to pick the
+        ranges only.
         """
         with self._lock:
             if self._closed:
                 return 0
-            work = self._cache_drops(keep_bytes)
-            for seg, lo, hi, asked, _ in work:
-                seg.cache_dropped, seg.cache_asked = max(lo, asked), hi
+            work = self._cache_drops(keep_bytes, now_ms, settle_ms)
+            for d in work:
+                d.seg.cache_dropped, d.seg.cache_asked = d.dropped, d.asked
+                d.seg.cache_asks = d.asks
         n = 0
-        for seg, lo, hi, *_ in work:
+        for d in work:
             # A segment retired meanwhile keeps its descriptor until the next maintenance
             # closes it (``_retire``); a log closed meanwhile raises EBADF, ignored below.
             # Either way the ask is only a hint: it can cost a re-read, never data.
             try:
-                seg.log.drop_cache(lo, hi - lo)
+                d.seg.log.drop_cache(d.lo, d.hi - d.lo)
             except OSError:
-                if not (seg.retired or self._closed):
+                if not (d.seg.retired or self._closed):
                     raise
-            n += hi - lo
+            n += d.hi - d.lo
         return n
+
+    def cache_reask_at_ms(self, settle_ms: int) -> int | None:
+        """When bytes asked out of the cache once will have settled (``drop_cache_behind``
+        with this ``settle_ms``): the time to ask again even if no append comes; None if
+        none wait (or the log is closed)."""
+        with self._lock:
+            if self._closed:
+                return None
+            at: int | None = None
+            last = len(self._segments) - 1
+            for i in range(last, -1, -1):
+                seg = self._segments[i]
+                if seg.cache_dropped >= seg.size_bytes and i != last:
+                    break  # as in _cache_drops
+                if seg.cache_asks:
+                    t = seg.cache_asks[0][1] + settle_ms
+                    at = t if at is None else min(at, t)
+            return at
+
+
+class _CacheDrop(NamedTuple):
+    """One segment's part of ``PartitionLog.drop_cache_behind``: ask ``[lo, hi)``, then set
+    the segment's marks to ``dropped``, ``asked`` and ``asks``; ``new`` of the bytes were
+    never asked."""
+
+    seg: Segment
+    lo: int
+    hi: int
+    new: int
+    dropped: int
+    asked: int
+    asks: list[tuple[int, int]]
 
 
 def _load_txn_indexes(segments: list[Segment], report: RecoveryReport) -> None:

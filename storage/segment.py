@@ -122,11 +122,17 @@ class Segment:
         ``txn_entries`` (unsynced until ``write_indexes``); with no handle there is no file
         until ``write_indexes`` writes it."""
         self.cache_dropped = 0
-        """Bytes below this were asked out of the page cache at least twice (or once, clean):
-        gone. ``PartitionLog.drop_cache_behind`` moves it and ``cache_asked``."""
+        """Bytes below this were asked out of the page cache again once their write-back
+        had had time to end (or once, clean): gone. ``PartitionLog.drop_cache_behind``
+        moves it, ``cache_asked`` and ``cache_asks``."""
         self.cache_asked = 0
         """Bytes below this were asked out at least once: clean pages went, dirty ones
-        started writing back and go at the next ask."""
+        started writing back and go at a later ask."""
+        self.cache_asks: list[tuple[int, int]] = []
+        """``(end, asked_ms)`` for ``[cache_dropped, cache_asked)``: each piece's end and when
+        it was first asked (ranges asked within a short while share one piece, the first
+        time). Invariant: ends strictly ascending, all above ``cache_dropped``, the last one
+        ``cache_asked``; empty iff ``cache_asked == cache_dropped``."""
 
     # ------------------------------------------------------------------ paths
 
@@ -503,6 +509,12 @@ class Segment:
         # What is written here next is new to the page cache (PartitionLog.drop_cache_behind).
         self.cache_dropped = min(self.cache_dropped, position)
         self.cache_asked = min(self.cache_asked, position)
+        asks: list[tuple[int, int]] = []
+        for end, at_ms in self.cache_asks:
+            end = min(end, position)
+            if end > (asks[-1][0] if asks else self.cache_dropped):
+                asks.append((end, at_ms))
+        self.cache_asks = asks
         self.index.truncate_from_position(position)
         self.time_index.truncate_from_offset(next_offset)
         self.max_timestamp = self.time_index.last_timestamp

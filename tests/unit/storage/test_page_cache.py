@@ -93,6 +93,56 @@ def test_every_byte_behind_the_tail_is_asked_twice_and_the_tail_never(tmp_path: 
     assert [r.offset for r in read_all(log)] == list(range(log.log_end_offset))
 
 
+def test_once_asked_bytes_are_out_only_after_an_ask_settle_ms_later(tmp_path: object) -> None:
+    """The write-back the first ask starts must have had time to end before an ask counts as
+    the last: asks in between repeat the range but leave it waiting, and the log says when it
+    settles (the time to ask again if no append comes)."""
+    layer = DropRecordingLayer()
+    log = open_log(str(tmp_path), layer)
+    path = log.active_segment.log_path
+    keep, settle = 1 * MIB, 1000
+    assert log.cache_reask_at_ms(settle) is None
+    fill(log, 3 * MIB)
+    first = log.size_bytes - keep
+    assert log.drop_cache_behind(keep, now_ms=10_000, settle_ms=settle) == first
+    assert layer.drops == [(path, 0, first)]
+    assert log.cache_reask_at_ms(settle) == 11_000
+    # Nothing new and nothing settled: no ask at all.
+    assert log.drop_cache_behind(keep, now_ms=10_500, settle_ms=settle) == 0
+    fill(log, 1 * MIB)
+    second = log.size_bytes - keep
+    log.drop_cache_behind(keep, now_ms=10_600, settle_ms=settle)
+    assert layer.drops[-1] == (path, 0, second)  # the unsettled bytes are asked again
+    seg = log.active_segment
+    assert (seg.cache_dropped, seg.cache_asked) == (0, second)
+    assert log.cache_reask_at_ms(settle) == 11_000  # the first piece still leads
+    # At 11 000 the first piece has settled: asked again and out; the second waits.
+    log.drop_cache_behind(keep, now_ms=11_000, settle_ms=settle)
+    assert layer.drops[-1] == (path, 0, second)
+    assert (seg.cache_dropped, seg.cache_asks) == (first, [(second, 10_600)])
+    assert log.cache_reask_at_ms(settle) == 11_600
+    log.drop_cache_behind(keep, now_ms=11_600, settle_ms=settle)
+    assert layer.drops[-1] == (path, first, second)
+    assert (seg.cache_dropped, seg.cache_asks) == (second, [])
+    assert log.cache_reask_at_ms(settle) is None
+    assert log.drop_cache_behind(keep, now_ms=20_000, settle_ms=settle) == 0
+    # Asks within an eighth of settle_ms share a piece (its first time): few pieces.
+    fill(log, 1 * MIB)
+    log.drop_cache_behind(keep, now_ms=30_000, settle_ms=settle)
+    fill(log, 1 * MIB)
+    log.drop_cache_behind(keep, now_ms=30_100, settle_ms=settle)
+    assert seg.cache_asks == [(log.size_bytes - keep, 30_000)]
+    # A truncation below the asked bytes cuts the pieces with the file.
+    asked = seg.cache_asked
+    log.truncate_to(log.log_end_offset * 3 // 4)
+    cut = seg.size_bytes
+    assert second < cut < asked
+    assert (seg.cache_dropped, seg.cache_asked, seg.cache_asks) == (second, cut, [(cut, 30_000)])
+    log.truncate_to(log.log_end_offset // 4)  # below the dropped bytes too: nothing waits
+    assert (seg.cache_dropped, seg.cache_asks) == (seg.size_bytes, [])
+    assert log.cache_reask_at_ms(settle) is None
+
+
 def test_closed_segments_are_asked_once_and_the_walk_stops_at_them(tmp_path: object) -> None:
     layer = DropRecordingLayer()
     log = open_log(str(tmp_path), layer, **{"segment.bytes": str(2 * MIB)})
@@ -163,9 +213,9 @@ def test_trimmer_asks_in_a_worker_thread_one_job_at_a_time(tmp_path: Path) -> No
 
     orig = PartitionLog.drop_cache_behind
 
-    def spy(self: PartitionLog, keep_bytes: int) -> int:
+    def spy(self: PartitionLog, keep_bytes: int, **kw: int) -> int:
         threads.add(threading.get_ident())
-        return orig(self, keep_bytes)
+        return orig(self, keep_bytes, **kw)
 
     PartitionLog.drop_cache_behind = spy  # type: ignore[method-assign]
     try:
@@ -223,19 +273,26 @@ def test_the_kernel_drops_what_was_asked_and_keeps_the_tail(tmp_path: object) ->
     assert [r.offset for r in read_all(log)] == list(range(log.log_end_offset))  # from disk
 
 
-def test_unsynced_pages_go_at_a_later_ask(tmp_path: object) -> None:
-    """No fsync (Kafka's acks=all): the first ask starts write-back, a later one drops."""
+def test_unsynced_pages_go_although_no_append_follows(tmp_path: object) -> None:
+    """No fsync (Kafka's acks=all), one step appended and then nothing: the first ask only
+    starts write-back, and the trimmer's timer asks again once it has settled."""
     log = open_log(str(tmp_path))
     keep = 2 * MIB
+    trimmer = PageCacheTrimmer(keep, step_bytes=1 * MIB, settle_ms=100)
     fill(log, 12 * MIB)
     path, end = log.active_segment.log_path, log.size_bytes
-    log.drop_cache_behind(keep)
-    deadline = time.monotonic() + 20
-    while True:
-        log.active_segment.cache_asked = 0  # as if new bytes came: ask the range again
-        log.drop_cache_behind(keep)
-        left = resident_pages(path, 0, (end - keep) // 4096 * 4096)
-        if left == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert left == 0, f"{left} pages still cached 20 s after write-back was started"
+
+    async def main() -> int:
+        trimmer.note_append(log)
+        deadline = time.monotonic() + 20
+        while True:
+            await asyncio.sleep(0.05)
+            left = resident_pages(path, 0, (end - keep) // 4096 * 4096)
+            if left == 0 or time.monotonic() > deadline:
+                await trimmer.close()
+                return left
+
+    left = asyncio.run(main())
+    assert left == 0, f"{left} pages still cached 20 s after the first ask"
+    assert trimmer.jobs >= 2  # the second came from the timer: nothing was appended
+    assert resident_pages(path, end - keep + 4096, end) > 0  # the tail stays
