@@ -1,8 +1,9 @@
 """Real brokers keep each log's page-cache footprint bounded (``log_page_cache_keep_bytes``):
 after ~10 MB through an RF 3 partition with acks=all, every replica's segment file is out of
-the page cache (``mincore``) except its newest few MiB, each broker's ``/metrics`` counts what
-it asked out, and a consumer reading from offset 0 (from the disk now) gets every record
-back."""
+the page cache (``mincore``) except its newest MiB and less than a step (1 MiB) behind it,
+although nothing is appended after the last ask (whose dirty pages go at the trimmer's timed
+second ask), each broker's ``/metrics`` counts what it asked out, and a consumer reading from
+offset 0 (from the disk now) gets every record back."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ MIB = 1 << 20
 KEEP = 1 * MIB
 RECORDS = 10_000
 VALUE = 1000
+BATCH = 1000
+"""Records per append: ~1 MB, what the producer coalesces to (its 1 MiB ``batch_size``) when
+the cluster is slow to answer. Appends of a step each leave the last ranges asked while
+dirty; with nothing appended after them, only the timed second ask drops them (the test
+failed on a loaded machine, and always with these batches, before the trimmer had one)."""
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +64,9 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
                 )
             )
         async with AsyncProducer(boot, acks="all", linger_ms=5) as p:
-            for i in range(0, RECORDS, 100):
+            for i in range(0, RECORDS, BATCH):
                 await p.send_batch(
-                    topic, [b"%06d" % j + b"." * (VALUE - 6) for j in range(i, i + 100)]
+                    topic, [b"%06d" % j + b"." * (VALUE - 6) for j in range(i, i + BATCH)]
                 )
             await p.flush()
 
@@ -74,9 +80,10 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
     def dropped() -> bool:
         for f in files:
             size = f.stat().st_size
-            # The newest KEEP bytes stay, and up to two steps (1 MiB each) behind them
-            # may wait for their second ask (dirty when first asked).
-            if size < RECORDS * VALUE or resident_pages(str(f), 0, size - KEEP - 2 * MIB):
+            # The newest KEEP bytes stay, and less than a step (1 MiB) behind them never
+            # asked; a page more, as the kernel drops whole pages only.
+            out_to = size - KEEP - MIB - 4096
+            if size < RECORDS * VALUE or resident_pages(str(f), 0, out_to):
                 return False
         return True
 
@@ -92,7 +99,7 @@ def test_every_replica_drops_all_but_its_tail_and_reads_come_back_whole(
             for ln in text.splitlines()
             if ln.startswith("longboat_page_cache_asked_bytes_total ")
         ]
-        assert float(line.split()[1]) >= RECORDS * VALUE - KEEP - 2 * MIB, line
+        assert float(line.split()[1]) >= RECORDS * VALUE - KEEP - MIB, line
 
     async def consume() -> list[bytes]:
         async with AsyncConsumer(boot, auto_offset_reset="earliest") as c:
