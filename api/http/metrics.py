@@ -238,7 +238,7 @@ def event_counters(
         if asked is not None:
             yield (
                 "longboat_page_cache_asked_bytes",
-                "Bytes of partition logs asked out of the page cache (each range twice)",
+                "Bytes of partition logs asked out of the page cache (a range counts at each ask)",
                 asked,
             )
         forwarded, retries = router_stats()

@@ -1,7 +1,8 @@
 """Bounded page-cache footprint: ``PartitionLog.drop_cache_behind`` asks every byte more than
 ``keep_bytes`` behind the log's end out of the page cache, twice unless the segment is closed
-(clean), never a byte of the kept tail; ``PageCacheTrimmer`` runs it in a worker thread. The
-last tests check the real kernel: pages asked out are gone (``mincore``)."""
+(clean), the last time once its write-back has had ``settle_ms`` to end, never a byte of the
+kept tail; ``PageCacheTrimmer`` runs it in a worker thread, and on a timer when no append
+comes. The last tests check the real kernel: pages asked out are gone (``mincore``)."""
 
 from __future__ import annotations
 
@@ -191,7 +192,7 @@ def test_marks_follow_a_truncation(tmp_path: object) -> None:
 def test_trimmer_asks_in_a_worker_thread_one_job_at_a_time(tmp_path: Path) -> None:
     layer = DropRecordingLayer()
     logs = [open_log(str(tmp_path / f"p{i}"), layer) for i in range(2)]
-    trimmer = PageCacheTrimmer(1 * MIB, step_bytes=1 * MIB)
+    trimmer = PageCacheTrimmer(1 * MIB, step_bytes=1 * MIB, settle_ms=60_000)  # no timer
     loop_thread = threading.get_ident()
     threads: set[int] = set()
 
@@ -276,7 +277,8 @@ def test_the_kernel_drops_what_was_asked_and_keeps_the_tail(tmp_path: object) ->
 def test_unsynced_pages_go_although_no_append_follows(tmp_path: object) -> None:
     """No fsync (Kafka's acks=all), one step appended and then nothing: the first ask only
     starts write-back, and the trimmer's timer asks again once it has settled."""
-    log = open_log(str(tmp_path))
+    layer = DropRecordingLayer()
+    log = open_log(str(tmp_path), layer)
     keep = 2 * MIB
     trimmer = PageCacheTrimmer(keep, step_bytes=1 * MIB, settle_ms=100)
     fill(log, 12 * MIB)
@@ -295,4 +297,6 @@ def test_unsynced_pages_go_although_no_append_follows(tmp_path: object) -> None:
     left = asyncio.run(main())
     assert left == 0, f"{left} pages still cached 20 s after the first ask"
     assert trimmer.jobs >= 2  # the second came from the timer: nothing was appended
+    assert layer.drops[:2] == [(path, 0, end - keep)] * 2
+    assert log.cache_reask_at_ms(100) is None  # nothing left waiting: no more timers
     assert resident_pages(path, end - keep + 4096, end) > 0  # the tail stays
