@@ -140,8 +140,10 @@ class PageCacheTrimmer:
                 except Exception:
                     log.exception("dropping %s from the page cache failed", plog.dir_path)
                 settles_ms = plog.cache_reask_at_ms(self.settle_ms)
-                if settles_ms is not None:
-                    with self._lock:
+                with self._lock:
+                    if settles_ms is None:
+                        self._settling.pop(plog, None)
+                    else:
                         self._settling[plog] = settles_ms
 
     def _arm(self) -> None:
