@@ -27,6 +27,8 @@ from typing import Any
 
 import aiohttp
 
+from common.tls_writes import SlicingConnector
+
 _source_host: str | None = None
 _client_ssl: ssl.SSLContext | None = None
 
@@ -91,7 +93,8 @@ def connector(host: str | None = None, **kwargs: Any) -> aiohttp.TCPConnector | 
         kwargs["local_addr"] = addr
     if _client_ssl is not None and "ssl" not in kwargs:
         kwargs["ssl"] = _client_ssl  # aiohttp uses it for https URLs only
-    return aiohttp.TCPConnector(**kwargs) if kwargs else None
+    # Slicing: big request bodies reach a TLS connection in slices (common.tls_writes).
+    return SlicingConnector(**kwargs) if kwargs else None
 
 
 class LazySession:

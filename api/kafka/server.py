@@ -70,6 +70,7 @@ from api.kafka.protocol import (
 from api.kafka.sasl import Exchange, SaslFailedError, new_exchange
 from api.kafka.security import PLAINTEXT, SESSION, ListenerSecurity, Session
 from api.kafka.security_admin import SECURITY_ADMIN_HANDLERS
+from common.tls_writes import sliced
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +214,8 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn
     ) -> None:
+        # A fetch answer reaches a TLS connection in slices (common.tls_writes).
+        send = sliced(writer.transport).write
         while True:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             limit = (
@@ -229,7 +232,7 @@ class KafkaListener:
             else:
                 out = await self.handle_frame(frame, conn)
             if out is not None:
-                writer.write(out)
+                send(out)
                 await writer.drain()
 
     async def handle_frame(self, frame: bytes, conn: _Conn | None = None) -> bytes | None:

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from api.node.config import NodeConfig
+from common.tls_writes import sliced
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,11 @@ class _Counted(asyncio.Protocol):
         if len(self.site.connections) >= self.site.limits.connections_max:
             self.site.refuse(transport)
             return
-        self.transport = transport
-        self.site.connections.add(transport)
-        self.inner.connection_made(transport)
+        # Responses (a follower's fetch, a consumer's) reach a TLS connection in slices
+        # (common.tls_writes); the wrapper is what aiohttp and Listeners.of_transport see.
+        self.transport = sliced(transport)
+        self.site.connections.add(self.transport)
+        self.inner.connection_made(self.transport)
 
     def data_received(self, data: bytes) -> None:
         self.inner.data_received(data)
