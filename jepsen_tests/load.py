@@ -266,6 +266,11 @@ async def _measure(cluster: LongboatCluster, cfg: LoadConfig) -> dict[str, Any]:
         ends["warmup"] = time.monotonic()
 
         table = await asyncio.to_thread(cluster.partition_table)
+        if not table:
+            raise RuntimeError(
+                "load: no broker answered its metadata within "
+                f"{cluster.metadata_timeout_s} s: nothing to measure"
+            )
         isr_before = dict(sorted(Counter(len(p["isr"]) for p in table.values()).items()))
         counts = leaders_by_broker(table)
         if cfg.kill == "auto":

@@ -179,6 +179,10 @@ class LongboatCluster(Cluster):
         self.kafka_ports: dict[str, int] = {}
         """More topics like `topic` (the txn-ctp workload's output topic), created with it."""
         self.start_timeout_s = 60.0
+        self.metadata_timeout_s = max(0.5, partitions / 1000)
+        """How long a broker's metadata (every partition's leader and ISR) may take: 0.5 s
+        keeps checks between faults quick; a loaded broker of 10,000 partitions took longer
+        to answer the 2 MB of it, and every check then saw no partitions at all."""
         self.keys = [f"k{p}" for p in range(partitions)]
         self.controllers = [f"q{i + 1}" for i in range(n)]  # quorum voters
         self.brokers = [f"b{i + 1}" for i in range(n)]
@@ -339,7 +343,9 @@ class LongboatCluster(Cluster):
     def broker_metadata(self) -> dict[str, Any] | None:
         for b in self.brokers:
             try:
-                md: dict[str, Any] = self._json(self.url(b) + "/v3/broker/metadata", 0.5)
+                md: dict[str, Any] = self._json(
+                    self.url(b) + "/v3/broker/metadata", self.metadata_timeout_s
+                )
                 return md
             except (OSError, ValueError):
                 continue
