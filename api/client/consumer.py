@@ -11,7 +11,9 @@ Positions: ``seek`` sets one; a partition assigned without one starts at
 ``auto_offset_reset`` ("earliest", "latest"; "none" raises ``NoOffsetError``), and so does a
 position that fell out of the log (``OFFSET_OUT_OF_RANGE``, e.g. deleted by retention).
 A fetch answered after a ``seek`` is dropped, so ``poll`` never returns records from before
-the seek. ``pause`` stops handing out (and fetching) a partition's records without giving it
+the seek. A partition's error (a reset that failed, corrupt data) is raised by ``poll``
+before it hands out anything: a poll either raises or returns records, so a raise never
+moves a position past records the caller did not get. ``pause`` stops handing out (and fetching) a partition's records without giving it
 up; the group consumer (``api.client.group``) pauses partitions it is about to revoke.
 
 ``isolation_level`` (Kafka's ``isolation.level``): "read_uncommitted" (the default) reads up
@@ -389,13 +391,20 @@ class AsyncConsumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            # Errors first, before any record is taken: a poll that raised after taking
+            # another partition's records would have moved that position past records
+            # nobody received (a transactional processor then committed offsets past
+            # inputs it never saw: docs/fault-injection.md, finding 14). Those records stay
+            # buffered for the next poll. (Kafka's fetcher returns what it collected and
+            # throws at the next call, to the same end.)
+            for tp, st in self._parts.items():
+                if st.error is not None and tp not in self._paused:
+                    err, st.error = st.error, None
+                    raise err
             out: list[ConsumerRecord] = []
             for tp, st in self._parts.items():
                 if tp in self._paused:
                     continue
-                if st.error is not None:
-                    err, st.error = st.error, None
-                    raise err
                 if st.buffer is not None:
                     room = None if limit is None else limit - len(out)
                     if room is not None and room <= 0:
