@@ -13,8 +13,9 @@ position that fell out of the log (``OFFSET_OUT_OF_RANGE``, e.g. deleted by rete
 A fetch answered after a ``seek`` is dropped, so ``poll`` never returns records from before
 the seek. A partition's error (a reset that failed, corrupt data) is raised by ``poll``
 before it hands out anything: a poll either raises or returns records, so a raise never
-moves a position past records the caller did not get. ``pause`` stops handing out (and fetching) a partition's records without giving it
-up; the group consumer (``api.client.group``) pauses partitions it is about to revoke.
+moves a position past records the caller did not get. ``pause`` stops handing out (and
+fetching) a partition's records without giving it up; the group consumer
+(``api.client.group``) pauses partitions it is about to revoke.
 
 ``isolation_level`` (Kafka's ``isolation.level``): "read_uncommitted" (the default) reads up
 to the high watermark; "read_committed" up to the last stable offset, without the records of
