@@ -1412,18 +1412,25 @@ class PartitionLog:
         segment only as far as the first segment already out of the cache, so the broker
         may ask after every append."""
         pending = 0
+        for seg, size, target, active in self._cache_walk(keep_bytes):
+            asked = min(seg.cache_asked if active else seg.cache_dropped, size)
+            pending += max(0, target - asked)
+        return pending
+
+    def _cache_walk(self, keep_bytes: int) -> Iterator[tuple[Segment, int, int, bool]]:
+        """``(segment, size, target, active)`` from the active segment back, as far as the
+        first closed segment already out of the cache (it and every older one are):
+        ``target`` is where the segment's part more than ``keep_bytes`` behind the log's end
+        ends."""
         keep = keep_bytes
         last = len(self._segments) - 1
         for i in range(last, -1, -1):
             seg = self._segments[i]
             size = seg.size_bytes
             if seg.cache_dropped >= size and i != last:
-                break  # as in _cache_drops
-            target = max(0, size - keep)
+                return
+            yield seg, size, max(0, size - keep), i == last
             keep = max(0, keep - size)
-            asked = min(seg.cache_dropped if i != last else seg.cache_asked, size)
-            pending += max(0, target - asked)
-        return pending
 
     def _cache_drops(self, keep_bytes: int, now_ms: int, settle_ms: int) -> list[_CacheDrop]:
         """What to ask out of the cache at ``now_ms`` (no I/O, no clock): per segment the
@@ -1432,18 +1439,10 @@ class PartitionLog:
         this ask; the younger ones are asked again too (whatever of them was written back
         goes) but stay to be asked later."""
         out = []
-        keep = keep_bytes
-        last = len(self._segments) - 1
-        for i in range(last, -1, -1):
-            seg = self._segments[i]
-            size = seg.size_bytes
-            if seg.cache_dropped >= size and i != last:
-                break  # it and every older segment are out already
-            target = max(0, size - keep)
-            keep = max(0, keep - size)
+        for seg, size, target, active in self._cache_walk(keep_bytes):
             # A truncation may have cut below what was asked: the marks follow the file.
             lo, asked = min(seg.cache_dropped, size), min(seg.cache_asked, size)
-            if i != last:
+            if not active:
                 # Closed segments were fsynced when they rolled: clean, one ask drops them.
                 hi = max(target, asked)
                 if hi > lo:
@@ -1513,11 +1512,7 @@ class PartitionLog:
             if self._closed:
                 return None
             at: int | None = None
-            last = len(self._segments) - 1
-            for i in range(last, -1, -1):
-                seg = self._segments[i]
-                if seg.cache_dropped >= seg.size_bytes and i != last:
-                    break  # as in _cache_drops
+            for seg, *_ in self._cache_walk(0):
                 if seg.cache_asks:
                     t = seg.cache_asks[0][1] + settle_ms
                     at = t if at is None else min(at, t)
