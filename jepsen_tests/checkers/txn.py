@@ -2,8 +2,15 @@
 
 After Jepsen's Kafka test with transactions (jepsen.tests.kafka, and the Bufstream 0.1.0
 analysis): keys name partitions (output partitions of the consume-transform-produce variant
-are named ``out/<key>``), every value is unique per key, so ``(key, value)`` identifies the
-send that wrote it and its transaction.
+are named ``out/<key>``), every value a ``txn`` op sends is unique per key, so ``(key,
+value)`` identifies the send that wrote it and its transaction.
+
+Outputs of ``ctp`` steps are not unique: a step's output is its input's value, and an input
+consumed by a step that then failed is consumed again by a later step, which sends the same
+value. A record read at ``(key, offset, value)`` is therefore credited to the writer that
+explains it best (`_Writers.of`): an ok transaction that acked that value at that offset,
+else one whose offset is unknown, by outcome (ok, then info, then fail). Only a record no
+transaction but a failed one can explain is an aborted read.
 
 Op shapes:
 
@@ -135,10 +142,8 @@ def check(history: History) -> dict[str, Any]:
             anomalies[kind].append(entry)
 
     txns = [_txn(p) for p in pairs if p.f in (TXN, CTP)]
-    writer: dict[Rec, _Txn] = {}
-    for t in txns:
-        for k, v, _ in t.sends:
-            writer[(k, v)] = t
+    writer = _Writers(txns)
+    credited: set[int] = set()  # transactions some read is credited to
 
     # ---- every observation: (key, offset, value, completion time, op index, process, final)
     polls = [p for p in pairs if p.f == POLL and p.type == "ok"]
@@ -182,10 +187,11 @@ def check(history: History) -> dict[str, Any]:
         max_read_offset[k] = max(max_read_offset.get(k, -1), o)
         if final:
             final_read[k].add(v)
-        w = writer.get((k, v))
+        w = writer.of(k, o, v)
         if w is None:
             add("phantom", {"key": k, "offset": o, "value": v, "op": op})
             continue
+        credited.add(w.id)
         if w.type == "fail":
             add("G1a", {"key": k, "offset": o, "value": v, "op": op, "writer": w.id})
         elif w.commit_ns is None or t_ns < w.commit_ns:
@@ -217,9 +223,7 @@ def check(history: History) -> dict[str, Any]:
     # ---- committed transactions, lost and torn
     final_complete = _final_complete(polls, final_ids)
     for t in txns:
-        t.committed = t.type == "ok" or (
-            t.type == "info" and any((k, v) in read for k, v, _ in t.sends)
-        )
+        t.committed = t.type == "ok" or (t.type == "info" and t.id in credited)
     for t in txns:
         if not t.committed:
             if t.type == "info" and t.sends:
@@ -345,8 +349,42 @@ def _final_complete(polls: list[Pair], final_ids: set[int]) -> set[str]:
 Obs = tuple[str, int, Any, int, int, Any, bool]
 
 
+class _Writers:
+    """Which transaction wrote a record: see the module docstring."""
+
+    _RANK = {"ok": 0, "info": 1, "fail": 2}
+
+    def __init__(self, txns: list[_Txn]) -> None:
+        self._by_rec: dict[Rec, list[_Txn]] = defaultdict(list)
+        for t in txns:
+            for k, v, _ in t.sends:
+                if not self._by_rec[(k, v)] or self._by_rec[(k, v)][-1] is not t:
+                    self._by_rec[(k, v)].append(t)
+
+    def of(self, k: str, o: int, v: Any) -> _Txn | None:
+        """The writer of ``v`` read at offset ``o`` of ``k``, or None (a phantom)."""
+        cands = self._by_rec.get((k, v))
+        if not cands:
+            return None
+        if len(cands) == 1:
+            return cands[0]
+        best: _Txn | None = None
+        best_rank = 99
+        for t in cands:
+            acked = {a for kk, vv, a in t.sends if kk == k and vv == v}
+            if o in acked:
+                return t  # acked at this very offset
+            if acked - {None}:
+                continue  # acked elsewhere: not this record
+            rank = self._RANK.get(t.type, 3)
+            if rank < best_rank:
+                best, best_rank = t, rank
+        # All acked elsewhere: a value at two offsets (the duplicate check reports it).
+        return best if best is not None else cands[-1]
+
+
 def _cycles(
-    txns: list[_Txn], writer: dict[Rec, _Txn], observations: list[Obs]
+    txns: list[_Txn], writer: _Writers, observations: list[Obs]
 ) -> list[tuple[str, list[int]]]:
     """Strongly connected components of more than one committed transaction, as G0 (ww
     edges only) or G1c (a wr edge inside)."""
@@ -363,7 +401,7 @@ def _cycles(
     for k, log in logs.items():
         prev: int | None = None
         for o in sorted(log):
-            w = writer.get((k, log[o]))
+            w = writer.of(k, o, log[o])
             if w is None or w.id not in committed:
                 continue
             if prev is not None and prev != w.id:
@@ -371,8 +409,8 @@ def _cycles(
             prev = w.id
     for t in committed.values():
         for k, recs in t.reads.items():
-            for _, v in recs:
-                w = writer.get((k, v))
+            for o, v in recs:
+                w = writer.of(k, o, v)
                 if w is not None and w.id in committed and w.id != t.id:
                     edges[w.id].add(t.id)
                     wr.add((w.id, t.id))

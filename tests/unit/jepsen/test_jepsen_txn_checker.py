@@ -295,3 +295,32 @@ def test_ctp_output_written_twice_is_a_duplicate() -> None:
     h.committed({"a": 1})
     h.final({"a": [(0, 1)], oa: [(0, 1), (2, 1)]})
     assert "duplicate" in check(h.history())["anomaly_types"]
+
+
+def test_ctp_output_also_sent_by_a_failed_step_is_credited_to_the_committed_one() -> None:
+    """Finding 15: an input consumed by a step that failed is consumed again, and its output
+    (the same value) sent again; a failed step invoked after the committed one must not
+    turn the committed record into an aborted read."""
+    h = T()
+    oa = output_key("a")
+    h.txn(0, [("a", 1, 0)])
+    h.ctp(1, {"a": [(0, 1)]}, [(oa, 1, 0)], {"a": 1})
+    h.ctp(2, {"a": [(0, 1)]}, [(oa, 1, 1)], {"a": 1}, status="fail")  # aborted at offset 1
+    h.committed({"a": 1})
+    h.final({"a": [(0, 1)], oa: [(0, 1)]})
+    r = check(h.history())
+    assert r["valid"], r
+
+
+def test_ctp_output_read_where_only_the_failed_step_wrote_it_is_g1a() -> None:
+    """The same two steps, but the record read sits where the committed step did not ack
+    it: only the failed step explains it."""
+    h = T()
+    oa = output_key("a")
+    h.txn(0, [("a", 1, 0)])
+    h.ctp(1, {"a": [(0, 1)]}, [(oa, 1, 0)], {"a": 1})
+    h.ctp(2, {"a": [(0, 1)]}, [(oa, 1, 1)], {"a": 1}, status="fail")
+    h.committed({"a": 1})
+    h.final({"a": [(0, 1)], oa: [(1, 1)]})
+    r = check(h.history())
+    assert "G1a" in r["anomaly_types"], r
