@@ -12,6 +12,12 @@ partitions). Within a run the producers take turns for the same duration:
   of 10, 100 and 1,000 records back to back (begin, send, commit), records/s against the
   idempotent producer sending the same chunks with 4 in flight (its baseline value is the
   same in the four figures: one measurement per run).
+* ``txn.produce.n1000.p4``: four transactional producers (four transactional ids, as four
+  Kafka Streams tasks would have), each running transactions of 1,000 records back to back,
+  their records/s summed, against the same baseline: the idempotent producer keeps four
+  chunks of 1,000 in flight, so this compares the two at the same records in flight. One
+  transactional producer is a chain of replicated writes with one transaction in flight;
+  ``n1000`` measures that.
 * ``txn.produce.commit_100ms``: a transactional producer sending as the idempotent one does
   and committing every 100 ms (Kafka's benchmark setting: transactions as long as the commit
   interval), against the same baseline.
@@ -103,6 +109,16 @@ async def txn_rate(bootstrap: list[str], tid: str, n: int, duration_s: float) ->
         return await timed(duration_s, one)
 
 
+async def txn_rate_parallel(
+    bootstrap: list[str], tid: str, n: int, producers: int, duration_s: float
+) -> float:
+    """``producers`` transactional producers of their own ids side by side: summed records/s."""
+    rates = await asyncio.gather(
+        *(txn_rate(bootstrap, f"{tid}-{i}", n, duration_s) for i in range(producers))
+    )
+    return sum(rates)
+
+
 async def txn_interval_rate(bootstrap: list[str], tid: str, duration_s: float) -> float:
     """Send as the idempotent producer does; commit every 100 ms."""
     async with AsyncProducer(bootstrap, transactional_id=tid, linger_ms=0) as p:
@@ -173,12 +189,17 @@ async def bench(bootstrap: list[str], voters: list[str], sz: str) -> None:
     idem: list[float] = []
     txn: dict[int, list[float]] = {n: [] for n in SIZES}
     interval: list[float] = []
+    parallel: list[float] = []
     for run in range(runs):
         progress(f"run {run + 1}/{runs}: idempotent")
         idem.append(await idempotent_rate(bootstrap, duration_s))
         for n in SIZES:
             progress(f"run {run + 1}/{runs}: transactions of {n}")
             txn[n].append(await txn_rate(bootstrap, f"bench-{n}", n, duration_s))
+        progress(f"run {run + 1}/{runs}: {IN_FLIGHT} producers, transactions of {CHUNK}")
+        parallel.append(
+            await txn_rate_parallel(bootstrap, "bench-par", CHUNK, IN_FLIGHT, duration_s)
+        )
         progress(f"run {run + 1}/{runs}: commit every 100 ms")
         interval.append(await txn_interval_rate(bootstrap, "bench-interval", duration_s))
     params = {
@@ -198,6 +219,14 @@ async def bench(bootstrap: list[str], voters: list[str], sz: str) -> None:
             baseline_values=idem,
             params={**params, "records_per_txn": n},
         )
+    figure(
+        f"txn.produce.n{CHUNK}.p{IN_FLIGHT}",
+        "records/s",
+        parallel,
+        baseline=base,
+        baseline_values=idem,
+        params={**params, "records_per_txn": CHUNK, "producers": IN_FLIGHT},
+    )
     figure(
         "txn.produce.commit_100ms",
         "records/s",
