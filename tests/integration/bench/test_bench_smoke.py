@@ -121,6 +121,7 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "txn.produce.n10": True,
         "txn.produce.n100": True,
         "txn.produce.n1000": True,
+        "txn.produce.n1000.p4": True,
         "txn.produce.commit_100ms": True,
         "txn.commit_ms.n10": True,
         "consume.read_committed": True,
