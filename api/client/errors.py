@@ -44,9 +44,16 @@ METADATA_STALE = frozenset(
         "UNKNOWN_TOPIC_OR_PARTITION",
         "NETWORK_EXCEPTION",
         "BROKER_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "KAFKA_STORAGE_ERROR",
     }
 )
-"""Errors after which the client refreshes its cluster metadata before retrying."""
+"""Errors after which the client refreshes its cluster metadata before retrying.
+``REQUEST_TIMED_OUT``: a paused or cut-off leader answers nothing while leadership moves
+(Kafka's client drops the connection and asks for metadata); ``KAFKA_STORAGE_ERROR``: the
+replica's log directory is offline and leadership is moving (Kafka's
+``KafkaStorageException`` is an ``InvalidMetadataException``). Refreshes are single-flight
+and at most one per ``MetadataCache.MIN_REFRESH_INTERVAL_S``."""
 
 
 SSL_AUTHENTICATION_FAILED = "SSL_AUTHENTICATION_FAILED"
