@@ -83,6 +83,8 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 ZERO_MS = datetime.timedelta(0)
+AUTO_CREATE_WAIT_S = 5.0
+"""How long a Metadata request waits for the controller to create a topic it names."""
 KAFKA_LISTENER = "kafka"
 """The endpoint name a broker registers its (first) Kafka listener under; a broker with
 several registers the others as ``kafka:<NAME>`` (``kafka_endpoint_name``)."""
@@ -136,6 +138,10 @@ class KafkaContext:
     txn: TxnCoordinator | None = None
     """The transaction coordinator (InitProducerId with a transactional id, FindCoordinator
     key type 1, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn); None: transactions refused."""
+    auto_create_topics: bool = False
+    """``auto_create_topics_enable``: a Metadata request naming a topic that does not exist
+    creates it with the cluster's defaults (when the request allows it, v4+, and the
+    principal may CREATE it), as Kafka's ``auto.create.topics.enable``."""
     group_metadata: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
     """(group, member) -> (protocol name, metadata) of members that joined here, for the
     group leader's JoinGroup answer. Only the coordinator hears joins, so it is complete
@@ -199,6 +205,20 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
         names = [n for n in sorted(image.topics.by_name.keys()) if allowed(DESCRIBE, TOPIC, n)]
     else:
         names = requested
+    created: dict[str, ErrorCode] = {}
+    if (
+        requested is not None
+        and ctx.auto_create_topics
+        and getattr(req, "allow_auto_topic_creation", True)
+    ):
+        missing = [
+            n
+            for n in dict.fromkeys(requested)
+            if image.topics.get(n) is None and allowed(DESCRIBE, TOPIC, n)
+        ]
+        if missing:
+            created = await _auto_create(ctx, missing)
+            image = ctx.image
     topics = []
     for name in names:
         t = image.topics.get(name)
@@ -211,7 +231,7 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
                     error_code=(
                         ErrorCode.topic_authorization_failed
                         if denied
-                        else ErrorCode.unknown_topic_or_partition
+                        else created.get(name, ErrorCode.unknown_topic_or_partition)
                     ),
                     name=name,
                     topic_id=uuid.UUID(int=0),
@@ -263,6 +283,33 @@ async def handle_metadata(ctx: KafkaContext, version: int, req: Any) -> Any:
         topics=tuple(topics),
         cluster_authorized_operations=-2147483648,
     )
+
+
+async def _auto_create(ctx: KafkaContext, names: list[str]) -> dict[str, ErrorCode]:
+    """Create each missing topic with the cluster's default partitions and replication
+    factor; the code a topic still absent from this broker's image is answered with. Kafka
+    answers LEADER_NOT_AVAILABLE for a topic being created (clients ask again), and
+    TOPIC_AUTHORIZATION_FAILED to a principal that may not create it."""
+    out: dict[str, ErrorCode] = {}
+    for name in names:
+        if not may_create_topic(name):
+            out[name] = ErrorCode.topic_authorization_failed
+            continue
+        try:
+            async with asyncio.timeout(AUTO_CREATE_WAIT_S):
+                await ctx.execute(CreateTopic(name=name, topic_id=_random_topic_id()))
+            out[name] = ErrorCode.leader_not_available
+        except MetadataError as e:
+            code = str(getattr(e, "code", "UNKNOWN_SERVER_ERROR"))
+            # Another client's request created it first: it is on its way to this image.
+            out[name] = (
+                ErrorCode.leader_not_available
+                if code == "TOPIC_ALREADY_EXISTS"
+                else error_code(code)
+            )
+        except Exception:  # no controller answered in time: the client asks again
+            out[name] = ErrorCode.leader_not_available
+    return out
 
 
 def _usable(image: MetadataImage, broker_id: int) -> bool:
@@ -1004,8 +1051,9 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
             await ctx.execute(
                 CreateTopic(
                     name=t.name,
-                    num_partitions=n if n > 0 else 1,
-                    replication_factor=rf if rf > 0 else 1,
+                    # -1: the cluster's default (KIP-464), as Kafka's brokers take it.
+                    num_partitions=n if n > 0 else None,
+                    replication_factor=rf if rf > 0 else None,
                     assignments=assignments,
                     configs=configs,
                     validate_only=bool(req.validate_only),

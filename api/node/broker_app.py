@@ -386,6 +386,7 @@ def build_broker(
             next_producer_id=pids.next_id,
             execute=http.controllers.execute,
             txn=srv.txn,
+            auto_create_topics=config.auto_create_topics_enable,
         ),
         auth,
         app.get(AUTHORIZER_KEY),

@@ -235,6 +235,11 @@ class NodeConfig(BaseModel):
     kafka_request_bytes_max: int = Field(default=100 << 20, ge=1 << 20)
     """The largest Kafka request frame; a larger size prefix closes the connection (Kafka's
     ``socket.request.max.bytes``)."""
+    auto_create_topics_enable: bool = False
+    """A Kafka client's Metadata request for a topic that does not exist creates it
+    (``default_num_partitions``, ``default_replication_factor`` of the controllers), as
+    Kafka's ``auto.create.topics.enable``. Off by default, unlike Kafka: a typo in a
+    producer's topic name should fail, not make a topic."""
     # Controller (Kafka's configs of the same names, dots as underscores).
     broker_session_timeout_ms: int = Field(default=9_000, ge=100)
     """A broker without a heartbeat for this long is fenced and loses its leaderships."""

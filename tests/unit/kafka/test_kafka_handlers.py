@@ -490,3 +490,83 @@ def test_join_with_kafkajs_assigner_name_is_answered_in_that_name(version: int) 
     assert _join(ctx(), version, "MyOwnAssigner").error_code == (
         ErrorCode.inconsistent_group_protocol
     )
+
+
+def _metadata_request(version: int, names: list[str], *, allow: bool) -> Any:
+    mod = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["x"])
+    return request(
+        3,
+        version,
+        topics=tuple(h.build(mod, "MetadataRequestTopic", name=n, topic_id=None) for n in names),
+        allow_auto_topic_creation=allow,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def _creating_ctx(created: list[Any], error: Exception | None = None) -> h.KafkaContext:
+    c = data_ctx()
+    c.auto_create_topics = True
+
+    async def execute(cmd: Any) -> Any:
+        created.append(cmd)
+        if error is not None:
+            raise error
+
+    c.execute = execute
+    return c
+
+
+@pytest.mark.parametrize("version", versions(3))
+def test_metadata_auto_creates_a_named_topic_when_enabled(version: int) -> None:
+    created: list[Any] = []
+    c = _creating_ctx(created)
+    req = _metadata_request(version, ["new", "new"], allow=True)
+    out = round_trip(3, version, asyncio.run(h.handle_metadata(c, version, req)))
+    # Once, with the cluster's defaults; the client asks again until it has a leader.
+    assert [(x.name, x.num_partitions, x.replication_factor) for x in created] == [
+        ("new", None, None)
+    ]
+    assert {(t.name, t.error_code) for t in out.topics} == {("new", ErrorCode.leader_not_available)}
+
+
+@pytest.mark.parametrize("version", [v for v in versions(3) if v >= 4])
+def test_metadata_creates_nothing_when_the_request_does_not_allow_it(version: int) -> None:
+    created: list[Any] = []
+    req = _metadata_request(version, ["new"], allow=False)
+    out = round_trip(
+        3, version, asyncio.run(h.handle_metadata(_creating_ctx(created), version, req))
+    )
+    assert created == []
+    assert [(t.name, t.error_code) for t in out.topics] == [
+        ("new", ErrorCode.unknown_topic_or_partition)
+    ]
+
+
+def test_metadata_creates_nothing_by_default_or_for_all_topics() -> None:
+    created: list[Any] = []
+    c = _creating_ctx(created)
+    c.auto_create_topics = False
+    asyncio.run(h.handle_metadata(c, 12, _metadata_request(12, ["new"], allow=True)))
+    c.auto_create_topics = True
+    every = request(
+        3,
+        12,
+        topics=None,
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    asyncio.run(h.handle_metadata(c, 12, every))
+    assert created == []
+
+
+def test_metadata_auto_create_refused_by_the_controller_answers_its_code() -> None:
+    from metalog.errors import InvalidTopicError, TopicExistsError
+
+    for error, code in [
+        (InvalidTopicError("bad name"), ErrorCode.invalid_topic_exception),
+        (TopicExistsError("raced"), ErrorCode.leader_not_available),
+    ]:
+        c = _creating_ctx([], error)
+        out = asyncio.run(h.handle_metadata(c, 12, _metadata_request(12, ["x"], allow=True)))
+        assert [(t.name, t.error_code) for t in out.topics] == [("x", code)]
