@@ -19,6 +19,10 @@ find offsets, through a consumer in a group rather than the AdminClient):
   stream  ``topic`` from the earliest offset, at most ``per_trigger`` records a micro-batch,
           into Parquet at ``out`` with the checkpoint ``checkpoint``, until caught up
           (``availableNow``); answers each micro-batch's input row count and the Parquet rows
+  pipe    ``topic`` from the earliest offset into the Kafka topic ``to`` (a streaming query
+          with Spark's Kafka sink, ``writeStream.format("kafka")``), each value upper-cased,
+          key and headers kept, with the checkpoint ``checkpoint``, until caught up; answers
+          each micro-batch's input row count
 """
 
 from __future__ import annotations
@@ -134,7 +138,32 @@ def stream(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"batches": batches, "rows": out}
 
 
-JOBS = {"read": read, "write": write, "stream": stream}
+def pipe(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
+    q = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", a["bootstrap"])
+        .option("subscribe", a["topic"])
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .load()
+        .selectExpr("key", "CAST(upper(CAST(value AS STRING)) AS BINARY) AS value", "headers")
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", a["bootstrap"])
+        .option("topic", a["to"])
+        .option("kafka.acks", "all")
+        .option("checkpointLocation", a["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    if not q.awaitTermination(120):
+        q.stop()
+        raise SystemExit("the streaming query did not catch up in 120 s")
+    if q.exception() is not None:
+        raise SystemExit(f"the streaming query failed: {q.exception()}")
+    return {"batches": [int(p["numInputRows"]) for p in q.recentProgress]}
+
+
+JOBS = {"read": read, "write": write, "stream": stream, "pipe": pipe}
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ from Maven Central for the installed PySpark; each Spark job runs in its own pro
 Fast: one Spark process reads (batch) what librdkafka wrote, with keys, values, headers,
 timestamps and offsets, by time and by an offset window, and writes records that librdkafka
 reads back. Extended: a streaming read in micro-batches into Parquet with a checkpoint, stopped
-and started again in a new process, resuming where it stopped; and the connector's older,
+and started again in a new process, resuming where it stopped; a streaming query writing to a
+Kafka topic through the connector's sink, restarted likewise; and the connector's older,
 consumer-based offset fetching (a group join).
 """
 
@@ -244,6 +245,61 @@ def test_spark_streaming_read_resumes_from_its_checkpoint(
         key=lambda r: (r["partition"], r["offset"]),
     )
     assert second["rows"] == want
+
+
+@pytest.mark.timeout(900)  # two Spark processes, one after the other
+def test_spark_streaming_query_writes_to_a_kafka_topic_and_resumes(
+    brokers: Brokers, connector: Path, tmp_path: Path
+) -> None:
+    """Spark's Kafka sink in a streaming query (``writeStream.format("kafka")``): what
+    librdkafka wrote to one topic, transformed, lands in another with keys and headers; a
+    restart from the checkpoint writes only what came after."""
+    bs = bootstrap(brokers)
+    create_topic(bs, "spark-pipe-in", 2)
+    create_topic(bs, "spark-pipe-out", 2)
+
+    def records(lo: int, hi: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "key": f"k{i}",
+                "value": f"event {i}",
+                "partition": i % 2,
+                "headers": [("i", str(i))],
+                "ts": TS0 + i,
+            }
+            for i in range(lo, hi)
+        ]
+
+    job = {
+        "bootstrap": bs,
+        "topic": "spark-pipe-in",
+        "to": "spark-pipe-out",
+        "checkpoint": str(tmp_path / "checkpoint"),
+    }
+    produce(bs, "spark-pipe-in", records(0, 20))
+    (first,) = spark(connector, [("pipe", job)], tmp_path)
+    assert sum(first["batches"]) == 20
+    produce(bs, "spark-pipe-in", records(20, 30))
+    (second,) = spark(connector, [("pipe", job)], tmp_path)
+    assert sum(second["batches"]) == 10  # from the checkpoint: nothing twice
+
+    c = CKConsumer({"bootstrap.servers": bs, "group.id": "unused", "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition("spark-pipe-out", p, 0) for p in range(2)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 31 and time.monotonic() < deadline:
+            m = c.poll(0.5 if len(got) < 30 else 2.0)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+    finally:
+        c.close()
+    # No partition column: the sink's producer partitions by key, as Kafka's default.
+    assert sorted(
+        (m.key().decode(), m.value().decode(), [[k, v.decode()] for k, v in m.headers()])
+        for m in got
+    ) == sorted((f"k{i}", f"EVENT {i}", [["i", str(i)]]) for i in range(30))
 
 
 def test_spark_batch_read_with_consumer_based_offset_fetching(
