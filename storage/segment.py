@@ -261,17 +261,33 @@ class Segment:
         self.scanned = True
         headers: list[BatchHeader] = []
         error: CorruptRecordError | None = None
+        positions: list[int] = []
+        before: list[int] = []  # the segment's next offset before each batch
         try:
             for pos, h in self.scan(0, verify=verify, end=end):
                 if h.base_offset < self.next_offset:
+                    if headers and _header_jumped(before[-1], headers[-1], h):
+                        # The previous batch's base offset is the damaged one (below).
+                        raise _CutEarlier(positions[-1], headers[-1], before[-1], h)
                     raise CorruptRecordError(
                         f"base offset {h.base_offset} does not follow offset "
                         f"{self.next_offset - 1}",
                         path=self.log.path,
                         position=pos,
                     )
+                positions.append(pos)
+                before.append(self.next_offset)
                 self._note_batch(pos, h, index_interval_bytes)
                 headers.append(h)
+        except _CutEarlier as cut:
+            headers, _ = self.recover(index_interval_bytes, verify=verify, end=cut.position)
+            error = CorruptRecordError(
+                f"base offset {cut.jumped.base_offset} jumps past offset {cut.expected - 1} and "
+                f"the next batch, at offset {cut.following.base_offset}, goes back: the "
+                f"jumping batch's base offset, outside its CRC, is damaged",
+                path=self.log.path,
+                position=cut.position,
+            )
         except CorruptRecordError as e:
             error = e
         return headers, error
@@ -679,3 +695,29 @@ class Segment:
 
 def _log_path(dir_path: str, base_offset: int) -> str:
     return os.path.join(dir_path, segment_name(base_offset) + LOG_SUFFIX)
+
+
+class _CutEarlier(Exception):
+    """``recover`` found that the batch before the one that broke the offset order is the
+    damaged one: it scans again up to ``position``."""
+
+    def __init__(
+        self, position: int, jumped: BatchHeader, expected: int, following: BatchHeader
+    ) -> None:
+        super().__init__(position)
+        self.position = position
+        self.jumped = jumped
+        self.expected = expected
+        self.following = following
+
+
+def _header_jumped(expected: int, prev: BatchHeader, nxt: BatchHeader) -> bool:
+    """A batch's base offset is outside its CRC (as in Kafka's format: the leader assigns
+    it after the producer computed the CRC), so one flipped bit there makes the batch start
+    past where the log was (a gap) and the next, undamaged batch then seems to go back.
+    Blaming the next one would keep the damaged batch and cut the good data after it, with
+    a log end that is wrong by the flipped bit (2^19 in the sweep run that found it): the
+    replica then looks longest to an unclean election. The pattern names the jumping batch:
+    it opened a gap over ``expected`` (where the log was before it) and the next batch
+    starts at or after ``expected``, continuing from before the jump."""
+    return prev.base_offset > expected and expected <= nxt.base_offset <= prev.last_offset

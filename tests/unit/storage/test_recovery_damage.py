@@ -195,3 +195,48 @@ def test_a_closed_segment_index_names_its_last_batch(tmp_path) -> None:
     again = Segment.open_existing(str(tmp_path), closed.base_offset, RealFileLayer())
     assert again.load_indexes(None) and again.next_offset == log.segments[1].base_offset
     again.close()
+
+
+def _flip_base_offset_bit(path: str, start: int, bit: int) -> None:
+    """Flip bit ``bit`` of a batch's base offset (big-endian, the header's first 8 bytes)."""
+    byte = 7 - bit // 8
+    with open(path, "r+b") as f:
+        f.seek(start + byte)
+        b = f.read(1)
+        f.seek(start + byte)
+        f.write(bytes([b[0] ^ (1 << (bit % 8))]))
+
+
+def test_a_base_offset_that_jumps_and_is_followed_back_is_the_damaged_batch(tmp_path) -> None:
+    # The sweep run of finding 16: bit 19 of the second batch's base offset, offset 1 read as
+    # 524289. Recovery blamed the third batch ("base offset 2 does not follow 524289"), kept
+    # the damaged one and opened the log at 524290, which then won an unclean election.
+    log = open_log(tmp_path)
+    for _ in range(6):
+        log.append(batch(), leader_epoch=0)
+    log.flush()
+    _unclean_reopen(tmp_path)
+    seg = os.path.join(tmp_path, "00000000000000000000.log")
+    at = _batch_starts(seg)[1]
+    _flip_base_offset_bit(seg, at, 19)
+    with pytest.raises(CorruptSegmentError, match=r"base offset 524289 jumps past offset 0") as e:
+        open_log(tmp_path)
+    assert (e.value.path, e.value.position, e.value.offset) == (seg, at, 1)
+    log = PartitionLog.open(str(tmp_path), allow_truncate_corrupt=True)
+    assert log.log_end_offset == 1 and offsets(log) == [0]  # refetches 1.. from its leader
+    assert log.recovery.lost_end_offset == 6
+
+
+def test_a_base_offset_flipped_down_is_still_blamed_on_its_own_batch(tmp_path) -> None:
+    # The other direction: the damaged batch itself goes back (offset 4 read as 0).
+    log = open_log(tmp_path)
+    for _ in range(6):
+        log.append(batch(), leader_epoch=0)
+    log.flush()
+    _unclean_reopen(tmp_path)
+    seg = os.path.join(tmp_path, "00000000000000000000.log")
+    at = _batch_starts(seg)[4]
+    _flip_base_offset_bit(seg, at, 2)
+    with pytest.raises(CorruptSegmentError, match=r"base offset 0 does not follow offset 3") as e:
+        open_log(tmp_path)
+    assert (e.value.position, e.value.offset) == (at, 4)
