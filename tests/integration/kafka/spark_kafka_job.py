@@ -19,6 +19,8 @@ find offsets, through a consumer in a group rather than the AdminClient):
   stream  ``topic`` from the earliest offset, at most ``per_trigger`` records a micro-batch,
           into Parquet at ``out`` with the checkpoint ``checkpoint``, until caught up
           (``availableNow``); answers each micro-batch's input row count and the Parquet rows
+  committed  every record of ``topic`` (batch) with ``kafka.isolation.level``
+          ``read_committed``: the values of committed transactions only
   pipe    ``topic`` from the earliest offset into the Kafka topic ``to`` (a streaming query
           with Spark's Kafka sink, ``writeStream.format("kafka")``), each value upper-cased,
           key and headers kept, with the checkpoint ``checkpoint``, until caught up; answers
@@ -138,6 +140,17 @@ def stream(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"batches": batches, "rows": out}
 
 
+def committed(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", a["bootstrap"])
+        .option("subscribe", a["topic"])
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    return {"values": sorted(r[0] for r in df.selectExpr("CAST(value AS STRING)").collect())}
+
+
 def pipe(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     q = (
         spark.readStream.format("kafka")
@@ -163,7 +176,7 @@ def pipe(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"batches": [int(p["numInputRows"]) for p in q.recentProgress]}
 
 
-JOBS = {"read": read, "write": write, "stream": stream, "pipe": pipe}
+JOBS = {"read": read, "write": write, "stream": stream, "pipe": pipe, "committed": committed}
 
 
 def main() -> None:

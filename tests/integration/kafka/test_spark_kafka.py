@@ -11,7 +11,8 @@ Fast: one Spark process reads (batch) what librdkafka wrote, with keys, values, 
 timestamps and offsets, by time and by an offset window, and writes records that librdkafka
 reads back. Extended: a streaming read in micro-batches into Parquet with a checkpoint, stopped
 and started again in a new process, resuming where it stopped; a streaming query writing to a
-Kafka topic through the connector's sink, restarted likewise; and the connector's older,
+Kafka topic through the connector's sink, restarted likewise; a read at read_committed of
+committed and aborted transactions; and the connector's older,
 consumer-based offset fetching (a group join).
 """
 
@@ -300,6 +301,29 @@ def test_spark_streaming_query_writes_to_a_kafka_topic_and_resumes(
         (m.key().decode(), m.value().decode(), [[k, v.decode()] for k, v in m.headers()])
         for m in got
     ) == sorted((f"k{i}", f"EVENT {i}", [["i", str(i)]]) for i in range(30))
+
+
+def test_spark_reads_only_committed_transactions_at_read_committed(
+    brokers: Brokers, connector: Path, tmp_path: Path
+) -> None:
+    """A librdkafka transactional producer commits one transaction and aborts another; the
+    connector with ``kafka.isolation.level=read_committed`` reads the committed records
+    only (the last stable offset and the aborted transactions of Fetch v4+)."""
+    bs = bootstrap(brokers)
+    create_topic(bs, "spark-txn", 2)
+    p = CKProducer({"bootstrap.servers": bs, "transactional.id": "spark-txn-writer"})
+    p.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(4):
+            p.produce("spark-txn", value=f"{outcome}-{i}".encode(), partition=i % 2)
+        p.flush(30)
+        if outcome == "commit":
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    (got,) = spark(connector, [("committed", {"bootstrap": bs, "topic": "spark-txn"})], tmp_path)
+    assert got["values"] == sorted([f"commit-{i}" for i in range(4)] * 2)
 
 
 def test_spark_batch_read_with_consumer_based_offset_fetching(
