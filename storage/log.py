@@ -128,7 +128,7 @@ from storage.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from storage.fileio import Buffer, FileHandle, FileLayer, FsyncError, default_file_layer
+from storage.fileio import Buffer, FileLayer, FsyncError, default_file_layer
 from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
 from storage.segment import (
     CLEANED_SUFFIX,
@@ -153,6 +153,10 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 """``offset_for_timestamp(LATEST_TIMESTAMP)`` is the log end offset (Kafka's -1)."""
 
+ZERO_COPY_BATCHES_MAX = 64
+"""``read_range`` walks at most this many batch headers (one ``pread`` each, for batches
+above a page); a range of more, smaller batches is cheaper to read whole."""
+
 _STAMP_PREFIX_BYTES = LEADER_EPOCH_OFFSET + 4  # base_offset, batch_length, leader_epoch
 
 
@@ -164,17 +168,46 @@ class ReadResult(NamedTuple):
     log_end_offset: int
 
 
-class FileRange(NamedTuple):
-    """Where ``read``'s bytes lie in a segment file, for ``os.sendfile`` (zero copy)."""
+@dataclass(eq=False)
+class FileRange:
+    """Whole Kafka batches as they lie in a segment file, for ``os.sendfile`` (zero copy).
 
-    handle: FileHandle
-    """``handle.fileno()`` is the descriptor on the real file layer (None on the lazy one:
-    use ``handle.pread``). Valid until the next retention or compaction pass retires the
-    segment: send promptly."""
+    ``fd`` is a duplicate of the segment file's descriptor, owned by the range: the bytes
+    stay what they were when the range was taken if the segment is deleted (retention,
+    DeleteRecords) or replaced (compaction) before they are sent, as a deleted file lives
+    on while a descriptor names it. Only a truncation of the same file (the active
+    segment's, which cuts above the high watermark only, or an unclean election's) can
+    shorten it under the sender: ``os.sendfile`` then stops short, and the sender must not
+    pretend otherwise. ``close()`` it (``with`` does); ``len()`` is ``size_bytes``."""
+
+    fd: int
     position: int
     size_bytes: int
+    records: int
+    """Records in the range's batches (their headers' counts)."""
+    next_offset: int
+    """The offset after the range's last batch."""
     log_start_offset: int
     log_end_offset: int
+
+    def __len__(self) -> int:
+        return self.size_bytes
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __enter__(self) -> FileRange:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A safety net only: every holder closes its ranges (a leaked one would keep a
+        # deleted segment's disk space until the process ends).
+        self.close()
 
 
 class LogTruncatedError(StorageError):
@@ -984,20 +1017,55 @@ class PartitionLog:
         self.log_dir.report_corruption(corrupt)
         raise corrupt
 
-    def read_range(self, offset: int, max_bytes: int) -> FileRange | None:
-        """Where ``read(offset, max_bytes)`` would read from, without reading it (for
-        ``os.sendfile``); None at the log end. Same rules and errors as ``read``."""
+    def read_range(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        batches_max: int = ZERO_COPY_BATCHES_MAX,
+    ) -> FileRange | None:
+        """Where the Kafka batches ``read(offset, max_bytes, max_offset=...)`` would return
+        lie, without reading them: for ``os.sendfile``. The same batches as ``read`` up to
+        the first batch that is not Kafka's (magic 2), which ends the range, from batch
+        headers alone (``Segment.kafka_span``), with the segment's file held open
+        (``FileRange``). ``OffsetOutOfRangeError`` as ``read``.
+
+        None, so that the caller reads (and converts) the bytes instead: at the log end or
+        nothing below ``max_offset``, a first batch that is Longboat's (msgpack) or not
+        shaped right (``read`` then says why), more than ``batches_max`` batches, or a file
+        layer without descriptors (the lazy one of the fault suite).
+
+        Not checked: the CRCs (that would read the bytes). A Kafka client checks them
+        itself (the Java client always, librdkafka with ``check.crcs``), as it does against
+        Kafka, which serves fetches the same way."""
+        self.log_dir.check_or_raise()
         with self._lock:
             lso, leo, segs = self._lso, self._leo, list(self._segments)
         if offset < lso or offset > leo:
             raise OffsetOutOfRangeError(offset, lso, leo)
         i = max(0, bisect_right(segs, offset, key=_base_offset) - 1)
         for seg in segs[i:]:
-            loc = seg.locate(offset)
-            if loc is not None:
-                pos, size, _ = loc
-                end = seg.read_end(pos, size, max_bytes)
-                return FileRange(seg.log, pos, end - pos, lso, leo)
+            try:
+                loc = seg.locate(offset)
+                if loc is None:
+                    continue
+                span = seg.kafka_span(loc[0], max_bytes, max_offset, batches_max)
+                if span is None:
+                    return None
+                with self._lock:
+                    # Under the lock: a retired segment's handle is closed under it too,
+                    # so the descriptor duplicated is this file's, never a reused number.
+                    fileno = seg.log.fileno()
+                    if fileno is None:
+                        return None
+                    fd = os.dup(fileno)
+            except (OSError, ValueError):
+                # A segment retired and closed under us (or an I/O error): ``read`` copes
+                # (retries, or takes the directory offline).
+                return None
+            end, records, next_offset = span
+            return FileRange(fd, loc[0], end - loc[0], records, next_offset, lso, leo)
         return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:

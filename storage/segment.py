@@ -66,6 +66,8 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
 _WALK = struct.Struct(">qiiBIhi")
 """base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta"""
+_RECORD_COUNT = struct.Struct(">i")
+_RECORD_COUNT_AT = 57
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35
 _NO_SIZE_LIMIT = 1 << 62
@@ -478,6 +480,56 @@ class Segment:
             return self.size_bytes
         i = bisect_right(self.index.positions, limit) - 1
         return max(self.index.positions[i] if i >= 0 else 0, position + first_size)
+
+    def kafka_span(
+        self, position: int, max_bytes: int, max_offset: int | None, batches_max: int
+    ) -> tuple[int, int, int] | None:
+        """``(end, records, next_offset)`` of the Kafka batches (magic 2) from the batch at
+        ``position`` that a read would return, found from their headers alone (no CRC pass:
+        the bytes are not read): the first always (unless it reaches ``max_offset``), more
+        while within ``max_bytes``, wholly below ``max_offset`` and shaped right (a known
+        magic, a length inside the segment, offsets increasing inside it). It stops before
+        the first batch that is not Kafka's or not shaped right. None when the first one
+        is not served so, or when more than ``batches_max`` batches would be walked
+        (small batches: reading them whole is cheaper than a header read each)."""
+        size = self.size_bytes
+        limit = position + max_bytes
+        pos = position
+        records = 0
+        prev_end = self.base_offset
+        next_offset = self.next_offset
+        buf = b""
+        buf_at = pos
+        walked = 0
+        while size - pos >= HEADER_SIZE:
+            rel = pos - buf_at
+            if len(buf) - rel < HEADER_SIZE:
+                buf = self.log.pread(min(_PAGE_BYTES, size - pos), pos)
+                buf_at, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    break
+            base, length, _, magic, _, _, delta = _WALK.unpack_from(buf, rel)
+            end = pos + length + LOG_OVERHEAD
+            if (
+                magic != MAGIC_KAFKA
+                or not pos + HEADER_SIZE <= end <= size
+                or base < prev_end
+                or delta < 0
+                or base + delta >= next_offset
+                or (max_offset is not None and base + delta >= max_offset)
+                or (pos > position and end > limit)
+            ):
+                break
+            walked += 1
+            if walked > batches_max:
+                return None
+            (count,) = _RECORD_COUNT.unpack_from(buf, rel + _RECORD_COUNT_AT)
+            records += count
+            prev_end = base + delta + 1
+            pos = end
+        if pos == position:
+            return None
+        return pos, records, prev_end
 
     def batch_header_at(self, position: int) -> BatchHeader:
         return parse_header(self.log.pread(HEADER_SIZE, position))

@@ -376,14 +376,3 @@ def test_segment_header_fields_stay_valid_after_stamp(tmp_path) -> None:
     log.append(raw, leader_epoch=2)
     h = parse_header(log.read(0, 100).data)
     assert (h.base_offset, h.leader_epoch) == (0, 2)
-
-
-def test_read_range_locates_the_same_bytes_for_sendfile(tmp_path) -> None:
-    log = open_log(tmp_path, **{"index.interval.bytes": "0"})
-    for _ in range(6):
-        log.append(batch(3), leader_epoch=0)
-    rng = log.read_range(7, 2 * len(batch(3)))
-    assert rng is not None and rng.handle.fileno() is not None
-    data = os.pread(rng.handle.fileno(), rng.size_bytes, rng.position)
-    assert data == log.read(7, 2 * len(batch(3))).data
-    assert log.read_range(18, 100) is None
