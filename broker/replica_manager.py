@@ -104,7 +104,7 @@ from storage.batch import (
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from storage.group_commit import GroupCommitter
-from storage.log import LogTruncatedError, PartitionLog
+from storage.log import FileRange, LogTruncatedError, PartitionLog
 from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
 from storage.page_cache import PageCacheTrimmer
 from storage.txn import ControlMarker, decode_marker, encode_marker_batch, read_committed_view
@@ -1204,6 +1204,7 @@ class ReplicaManager:
         isolation_level: str = READ_UNCOMMITTED,
         filter_aborted: bool = True,
         log_start_offset: int = -1,
+        file_range: bool = False,
     ) -> dict[str, Any]:
         """A follower's (``replica_id`` >= 0) or a consumer's (-1) fetch, long-polling up to
         ``max_wait_ms`` for ``min_bytes`` (followers also return early when the HW passes
@@ -1214,7 +1215,12 @@ class ReplicaManager:
         carries ``aborted_transactions`` ([producer_id, first_offset] of each aborted
         transaction with data in the range read, as Kafka's FetchResponse); with
         ``filter_aborted`` (all but the Kafka listener, whose clients filter themselves) the
-        batches of those transactions are emptied (``storage.txn.read_committed_view``)."""
+        batches of those transactions are emptied (``storage.txn.read_committed_view``).
+
+        ``file_range`` (a consumer's fetch without ``filter_aborted``: the Kafka listener's
+        zero-copy path): ``records`` is a ``storage.log.FileRange`` where the log allows one
+        (``PartitionLog.read_range``: Kafka batches as stored), which the caller must
+        close; otherwise the bytes, as without it."""
         if replica_id == DEBUG_REPLICA_ID:
             return self._debug_fetch(topic, partition, fetch_offset, max_bytes)
         rep, leader = self._leading(topic, partition)
@@ -1241,11 +1247,17 @@ class ReplicaManager:
             hw = leader.high_watermark
             if isolation_level == READ_COMMITTED and not is_follower:
                 hw = rep.producers.last_stable_offset(hw)
-            data = rep.log.read(
-                fetch_offset, max_bytes, max_offset=None if is_follower else hw
-            ).data
+            data: bytes | FileRange | None = None
+            if file_range and not is_follower and not filter_aborted:
+                data = rep.log.read_range(fetch_offset, max_bytes, max_offset=hw)
+            if data is None:
+                data = rep.log.read(
+                    fetch_offset, max_bytes, max_offset=None if is_follower else hw
+                ).data
             if len(data) >= max(min_bytes, 1) or (is_follower and hw > high_watermark):
                 break
+            if isinstance(data, FileRange):
+                data.close()
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -1256,7 +1268,9 @@ class ReplicaManager:
         else:
             rep.traffic.fetch_requests += 1
             rep.traffic.bytes_out += len(data)
-            rep.traffic.records_out += count_records(data)
+            rep.traffic.records_out += (
+                data.records if isinstance(data, FileRange) else count_records(data)
+            )
         if isolation_level == READ_COMMITTED and not is_follower:
             return self._committed_answer(rep, fetch_offset, data, filter_aborted)
         return self._fetch_answer(rep, data)
@@ -1391,13 +1405,17 @@ class ReplicaManager:
         return out
 
     def _committed_answer(
-        self, rep: Replica, fetch_offset: int, data: bytes, filter_aborted: bool
+        self, rep: Replica, fetch_offset: int, data: bytes | FileRange, filter_aborted: bool
     ) -> dict[str, Any]:
-        end = fetch_offset
-        for _, h in iter_batches(data, verify=False):
-            end = h.next_offset
+        if isinstance(data, FileRange):
+            end = data.next_offset
+        else:
+            end = fetch_offset
+            for _, h in iter_batches(data, verify=False):
+                end = h.next_offset
         aborted = rep.log.aborted_txns_in(fetch_offset, end)
         if filter_aborted:
+            assert not isinstance(data, FileRange)
             data = read_committed_view(data, aborted)
         out = self._fetch_answer(rep, data)
         out["aborted_transactions"] = [[a.producer_id, a.first_offset] for a in aborted]
@@ -1423,7 +1441,7 @@ class ReplicaManager:
         }
 
     def _fetch_answer(
-        self, rep: Replica, data: bytes, diverging: tuple[int, int] | None = None
+        self, rep: Replica, data: bytes | FileRange, diverging: tuple[int, int] | None = None
     ) -> dict[str, Any]:
         assert rep.leader is not None
         return {

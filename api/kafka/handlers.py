@@ -56,6 +56,7 @@ from kio.static.primitive import i32
 
 from api.kafka.protocol import build, error_code, response_module
 from api.kafka.security import allowed, may_create_topic, may_get_producer_id
+from api.kafka.zerocopy import PlannedResponse, new_sentinel
 from broker.errors import BrokerError
 from broker.group_coordinator import OFFSETS_TOPIC, CoordinatorError, GroupCoordinator
 from broker.groups.group import (
@@ -79,6 +80,7 @@ from metalog.records import BrokerId, TopicId
 from metalog.security import Operation, ResourceType
 from storage.batch import MAGIC_KAFKA, as_kafka_batch, decode_records, iter_batches
 from storage.errors import StorageError
+from storage.log import FileRange
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,9 @@ class KafkaContext:
     """``auto_create_topics_enable``: a Metadata request naming a topic that does not exist
     creates it with the cluster's defaults (when the request allows it, v4+, and the
     principal may CREATE it), as Kafka's ``auto.create.topics.enable``."""
+    fetch_zero_copy: bool = False
+    """Fetch answers carry Kafka batches as ranges of the segment files, sent with
+    ``os.sendfile`` (``api.kafka.zerocopy``); the listener sets it on plaintext only."""
     group_metadata: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
     """(group, member) -> (protocol name, metadata) of members that joined here, for the
     group leader's JoinGroup answer. Only the coordinator hears joins, so it is complete
@@ -402,6 +407,9 @@ def kafka_records(data: bytes) -> bytes:
 
 
 async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
+    """The Fetch answer: a body, or with ``ctx.fetch_zero_copy`` a ``PlannedResponse`` when
+    some partition's records are a file range (Kafka batches as stored: no conversion, and
+    the read_committed aborted list is metadata beside them)."""
     mod = response_module(1, version)
     max_wait_ms = min(max(int(req.max_wait.total_seconds() * 1000), 0), ctx.fetch_wait_ms_max)
     min_bytes = max(int(req.min_bytes), 0)
@@ -420,30 +428,35 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     async def read_all(wait_ms: int) -> list[tuple[str, Any, ErrorCode, dict[str, Any]]]:
         out: list[tuple[str, Any, ErrorCode, dict[str, Any]]] = []
         left = total_max
-        for topic, p in wanted:
-            if left <= 0 and any(len(a.get("records") or b"") for *_, a in out):
-                out.append((topic, p, ErrorCode.none, _no_data(ctx, topic, int(p.partition))))
-                continue
-            try:
-                ans = await ctx.replicas.fetch(
-                    topic=topic,
-                    partition=int(p.partition),
-                    replica_id=-1,
-                    fetch_offset=int(p.fetch_offset),
-                    leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
-                    last_fetched_epoch=-1,
-                    max_bytes=max(min(int(p.partition_max_bytes), max(left, 1)), 1),
-                    max_wait_ms=wait_ms,
-                    min_bytes=1,
-                    high_watermark=-1,
-                    broker_epoch=-1,
-                    isolation_level=isolation,
-                    filter_aborted=False,
-                )
-                left -= len(ans.get("records") or b"")
-                out.append((topic, p, ErrorCode.none, ans))
-            except (BrokerError, StorageError) as e:
-                out.append((topic, p, _code(e), {}))
+        try:
+            for topic, p in wanted:
+                if left <= 0 and any(len(a.get("records") or b"") for *_, a in out):
+                    out.append((topic, p, ErrorCode.none, _no_data(ctx, topic, int(p.partition))))
+                    continue
+                try:
+                    ans = await ctx.replicas.fetch(
+                        topic=topic,
+                        partition=int(p.partition),
+                        replica_id=-1,
+                        fetch_offset=int(p.fetch_offset),
+                        leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                        last_fetched_epoch=-1,
+                        max_bytes=max(min(int(p.partition_max_bytes), max(left, 1)), 1),
+                        max_wait_ms=wait_ms,
+                        min_bytes=1,
+                        high_watermark=-1,
+                        broker_epoch=-1,
+                        isolation_level=isolation,
+                        filter_aborted=False,
+                        file_range=ctx.fetch_zero_copy,
+                    )
+                    left -= len(ans.get("records") or b"")
+                    out.append((topic, p, ErrorCode.none, ans))
+                except (BrokerError, StorageError) as e:
+                    out.append((topic, p, _code(e), {}))
+        except BaseException:
+            _close_ranges(out)
+            raise
         return out
 
     results = await read_all(0)
@@ -454,42 +467,65 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
         and wanted
         and all(e == ErrorCode.none for _, _, e, _ in results)
     ):
+        _close_ranges(results)
         await _wait_any(ctx, wanted, deadline, isolation)
         results = await read_all(0)
     results += [(t, p, ErrorCode.topic_authorization_failed, {}) for t, p in denied]
-    topics: dict[str, list[Any]] = {}
-    for topic, p, err, ans in results:
-        hw = int(ans.get("high_watermark", -1)) if ans else -1
-        topics.setdefault(topic, []).append(
-            build(
-                mod,
-                "PartitionData",
-                partition_index=p.partition,
-                error_code=err,
-                high_watermark=hw,
-                last_stable_offset=int(ans.get("last_stable_offset", hw)) if ans else -1,
-                log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
-                aborted_transactions=tuple(
-                    build(mod, "AbortedTransaction", producer_id=pid, first_offset=first)
-                    for pid, first in (ans.get("aborted_transactions") or ())
+    plan = PlannedResponse(None)
+    try:
+        topics: dict[str, list[Any]] = {}
+        for topic, p, err, ans in results:
+            hw = int(ans.get("high_watermark", -1)) if ans else -1
+            recs = ans.get("records") if ans else None
+            if isinstance(recs, FileRange):
+                records = new_sentinel()
+                plan.ranges[records] = recs
+            else:
+                records = kafka_records(bytes(recs or b""))
+            topics.setdefault(topic, []).append(
+                build(
+                    mod,
+                    "PartitionData",
+                    partition_index=p.partition,
+                    error_code=err,
+                    high_watermark=hw,
+                    last_stable_offset=int(ans.get("last_stable_offset", hw)) if ans else -1,
+                    log_start_offset=int(ans.get("log_start_offset", -1)) if ans else -1,
+                    aborted_transactions=tuple(
+                        build(mod, "AbortedTransaction", producer_id=pid, first_offset=first)
+                        for pid, first in (ans.get("aborted_transactions") or ())
+                    )
+                    if isolation == READ_COMMITTED
+                    else None,
+                    preferred_read_replica=-1,
+                    records=records,
                 )
-                if isolation == READ_COMMITTED
-                else None,
-                preferred_read_replica=-1,
-                records=kafka_records(bytes(ans.get("records") or b"")) if ans else b"",
             )
+        body = build(
+            mod,
+            "FetchResponse",
+            throttle_time=ZERO_MS,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(
+                build(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
         )
-    return build(
-        mod,
-        "FetchResponse",
-        throttle_time=ZERO_MS,
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(
-            build(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps))
-            for t, ps in topics.items()
-        ),
-    )
+    except BaseException:
+        _close_ranges(results)
+        raise
+    if plan.ranges:
+        plan.body = body
+        return plan
+    return body
+
+
+def _close_ranges(results: list[tuple[str, Any, ErrorCode, dict[str, Any]]]) -> None:
+    for *_, ans in results:
+        recs = ans.get("records") if ans else None
+        if isinstance(recs, FileRange):
+            recs.close()
 
 
 def _no_data(ctx: KafkaContext, topic: str, partition: int) -> dict[str, Any]:

@@ -240,6 +240,10 @@ class NodeConfig(BaseModel):
     (``default_num_partitions``, ``default_replication_factor`` of the controllers), as
     Kafka's ``auto.create.topics.enable``. Off by default, unlike Kafka: a typo in a
     producer's topic name should fail, not make a topic."""
+    kafka_fetch_zero_copy: bool = True
+    """Plaintext Kafka listeners send a Fetch answer's stored Kafka batches with
+    ``os.sendfile`` from the segment files (``api.kafka.zerocopy``); false copies them
+    through the process, as TLS listeners always do."""
     # Controller (Kafka's configs of the same names, dots as underscores).
     broker_session_timeout_ms: int = Field(default=9_000, ge=100)
     """A broker without a heartbeat for this long is fenced and loses its leaderships."""

@@ -155,6 +155,7 @@ def kafka_listeners(
                 KafkaListener(
                     lctx,
                     request_bytes_max=config.kafka_request_bytes_max,
+                    fetch_zero_copy=config.kafka_fetch_zero_copy,
                     connections_max=config.http_connections_max,
                     security=listener_security(spec, auth, authorizer),
                 ),
