@@ -87,6 +87,7 @@ def add_public_routes(app: web.Application, srv: Any) -> HttpContext:
             lambda: (
                 None if srv.replicas.page_cache is None else srv.replicas.page_cache.bytes_asked
             ),
+            lambda: None if srv.kafka is None else srv.kafka.sendfile_stats(),
         )
     )
     per_partition = config.metrics_per_partition

@@ -228,12 +228,27 @@ def event_counters(
     router_stats: Callable[[], tuple[int, int]],
     lane_stats: Callable[[], tuple[int, int, int]] | None = None,
     page_cache_asked: Callable[[], int | None] = lambda: None,
+    kafka_sendfile: Callable[[], tuple[int, int] | None] = lambda: None,
 ) -> EventCounters:
     """The router's forwards and retries, the produce lanes (``broker.produce_lanes``:
-    created, dropped, batches without a producer id), and the bytes of log asked out of
-    the page cache (``storage.page_cache``; absent when that is off)."""
+    created, dropped, batches without a producer id), the bytes of log asked out of
+    the page cache (``storage.page_cache``; absent when that is off), and the Kafka
+    listeners' zero-copy Fetch answers (responses, record bytes; absent without a Kafka
+    listener)."""
 
     def fn() -> Iterable[tuple[str, str, float]]:
+        zero_copy = kafka_sendfile()
+        if zero_copy is not None:
+            yield (
+                "longboat_kafka_sendfile_responses",
+                "Kafka Fetch answers whose records went out by sendfile from segment files",
+                zero_copy[0],
+            )
+            yield (
+                "longboat_kafka_sendfile_bytes",
+                "Record bytes Kafka Fetch answers sent by sendfile from segment files",
+                zero_copy[1],
+            )
         asked = page_cache_asked()
         if asked is not None:
             yield (

@@ -131,6 +131,13 @@ class KafkaListeners:
         for _spec, listener in self.listeners:
             await listener.close()
 
+    def sendfile_stats(self) -> tuple[int, int]:
+        """Zero-copy Fetch answers and their record bytes, over every listener."""
+        return (
+            sum(lst.sendfile_responses for _, lst in self.listeners),
+            sum(lst.sendfile_bytes for _, lst in self.listeners),
+        )
+
     @property
     def ports(self) -> dict[str, int]:
         return {spec.name: listener.port for spec, listener in self.listeners}
