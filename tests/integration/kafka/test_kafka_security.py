@@ -488,3 +488,29 @@ def test_a_wrong_password_is_an_authentication_error(sec: Secure) -> None:
     with urllib.request.urlopen(sec.b.url(B) + "/metrics", timeout=5, context=sec.b.ssl) as r:
         metrics = r.read().decode()
     assert 'longboat_failed_logins{listener="KAFKA"}' in metrics
+
+
+def _sendfile_responses(sec: Secure) -> float:
+    with urllib.request.urlopen(sec.b.url(B) + "/metrics", timeout=10, context=sec.b.ssl) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("longboat_kafka_sendfile_responses_total "):
+            return float(line.split()[1])
+    raise AssertionError("longboat_kafka_sendfile_responses is not on /metrics")
+
+
+def test_tls_listeners_copy_fetch_answers_and_plaintext_ones_send_them_from_the_file(
+    sec: Secure,
+) -> None:
+    # TLS cannot sendfile (the bytes are encrypted in the process): SASL_SSL answers are
+    # copied; the same records over SASL_PLAINTEXT go from the segment file (zero copy).
+    tls = sec.sasl("alice", "SCRAM-SHA-512", "KAFKA")
+    values = [b"zero-copy-%d" % i for i in range(20)]
+    before = sec.end_offset("orders")
+    assert produce(tls, "orders", values) == [None] * 20
+    sent = _sendfile_responses(sec)
+    assert read_assigned(tls, "orders", before + 20)[-20:] == values
+    assert _sendfile_responses(sec) == sent
+    plain = sec.sasl("alice", "SCRAM-SHA-512", "KAFKA_SASL_PLAINTEXT")
+    assert read_assigned(plain, "orders", before + 20)[-20:] == values
+    assert _sendfile_responses(sec) > sent

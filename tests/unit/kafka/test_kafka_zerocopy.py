@@ -13,14 +13,17 @@ import asyncio
 import dataclasses
 import datetime
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from api.kafka import handlers as h
+from api.kafka import server as server_mod
 from api.kafka.protocol import SUPPORTED, encode_response, is_flexible
 from api.kafka.zerocopy import PlannedResponse, frame_size, splice
 from metalog.image import MetadataImage
@@ -164,3 +167,86 @@ def test_ranges_of_an_answer_dropped_for_the_long_poll_are_closed(tmp_path: Path
     assert all(r.fd == -1 for r in reps.opened[:-1])
     planned.close()
     assert reps.opened[-1].fd == -1
+
+
+# ------------------------------------------------------------------ the listener's shell
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_bytes_and_ranges_reach_a_slow_reader_in_order(
+    tmp_path: Path, loop_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transport's bytes first (drained), then the range by sendfile, waiting for
+    room as the reader lags, then the bytes after: on the stock loop and on uvloop."""
+    payload = os.urandom(3 << 20)
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"x" * 100 + payload)
+    head, tail = b"H" * (8 << 20), b"T" * 10
+
+    async def main() -> bytes:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def serve(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            rng = FileRange(os.open(path, os.O_RDONLY), 100, len(payload), 0, 0, 0, 0)
+            try:
+                w.transport.write(head)  # more than the socket takes at once
+                held.append(w.transport.get_write_buffer_size())
+                await server_mod._drained(w)
+                assert w.transport.get_write_buffer_size() == 0
+                await server_mod._sendfile(w.transport.get_extra_info("socket").fileno(), rng)
+                w.transport.write(tail)
+                await w.drain()
+                done.set_result(None)
+            finally:
+                rng.close()
+                w.close()
+
+        srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        got = bytearray()
+        while True:
+            chunk = await r.read(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+            if len(got) < 1 << 20:
+                await asyncio.sleep(0.001)  # slow at first: the sender must wait for room
+        await done
+        w.close()
+        srv.close()
+        return bytes(got)
+
+    held: list[int] = []
+    waits = 0
+    writable = server_mod._writable
+
+    async def counted(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        nonlocal waits
+        waits += 1
+        await writable(loop, fd)
+
+    monkeypatch.setattr(server_mod, "_writable", counted)
+    got = uvloop.run(main()) if loop_name == "uvloop" else asyncio.run(main())
+    assert got == head + payload + tail
+    assert held[0] > 0 and waits > 0  # both waits were taken, not skipped
+
+
+def test_a_range_whose_file_was_cut_short_is_not_pretended_sent(tmp_path: Path) -> None:
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"y" * 5000)
+    rng = FileRange(os.open(path, os.O_RDONLY), 0, 5000, 0, 0, 0, 0)
+    os.truncate(path, 3000)  # as a truncation of the active segment would
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        try:
+            await server_mod._sendfile(a.fileno(), rng)
+        finally:
+            a.close()
+            b.close()
+
+    with pytest.raises(server_mod.RangeCutShortError, match="2000 bytes before"):
+        asyncio.run(main())
+    rng.close()
