@@ -36,6 +36,7 @@ BENCHMARKS = (
     "kafka_protocol.py",
     "transactions.py",
     "replication_partitions.py",
+    "kafka_fetch.py",
 )
 """Every benchmark in this folder, cheapest first. The rest are helpers (``_*.py``) and the
 per-process servers the benchmarks start (``*_server.py``)."""

@@ -130,6 +130,10 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "replication.acks_all_wide": True,
         "replication.catch_up_wide": False,
     },
+    "kafka_fetch.py": {
+        "kafka_fetch.consume_mb": True,
+        "kafka_fetch.broker_cpu_s_per_gb": True,
+    },
 }
 
 LATENCY_UNITS = {"ms", "us", "s"}
@@ -197,6 +201,7 @@ EXTENDED = {
     "spark_read.py",
     "groups.py",
     "replication_partitions.py",
+    "kafka_fetch.py",
 }
 
 
