@@ -61,7 +61,8 @@ appends, reads, flushes and truncations with ``LogDirOfflineError`` and ``flushe
 never moves again (after a failed fsync a later one may succeed without the lost pages).
 ENOSPC or EDQUOT on a write cuts the partial batch off again and refuses the append with
 ``OutOfSpaceError``; the directory stays online and appends work once space is freed.
-A read never returns a batch that fails its CRC: the first bad batch ends the read (an
+A read never returns a batch that fails its CRC (``read_range``, which hands out a file range
+for ``sendfile`` without reading it, checks headers only): the first bad batch ends the read (an
 error if it is the first), and the log raises ``CorruptSegmentError`` and tells the
 directory's corruption listeners, unless the index was what was wrong (then it is rebuilt).
 

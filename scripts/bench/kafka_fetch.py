@@ -52,11 +52,12 @@ def kcat_path() -> str:
     return path
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process (fields 14 and 15 of /proc/PID/stat, in ticks)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU-seconds of one process (fields 14 and 15 of /proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def end_offset_sum(bootstrap: str) -> int:
@@ -121,8 +122,9 @@ def fill(bootstrap: str, records: Path, n: int) -> None:
         raise RuntimeError(f"{end_offset_sum(bootstrap)} of {n} records landed")
 
 
-def read_all(bootstrap: str, n: int, pid: int) -> tuple[float, float]:
-    """(seconds, broker CPU-seconds) of kcat reading n records from the start."""
+def read_all(bootstrap: str, n: int, pid: int) -> tuple[float, float, float]:
+    """(seconds, broker user and system CPU-seconds) of kcat reading n records from the
+    start."""
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     out = subprocess.run(
         [
@@ -147,11 +149,11 @@ def read_all(bootstrap: str, n: int, pid: int) -> tuple[float, float]:
         capture_output=True,
         timeout=1800,
     )
-    dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    dt, cpu1 = time.perf_counter() - t0, cpu_seconds(pid)
     got = out.stdout.count(b"\n")
     if got < n:
         raise RuntimeError(f"read {got} of {n}")
-    return dt, cpu
+    return dt, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
 
 
 def main() -> int:
@@ -194,10 +196,13 @@ def main() -> int:
                 wait_leaders(boot)
                 way = "zero copy" if zero_copy else "copy"
                 progress(f"turn {turn + 1}: kcat reads {n} records, {way}")
-                dt, c = read_all(boot, n, brokers.procs[BROKER].pid)
+                dt, user, system = read_all(boot, n, brokers.procs[BROKER].pid)
                 seconds[zero_copy].append(dt)
-                cpu[zero_copy].append(c)
-                progress(f"  {total / dt / 1e6:.0f} MB/s, broker {c:.2f} CPU-s")
+                cpu[zero_copy].append(user + system)
+                progress(
+                    f"  {total / dt / 1e6:.0f} MB/s, broker CPU-s {user + system:.2f} "
+                    f"(user {user:.2f}, system {system:.2f})"
+                )
     finally:
         brokers.stop_all()
         q.stop_all()
