@@ -269,26 +269,9 @@ class KafkaListener:
                 await writer.drain()
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list[Part]) -> None:
-        """One response of bytes and file ranges, in order (plaintext only); the ranges
-        are closed whatever happens."""
-        try:
-            transport = writer.transport
-            sock_fd = transport.get_extra_info("socket").fileno()
-            sent = 0
-            for part in parts:
-                if isinstance(part, FileRange):
-                    await _drained(writer)
-                    await _sendfile(sock_fd, part)
-                    sent += part.size_bytes
-                else:
-                    transport.write(part)
-            self.sendfile_responses += 1
-            self.sendfile_bytes += sent
-            await writer.drain()
-        finally:
-            for part in parts:
-                if isinstance(part, FileRange):
-                    part.close()
+        sent = await send_parts(writer, parts)
+        self.sendfile_responses += 1
+        self.sendfile_bytes += sent
 
     async def handle_frame(
         self, frame: bytes, conn: _Conn | None = None
@@ -440,6 +423,36 @@ class KafkaListener:
         return _SIZE.pack(len(out)) + out
 
 
+async def send_parts(writer: asyncio.StreamWriter, parts: list[Part]) -> int:
+    """One response of bytes and file ranges, in order, on a plaintext connection; the
+    record bytes sent by ``sendfile``. The ranges are closed whatever happens."""
+    try:
+        transport = writer.transport
+        if transport.is_closing():
+            raise ConnectionResetError("the connection closed before a fetch answer")
+        # A descriptor of our own for the socket: the transport closes its own when the
+        # connection is lost, and that number could then name another file or connection.
+        # (The loop also refuses a second watcher on the transport's own.)
+        sock_fd = os.dup(transport.get_extra_info("socket").fileno())
+        try:
+            sent = 0
+            for part in parts:
+                if isinstance(part, FileRange):
+                    await _drained(writer)
+                    await _sendfile(sock_fd, part)
+                    sent += part.size_bytes
+                else:
+                    transport.write(part)
+        finally:
+            os.close(sock_fd)
+        await writer.drain()
+        return sent
+    finally:
+        for part in parts:
+            if isinstance(part, FileRange):
+                part.close()
+
+
 async def _drained(writer: asyncio.StreamWriter) -> None:
     """Until the transport has written everything it holds (a range is sent past it)."""
     transport = writer.transport
@@ -459,30 +472,23 @@ async def _drained(writer: asyncio.StreamWriter) -> None:
 
 
 async def _sendfile(sock_fd: int, rng: FileRange) -> None:
-    """All of ``rng`` into the (non-blocking) socket ``sock_fd``; ``RangeCutShortError``
-    if its file ends first."""
+    """All of ``rng`` into the (non-blocking) socket ``sock_fd``, a descriptor no transport
+    watches; ``RangeCutShortError`` if its file ends first."""
     loop = asyncio.get_running_loop()
     offset, left = rng.position, rng.size_bytes
-    watch_fd = -1
-    try:
-        while left:
-            try:
-                n = os.sendfile(sock_fd, rng.fd, offset, left)
-            except BlockingIOError:
-                if watch_fd < 0:
-                    watch_fd = os.dup(sock_fd)
-                await _writable(loop, watch_fd)
-                continue
-            if n == 0:
-                raise RangeCutShortError(
-                    f"a segment file ended at {offset}, {left} bytes before the range it "
-                    "was to send (truncated meanwhile)"
-                )
-            offset += n
-            left -= n
-    finally:
-        if watch_fd >= 0:
-            os.close(watch_fd)
+    while left:
+        try:
+            n = os.sendfile(sock_fd, rng.fd, offset, left)
+        except BlockingIOError:
+            await _writable(loop, sock_fd)
+            continue
+        if n == 0:
+            raise RangeCutShortError(
+                f"a segment file ended at {offset}, {left} bytes before the range it "
+                "was to send (truncated meanwhile)"
+            )
+        offset += n
+        left -= n
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import os
 import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -188,17 +189,20 @@ def test_bytes_and_ranges_reach_a_slow_reader_in_order(
 
         async def serve(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             rng = FileRange(os.open(path, os.O_RDONLY), 100, len(payload), 0, 0, 0, 0)
+            drained = server_mod._drained
+
+            async def held_then_drained(writer: asyncio.StreamWriter) -> None:
+                held.append(writer.transport.get_write_buffer_size())
+                await drained(writer)
+                assert writer.transport.get_write_buffer_size() == 0
+
+            monkeypatch.setattr(server_mod, "_drained", held_then_drained)
             try:
-                w.transport.write(head)  # more than the socket takes at once
-                held.append(w.transport.get_write_buffer_size())
-                await server_mod._drained(w)
-                assert w.transport.get_write_buffer_size() == 0
-                await server_mod._sendfile(w.transport.get_extra_info("socket").fileno(), rng)
-                w.transport.write(tail)
-                await w.drain()
+                # More head than the socket takes at once: the transport holds some.
+                assert await server_mod.send_parts(w, [head, rng, tail]) == len(payload)
+                assert rng.fd == -1  # closed once sent
                 done.set_result(None)
             finally:
-                rng.close()
                 w.close()
 
         srv = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -250,3 +254,40 @@ def test_a_range_whose_file_was_cut_short_is_not_pretended_sent(tmp_path: Path) 
     with pytest.raises(server_mod.RangeCutShortError, match="2000 bytes before"):
         asyncio.run(main())
     rng.close()
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_client_gone_mid_range_ends_the_send_with_a_connection_error(
+    tmp_path: Path, loop_name: str
+) -> None:
+    path = tmp_path / "seg.log"
+    path.write_bytes(os.urandom(16 << 20))
+    outcome: list[BaseException | int] = []
+    rng = FileRange(os.open(path, os.O_RDONLY), 0, 16 << 20, 0, 0, 0, 0)
+
+    async def main() -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def serve(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                outcome.append(await server_mod.send_parts(w, [b"head", rng]))
+            except ConnectionError as e:
+                outcome.append(e)
+            finally:
+                w.close()
+                done.set_result(None)
+
+        srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await asyncio.sleep(0.2)
+        sock.recv(1 << 16)
+        sock.close()  # a reset, with most of the range unsent
+        async with asyncio.timeout(10):
+            await done
+        srv.close()
+
+    uvloop.run(main()) if loop_name == "uvloop" else asyncio.run(main())
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionError)
+    assert rng.fd == -1
