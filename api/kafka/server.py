@@ -13,15 +13,15 @@ answer it in; ApiVersions is the exception, answered per KIP-511), and a Produce
 one (a partition not led here, a topic not writable by the principal) closes the connection.
 
 Zero copy (``api.kafka.zerocopy``): on a plaintext listener a Fetch answer's stored Kafka
-batches go from the segment files to the socket with ``os.sendfile`` (neither asyncio's
-``loop.sendfile`` nor uvloop's, which the broker runs on, sends on a stream transport of
-uvloop). The response's bytes before a range are written to the transport, the transport is
-let drain empty, then the range is sent straight into the socket (waiting for room through
-a duplicate of its descriptor, as the loop refuses a second watcher on a transport's own),
-so the bytes keep their order, and the next request is read only after the last range went
-out. A range whose file shrank under it (a truncation below what was promised) cannot be
-completed: the connection is closed, as Kafka does, and the client fetches again. TLS
-listeners copy: the bytes must pass through OpenSSL.
+batches go from the segment files to the socket with ``os.sendfile`` (uvloop, which the
+broker runs on, has no ``loop.sendfile``). The bytes before a range are written to the
+transport, the transport is let drain empty, then the range is sent straight into the socket
+through a duplicate of its descriptor (the transport's own may be closed, and its number
+reused, if the connection is lost meanwhile; the loop also refuses a second watcher on it),
+waiting for room as the client reads; so the bytes keep their order, and the next request is
+read only after the last range went out. A range whose file shrank under it (a truncation
+below what was promised) cannot be completed: the connection is closed, as Kafka does, and
+the client fetches again. TLS listeners copy: the bytes must pass through OpenSSL.
 
 Security (issue 18; ``api.kafka.security``): an SSL or SASL_SSL listener speaks TLS; a
 plaintext client's bytes fail its handshake and the connection closes. On SSL the principal
