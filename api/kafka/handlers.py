@@ -393,6 +393,10 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
 
 # ------------------------------------------------------------------------ Fetch
 
+FETCH_RANGES_MAX = 128
+"""File ranges (each a descriptor held until sent) in one zero-copy Fetch answer; further
+partitions are copied, so a fetch of many partitions cannot exhaust the descriptors."""
+
 
 def kafka_records(data: bytes) -> bytes:
     """Fetched log bytes as a Kafka client reads them: Kafka batches as stored, Longboat's
@@ -428,6 +432,7 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
     async def read_all(wait_ms: int) -> list[tuple[str, Any, ErrorCode, dict[str, Any]]]:
         out: list[tuple[str, Any, ErrorCode, dict[str, Any]]] = []
         left = total_max
+        ranges = 0
         try:
             for topic, p in wanted:
                 if left <= 0 and any(len(a.get("records") or b"") for *_, a in out):
@@ -448,8 +453,9 @@ async def handle_fetch(ctx: KafkaContext, version: int, req: Any) -> Any:
                         broker_epoch=-1,
                         isolation_level=isolation,
                         filter_aborted=False,
-                        file_range=ctx.fetch_zero_copy,
+                        file_range=ctx.fetch_zero_copy and ranges < FETCH_RANGES_MAX,
                     )
+                    ranges += isinstance(ans.get("records"), FileRange)
                     left -= len(ans.get("records") or b"")
                     out.append((topic, p, ErrorCode.none, ans))
                 except (BrokerError, StorageError) as e:

@@ -291,3 +291,17 @@ def test_a_client_gone_mid_range_ends_the_send_with_a_connection_error(
     uvloop.run(main()) if loop_name == "uvloop" else asyncio.run(main())
     assert len(outcome) == 1 and isinstance(outcome[0], ConnectionError)
     assert rng.fd == -1
+
+
+def test_ranges_past_the_cap_are_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(h, "FETCH_RANGES_MAX", 2)
+    reps = RangeReplicas(tmp_path / "seg.log", (10,))
+    c = ctx(reps)
+    c.fetch_zero_copy = True
+    req = fetch_request(12, (0, 0, 0))  # three asks of a partition that answers ranges
+    planned = asyncio.run(h.handle_fetch(c, 12, req))
+    assert isinstance(planned, PlannedResponse) and len(planned.ranges) == 2
+    assert len(reps.opened) == 2
+    parts = planned.body.responses[0].partitions
+    assert bytes(parts[2].records) == b"".join(reps.batches)  # the third was copied
+    planned.close()
