@@ -974,10 +974,14 @@ class ReplicaManager:
         batch: bytes,
         *,
         transactional_id: str | None = None,
+        appended: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Append one batch as leader and answer per ``acks``. A transactional batch that
         would open a transaction here is first verified with the coordinator
-        (``txn_verifier``, KIP-890 part 1), naming ``transactional_id``."""
+        (``txn_verifier``, KIP-890 part 1), naming ``transactional_id``. ``appended`` is
+        called once the batch is in the log (or known for a duplicate), before the wait for
+        ``acks``: a caller may then append the producer's next batch (the Kafka listener
+        pipelines a connection's produce requests that way)."""
         rep, leader = self._leading(topic, partition)
         leader.check_append_or_raise(acks)
         header = parse_header(batch)
@@ -1013,6 +1017,8 @@ class ReplicaManager:
             "log_append_time": -1,
             "duplicate": duplicate,
         }
+        if appended is not None:
+            appended()
         await self._await_acks(rep, leader, acks, last, t + timeout_ms, duplicate=duplicate)
         return out
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import datetime
 import importlib
 import io
@@ -85,6 +86,11 @@ from storage.log import FileRange
 log = logging.getLogger(__name__)
 
 ZERO_MS = datetime.timedelta(0)
+PRODUCE_APPENDED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "PRODUCE_APPENDED", default=None
+)
+"""Set by the listener for a produce request it pipelines: called once every partition's
+batch of the request is appended (or refused), before the wait for acks."""
 AUTO_CREATE_WAIT_S = 5.0
 """How long a Metadata request waits for the controller to create a topic it names."""
 KAFKA_LISTENER = "kafka"
@@ -331,8 +337,33 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
     timeout_ms = max(int(req.timeout.total_seconds() * 1000), 1)
     transactional = req.transactional_id is not None
     txn_allowed = not transactional or allowed(WRITE, TXN_ID, req.transactional_id)
+    on_appended = PRODUCE_APPENDED.get()
+    waiting = sum(len(t.partition_data) for t in req.topic_data)
+
+    def appended_one() -> None:
+        nonlocal waiting
+        waiting -= 1
+        if waiting == 0 and on_appended is not None:
+            on_appended()
+
+    if waiting == 0 and on_appended is not None:
+        on_appended()
 
     async def one(topic: str, p: Any) -> Any:
+        done = False
+
+        def mark() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                appended_one()
+
+        try:
+            return await _one(topic, p, mark)
+        finally:
+            mark()
+
+    async def _one(topic: str, p: Any, mark: Callable[[], None]) -> Any:
         err, base = ErrorCode.none, -1
         msg: str | None = None
         if transactional and ctx.txn is None:
@@ -355,6 +386,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
                     timeout_ms,
                     bytes(p.records),
                     transactional_id=req.transactional_id,
+                    appended=mark,
                 )
                 base = int(ans["base_offset"])
             except (BrokerError, StorageError) as e:

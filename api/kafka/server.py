@@ -1,9 +1,15 @@
 """The Kafka listener: an asyncio server in the broker process; it moves frames, nothing else.
 
-Each connection is served one request at a time, in order, as Kafka's broker does (it mutes
-a connection while a request is in flight), so responses can never overtake each other and
-a pipelining client (librdkafka sends several requests before reading) is simply read
-behind. A frame is ``int32 size`` then the request (``api.kafka.protocol``).
+Responses leave a connection in the order its requests came, and each request but Produce is
+served alone, after everything before it was answered, as Kafka's broker serves every
+request (it mutes a connection while a request is in flight). Produce requests are
+pipelined, up to ``PIPELINE_DEPTH`` of them: the next request is read and started once the
+previous Produce's batches are in the log (``ReplicaManager.produce``'s ``appended``), not
+once its acks=all wait is over, so a producer's batches still reach the log in the order it
+sent them while the replication rounds of several requests overlap. Kafka's clients keep up
+to five requests in flight on a connection; served one at a time, a connection moved one
+request per acks=all round trip. A frame is ``int32 size`` then the request
+(``api.kafka.protocol``).
 
 What closes a connection, as Kafka does: a size below the header or above
 ``request_bytes_max`` (Kafka's ``socket.request.max.bytes``), a header or body that does not
@@ -49,6 +55,7 @@ authenticated      every API, each checked against the ACLs by its handler.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import datetime
 import logging
@@ -62,7 +69,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from api.kafka.admin import ADMIN_HANDLERS
-from api.kafka.handlers import HANDLERS, AcksZeroFailedError, KafkaContext
+from api.kafka.handlers import HANDLERS, PRODUCE_APPENDED, AcksZeroFailedError, KafkaContext
 from api.kafka.protocol import (
     API_VERSIONS,
     PRODUCE,
@@ -93,7 +100,15 @@ log = logging.getLogger(__name__)
 _HANDLERS = {**HANDLERS, **ADMIN_HANDLERS, **SECURITY_ADMIN_HANDLERS}
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
+_Answer = bytes | list[Part] | asyncio.Task[bytes | list[Part] | None]
+"""What the responder writes next, in request order: a frame, a planned fetch answer, or a
+pipelined produce request's task."""
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+PIPELINE_DEPTH = 5
+"""Produce requests of one connection in flight at once, by default (Kafka's clients send at
+most five: ``max.in.flight.requests.per.connection``); one more is read only when the first
+is answered. Broker config ``kafka_produce_pipeline_depth``."""
 UNAUTHENTICATED_BYTES_MAX = 512 * 1024
 """A frame before authentication is a SASL token or ApiVersions: Kafka bounds it likewise
 (``sasl.server.max.receive.size``), so an unauthenticated peer cannot make it buffer 100 MB."""
@@ -136,11 +151,13 @@ class KafkaListener:
         connections_max: int = 1024,
         security: ListenerSecurity = PLAINTEXT,
         fetch_zero_copy: bool = True,
+        pipeline_depth: int = PIPELINE_DEPTH,
     ) -> None:
         # TLS cannot sendfile (the bytes must be encrypted in the process): copy there.
         if fetch_zero_copy and security.ssl_context is None and ctx is not None:
             ctx = dataclasses.replace(ctx, fetch_zero_copy=True)
         self.ctx = ctx
+        self.pipeline_depth = pipeline_depth
         self.request_bytes_max = request_bytes_max
         self.connections_max = connections_max
         self.security = security
@@ -245,8 +262,49 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn
     ) -> None:
-        # A fetch answer reaches a TLS connection in slices (common.tls_writes).
-        send = sliced(writer.transport).write
+        # Answers in request order: frames, or tasks (pipelined produce requests) whose result
+        # is the frame. The responder writes them; a failed task ends the connection.
+        answers: asyncio.Queue[_Answer] = asyncio.Queue()
+        room = asyncio.Semaphore(self.pipeline_depth)
+        responder = asyncio.get_running_loop().create_task(self._respond(answers, room, writer))
+
+        serving = asyncio.current_task()
+        assert serving is not None
+
+        def on_respond_end(t: asyncio.Task[None]) -> None:
+            # A failed answer (an acks=0 produce refused, a broken fetch range) ends the
+            # connection: stop reading, wherever the reader waits; its error is raised below.
+            if not t.cancelled() and t.exception() is not None:
+                writer.transport.abort()
+                serving.cancel()
+
+        responder.add_done_callback(on_respond_end)
+        try:
+            await self._read_requests(reader, conn, answers, room)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.CancelledError):
+            if responder.done() and not responder.cancelled():
+                failed = responder.exception()
+                if failed is not None:
+                    serving.uncancel()
+                    raise failed from None
+            raise
+        finally:
+            responder.cancel()
+            while not answers.empty():
+                left = answers.get_nowait()
+                if isinstance(left, asyncio.Task):
+                    left.cancel()
+                elif isinstance(left, list):
+                    _close_ranges(left)
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        conn: _Conn,
+        answers: asyncio.Queue[_Answer],
+        room: asyncio.Semaphore,
+    ) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             limit = (
@@ -257,16 +315,62 @@ class KafkaListener:
             if size < (0 if conn.raw_tokens else 8) or size > limit:
                 raise MalformedRequestError(f"request size {size} outside [8, {limit}]")
             frame = await reader.readexactly(size)
-            out: bytes | list[Part] | None
-            if conn.raw_tokens:
-                out = await self._raw_token(conn, frame)
-            else:
-                out = await self.handle_frame(frame, conn)
-            if isinstance(out, list):
-                await self._send_parts(writer, out)
-            elif out is not None:
-                send(out)
-                await writer.drain()
+            if (
+                not conn.raw_tokens
+                and conn.session.authenticated
+                and len(frame) >= 2
+                and _API_KEY.unpack_from(frame)[0] == PRODUCE
+            ):
+                await room.acquire()
+                appended = asyncio.Event()
+                context = contextvars.copy_context()
+                context.run(PRODUCE_APPENDED.set, appended.set)
+                task = loop.create_task(self.handle_frame(frame, conn), context=context)
+                answers.put_nowait(task)
+                # The next request waits until this one's batches are in the log (or it
+                # failed): appends keep the order the producer sent them in.
+                seen = loop.create_task(appended.wait())
+                try:
+                    await asyncio.wait({task, seen}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    seen.cancel()
+                continue
+            # Anything else is served alone, once every answer before it is out.
+            await answers.join()
+            out = (
+                await self._raw_token(conn, frame)
+                if conn.raw_tokens
+                else await self.handle_frame(frame, conn)
+            )
+            if out is not None:
+                answers.put_nowait(out)
+                await answers.join()
+
+    async def _respond(
+        self,
+        answers: asyncio.Queue[_Answer],
+        room: asyncio.Semaphore,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        # A fetch answer reaches a TLS connection in slices (common.tls_writes).
+        send = sliced(writer.transport).write
+        while True:
+            item = await answers.get()
+            try:
+                if isinstance(item, asyncio.Task):
+                    try:
+                        out = await item
+                    finally:
+                        room.release()
+                else:
+                    out = item
+                if isinstance(out, list):
+                    await self._send_parts(writer, out)
+                elif out is not None:
+                    send(out)
+                    await writer.drain()
+            finally:
+                answers.task_done()
 
     async def _send_parts(self, writer: asyncio.StreamWriter, parts: list[Part]) -> None:
         sent = await send_parts(writer, parts)
@@ -421,6 +525,12 @@ class KafkaListener:
         if conn.session.authenticated and not out:
             return _SIZE.pack(0)
         return _SIZE.pack(len(out)) + out
+
+
+def _close_ranges(parts: list[Part]) -> None:
+    for part in parts:
+        if isinstance(part, FileRange):
+            part.close()
 
 
 async def send_parts(writer: asyncio.StreamWriter, parts: list[Part]) -> int:

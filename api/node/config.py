@@ -240,6 +240,10 @@ class NodeConfig(BaseModel):
     (``default_num_partitions``, ``default_replication_factor`` of the controllers), as
     Kafka's ``auto.create.topics.enable``. Off by default, unlike Kafka: a typo in a
     producer's topic name should fail, not make a topic."""
+    kafka_produce_pipeline_depth: int = Field(default=5, ge=1, le=64)
+    """Produce requests of one Kafka connection in flight at once: the next is started once
+    the previous one's batches are appended, and their acks=all waits overlap (answers keep
+    the request order). 1 serves one request at a time, as Kafka's broker does."""
     kafka_fetch_zero_copy: bool = True
     """Plaintext Kafka listeners send a Fetch answer's stored Kafka batches with
     ``os.sendfile`` from the segment files (``api.kafka.zerocopy``); false copies them

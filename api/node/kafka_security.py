@@ -163,6 +163,7 @@ def kafka_listeners(
                     lctx,
                     request_bytes_max=config.kafka_request_bytes_max,
                     fetch_zero_copy=config.kafka_fetch_zero_copy,
+                    pipeline_depth=config.kafka_produce_pipeline_depth,
                     connections_max=config.http_connections_max,
                     security=listener_security(spec, auth, authorizer),
                 ),

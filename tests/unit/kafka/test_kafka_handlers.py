@@ -275,11 +275,15 @@ class FakeReplicas:
         batch: bytes,
         *,
         transactional_id: str | None = None,
+        appended: Any = None,
     ) -> dict[str, Any]:
         from broker.replica_manager import ReplicaError
 
         if partition != 0:
             raise ReplicaError("NOT_LEADER_OR_FOLLOWER")
+        if appended is not None:
+            appended()
+        await asyncio.sleep(0)  # the wait for acks
         return {"base_offset": 41}
 
     async def fetch(self, **kw: Any) -> dict[str, Any]:
