@@ -102,7 +102,12 @@ from storage.batch import (
     verify_batch,
 )
 from storage.config import LogConfig
-from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
+from storage.errors import (
+    CorruptCheckpointError,
+    CorruptSegmentError,
+    KafkaStorageError,
+    StorageError,
+)
 from storage.group_commit import GroupCommitter
 from storage.log import FileRange, LogTruncatedError, PartitionLog
 from storage.logdir import NO_SPACE_ERRNOS, LogDirectory
@@ -368,6 +373,11 @@ class ReplicaManager:
         self.traffic: dict[str, TopicTraffic] = {}
         """Per topic name, while the topic is in the image (a deleted topic's go with it)."""
         self.image: MetadataImage | None = None
+        self.damaged: dict[tuple[TopicId, int], CorruptSegmentError] = {}
+        """Replicas whose log refused to open for damage below its recovery point, with no
+        leader to fetch the rest from: the error names where the valid data ends, which an
+        unclean recovery is told (``replica_log_reports``) so that it need not wait for
+        this replica (finding 17). Opened again at every metadata update."""
         self._timer: asyncio.Task[None] | None = None
         # Set by the broker process before start(): fail-stop for the timer and fetchers.
         self.essentials: Essentials | None = None
@@ -516,6 +526,27 @@ class ReplicaManager:
                     log_end_offset=rep.log.log_end_offset,
                 )
             )
+        for (topic_id, partition), damage in self.damaged.items():
+            dreg = self.image.topics.partition(topic_id, partition) if self.image else None
+            if (
+                (topic_id, partition) in self.replicas
+                or dreg is None
+                or dreg.leader != NO_LEADER
+                or dreg.isr
+                or dreg.elr
+            ):
+                continue
+            # A damaged log ranks below every whole one (epoch -1), and among damaged ones
+            # by where its valid data ends: elected, it cuts the rest (``_open``).
+            out.append(
+                ReplicaLogInfo(
+                    topic_id=topic_id,
+                    partition=partition,
+                    partition_epoch=PartitionEpoch(dreg.partition_epoch),
+                    last_leader_epoch=LeaderEpoch(-1),
+                    log_end_offset=max(0, damage.offset),
+                )
+            )
         return tuple(out)
 
     def _ineligible(self, image: MetadataImage, reg: PartitionRegistration) -> list[BrokerId]:
@@ -534,13 +565,31 @@ class ReplicaManager:
                 wanted[(t.topic_id, p)] = (t.name, reg)
         for key in [k for k in self.replicas if k not in wanted]:
             await self._delete(self.replicas[key])
+        for key in [k for k in self.damaged if k not in wanted]:
+            del self.damaged[key]
         for name in [n for n in self.traffic if image.topics.get(n) is None]:
             del self.traffic[name]
         for key, (topic, reg) in sorted(wanted.items()):
             try:
                 rep = self.replicas.get(key)
                 if rep is None:
-                    rep = self._open(topic, key[0], key[1], reg, image)
+                    try:
+                        rep = self._open(topic, key[0], key[1], reg, image)
+                    except CorruptSegmentError as e:
+                        if key not in self.damaged:
+                            log.error(
+                                "broker %d: %s-%d cannot open: %s; no leader to fetch the rest "
+                                "from, so it waits for one, and tells an unclean recovery that "
+                                "its valid data ends at offset %d",
+                                self.broker_id,
+                                topic,
+                                key[1],
+                                e,
+                                e.offset,
+                            )
+                        self.damaged[key] = e
+                        continue
+                    self.damaged.pop(key, None)
                 await self._apply_registration(rep, reg, image)
             except Exception:  # one bad partition (a disk error) must not stall the others
                 log.exception(
@@ -564,19 +613,26 @@ class ReplicaManager:
         # A follower may cut a log at a corrupt batch below its recovery point and fetch the
         # rest again from the leader; a leader (or a lone replica) has no one to fetch from,
         # so its open refuses with the segment named (CorruptSegmentError), never serving it.
-        refetch = reg.leader != self.broker_id and reg.leader >= 0
+        # A damaged replica that an unclean recovery elected knowing its valid data ends early
+        # (``replica_log_reports``) cuts the rest too: nothing else holds more.
+        refetch = (reg.leader != self.broker_id and reg.leader >= 0) or (
+            reg.leader == self.broker_id
+            and reg.leader_recovery_state == LeaderRecoveryState.RECOVERING
+            and (topic_id, partition) in self.damaged
+        )
         plog = PartitionLog.open(
             str(path), log_config_for(configs), log_dir=self.log_dir, allow_truncate_corrupt=refetch
         )
         if plog.recovery.corruption is not None:
             log.error(
-                "broker %d: %s-%d was cut at a corrupt batch below its recovery point "
-                "(%s); it fetches the rest again from leader %d",
+                "broker %d: %s-%d was cut at a corrupt batch below its recovery point (%s); %s",
                 self.broker_id,
                 topic,
                 partition,
                 plog.recovery.corruption,
-                reg.leader,
+                f"it fetches the rest again from leader {reg.leader}"
+                if reg.leader != self.broker_id
+                else "it leads from there, elected by an unclean recovery that knew it",
             )
         producers = load_producer_state(plog, ProducerStateConfig.from_kafka(configs))
         rep = Replica(topic, topic_id, partition, plog, producers, reg)
