@@ -330,6 +330,22 @@ def _usable(image: MetadataImage, broker_id: int) -> bool:
 # ------------------------------------------------------------------------ Produce
 
 
+# Produce errors Kafka answers without a log start offset (ReplicaManager.appendToLocalLog:
+# no log reached, or the batch refused before it).
+_NO_LOG_START = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.corrupt_message,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.topic_authorization_failed,
+        ErrorCode.transactional_id_authorization_failed,
+    }
+)
+
+
 async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | None:
     """None for acks=0: Kafka sends no response then."""
     mod = response_module(0, version)
@@ -364,7 +380,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
             mark()
 
     async def _one(topic: str, p: Any, mark: Callable[[], None]) -> Any:
-        err, base = ErrorCode.none, -1
+        err, base, start = ErrorCode.none, -1, -1
         msg: str | None = None
         if transactional and ctx.txn is None:
             err, msg = (
@@ -391,6 +407,11 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
                 base = int(ans["base_offset"])
             except (BrokerError, StorageError) as e:
                 err, msg = _code(e), str(e)
+            if err not in _NO_LOG_START:
+                # v5+: the log start, as Kafka answers it also with a sequence or epoch error
+                # (its producer compares it with the last acked offset, KIP-360).
+                rep = ctx.replicas.by_name.get((topic, int(p.index)))
+                start = rep.log.log_start_offset if rep is not None else -1
         return build(
             mod,
             "PartitionProduceResponse",
@@ -398,7 +419,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
             error_code=err,
             base_offset=base,
             log_append_time=None,
-            log_start_offset=-1,
+            log_start_offset=start,
             record_errors=(),
             error_message=msg,
         )
