@@ -1143,18 +1143,23 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
         try:
             if not may_create_topic(t.name):
                 raise _Denied
-            await ctx.execute(
+            created = await ctx.execute(
                 CreateTopic(
                     name=t.name,
-                    # -1: the cluster's default (KIP-464), as Kafka's brokers take it.
-                    num_partitions=n if n > 0 else None,
-                    replication_factor=rf if rf > 0 else None,
+                    # -1: the cluster's default (KIP-464), as Kafka's brokers take it. Any
+                    # other count below 1 goes to the controller, which refuses it as Kafka
+                    # does (it used to be read as the default too).
+                    num_partitions=None if assignments is not None or n == -1 else n,
+                    replication_factor=None if assignments is not None or rf == -1 else rf,
                     assignments=assignments,
                     configs=configs,
                     validate_only=bool(req.validate_only),
                     topic_id=None if req.validate_only else _random_topic_id(),
                 )
             )
+            # Kafka answers the counts the topic was created with (the defaults resolved).
+            n = int(getattr(created, "num_partitions", n))
+            rf = int(getattr(created, "replication_factor", rf))
         except _Denied:
             err, msg = ErrorCode.topic_authorization_failed, "not authorized to create it"
         except MetadataError as e:
@@ -1169,8 +1174,9 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
                 error_code=err,
                 error_message=msg,
                 topic_config_error_code=0,
-                num_partitions=n,
-                replication_factor=rf,
+                # Kafka answers the topic's counts, and -1 for both when it was not created.
+                num_partitions=n if err == ErrorCode.none else -1,
+                replication_factor=rf if err == ErrorCode.none else -1,
                 # v5+: the Java AdminClient reads the created topic's configs (a null list
                 # fails its createTopics); Kafka answers every config with its source.
                 configs=_created_configs(mod, configs) if err == ErrorCode.none else (),
