@@ -687,7 +687,8 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
                     error_code=err,
                     timestamp=found_ts,
                     offset=off,
-                    leader_epoch=int(epoch),
+                    # No offset found (a timestamp past the end): no epoch either, as Kafka.
+                    leader_epoch=int(epoch) if off >= 0 else -1,
                     old_style_offsets=(off,) if off >= 0 else (),
                 )
             )
