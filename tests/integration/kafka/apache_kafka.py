@@ -159,6 +159,15 @@ class KafkaCluster:
             time.sleep(0.2)
         raise RuntimeError(f"Kafka did not start within {timeout_s:.0f} s: see {self.root}")
 
+    @property
+    def node_ports(self) -> dict[int, int]:
+        """Node id -> its broker listener's port."""
+        return {i + 1: port for i, port in enumerate(self.broker_ports)}
+
+    def send_signal(self, node_id: int, sig: int) -> None:
+        """As ``Brokers.send_signal``: SIGSTOP pauses a node, SIGCONT resumes it."""
+        self.procs[node_id - 1].send_signal(sig)
+
     def stop(self) -> None:
         for p in self.procs:
             p.terminate()

@@ -50,15 +50,21 @@ NOT_COMPARED = frozenset(
 
 
 class Peer:
-    """One single-node cluster (Longboat or Kafka) reached on its Kafka listener."""
+    """One cluster (Longboat or Kafka) reached on its Kafka listener: ``port`` answers the
+    requests; ``nodes`` (broker id -> port) reach each broker of a bigger cluster."""
 
-    def __init__(self, name: str, port: int) -> None:
+    def __init__(self, name: str, port: int, nodes: Mapping[int, int] | None = None) -> None:
         self.name = name
         self.port = port
+        self.nodes = dict(nodes or {})
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{p}" for p in (self.nodes.values() or [self.port]))
+
+    def at(self, node_id: int) -> Peer:
+        """The same cluster, asked at broker ``node_id``."""
+        return Peer(self.name, self.nodes[node_id], self.nodes)
 
     def call(self, body: Any) -> Any:
         """One request on a fresh connection; the answer as a kio entity."""
