@@ -402,7 +402,7 @@ def test_idempotent_sequences_and_epochs_match(peers: tuple[Peer, Peer]) -> None
             values = [b"s%d" % (seq + i) for i in range(n)]
             return produce(p, "idem", batch(values, 1000 + seq, producer=(who, e, seq)))
 
-        return {
+        out = {
             "init": init,
             "first": send(0),
             "next": send(3),
@@ -410,11 +410,31 @@ def test_idempotent_sequences_and_epochs_match(peers: tuple[Peer, Peer]) -> None
             "older_retried": send(0),
             "gap": send(9),
             "in_order_again": send(6),
-            "older_epoch": send(9, e=epoch - 1) if epoch > 0 else "epoch 0",
             "unknown_producer_at_0": send(0, who=pid + 1000),
             "unknown_producer_at_5": send(5, who=pid + 2000),
-            "end": list_offsets(p, "idem", -1),
         }
+        # Asked again with its id and epoch, an idempotent (non-transactional) producer is
+        # given a new id at epoch 0 by both.
+        again = p.call(
+            build(
+                InitProducerIdRequest,
+                transactional_id=None,
+                transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=pid,
+                producer_epoch=epoch,
+            )
+        )
+        out["init_again"] = (
+            plain(again.error_code),
+            int(again.producer_id) == pid,
+            int(again.producer_epoch),
+        )
+        # KIP-360: an idempotent producer may bump its own epoch (sequence back to 0); the
+        # old epoch is fenced from then on.
+        out["bumped_by_client"] = send(0, e=epoch + 1)
+        out["old_epoch"] = send(9, e=epoch)
+        out["end"] = list_offsets(p, "idem", -1)
+        return out
 
     lb, ak = both(peers, scenario)
     # A retried batch: Kafka answers a log_append_time taken from its record of the first
@@ -425,6 +445,8 @@ def test_idempotent_sequences_and_epochs_match(peers: tuple[Peer, Peer]) -> None
         assert first_ts <= ak[key].pop("log_append_time") <= first_ts + 2
     same(lb, ak)
     assert ak["retried"]["base_offset"] == 3
+    assert ak["gap"]["error_code"] == "out_of_order_sequence_number"
+    assert ak["old_epoch"]["error_code"] == "invalid_producer_epoch"
 
 
 def test_record_too_large_and_acks_0_failure_match(peers: tuple[Peer, Peer]) -> None:
