@@ -227,6 +227,21 @@ def ask_offsets(p: Peer, topic: str, timestamps: list[int], partition: int = 0) 
     return [(x["error_code"], x["offset"], x["timestamp"], x["leader_epoch"]) for x in parts]
 
 
+def metadata_raw(p: Peer, *topics: str) -> list[Any]:
+    """Metadata's topics with the replica ids kept (``metadata`` leaves them out)."""
+    return [
+        plain(t, NOT_COMPARED - {"replica_nodes"})
+        for t in p.call(
+            build(
+                MetadataRequest,
+                topics=[{"topic_id": None, "name": t} for t in topics],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        ).topics
+    ]
+
+
 def metadata(p: Peer, *topics: str) -> list[Any]:
     return p.ask(
         build(
@@ -552,6 +567,7 @@ def test_topic_admin_errors_match(peers: tuple[Peer, Peer]) -> None:
                     topic("bad/name"),
                     topic("unknown-config", no_such_config="1"),
                     topic("bad-value", retention_ms="soon"),
+                    topic("defaults", partitions=-1, rf=-1),
                 ],
             ),
             # The created topic's full config list (Kafka's and Longboat's sets differ: docs).
@@ -593,6 +609,10 @@ def test_topic_admin_errors_match(peers: tuple[Peer, Peer]) -> None:
             "delete_unknown": deleted,
             "create_partitions": partitions,
             "metadata": metadata(p, "admin"),
+            "defaults": [
+                (len(t["partitions"]), [len(x["replica_nodes"]) for x in t["partitions"]])
+                for t in metadata_raw(p, "defaults")
+            ],
         }
 
     lb, ak = both(peers, scenario)
