@@ -195,16 +195,18 @@ def batch(
     *,
     keys: list[bytes] | None = None,
     producer: tuple[int, int, int] = (-1, -1, -1),
+    codec: int = 0,
 ) -> Records:
     """One uncompressed record batch (magic 2) built by kafka-python, timestamps one ms apart
     from ``first_timestamp_ms`` (CreateTime: chosen by the client, so comparable);
-    ``producer`` is (producer id, epoch, base sequence) for an idempotent producer's batch."""
+    ``producer`` is (producer id, epoch, base sequence) for an idempotent producer's batch;
+    ``codec`` Kafka's compression attribute (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     pid, epoch, seq = producer
     b = DefaultRecordBatchBuilder(
         magic=2,
-        compression_type=0,
+        compression_type=codec,
         is_transactional=False,
         producer_id=pid,
         producer_epoch=epoch,
@@ -221,6 +223,7 @@ def batch(
 class BatchShape:
     base_offset: int
     last_offset: int
+    codec: int
     offsets: tuple[int, ...]
     timestamps: tuple[int, ...]
     values: tuple[bytes | None, ...]
@@ -241,6 +244,7 @@ def batches(records: bytes | None) -> list[BatchShape]:
             BatchShape(
                 base_offset=b.base_offset,
                 last_offset=b.last_offset,
+                codec=b.compression_type,
                 offsets=tuple(r.offset for r in rs),
                 timestamps=tuple(r.timestamp for r in rs),
                 values=tuple(r.value for r in rs),
