@@ -104,12 +104,18 @@ def create_topic(p: Peer, name: str, partitions: int, configs: dict[str, str]) -
     admin.create_topics([NewTopic(name, partitions, 3, config=configs)], operation_timeout=30)[
         name
     ].result(timeout=60)
+
+    def ready(at: Peer) -> bool:
+        parts = partitions_of(at, name)
+        return len(parts) == partitions and all(
+            x["leader_id"] >= 0 and len(x["isr_nodes"]) == 3 for x in parts
+        )
+
+    # Asked of every broker: each applies the metadata on its own, and a leader that has not
+    # yet would answer UNKNOWN_TOPIC_OR_PARTITION (seen with Kafka).
     wait_for(
-        f"{p.name}: {name} has leaders and full ISRs",
-        lambda: (
-            all(x["leader_id"] >= 0 and len(x["isr_nodes"]) == 3 for x in partitions_of(p, name))
-            and len(partitions_of(p, name)) == partitions
-        ),
+        f"{p.name}: {name} has leaders and full ISRs on every broker",
+        lambda: all(ready(p.at(node)) for node in p.nodes),
         60,
     )
 
