@@ -787,7 +787,7 @@ class PartitionLog:
             head = bytearray(memoryview(batch)[:_STAMP_PREFIX_BYTES])
             stamp(head, base, leader_epoch)
             try:
-                self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+                self._maybe_roll_locked(h.size, h.last_offset, now_ms, h.max_timestamp)
                 if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
                     # Before the data: a crash may leave the cache ahead of the log (trimmed
                     # on open), never behind it.
@@ -850,7 +850,7 @@ class PartitionLog:
             start_leo = self._leo
             try:
                 for pos, h in headers:
-                    self._maybe_roll_locked(h.size, h.last_offset, now_ms)
+                    self._maybe_roll_locked(h.size, h.last_offset, now_ms, h.max_timestamp)
                     if (
                         h.leader_epoch >= 0
                         and h.leader_epoch != self.leader_epoch_cache.latest_epoch
@@ -886,15 +886,25 @@ class PartitionLog:
             except OSError as e:
                 raise self._io_error(e, "roll") from e
 
-    def _maybe_roll_locked(self, size_bytes: int, last_offset: int, now_ms: int | None) -> bool:
+    def _maybe_roll_locked(
+        self, size_bytes: int, last_offset: int, now_ms: int | None, batch_max_ts: int = -1
+    ) -> bool:
+        """Roll before an append of ``size_bytes`` ending at ``last_offset`` (or, with
+        ``size_bytes`` 0, by time alone). Age is measured as Kafka's
+        ``LogSegment.timeWaitedForRoll``: from the first batch's max timestamp to the incoming
+        batch's (``batch_max_ts``), so data carrying old timestamps (mirrored, replayed) fills
+        segments instead of rolling one per batch; to ``now_ms`` when no batch timestamp is
+        given (the periodic check, or a batch without timestamps)."""
         seg = self.active_segment
         if seg.is_empty:
             return False
         full = seg.size_bytes + size_bytes > self.config.segment_bytes
+        clock = batch_max_ts if batch_max_ts >= 0 else now_ms
         aged = (
             now_ms is not None
+            and clock is not None
             and seg.first_batch_max_timestamp is not None
-            and now_ms - seg.first_batch_max_timestamp >= self.config.segment_ms
+            and clock - seg.first_batch_max_timestamp >= self.config.segment_ms
         )
         overflow = last_offset - seg.base_offset > RELATIVE_OFFSET_MAX
         if not (full or aged or overflow):

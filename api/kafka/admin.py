@@ -511,6 +511,9 @@ async def handle_describe_groups(ctx: KafkaContext, version: int, req: Any) -> A
             )
             continue
         dead = d.state == GroupState.DEAD
+        # Kafka's ClassicGroup.describe: the protocol and the members' metadata and
+        # assignments only while Stable; otherwise "" and members without them.
+        stable = d.state == GroupState.STABLE
         members = tuple(
             build(
                 mod,
@@ -521,8 +524,10 @@ async def handle_describe_groups(ctx: KafkaContext, version: int, req: Any) -> A
                 client_host="",
                 member_metadata=ctx.group_metadata.get(
                     (gid, m.member_id), ("", _subscription_bytes(m.topics))
-                )[1],
-                member_assignment=_assignment(m.assignment),
+                )[1]
+                if stable
+                else b"",
+                member_assignment=_assignment(m.assignment) if stable else b"",
             )
             for m in d.members
         )
@@ -538,7 +543,7 @@ async def handle_describe_groups(ctx: KafkaContext, version: int, req: Any) -> A
                 group_id=gid,
                 group_state=_GROUP_STATES[d.state],
                 protocol_type="" if d.is_simple or dead else "consumer",
-                protocol_data=d.assignor or "",
+                protocol_data=(d.assignor or "") if stable else "",
                 members=members,
                 authorized_operations=-2147483648,
             )

@@ -330,6 +330,22 @@ def _usable(image: MetadataImage, broker_id: int) -> bool:
 # ------------------------------------------------------------------------ Produce
 
 
+# Produce errors Kafka answers without a log start offset (ReplicaManager.appendToLocalLog:
+# no log reached, or the batch refused before it).
+_NO_LOG_START = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.corrupt_message,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.topic_authorization_failed,
+        ErrorCode.transactional_id_authorization_failed,
+    }
+)
+
+
 async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | None:
     """None for acks=0: Kafka sends no response then."""
     mod = response_module(0, version)
@@ -364,7 +380,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
             mark()
 
     async def _one(topic: str, p: Any, mark: Callable[[], None]) -> Any:
-        err, base = ErrorCode.none, -1
+        err, base, start = ErrorCode.none, -1, -1
         msg: str | None = None
         if transactional and ctx.txn is None:
             err, msg = (
@@ -391,6 +407,11 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
                 base = int(ans["base_offset"])
             except (BrokerError, StorageError) as e:
                 err, msg = _code(e), str(e)
+            if err not in _NO_LOG_START:
+                # v5+: the log start, as Kafka answers it also with a sequence or epoch error
+                # (its producer compares it with the last acked offset, KIP-360).
+                rep = ctx.replicas.by_name.get((topic, int(p.index)))
+                start = rep.log.log_start_offset if rep is not None else -1
         return build(
             mod,
             "PartitionProduceResponse",
@@ -398,7 +419,7 @@ async def handle_produce(ctx: KafkaContext, version: int, req: Any) -> Any | Non
             error_code=err,
             base_offset=base,
             log_append_time=None,
-            log_start_offset=-1,
+            log_start_offset=start,
             record_errors=(),
             error_message=msg,
         )
@@ -666,7 +687,8 @@ async def handle_list_offsets(ctx: KafkaContext, version: int, req: Any) -> Any:
                     error_code=err,
                     timestamp=found_ts,
                     offset=off,
-                    leader_epoch=int(epoch),
+                    # No offset found (a timestamp past the end): no epoch either, as Kafka.
+                    leader_epoch=int(epoch) if off >= 0 else -1,
                     old_style_offsets=(off,) if off >= 0 else (),
                 )
             )
@@ -1122,18 +1144,23 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
         try:
             if not may_create_topic(t.name):
                 raise _Denied
-            await ctx.execute(
+            created = await ctx.execute(
                 CreateTopic(
                     name=t.name,
-                    # -1: the cluster's default (KIP-464), as Kafka's brokers take it.
-                    num_partitions=n if n > 0 else None,
-                    replication_factor=rf if rf > 0 else None,
+                    # -1: the cluster's default (KIP-464), as Kafka's brokers take it. Any
+                    # other count below 1 goes to the controller, which refuses it as Kafka
+                    # does (it used to be read as the default too).
+                    num_partitions=None if assignments is not None or n == -1 else n,
+                    replication_factor=None if assignments is not None or rf == -1 else rf,
                     assignments=assignments,
                     configs=configs,
                     validate_only=bool(req.validate_only),
                     topic_id=None if req.validate_only else _random_topic_id(),
                 )
             )
+            # Kafka answers the counts the topic was created with (the defaults resolved).
+            n = int(getattr(created, "num_partitions", n))
+            rf = int(getattr(created, "replication_factor", rf))
         except _Denied:
             err, msg = ErrorCode.topic_authorization_failed, "not authorized to create it"
         except MetadataError as e:
@@ -1148,8 +1175,9 @@ async def handle_create_topics(ctx: KafkaContext, version: int, req: Any) -> Any
                 error_code=err,
                 error_message=msg,
                 topic_config_error_code=0,
-                num_partitions=n,
-                replication_factor=rf,
+                # Kafka answers the topic's counts, and -1 for both when it was not created.
+                num_partitions=n if err == ErrorCode.none else -1,
+                replication_factor=rf if err == ErrorCode.none else -1,
                 # v5+: the Java AdminClient reads the created topic's configs (a null list
                 # fails its createTopics); Kafka answers every config with its source.
                 configs=_created_configs(mod, configs) if err == ErrorCode.none else (),

@@ -33,15 +33,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from api.client import AsyncProducer
 from api.node.localcluster import Brokers, Quorum, free_ports
+from tests.integration.kafka.apache_kafka import KafkaCluster, kafka_jars
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = 100
@@ -237,110 +235,8 @@ def percentile(xs: list[float], q: float) -> float:
 # ----------------------------------------------------------------------------- clusters
 
 
-def kafka_jars() -> Path:
-    out = subprocess.run(
-        [str(REPO / "scripts" / "setup-kafka-java.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
-class KafkaCluster:
-    """3 Apache Kafka nodes in KRaft combined mode on 127.0.0.1, under ``root``."""
-
-    def __init__(self, root: Path, jars: Path) -> None:
-        self.root = root
-        self.jars = jars
-        ports = free_ports(6)
-        self.broker_ports, self.controller_ports = ports[:3], ports[3:]
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports)
-
-    def _java(self, heap: str, main: str, *args: str) -> list[str]:
-        return ["java", heap, "-cp", f"{self.jars}/*", main, *args]
-
-    def start(self) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
-        for i in range(3):
-            node = self.root / f"node{i + 1}"
-            node.mkdir(parents=True)
-            props = node / "server.properties"
-            props.write_text(
-                "\n".join(
-                    [
-                        "process.roles=broker,controller",
-                        f"node.id={i + 1}",
-                        f"controller.quorum.voters={voters}",
-                        f"listeners=PLAINTEXT://127.0.0.1:{self.broker_ports[i]},"
-                        f"CONTROLLER://127.0.0.1:{self.controller_ports[i]}",
-                        f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.broker_ports[i]}",
-                        "controller.listener.names=CONTROLLER",
-                        "inter.broker.listener.name=PLAINTEXT",
-                        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                        f"log.dirs={node / 'data'}",
-                        "offsets.topic.replication.factor=3",
-                        "transaction.state.log.replication.factor=3",
-                        "transaction.state.log.min.isr=2",
-                        "group.initial.rebalance.delay.ms=0",
-                        "",
-                    ]
-                )
-            )
-            subprocess.run(
-                self._java(
-                    "-Xmx256m",
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--cluster-id",
-                    cluster_id,
-                    "--config",
-                    str(props),
-                    "--ignore-formatted",
-                ),
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
-        for i in range(3):
-            node = self.root / f"node{i + 1}"
-            log = open(node / "kafka.out", "wb")  # noqa: SIM115 - closed with the process
-            self.procs.append(
-                subprocess.Popen(
-                    self._java(KAFKA_HEAP, "kafka.Kafka", str(node / "server.properties")),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, "KAFKA_HEAP_OPTS": KAFKA_HEAP},
-                )
-            )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"a Kafka node exited: see {self.root}/node*/kafka.out")
-            try:
-                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
-                if len(md.brokers) == 3:
-                    return
-            except Exception:
-                pass
-            time.sleep(1)
-        raise RuntimeError("Kafka did not start within 120 s")
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+# The Kafka cluster (and its jars) is tests/integration/kafka/apache_kafka.py's, shared with
+# the differential tests.
 
 
 # ----------------------------------------------------------------------------- main
@@ -408,7 +304,7 @@ def main() -> int:
         q.stop_all()
 
     if jars is not None:
-        kc = KafkaCluster(root / "kafka", jars)
+        kc = KafkaCluster(root / "kafka", jars, nodes=3, heap=KAFKA_HEAP)
         try:
             progress("starting Apache Kafka 4.4: 3 KRaft nodes")
             kc.start()

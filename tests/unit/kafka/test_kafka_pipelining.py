@@ -28,6 +28,7 @@ class HeldAcks:
     def __init__(self) -> None:
         self.appended: list[bytes] = []
         self.acks: dict[bytes, asyncio.Event] = {}
+        self.by_name: dict[tuple[str, int], Any] = {}  # no replica: log start answered -1
 
     async def produce(
         self,

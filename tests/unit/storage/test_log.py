@@ -109,6 +109,29 @@ def test_roll_by_segment_ms_counts_from_the_first_batch_timestamp(tmp_path) -> N
     assert len(log.segments) == 3
 
 
+def test_roll_by_segment_ms_measures_old_timestamps_against_each_other_not_now(tmp_path) -> None:
+    # Kafka's LogSegment.timeWaitedForRoll: the incoming batch's max timestamp minus the
+    # first batch's. Records from 1970 appended now (a mirror keeping the source's
+    # timestamps) fill one segment; measured against the clock, each rolled a new segment.
+    log = open_log(tmp_path, **{"segment.ms": "1000"})
+    now = 1_800_000_000_000
+    for ts in (1000, 1500, 1999):
+        log.append(batch(ts=ts), leader_epoch=0, now_ms=now)
+    assert len(log.segments) == 1
+    log.append(batch(ts=2000), leader_epoch=0, now_ms=now)
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    # The periodic check has no incoming batch: it still measures against the clock.
+    assert log.maybe_roll(now)
+    # A follower's append measures the same way.
+    (tmp_path / "follower").mkdir()
+    follower = open_log(tmp_path / "follower", **{"segment.ms": "1000"})
+    for i, ts in enumerate((1000, 1999, 2000)):
+        b = bytearray(batch(ts=ts))
+        stamp(b, i, 0)
+        follower.append_as_follower(bytes(b), now_ms=now)
+    assert [s.base_offset for s in follower.segments] == [0, 2]
+
+
 def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path) -> None:
     log = open_log(tmp_path, **{"segment.bytes": "400", "index.interval.bytes": "100"})
     for i in range(30):
