@@ -28,9 +28,11 @@ echo "==> system tools for the Kafka protocol tests (kcat)" >&2
 ./scripts/setup-kafka-clients.sh
 echo "==> KafkaJS (npm) for the KafkaJS test" >&2
 ./scripts/setup-kafkajs.sh
+# Both tiers: the fast suite's differential checks start Apache Kafka 4.4 from these jars.
+echo "==> Apache Kafka 4.4's broker, Java client and tools (Maven Central)" >&2
+./scripts/setup-kafka-java.sh >/dev/null
 if [[ "${tier[1]}" == "extended" ]]; then
-    echo "==> Apache Kafka 4.4's Java client and tools, Spark's Kafka connector (Maven Central)" >&2
-    ./scripts/setup-kafka-java.sh >/dev/null
+    echo "==> Spark's Kafka connector (Maven Central)" >&2
     PYTHON=python ./scripts/setup-spark-kafka.sh >/dev/null
 fi
 echo "==> the browser for the console's browser tests (chromium)" >&2

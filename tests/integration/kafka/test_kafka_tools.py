@@ -189,9 +189,9 @@ def test_api_versions_advertises_the_admin_apis(cluster: Cluster) -> None:
     finally:
         raw.close()
     keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in ans.api_keys}
-    for key in (15, 16, 23, 32, 33, 37, 42, 44, 47, 60):
+    for key in (15, 16, 21, 23, 32, 33, 37, 42, 44, 47, 60):
         assert key in keys, key
-    assert 21 not in keys  # DeleteRecords: not served here, so not advertised
+    assert 34 not in keys  # AlterReplicaLogDirs: not served here, so not advertised
 
 
 def test_describe_cluster_names_every_broker(cluster: Cluster) -> None:
