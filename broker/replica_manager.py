@@ -13,7 +13,9 @@ asyncio shell must do":
 * serves produce, fetch (a follower's of many partitions at once too, ``fetch_for_follower``),
   OffsetsForLeaderEpoch and ListOffsets for ``broker.data_routes``;
 * runs one timer task (acks=all deadlines through ``LeaderState.poll``, ISR shrink every
-  ``replica.lag.time.max.ms / 2``) and sends ISR changes with ``AlterPartition``;
+  ``replica.lag.time.max.ms / 2``) and one sender task that sends the leaders' ISR changes to
+  the controller, all pending ones in one ``AlterPartition`` request at a time
+  (``broker.alter_partition_manager``, Kafka's ``AlterPartitionManager``);
 * one ``GroupCommitter`` for every log (acks=1 waits for the fsync).
 
 Everything runs on one event loop. The sequences the spec asks to hold a partition lock
@@ -60,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.alter_partition_manager import AlterItem, AlterPartitionQueue
 from broker.endpoints import endpoint_url
 from broker.errors import BrokerError, InvalidTxnStateError
 from broker.fetch_plan import PartitionFetch
@@ -76,6 +79,7 @@ from broker.replica_state import (
 from broker.throttle import THROTTLE_RATE_CONFIG, TokenBucket
 from broker.txn_markers import TxnMarker, TxnVerifier
 from common.essential import Essentials
+from common.invariant import invariant
 from common.waits import join_task, wait_event
 from metalog.client import ControllerClient, ControllerUnavailableError
 from metalog.commands import AlterPartition, PartitionStateChange, ReplicaLogInfo
@@ -130,7 +134,6 @@ PRODUCER_SNAPSHOT_NAME = "producer-state.snapshot"
 ``replication-offset-checkpoint`` per log dir)."""
 DEBUG_REPLICA_ID = -2
 """Kafka's ``FetchRequest.DEBUGGING_CONSUMER_ID``: reads any replica's local log."""
-ALTER_RETRY_BACKOFF_S = 0.5
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
@@ -146,6 +149,17 @@ RECORD_COUNT_OFFSET = HEADER_SIZE - 4
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """The AlterPartition queue's clock: its back-offs are intervals, which a step of the
+    wall clock must not stretch."""
+    return int(time.monotonic() * 1000)
+
+
+_AlterOwner = tuple["Replica", LeaderState]
+"""Who proposed a queued ISR change: the replica, and the leader state (of one leader epoch)
+whose ``pending`` it is; an answer is applied only while that leader still leads it."""
 
 
 class ReplicaError(BrokerError):
@@ -223,7 +237,6 @@ class Replica:
     role starts from."""
     last_shrink_check_ms: int = 0
     hw_checkpointed: int = -1
-    alter_task: asyncio.Task[None] | None = None
     txn_verifications: dict[int, set[object]] = field(default_factory=dict)
     """producer id -> the guards of its KIP-890 verifications in flight (one per batch: a
     producer may have several batches in flight): a marker for that producer removes them,
@@ -379,6 +392,10 @@ class ReplicaManager:
         unclean recovery is told (``replica_log_reports``) so that it need not wait for
         this replica (finding 17). Opened again at every metadata update."""
         self._timer: asyncio.Task[None] | None = None
+        self.alter_queue: AlterPartitionQueue[_AlterOwner] = AlterPartitionQueue()
+        """Every leader's ISR change waiting for the controller; one request in flight."""
+        self._alter_wake = asyncio.Event()
+        self._alter_sender: asyncio.Task[None] | None = None
         # Set by the broker process before start(): fail-stop for the timer and fetchers.
         self.essentials: Essentials | None = None
         self.inter_broker_listener: tuple[str, str] | None = None
@@ -413,9 +430,13 @@ class ReplicaManager:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._timer = asyncio.get_running_loop().create_task(self._tick(), name="replica-timer")
+        loop = asyncio.get_running_loop()
+        self._timer = loop.create_task(self._tick(), name="replica-timer")
+        self._alter_sender = loop.create_task(self._send_alters(), name="alter-partition")
         if self.essentials is not None:
             self.essentials.watch(self._timer, "replica timer")
+            # Without it no ISR changes, and acks=all stops once a follower falls behind.
+            self.essentials.watch(self._alter_sender, "AlterPartition sender")
 
     async def stop(self) -> None:
         if self._stopped:
@@ -423,6 +444,8 @@ class ReplicaManager:
         self._stopped = True
         if self._timer is not None:
             await join_task(self._timer, cancel=True)
+        if self._alter_sender is not None:
+            await join_task(self._alter_sender, cancel=True)
         if self._maintenance is not None:
             # Not cancelled: its worker thread would go on beside the logs being closed.
             await self._maintenance
@@ -671,11 +694,8 @@ class ReplicaManager:
 
     async def _stop_tasks(self, rep: Replica) -> None:
         await self.fetchers.remove(rep)
-        task, rep.alter_task = rep.alter_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # One in flight is answered and dropped: its leader has resigned by then.
+        self.alter_queue.discard((rep.topic_id, rep.partition))
 
     def _resign(self, rep: Replica) -> None:
         if rep.leader is not None:
@@ -1665,63 +1685,102 @@ class ReplicaManager:
                     log.exception("broker %d: timer of %s failed", self.broker_id, rep.name)
 
     def _send_change(self, rep: Replica, change: PartitionStateChange) -> None:
-        if rep.alter_task is not None and not rep.alter_task.done():
-            rep.alter_task.cancel()
-        rep.alter_task = asyncio.get_running_loop().create_task(
-            self._alter(rep, change), name=f"alter-{rep.name}"
-        )
+        """Queue the ISR change ``rep``'s leader just proposed (it replaces any older one
+        still queued for the partition); the sender sends it with every other pending one."""
+        leader = rep.leader
+        invariant(leader is not None, "an ISR change of %s without a leader", rep.name)
+        assert leader is not None  # for mypy
+        self.alter_queue.submit((rep, leader), change, monotonic_ms())
+        self._alter_wake.set()
 
-    async def _alter(self, rep: Replica, change: PartitionStateChange) -> None:
+    async def _send_alters(self) -> None:
+        """The AlterPartition sender: one request at a time, carrying every change that is
+        due (Kafka's ``AlterPartitionManager``); runs until the broker stops."""
+        queue = self.alter_queue
         while True:
-            leader = rep.leader
-            if leader is None or not leader.is_leader:
-                return
-            epoch = self.broker_epoch()
-            result: AlterPartitionResult | None
+            self._alter_wake.clear()
+            t = monotonic_ms()
+            items = queue.take(t, keep=_still_leads)
+            if not items:
+                due = queue.next_due_ms()
+                await wait_event(self._alter_wake, None if due is None else (due - t) / 1000)
+                continue
+            await self._alter(items)
+
+    async def _alter(self, items: Sequence[AlterItem[_AlterOwner]]) -> None:
+        """Send one AlterPartition of ``items`` and hand each partition's answer to the
+        leader that proposed it."""
+        queue = self.alter_queue
+        epoch = self.broker_epoch()
+        answers: list[tuple[AlterItem[_AlterOwner], AlterPartitionResult | None]]
+        try:
+            resp = await self.controller.execute(
+                AlterPartition(
+                    broker_id=self.broker_id,
+                    broker_epoch=BrokerEpoch(epoch if epoch is not None else -1),
+                    partitions=tuple(i.change for i in items),
+                )
+            )
+        except MetadataError as e:
+            # Refused whole (a stale broker epoch, not the controller): the same answer for each.
+            answers = [
+                (item, AlterPartitionResult(item.change.topic_id, item.change.partition, error=e))
+                for item, _ in queue.fail()
+            ]
+        except (ControllerUnavailableError, OSError) as e:
+            log.warning(
+                "broker %d: AlterPartition of %d partitions: %s", self.broker_id, len(items), e
+            )
+            answers = queue.fail()
+        except BaseException:
+            queue.fail()  # cancelled (stopping): nothing will answer
+            raise
+        else:
+            # A partition the controller left out of its answer gets None: sent again.
+            results = resp.results if isinstance(resp, AlterPartitionResponse) else ()
+            answers = queue.complete(results)
+        retries = 0
+        t = now_ms()
+        for item, result in answers:
+            rep, leader = item.owner
+            if not _still_leads(item.owner):
+                continue  # the leader moved on: a newer state (or none) owns the partition
             try:
-                resp = await self.controller.execute(
-                    AlterPartition(
-                        broker_id=self.broker_id,
-                        broker_epoch=BrokerEpoch(epoch if epoch is not None else -1),
-                        partitions=(change,),
+                outcome = (
+                    AlterOutcome.RETRY
+                    if result is None
+                    else leader.on_alter_partition_result(item.change, result, t)
+                )
+                if outcome is AlterOutcome.RETRY:
+                    pending = leader.pending
+                    if pending is not None and pending.request == item.change:
+                        retries += queue.retry(item.owner, item.change, monotonic_ms())
+                else:
+                    log.info(
+                        "broker %d: AlterPartition %s ISR %s: %s%s",
+                        self.broker_id,
+                        rep.name,
+                        [m.broker_id for m in item.change.new_isr],
+                        outcome.value,
+                        f" ({result.error})" if result is not None and result.error else "",
                     )
-                )
-                assert isinstance(resp, AlterPartitionResponse)
-                result = next(
-                    (
-                        r
-                        for r in resp.results
-                        if r.topic_id == change.topic_id and r.partition == change.partition
-                    ),
-                    None,
-                )
-            except MetadataError as e:
-                result = AlterPartitionResult(change.topic_id, change.partition, error=e)
-            except (ControllerUnavailableError, OSError) as e:
-                log.warning("broker %d: AlterPartition of %s: %s", self.broker_id, rep.name, e)
-                result = None
-            if rep.leader is not leader:
-                return
-            outcome = (
-                AlterOutcome.RETRY
-                if result is None
-                else leader.on_alter_partition_result(change, result, now_ms())
-            )
+                self._after_hw_change(rep)
+            except Exception:
+                # As the timer does: one partition's failure must not stop the others' ISRs.
+                log.exception("broker %d: AlterPartition answer of %s", self.broker_id, rep.name)
+        if retries:
             log.info(
-                "broker %d: AlterPartition %s ISR %s: %s",
+                "broker %d: AlterPartition: %d of %d changes sent again in %d ms",
                 self.broker_id,
-                rep.name,
-                [m.broker_id for m in change.new_isr],
-                outcome.value,
+                retries,
+                len(items),
+                queue.retry_backoff_ms,
             )
-            self._after_hw_change(rep)
-            if outcome is not AlterOutcome.RETRY:
-                return
-            await asyncio.sleep(ALTER_RETRY_BACKOFF_S)
-            pending = leader.pending
-            if pending is None:
-                return
-            change = pending.request
+
+
+def _still_leads(owner: _AlterOwner) -> bool:
+    rep, leader = owner
+    return rep.leader is leader and leader.is_leader
 
 
 def _check_leader_epoch(asked: int, current: int, what: str) -> None:
