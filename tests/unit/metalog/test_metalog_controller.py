@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from metalog.commands import (
@@ -885,6 +887,44 @@ def test_alter_partition_errors_are_per_partition() -> None:
     )
     assert resp.results[0].error is None
     assert isinstance(resp.results[1].error, UnknownTopicOrPartitionError)
+
+
+def test_alter_partition_of_many_partitions_commits_the_accepted_ones_in_one_batch() -> None:
+    """A broker sends every pending ISR change in one request (its AlterPartitionQueue,
+    finding 13): each partition is checked on its own, the accepted changes become one
+    batch of records (one Raft entry), and each partition gets its own answer, in order."""
+    h = cluster(1, 2, 3)
+    n = 200
+    assignments = {p: (1, 2, 3) for p in range(n)}
+    assignments[n - 1] = (2, 1, 3)  # led by broker 2
+    h.run(CreateTopic(name="t", assignments=assignments))  # type: ignore[arg-type]
+    tid = h.image.topics.by_name["t"]
+    alter(h, "t", 1, (1, 2))  # partition 1 moves to partition epoch 1
+    changes = [
+        PartitionStateChange(
+            topic_id=tid,
+            partition=p,
+            leader_epoch=0,
+            partition_epoch=0,  # stale for partition 1
+            new_isr=(IsrMember(1), IsrMember(3)),
+        )
+        for p in range(n)
+    ]
+    changes.append(dataclasses.replace(changes[0], partition=n))  # no such partition
+    res = h.submit(AlterPartition(broker_id=1, broker_epoch=h.epochs[1], partitions=tuple(changes)))
+    results = res.response.results
+    assert [(r.topic_id, r.partition) for r in results] == [(tid, p) for p in range(n + 1)]
+    assert isinstance(results[1].error, InvalidUpdateVersionError)
+    assert isinstance(results[n - 1].error, NotLeaderOrFollowerError)
+    assert isinstance(results[n].error, UnknownTopicOrPartitionError)
+    accepted = [r for r in results if r.error is None]
+    assert len(accepted) == n - 2
+    assert all(r.registration.isr == (1, 3) for r in accepted)  # type: ignore[union-attr]
+    # One ControllerResult: its records are proposed as one entry (ControllerDriver.handle).
+    assert [type(r) for r in res.records] == [PartitionChangeRecord] * (n - 2)
+    h.commit()
+    assert h.part("t", 0).isr == (1, 3) and h.part("t", 1).isr == (1, 2)
+    assert h.part("t", n - 1).isr == (2, 1, 3)
 
 
 # --------------------------------------------------------------------------- producer ids, epochs
