@@ -27,6 +27,8 @@ Rules:
   change in flight;
 * ``retry(owner, change, now_ms)`` queues a change again after ``retry_backoff_ms``, unless a
   newer one of its partition is queued already (the newer one wins);
+* ``take`` drops, instead of sending, a due change that the shell's ``keep`` says nobody
+  waits for any more (its leader resigned, or a newer registration settled it meanwhile);
 * ``discard(key)`` forgets the change queued for a partition (its replica went away); one in
   flight is still answered, and the shell drops that answer because its leader moved on.
 
@@ -133,18 +135,18 @@ class AlterPartitionQueue(Generic[OwnerT]):
         return min((i.due_ms for i in self._queued.values()), default=None)
 
     def take(
-        self, now_ms: int, *, keep: Callable[[OwnerT], bool] | None = None
+        self, now_ms: int, *, keep: Callable[[AlterItem[OwnerT]], bool] | None = None
     ) -> tuple[AlterItem[OwnerT], ...]:
         """The changes to send in the next request (empty: nothing due, or a request is in
-        flight); they are in flight until ``complete`` or ``fail``. A due change whose owner
-        ``keep`` refuses (its leader moved on) is dropped instead of sent."""
+        flight); they are in flight until ``complete`` or ``fail``. A due change that ``keep``
+        refuses (its leader moved on, or no longer waits for it) is dropped, not sent."""
         if self._in_flight is not None:
             return ()
         batch: list[AlterItem[OwnerT]] = []
         dropped: list[AlterItem[OwnerT]] = []
         for item in self._queued.values():
             if item.due_ms <= now_ms:
-                if keep is not None and not keep(item.owner):
+                if keep is not None and not keep(item):
                     dropped.append(item)
                     continue
                 batch.append(item)

@@ -1700,7 +1700,7 @@ class ReplicaManager:
         while True:
             self._alter_wake.clear()
             t = monotonic_ms()
-            items = queue.take(t, keep=_still_leads)
+            items = queue.take(t, keep=_still_pending)
             if not items:
                 due = queue.next_due_ms()
                 await wait_event(self._alter_wake, None if due is None else (due - t) / 1000)
@@ -1781,6 +1781,13 @@ class ReplicaManager:
 def _still_leads(owner: _AlterOwner) -> bool:
     rep, leader = owner
     return rep.leader is leader and leader.is_leader
+
+
+def _still_pending(item: AlterItem[_AlterOwner]) -> bool:
+    """Whether the leader that proposed ``item`` still leads and waits for exactly that
+    change (a newer registration from the metadata log clears what it was waiting for)."""
+    pending = item.owner[1].pending
+    return _still_leads(item.owner) and pending is not None and pending.request == item.change
 
 
 def _check_leader_epoch(asked: int, current: int, what: str) -> None:

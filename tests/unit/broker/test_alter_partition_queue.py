@@ -160,7 +160,7 @@ def test_changes_of_a_leader_that_moved_on_are_dropped_not_sent() -> None:
     q: AlterPartitionQueue[str] = AlterPartitionQueue()
     q.submit("resigned", change(0), 0)
     q.submit("leading", change(1), 0)
-    sent = q.take(0, keep=lambda owner: owner == "leading")
+    sent = q.take(0, keep=lambda item: item.owner == "leading")
     assert [i.owner for i in sent] == ["leading"]
     q.complete([])
     assert q.queued == 0 and q.take(0) == ()
