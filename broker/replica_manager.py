@@ -57,6 +57,7 @@ import logging
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1739,43 +1740,53 @@ class ReplicaManager:
             # A partition the controller left out of its answer gets None: sent again.
             results = resp.results if isinstance(resp, AlterPartitionResponse) else ()
             answers = queue.complete(results)
-        retries = 0
+        outcomes: Counter[str] = Counter()
         t = now_ms()
         for item, result in answers:
             rep, leader = item.owner
             if not _still_leads(item.owner):
-                continue  # the leader moved on: a newer state (or none) owns the partition
+                outcomes["leader moved on"] += 1
+                continue  # a newer state (or none) owns the partition
             try:
                 outcome = (
                     AlterOutcome.RETRY
                     if result is None
                     else leader.on_alter_partition_result(item.change, result, t)
                 )
+                what = outcome.value
                 if outcome is AlterOutcome.RETRY:
                     pending = leader.pending
                     if pending is not None and pending.request == item.change:
-                        retries += queue.retry(item.owner, item.change, monotonic_ms())
-                else:
+                        queue.retry(item.owner, item.change, monotonic_ms())
+                        what = "sent again"
+                elif (
+                    outcome is AlterOutcome.IGNORED
+                    and result is not None
+                    and result.registration is not None
+                    and leader.partition_epoch >= result.registration.partition_epoch
+                ):
+                    # The metadata log brought the committed change before this answer did.
+                    what = "applied from the metadata log"
+                outcomes[what] += 1
+                if outcome is not AlterOutcome.RETRY:
                     log.info(
                         "broker %d: AlterPartition %s ISR %s: %s%s",
                         self.broker_id,
                         rep.name,
                         [m.broker_id for m in item.change.new_isr],
-                        outcome.value,
+                        what,
                         f" ({result.error})" if result is not None and result.error else "",
                     )
                 self._after_hw_change(rep)
             except Exception:
                 # As the timer does: one partition's failure must not stop the others' ISRs.
                 log.exception("broker %d: AlterPartition answer of %s", self.broker_id, rep.name)
-        if retries:
-            log.info(
-                "broker %d: AlterPartition: %d of %d changes sent again in %d ms",
-                self.broker_id,
-                retries,
-                len(items),
-                queue.retry_backoff_ms,
-            )
+        log.info(
+            "broker %d: AlterPartition of %d partitions answered: %s",
+            self.broker_id,
+            len(items),
+            ", ".join(f"{n} {what}" for what, n in sorted(outcomes.items())) or "nothing",
+        )
 
 
 def _still_leads(owner: _AlterOwner) -> bool:
