@@ -1759,6 +1759,10 @@ class ReplicaManager:
                     if pending is not None and pending.request == item.change:
                         queue.retry(item.owner, item.change, monotonic_ms())
                         what = "sent again"
+                    else:
+                        # The metadata log settled it meanwhile (a request that timed out
+                        # may still have committed), or a newer change is queued.
+                        what = "no longer pending"
                 elif (
                     outcome is AlterOutcome.IGNORED
                     and result is not None
