@@ -1786,7 +1786,7 @@ class ReplicaManager:
                 # As the timer does: one partition's failure must not stop the others' ISRs.
                 log.exception("broker %d: AlterPartition answer of %s", self.broker_id, rep.name)
         log.info(
-            "broker %d: AlterPartition of %d partitions answered: %s",
+            "broker %d: AlterPartition of %d partitions: %s",
             self.broker_id,
             len(items),
             ", ".join(f"{n} {what}" for what, n in sorted(outcomes.items())) or "nothing",
