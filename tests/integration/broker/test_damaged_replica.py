@@ -70,7 +70,23 @@ def test_a_damaged_replica_reports_where_its_data_ends_to_the_unclean_recovery(
             byte = f.read(1)
             f.seek(f.tell() - 1)
             f.write(bytes([byte[0] ^ 0x10]))
-        for i in b.ids:
+
+        def controller_leader() -> int:
+            md = q.metadata(q.wait_active_leader())
+            [t] = [t for t in md["topics"] if t["name"] == TOPIC]
+            return int(t["partitions"][0]["leader"])
+
+        # Every broker fenced (their sessions ran out): the partition has no leader.
+        wait_for("every broker fenced", lambda: controller_leader() < 0, 60)
+        # The damaged replica first: a live replica the recovery must hear from, whose log
+        # cannot open while the partition has no leader.
+        b.start(damaged)
+        wait_for(
+            "the damaged replica refuses its log",
+            lambda: "cannot open" in b.log_tail(damaged, 400),
+            60,
+        )
+        for i in b.ids[1:]:
             b.start(i)
 
         def leader() -> int:
