@@ -109,6 +109,9 @@ PIPELINE_DEPTH = 5
 """Produce requests of one connection in flight at once, by default (Kafka's clients send at
 most five: ``max.in.flight.requests.per.connection``); one more is read only when the first
 is answered. Broker config ``kafka_produce_pipeline_depth``."""
+ANSWERS_GRACE_S = 1.0
+"""How long a connection the peer closed waits for the answers it had asked for (they are
+dropped, but a failed one still says why the connection ended)."""
 UNAUTHENTICATED_BYTES_MAX = 512 * 1024
 """A frame before authentication is a SASL token or ApiVersions: Kafka bounds it likewise
 (``sasl.server.max.receive.size``), so an unauthenticated peer cannot make it buffer 100 MB."""
@@ -281,11 +284,32 @@ class KafkaListener:
         responder.add_done_callback(on_respond_end)
         try:
             await self._read_requests(reader, conn, answers, room)
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.CancelledError):
+        except (
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            ssl.SSLError,
+            asyncio.CancelledError,
+        ) as e:
+            if not isinstance(e, asyncio.CancelledError) and not responder.done():
+                # The peer went away (an acks=0 producer closes once its bytes are out):
+                # let what it asked for finish briefly, so that a refusal is still logged
+                # as the reason the connection ended.
+                drained = asyncio.get_running_loop().create_task(answers.join())
+                try:
+                    await asyncio.wait(
+                        {responder, drained},
+                        timeout=ANSWERS_GRACE_S,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                except asyncio.CancelledError:
+                    pass  # the responder failed meanwhile: its callback cancelled us
+                finally:
+                    drained.cancel()
             if responder.done() and not responder.cancelled():
                 failed = responder.exception()
                 if failed is not None:
-                    serving.uncancel()
+                    if serving.cancelling():
+                        serving.uncancel()
                     raise failed from None
             raise
         finally:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import io
+import logging
 import struct
 from typing import Any
 
+import pytest
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
@@ -230,3 +232,32 @@ def test_a_failed_acks_0_produce_ends_the_serving_task_even_with_requests_behind
             await lst.close()
 
     asyncio.run(run())
+
+
+def test_a_refused_acks_0_produce_is_logged_when_the_client_already_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An acks=0 producer closes as soon as its bytes are out: the refusal must still be
+    # logged as the reason the connection ended (it was lost in a race with the EOF).
+    class Refusing(HeldAcks):
+        async def produce(self, *a: Any, **kw: Any) -> dict[str, Any]:
+            from broker.replica_manager import ReplicaError
+
+            await asyncio.sleep(0.05)
+            raise ReplicaError("NOT_LEADER_OR_FOLLOWER")
+
+    async def run() -> None:
+        lst = KafkaListener(_ctx(Refusing()))
+        await lst.start("127.0.0.1", 0)
+        try:
+            async with asyncio.timeout(20):
+                _, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+                writer.write(_produce(1, b"x", acks=0))
+                await writer.drain()
+                writer.close()
+                await _until(lambda: "after acks=0 errors" in caplog.text)
+        finally:
+            await lst.close()
+
+    with caplog.at_level(logging.INFO, logger="api.kafka.server"):
+        asyncio.run(run())
