@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from _report import add_size_flags, figure, progress, size
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_protocol import end_offsets, kcat_consume, kcat_path
 
 from api.node.localcluster import Brokers, Quorum, free_ports
 
@@ -42,33 +42,12 @@ TOPIC = "fetch-bench"
 BROKER = 101
 
 
-def kcat_path() -> str:
-    path = shutil.which("kcat")
-    if path is None:
-        subprocess.run([str(REPO / "scripts" / "setup-kafka-clients.sh")], check=True, timeout=600)
-        path = shutil.which("kcat")
-    if path is None:
-        raise RuntimeError("kcat is missing and scripts/setup-kafka-clients.sh did not install it")
-    return path
-
-
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """(user, system) CPU-seconds of one process (fields 14 and 15 of /proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
-
-
-def end_offset_sum(bootstrap: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused"})
-    try:
-        return sum(
-            c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        c.close()
 
 
 def create_topic(bootstrap: str) -> None:
@@ -88,7 +67,7 @@ def wait_leaders(bootstrap: str) -> None:
             and all(p.leader >= 0 for p in t.partitions.values())
         ):
             try:
-                end_offset_sum(bootstrap)
+                end_offsets(bootstrap, TOPIC, PARTITIONS)
                 return
             except Exception:
                 pass
@@ -118,41 +97,16 @@ def fill(bootstrap: str, records: Path, n: int) -> None:
         capture_output=True,
         timeout=1800,
     )
-    if end_offset_sum(bootstrap) != n:
-        raise RuntimeError(f"{end_offset_sum(bootstrap)} of {n} records landed")
+    if end_offsets(bootstrap, TOPIC, PARTITIONS) != n:
+        raise RuntimeError(f"{end_offsets(bootstrap, TOPIC, PARTITIONS)} of {n} records landed")
 
 
 def read_all(bootstrap: str, n: int, pid: int) -> tuple[float, float, float]:
     """(seconds, broker user and system CPU-seconds) of kcat reading n records from the
     start."""
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    out = subprocess.run(
-        [
-            kcat_path(),
-            "-C",
-            "-b",
-            bootstrap,
-            "-t",
-            TOPIC,
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-            "-c",
-            str(n),
-            "-f",
-            "%o\\n",
-            "-X",
-            f"fetch.max.bytes={8 << 20}",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=1800,
-    )
-    dt, cpu1 = time.perf_counter() - t0, cpu_seconds(pid)
-    got = out.stdout.count(b"\n")
-    if got < n:
-        raise RuntimeError(f"read {got} of {n}")
+    cpu0 = cpu_seconds(pid)
+    dt = kcat_consume(bootstrap, TOPIC, n, timeout_s=1800)
+    cpu1 = cpu_seconds(pid)
     return dt, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
 
 

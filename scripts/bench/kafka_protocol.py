@@ -49,6 +49,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from api.client import AsyncProducer
 from api.node.localcluster import Brokers, Quorum, free_ports
+
+# The Apache Kafka cluster helper lives with the tests that share it; the repository root is
+# not on the path when a benchmark is run as a script outside scripts/_env.sh.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.integration.kafka.apache_kafka import KafkaCluster, kafka_jars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +97,7 @@ def kcat_path() -> str:
     return path
 
 
-def end_offsets(bootstrap: str, topic: str) -> int:
+def end_offsets(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> int:
     """The sum of the topic's end offsets; retried while leadership settles (a new topic's
     leaders may not know it yet when Metadata already names them)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused"})
@@ -103,7 +107,7 @@ def end_offsets(bootstrap: str, topic: str) -> int:
             try:
                 return sum(
                     c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                    for p in range(PARTITIONS)
+                    for p in range(partitions)
                 )
             except KafkaException:
                 if time.monotonic() > deadline:
@@ -150,8 +154,9 @@ def produce_rate(bootstrap: str, topic: str, n: int, records: Path) -> float:
     return n / dt
 
 
-def consume_rate(bootstrap: str, topic: str, n: int) -> float:
-    """Records/s of one kcat consumer reading n records from the start of every partition."""
+def kcat_consume(bootstrap: str, topic: str, n: int, *, timeout_s: float = 600) -> float:
+    """Seconds one kcat consumer takes to read n records from the start of every partition
+    (an error if fewer come)."""
     t0 = time.perf_counter()
     out = subprocess.run(
         [
@@ -174,13 +179,18 @@ def consume_rate(bootstrap: str, topic: str, n: int) -> float:
         ],
         check=True,
         capture_output=True,
-        timeout=600,
+        timeout=timeout_s,
     )
     dt = time.perf_counter() - t0
     got = out.stdout.count(b"\n")
     if got < n:
         raise RuntimeError(f"consumed {got} of {n}")
-    return got / dt
+    return dt
+
+
+def consume_rate(bootstrap: str, topic: str, n: int) -> float:
+    """Records/s of one kcat consumer reading n records from the start of every partition."""
+    return n / kcat_consume(bootstrap, topic, n)
 
 
 def latencies_ms(bootstrap: str, topic: str, n: int) -> list[float]:
