@@ -14,15 +14,19 @@ that needs Kafka fails without it, never skips (CI must not pass by running noth
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from api.node.localcluster import free_ports
+from api.node.localcluster import Brokers, free_ports, running_cluster
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -194,3 +198,31 @@ class KafkaCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def beside_longboat(
+    ak: KafkaCluster, root: Path, *, kafka_timeout_s: float, **longboat: Any
+) -> Iterator[Brokers]:
+    """Start ``ak`` in a thread while a Longboat cluster (``running_cluster(root,
+    **longboat)``) starts, as both take tens of seconds on a loaded machine; yield Longboat's
+    brokers once both are up (Kafka's start error raised here); stop Kafka at the end."""
+    failed: list[BaseException] = []
+
+    def start_kafka() -> None:
+        try:
+            ak.start(timeout_s=kafka_timeout_s)
+        except BaseException as e:  # re-raised in the caller's thread
+            failed.append(e)
+
+    th = threading.Thread(target=start_kafka)
+    th.start()
+    try:
+        with running_cluster(root, **longboat) as (_, b):
+            th.join()
+            if failed:
+                raise failed[0]
+            yield b
+    finally:
+        th.join()
+        ak.stop()

@@ -275,3 +275,9 @@ def differences(longboat: Any, kafka: Any, path: str = "") -> list[str]:
     if longboat != kafka:
         return [f"{path}: longboat={longboat!r} kafka={kafka!r}"]
     return []
+
+
+def same(longboat: Any, kafka: Any) -> None:
+    """Assert the two normalised answers are equal, naming every difference."""
+    found = differences(longboat, kafka)
+    assert not found, "\n".join(found)

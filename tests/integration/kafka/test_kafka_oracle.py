@@ -18,7 +18,6 @@ The two clusters start together, once for the module. Java and Kafka's jars come
 from __future__ import annotations
 
 import datetime
-import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -30,7 +29,7 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 
-from apache_kafka import QUICK_START_JVM, KafkaCluster, kafka_jars  # noqa: E402
+from apache_kafka import QUICK_START_JVM, KafkaCluster, beside_longboat, kafka_jars  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -41,8 +40,8 @@ from kafka_oracle import (  # noqa: E402
     batch,
     batches,
     build,
-    differences,
     plain,
+    same,
     send_only,
 )
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest  # noqa: E402
@@ -66,7 +65,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (  # noqa: E402
 from kio.schema.produce.v9.request import ProduceRequest  # noqa: E402
 from kio.static.primitive import Records  # noqa: E402
 
-from api.node.localcluster import running_cluster, wait_for  # noqa: E402
+from api.node.localcluster import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -88,35 +87,16 @@ def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Peer, Peer
         # One offsets partition: Kafka's default 50 only slow the first group's coordinator.
         props={"offsets.topic.num.partitions": "1"},
     )
-    failed: list[BaseException] = []
-
-    def start_kafka() -> None:
-        try:
-            ak.start(timeout_s=150)
-        except BaseException as e:  # re-raised in the test's thread
-            failed.append(e)
-
-    th = threading.Thread(target=start_kafka)
-    th.start()
-    try:
-        with running_cluster(root / "longboat", controllers=1, brokers=1, kafka=True) as (_, b):
-            th.join()
-            if failed:
-                raise failed[0]
-            lb = Peer("longboat", next(iter(b.kafka_ports.values())))
-            yield lb, Peer("kafka", ak.broker_ports[0])
-    finally:
-        th.join()
-        ak.stop()
+    with beside_longboat(
+        ak, root / "longboat", kafka_timeout_s=150, controllers=1, brokers=1, kafka=True
+    ) as b:
+        lb = Peer("longboat", next(iter(b.kafka_ports.values())))
+        yield lb, Peer("kafka", ak.broker_ports[0])
 
 
 def both(peers: tuple[Peer, Peer], scenario: Callable[[Peer], Any]) -> tuple[Any, Any]:
     lb, ak = peers
     return scenario(lb), scenario(ak)
-
-
-def same(lb: Any, ak: Any) -> None:
-    assert not differences(lb, ak), "\n".join(differences(lb, ak))
 
 
 def allow(lb: dict[str, Any], ak: dict[str, Any], key: str, longboat: Any, kafka: Any) -> None:

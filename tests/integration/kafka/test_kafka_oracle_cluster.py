@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,9 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 
-from apache_kafka import QUICK_START_JVM, KafkaCluster, kafka_jars  # noqa: E402
+from apache_kafka import QUICK_START_JVM, KafkaCluster, beside_longboat, kafka_jars  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from kafka_oracle import Peer, batch, build, differences  # noqa: E402
+from kafka_oracle import Peer, batch, build, same  # noqa: E402
 from kio.schema.delete_records.v2.request import DeleteRecordsRequest  # noqa: E402
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest  # noqa: E402
 from kio.schema.elect_leaders.v2.request import ElectLeadersRequest  # noqa: E402
@@ -34,7 +33,7 @@ from kio.schema.list_offsets.v7.request import ListOffsetsRequest  # noqa: E402
 from kio.schema.metadata.v12.request import MetadataRequest  # noqa: E402
 from kio.schema.produce.v9.request import ProduceRequest  # noqa: E402
 
-from api.node.localcluster import running_cluster, wait_for  # noqa: E402
+from api.node.localcluster import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
@@ -63,40 +62,21 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side
         jvm_opts=QUICK_START_JVM,
         props={"replica.lag.time.max.ms": str(LAG_MS), "offsets.topic.num.partitions": "1"},
     )
-    failed: list[BaseException] = []
-
-    def start_kafka() -> None:
-        try:
-            ak.start(timeout_s=240)
-        except BaseException as e:  # re-raised in the test's thread
-            failed.append(e)
-
-    th = threading.Thread(target=start_kafka)
-    th.start()
-    try:
-        with running_cluster(
-            root / "longboat",
-            controllers=1,
-            brokers=3,
-            kafka=True,
-            broker_args=["--replica-lag-time-max-ms", str(LAG_MS)],
-            ready_timeout_s=120,
-        ) as (_, b):
-            th.join()
-            if failed:
-                raise failed[0]
-            lb = Peer("longboat", next(iter(b.kafka_ports.values())), b.kafka_ports)
-            yield (
-                Side(lb, b.send_signal),
-                Side(Peer("kafka", ak.broker_ports[0], ak.node_ports), ak.send_signal),
-            )
-    finally:
-        th.join()
-        ak.stop()
-
-
-def same(lb: Any, ak: Any) -> None:
-    assert not differences(lb, ak), "\n".join(differences(lb, ak))
+    with beside_longboat(
+        ak,
+        root / "longboat",
+        kafka_timeout_s=240,
+        controllers=1,
+        brokers=3,
+        kafka=True,
+        broker_args=["--replica-lag-time-max-ms", str(LAG_MS)],
+        ready_timeout_s=120,
+    ) as b:
+        lb = Peer("longboat", next(iter(b.kafka_ports.values())), b.kafka_ports)
+        yield (
+            Side(lb, b.send_signal),
+            Side(Peer("kafka", ak.broker_ports[0], ak.node_ports), ak.send_signal),
+        )
 
 
 def create_topic(p: Peer, name: str, partitions: int, configs: dict[str, str]) -> None:
