@@ -346,18 +346,20 @@ class KafkaListener:
                 and _API_KEY.unpack_from(frame)[0] == PRODUCE
             ):
                 await room.acquire()
-                appended = asyncio.Event()
+                # The next request waits until this one's batches are in the log, or it
+                # ended without (refused, failed): appends keep the order they were sent in.
+                appended: asyncio.Future[None] = loop.create_future()
+
+                def settle(*_: object, fut: asyncio.Future[None] = appended) -> None:
+                    if not fut.done():
+                        fut.set_result(None)
+
                 context = contextvars.copy_context()
-                context.run(PRODUCE_APPENDED.set, appended.set)
+                context.run(PRODUCE_APPENDED.set, settle)
                 task = loop.create_task(self.handle_frame(frame, conn), context=context)
+                task.add_done_callback(settle)
                 answers.put_nowait(task)
-                # The next request waits until this one's batches are in the log (or it
-                # failed): appends keep the order the producer sent them in.
-                seen = loop.create_task(appended.wait())
-                try:
-                    await asyncio.wait({task, seen}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    seen.cancel()
+                await appended
                 continue
             # Anything else is served alone, once every answer before it is out.
             await answers.join()
