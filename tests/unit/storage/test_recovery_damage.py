@@ -133,12 +133,17 @@ def test_a_truncation_into_a_compaction_gap_survives_a_crash(tmp_path) -> None:
     assert reopened.log_end_offset == end + 1  # not taken for lost data, nor reused
 
 
-def _flip_epoch(path: str, start: int, bit: int) -> None:
+def _flip(path: str, at: int, bit: int) -> None:
+    """Flip bit ``bit`` of the byte at ``at``."""
     with open(path, "r+b") as f:
-        f.seek(start + LEADER_EPOCH_OFFSET)
+        f.seek(at)
         b = f.read(1)
-        f.seek(start + LEADER_EPOCH_OFFSET)
+        f.seek(at)
         f.write(bytes([b[0] ^ (1 << bit)]))
+
+
+def _flip_epoch(path: str, start: int, bit: int) -> None:
+    _flip(path, start + LEADER_EPOCH_OFFSET, bit)
 
 
 def test_a_leader_epoch_above_the_checkpoint_is_corruption(tmp_path) -> None:
@@ -199,12 +204,7 @@ def test_a_closed_segment_index_names_its_last_batch(tmp_path) -> None:
 
 def _flip_base_offset_bit(path: str, start: int, bit: int) -> None:
     """Flip bit ``bit`` of a batch's base offset (big-endian, the header's first 8 bytes)."""
-    byte = 7 - bit // 8
-    with open(path, "r+b") as f:
-        f.seek(start + byte)
-        b = f.read(1)
-        f.seek(start + byte)
-        f.write(bytes([b[0] ^ (1 << (bit % 8))]))
+    _flip(path, start + 7 - bit // 8, bit % 8)
 
 
 def test_a_base_offset_that_jumps_and_is_followed_back_is_the_damaged_batch(tmp_path) -> None:
