@@ -112,14 +112,31 @@ def write(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"written": len(data)}
 
 
-def stream(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
-    q = (
+def _read_stream(spark: Any, a: dict[str, Any]) -> Any:
+    """``topic`` as a streaming DataFrame from the earliest offset, headers included."""
+    return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", a["bootstrap"])
         .option("subscribe", a["topic"])
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(a["per_trigger"]))
         .option("includeHeaders", "true")
+    )
+
+
+def _run_until_caught_up(query: Any) -> list[int]:
+    """Wait for an ``availableNow`` query; each micro-batch's input row count."""
+    if not query.awaitTermination(120):
+        query.stop()
+        raise SystemExit("the streaming query did not catch up in 120 s")
+    if query.exception() is not None:
+        raise SystemExit(f"the streaming query failed: {query.exception()}")
+    return [int(p["numInputRows"]) for p in query.recentProgress]
+
+
+def stream(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
+    q = (
+        _read_stream(spark, a)
+        .option("maxOffsetsPerTrigger", str(a["per_trigger"]))
         .load()
         .selectExpr(*ROW)
         .writeStream.format("parquet")
@@ -128,12 +145,7 @@ def stream(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
         .trigger(availableNow=True)
         .start()
     )
-    if not q.awaitTermination(120):
-        q.stop()
-        raise SystemExit("the streaming query did not catch up in 120 s")
-    if q.exception() is not None:
-        raise SystemExit(f"the streaming query failed: {q.exception()}")
-    batches = [int(p["numInputRows"]) for p in q.recentProgress]
+    batches = _run_until_caught_up(q)
     out = [
         r.asDict() for r in spark.read.parquet(a["out"]).orderBy("partition", "offset").collect()
     ]
@@ -153,11 +165,7 @@ def committed(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
 
 def pipe(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
     q = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", a["bootstrap"])
-        .option("subscribe", a["topic"])
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
+        _read_stream(spark, a)
         .load()
         .selectExpr("key", "CAST(upper(CAST(value AS STRING)) AS BINARY) AS value", "headers")
         .writeStream.format("kafka")
@@ -168,12 +176,7 @@ def pipe(spark: Any, a: dict[str, Any]) -> dict[str, Any]:
         .trigger(availableNow=True)
         .start()
     )
-    if not q.awaitTermination(120):
-        q.stop()
-        raise SystemExit("the streaming query did not catch up in 120 s")
-    if q.exception() is not None:
-        raise SystemExit(f"the streaming query failed: {q.exception()}")
-    return {"batches": [int(p["numInputRows"]) for p in q.recentProgress]}
+    return {"batches": _run_until_caught_up(q)}
 
 
 JOBS = {"read": read, "write": write, "stream": stream, "pipe": pipe, "committed": committed}
