@@ -16,6 +16,8 @@ import os
 import ssl
 from dataclasses import dataclass, field
 
+from common.tls_reads import batched_reads
+
 
 @dataclass(frozen=True)
 class ClientSecurity:
@@ -50,7 +52,7 @@ class ClientSecurity:
         ctx = ssl.create_default_context(cafile=self.ssl_cafile)
         if self.ssl_certfile is not None and self.ssl_keyfile is not None:
             ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-        return ctx
+        return batched_reads(ctx)
 
     def authorization(self) -> str | None:
         """The ``Authorization`` header value, if any."""

@@ -60,6 +60,7 @@ from api.http.authz import AUTHORIZER_KEY, Authorizer, authz_middleware
 from api.http.principals import PrincipalMapper, PrincipalMappingError
 from api.node.config import ConfigError, ListenerKind, ListenerSettings, ListenerSpec, NodeConfig
 from api.node.listener import GuardedSite, ListenerLimits, app_runner, limits_of
+from common.tls_reads import batched_reads
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ def server_ssl_context(spec: ListenerSpec) -> ssl.SSLContext | None:
         "requested": ssl.CERT_OPTIONAL,
         "required": ssl.CERT_REQUIRED,
     }[st.ssl_client_auth]
-    return ctx
+    return batched_reads(ctx)
 
 
 def client_ssl_context(settings: ListenerSettings) -> ssl.SSLContext:
@@ -229,7 +230,7 @@ def client_ssl_context(settings: ListenerSettings) -> ssl.SSLContext:
     )
     if settings.ssl_certfile is not None and settings.ssl_keyfile is not None:
         ctx.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
-    return ctx
+    return batched_reads(ctx)
 
 
 def node_client_ssl_context(config: NodeConfig) -> ssl.SSLContext | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from api.node.certs import CertificateAuthority, Issued, make_ca, make_signing_key
+from common.tls_reads import batched_reads
 
 PRINCIPAL_RULES = "RULE:^CN=([^,]+),O=Longboat$/$1/,DEFAULT"
 KAFKA_PROTOCOLS = {
@@ -204,4 +205,4 @@ class SecureSetup:
         ctx = ssl.create_default_context(cafile=str(self.ca.cert))
         if admin:
             ctx.load_cert_chain(self.admin.cert, self.admin.key)
-        return ctx
+        return batched_reads(ctx)
