@@ -186,6 +186,7 @@ def _session(mgr: FetcherHost[Any]) -> aiohttp.ClientSession:
         s = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=FETCH_MAX_WAIT_MS / 1000 + 5),
             connector=netbind.connector(),
+            read_bufsize=netbind.READ_BUFSIZE,
         )
         mgr.fetch_session = s
     assert isinstance(s, aiohttp.ClientSession)

@@ -99,6 +99,7 @@ class Transport:
                     **({} if (ctx := self._ssl()) is None else {"ssl": ctx}),
                 ),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+                read_bufsize=netbind.READ_BUFSIZE,
             )
         return self._session
 

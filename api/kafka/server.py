@@ -92,6 +92,7 @@ from api.kafka.sasl import Exchange, SaslFailedError, new_exchange
 from api.kafka.security import PLAINTEXT, SESSION, ListenerSecurity, Session
 from api.kafka.security_admin import SECURITY_ADMIN_HANDLERS
 from api.kafka.zerocopy import Part, PlannedResponse, splice
+from common import netbind
 from common.tls_writes import sliced
 from storage.log import FileRange
 
@@ -173,8 +174,16 @@ class KafkaListener:
         """Record bytes those responses sent from segment files."""
 
     async def start(self, host: str, port: int) -> None:
+        # The stream's buffer limit is its flow control: a produce request of 1 MiB would
+        # pause and resume the transport every 128 KiB at asyncio's 64 KiB default
+        # (common.netbind.READ_BUFSIZE says what that costs).
         self._server = await asyncio.start_server(
-            self._accept, host, port, reuse_address=True, ssl=self.security.ssl_context
+            self._accept,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self.security.ssl_context,
+            limit=netbind.READ_BUFSIZE,
         )
 
     @property

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from api.node.config import NodeConfig
+from common import netbind
 from common.tls_writes import sliced
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ async def app_runner(app: web.Application, limits: ListenerLimits) -> web.AppRun
         max_line_size=limits.header_bytes_max,
         max_field_size=limits.header_bytes_max,
         max_headers=limits.headers_max,
+        read_bufsize=netbind.READ_BUFSIZE,
     )
     await runner.setup()
     return runner
