@@ -25,6 +25,10 @@ which is the figure to quote; ``value`` and ``baseline_value`` are the medians o
 and plaintext runs (two short runs of a loaded machine compared once said 0.64 one time and
 1.54 the next).
 
+Each pair's topics are deleted once it is measured: a follower's fetch carries every partition
+it follows, so partitions left idle by earlier pairs made every later produce slower on both
+clusters (``delete_topics``).
+
 Each timed run starts with its connections open (a producer's first record to each
 partition, a consumer's end offsets, concurrent reads of the topic over HTTP), as a
 long-lived client has them: what opening one costs is a figure of its own.
@@ -256,6 +260,19 @@ async def _warm(
     await asyncio.gather(*(get(url) for url in t.urls for _ in range(n)))
 
 
+async def delete_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int) -> None:
+    """Delete a pair's topics once it is measured. A follower's fetch carries every
+    partition it follows (Longboat has no fetch sessions, KIP-227), so idle partitions left
+    by earlier pairs would cost every later produce more, both clusters alike: broker CPU
+    per million records 0.47 s with none, 0.82 s beside 120 idle partitions (RF 2 on two
+    brokers), 1.2 s beside 240 (docs/security.md, "What it costs")."""
+    admin = Target(t.urls, None)
+    admin.ssl = admin_ssl
+    async with aiohttp.ClientSession() as s:
+        for name in (f"{TOPIC}-c{run}", f"{TOPIC}-h{run}"):
+            await _json(s, "DELETE", f"{t.urls[0]}/v3/clusters/{cid}/topics/{name}", admin)
+
+
 async def create_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int) -> None:
     admin = Target(t.urls, None)
     admin.ssl = admin_ssl
@@ -332,6 +349,8 @@ def measure_pairs(
                 f"pair {pair} {key}: plaintext {got['plain']:,.0f}, secure {got['secure']:,.0f} "
                 f"records/s, ratio {got['secure'] / got['plain']:.2f}"
             )
+        for t, admin_ssl, cid in (plain, secure):
+            asyncio.run(delete_topics(t, admin_ssl, cid, pair))
     return out
 
 
