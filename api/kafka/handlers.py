@@ -743,7 +743,7 @@ async def handle_init_producer_id(ctx: KafkaContext, version: int, req: Any) -> 
                 req.transactional_id, int(req.transaction_timeout.total_seconds() * 1000)
             )
         except CoordinatorError as e:
-            return answer(_code(e))
+            return answer(_txn_code(22, version, e))
         return answer(ErrorCode.none, r.producer_id, r.producer_epoch)
     if not may_get_producer_id():
         return answer(ErrorCode.cluster_authorization_failed)
@@ -1240,6 +1240,20 @@ async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any
 # (the partition asks the coordinator before a transaction opens there) still holds.
 
 
+# KIP-588 gave each transaction API a version from which PRODUCER_FENCED may be answered; an
+# older client does not know the code (KafkaJS 2.2, at EndTxn v0-1, fails with an unknown
+# error instead of its fencing error), so it gets INVALID_PRODUCER_EPOCH, which every client
+# treats as fenced, as Kafka's KafkaApis answers it. API key -> first version knowing it.
+_PRODUCER_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
+
+
+def _txn_code(api_key: int, version: int, e: BaseException) -> ErrorCode:
+    err = _code(e)
+    if err == ErrorCode.producer_fenced and version < _PRODUCER_FENCED_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return err
+
+
 def _txn_or_raise(ctx: KafkaContext) -> TxnCoordinator:
     if ctx.txn is None:
         raise CoordinatorError("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "no transactions here")
@@ -1265,7 +1279,7 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, version: int, req: Any
                 tps,
             )
         except CoordinatorError as e:
-            err = _code(e)
+            err = _txn_code(24, version, e)
 
     def code(topic: str) -> ErrorCode:
         if err == ErrorCode.operation_not_attempted and topic in refused:
@@ -1312,7 +1326,7 @@ async def handle_add_offsets_to_txn(ctx: KafkaContext, version: int, req: Any) -
         )
         err = ErrorCode.none
     except CoordinatorError as e:
-        err = _code(e)
+        err = _txn_code(25, version, e)
     return build(mod, "AddOffsetsToTxnResponse", throttle_time=ZERO_MS, error_code=err)
 
 
@@ -1330,7 +1344,7 @@ async def handle_end_txn(ctx: KafkaContext, version: int, req: Any) -> Any:
         )
         err = ErrorCode.none
     except CoordinatorError as e:
-        err = _code(e)
+        err = _txn_code(26, version, e)
     return build(mod, "EndTxnResponse", throttle_time=ZERO_MS, error_code=err)
 
 

@@ -73,6 +73,31 @@ def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
     return out
 
 
+def read_back_committed(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
+    c = CKConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                out.append(m)
+        extra = c.poll(1.0)  # nothing more: an aborted record would show here
+        assert extra is None or extra.error() is not None, extra.value()
+    finally:
+        c.close()
+    return out
+
+
 def test_kafkajs_admin_idempotent_produce_and_group_consume(
     kafka_listener_cluster: Brokers, kafkajs: Path
 ) -> None:
@@ -205,3 +230,87 @@ def test_kafkajs_admin_idempotent_produce_and_group_consume(
             "errorCode": 0,
         }
     ]
+
+
+def test_kafkajs_transactions_commit_abort_send_offsets_and_fence(
+    kafka_listener_cluster: Brokers, kafkajs: Path
+) -> None:
+    """KafkaJS's transactional producer (InitProducerId with its transactional id,
+    AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn at the versions KafkaJS
+    speaks) and its read_committed consumer; ``tests/kafkajs/txn.js`` says what runs."""
+    brokers = kafka_listener_cluster
+    bs = bootstrap(brokers)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for name, parts in (("js-txn-in", 2), ("js-txn-out", 3), ("js-txn-zombie", 1)):
+        admin.create_topics([NewTopic(name, parts, 3)])[name].result(30)
+    wait_for(
+        "the transaction topics have leaders",
+        lambda: all(
+            p.leader >= 0
+            for t in ("js-txn-in", "js-txn-out", "js-txn-zombie")
+            for p in admin.list_topics(t, timeout=5).topics[t].partitions.values()
+        ),
+        20,
+    )
+    n_in = 8
+    with LBProducer(brokers.url(brokers.ids[0]), linger_ms=0) as p:
+        futs = [p.send("js-txn-in", f"in{i}".encode(), partition=i % 2) for i in range(n_in)]
+        p.flush()
+        assert all(f.result(10).offset == i // 2 for i, f in enumerate(futs))
+
+    run = subprocess.run(
+        [
+            "node",
+            str(kafkajs.parent / "txn.js"),
+            json.dumps(
+                {
+                    "bootstrap": bs,
+                    "in": "js-txn-in",
+                    "out": "js-txn-out",
+                    "group": "js-eos",
+                    "records": n_in,
+                    "zombieTopic": "js-txn-zombie",
+                }
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "KAFKAJS_NO_PARTITIONER_WARNING": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    out = json.loads(run.stdout)
+
+    committed = {f"c{i}" for i in range(6)}
+    aborted = {f"a{i}" for i in range(6)}
+    transformed = {f"t-in{i}" for i in range(n_in)}
+    assert all(r["errorCode"] == 0 for r in out["committedSend"])
+    # read_committed: exactly the two committed transactions, once each, on every partition;
+    # read_uncommitted shows the aborted records are in the log, so the filter did the work.
+    rc = [r["value"] for r in out["readCommitted"]]
+    assert sorted(rc) == sorted(committed | transformed)
+    assert {r["partition"] for r in out["readCommitted"] if r["value"] in committed} == {0, 1, 2}
+    ru = [r["value"] for r in out["readUncommitted"]]
+    assert sorted(ru) == sorted(committed | aborted | transformed)
+    # librdkafka's read_committed consumer agrees.
+    got = read_back_committed(bs, "js-txn-out", 3, len(rc))
+    assert sorted(m.value().decode() for m in got) == sorted(rc)
+
+    # The group's offsets are the committed transaction's, not the aborted rewind's, as KafkaJS
+    # and librdkafka see them.
+    ends = {0: n_in // 2, 1: n_in // 2}
+    assert {int(p): o for p, o in out["sentOffsets"].items()} == ends
+    assert {o["partition"]: o["offset"] for o in out["groupOffsets"]} == ends
+    ck = CKConsumer({"bootstrap.servers": bs, "group.id": "js-eos"})
+    try:
+        offs = ck.committed([TopicPartition("js-txn-in", p) for p in range(2)], timeout=10)
+    finally:
+        ck.close()
+    assert {tp.partition: tp.offset for tp in offs} == ends
+
+    # Fenced: the first producer's commit fails with Kafka's error for an old epoch at the
+    # EndTxn versions KafkaJS speaks (v0-1 know no PRODUCER_FENCED), and only the successor's
+    # record is visible.
+    z = out["zombieCommit"]
+    assert z["ok"] is False and z["type"] == "INVALID_PRODUCER_EPOCH", z
+    assert [r["value"] for r in out["zombieTopic"]] == ["fresh"]

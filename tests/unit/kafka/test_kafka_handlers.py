@@ -574,3 +574,63 @@ def test_metadata_auto_create_refused_by_the_controller_answers_its_code() -> No
         c = _creating_ctx([], error)
         out = asyncio.run(h.handle_metadata(c, 12, _metadata_request(12, ["x"], allow=True)))
         assert [(t.name, t.error_code) for t in out.topics] == [("x", code)]
+
+
+class FencedTxn:
+    """A transaction coordinator for which every producer is a zombie."""
+
+    async def _fenced(self, *args: Any, **kwargs: Any) -> Any:
+        from broker.txn_coordinator import TxnRequestError
+
+        raise TxnRequestError("PRODUCER_FENCED", "a newer producer exists")
+
+    init_producer_id = add_partitions = add_offsets = end_txn = _fenced
+
+
+def _txn_request(api_key: int, version: int) -> Any:
+    ids = {"transactional_id": "t", "producer_id": 5, "producer_epoch": 0}
+    if api_key == 22:
+        return request(22, version, **ids, transaction_timeout=datetime.timedelta(seconds=60))
+    if api_key == 24:
+        mod = __import__(f"kio.schema.add_partitions_to_txn.v{version}.request", fromlist=["x"])
+        return request(
+            24,
+            version,
+            **{f"v3_and_below_{k}": v for k, v in ids.items()},
+            v3_and_below_topics=(mod.AddPartitionsToTxnTopic(name="t", partitions=(0,)),),
+        )
+    if api_key == 25:
+        return request(25, version, **ids, group_id="g")
+    return request(26, version, **ids, committed=True)
+
+
+def _txn_error(api_key: int, out: Any) -> ErrorCode:
+    if api_key == 24:
+        (topic,) = out.results_by_topic_v3_and_below
+        (part,) = topic.results_by_partition
+        return part.partition_error_code  # type: ignore[no-any-return]
+    return out.error_code  # type: ignore[no-any-return]
+
+
+# KIP-588: the first version of each API whose clients know PRODUCER_FENCED (90); Kafka
+# answers older ones INVALID_PRODUCER_EPOCH (47). KafkaJS 2.2 speaks EndTxn v0-1 and took 90
+# for an unknown error, not a fencing.
+@pytest.mark.parametrize(
+    ("api_key", "handler", "since"),
+    [
+        (22, h.handle_init_producer_id, 4),
+        (24, h.handle_add_partitions_to_txn, 2),
+        (25, h.handle_add_offsets_to_txn, 2),
+        (26, h.handle_end_txn, 2),
+    ],
+)
+def test_a_fenced_producer_is_answered_the_code_its_version_knows(
+    api_key: int, handler: Any, since: int
+) -> None:
+    c = ctx()
+    c.txn = FencedTxn()  # type: ignore[assignment]
+    for version in versions(api_key):
+        answer = asyncio.run(handler(c, version, _txn_request(api_key, version)))
+        got = _txn_error(api_key, round_trip(api_key, version, answer))
+        want = ErrorCode.producer_fenced if version >= since else ErrorCode.invalid_producer_epoch
+        assert got == want, version
