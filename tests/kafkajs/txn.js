@@ -9,9 +9,10 @@
 //     transaction writes "t-<value>" to T_OUT and sends the consumed offsets for G
 //     (AddOffsetsToTxn + TxnOffsetCommit), committed; then a transaction that sends offset 0
 //     for every partition of T_IN is aborted (the group's offsets must not move);
-//  3. reads T_OUT from the beginning twice: read_committed and read_uncommitted;
-//  4. zombie: a second producer of one transactionalId fences the first in mid-transaction,
-//     and the first's commit fails; the second commits "fresh" to T_Z.
+//  3. zombie (beside 2.): a second producer of one transactionalId fences the first in
+//     mid-transaction, and the first's commit fails; the second commits "fresh" to T_Z;
+//  4. reads T_OUT from the beginning twice, read_committed and read_uncommitted, and T_Z
+//     read_committed.
 // Prints one JSON object on stdout for the test to check; KafkaJS's own log goes to stderr.
 'use strict'
 const { Kafka, logLevel } = require('kafkajs')
@@ -45,14 +46,16 @@ function txnProducer (transactionalId) {
   return kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 30000 })
 }
 
+// A short fetch wait: stop() and disconnect() wait for the fetch under way.
+const consumerTimes = { sessionTimeout: 10000, heartbeatInterval: 1000, maxWaitTimeInMs: 500 }
+
 // Every record of `topic` from the beginning, as a new group with the given isolation, until
 // `want` of them are in; the test then checks that nothing else arrived.
 async function readAll (topic, want, readUncommitted) {
   const consumer = kafka.consumer({
     groupId: `js-reader-${readUncommitted ? 'ru' : 'rc'}-${topic}-${Date.now()}`,
     readUncommitted,
-    sessionTimeout: 10000,
-    heartbeatInterval: 1000,
+    ...consumerTimes,
   })
   await consumer.connect()
   await consumer.subscribe({ topics: [topic], fromBeginning: true })
@@ -99,80 +102,86 @@ async function main () {
 
   mark('1-committed-and-aborted')
 
-  // 2. Consume-transform-produce, exactly once: the outputs and the group's offsets commit together.
-  const consumer = kafka.consumer({ groupId, readUncommitted: false, sessionTimeout: 10000, heartbeatInterval: 1000 })
-  await consumer.connect()
-  await consumer.subscribe({ topics: [tIn], fromBeginning: true })
-  const inputs = []
-  await withTimeout('consume the input', 60000, new Promise((resolve, reject) => {
-    consumer.run({
-      autoCommit: false,
-      eachMessage: async ({ partition, message }) => {
-        inputs.push({ partition, offset: Number(message.offset), value: message.value.toString() })
-        if (inputs.length >= nRecords) resolve()
-      },
-    }).catch(reject)
-  }))
-  await consumer.stop()
-  const next = {}
-  for (const r of inputs) next[r.partition] = Math.max(next[r.partition] ?? 0, r.offset + 1)
-  const eos = await producer.transaction()
-  await eos.send({
-    topic: tOut,
-    messages: inputs.map((r) => ({ partition: r.offset % outPartitions, value: `t-${r.value}` })),
-  })
-  await eos.sendOffsets({
-    consumerGroupId: groupId,
-    topics: [{ topic: tIn, partitions: Object.entries(next).map(([p, o]) => ({ partition: Number(p), offset: String(o) })) }],
-  })
-  await eos.commit()
-  out.sentOffsets = next
-  // The same again, aborted: the offsets sent in it (0 everywhere) must never count.
-  const rewind = await producer.transaction()
-  await rewind.sendOffsets({
-    consumerGroupId: groupId,
-    topics: [{ topic: tIn, partitions: Object.keys(next).map((p) => ({ partition: Number(p), offset: '0' })) }],
-  })
-  await rewind.abort()
-  await consumer.disconnect() // autoCommit off: commits nothing of its own
-  await producer.disconnect()
-  out.groupOffsets = (await admin.fetchOffsets({ groupId, topics: [tIn] }))[0].partitions
-    .map((p) => ({ partition: p.partition, offset: Number(p.offset) }))
-    .sort((a, b) => a.partition - b.partition)
-
-  mark('2-consume-transform-produce')
-
-  // 3. What each isolation level sees of T_OUT.
-  const wantCommitted = perPartition.length + inputs.length
-  out.readCommitted = await readAll(tOut, wantCommitted, false)
-  out.readUncommitted = await readAll(tOut, wantCommitted + perPartition.length, true)
-
-  mark('3-read-both-isolations')
-
-  // 4. A zombie: the second producer's InitProducerId bumps the epoch and aborts the first's
-  // open transaction; the first's EndTxn is then refused with Kafka's fencing error.
-  const zombie = txnProducer('js-zombie')
-  await zombie.connect()
-  const zt = await zombie.transaction()
-  await zt.send({ topic: args.zombieTopic, messages: [{ partition: 0, value: 'zombie' }] })
-  const successor = txnProducer('js-zombie')
-  await successor.connect()
-  // KafkaJS sends the transactional InitProducerId with the first transaction(), not at
-  // connect() (which gets a plain idempotent producer id).
-  const st = await withTimeout('the successor begins', 60000, successor.transaction())
-  try {
-    await zt.commit()
-    out.zombieCommit = { ok: true }
-  } catch (e) {
-    out.zombieCommit = { ok: false, name: e.name, type: e.type, code: e.code, message: e.message }
+  // 2. Consume-transform-produce, exactly once: the outputs and the group's offsets commit
+  // together. Beside it (another transactional id, another topic), 3. a zombie: the second
+  // producer's InitProducerId bumps the epoch and aborts the first's open transaction; the
+  // first's EndTxn is then refused with Kafka's fencing error. Concurrent because each waits
+  // mostly on a group join or a coordinator's abort, not on the other.
+  let inputs
+  const consumeTransformProduce = async () => {
+    const consumer = kafka.consumer({ groupId, readUncommitted: false, ...consumerTimes })
+    await consumer.connect()
+    await consumer.subscribe({ topics: [tIn], fromBeginning: true })
+    inputs = []
+    await withTimeout('consume the input', 60000, new Promise((resolve, reject) => {
+      consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ partition, message }) => {
+          inputs.push({ partition, offset: Number(message.offset), value: message.value.toString() })
+          if (inputs.length >= nRecords) resolve()
+        },
+      }).catch(reject)
+    }))
+    await consumer.stop()
+    const next = {}
+    for (const r of inputs) next[r.partition] = Math.max(next[r.partition] ?? 0, r.offset + 1)
+    const eos = await producer.transaction()
+    await eos.send({
+      topic: tOut,
+      messages: inputs.map((r) => ({ partition: r.offset % outPartitions, value: `t-${r.value}` })),
+    })
+    await eos.sendOffsets({
+      consumerGroupId: groupId,
+      topics: [{ topic: tIn, partitions: Object.entries(next).map(([p, o]) => ({ partition: Number(p), offset: String(o) })) }],
+    })
+    await eos.commit()
+    out.sentOffsets = next
+    // The same again, aborted: the offsets sent in it (0 everywhere) must never count.
+    const rewind = await producer.transaction()
+    await rewind.sendOffsets({
+      consumerGroupId: groupId,
+      topics: [{ topic: tIn, partitions: Object.keys(next).map((p) => ({ partition: Number(p), offset: '0' })) }],
+    })
+    await rewind.abort()
+    await consumer.disconnect() // autoCommit off: commits nothing of its own
+    out.groupOffsets = (await admin.fetchOffsets({ groupId, topics: [tIn] }))[0].partitions
+      .map((p) => ({ partition: p.partition, offset: Number(p.offset) }))
+      .sort((a, b) => a.partition - b.partition)
   }
-  await st.send({ topic: args.zombieTopic, messages: [{ partition: 0, value: 'fresh' }] })
-  await st.commit()
-  await successor.disconnect()
-  await zombie.disconnect().catch(() => {})
-  out.zombieTopic = await readAll(args.zombieTopic, 1, false)
+  const zombieAndSuccessor = async () => {
+    const zombie = txnProducer('js-zombie')
+    await zombie.connect()
+    const zt = await zombie.transaction()
+    await zt.send({ topic: args.zombieTopic, messages: [{ partition: 0, value: 'zombie' }] })
+    const successor = txnProducer('js-zombie')
+    await successor.connect()
+    // KafkaJS sends the transactional InitProducerId with the first transaction(), not at
+    // connect() (which gets a plain idempotent producer id).
+    const st = await withTimeout('the successor begins', 60000, successor.transaction())
+    try {
+      await zt.commit()
+      out.zombieCommit = { ok: true }
+    } catch (e) {
+      out.zombieCommit = { ok: false, name: e.name, type: e.type, code: e.code, message: e.message }
+    }
+    await st.send({ topic: args.zombieTopic, messages: [{ partition: 0, value: 'fresh' }] })
+    await st.commit()
+    await successor.disconnect()
+    await zombie.disconnect().catch(() => {})
+  }
+  await Promise.all([consumeTransformProduce(), zombieAndSuccessor()])
+  mark('2-consume-transform-produce-and-3-zombie')
 
-  mark('4-zombie')
+  // 4. What each isolation level sees of T_OUT, and read_committed of T_Z (concurrent: each
+  // reader is a new group, whose join waits out the coordinator's initial rebalance delay).
+  const wantCommitted = perPartition.length + inputs.length
+  ;[out.readCommitted, out.readUncommitted, out.zombieTopic] = await Promise.all([
+    readAll(tOut, wantCommitted, false),
+    readAll(tOut, wantCommitted + perPartition.length, true),
+    readAll(args.zombieTopic, 1, false),
+  ])
+  mark('4-read')
+  await producer.disconnect()
   await admin.disconnect()
   process.stdout.write(JSON.stringify(out) + '\n')
 }
