@@ -26,6 +26,7 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.function.BooleanSupplier;
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -129,7 +130,7 @@ public class CooperativeConsumers {
       } catch (Throwable t) {
         failed = t;
       } finally {
-        consumer.close(Duration.ofSeconds(10));
+        consumer.close(CloseOptions.timeout(Duration.ofSeconds(10)));
       }
     }
 

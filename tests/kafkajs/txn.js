@@ -42,6 +42,9 @@ async function withTimeout (what, ms, promise) {
   }
 }
 
+// The client's bounded retries (above) hold for these producers too, so a failure shows in the
+// test instead of being retried for ever; KafkaJS warns on stderr that an idempotent producer
+// should retry without limit.
 function txnProducer (transactionalId) {
   return kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 30000 })
 }
