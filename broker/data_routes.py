@@ -65,6 +65,8 @@ forwarded: they are addressed to one replica on purpose.
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -73,7 +75,8 @@ import orjson
 from aiohttp import web
 
 from broker.errors import BrokerError
-from broker.fetch_plan import PartitionFetch
+from broker.fetch_plan import PartitionFetch, PartitionKey
+from broker.fetch_session import NO_SESSION
 from broker.fetcher import MSGPACK
 from broker.replica_manager import (
     DEBUG_REPLICA_ID,
@@ -275,20 +278,43 @@ async def _replica_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str
         int_field(b, "max_bytes", 0, INT32_MAX, default=FETCH_RESPONSE_BYTES_MAX),
         FETCH_RESPONSE_BYTES_MAX,
     )
+    # A session (broker.fetch_session): absent fields are an older follower's whole request.
+    session_id = int_field(b, "session_id", 0, INT64_MAX, default=0)
+    session_epoch = int_field(b, "session_epoch", NO_SESSION, INT32_MAX, default=NO_SESSION)
     parts = [_partition_fetch(i, p) for i, p in enumerate(list_field(b, "partitions"))]
+    forgotten = [_partition_key(i, k) for i, k in enumerate(list_field(b, "forgotten", default=[]))]
     seen: set[tuple[str, int]] = set()
     for p in parts:
         if p.key in seen:
             raise InvalidRequestError(f"'partitions' names {p.topic}-{p.partition} twice")
         seen.add(p.key)
-    answers = await router.mgr.fetch_for_follower(
+    mgr = router.mgr
+    sid, parts = mgr.fetch_sessions.resolve(
+        replica_id=replica_id,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        changed=parts,
+        forgotten=forgotten,
+        now_s=time.monotonic(),
+        new_id=lambda: secrets.randbits(63),
+    )
+    answers = await mgr.fetch_for_follower(
         replica_id=replica_id,
         broker_epoch=broker_epoch,
         partitions=parts,
         max_wait_ms=max_wait_ms,
         response_bytes_max=max_bytes,
     )
-    return {"partitions": [_fetch_entry(p, a) for p, a in answers]}
+    out: dict[str, Any] = {"partitions": [_fetch_entry(p, a) for p, a in answers]}
+    if sid:
+        out["session_id"] = sid
+    return out
+
+
+def _partition_key(i: int, k: Any) -> PartitionKey:
+    if type(k) is not dict:
+        raise InvalidRequestError(f"'forgotten[{i}]' must be a map, got {type(k).__name__}")
+    return (topic_field(k), partition_field(k))
 
 
 async def _offsets_for_leader_epoch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:

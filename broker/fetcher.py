@@ -61,6 +61,11 @@ from broker.fetch_plan import (
     entry_outcome,
     plan_fetch,
 )
+from broker.fetch_session import (
+    FetchSessionIdNotFoundError,
+    FollowerSession,
+    InvalidFetchSessionEpochError,
+)
 from broker.replica_state import FollowerState, TruncationStep
 from broker.throttle import TokenBucket
 from common import netbind
@@ -154,6 +159,7 @@ class FetchError(Exception):
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+SESSION_ERRORS = (FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code)
 
 
 async def call(
@@ -273,6 +279,8 @@ class SourceFetcher(Generic[ReplicaT]):
         self.rounds = 0
         self.errors = 0
         self.legacy_until_s = 0.0
+        self.session = FollowerSession()
+        """This fetcher's fetch session with its source (KIP-227, ``broker.fetch_session``)."""
         self.closing = False
         self.side_requests = asyncio.Semaphore(SIDE_REQUESTS_MAX)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
@@ -454,19 +462,7 @@ class SourceFetcher(Generic[ReplicaT]):
         epoch = host.broker_epoch()
         if time.monotonic() >= self.legacy_until_s:
             try:
-                ans = await call(
-                    _session(host),
-                    url,
-                    "replica_fetch",
-                    {
-                        "replica_id": int(host.broker_id),
-                        "broker_epoch": -1 if epoch is None else epoch,
-                        "max_wait_ms": max_wait_ms,
-                        "max_bytes": FETCH_RESPONSE_BYTES_MAX,
-                        "partitions": [r.to_wire() for r in requests],
-                    },
-                )
-                return answer_outcomes(ans)
+                return answer_outcomes(await self._replica_fetch(url, requests, max_wait_ms))
             except FetchError as err:
                 if err.code != "UNSUPPORTED_VERSION":
                     raise
@@ -478,6 +474,51 @@ class SourceFetcher(Generic[ReplicaT]):
                 )
                 self.legacy_until_s = time.monotonic() + LEGACY_RECHECK_S
         return await self._fetch_each(url, requests, -1 if epoch is None else epoch)
+
+    async def _replica_fetch(
+        self, url: str, requests: Sequence[PartitionFetch], max_wait_ms: int
+    ) -> dict[str, Any]:
+        """One ``replica_fetch`` asking for ``requests``, within the session: only what
+        changed since the last answer goes on the wire. A request refused for its session
+        (the leader restarted, or lost the last answer's epoch) is sent again at once,
+        whole."""
+        try:
+            return await self._replica_fetch_once(url, requests, max_wait_ms)
+        except FetchError as err:
+            if err.code not in SESSION_ERRORS:
+                raise
+            log.debug("broker %d: %s: %s", self.host.broker_id, self.name, err)
+        return await self._replica_fetch_once(url, requests, max_wait_ms)
+
+    async def _replica_fetch_once(
+        self, url: str, requests: Sequence[PartitionFetch], max_wait_ms: int
+    ) -> dict[str, Any]:
+        host = self.host
+        epoch = host.broker_epoch()
+        req = self.session.request(requests)
+        try:
+            ans = await call(
+                _session(host),
+                url,
+                "replica_fetch",
+                {
+                    "replica_id": int(host.broker_id),
+                    "broker_epoch": -1 if epoch is None else epoch,
+                    "max_wait_ms": max_wait_ms,
+                    "max_bytes": FETCH_RESPONSE_BYTES_MAX,
+                    "session_id": req.session_id,
+                    "session_epoch": req.session_epoch,
+                    "partitions": [r.to_wire() for r in req.partitions],
+                    "forgotten": [{"topic": t, "partition": p} for t, p in req.forgotten],
+                },
+            )
+        except BaseException:
+            # The leader may or may not have taken it: the next request is whole.
+            self.session.reset()
+            raise
+        sid = ans.get("session_id", 0)
+        self.session.answered(req, requests, sid if type(sid) is int else 0)
+        return ans
 
     async def _fetch_each(
         self, url: str, requests: Sequence[PartitionFetch], broker_epoch: int

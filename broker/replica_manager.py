@@ -67,6 +67,7 @@ from broker.alter_partition_manager import AlterItem, AlterPartitionQueue
 from broker.endpoints import endpoint_url
 from broker.errors import BrokerError, InvalidTxnStateError
 from broker.fetch_plan import PartitionFetch
+from broker.fetch_session import FetchSessionCache
 from broker.fetcher import ReplicaFetchers
 from broker.metadata_follower import MetadataUpdate
 from broker.producer_state import Duplicate, ProducerState, ProducerStateConfig
@@ -408,6 +409,11 @@ class ReplicaManager:
         self._maintenance: asyncio.Task[None] | None = None
         self.fetch_session: Any = None  # aiohttp session of the fetchers (broker.fetcher)
         self.fetchers: ReplicaFetchers[Replica] = ReplicaFetchers(self)
+        self._reconciled: MetadataImage | None = None
+        """The image the replicas last fully matched (``on_metadata`` skips updates that
+        change nothing they follow from)."""
+        self.fetch_sessions = FetchSessionCache()
+        """Followers' fetch sessions on this leader (KIP-227, ``broker.fetch_session``)."""
         """One fetcher per source broker, each fetching all the partitions this broker
         follows from it in one request (``broker.fetcher``)."""
         self._flush_tasks: set[asyncio.Task[None]] = set()
@@ -512,8 +518,23 @@ class ReplicaManager:
                 self._deferred = True
                 return
             self._deferred = False
+            prev, image = self._reconciled, update.image
+            if (
+                prev is not None
+                and prev.topics is image.topics
+                and prev.brokers is image.brokers
+                and prev.configs is image.configs
+                and prev.features is image.features
+            ):
+                # What replicas follow from is unchanged (images share what a delta left
+                # alone): the controller's periodic NoOpRecords, an ACL, a producer id
+                # block. Reconciling walks every partition; at a few NoOps a second beside
+                # hundreds of partitions that was a fifth of a produce's broker CPU.
+                return
+            self._reconciled = None
             try:
-                await self._reconcile(update.image)
+                if await self._reconcile(image):
+                    self._reconciled = image
             except Exception:
                 log.exception(
                     "broker %d: applying metadata offset %d failed",
@@ -581,7 +602,10 @@ class ReplicaManager:
                 out.append(b)
         return out
 
-    async def _reconcile(self, image: MetadataImage) -> None:
+    async def _reconcile(self, image: MetadataImage) -> bool:
+        """Make the replicas what ``image`` says; whether every partition was applied (a
+        partition that failed, or is damaged, is tried again at the next metadata update)."""
+        clean = True
         self._update_throttle(image)
         wanted: dict[tuple[TopicId, int], tuple[str, PartitionRegistration]] = {}
         for t, p, reg in image.topics.partitions():
@@ -612,10 +636,12 @@ class ReplicaManager:
                                 e.offset,
                             )
                         self.damaged[key] = e
+                        clean = False
                         continue
                     self.damaged.pop(key, None)
                 await self._apply_registration(rep, reg, image)
             except Exception:  # one bad partition (a disk error) must not stall the others
+                clean = False
                 log.exception(
                     "broker %d: applying %s-%d at metadata offset %d failed",
                     self.broker_id,
@@ -623,6 +649,7 @@ class ReplicaManager:
                     key[1],
                     image.offset,
                 )
+        return clean
 
     def _open(
         self,

@@ -18,6 +18,7 @@ import msgpack
 from inprocess_brokers import two_brokers, wait
 
 from broker import fetcher
+from broker.fetch_session import FetchSessionCache
 from metalog.commands import CreateTopic
 from storage.batch import encode_batch
 
@@ -205,5 +206,70 @@ def test_a_leader_without_replica_fetch_is_fetched_from_partition_by_partition(
             frep = tb.mgrs[tb.follower].by_name[("t", 0)]
             assert frep.log.log_end_offset == 3
             assert "fetch" in asked and asked.count("replica_fetch") == 1
+
+    asyncio.run(go())
+
+
+def test_followers_fetch_in_sessions_sending_only_what_changed(tmp_path: Path) -> None:
+    """KIP-227: once its session is open, a follower's fetches carry the partitions whose
+    fetch state changed (here the one being produced to), the leader serves every partition
+    of the session, and acks=all works throughout; when the leader loses its sessions (as
+    on a restart) the follower opens a new one at once. A request naming a session the leader
+    does not hold is refused with FETCH_SESSION_ID_NOT_FOUND."""
+
+    async def go() -> None:
+        async with two_brokers(tmp_path) as tb:
+            lid, fid, url = tb.leader, tb.follower, tb.urls[tb.leader]
+            lmgr: Any = tb.mgrs[lid]
+            await lmgr.controller.execute(
+                CreateTopic(name="s", num_partitions=16, replication_factor=2)
+            )
+
+            def led() -> list[int]:
+                return [
+                    p
+                    for p in range(16)
+                    if (r := lmgr.by_name.get(("s", p))) is not None
+                    and r.leader is not None
+                    and r.leader.is_leader
+                    and fid in r.leader.isr
+                ]
+
+            await wait("four partitions of s led by the leader, ISR full", lambda: led()[3:])
+            hot = led()[0]
+            for i in range(20):
+                ans = await _produce(url, "s", hot, b"v%d" % i)
+                assert not ans.get("error"), ans
+            counts = lmgr.fetch_sessions.counts
+            assert counts.opened >= 1 and counts.incremental >= 20, counts
+            followed = len(
+                [r for r in lmgr.by_name.values() if r.leader is not None and r.leader.is_leader]
+            )
+            # Served for every followed partition, sent only the few that changed.
+            assert counts.partitions_served / counts.incremental >= followed - 1, counts
+            assert counts.partitions_sent / counts.incremental <= 3, counts
+            assert tb.mgrs[fid].by_name[("s", hot)].log.log_end_offset == 20
+
+            # The leader forgets every session: the follower's next fetch is refused, it opens
+            # a new session at once, and acks=all goes on.
+            lmgr.fetch_sessions = FetchSessionCache()
+            for i in range(5):
+                ans = await _produce(url, "s", hot, b"w%d" % i)
+                assert not ans.get("error"), ans
+            assert lmgr.fetch_sessions.counts.opened == 1
+            assert tb.mgrs[fid].by_name[("s", hot)].log.log_end_offset == 25
+
+            status, ans = await _post(
+                url,
+                "replica_fetch",
+                {
+                    "replica_id": fid,
+                    "max_wait_ms": 0,
+                    "session_id": 12345,
+                    "session_epoch": 3,
+                    "partitions": [],
+                },
+            )
+            assert ans["error"] == "FETCH_SESSION_ID_NOT_FOUND", (status, ans)
 
     asyncio.run(go())
