@@ -43,6 +43,11 @@ times) or int64 (offsets).
   per marker in order}: Kafka's
   WriteTxnMarkers, answered by this broker for the partitions it leads (never forwarded:
   the coordinator sends each marker to its partition's leader).
+* ``txn_partitions_added`` {producer_id, producer_epoch, partitions: [[topic, partition],
+  ...]} -> {}: the transaction coordinator's word, sent once the ONGOING record holding them
+  is committed, that the producer's transaction in that epoch holds these partitions; the
+  first batch of the epoch to one this broker leads then needs no verification round trip
+  (``ReplicaManager.note_txn_partitions``; docs/transactions.md, "What a transaction costs").
 * ``delete_records`` {topic, partition, offset (-1: the HW), timeout_ms?, forwarded?}
   -> {low_watermark} (Kafka's DeleteRecords; through the router, like ``list_offsets``)
 
@@ -97,8 +102,10 @@ from broker.request_fields import (
     int_field,
     list_field,
     partition_field,
+    partition_value,
     str_field,
     topic_field,
+    topic_value,
 )
 from broker.router import PUBLIC_PREFIX, STORAGE_CODES, PartitionRouter
 from broker.txn_markers import TxnMarker
@@ -362,6 +369,19 @@ async def _write_txn_markers(router: PartitionRouter, b: dict[str, Any]) -> dict
     }
 
 
+async def _txn_partitions_added(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+    producer_id = int_field(b, "producer_id", 0, INT64_MAX)
+    producer_epoch = int_field(b, "producer_epoch", 0, 0x7FFF)
+    partitions = []
+    for i, e in enumerate(list_field(b, "partitions")):
+        where = f"partitions[{i}]"
+        if type(e) is not list or len(e) != 2:
+            raise InvalidRequestError(f"{where!r} must be [topic, partition], got {e!r:.60}")
+        partitions.append((topic_value(f"{where}[0]", e[0]), partition_value(f"{where}[1]", e[1])))
+    router.mgr.note_txn_partitions(producer_id, producer_epoch, partitions)
+    return {}
+
+
 async def _delete_records(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
     topic, partition = topic_field(b), partition_field(b)
     offset = int_field(b, "offset", -1, INT64_MAX)  # -1: the high watermark
@@ -394,6 +414,7 @@ def add_data_routes(app: web.Application, mgr: ReplicaManager) -> PartitionRoute
     app.router.add_post(f"{p}/offsets_for_leader_epoch", _handler(_offsets_for_leader_epoch))
     app.router.add_post(f"{p}/list_offsets", _handler(_list_offsets))
     app.router.add_post(f"{p}/write_txn_markers", _handler(_write_txn_markers))
+    app.router.add_post(f"{p}/txn_partitions_added", _handler(_txn_partitions_added))
     app.router.add_get(f"{p}/replicas", _replicas)
     app.router.add_post(f"{p}/delete_records", _handler(_delete_records))
     app.router.add_post(f"{PUBLIC_PREFIX}/produce", _handler(_produce))

@@ -58,7 +58,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,12 @@ class Replica:
     producer may have several batches in flight): a marker for that producer removes them,
     so a batch verified before the marker cannot open a transaction after it (Kafka's
     ``VerificationGuard``)."""
+    txn_added: dict[int, int] = field(default_factory=dict)
+    """producer id -> the epoch whose transaction the coordinator announced holds this
+    partition (``note_txn_partitions``: sent once its ONGOING record is committed), so that
+    epoch's first batch here needs no verification round trip. A marker for the producer
+    removes it; a stale entry opens nothing, since the producer state refuses an epoch
+    older than the last marker's before the entry is looked at."""
     traffic: TopicTraffic = field(default_factory=TopicTraffic)
     """Its topic's counters, shared by every replica of the topic here."""
     fetch_waiters: set[asyncio.Event] = field(default_factory=set)
@@ -776,6 +782,7 @@ class ReplicaManager:
         hw = rep.high_watermark
         rep.follower = None
         rep.hw_floor = hw
+        rep.txn_added.clear()  # announced to an earlier leadership: verify afresh
         plog = rep.log
         # KIP-101: the new epoch starts at our LEO before any OffsetsForLeaderEpoch is served.
         plog.leader_epoch_cache.assign(reg.leader_epoch, plog.log_end_offset)
@@ -1092,7 +1099,11 @@ class ReplicaManager:
         if header.size != len(batch):
             raise ReplicaError("CORRUPT_MESSAGE", "one whole batch per produce request")
         plan = rep.producers.check_and_plan(header)
-        if self.txn_verifier is not None and rep.producers.needs_txn_verification(header):
+        if (
+            self.txn_verifier is not None
+            and rep.producers.needs_txn_verification(header)
+            and rep.txn_added.get(header.producer_id) != header.producer_epoch
+        ):
             await self._verify_txn(rep, header, transactional_id)
             # The state may have moved while we waited: decide again, and only a batch whose
             # verification no marker cancelled may open the transaction.
@@ -1195,6 +1206,24 @@ class ReplicaManager:
             if err is not None:
                 raise err
 
+    def note_txn_partitions(
+        self, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """The transaction coordinator's word that ``producer_id``'s transaction in
+        ``producer_epoch`` holds ``partitions`` (its ONGOING record is committed): the first
+        batch of that epoch to one of them that this broker leads opens the transaction
+        without asking the coordinator again (KIP-890 part 1, answered ahead). Partitions
+        led elsewhere, and an epoch older than the producer's last here, are ignored: the
+        batch is then verified as usual, or fenced."""
+        for topic, partition in partitions:
+            rep = self.by_name.get((topic, partition))
+            if rep is None or rep.leader is None or not rep.leader.is_leader:
+                continue
+            entry = rep.producers.get(producer_id)
+            if entry is not None and entry.producer_epoch > producer_epoch:
+                continue
+            rep.txn_added[producer_id] = producer_epoch
+
     async def write_txn_markers(
         self, markers: Sequence[TxnMarker], *, timeout_ms: int = MARKER_TIMEOUT_MS
     ) -> dict[tuple[str, int], str | None]:
@@ -1238,6 +1267,7 @@ class ReplicaManager:
         if aborted is not None:
             rep.log.append_aborted_txn(aborted)
         rep.txn_verifications.pop(m.producer_id, None)
+        rep.txn_added.pop(m.producer_id, None)
         if self.page_cache is not None:
             self.page_cache.note_append(rep.log)
         leader.on_local_append(rep.log.log_end_offset, t)

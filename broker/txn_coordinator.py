@@ -122,6 +122,11 @@ class MarkerWriter(Protocol):
         ...
 
 
+AddedAnnouncer = Callable[[int, int, Sequence[TopicPartition]], Coroutine[Any, Any, None]]
+"""``(producer_id, producer_epoch, partitions)``: the transaction of that pair holds these
+partitions now (its ONGOING is committed). Best effort: never raises."""
+
+
 @dataclass(frozen=True)
 class TxnCoordinatorConfig:
     """Broker configs; Kafka's names beside each."""
@@ -151,6 +156,13 @@ class _Shard:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set (and replaced) whenever a transition of the shard takes effect, a completion
     starts being written (a next transaction may chain behind it), or a write fails."""
+    bumping: set[str] = field(default_factory=set)
+    """The ids whose last end, decided in this leadership, bumped the epoch (KIP-890 part
+    2; not Kafka's first transaction protocol) and that have not been re-initialised since:
+    only their transactions are announced to the partition leaders. With the bump, a
+    transaction's epoch is newer than any earlier transaction's marker, so a leader can tell
+    a late announcement from a current one (``ReplicaManager.note_txn_partitions``);
+    without it, the transaction after a late announcement would share its epoch."""
 
 
 @dataclass(frozen=True)
@@ -174,9 +186,12 @@ class TxnCoordinator:
         config: TxnCoordinatorConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         session: netbind.LazySession | None = None,
+        announce: AddedAnnouncer | None = None,
     ) -> None:
         """``session``: the HTTP session its markers and verifications to other brokers go
-        through; closed by ``stop``."""
+        through; closed by ``stop``. ``announce``: tells the partitions' leaders what each
+        committed ONGOING added (``RoutedMarkerWriter.announce_added``); None: the leaders
+        verify each transaction's first batch by asking."""
         self.broker_id = broker_id
         self.session = session or netbind.LazySession(limit=64, connect_timeout_s=5.0)
         self.log = txn_log
@@ -186,6 +201,7 @@ class TxnCoordinator:
         self.markers = markers
         self.config = config or TxnCoordinatorConfig()
         self.clock = clock
+        self.announce = announce
         self.shards: dict[int, _Shard] = {}
         self._wake = asyncio.Event()
         self._image_changed = asyncio.Event()
@@ -394,8 +410,20 @@ class TxnCoordinator:
                 )
             # Chained: committed, but the completion before it in the log is taken first.
             await wait_event(shard.changed, self.config.append_timeout_ms / 1000)
+        prev = shard.state.txns.get(tid)
         shard.state.on_written(target)
         self._changed(shard)
+        if target.state is TxnState.ONGOING and self.announce is not None and tid in shard.bumping:
+            added = target.partitions
+            if prev is not None and prev.state is TxnState.ONGOING:
+                added = added - prev.partitions
+            if added:
+                # Now, not before the commit: the leaders take it as the verification's answer.
+                self._spawn(
+                    shard,
+                    self.announce(target.producer_id, target.producer_epoch, sorted(added)),
+                    f"txn-added-{tid}",
+                )
         if target.state in PREPARED:
             self._spawn(shard, self._complete(shard, target), f"txn-markers-{tid}")
 
@@ -596,9 +624,11 @@ class TxnCoordinator:
         """The next (producer id, epoch) for ``tid``; every earlier pair is fenced. An open
         transaction of the id is aborted first (answered CONCURRENT_TRANSACTIONS meanwhile:
         retry)."""
+        self._forget_bumps(tid)
         step = await self._run_step(
             tid, lambda st, now, pid: st.handle_init_producer_id(tid, timeout_ms, now, pid)
         )
+        self._forget_bumps(tid)
         _raise_for(step)
         meta = step.result
         assert meta is not None
@@ -657,10 +687,20 @@ class TxnCoordinator:
                 tid, producer_id, producer_epoch, commit, now, pid, bump_epoch
             ),
         )
+        if not bump_epoch:
+            self._forget_bumps(tid)
         _raise_for(step)
+        p = self.partition_of(tid)
+        shard = None if p is None else self.shards.get(p)
+        if bump_epoch and shard is not None and step.target is not None:
+            shard.bumping.add(tid)  # decided here, in this leadership
         meta = step.result
         assert meta is not None
         return InitResult(meta.producer_id, meta.producer_epoch)
+
+    def _forget_bumps(self, tid: str) -> None:
+        for shard in self.shards.values():
+            shard.bumping.discard(tid)
 
     def describe(self, tid: str) -> TxnMetadata | None:
         _shard, state = self._shard_or_raise(tid)
@@ -733,6 +773,9 @@ _MESSAGES = {
 # ---------------------------------------------------------------- markers, over the brokers
 
 LocalMarkers = Callable[[Sequence[TxnMarker]], Awaitable[dict[tuple[str, int], str | None]]]
+LocalAdded = Callable[[int, int, Sequence[tuple[str, int]]], None]
+"""``ReplicaManager.note_txn_partitions``."""
+ANNOUNCE_TIMEOUT_S = 5.0
 
 
 class RoutedMarkerWriter:
@@ -751,6 +794,7 @@ class RoutedMarkerWriter:
         local: LocalMarkers,
         session: Callable[[], aiohttp.ClientSession],
         timeout_ms: int = 30_000,
+        local_added: LocalAdded | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_of = leader_of
@@ -758,6 +802,41 @@ class RoutedMarkerWriter:
         self.local = local
         self.session = session
         self.timeout_ms = timeout_ms
+        self.local_added = local_added
+
+    async def announce_added(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> None:
+        """``AddedAnnouncer``: one ``txn_partitions_added`` to each leader of ``partitions``
+        (this broker's through ``local_added``), all at once. A leader that misses it (moved,
+        slow, unreachable) verifies by asking, as without it: nothing is retried."""
+        by_leader: dict[int, list[list[Any]]] = {}
+        for tp in partitions:
+            leader = self.leader_of(tp.topic, tp.partition)
+            if leader is not None and leader >= 0:
+                by_leader.setdefault(leader, []).append([tp.topic, tp.partition])
+
+        async def to(leader: int, parts: list[list[Any]]) -> None:
+            if leader == self.broker_id:
+                if self.local_added is not None:
+                    self.local_added(producer_id, producer_epoch, [(t, p) for t, p in parts])
+                return
+            url = self.broker_url(leader)
+            if url is None:
+                return
+            body = {"producer_id": producer_id, "producer_epoch": producer_epoch}
+            try:
+                async with self.session().post(
+                    f"{url}{INTERNAL_PREFIX}/txn_partitions_added",
+                    data=msgpack.packb({**body, "partitions": parts}, use_bin_type=True),
+                    headers={"Content-Type": MSGPACK},
+                    timeout=aiohttp.ClientTimeout(total=ANNOUNCE_TIMEOUT_S),
+                ) as resp:
+                    await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                log.debug("broker %d: announcing to broker %d: %s", self.broker_id, leader, e)
+
+        await asyncio.gather(*(to(leader, parts) for leader, parts in by_leader.items()))
 
     async def write_txn_markers(
         self, markers: Sequence[TxnMarker]

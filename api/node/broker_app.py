@@ -437,18 +437,23 @@ def _txn_coordinator(
     pids: ProducerIdManager,
 ) -> TxnCoordinator:
     session = netbind.LazySession(limit=64, connect_timeout_s=5.0)
+    markers = RoutedMarkerWriter(
+        broker_id=config.node_id,
+        leader_of=router.leader_of,
+        broker_url=replicas.leader_url,
+        local=replicas.write_txn_markers,
+        session=session.get,
+        local_added=replicas.note_txn_partitions,
+    )
     return TxnCoordinator(
         broker_id=config.node_id,
         txn_log=ReplicaOffsetsLog(replicas, TRANSACTION_STATE_TOPIC),
         image=lambda: follower.image,
         create_topic=replicas.controller.execute,
         next_producer_id=pids.next_id,
-        markers=RoutedMarkerWriter(
-            broker_id=config.node_id,
-            leader_of=router.leader_of,
-            broker_url=replicas.leader_url,
-            local=replicas.write_txn_markers,
-            session=session.get,
+        markers=markers,
+        announce=(
+            markers.announce_added if config.transaction_partition_verification_enable else None
         ),
         config=TxnCoordinatorConfig(
             num_partitions=config.transaction_state_log_num_partitions,

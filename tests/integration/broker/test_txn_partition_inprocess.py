@@ -200,6 +200,53 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
                 None
             ]
 
+            # The coordinator's announcement (sent once its ONGOING record is committed)
+            # answers the verification ahead: that epoch's first batch here opens the
+            # transaction without asking. A follower ignores it; a marker ends it; a late
+            # one, older than the producer's last marker here, opens nothing.
+            async def added(url: str, pid: int, epoch: int) -> Any:
+                body = {"producer_id": pid, "producer_epoch": epoch, "partitions": [["t", 0]]}
+                return await _call(url, "txn_partitions_added", body)
+
+            async def produce_e(value: bytes, pid: int, epoch: int, seq: int) -> Any:
+                batch = encode_batch(
+                    [(None, value, ts, ())],
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=seq,
+                    transactional=True,
+                )
+                body = {"topic": "t", "partition": 0, "acks": -1, "batch": batch}
+                return await _call(lurl, "produce", {**body, "transactional_id": "e"})
+
+            assert (await added(urls[fid], 500, 1)).get("error") in (None, "NONE")
+            assert frep.txn_added == {}
+            await added(lurl, 500, 1)
+            asked.clear()
+            ans = await produce_e(b"e0", 500, 1, 0)
+            assert not ans.get("error") and asked == [], (ans, asked)
+            assert lrep.producers.get(500).in_transaction  # type: ignore[union-attr]
+            assert await markers(
+                {"producer_id": 500, "commit": True, "coordinator_epoch": 1, "producer_epoch": 2}
+            ) == [None]
+            assert 500 not in lrep.txn_added
+            await added(lurl, 500, 1)  # late: its transaction has ended here
+            assert 500 not in lrep.txn_added
+            ans = await produce_e(b"late", 500, 1, 1)
+            assert ans["error"] == "INVALID_PRODUCER_EPOCH", ans
+            await added(lurl, 500, 2)  # the next transaction's
+            ans = await produce_e(b"e1", 500, 2, 0)
+            assert not ans.get("error") and asked == [], (ans, asked)
+            assert await markers(
+                {"producer_id": 500, "commit": False, "coordinator_epoch": 1, "producer_epoch": 3}
+            ) == [None]
+            ans = await _call(
+                lurl,
+                "txn_partitions_added",
+                {"producer_id": 1, "producer_epoch": 0, "partitions": [["t"]]},
+            )
+            assert ans["error"] == "INVALID_REQUEST", ans
+
             # Producer state survives a restart, snapshot or not.
             end = lrep.log.log_end_offset
             ldir = lrep.log.dir_path

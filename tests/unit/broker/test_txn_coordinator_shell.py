@@ -148,7 +148,11 @@ class Clock:
 
 
 async def started(
-    fake: FakeLog, markers: FakeMarkers, clock: Clock | None = None, img: Any = None
+    fake: FakeLog,
+    markers: FakeMarkers,
+    clock: Clock | None = None,
+    img: Any = None,
+    announce: Any = None,
 ) -> TxnCoordinator:
     async def create(cmd: CreateTopic) -> None:
         raise AssertionError("the topic exists")
@@ -167,6 +171,7 @@ async def started(
         markers=markers,
         config=TxnCoordinatorConfig(abort_timed_out_interval_ms=10),
         clock=clock or Clock(),
+        announce=announce,
     )
     await c.start()
     await until(lambda: 0 in c.shards and c.shards[0].state is not None)
@@ -218,6 +223,56 @@ async def test_an_answer_waits_for_its_record_to_be_committed() -> None:
         fake.gate.set()
         await add
         assert c.verify(T, r.producer_id, r.producer_epoch, A0) is None
+    finally:
+        await c.stop()
+
+
+@run_async
+async def test_leaders_hear_of_added_partitions_only_once_the_ongoing_is_committed() -> None:
+    fake, markers = FakeLog(), FakeMarkers()
+    heard: list[tuple[int, int, list[TopicPartition]]] = []
+
+    async def announce(pid: int, epoch: int, parts: Sequence[TopicPartition]) -> None:
+        heard.append((pid, epoch, list(parts)))
+
+    c = await started(fake, markers, announce=announce)
+    try:
+        r = await c.init_producer_id(T, 60_000)
+        pid, e = r.producer_id, r.producer_epoch
+        # Not before this producer's first end has bumped the epoch (see below).
+        await c.add_partitions(T, pid, e, [A0])
+        await c.end_txn(T, pid, e, commit=True)
+        # The next transaction's add, chained behind the completion: its epoch, all of it.
+        await c.add_partitions(T, pid, e + 1, [A0])
+        await until(lambda: len(heard) == 1)
+        assert heard == [(pid, e + 1, [A0])]
+        assert fake.states()[-2:] == ["CompleteCommit", "Ongoing"]
+        fake.gate.clear()
+        add = asyncio.create_task(c.add_partitions(T, pid, e + 1, [A0, B0]))
+        await until(lambda: fake.waiting == 1)
+        await asyncio.sleep(0.02)
+        assert len(heard) == 1  # a leader told before the commit could open a hanging txn
+        fake.gate.set()
+        await add
+        await until(lambda: len(heard) == 2)
+        assert heard[1] == (pid, e + 1, [B0])  # only what this write added
+        # A write that fails is announced to nobody.
+        await c.end_txn(T, pid, e + 1, commit=False)
+        await until(lambda: fake.states()[-1] == "CompleteAbort")
+        fake.fail = "NOT_ENOUGH_REPLICAS"
+        with pytest.raises(CoordinatorError):
+            await c.add_partitions(T, pid, e + 2, [B0])
+        fake.fail = None
+        await until(lambda: 0 in c.shards and c.shards[0].state is not None)
+        # Nor, in a new leadership, before an end it decided bumped the epoch; nor after an
+        # end without the bump (Kafka's first protocol): the next transaction keeps the
+        # epoch of the marker before it, so a late announcement would look current.
+        await c.add_partitions(T, pid, e + 2, [B0])
+        await c.end_txn(T, pid, e + 2, commit=True, bump_epoch=False)
+        await until(lambda: fake.states()[-1] == "CompleteCommit")
+        await c.add_partitions(T, pid, e + 2, [A0])
+        await asyncio.sleep(0.05)
+        assert len(heard) == 2
     finally:
         await c.stop()
 
