@@ -281,6 +281,7 @@ def encode_values(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """``encode_batch`` for the bulk case: non-null values, one timestamp, no headers.
 
@@ -322,7 +323,7 @@ def encode_values(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        transactional=False,
+        transactional=transactional,
         control=False,
     )
 

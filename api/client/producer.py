@@ -600,19 +600,7 @@ class AsyncProducer:
             if self.idempotent:
                 seq = q.next_sequence
                 q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
-            if b.columns is not None and self._txn is not None:
-                # encode_values has no transactional flag: the records one by one.
-                values, keys, ts = b.columns
-                ks = keys if keys is not None else [None] * len(values)
-                b.encoded = encode_batch(
-                    [(k, v, ts, ()) for k, v in zip(ks, values, strict=True)],
-                    compression=self.compression,
-                    producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch,
-                    base_sequence=seq,
-                    transactional=True,
-                )
-            elif b.columns is not None:
+            if b.columns is not None:
                 values, keys, ts = b.columns
                 b.encoded = encode_values(
                     values,
@@ -622,6 +610,7 @@ class AsyncProducer:
                     producer_id=self.producer_id,
                     producer_epoch=self.producer_epoch,
                     base_sequence=seq,
+                    transactional=self._txn is not None,
                 )
             else:
                 b.encoded = encode_batch(

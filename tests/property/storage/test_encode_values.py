@@ -23,9 +23,16 @@ values = st.one_of(
     ts=st.integers(min_value=0, max_value=2**62),
     codec=st.sampled_from(list(Compression)),
     seq=st.integers(min_value=-1, max_value=2**31 - 1),
+    txn=st.booleans(),
 )
 def test_encode_values_equals_encode_batch(
-    vals: list[bytes], keyed: bool, data: st.DataObject, ts: int, codec: Compression, seq: int
+    vals: list[bytes],
+    keyed: bool,
+    data: st.DataObject,
+    ts: int,
+    codec: Compression,
+    seq: int,
+    txn: bool,
 ) -> None:
     keys = (
         data.draw(
@@ -47,6 +54,7 @@ def test_encode_values_equals_encode_batch(
         producer_id=pid,
         producer_epoch=0 if pid >= 0 else -1,
         base_sequence=seq,
+        transactional=txn and pid >= 0,
     )
     slow = encode_batch(
         [(None if keys is None else keys[i], v, ts, ()) for i, v in enumerate(vals)],
@@ -54,6 +62,7 @@ def test_encode_values_equals_encode_batch(
         producer_id=pid,
         producer_epoch=0 if pid >= 0 else -1,
         base_sequence=seq,
+        transactional=txn and pid >= 0,
     )
     assert fast == slow
     assert [r.value for r in decode_records(fast)] == vals
