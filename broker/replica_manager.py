@@ -141,6 +141,10 @@ READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 """Kafka's ``isolation.level`` values (``IsolationLevel`` 0 and 1 on the wire)."""
 MARKER_TIMEOUT_MS = 30_000
+FOLLOWER_HW_DELAY_MS = 10
+"""How long a follower's fetch that has only a newer HW to bring back waits for data to bring
+it with (``fetch_for_follower``): the HW a follower holds lags the leader's by up to this
+much, and a replicated write costs each follower one exchange instead of two."""
 """How long ``write_txn_markers`` waits for the HW to pass a marker (Kafka's coordinator
 uses ``request.timeout.ms``)."""
 
@@ -250,6 +254,9 @@ class Replica:
     epoch's first batch here needs no verification round trip. A marker for the producer
     removes it; a stale entry opens nothing, since the producer state refuses an epoch
     older than the last marker's before the entry is looked at."""
+    txn_added_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    """Verifications in flight that an announcement may answer first (``_verify_txn``): set
+    by ``note_txn_partitions``."""
     traffic: TopicTraffic = field(default_factory=TopicTraffic)
     """Its topic's counters, shared by every replica of the topic here."""
     fetch_waiters: set[asyncio.Event] = field(default_factory=set)
@@ -433,6 +440,7 @@ class ReplicaManager:
         """After ``stop``: whether every log was flushed and closed without an error (the
         broker's clean-shutdown marker may then be written, ``broker.clean_shutdown``)."""
         self.txn_verifier: TxnVerifier | None = None
+        self.follower_hw_delay_s = FOLLOWER_HW_DELAY_MS / 1000
         self.txn_marker_listeners: list[Callable[[TxnMarker], None]] = []
         """Told of every marker this leader appended, once it is committed (the group
         coordinator completes the offsets a transaction committed in ``__consumer_offsets``,
@@ -1153,9 +1161,7 @@ class ReplicaManager:
         guards = rep.txn_verifications.setdefault(pid, set())
         guards.add(guard)
         try:
-            code = await self.txn_verifier(
-                transactional_id, pid, header.producer_epoch, rep.topic, rep.partition
-            )
+            code = await self._ask_or_hear(rep, header, transactional_id)
             if code is not None:
                 raise ReplicaError(
                     code, f"the coordinator refused {rep.name} to producer {pid}: {code}"
@@ -1171,6 +1177,38 @@ class ReplicaManager:
                 left.discard(guard)
                 if not left:
                     del rep.txn_verifications[pid]
+
+    async def _ask_or_hear(
+        self, rep: Replica, header: BatchHeader, transactional_id: str
+    ) -> str | None:
+        """The verifier's answer, or None as soon as the coordinator's announcement for this
+        producer epoch arrives (``note_txn_partitions``): it is sent at the same moment as
+        the answer to the producer's add and often arrives just behind its first batch. The
+        question then runs on in the background (its answer is dropped)."""
+        assert self.txn_verifier is not None
+        pid, epoch = header.producer_id, header.producer_epoch
+        ask = asyncio.ensure_future(
+            self.txn_verifier(transactional_id, pid, epoch, rep.topic, rep.partition)
+        )
+        ask.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if rep.txn_added.get(pid) == epoch:
+                    return None
+                if ask.done():
+                    return ask.result()
+                heard: asyncio.Future[None] = loop.create_future()
+                rep.txn_added_waiters.add(heard)
+                try:
+                    waits: set[asyncio.Future[Any]] = {ask, heard}
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    rep.txn_added_waiters.discard(heard)
+                    heard.cancel()
+        except asyncio.CancelledError:
+            ask.cancel()
+            raise
 
     async def _await_acks(
         self,
@@ -1223,6 +1261,9 @@ class ReplicaManager:
             if entry is not None and entry.producer_epoch > producer_epoch:
                 continue
             rep.txn_added[producer_id] = producer_epoch
+            for heard in rep.txn_added_waiters:
+                if not heard.done():
+                    heard.set_result(None)
 
     async def write_txn_markers(
         self, markers: Sequence[TxnMarker], *, timeout_ms: int = MARKER_TIMEOUT_MS
@@ -1496,11 +1537,13 @@ class ReplicaManager:
                     rep.leader is not leader
                     or not leader.is_leader
                     or rep.log.log_end_offset > p.fetch_offset
-                    or leader.high_watermark > p.high_watermark
                     or rep.log.log_start_offset > p.log_start_offset
                 ):
                     return True
             return False
+
+        def hw_news() -> bool:
+            return any(leader.high_watermark > p.high_watermark for p, _, leader in live)
 
         # One event for every partition asked: each replica's notify sets it.
         wake = asyncio.Event()
@@ -1512,6 +1555,12 @@ class ReplicaManager:
                 wake.clear()  # before looking: a notify from here on is not missed
                 if news():
                     break
+                if hw_news():
+                    # The follower's own fetch has just moved the HW (its LEO): the news can
+                    # ride on the next data, which in a busy partition comes within the
+                    # delay, instead of costing an exchange of its own per replicated write.
+                    # The HW on the leader, and so every ack, moved already.
+                    deadline = min(deadline, time.monotonic() + self.follower_hw_delay_s)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -83,6 +83,22 @@ def test_replica_fetch_serves_each_partition_on_its_own(tmp_path: Path) -> None:
             assert status == 200 and ans == {"partitions": []}, ans
             assert took >= 0.35, took
 
+            # Only a newer HW to bring back: held for the HW delay, in case data comes to
+            # carry it (one exchange per replicated write instead of two), then answered.
+            pa = await _produce(url, "t", 0, b"hw")
+            assert not pa.get("error"), pa
+            hw = lmgr.by_name[("t", 0)].high_watermark
+            lmgr.follower_hw_delay_s = 0.3
+            t0 = time.monotonic()
+            status, ans = await _post(
+                url, "replica_fetch", body([entry("t", 0, high_watermark=hw - 1)], 10_000)
+            )
+            took = time.monotonic() - t0
+            lmgr.follower_hw_delay_s = 0.0
+            assert status == 200 and 0.25 <= took < 5, (took, ans)
+            [e] = ans["partitions"]
+            assert (e["high_watermark"], len(e["records"])) == (hw, 0), ans
+
             # A partition this broker does not have, and one named in a leader epoch the
             # leader does not know: their own errors, answered at once; the others are
             # served (left out here: nothing new).

@@ -240,6 +240,17 @@ def test_transactions_on_the_partition_side(tmp_path: Path) -> None:
             assert await markers(
                 {"producer_id": 500, "commit": False, "coordinator_epoch": 1, "producer_epoch": 3}
             ) == [None]
+            # An announcement that arrives while the batch is being verified answers it.
+            slow[600] = asyncio.Event()
+            first = asyncio.ensure_future(produce_e(b"f0", 600, 1, 0))
+            await wait("asking", lambda: any(a[1] == 600 for a in asked))
+            await added(lurl, 600, 1)
+            ans = await asyncio.wait_for(first, 10)
+            assert not ans.get("error"), ans
+            slow[600].set()
+            assert await markers(
+                {"producer_id": 600, "commit": True, "coordinator_epoch": 1, "producer_epoch": 2}
+            ) == [None]
             ans = await _call(
                 lurl,
                 "txn_partitions_added",
