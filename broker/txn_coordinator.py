@@ -34,6 +34,10 @@ Theory of operation
   for their high watermarks), retrying the failures with back-off while this leadership
   lasts; then it writes COMPLETE_*. A partition whose topic is gone is skipped, as Kafka
   does.
+* **Announcements.** Once an ONGOING record is committed, the leaders of the partitions it
+  added are told (``announce``, ``RoutedMarkerWriter.announce_added``), so the transaction's
+  first batch there needs no KIP-890 verification round trip; only for ids whose last end
+  here bumped the epoch (``_Shard.bumping`` says why).
 * **Timeouts.** Every ``abort_timed_out_interval_ms`` each loaded shard's ONGOING
   transactions past their timeout are aborted (epoch bumped: the producer is fenced).
 * **Expiration.** Every ``remove_expired_interval_ms`` each loaded shard's ids idle past
