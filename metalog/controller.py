@@ -264,6 +264,14 @@ class ControllerConfig:
     unclean_recovery_timeout_ms: int = 300_000
     """KIP-966's ``unclean.recovery.timeout.ms``: after this long waiting for reports, elect
     the longest log among the live replicas that reported."""
+    partition_changes_per_poll_max: int = 1_000
+    """Partition changes one ``poll`` decides, for fencing expired sessions and for the
+    preferred-leader rebalance; the rest follow in the next polls (Kafka bounds the same work:
+    ``maxElectionsPerImbalance``, and its controller's records per batch). Each change costs
+    the leader ~20-60 µs to decide and every node as much again to encode, decode and replay,
+    all on the event loop that also runs Raft: fencing three brokers of 10,000 partitions in
+    one poll (30,003 records) held the leader's loop for seconds on a loaded machine, past the
+    election timeout, and each next leader did the same (finding 13)."""
 
     def __post_init__(self) -> None:
         if self.unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
@@ -591,6 +599,10 @@ class QuorumController:
         """The controller epoch (Raft term) while active; None on a standby."""
         self._sessions: dict[BrokerId, int] = {}
         """Broker -> time of its last heartbeat (active only; not in the log, as in Kafka)."""
+        self._fencing: dict[BrokerId, BrokerEpoch] = {}
+        """Brokers whose session expired and whose partitions are being handed over, a
+        bounded number per poll, before their ``FenceBrokerRecord`` (active only). A
+        heartbeat or registration (a new session) takes the broker out."""
         self._next_noop_ms = 0
         self._next_rebalance_ms = 0
         self._ids_made = 0
@@ -678,6 +690,7 @@ class QuorumController:
         self._pending.clear()
         self._pending_image = None
         self._sessions = {b: now_ms for b in self.image.brokers.brokers}
+        self._fencing.clear()
         self._log_reports.clear()
         self._recovery_since_ms.clear()
         self._recovery_waits.clear()
@@ -692,6 +705,7 @@ class QuorumController:
         self._pending.clear()
         self._pending_image = None
         self._sessions.clear()
+        self._fencing.clear()
         self._log_reports.clear()
         self._recovery_since_ms.clear()
         self._recovery_waits.clear()
@@ -1232,6 +1246,7 @@ class QuorumController:
         if existing is not None or self.config.eligible_leader_replicas_enabled:
             self._remove_from_partitions(batch, cmd.broker_id, unclean_shutdown=not clean)
         self._sessions[cmd.broker_id] = now_ms
+        self._fencing.pop(cmd.broker_id, None)
         broker_id = cmd.broker_id
 
         def resolve(base_offset: int) -> BrokerRegistrationResponse:
@@ -1256,6 +1271,9 @@ class QuorumController:
     ) -> tuple[BrokerHeartbeatResponse, None]:
         b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         self._sessions[b.broker_id] = now_ms
+        # Alive after all: stop handing its partitions over (those already moved come back
+        # as it rejoins their ISRs, as after any shrink).
+        self._fencing.pop(b.broker_id, None)
         caught_up = cmd.current_metadata_offset >= b.broker_epoch
         reported = self._note_log_reports(batch, b, cmd, now_ms)
         answer = self._heartbeat_state(batch, b, cmd, now_ms, caught_up)
@@ -1291,6 +1309,7 @@ class QuorumController:
             fenced = b2 is not None and b2.fenced
             if fenced:
                 self._sessions.pop(b.broker_id, None)
+                self._fencing.pop(b.broker_id, None)
             return BrokerHeartbeatResponse(caught_up, fenced, fenced), None
         if cmd.want_fence:
             if not b.fenced:
@@ -1316,6 +1335,7 @@ class QuorumController:
         # Gone for good: it leaves the ELRs too, and recoveries stop waiting for it.
         self._remove_from_partitions(batch, b.broker_id, unclean_shutdown=True)
         self._sessions.pop(b.broker_id, None)
+        self._fencing.pop(b.broker_id, None)
         return UnregisterBrokerResponse(b.broker_id), None
 
     def _fence(
@@ -1323,6 +1343,46 @@ class QuorumController:
     ) -> None:
         batch.add(FenceBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
         self._remove_from_partitions(batch, b.broker_id, unclean_election=unclean_election)
+
+    def _fence_bounded(self, batch: _Batch, b: BrokerRegistration, changes_max: int) -> int:
+        """Fence ``b``, whose session expired, deciding at most ``changes_max`` partition
+        changes: all of them and the ``FenceBrokerRecord`` if that is enough (what ``_fence``
+        writes), else the first ``changes_max`` hand-overs only (out of the ISR, leadership
+        to another member), leaving ``b`` in ``_fencing`` for the next poll. Until then ``b``
+        is unfenced and leads what it has not handed over yet, as a broker in controlled
+        shutdown does. The number of changes decided."""
+        bid = b.broker_id
+        todo = [
+            (name, tid, p, reg)
+            for name, tid, p, reg in batch.partitions(bid)
+            if reg.leader == bid or bid in reg.isr
+        ]
+        if len(todo) <= changes_max:
+            self._fencing.pop(bid, None)
+            before = len(batch.records)
+            self._fence(batch, b)
+            return len(batch.records) - before - 1
+        self._fencing[bid] = b.broker_epoch
+        decided = 0
+        for name, tid, p, reg in todo:
+            if decided >= changes_max:
+                break
+            rec = self._change(
+                batch,
+                name,
+                tid,
+                p,
+                reg,
+                remove=bid,
+                unclean_allowed=self._unclean_allowed(batch, name),
+            )
+            if rec is not None:
+                batch.add(rec)
+                decided += 1
+        if decided == 0:  # every one left is a last ISR member that stays (ELR off)
+            self._fencing.pop(bid, None)
+            self._fence(batch, b)
+        return decided
 
     # -- partitions
 
@@ -1865,11 +1925,22 @@ class QuorumController:
                 del self._sessions[broker_id]
                 b = batch.delta.broker(broker_id)
                 if b is not None and not b.fenced:
-                    self._fence(batch, b)
+                    self._fencing[broker_id] = b.broker_epoch
+        # Bounded work per poll (finding 13): one broker's hand-overs at a time, in order.
+        budget = self.config.partition_changes_per_poll_max
+        for broker_id, epoch in sorted(self._fencing.items()):
+            b = batch.delta.broker(broker_id)
+            if b is None or b.fenced or b.broker_epoch != epoch:
+                del self._fencing[broker_id]
+                continue
+            if budget <= 0:
+                break
+            budget -= self._fence_bounded(batch, b, budget)
         interval = self.config.leader_imbalance_check_interval_ms
         if interval is not None and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + interval
-            self._rebalance(batch)
+            if not self._rebalance(batch, max(budget, 0)):
+                self._next_rebalance_ms = now_ms  # more to move: go on at the next poll
         deadlines = self._recovery_deadlines(batch, now_ms)
         if self.config.noop_interval_ms is not None and now_ms >= self._next_noop_ms:
             self._next_noop_ms = now_ms + self.config.noop_interval_ms
@@ -1882,12 +1953,19 @@ class QuorumController:
         ]
         if interval is not None:
             deadlines.append(self._next_rebalance_ms)
+        if self._fencing:
+            deadlines.append(now_ms)  # hand-overs left: poll again at once
         if self.config.noop_interval_ms is not None:
             deadlines.append(self._next_noop_ms)
         return self._propose(batch), (min(deadlines) if deadlines else None)
 
-    def _rebalance(self, batch: _Batch) -> None:
+    def _rebalance(self, batch: _Batch, changes_max: int) -> bool:
+        """Preferred leaders back, offline partitions elected, finished moves completed: at
+        most ``changes_max`` changes. True if the pass went through every partition."""
+        decided = 0
         for name, tid, p, reg in list(batch.partitions()):
+            if decided >= changes_max:
+                return False
             if reg.leader == NO_LEADER:
                 rec = self._change(
                     batch, name, tid, p, reg, unclean_allowed=self._unclean_allowed(batch, name)
@@ -1898,10 +1976,12 @@ class QuorumController:
                 rec = None
             if rec is not None:
                 batch.add(rec)
-            if reg.is_reassigning:
-                # A move whose last target rejoined the ISR through another path (an
-                # election, an unfencing) completes here at the latest.
-                self._maybe_complete_reassignment(batch, tid, p)
+                decided += 1
+            # A move whose last target rejoined the ISR through another path (an election,
+            # an unfencing) completes here at the latest.
+            if reg.is_reassigning and self._maybe_complete_reassignment(batch, tid, p):
+                decided += 1
+        return True
 
 
 def eligible_leader_replicas(
