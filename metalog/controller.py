@@ -76,7 +76,7 @@ import hashlib
 import re
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -264,7 +264,7 @@ class ControllerConfig:
     unclean_recovery_timeout_ms: int = 300_000
     """KIP-966's ``unclean.recovery.timeout.ms``: after this long waiting for reports, elect
     the longest log among the live replicas that reported."""
-    partition_changes_per_poll_max: int = 1_000
+    partition_changes_per_poll_max: int = 500
     """Partition changes one ``poll`` decides, for fencing expired sessions and for the
     preferred-leader rebalance; the rest follow in the next polls (Kafka bounds the same work:
     ``maxElectionsPerImbalance``, and its controller's records per batch). Each change costs
@@ -272,6 +272,11 @@ class ControllerConfig:
     all on the event loop that also runs Raft: fencing three brokers of 10,000 partitions in
     one poll (30,003 records) held the leader's loop for seconds on a loaded machine, past the
     election timeout, and each next leader did the same (finding 13)."""
+    partitions_per_step: int = 500
+    """New partitions a ``CreateTopic`` or ``CreatePartitions`` decides between two yields of
+    ``handle_steps`` (the shell lets its event loop run there): a topic of 10,000 partitions
+    is ~130 ms of deciding on an idle core, which must not hold the Raft node's heartbeats.
+    Its records still commit as one entry, atomically."""
 
     def __post_init__(self) -> None:
         if self.unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
@@ -615,6 +620,10 @@ class QuorumController:
         """The replicas each recovery last waited for (to note only changes)."""
         self._notes: deque[str] = deque(maxlen=1_000)
         """What unclean recoveries decided, for the shell to log (``drain_notes``)."""
+        self._view_version = 0
+        """Bumped whenever the latest image can change other than by the commit of a pending
+        record (a proposal, a withdrawal, a lost proposal, a restore, a change of role): a
+        command decided in steps checks it did not move under it."""
 
     # ---------------------------------------------------------------- state
 
@@ -672,6 +681,7 @@ class QuorumController:
                     self._pending_image = None
             else:
                 self._pending.clear()
+                self._view_version += 1
             if not self._pending:
                 self._pending_image = None
 
@@ -681,6 +691,7 @@ class QuorumController:
         self._committed = None
         self._pending.clear()
         self._pending_image = None
+        self._view_version += 1
 
     def become_active(self, controller_epoch: int, now_ms: int) -> None:
         """This node leads Raft term ``controller_epoch`` and has replayed every record of
@@ -689,6 +700,7 @@ class QuorumController:
         self._epoch = controller_epoch
         self._pending.clear()
         self._pending_image = None
+        self._view_version += 1
         self._sessions = {b: now_ms for b in self.image.brokers.brokers}
         self._fencing.clear()
         self._log_reports.clear()
@@ -704,6 +716,7 @@ class QuorumController:
         self._epoch = None
         self._pending.clear()
         self._pending_image = None
+        self._view_version += 1
         self._sessions.clear()
         self._fencing.clear()
         self._log_reports.clear()
@@ -724,6 +737,7 @@ class QuorumController:
         for _ in range(n):
             self._pending.pop()
         self._pending_image = None
+        self._view_version += 1
 
     def _check_active(self, controller_epoch: int | None) -> None:
         if self._epoch is None:
@@ -742,6 +756,7 @@ class QuorumController:
         if batch.records:
             self._pending.extend(batch.records)
             self._pending_image = batch.delta.apply()
+            self._view_version += 1
         return tuple(batch.records)
 
     # ---------------------------------------------------------------- commands
@@ -832,12 +847,40 @@ class QuorumController:
         command's controller epoch, or the command's own ``MetadataError``. The records are
         pending from now on (see the module docstring).
         """
+        steps = self.handle_steps(command, now_ms)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: ControllerResult[Any] = done.value
+                return result
+
+    def handle_steps(
+        self, command: Command, now_ms: int
+    ) -> Generator[None, None, ControllerResult[Any]]:
+        """``handle`` in steps: a big ``CreateTopic`` or ``CreatePartitions`` yields every
+        ``partitions_per_step`` partitions, so that the shell's event loop (and the Raft
+        node on it) runs between steps; the result is the generator's return value. Between
+        steps the caller may let records commit (``replay``) but must run no other command
+        and no ``poll``: if the latest image moved other than by commits (this controller
+        stood by, a proposal was lost) the command ends in ``NotControllerError``. Its
+        records are pending from its last step on, as with ``handle``."""
         self._check_active(command.controller_epoch)
         handler = _COMMANDS.get(type(command))
         if handler is None:
             raise InvalidRequestError(f"unknown command {type(command).__name__}")
         batch = _Batch(self.latest_image)
-        response, resolve = handler(self, batch, command, now_ms)
+        epoch, version = self._epoch, self._view_version
+        decided = handler(self, batch, command, now_ms)
+        if isinstance(decided, Generator):
+            response, resolve = yield from decided
+            if self._epoch != epoch or self._view_version != version:
+                raise NotControllerError(
+                    f"node {self.node_id}: the controller's view changed while "
+                    f"{type(command).__name__} was decided (epoch {epoch} -> {self._epoch})"
+                )
+        else:
+            response, resolve = decided
         return ControllerResult(self._propose(batch), response, resolve)
 
     # -- topics
@@ -900,7 +943,7 @@ class QuorumController:
 
     def _create_topic(
         self, batch: _Batch, cmd: CreateTopic, now_ms: int
-    ) -> tuple[CreateTopicResponse, None]:
+    ) -> Generator[None, None, tuple[CreateTopicResponse, None]]:
         name = cmd.name
         validate_topic_name(name)
         existing = batch.delta.topic_id(name)
@@ -983,8 +1026,11 @@ class QuorumController:
                     resource_type=ConfigResourceType.TOPIC, resource_name=name, name=k, value=v
                 )
             )
+        step = self.config.partitions_per_step
         for p, replicas in enumerate(assignments):
             batch.add(self._new_partition(batch, tid, p, replicas))
+            if p % step == step - 1:
+                yield
         return CreateTopicResponse(name, tid, n, rf, tuple(assignments), configs), None
 
     def _check_partition_budget(self, batch: _Batch, adding: int) -> None:
@@ -1035,7 +1081,7 @@ class QuorumController:
 
     def _create_partitions(
         self, batch: _Batch, cmd: CreatePartitions, now_ms: int
-    ) -> tuple[CreatePartitionsResponse, None]:
+    ) -> Generator[None, None, tuple[CreatePartitionsResponse, None]]:
         tid = batch.delta.topic_id(cmd.name)
         topic = None if tid is None else batch.image.topics.by_id.get(tid)
         if tid is None or topic is None:
@@ -1072,8 +1118,11 @@ class QuorumController:
         else:
             assignments = self._place(batch, cmd.name, added, rf, current)
         if not cmd.validate_only:
+            step = self.config.partitions_per_step
             for i, replicas in enumerate(assignments):
                 batch.add(self._new_partition(batch, tid, current + i, replicas))
+                if i % step == step - 1:
+                    yield
         return CreatePartitionsResponse(cmd.name, cmd.total_count, tuple(assignments)), None
 
     def _alter_configs(
@@ -2092,7 +2141,9 @@ def partition_change(
     return rec
 
 
-_Handler = Callable[[QuorumController, _Batch, Any, int], tuple[Any, Any]]
+_Handler = Callable[[QuorumController, _Batch, Any, int], Any]
+"""A command's handler: returns (response, resolve), or is a generator that yields between
+steps and returns them (``QuorumController.handle_steps``)."""
 _COMMANDS: Mapping[type, _Handler] = {
     CreateTopic: QuorumController._create_topic,
     DeleteTopic: QuorumController._delete_topic,

@@ -52,7 +52,7 @@ Pure: no I/O, no clock (time comes in as ``now_ms``).
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,19 @@ def activation_index(read_index: int, last_index: int) -> int:
     the broker's re-registration, an ``InvariantError`` on every node that replays it).
     """
     return max(read_index, last_index)
+
+
+def decode_entry(entry: Entry, base_offset: int) -> list[MetadataRecord]:
+    """The records of a committed entry whose first record is at ``base_offset``; raises
+    ``MetadataApplyError`` naming both when it does not decode. Pure: safe in a worker thread."""
+    try:
+        return decode_records(entry.data)
+    except Exception as e:
+        raise MetadataApplyError(
+            f"committed Raft entry {int(entry.index)} (term {int(entry.term)}, metadata offset "
+            f"{base_offset}) does not decode: {type(e).__name__}: {e}; its first bytes: "
+            f"{entry.data[:64].hex()}"
+        ) from e
 
 
 def stale_controller(is_leader: bool, term: int, controller_epoch: int | None) -> bool:
@@ -158,22 +171,20 @@ class ControllerDriver:
 
     # ------------------------------------------------------------------ log side
 
-    def apply_entry(self, entry: Entry) -> AppliedEntry | None:
+    def apply_entry(
+        self, entry: Entry, records: Sequence[MetadataRecord] | None = None
+    ) -> AppliedEntry | None:
         """Replay a committed entry's records (every node, in log order); the entry as
-        applied if it carried records."""
+        applied if it carried records. ``records``: the entry already decoded
+        (``decode_entry``, which a caller may run off its event loop)."""
         self.applied_index = int(entry.index)
         if entry.kind is not EntryKind.NORMAL or not entry.data:
             return None
         base = self.next_offset
         term = int(entry.term)
-        try:
-            records = decode_records(entry.data)
-        except Exception as e:
-            raise MetadataApplyError(
-                f"committed Raft entry {int(entry.index)} (term {term}, metadata offset {base}) "
-                f"does not decode: {type(e).__name__}: {e}; its first bytes: "
-                f"{entry.data[:64].hex()}"
-            ) from e
+        if records is None:
+            records = decode_entry(entry, base)
+        records = list(records)
         for i, r in enumerate(records):
             try:
                 self.controller.replay(r, base + i, term)
@@ -271,10 +282,22 @@ class ControllerDriver:
         """``command`` on the active controller (check ``serving`` first). Raises the
         command's ``MetadataError``; ``InvalidRequestError`` when its records cannot be
         encoded (a field of the wrong type), which are then withdrawn, never proposed."""
-        result = self.controller.handle(command, now_ms)
+        return self.proposal(self.controller.handle(command, now_ms))
+
+    def handle_steps(
+        self, command: Command, now_ms: int
+    ) -> Generator[None, None, ControllerResult[Any]]:
+        """``handle`` in steps (``QuorumController.handle_steps``, whose rules the caller
+        keeps); the generator returns the result, which ``proposal`` makes an entry of."""
+        return self.controller.handle_steps(command, now_ms)
+
+    def proposal(self, result: ControllerResult[Any], data: bytes | None = None) -> Proposal:
+        """``result`` as the entry to propose. ``data``: its records already encoded
+        (``encode_records`` is pure: a caller may run it off its event loop); None: encoded
+        here, and if they cannot be, withdrawn with ``InvalidRequestError``."""
         if not result.records:
             return Proposal(result, None)
-        return Proposal(result, self._encode(result.records))
+        return Proposal(result, data if data is not None else self._encode(result.records))
 
     def response(self, proposal: Proposal, index: int) -> Any:
         """The response to ``proposal`` once committed as the entry at Raft ``index``."""
