@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -54,10 +54,29 @@ class Cluster:
         args.update(kw)
         return RaftNodeConfig(**args)  # type: ignore[arg-type]
 
-    async def start(self, i: int, file_layer: FileLayer | None = None, **kw: object) -> RaftNode:
+    async def start(
+        self,
+        i: int,
+        file_layer: FileLayer | None = None,
+        on_commit: Callable[[list[Entry]], Awaitable[None] | None] | None = None,
+        **kw: object,
+    ) -> RaftNode:
+        """``on_commit``: called before the entries are recorded in ``applied``."""
         self.applied[i] = []  # a restarted node replays from its snapshot (none here) on
+        record = self.applied[i].extend
+        if on_commit is not None:
+            hook = on_commit
+
+            async def record_after(entries: list[Entry]) -> None:
+                maybe = hook(entries)
+                if maybe is not None:
+                    await maybe
+                record(entries)
+
         node = RaftNode(
-            self.config(i, **kw), on_commit=self.applied[i].extend, file_layer=file_layer
+            self.config(i, **kw),
+            on_commit=record if on_commit is None else record_after,
+            file_layer=file_layer,
         )
         app = web.Application()
         node.add_routes(app)

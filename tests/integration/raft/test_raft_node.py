@@ -10,7 +10,7 @@ from raft_node_harness import Cluster
 
 from raft.aio.node import NotLeaderError
 from raft.messages import RequestVote, RequestVoteResponse
-from raft.types import LogIndex, NodeId, Role, Term
+from raft.types import Entry, LogIndex, NodeId, Role, Term
 from storage.fileio import LazyFileLayer
 
 
@@ -274,6 +274,51 @@ def test_power_cut_keeps_every_acknowledged_entry_and_every_term_and_vote(tmp_pa
             for i in (1, 2, 3):
                 data = c.data(i)
                 assert data[: len(acked)] == acked, f"node {i} lost acknowledged entries"
+        finally:
+            await c.stop_all()
+
+    run(main())
+
+
+def test_a_slow_apply_on_the_followers_holds_up_neither_heartbeats_nor_commits(tmp_path) -> None:
+    """Finding 13: on_commit ran inside the node task, so a follower applying a big entry
+    answered nothing until it was done, and the leader lost its quorum (check-quorum). The
+    apply task now applies while the node task goes on: here the followers take 3 s (15
+    election timeouts) to apply one entry, and meanwhile the leader keeps its term and
+    commits more."""
+    slow_s = 3.0
+    applying: set[int] = set()
+
+    async def main() -> None:
+        c = Cluster(tmp_path, [1, 2, 3])
+
+        def hook(i: int):  # type: ignore[no-untyped-def]
+            async def on_commit(entries: list[Entry]) -> None:
+                if any(e.data == b"slow" for e in entries) and c.nodes[i].role is Role.FOLLOWER:
+                    applying.add(i)
+                    await asyncio.sleep(slow_s)
+                    applying.discard(i)
+
+            return on_commit
+
+        for i in (1, 2, 3):
+            await c.start(i, on_commit=hook(i))
+        try:
+            lead = await c.leader()
+            term = lead.status().term
+            await lead.propose(b"slow")
+            await c.wait_for(lambda: len(applying) == 2, what="followers applying")
+            t0 = asyncio.get_running_loop().time()
+            await lead.propose(b"after")  # needs a follower's append response to commit
+            took = asyncio.get_running_loop().time() - t0
+            assert len(applying) == 2, "the followers finished applying before the commit"
+            assert took < slow_s / 2, f"commit took {took:.2f} s"
+            await c.wait_for(lambda: not applying, what="followers done", timeout_s=slow_s * 3)
+            assert lead.role is Role.LEADER and lead.status().term == term
+            await c.wait_for(
+                lambda: all(c.data(i) == [b"slow", b"after"] for i in (1, 2, 3)),
+                what="every node to apply both, in order",
+            )
         finally:
             await c.stop_all()
 
