@@ -606,7 +606,8 @@ class QuorumController:
         """Broker -> time of its last heartbeat (active only; not in the log, as in Kafka)."""
         self._fencing: dict[BrokerId, BrokerEpoch] = {}
         """Brokers whose session expired and whose partitions are being handed over, a
-        bounded number per poll, before their ``FenceBrokerRecord`` (active only). A
+        bounded number per poll, before their ``FenceBrokerRecord`` (active only), with the
+        epoch of the registration being handed over (-1 before the first chunk). A
         heartbeat or registration (a new session) takes the broker out."""
         self._next_noop_ms = 0
         self._next_rebalance_ms = 0
@@ -1411,6 +1412,11 @@ class QuorumController:
             before = len(batch.records)
             self._fence(batch, b)
             return len(batch.records) - before - 1
+        if self._fencing.get(bid) != b.broker_epoch:  # the first chunk
+            self._notes.append(
+                f"broker {bid} missed its session timeout: handing over its {len(todo)} "
+                f"partitions, {changes_max} a poll at most, then fencing it"
+            )
         self._fencing[bid] = b.broker_epoch
         decided = 0
         for name, tid, p, reg in todo:
@@ -1974,12 +1980,12 @@ class QuorumController:
                 del self._sessions[broker_id]
                 b = batch.delta.broker(broker_id)
                 if b is not None and not b.fenced:
-                    self._fencing[broker_id] = b.broker_epoch
+                    self._fencing[broker_id] = BrokerEpoch(-1)  # no chunk handed over yet
         # Bounded work per poll (finding 13): one broker's hand-overs at a time, in order.
         budget = self.config.partition_changes_per_poll_max
         for broker_id, epoch in sorted(self._fencing.items()):
             b = batch.delta.broker(broker_id)
-            if b is None or b.fenced or b.broker_epoch != epoch:
+            if b is None or b.fenced or epoch not in (-1, b.broker_epoch):
                 del self._fencing[broker_id]
                 continue
             if budget <= 0:
