@@ -1253,7 +1253,9 @@ class QuorumController:
 
     def _register_broker(
         self, batch: _Batch, cmd: RegisterBroker, now_ms: int
-    ) -> tuple[BrokerRegistrationResponse, Callable[[int], BrokerRegistrationResponse]]:
+    ) -> Generator[
+        None, None, tuple[BrokerRegistrationResponse, Callable[[int], BrokerRegistrationResponse]]
+    ]:
         if cmd.broker_id < 0:
             raise InvalidRequestError(f"broker id must be >= 0, got {cmd.broker_id}")
         existing = batch.delta.broker(cmd.broker_id)
@@ -1294,7 +1296,9 @@ class QuorumController:
             or 0 <= cmd.previous_broker_epoch == existing.broker_epoch
         )
         if existing is not None or self.config.eligible_leader_replicas_enabled:
-            self._remove_from_partitions(batch, cmd.broker_id, unclean_shutdown=not clean)
+            yield from self._remove_from_partitions_steps(
+                batch, cmd.broker_id, unclean_shutdown=not clean
+            )
         self._sessions[cmd.broker_id] = now_ms
         self._fencing.pop(cmd.broker_id, None)
         broker_id = cmd.broker_id
@@ -1318,7 +1322,7 @@ class QuorumController:
 
     def _heartbeat(
         self, batch: _Batch, cmd: BrokerHeartbeat, now_ms: int
-    ) -> tuple[BrokerHeartbeatResponse, None]:
+    ) -> Generator[None, None, tuple[BrokerHeartbeatResponse, None]]:
         b = self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         self._sessions[b.broker_id] = now_ms
         # Alive after all: stop handing its partitions over (those already moved come back
@@ -1326,7 +1330,7 @@ class QuorumController:
         self._fencing.pop(b.broker_id, None)
         caught_up = cmd.current_metadata_offset >= b.broker_epoch
         reported = self._note_log_reports(batch, b, cmd, now_ms)
-        answer = self._heartbeat_state(batch, b, cmd, now_ms, caught_up)
+        answer = yield from self._heartbeat_state(batch, b, cmd, now_ms, caught_up)
         for key in reported:  # after an unfencing: the reporter may now be a candidate
             self._maybe_recover(batch, key, now_ms)
         return answer
@@ -1338,7 +1342,7 @@ class QuorumController:
         cmd: BrokerHeartbeat,
         now_ms: int,
         caught_up: bool,
-    ) -> tuple[BrokerHeartbeatResponse, None]:
+    ) -> Generator[None, None, tuple[BrokerHeartbeatResponse, None]]:
         if cmd.want_shutdown:
             if not b.fenced:
                 if not b.in_controlled_shutdown:
@@ -1350,7 +1354,9 @@ class QuorumController:
                         )
                     )
                     # A clean shutdown never causes an unclean election.
-                    self._remove_from_partitions(batch, b.broker_id, unclean_election=False)
+                    yield from self._remove_from_partitions_steps(
+                        batch, b.broker_id, unclean_election=False
+                    )
                 if not any(
                     reg.leader == b.broker_id for _, _, _, reg in batch.partitions(b.broker_id)
                 ):
@@ -1373,7 +1379,7 @@ class QuorumController:
 
     def _unregister_broker(
         self, batch: _Batch, cmd: UnregisterBroker, now_ms: int
-    ) -> tuple[UnregisterBrokerResponse, None]:
+    ) -> Generator[None, None, tuple[UnregisterBrokerResponse, None]]:
         b = batch.delta.broker(cmd.broker_id)
         if b is None:
             raise BrokerIdNotRegisteredError(f"broker {cmd.broker_id} is not registered")
@@ -1383,7 +1389,7 @@ class QuorumController:
             )
         batch.add(UnregisterBrokerRecord(broker_id=b.broker_id, broker_epoch=b.broker_epoch))
         # Gone for good: it leaves the ELRs too, and recoveries stop waiting for it.
-        self._remove_from_partitions(batch, b.broker_id, unclean_shutdown=True)
+        yield from self._remove_from_partitions_steps(batch, b.broker_id, unclean_shutdown=True)
         self._sessions.pop(b.broker_id, None)
         self._fencing.pop(b.broker_id, None)
         return UnregisterBrokerResponse(b.broker_id), None
@@ -1480,6 +1486,24 @@ class QuorumController:
         """Take ``broker_id`` out of every ISR and leadership (it is fenced, shutting down,
         unregistered, or a new incarnation); after an unclean shutdown out of every ELR too
         (KIP-966: it may have lost what it had not flushed)."""
+        for _ in self._remove_from_partitions_steps(
+            batch, broker_id, unclean_election=unclean_election, unclean_shutdown=unclean_shutdown
+        ):
+            pass
+
+    def _remove_from_partitions_steps(
+        self,
+        batch: _Batch,
+        broker_id: BrokerId,
+        *,
+        unclean_election: bool = True,
+        unclean_shutdown: bool = False,
+    ) -> Iterator[None]:
+        """``_remove_from_partitions``, yielding every ``partitions_per_step`` changes (for a
+        command decided in steps: a restarted broker of 10,000 partitions leaves 10,000
+        ISRs or ELRs in its registration)."""
+        step = self.config.partitions_per_step
+        decided = 0
         for name, tid, p, reg in list(batch.partitions(broker_id)):
             if (
                 reg.leader == broker_id
@@ -1498,6 +1522,9 @@ class QuorumController:
                 )
                 if rec is not None:
                     batch.add(rec)
+                    decided += 1
+                    if decided % step == 0:
+                        yield
 
     def _elect_offline_partitions(
         self,

@@ -8,15 +8,17 @@ from __future__ import annotations
 import pytest
 from metalog_harness import Harness
 
-from metalog.commands import CreatePartitions, CreateTopic
+from metalog.commands import CreatePartitions, CreateTopic, RegisterBroker
 from metalog.controller import ControllerConfig
 from metalog.errors import NotControllerError
 from metalog.records import (
     BrokerId,
+    Endpoint,
     FenceBrokerRecord,
     NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    RegisterBrokerRecord,
 )
 
 SESSION_MS = ControllerConfig().session_timeout_ms
@@ -131,3 +133,30 @@ def test_a_command_decided_in_steps_fails_if_the_view_moved_under_it() -> None:
         except StopIteration as done:
             assert len(done.value.records) == 501
             break
+
+
+def test_a_restarted_broker_of_many_partitions_registers_in_steps() -> None:
+    h = _harness(partitions_per_step=100)
+    h.create("big", partitions=450, rf=3)
+    # A new incarnation of broker 1 (its old one dead: it names it): it leaves all 450
+    # ISRs and ELRs in its registration's batch, decided 100 at a time.
+    steps = h.ctl.handle_steps(
+        RegisterBroker(
+            broker_id=BrokerId(1),
+            incarnation_id="i1",
+            previous_incarnation_id="i0",
+            endpoints=(Endpoint("http", "127.0.0.1", 9001),),
+        ),
+        h.now_ms,
+    )
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result = done.value
+            break
+        yields += 1
+    assert yields == 4
+    changes = [r for r in result.records if isinstance(r, PartitionChangeRecord)]
+    assert len(changes) == 450 and isinstance(result.records[0], RegisterBrokerRecord)
