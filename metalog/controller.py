@@ -1677,10 +1677,13 @@ class QuorumController:
 
     def _alter_partition(
         self, batch: _Batch, cmd: AlterPartition, now_ms: int
-    ) -> tuple[AlterPartitionResponse, None]:
+    ) -> Generator[None, None, tuple[AlterPartitionResponse, None]]:
         self._registered(batch, cmd.broker_id, cmd.broker_epoch)
         results = []
-        for ps in cmd.partitions:
+        step = self.config.partitions_per_step
+        for n, ps in enumerate(cmd.partitions):
+            if n and n % step == 0:
+                yield  # a broker sends every pending ISR change at once: thousands
             try:
                 reg = self._check_alter_partition(batch, cmd.broker_id, ps)
             except MetadataError as e:

@@ -8,10 +8,18 @@ from __future__ import annotations
 import pytest
 from metalog_harness import Harness
 
-from metalog.commands import CreatePartitions, CreateTopic, RegisterBroker
+from metalog.commands import (
+    AlterPartition,
+    CreatePartitions,
+    CreateTopic,
+    IsrMember,
+    PartitionStateChange,
+    RegisterBroker,
+)
 from metalog.controller import ControllerConfig
 from metalog.errors import NotControllerError
 from metalog.records import (
+    BrokerEpoch,
     BrokerId,
     Endpoint,
     FenceBrokerRecord,
@@ -160,3 +168,36 @@ def test_a_restarted_broker_of_many_partitions_registers_in_steps() -> None:
     assert yields == 4
     changes = [r for r in result.records if isinstance(r, PartitionChangeRecord)]
     assert len(changes) == 450 and isinstance(result.records[0], RegisterBrokerRecord)
+
+
+def test_an_alter_partition_of_many_changes_is_decided_in_steps() -> None:
+    h = _harness(partitions_per_step=100)
+    one = (BrokerId(1), BrokerId(2), BrokerId(3))
+    h.run(CreateTopic(name="big", assignments={p: one for p in range(300)}))  # 1 leads all
+    tid = h.image.topics.by_name["big"]
+    changes = tuple(
+        PartitionStateChange(
+            topic_id=tid,
+            partition=p,
+            leader_epoch=reg.leader_epoch,
+            partition_epoch=reg.partition_epoch,
+            new_isr=(IsrMember(BrokerId(1), BrokerEpoch(-1)),),  # shrink to the leader
+        )
+        for p, reg in h.image.topics.get("big").partitions.items()
+    )
+    steps = h.ctl.handle_steps(
+        AlterPartition(
+            broker_id=BrokerId(1), broker_epoch=h.epochs[BrokerId(1)], partitions=changes
+        ),
+        h.now_ms,
+    )
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result = done.value
+            break
+        yields += 1
+    assert yields == 2  # 300 changes: after the 100th and the 200th
+    assert len(result.records) == 300 and all(r.error is None for r in result.response.results)
