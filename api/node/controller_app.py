@@ -47,6 +47,7 @@ trusts only what was fsynced, and the start fails the same named way until space
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -483,8 +484,19 @@ def build_controller(
     return app, svc
 
 
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The controller process's ``gc.set_threshold``. With the default (700, 10, 10), a
+controller of 10,000 partitions ran a full collection every few seconds while it created and
+fenced them, 50-100 ms of an idle core each (several times that on a loaded one, on the event
+loop that runs Raft), and each freed nothing: the images, the Raft log mirror and the
+observers' batches are many small long-lived objects, and what dies is freed by reference
+counting. These thresholds (the Raft bench server's, docs/raft-node.md) leave one full
+collection in such a run (finding 13)."""
+
+
 async def serve_controller(config: NodeConfig, *, join: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly."""
+    gc.set_threshold(*GC_THRESHOLDS)
     netbind.set_client_ssl(listeners.node_client_ssl_context(config))
     app, _svc = build_controller(config, join=join)
     runner, _bound = await listeners.start_listeners(app, config)
