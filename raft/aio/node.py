@@ -28,8 +28,8 @@ the next iteration, so under load one fsync covers many proposals (group commit)
 The *apply task* hands what the node task queued to the state machine, in log order:
 ``on_snapshot(snapshot)``, ``on_commit(entries)``; then ``applied`` moves, proposals resolve
 and reads waiting for that index are served. It is a task of its own, as etcd's server applies
-on its own goroutine, so that a slow apply (an ``on_commit`` that yields while it works
-through a big entry) never holds up ticks, heartbeats and votes: before, a controller applying
+on its own goroutine, so that a slow apply (an ``on_commit`` that waits, e.g. for a big entry
+decoded in a worker thread) never holds up ticks, heartbeats and votes: before, a controller applying
 an entry of 10,000 records sent no heartbeat and answered no append until it was done, and on
 a loaded machine that outlasted the election timeout (finding 13). The core counts entries as
 applied once handed over (etcd's "applying"); only this shell's ``applied`` says what the
@@ -270,8 +270,7 @@ class RaftNode:
         self._apply_backlog_bytes = 0
         """Bytes of the entries in ``_apply_queue``."""
         self._apply_wake = asyncio.Event()
-        """Set when the apply task has work (and when it has applied some: see
-        ``_wait_apply_backlog``)."""
+        """Set when the apply task has work."""
         self._apply_error: BaseException | None = None
         """Why the apply task died; the node task raises it (fail-stop)."""
         self._stopping = False
