@@ -25,6 +25,8 @@ Driving it (``metalog.driver.ControllerDriver`` does this for a Raft node)::
 
     # Active only. A request from a broker or the API:
     result = ctl.handle(command, now_ms)         # may raise a MetadataError: answer it now
+    # (or ctl.handle_steps(command, now_ms): the same in steps of bounded work, a generator
+    # whose return value is the result; see its docstring for what may happen in between)
     if not result.records:
         reply(result.response)                   # nothing to commit (validate_only, no-op)
     else:
@@ -1999,7 +2001,9 @@ class QuorumController:
         Fences brokers whose session expired, moves leadership back to preferred leaders
         every ``leader_imbalance_check_interval_ms`` (and elects leaders for offline
         partitions that can now have one), and writes a ``NoOpRecord`` every
-        ``noop_interval_ms``. A standby returns nothing.
+        ``noop_interval_ms``. At most ``partition_changes_per_poll_max`` partition changes
+        a call: the rest comes with the next calls (the deadline is then ``now_ms``). A
+        standby returns nothing.
         """
         if self._epoch is None:
             return (), None
