@@ -141,12 +141,14 @@ READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 """Kafka's ``isolation.level`` values (``IsolationLevel`` 0 and 1 on the wire)."""
 MARKER_TIMEOUT_MS = 30_000
+"""How long ``write_txn_markers`` waits for the HW to pass a marker (Kafka's coordinator
+uses ``request.timeout.ms``)."""
+RECONCILE_SLICE = 50
+"""Partitions a reconcile applies between two turns of the event loop."""
 FOLLOWER_HW_DELAY_MS = 10
 """How long a follower's fetch that has only a newer HW to bring back waits for data to bring
 it with (``fetch_for_follower``): the HW a follower holds lags the leader's by up to this
 much, and a replicated write costs each follower one exchange instead of two."""
-"""How long ``write_txn_markers`` waits for the HW to pass a marker (Kafka's coordinator
-uses ``request.timeout.ms``)."""
 
 
 RECORD_COUNT_OFFSET = HEADER_SIZE - 4
@@ -631,7 +633,12 @@ class ReplicaManager:
             del self.damaged[key]
         for name in [n for n in self.traffic if image.topics.get(n) is None]:
             del self.traffic[name]
-        for key, (topic, reg) in sorted(wanted.items()):
+        for i, (key, (topic, reg)) in enumerate(sorted(wanted.items())):
+            if i % RECONCILE_SLICE == RECONCILE_SLICE - 1:
+                # Opening a log costs milliseconds (recovery, indexes): at 10,000 partitions a
+                # start held the loop for 26-29 s, its controller heartbeats with it, and the
+                # controller fenced the broker mid-start (finding 13). Let the loop run.
+                await asyncio.sleep(0)
             try:
                 rep = self.replicas.get(key)
                 if rep is None:
