@@ -21,16 +21,18 @@ times) or int64 (offsets).
   aborted_transactions? ([[producer_id, first_offset], ...], read_committed only: their
   batches in ``records`` are emptied, offsets kept)}
 * ``replica_fetch`` {replica_id, broker_epoch?, max_wait_ms?, max_bytes? (for the whole
-  answer), partitions: [{topic, partition, fetch_offset, leader_epoch?,
-  last_fetched_epoch?, high_watermark?, log_start_offset?, max_bytes?}, ...] (each
-  partition at most once)}
-  -> {partitions: [entry, ...]}: a follower's fetch of every partition it follows from this
+  answer), session_id?, session_epoch? (-1: no session, 0: open one, n: the session's next),
+  partitions: [{topic, partition, fetch_offset, leader_epoch?, last_fetched_epoch?,
+  high_watermark?, log_start_offset?, max_bytes?}, ...] (each partition at most once; in a
+  session, those changed since the last request), forgotten?: [{topic, partition}, ...]}
+  -> {partitions: [entry, ...], session_id?}: a follower's fetch of every partition it follows from this
   leader (``broker.fetcher``; Kafka's FetchRequest from a replica fetcher). Each entry is
   ``fetch``'s follower answer plus {topic, partition}, or {topic, partition, error,
   message, leader_id} for that partition alone; a partition with nothing new (no data, no
   HW past the one sent, no newer log start) is left out. Answered when any partition has
   news, else after ``max_wait_ms``. Added beside ``fetch`` (which stays, for followers of
-  an older version during a rolling upgrade).
+  an older version during a rolling upgrade). Sessions (KIP-227) and their refusals:
+  ``broker.fetch_session``.
 * ``offsets_for_leader_epoch`` {topic, partition, current_leader_epoch?, epoch}
   -> {leader_epoch, end_offset}
 * ``list_offsets`` {topic, partition, timestamp (-2 earliest, -1 latest = HW, or ms),
