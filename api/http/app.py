@@ -134,12 +134,13 @@ def _isr_watcher(broker_id: int, metrics: BrokerMetrics) -> Any:
     """Counts ISR shrinks and expands of the partitions this broker leads, from the
     metadata deltas (the leader proposes them; the committed change is what counts)."""
     last: dict[tuple[str, int], int] = {}
-    topics: list[Any] = [None]  # the TopicsImage last looked at
+    seen_topics: object = None  # the TopicsImage last looked at
 
     async def on_update(update: MetadataUpdate) -> None:
-        if update.image.topics is topics[0]:
+        nonlocal seen_topics
+        if update.image.topics is seen_topics:
             return  # no topic changed (images share what a delta left alone)
-        topics[0] = update.image.topics
+        seen_topics = update.image.topics
         seen = set()
         for t, p, reg in update.image.topics.partitions():
             key = (str(t.topic_id), p)

@@ -106,6 +106,13 @@ class Target:
         self.headers = {} if auth is None else {"Authorization": auth}
 
 
+def _admin(t: Target, admin_ssl: ssl.SSLContext | None) -> Target:
+    """``t``'s cluster as its admin reaches it (the admin certificate, no Basic login)."""
+    admin = Target(t.urls, None)
+    admin.ssl = admin_ssl
+    return admin
+
+
 async def _json(
     s: aiohttp.ClientSession, method: str, url: str, t: Target, body: Any = None
 ) -> Any:
@@ -120,8 +127,7 @@ async def _json(
 
 async def setup(t: Target, admin_ssl: ssl.SSLContext | None, secure: bool) -> str:
     """Create the topic (and, secure, the user and its ACLs, as the admin); the cluster id."""
-    admin = Target(t.urls, None)
-    admin.ssl = admin_ssl
+    admin = _admin(t, admin_ssl)
     async with aiohttp.ClientSession() as s:
         cid = (await _json(s, "GET", f"{t.urls[0]}/v3/clusters", admin))["data"][0]["cluster_id"]
         base = f"{t.urls[0]}/v3/clusters/{cid}"
@@ -266,16 +272,14 @@ async def delete_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, r
     by earlier pairs would cost every later produce more, both clusters alike: broker CPU
     per million records 0.47 s with none, 0.82 s beside 120 idle partitions (RF 2 on two
     brokers), 1.2 s beside 240 (docs/security.md, "What it costs")."""
-    admin = Target(t.urls, None)
-    admin.ssl = admin_ssl
+    admin = _admin(t, admin_ssl)
     async with aiohttp.ClientSession() as s:
         for name in (f"{TOPIC}-c{run}", f"{TOPIC}-h{run}"):
             await _json(s, "DELETE", f"{t.urls[0]}/v3/clusters/{cid}/topics/{name}", admin)
 
 
 async def create_topics(t: Target, admin_ssl: ssl.SSLContext | None, cid: str, run: int) -> None:
-    admin = Target(t.urls, None)
-    admin.ssl = admin_ssl
+    admin = _admin(t, admin_ssl)
     async with aiohttp.ClientSession() as s:
         for name in (f"{TOPIC}-c{run}", f"{TOPIC}-h{run}"):
             await _json(

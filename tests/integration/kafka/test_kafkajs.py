@@ -50,15 +50,17 @@ def bootstrap(brokers: Brokers) -> str:
     return ",".join(f"127.0.0.1:{p}" for p in brokers.kafka_ports.values())
 
 
-def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
-    c = CKConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
+def read_back(
+    bootstrap: str, topic: str, partitions: int, n: int, *, committed: bool = False
+) -> list[Any]:
+    """``n`` records of ``topic`` from the start through librdkafka; ``committed``: at
+    read_committed, and nothing after them (an aborted record would show there)."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    if committed:
+        conf["isolation.level"] = "read_committed"
+    else:
+        conf["auto.offset.reset"] = "earliest"
+    c = CKConsumer(conf)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[Any] = []
     deadline = time.monotonic() + 30
@@ -68,31 +70,9 @@ def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
             if m is not None:
                 assert m.error() is None, m.error()
                 out.append(m)
-    finally:
-        c.close()
-    return out
-
-
-def read_back_committed(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
-    c = CKConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[Any] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None:
-                assert m.error() is None, m.error()
-                out.append(m)
-        extra = c.poll(1.0)  # nothing more: an aborted record would show here
-        assert extra is None or extra.error() is not None, extra.value()
+        if committed:
+            extra = c.poll(1.0)
+            assert extra is None or extra.error() is not None, extra.value()
     finally:
         c.close()
     return out
@@ -293,7 +273,7 @@ def test_kafkajs_transactions_commit_abort_send_offsets_and_fence(
     ru = [r["value"] for r in out["readUncommitted"]]
     assert sorted(ru) == sorted(committed | aborted | transformed)
     # librdkafka's read_committed consumer agrees.
-    got = read_back_committed(bs, "js-txn-out", 3, len(rc))
+    got = read_back(bs, "js-txn-out", 3, len(rc), committed=True)
     assert sorted(m.value().decode() for m in got) == sorted(rc)
 
     # The group's offsets are the committed transaction's, not the aborted rewind's, as KafkaJS
