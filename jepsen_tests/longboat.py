@@ -91,10 +91,21 @@ def txn_state_partition(transactional_id: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
+_ISSUED_PORTS: set[tuple[str, int]] = set()
+"""Ports ``free_port`` handed out in this process: the kernel may hand a just-freed port to
+the next ``bind(0)``, and a cluster asks once per listener, so a repeat would put two
+listeners on one port."""
+
+
 def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free on ``host`` now and never handed out before in this process."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if (host, port) not in _ISSUED_PORTS:
+            _ISSUED_PORTS.add((host, port))
+            return port
 
 
 def http_json(url: str, timeout_s: float = 1.0, context: ssl.SSLContext | None = None) -> Any:

@@ -27,15 +27,30 @@ if TYPE_CHECKING:
     from api.node.secure_setup import SecureSetup
 
 
+_ISSUED_PORTS: set[int] = set()
+"""Every port ``free_ports`` has handed out in this process: the kernel may give a port
+freed a moment ago to the next ``bind(0)``, and one cluster asks several times (client,
+inter-broker and Kafka listeners), so a repeat would put two of its listeners on one port
+(the second process fails to bind and the first one's listener answers for it)."""
+
+
 def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now and never handed out before in this
+    process."""
     socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            port = s.getsockname()[1]
+            if port not in _ISSUED_PORTS:
+                _ISSUED_PORTS.add(port)
+                ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
@@ -341,6 +356,13 @@ class Brokers:
         last: dict[int, Any] = {}
         while pending:
             for b in sorted(pending):
+                code = self.procs[b].poll() if b in self.procs else None
+                if code is not None:
+                    # A broker that exited (a port taken, a bad config) must not pass as
+                    # ready because something else answers on its port.
+                    raise RuntimeError(
+                        f"broker {b} exited with {code} before it was ready:\n" + self.log_tail(b)
+                    )
                 try:
                     code, body = self.ready(b)
                 except OSError as e:
