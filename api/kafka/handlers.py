@@ -1209,7 +1209,11 @@ def _created_configs(mod: Any, overrides: dict[str, str]) -> tuple[Any, ...]:
 
 
 def _random_topic_id() -> Any:
-    return TopicId(base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())
+    # Kafka's Uuid.randomUuid never returns an id starting with "-": its tools would take
+    # one on a command line (``--topic-id -x...``) for an option.
+    while (tid := base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())[0] == "-":
+        pass
+    return TopicId(tid)
 
 
 async def handle_delete_topics(ctx: KafkaContext, version: int, req: Any) -> Any:

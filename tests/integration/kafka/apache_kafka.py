@@ -116,7 +116,11 @@ class KafkaCluster:
         # Imported here: the module is also read by code that only wants kafka_jars().
         from confluent_kafka.admin import AdminClient
 
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        # As Kafka's Uuid.randomUuid: never an id that starts with "-", which StorageTool's
+        # argument parser takes for an option (1 run in 64 failed to format).
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
         for i in range(self.nodes):
             node = self.root / f"node{i + 1}"

@@ -634,3 +634,13 @@ def test_a_fenced_producer_is_answered_the_code_its_version_knows(
         got = _txn_error(api_key, round_trip(api_key, version, answer))
         want = ErrorCode.producer_fenced if version >= since else ErrorCode.invalid_producer_epoch
         assert got == want, version
+
+
+def test_a_new_topic_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Kafka's ``Uuid.randomUuid``: an id starting with "-" reads as an option on a command
+    line. The first uuid drawn encodes to "-..." (0xF8), the second does not."""
+    import uuid
+
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + b"\x00" * 15), uuid.UUID(bytes=b"\x01" * 16)])
+    monkeypatch.setattr(h.uuid, "uuid4", lambda: next(drawn))
+    assert h._random_topic_id() == "AQEBAQEBAQEBAQEBAQEBAQ"
