@@ -691,7 +691,7 @@ class AsyncProducer:
             return True
         if len(q.inflight) >= self.max_in_flight:
             return False
-        if any(b.request is None for b in q.inflight):
+        if any(isinstance(b.answer, ClientError) for b in q.inflight):
             return False  # one waits to be sent again: its successors follow it in order
         if not self.idempotent:
             return True

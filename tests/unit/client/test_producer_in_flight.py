@@ -57,6 +57,7 @@ class HeldLeader:
         self.pending: list[tuple[bytes, asyncio.Future[dict[str, Any]]]] = []
         self.arrived = asyncio.Event()
         self.most_pending = 0
+        self.late_answers: list[tuple[asyncio.Future[dict[str, Any]], dict[str, Any]]] = []
 
     async def call(self, url: str, route: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         assert route == "produce"
@@ -88,7 +89,7 @@ class HeldLeader:
         self.state.on_append(header, base)
         return {"base_offset": base, "duplicate": False}
 
-    def let_through(self, i: int, *, lose_answer: bool = False) -> None:
+    def let_through(self, i: int, *, lose_answer: bool = False, answer_later: bool = False) -> None:
         batch, fut = self.pending.pop(i)
         try:
             answer = self.append(batch)
@@ -97,6 +98,8 @@ class HeldLeader:
             return
         if lose_answer:  # appended, but the client never hears so
             fut.set_exception(ClientError("REQUEST_TIMED_OUT", "the answer was lost"))
+        elif answer_later:  # appended; the answer is slow on its way back
+            self.late_answers.append((fut, answer))
         else:
             fut.set_result(answer)
 
@@ -367,3 +370,26 @@ def test_max_in_flight_above_five_is_refused_with_idempotence() -> None:
     with pytest.raises(ValueError, match="max_in_flight"):
         AsyncProducer("http://127.0.0.1:1", max_in_flight=0)
     AsyncProducer("http://127.0.0.1:1", max_in_flight=8, enable_idempotence=False, acks=1)
+
+
+def test_an_answer_ahead_of_the_oldest_request_does_not_close_the_window() -> None:
+    async def go() -> None:
+        p, leader, _ = _producer()
+        done: list[int] = []
+        futs = await _send(p, 4, done)
+        await leader.wait_pending(1)
+        leader.let_through(0)  # 0
+        await leader.wait_pending(3)
+        leader.let_through(0, answer_later=True)  # 1: appended, its answer on its way
+        leader.let_through(0)  # 2: appended and answered; 3 is still out
+        await asyncio.sleep(0.01)
+        futs.append(await p.send("t", _value(4), partition=0))
+        await leader.wait_pending(2)  # 4 goes at once: 4 of 5 places are taken
+        fut, answer = leader.late_answers.pop()
+        fut.set_result(answer)
+        await _until_done(futs, leader, lambda: leader.let_through(0))
+        assert [(await f).offset for f in futs] == list(range(5))
+        assert done == list(range(4))
+        await p.close()
+
+    asyncio.run(go())
