@@ -151,6 +151,9 @@ class _Batch:
     """The last request went while an earlier batch of the partition was unsettled: the
     leader may have seen this one first, so OUT_OF_ORDER_SEQUENCE_NUMBER is no verdict."""
     attempt: int = 0
+    answered_at: float = 0.0
+    """When ``answer`` came: a retry's back-off counts from there, so batches that failed
+    together behind a failed head do not each wait a whole back-off once it is through."""
     retry_at: float | None = None
     """When the head's retry goes (after the back-off); None until one is scheduled."""
 
@@ -648,7 +651,7 @@ class AsyncProducer:
         allows. Returns when to look again without a wake: None never, 0 at once."""
         for b in q.inflight:
             if b.request is not None and b.request.done():
-                b.answer = self._outcome(b.request)
+                b.answer, b.answered_at = self._outcome(b.request), time.monotonic()
                 b.request = None
         while q.inflight and q.inflight[0].answer is not None:
             head = q.inflight[0]
@@ -797,7 +800,7 @@ class AsyncProducer:
                     await self.metadata.refresh(
                         timeout_s=max(0.1, min(5.0, head.created + self.delivery_timeout_s - now))
                     )
-            head.retry_at = now + min(
+            head.retry_at = head.answered_at + min(
                 self.retry_backoff_s * head.attempt,
                 1.0,
                 max(0.0, head.created + self.delivery_timeout_s - now),

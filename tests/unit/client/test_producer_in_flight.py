@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -390,6 +391,27 @@ def test_an_answer_ahead_of_the_oldest_request_does_not_close_the_window() -> No
         await _until_done(futs, leader, lambda: leader.let_through(0))
         assert [(await f).offset for f in futs] == list(range(5))
         assert done == list(range(4))
+        await p.close()
+
+    asyncio.run(go())
+
+
+def test_batches_refused_together_wait_one_back_off_not_one_each() -> None:
+    async def go() -> None:
+        p, leader, _ = _producer(retry_backoff_ms=500)
+        futs = await _send(p, 5, [])
+        await leader.wait_pending(1)
+        leader.let_through(0)
+        await leader.wait_pending(4)
+        t0 = time.monotonic()
+        for _ in range(4):  # a leader change refuses all four at once
+            leader.refuse(0)
+        await _until_done(futs, leader, lambda: leader.let_through(0))
+        # One back-off (0.5 s) for the head; its successors' have run meanwhile. One
+        # each would be 2 s.
+        assert time.monotonic() - t0 < 1.5
+        assert [(await f).offset for f in futs] == list(range(5))
+        assert leader.log == [_value(i) for i in range(5)]
         await p.close()
 
     asyncio.run(go())
