@@ -255,7 +255,7 @@ def test_any_arrival_order_with_refusals_and_lost_answers_keeps_every_ack_once_i
             i = rng.randrange(len(leader.pending))
             roll = rng.random()
             if roll < 0.1:
-                leader.refuse(i, rng.choice(["NOT_LEADER_OR_FOLLOWER", "NETWORK_EXCEPTION"]))
+                leader.refuse(i, rng.choice(["NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT"]))
             else:
                 leader.let_through(i, lose_answer=roll < 0.2)
 
@@ -412,6 +412,41 @@ def test_batches_refused_together_wait_one_back_off_not_one_each() -> None:
         assert time.monotonic() - t0 < 1.5
         assert [(await f).offset for f in futs] == list(range(5))
         assert leader.log == [_value(i) for i in range(5)]
+        await p.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_with_batches_failing_for_good_the_log_keeps_send_order_and_every_ack(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+
+    async def go() -> None:
+        p, leader, _ = _producer()
+        n = 60
+        futs = await _send(p, n, [])
+
+        def step() -> None:
+            i = rng.randrange(len(leader.pending))
+            roll = rng.random()
+            if roll < 0.05:
+                leader.refuse(i, "INVALID_RECORD")  # not appended; the batch is given up
+            elif roll < 0.15:
+                leader.refuse(i, "NOT_LEADER_OR_FOLLOWER")
+            else:
+                leader.let_through(i, lose_answer=roll < 0.25)
+
+        await _until_done(futs, leader, step)
+        acked = [i for i, f in enumerate(futs) if f.exception() is None]
+        stored = [int(v or b"") for v in leader.log]
+        # In send order, none twice; a failed batch may be there (an earlier attempt was
+        # appended, its answer lost), an acknowledged one is, at the offset it was given.
+        assert stored == sorted(set(stored)), f"seed {seed}: {stored}"
+        assert [futs[i].result().offset for i in acked] == [stored.index(i) for i in acked]
+        assert len(acked) < n, "nothing failed: the test tested nothing"
+        assert p._buffered == 0
         await p.close()
 
     asyncio.run(go())
