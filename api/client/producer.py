@@ -5,28 +5,43 @@ partition instead of one network thread):
 
 1. ``send`` picks the partition (given; murmur2 of the key; or sticky for null keys,
    ``api.client.partitioner``) and appends the record to that partition's *open* batch.
-2. A batch is sealed when it holds ``batch_size`` bytes, or when its partition's sender is
-   idle and the batch is ``linger_ms`` old. While a request for the partition is in flight the
-   open batch keeps filling, so batches grow with latency: under load every request carries
-   as much as has arrived, and an idle producer still sends within ``linger_ms``.
+2. A batch is sealed when it holds ``batch_size`` bytes, or when its partition's sender may
+   send another request and the batch is ``linger_ms`` old. While the partition's requests
+   in flight are at ``max_in_flight`` the open batch keeps filling, so batches grow with
+   latency: under load every request carries as much as has arrived, and an idle producer
+   still sends within ``linger_ms``.
 3. The partition's sender takes sealed batches in order, encodes each once (a Longboat
-   batch: ``storage.batch.encode_batch`` with the producer id, epoch and base sequence) and
-   POSTs it to the partition leader's ``produce`` route. One request per partition is in
-   flight at a time, so retries can never reorder a partition's batches (Kafka allows five
-   with idempotence and sorts out the gaps; one keeps the protocol simple and ordering
-   obvious, and throughput comes from batch size and from partitions sending in parallel).
-4. A retriable error (not leader, not enough replicas, timeout, connection lost) retries the
-   *same bytes* after a backoff, refreshing metadata first when leadership may have moved,
-   until the batch's ``delivery_timeout_ms`` runs out. With idempotence (on by default) the
-   leader recognises a batch it already has by producer id and sequence and answers with the
-   original offsets, so retries never duplicate. Without it, a retry after an unknown outcome
-   may duplicate, as in Kafka.
+   batch: ``storage.batch.encode_batch`` with the producer id, epoch and base sequence,
+   sequences taken in queue order at the first send) and POSTs it to the partition leader's
+   ``produce`` route. Up to ``max_in_flight`` requests per partition are in flight at once
+   (Kafka's ``max.in.flight.requests.per.connection``, at most 5 with idempotence, as
+   Kafka). They travel on several connections and may reach the leader out of order; with
+   idempotence the leader's sequence check refuses a batch whose predecessor has not
+   arrived yet (``OUT_OF_ORDER_SEQUENCE_NUMBER``), and the sender sends it again once its
+   predecessors are settled. That check keeps order only while the leader knows the
+   producer id and epoch in the partition (it takes a producer it does not know at any
+   sequence, KIP-360), so the first batch of an id or epoch goes alone, as does the first
+   after an idle minute. Without idempotence requests may overtake each other and retries
+   may reorder, as Kafka documents for more than one in flight: ``max_in_flight=1`` for
+   order.
+4. Answers are acted on in sequence order, the oldest unsettled batch (the head) first: a
+   retriable error (not leader, not enough replicas, timeout, connection lost) sends the
+   head again, with the *same bytes*, after a backoff, refreshing metadata first when
+   leadership may have moved, until the batch's ``delivery_timeout_ms`` runs out; its
+   successors wait and go again after it, in order, and no new batch goes meanwhile. With
+   idempotence (on by default) the leader recognises a batch it already has (among the
+   producer's last five) by producer id and sequence and answers with the original offsets,
+   so retries never duplicate. Without it, a retry after an unknown outcome may duplicate,
+   as in Kafka.
 5. The futures of the batch's records resolve with ``RecordMetadata`` (offset = base offset
    + index) or with the ``ClientError`` that ended it.
 
 A batch that fails for good after it was sent may or may not be in the log; its sequence
 numbers cannot be reused for other records, so the producer takes a new producer id (its
 sequences start again at 0), as Kafka's idempotent producer does (KIP-360's epoch bump).
+Batches already in flight keep the old id's bytes; one of the same partition that the
+leader then refuses as out of order, sent alone, follows the lost batch and was not
+appended either: it is encoded again under the new id and sent.
 
 ``buffer_memory`` bounds the bytes waiting in batches: ``send`` waits for room (Kafka's
 ``max.block.ms``, here ``delivery_timeout_ms``).
@@ -76,6 +91,19 @@ the estimate that decides when a batch is full."""
 
 ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 
+MAX_IN_FLIGHT_IDEMPOTENT = 5
+"""The most produce requests per partition an idempotent producer keeps in flight (Kafka's
+limit for ``max.in.flight.requests.per.connection``): the leader keeps a producer's last five
+batches (``broker.producer_state``), so a resend of any unsettled batch is recognised there
+as a duplicate and answered with its offsets."""
+
+PIPELINE_IDLE_S = 60.0
+"""A partition whose last acknowledgement is older than this sends its next batch alone
+again: a leader forgets an idle producer (``producer.id.expiration.ms``) and then accepts any
+sequence, which would let a later batch that overtook an earlier one in."""
+
+OUT_OF_ORDER = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
 FATAL_SEQUENCE_ERRORS = frozenset(
     {"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_EPOCH"}
 )
@@ -111,17 +139,43 @@ class _Batch:
         return len(self.columns[0]) if self.columns is not None else len(self.records)
 
     encoded: bytes | None = None
+    producer: tuple[int, int] = (-1, -1)
+    """The producer id and epoch ``encoded`` carries."""
     sent: bool = False
+    request: asyncio.Task[dict[str, Any] | ClientError] | None = None
+    """The produce request on its way. Invariant (in flight): exactly one of ``request``
+    and ``answer`` is set."""
+    answer: dict[str, Any] | ClientError | None = None
+    """The last request's outcome, not yet acted on (the sender acts on the head's only)."""
+    behind: bool = False
+    """The last request went while an earlier batch of the partition was unsettled: the
+    leader may have seen this one first, so OUT_OF_ORDER_SEQUENCE_NUMBER is no verdict."""
+    attempt: int = 0
+    answered_at: float = 0.0
+    """When ``answer`` came: a retry's back-off counts from there, so batches that failed
+    together behind a failed head do not each wait a whole back-off once it is through."""
+    retry_at: float | None = None
+    """When the head's retry goes (after the back-off); None until one is scheduled."""
 
 
 @dataclass(eq=False)
 class _PartitionQueue:
     open: _Batch | None = None
     sealed: deque[_Batch] = field(default_factory=deque)
+    """Sealed, not yet sent (nor encoded: sequences are taken at the first send)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sender: asyncio.Task[None] | None = None
-    inflight: _Batch | None = None
+    inflight: deque[_Batch] = field(default_factory=deque)
+    """Sent and not settled, in sequence order; the head is the oldest. Invariant: at most
+    ``max_in_flight`` batches."""
     next_sequence: int = 0
+    acked: tuple[int, int] | None = None
+    """The producer id and epoch of the last batch the leader acknowledged here: it knows
+    the producer, so its sequence check keeps pipelined batches in order."""
+    acked_at: float = 0.0
+    gap: tuple[int, int] | None = None
+    """The producer id and epoch under which a sent batch of this partition was given up:
+    the later batches' sequences may follow a batch the leader does not have."""
 
 
 class AsyncProducer:
@@ -139,6 +193,7 @@ class AsyncProducer:
         delivery_timeout_ms: int = 120_000,
         retry_backoff_ms: int = 100,
         max_request_size: int = 8 << 20,
+        max_in_flight: int = MAX_IN_FLIGHT_IDEMPOTENT,
         source_host: str | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
@@ -158,6 +213,14 @@ class AsyncProducer:
             )
         if batch_size <= 0 or linger_ms < 0:
             raise ValueError("batch_size must be > 0 and linger_ms >= 0")
+        if max_in_flight < 1 or (enable_idempotence and max_in_flight > MAX_IN_FLIGHT_IDEMPOTENT):
+            # Kafka refuses the same: the leader recognises a resend as a duplicate only
+            # among the producer's last five batches.
+            raise ValueError(
+                f"max_in_flight must be 1..{MAX_IN_FLIGHT_IDEMPOTENT} with idempotence "
+                f"(>= 1 without), not {max_in_flight}"
+            )
+        self.max_in_flight = max_in_flight
         self.linger_s = linger_ms / 1000
         self.batch_size = min(batch_size, max_request_size)
         self.buffer_memory = buffer_memory
@@ -196,6 +259,9 @@ class AsyncProducer:
         self._closed = False
         self._rng = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.out_of_order_resends = 0
+        """Batches answered OUT_OF_ORDER_SEQUENCE_NUMBER because an earlier one of their
+        partition reached the leader after them, and sent again: what pipelining costs."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -222,10 +288,7 @@ class AsyncProducer:
             if q.open is not None and q.open.records:
                 self._seal(q)
         return [
-            w
-            for q in self._queues.values()
-            for b in [*q.sealed, *([q.inflight] if q.inflight else [])]
-            for w in b.waiters
+            w for q in self._queues.values() for b in (*q.sealed, *q.inflight) for w in b.waiters
         ]
 
     async def flush(self) -> None:
@@ -267,15 +330,14 @@ class AsyncProducer:
 
     async def _reset_producer_id(self, failed_id: int) -> None:
         """A sent batch failed for good: its sequences are burnt. A new producer id restarts
-        every partition's sequence at 0 (batches already encoded are re-encoded)."""
+        every partition's sequence at 0. Batches in flight keep the old id's bytes: their
+        sequences still follow each other at the leader (``_sender``)."""
         async with self._pid_lock:
             if self.producer_id != failed_id:
                 return  # another partition already did it
             await self._init_producer_id()
             for q in self._queues.values():
                 q.next_sequence = 0
-                for b in q.sealed:
-                    b.encoded = None
             log.info("producer id reset: %d -> %d", failed_id, self.producer_id)
 
     # ------------------------------------------------------------------ sending
@@ -565,122 +627,244 @@ class AsyncProducer:
             self._move_sticky(b.tp.topic, b.tp.partition)
 
     async def _sender(self, tp: TopicPartition, q: _PartitionQueue) -> None:
-        while True:
-            if not q.sealed:
-                b = q.open
-                q.wake.clear()
-                if b is None or not b.records:
+        """The partition's one task: it alone changes ``q.inflight`` and ``q.sealed``'s head;
+        request tasks only report (their completion wakes it)."""
+        try:
+            while True:
+                q.wake.clear()  # before looking: a wake from now on is not lost
+                try:
+                    wait_s = await self._step(q)
+                except Exception as e:  # a bug must not strand the futures
+                    log.exception("producer: delivering %s", tp)
+                    self._fail_inflight(q, ClientError("UNKNOWN_SERVER_ERROR", repr(e)))
+                    continue
+                if wait_s is None:
                     await q.wake.wait()
-                    continue
-                left = b.created + self.linger_s - time.monotonic()
-                if left > 0:
-                    # Woken early by a seal (batch full, flush) or not at all: the timeout
-                    # is the linger, measured on the same clock as ``created``.
-                    await wait_event(q.wake, left)
-                    continue
-                self._seal(q)
-            batch = q.sealed.popleft()
-            q.inflight = batch
-            try:
-                await self._deliver(q, batch)
-            except asyncio.CancelledError:
-                self._fail(batch, ClientError("ILLEGAL_STATE", "producer closed"))
-                raise
-            except Exception as e:  # a bug must not strand the futures
-                log.exception("producer: delivering %s", tp)
-                self._fail(batch, ClientError("UNKNOWN_SERVER_ERROR", repr(e)))
-            finally:
-                q.inflight = None
-                self._buffered -= batch.size
-                self._room.set()
+                elif wait_s > 0:
+                    await wait_event(q.wake, wait_s)
+        except asyncio.CancelledError:
+            self._fail_inflight(q, ClientError("ILLEGAL_STATE", "producer closed"))
+            raise
 
-    def _encode(self, q: _PartitionQueue, b: _Batch) -> bytes:
-        if b.encoded is None:
-            seq = -1
-            if self.idempotent:
-                seq = q.next_sequence
-                q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
-            if b.columns is not None:
-                values, keys, ts = b.columns
-                b.encoded = encode_values(
-                    values,
-                    keys=keys,
-                    timestamp=ts,
-                    compression=self.compression,
-                    producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch,
-                    base_sequence=seq,
-                    transactional=self._txn is not None,
-                )
-            else:
-                b.encoded = encode_batch(
-                    b.records,
-                    compression=self.compression,
-                    producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch,
-                    base_sequence=seq,
-                    transactional=self._txn is not None,
-                )
-        return b.encoded
+    async def _step(self, q: _PartitionQueue) -> float | None:
+        """Settle what the answers allow, in sequence order, then send what the window
+        allows. Returns when to look again without a wake: None never, 0 at once."""
+        for b in q.inflight:
+            if b.request is not None and b.request.done():
+                b.answer, b.answered_at = self._outcome(b.request), time.monotonic()
+                b.request = None
+        while q.inflight and q.inflight[0].answer is not None:
+            head = q.inflight[0]
+            ans = head.answer
+            assert ans is not None
+            if isinstance(ans, ClientError):
+                wait_s = await self._on_head_error(q, head, ans)
+                if wait_s is not None:
+                    return wait_s  # its back-off: nothing else goes before its retry
+                continue  # sent again, or given up
+            q.inflight.popleft()
+            q.acked, q.acked_at = head.producer, time.monotonic()
+            self._complete(head, int(ans.get("base_offset", -1)) if self.acks else -1)
+            self._release(head)
+        if not self._may_send_more(q):
+            return None
+        if not q.sealed:
+            opened = q.open
+            if opened is None or not opened.records:
+                return None
+            left = opened.created + self.linger_s - time.monotonic()
+            if left > 0:
+                # Woken early by a seal (batch full, flush), an answer, or not at all: the
+                # timeout is the linger, measured on the same clock as ``created``.
+                return left
+            self._seal(q)
+        await self._send_first(q, q.sealed.popleft())
+        return 0
 
-    async def _deliver(self, q: _PartitionQueue, b: _Batch) -> None:
-        deadline = b.created + self.delivery_timeout_s
-        attempt = 0
-        last: ClientError | None = None
+    def _may_send_more(self, q: _PartitionQueue) -> bool:
+        """May a new batch go while ``q.inflight``'s are unsettled?
+
+        Without idempotence: up to ``max_in_flight``, unless one waits for its retry. With
+        it, order rests on the leader's sequence check, which holds only while the leader
+        knows this producer id and epoch in the partition (a producer it does not know may
+        start at any sequence, KIP-360): so the first batch of an id or epoch goes alone,
+        and so do batches after an idle spell (``PIPELINE_IDLE_S``); batches of an older id
+        (before a reset) drain before the new id's first batch goes."""
+        if not q.inflight:
+            return True
+        if len(q.inflight) >= self.max_in_flight:
+            return False
+        if any(isinstance(b.answer, ClientError) for b in q.inflight):
+            return False  # one waits to be sent again: its successors follow it in order
+        if not self.idempotent:
+            return True
+        current = (self.producer_id, self.producer_epoch)
+        return (
+            q.acked == current
+            and time.monotonic() - q.acked_at < PIPELINE_IDLE_S
+            and all(b.producer == current for b in q.inflight)
+        )
+
+    async def _send_first(self, q: _PartitionQueue, b: _Batch) -> None:
         if self._txn is not None:
             try:
                 await self._txn.add_partition(b.tp)
             except ClientError as e:
                 await self._give_up(b, e)
+                self._release(b)
                 return
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                err = ClientError(
-                    "REQUEST_TIMED_OUT",
-                    f"{b.count} record(s) for {b.tp} not acknowledged within "
-                    f"delivery_timeout_ms ({last or 'no answer'})",
-                )
-                await self._give_up(b, err)
-                return
-            pid = self.producer_id
-            try:
-                url = await self.metadata.leader_url(
-                    b.tp.topic, b.tp.partition, timeout_s=min(left, self.request_timeout_s)
-                )
-                data = self._encode(q, b)
-                timeout = min(left, self.request_timeout_s)
-                b.sent = True
-                body: dict[str, Any] = {
-                    "topic": b.tp.topic,
-                    "partition": b.tp.partition,
-                    "acks": self.acks,
-                    "timeout_ms": int(timeout * 1000),
-                    "batch": data,
-                }
-                if self._txn is not None:
-                    # The leader verifies the first batch of the epoch with the coordinator
-                    # of this id (KIP-890 part 1).
-                    body["transactional_id"] = self._txn.transactional_id
-                ans = await self.transport.call(url, "produce", body, timeout_s=timeout + 1.0)
-            except ClientError as e:
-                last = e
-                if e.code in FATAL_SEQUENCE_ERRORS and self.idempotent:
-                    await self._give_up(b, e, pid=pid)
-                    return
-                if not e.retriable:
-                    await self._give_up(b, e, pid=pid)
-                    return
-                attempt += 1
-                if e.refresh_metadata:
-                    with contextlib.suppress(ClientError):
-                        await self.metadata.refresh(timeout_s=max(0.1, min(5.0, left)))
-                await asyncio.sleep(
-                    min(self.retry_backoff_s * attempt, 1.0, max(0.0, deadline - time.monotonic()))
-                )
-                continue
-            self._complete(b, int(ans.get("base_offset", -1)) if self.acks != 0 else -1)
+        if time.monotonic() >= b.created + self.delivery_timeout_s:
+            # Expired while waiting for the window (Kafka expires it in the accumulator):
+            # never sent, so no sequence of it is burnt.
+            await self._give_up(b, self._timed_out(b, None))
+            self._release(b)
             return
+        q.inflight.append(b)
+        self._send(q, b)
+
+    def _send(self, q: _PartitionQueue, b: _Batch) -> None:
+        """(Re)send ``b``, encoded once with the next sequences (the same bytes on every
+        retry, so the leader recognises a duplicate)."""
+        if b.encoded is None:
+            self._encode(q, b)
+        b.behind = q.inflight[0] is not b
+        b.answer, b.retry_at, b.sent = None, None, True
+        timeout = max(
+            0.0, min(b.created + self.delivery_timeout_s - time.monotonic(), self.request_timeout_s)
+        )
+        assert self._loop is not None
+        b.request = self._loop.create_task(self._request(b, timeout))
+        b.request.add_done_callback(lambda _: q.wake.set())
+
+    async def _request(self, b: _Batch, timeout: float) -> dict[str, Any] | ClientError:
+        try:
+            url = await self.metadata.leader_url(b.tp.topic, b.tp.partition, timeout_s=timeout)
+            body: dict[str, Any] = {
+                "topic": b.tp.topic,
+                "partition": b.tp.partition,
+                "acks": self.acks,
+                "timeout_ms": int(timeout * 1000),
+                "batch": b.encoded,
+            }
+            if self._txn is not None:
+                # The leader verifies the first batch of the epoch with the coordinator of
+                # this id (KIP-890 part 1).
+                body["transactional_id"] = self._txn.transactional_id
+            return await self.transport.call(url, "produce", body, timeout_s=timeout + 1.0)
+        except ClientError as e:
+            return e
+
+    def _outcome(self, request: asyncio.Task[dict[str, Any] | ClientError]) -> Any:
+        if request.cancelled():
+            return ClientError("ILLEGAL_STATE", "produce request cancelled")
+        e = request.exception()
+        if e is not None:
+            log.error("producer: produce request failed", exc_info=e)
+            return ClientError("UNKNOWN_SERVER_ERROR", repr(e))
+        return request.result()
+
+    async def _on_head_error(
+        self, q: _PartitionQueue, head: _Batch, err: ClientError
+    ) -> float | None:
+        """The oldest unsettled batch failed: send it again (None, or the seconds of its
+        back-off still to wait), or give it up (None)."""
+        now = time.monotonic()
+        if now >= head.created + self.delivery_timeout_s:
+            await self._give_up_head(q, head, self._timed_out(head, err))
+            return None
+        if self.idempotent and err.code == OUT_OF_ORDER:
+            if head.behind:
+                # Its predecessors reached the leader after it (requests travel on several
+                # connections); they are settled now, so this is its turn.
+                self.out_of_order_resends += 1
+                self._send(q, head)
+                return None
+            if q.gap == head.producer and self._txn is None:
+                # Sent alone, refused: the leader lacks the batch given up before it, so it
+                # does not have this one either. A new producer id takes it, from sequence 0.
+                with contextlib.suppress(ClientError):
+                    await self._reset_producer_id(head.producer[0])
+                if self.producer_id != head.producer[0]:
+                    head.encoded = None
+                    self._send(q, head)
+                    return None
+            await self._give_up_head(q, head, err)
+            return None
+        if (self.idempotent and err.code in FATAL_SEQUENCE_ERRORS) or not err.retriable:
+            await self._give_up_head(q, head, err)
+            return None
+        if head.retry_at is None:
+            head.attempt += 1
+            if err.refresh_metadata:
+                with contextlib.suppress(ClientError):
+                    await self.metadata.refresh(
+                        timeout_s=max(0.1, min(5.0, head.created + self.delivery_timeout_s - now))
+                    )
+            head.retry_at = head.answered_at + min(
+                self.retry_backoff_s * head.attempt,
+                1.0,
+                max(0.0, head.created + self.delivery_timeout_s - now),
+            )
+        left = head.retry_at - time.monotonic()
+        if left > 0:
+            return left
+        self._send(q, head)
+        return None
+
+    async def _give_up_head(self, q: _PartitionQueue, head: _Batch, err: ClientError) -> None:
+        q.inflight.popleft()
+        if self.idempotent and self._txn is None:
+            q.gap = head.producer
+        await self._give_up(head, err, pid=head.producer[0])
+        self._release(head)
+
+    def _timed_out(self, b: _Batch, last: ClientError | None) -> ClientError:
+        return ClientError(
+            "REQUEST_TIMED_OUT",
+            f"{b.count} record(s) for {b.tp} not acknowledged within "
+            f"delivery_timeout_ms ({last or 'no answer'})",
+        )
+
+    def _release(self, b: _Batch) -> None:
+        self._buffered -= b.size
+        self._room.set()
+
+    def _fail_inflight(self, q: _PartitionQueue, err: ClientError) -> None:
+        while q.inflight:
+            b = q.inflight.popleft()
+            if b.request is not None:
+                b.request.cancel()
+            self._fail(b, err)
+            self._release(b)
+
+    def _encode(self, q: _PartitionQueue, b: _Batch) -> bytes:
+        seq = -1
+        if self.idempotent:
+            seq = q.next_sequence
+            q.next_sequence = (q.next_sequence + b.count) & 0x7FFFFFFF
+        b.producer = (self.producer_id, self.producer_epoch)
+        if b.columns is not None:
+            values, keys, ts = b.columns
+            b.encoded = encode_values(
+                values,
+                keys=keys,
+                timestamp=ts,
+                compression=self.compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=seq,
+                transactional=self._txn is not None,
+            )
+        else:
+            b.encoded = encode_batch(
+                b.records,
+                compression=self.compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=seq,
+                transactional=self._txn is not None,
+            )
+        return b.encoded
 
     async def _give_up(self, b: _Batch, err: ClientError, *, pid: int | None = None) -> None:
         self._fail(b, err)
@@ -822,8 +1006,6 @@ class AsyncProducer:
         self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
         for q in self._queues.values():
             q.next_sequence = 0
-            for b in q.sealed:
-                b.encoded = None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncProducer]:
