@@ -1033,7 +1033,7 @@ class ReplicaManager:
                 log.exception("broker %d: log maintenance of %s failed", self.broker_id, rep.name)
 
     def append_as_follower(
-        self, rep: Replica, fs: FollowerState, data: bytes, leader_hw: int
+        self, rep: Replica, fs: FollowerState, data: bytes | memoryview, leader_hw: int
     ) -> None:
         if data:
             markers = control_markers(data)

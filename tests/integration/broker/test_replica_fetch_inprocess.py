@@ -18,6 +18,7 @@ import msgpack
 from inprocess_brokers import two_brokers, wait
 
 from broker import fetcher
+from broker.fetch_plan import RECORDS_APART, decode_records_apart
 from broker.fetch_session import FetchSessionCache
 from metalog.commands import CreateTopic
 from storage.batch import encode_batch
@@ -137,6 +138,30 @@ def test_replica_fetch_serves_each_partition_on_its_own(tmp_path: Path) -> None:
             got = [(e["topic"], e["partition"]) for e in ans["partitions"]]
             assert got == [target], ans
             assert len(ans["partitions"][0]["records"]) == len(batch)
+
+            # Asked for with records_apart, the same answer comes with its records after the
+            # map (what followers ask for): the same bytes, the same fields.
+            again = body([entry(*target, fetch_offset=0), {**entry("t", 0), "topic": "nope"}], 0)
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(
+                    f"{url}/internal/broker/v1/replica_fetch",
+                    data=msgpack.packb(again | {"records_apart": True}),
+                ) as r,
+            ):
+                assert r.content_type == RECORDS_APART
+                apart = decode_records_apart(await r.read())
+            _, whole = await _post(url, "replica_fetch", again)
+            assert [bytes(e.get("records", b"")) for e in apart["partitions"]] == [
+                e.get("records", b"") for e in whole["partitions"]
+            ]
+            stored = lmgr.by_name[target].log.read(0, 1 << 20).data
+            [served] = [e for e in apart["partitions"] if e["topic"] == target[0]]
+            assert bytes(served["records"]) == stored and stored
+            strip = [{k: v for k, v in e.items() if k != "records"} for e in apart["partitions"]]
+            assert strip == [
+                {k: v for k, v in e.items() if k != "records"} for e in whole["partitions"]
+            ]
 
     asyncio.run(go())
 
