@@ -314,3 +314,44 @@ def test_followers_fetch_in_sessions_sending_only_what_changed(tmp_path: Path) -
             assert ans["error"] == "FETCH_SESSION_ID_NOT_FOUND", (status, ans)
 
     asyncio.run(go())
+
+
+def test_a_follower_fetch_that_moves_nothing_wakes_no_waiter(tmp_path: Path) -> None:
+    """Every partition of a fetch session is in every follower fetch; on an idle one (the
+    follower at the log end, nothing above the HW) the fetch counts the follower as caught up
+    and wakes nobody. A fetch that moves the follower's log start (DeleteRecords waits on
+    that) still wakes the partition's waiters."""
+
+    async def go() -> None:
+        async with two_brokers(tmp_path) as tb:
+            lmgr: Any = tb.mgrs[tb.leader]
+            ans = await _produce(tb.urls[tb.leader], "t", 0, b"v")
+            assert not ans.get("error"), ans
+            rep = lmgr.by_name[("t", 0)]
+            leader = rep.leader
+            assert leader.high_watermark == rep.log.log_end_offset == 1
+            progress = leader.follower(tb.follower)
+            # No await from here on: the leader's own timer cannot notify in between.
+            woken = rep.changed
+
+            def fetch(log_start: int) -> None:
+                div = lmgr._follower_position(
+                    rep,
+                    leader,
+                    tb.follower,
+                    rep.log.log_end_offset,
+                    rep.log.latest_epoch,
+                    -1,
+                    log_start,
+                )
+                assert div is None
+
+            fetch(progress.log_start_offset)
+            assert rep.changed is woken and not woken.is_set()
+            assert progress.log_end_offset == 1  # counted all the same
+            start = progress.log_start_offset
+            fetch(start + 1)
+            assert woken.is_set() and rep.changed is not woken
+            fetch(start)
+
+    asyncio.run(go())
