@@ -24,7 +24,9 @@ times) or int64 (offsets).
   answer), session_id?, session_epoch? (-1: no session, 0: open one, n: the session's next),
   partitions: [{topic, partition, fetch_offset, leader_epoch?, last_fetched_epoch?,
   high_watermark?, log_start_offset?, max_bytes?}, ...] (each partition at most once; in a
-  session, those changed since the last request), forgotten?: [{topic, partition}, ...]}
+  session, those changed since the last request), forgotten?: [{topic, partition}, ...],
+  records_apart? (true: the answer comes as ``broker.fetch_plan.RECORDS_APART``, the
+  records after the map instead of inside it)}
   -> {partitions: [entry, ...], session_id?}: a follower's fetch of every partition it follows from this
   leader (``broker.fetcher``; Kafka's FetchRequest from a replica fetcher). Each entry is
   ``fetch``'s follower answer plus {topic, partition}, or {topic, partition, error,
@@ -79,10 +81,16 @@ from typing import Any
 
 import msgpack
 import orjson
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 
 from broker.errors import BrokerError
-from broker.fetch_plan import PartitionFetch, PartitionKey
+from broker.fetch_plan import (
+    RECORDS_APART,
+    PartitionFetch,
+    PartitionKey,
+    encode_records_apart,
+)
 from broker.fetch_session import NO_SESSION
 from broker.fetcher import MSGPACK
 from broker.replica_manager import (
@@ -125,13 +133,29 @@ def _pack(data: dict[str, Any], status: int = 200) -> web.Response:
     )
 
 
+class _Parts(payload.Payload):
+    """A body written part after part, never joined (``replica_fetch``'s records apart)."""
+
+    def __init__(self, parts: list[bytes | memoryview], content_type: str) -> None:
+        super().__init__(parts, content_type=content_type)
+        self._size = sum(len(p) for p in parts)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("a binary body")
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for part in self._value:
+            await writer.write(part)
+
+
 def _handler(
-    fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str, Any]]],
+    fn: Callable[[PartitionRouter, dict[str, Any]], Awaitable[dict[str, Any] | web.Response]],
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         mgr = request.app[ROUTER_KEY]
         try:
-            return _pack(await fn(mgr, body_or_raise(await request.read())))
+            out = await fn(mgr, body_or_raise(await request.read()))
+            return out if isinstance(out, web.Response) else _pack(out)
         except InvalidRequestError as e:
             # Read before anything acts on the body: nothing was done.
             return _pack({"error": e.code, "message": f"{request.path}: {e}", "leader_id": -1}, 400)
@@ -279,8 +303,11 @@ def _fetch_entry(p: PartitionFetch, ans: dict[str, Any] | Exception) -> dict[str
     return head | ans
 
 
-async def _replica_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str, Any]:
+async def _replica_fetch(
+    router: PartitionRouter, b: dict[str, Any]
+) -> dict[str, Any] | web.Response:
     replica_id = int_field(b, "replica_id", 0, INT32_MAX)
+    apart = bool_field(b, "records_apart", default=False)
     broker_epoch = int_field(b, "broker_epoch", -1, INT64_MAX, default=-1)
     max_wait_ms = min(int_field(b, "max_wait_ms", 0, INT32_MAX, default=0), FETCH_WAIT_MS_MAX)
     max_bytes = min(
@@ -317,6 +344,8 @@ async def _replica_fetch(router: PartitionRouter, b: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {"partitions": [_fetch_entry(p, a) for p, a in answers]}
     if sid:
         out["session_id"] = sid
+    if apart:
+        return web.Response(body=_Parts(encode_records_apart(out), RECORDS_APART))
     return out
 
 

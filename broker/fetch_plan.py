@@ -23,18 +23,40 @@ The leader leaves a partition out of its answer when it has nothing to say about
 data, no HW past the one the follower sent, no newer log start, no error): that keeps the
 answer small when most partitions are idle. An omitted partition is simply asked again.
 
+Records apart (``RECORDS_APART``, asked for with ``records_apart`` in the request): the
+answer's records travel after its msgpack map instead of inside it, so that neither side
+copies them through msgpack (packing fetched megabytes into a map and unpacking them out of
+it again cost more CPU than reading them: docs/kafka-protocol.md, "Benchmark"). The body is
+
+====================  ==================================================================
+``int32`` size        of the map that follows (big-endian)
+map                   the msgpack answer, each entry's ``records`` an int: its byte count
+records               each entry's records, in entry order, back to back
+====================  ==================================================================
+
+``encode_records_apart`` builds it as parts to write without joining them;
+``decode_records_apart`` gives the answer back with each ``records`` a view into the body
+(no copy), or ``MalformedAnswerError`` if the sizes do not add up. A leader that does not
+know the flag answers a plain msgpack map, which the follower tells by its content type.
+
 Pure: no I/O, no clock, no global random (time comes in as ``now_s``).
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 PartitionKey = tuple[str, int]
 """(topic, partition)."""
+RECORDS_APART = "application/x-longboat-records-apart"
+"""The content type of a ``replica_fetch`` answer with its records apart (module docstring)."""
+_MAP_SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -131,7 +153,7 @@ def plan_fetch(
 class Append:
     """Append ``records`` (possibly none) and move the HW; follow the leader's log start."""
 
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     log_start_offset: int | None
 
@@ -192,7 +214,7 @@ def entry_outcome(e: Any) -> Outcome:
         return Retry("UNKNOWN_SERVER_ERROR", f"a malformed diverging_epoch: {div!r:.80}")
     records = e.get("records")
     hw = _int(e.get("high_watermark"))
-    if not isinstance(records, bytes) or hw is None or hw < -1:
+    if not isinstance(records, bytes | memoryview) or hw is None or hw < -1:
         return Retry("UNKNOWN_SERVER_ERROR", f"a malformed fetch answer: {sorted(e)!r:.120}")
     start = _int(e.get("log_start_offset"))
     return Append(records, hw, start if start is not None and start >= 0 else None)
@@ -213,4 +235,58 @@ def answer_outcomes(ans: Any) -> dict[PartitionKey, Outcome]:
         if type(topic) is not str or type(partition) is not int:
             continue
         out[(topic, partition)] = entry_outcome(e)
+    return out
+
+
+class MalformedAnswerError(ValueError):
+    """A records-apart body whose parts do not add up."""
+
+
+def encode_records_apart(answer: dict[str, Any]) -> list[bytes | memoryview]:
+    """``answer`` (a ``replica_fetch`` answer map, its entries' ``records`` bytes) as the
+    parts of a records-apart body: the size, the map, then each entry's records uncopied.
+    ``answer`` itself is left as it was."""
+    records: list[bytes | memoryview] = []
+    entries = []
+    for entry in answer.get("partitions", ()):
+        data = entry.get("records")
+        if isinstance(data, bytes | memoryview):
+            records.append(data)
+            entry = entry | {"records": len(data)}
+        entries.append(entry)
+    head = msgpack.packb(answer | {"partitions": entries}, use_bin_type=True)
+    return [_MAP_SIZE.pack(len(head)), head, *(r for r in records if len(r))]
+
+
+def decode_records_apart(body: bytes) -> dict[str, Any]:
+    """The answer ``encode_records_apart`` made, each entry's ``records`` a view into
+    ``body``; ``MalformedAnswerError`` unless the map and the record sizes account for
+    every byte."""
+    if len(body) < _MAP_SIZE.size:
+        raise MalformedAnswerError(f"a records-apart body of {len(body)} bytes")
+    (size,) = _MAP_SIZE.unpack_from(body)
+    pos = _MAP_SIZE.size + size
+    if size < 0 or pos > len(body):
+        raise MalformedAnswerError(f"a map of {size} bytes in a body of {len(body)}")
+    try:
+        answer = msgpack.unpackb(memoryview(body)[_MAP_SIZE.size : pos], raw=False)
+    except Exception as err:  # msgpack raises several types
+        raise MalformedAnswerError(f"the map does not unpack: {err}") from None
+    if type(answer) is not dict:
+        raise MalformedAnswerError(f"the map is a {type(answer).__name__}")
+    parts = answer.get("partitions")
+    if type(parts) is not list:
+        raise MalformedAnswerError("the map has no partitions list")
+    view = memoryview(body)
+    for e in parts:
+        n = e.get("records") if type(e) is dict else None
+        if n is None:
+            continue
+        if type(n) is not int or n < 0 or pos + n > len(body):
+            raise MalformedAnswerError(f"records of {n!r:.20} bytes at {pos} of {len(body)}")
+        e["records"] = view[pos : pos + n]
+        pos += n
+    if pos != len(body):
+        raise MalformedAnswerError(f"{len(body) - pos} bytes after the last entry's records")
+    out: dict[str, Any] = answer
     return out

@@ -49,8 +49,10 @@ import aiohttp
 import msgpack
 
 from broker.fetch_plan import (
+    RECORDS_APART,
     Append,
     Diverge,
+    MalformedAnswerError,
     Outcome,
     OutOfRange,
     PartitionFetch,
@@ -58,6 +60,7 @@ from broker.fetch_plan import (
     Retry,
     Slot,
     answer_outcomes,
+    decode_records_apart,
     entry_outcome,
     plan_fetch,
 )
@@ -146,7 +149,7 @@ class FetcherHost(Protocol[ReplicaT_contra]):
     def truncate(self, rep: ReplicaT_contra, offset: int, *, below_hw: bool) -> None: ...
     def truncate_fully(self, rep: ReplicaT_contra, offset: int) -> None: ...
     def append_as_follower(
-        self, rep: ReplicaT_contra, fs: FollowerState, data: bytes, leader_hw: int
+        self, rep: ReplicaT_contra, fs: FollowerState, data: bytes | memoryview, leader_hw: int
     ) -> None: ...
     def follow_log_start(self, rep: ReplicaT_contra, leader_log_start: int) -> None: ...
     def throttle_for(self, rep: ReplicaT_contra) -> TokenBucket | None: ...
@@ -165,7 +168,8 @@ SESSION_ERRORS = (FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochErro
 async def call(
     session: aiohttp.ClientSession, url: str, route: str, body: dict[str, Any]
 ) -> dict[str, Any]:
-    """POST a msgpack body to an internal broker route; the answer, or ``FetchError``
+    """POST a msgpack body to an internal broker route; the answer (a msgpack map, or a
+    ``RECORDS_APART`` body, its records then views into it), or ``FetchError``
     (``UNSUPPORTED_VERSION`` for a route the broker does not have)."""
     async with session.post(
         f"{url}/internal/broker/v1/{route}",
@@ -175,6 +179,11 @@ async def call(
         payload = await resp.read()
     if resp.status == 404:
         raise FetchError("UNSUPPORTED_VERSION", f"{url} has no route {route!r}")
+    if resp.status == 200 and resp.content_type == RECORDS_APART:
+        try:
+            return decode_records_apart(payload)
+        except MalformedAnswerError as e:
+            raise FetchError("UNKNOWN_SERVER_ERROR", f"{route} from {url}: {e}") from None
     try:
         out = msgpack.unpackb(payload, raw=False)
     except Exception:  # msgpack raises several types
@@ -510,6 +519,9 @@ class SourceFetcher(Generic[ReplicaT]):
                     "session_epoch": req.session_epoch,
                     "partitions": [r.to_wire() for r in req.partitions],
                     "forgotten": [{"topic": t, "partition": p} for t, p in req.forgotten],
+                    # The records after the map, not in it (broker.fetch_plan): a leader of
+                    # an older version ignores this and answers a plain map.
+                    "records_apart": True,
                 },
             )
         except BaseException:

@@ -1033,7 +1033,7 @@ class ReplicaManager:
                 log.exception("broker %d: log maintenance of %s failed", self.broker_id, rep.name)
 
     def append_as_follower(
-        self, rep: Replica, fs: FollowerState, data: bytes, leader_hw: int
+        self, rep: Replica, fs: FollowerState, data: bytes | memoryview, leader_hw: int
     ) -> None:
         if data:
             markers = control_markers(data)
@@ -1483,7 +1483,9 @@ class ReplicaManager:
                 "OFFSET_OUT_OF_RANGE",
                 f"fetch at {fetch_offset}, log end {rep.log.log_end_offset}",
             )
-        leader.on_follower_fetch(
+        follower = leader.follower(BrokerId(replica_id))
+        start_before = None if follower is None else follower.log_start_offset
+        advanced = leader.on_follower_fetch(
             BrokerId(replica_id),
             fetch_offset,
             leader_epoch=leader.leader_epoch,
@@ -1494,7 +1496,14 @@ class ReplicaManager:
         change = leader.maybe_expand_isr(BrokerId(replica_id))
         if change is not None:
             self._send_change(rep, change)
-        self._after_hw_change(rep)
+        # A fetch that moved nothing wakes nobody: an idle partition of a fetch session is in
+        # every round's fetch, and waking each of its waiters every time (the other
+        # follower's long poll, consumers) cost about a third of the leader's per-partition
+        # work of a fetch, plus the woken ones' own. Waiters watch the HW (acks, consumers,
+        # followers) and, for DeleteRecords, the followers' log starts; the timer's poll
+        # resolves everything each tick besides.
+        if advanced or follower is None or follower.log_start_offset != start_before:
+            self._after_hw_change(rep)
         return None
 
     async def fetch_for_follower(

@@ -770,7 +770,9 @@ class LeaderState:
         What a new leader does not know yet is how far the old one had committed:
         ``high_watermark_lagging`` covers that window.
         """
-        if not self._leading:
+        if not self._leading or self._leo <= self._hw:
+            # Nothing above the HW to commit (an idle partition, fetched every round of a
+            # fetch session): the minimum below can only be <= the log end.
             return False
         if self.config.hw_requires_min_isr and self.is_under_min_isr:
             return False

@@ -813,7 +813,9 @@ class PartitionLog:
                 raise self._fail_dir(cut, "truncate", seg.log_path) from e
             raise
 
-    def append_as_follower(self, batches: bytes, *, now_ms: int | None = None) -> tuple[int, int]:
+    def append_as_follower(
+        self, batches: bytes | memoryview, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
         """Append batches fetched from the leader, offsets and epochs as they are.
 
         Every batch's CRC is checked; the batches must be whole and strictly increasing,

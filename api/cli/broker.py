@@ -68,9 +68,11 @@ def broker_start(
         raise click.UsageError(str(e)) from None
     setup_logging(f"broker-{cfg.node_id}", log_level)
     from api.node.broker_app import serve_broker
+    from common.malloc import keep_large_buffers
     from common.netbind import set_source_host
 
     set_source_host(cfg.host)  # partitions between 127.0.0.N tell nodes apart by source
+    keep_large_buffers()  # request-sized buffers reused, not page-faulted in anew
     try:
         run_node(serve_broker(cfg))
     except OSError as e:  # the port is taken, or the address is not ours

@@ -16,6 +16,11 @@ JVM compiles its hot paths in its first seconds). Figures (100-byte records):
   not confluent-kafka's Python ``produce()`` loop, which on this machine enqueues only
   150,000-250,000 records/s and would measure itself, not the brokers.
 * ``kafka_protocol.produce_mb``: the same in MB/s of record values.
+* ``kafka_protocol.produce_cpu_s_per_m``: CPU-seconds (user + system, ``/proc/PID/stat``) the
+  cluster's processes used during that produce, per million records: Longboat's 3 brokers and
+  its controller against Kafka's 3 combined nodes; lower is better. On two cores shared with
+  kcat this, more than the rate, is what one change against another is judged by: the rate
+  moves with whatever else the machine runs.
 * ``kafka_protocol.consume``: one kcat consumer reading the topic from the start.
 * ``kafka_protocol.latency_p50`` / ``_p99``: confluent-kafka producing one record at a time at
   a fixed 1,000 records/s (``linger.ms=0``), ms from ``produce()`` to its delivery report.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
@@ -117,10 +123,27 @@ def end_offsets(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> int
         c.close()
 
 
-def produce_rate(bootstrap: str, topic: str, n: int, records: Path) -> float:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU-seconds of these processes so far (fields 14 and 15 of
+    /proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def produce_rate(
+    bootstrap: str, topic: str, n: int, records: Path, cpu: dict[str, Any] | None = None
+) -> float:
     """Records/s of n idempotent acks=all records through kcat (librdkafka's own C
-    client, reading one record a line from ``records``); all must land."""
+    client, reading one record a line from ``records``); all must land. With ``cpu``
+    (``{"pids": [...]}``: the cluster's processes), ``cpu["seconds"]`` is set to the
+    CPU-seconds those processes used while kcat ran."""
     before = end_offsets(bootstrap, topic)
+    cpu0 = cpu_seconds(cpu["pids"]) if cpu is not None else 0.0
     t0 = time.perf_counter()
     subprocess.run(
         [
@@ -148,6 +171,8 @@ def produce_rate(bootstrap: str, topic: str, n: int, records: Path) -> float:
         timeout=600,
     )
     dt = time.perf_counter() - t0
+    if cpu is not None:
+        cpu["seconds"] = cpu_seconds(cpu["pids"]) - cpu0
     landed = end_offsets(bootstrap, topic) - before
     if landed != n:
         raise RuntimeError(f"{landed} of {n} records landed")
@@ -262,12 +287,21 @@ def warm_up(name: str, bootstrap: str, records: Path, n: int) -> None:
 
 
 def measure(
-    name: str, bootstrap: str, run: int, n: int, records: Path, add: Callable[[str, float], None]
+    name: str,
+    bootstrap: str,
+    run: int,
+    n: int,
+    records: Path,
+    add: Callable[[str, float], None],
+    pids: list[int],
 ) -> None:
     topic = f"bench-{run}"
     create_topic(bootstrap, topic)
     progress(f"{name} run {run + 1}: kcat (librdkafka) produce, {n} records")
-    add(f"{name}.produce", produce_rate(bootstrap, topic, n, records))
+    cpu: dict[str, Any] = {"pids": pids}
+    add(f"{name}.produce", produce_rate(bootstrap, topic, n, records, cpu))
+    add(f"{name}.produce_cpu", cpu["seconds"] / (n / 1e6))
+    progress(f"{name} run {run + 1}: {cpu['seconds'] / (n / 1e6):.2f} CPU-s per million records")
     progress(f"{name} run {run + 1}: kcat (librdkafka) consume")
     add(f"{name}.consume", consume_rate(bootstrap, topic, n))
 
@@ -303,7 +337,8 @@ def main() -> int:
         boot = ",".join(f"127.0.0.1:{p}" for p in brokers.kafka_ports.values())
         warm_up("longboat", boot, records, n)
         for run in range(runs):
-            measure("longboat", boot, run, n, records, add)
+            pids = [p.pid for p in (*brokers.procs.values(), *q.procs.values())]
+            measure("longboat", boot, run, n, records, add, pids)
             progress(f"longboat run {run + 1}: Python client send_batch, {n} records")
             http = [brokers.url(b) for b in brokers.ids]
             add("longboat.python", asyncio.run(python_client_rate(http, f"bench-{run}", n)))
@@ -320,7 +355,7 @@ def main() -> int:
             kc.start()
             warm_up("kafka", kc.bootstrap, records, n)
             for run in range(runs):
-                measure("kafka", kc.bootstrap, run, n, records, add)
+                measure("kafka", kc.bootstrap, run, n, records, add, [p.pid for p in kc.procs])
             progress(f"kafka: latency at {LATENCY_RATE:.0f} records/s")
             lat["kafka"] = latencies_ms(kc.bootstrap, "bench-0", samples)
         finally:
@@ -352,6 +387,15 @@ def main() -> int:
         baseline=base if kafka else None,
         baseline_values=[v * RECORD / 1e6 for v in figures["kafka.produce"]] if kafka else None,
         params=params,
+    )
+    figure(
+        "kafka_protocol.produce_cpu_s_per_m",
+        "s",  # CPU-seconds of the cluster's processes per million records produced
+        figures["longboat.produce_cpu"],
+        baseline=base if kafka else None,
+        baseline_values=figures.get("kafka.produce_cpu") if kafka else None,
+        higher_is_better=False,
+        params={**params, "processes": "Longboat: 3 brokers + 1 controller; Kafka: 3 nodes"},
     )
     figure(
         "kafka_protocol.consume",

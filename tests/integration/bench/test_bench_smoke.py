@@ -69,6 +69,7 @@ EXPECTED: dict[str, dict[str, bool]] = {
     "kafka_protocol.py": {
         "kafka_protocol.produce": True,
         "kafka_protocol.produce_mb": True,
+        "kafka_protocol.produce_cpu_s_per_m": True,
         "kafka_protocol.consume": True,
         "kafka_protocol.latency_p50": True,
         "kafka_protocol.latency_p99": True,

@@ -18,6 +18,7 @@ import msgpack
 from inprocess_brokers import two_brokers, wait
 
 from broker import fetcher
+from broker.fetch_plan import RECORDS_APART, decode_records_apart
 from broker.fetch_session import FetchSessionCache
 from metalog.commands import CreateTopic
 from storage.batch import encode_batch
@@ -137,6 +138,30 @@ def test_replica_fetch_serves_each_partition_on_its_own(tmp_path: Path) -> None:
             got = [(e["topic"], e["partition"]) for e in ans["partitions"]]
             assert got == [target], ans
             assert len(ans["partitions"][0]["records"]) == len(batch)
+
+            # Asked for with records_apart, the same answer comes with its records after the
+            # map (what followers ask for): the same bytes, the same fields.
+            again = body([entry(*target, fetch_offset=0), {**entry("t", 0), "topic": "nope"}], 0)
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(
+                    f"{url}/internal/broker/v1/replica_fetch",
+                    data=msgpack.packb(again | {"records_apart": True}),
+                ) as r,
+            ):
+                assert r.content_type == RECORDS_APART
+                apart = decode_records_apart(await r.read())
+            _, whole = await _post(url, "replica_fetch", again)
+            assert [bytes(e.get("records", b"")) for e in apart["partitions"]] == [
+                e.get("records", b"") for e in whole["partitions"]
+            ]
+            stored = lmgr.by_name[target].log.read(0, 1 << 20).data
+            [served] = [e for e in apart["partitions"] if e["topic"] == target[0]]
+            assert bytes(served["records"]) == stored and stored
+            strip = [{k: v for k, v in e.items() if k != "records"} for e in apart["partitions"]]
+            assert strip == [
+                {k: v for k, v in e.items() if k != "records"} for e in whole["partitions"]
+            ]
 
     asyncio.run(go())
 
@@ -287,5 +312,46 @@ def test_followers_fetch_in_sessions_sending_only_what_changed(tmp_path: Path) -
                 },
             )
             assert ans["error"] == "FETCH_SESSION_ID_NOT_FOUND", (status, ans)
+
+    asyncio.run(go())
+
+
+def test_a_follower_fetch_that_moves_nothing_wakes_no_waiter(tmp_path: Path) -> None:
+    """Every partition of a fetch session is in every follower fetch; on an idle one (the
+    follower at the log end, nothing above the HW) the fetch counts the follower as caught up
+    and wakes nobody. A fetch that moves the follower's log start (DeleteRecords waits on
+    that) still wakes the partition's waiters."""
+
+    async def go() -> None:
+        async with two_brokers(tmp_path) as tb:
+            lmgr: Any = tb.mgrs[tb.leader]
+            ans = await _produce(tb.urls[tb.leader], "t", 0, b"v")
+            assert not ans.get("error"), ans
+            rep = lmgr.by_name[("t", 0)]
+            leader = rep.leader
+            assert leader.high_watermark == rep.log.log_end_offset == 1
+            progress = leader.follower(tb.follower)
+            # No await from here on: the leader's own timer cannot notify in between.
+            woken = rep.changed
+
+            def fetch(log_start: int) -> None:
+                div = lmgr._follower_position(
+                    rep,
+                    leader,
+                    tb.follower,
+                    rep.log.log_end_offset,
+                    rep.log.latest_epoch,
+                    -1,
+                    log_start,
+                )
+                assert div is None
+
+            fetch(progress.log_start_offset)
+            assert rep.changed is woken and not woken.is_set()
+            assert progress.log_end_offset == 1  # counted all the same
+            start = progress.log_start_offset
+            fetch(start + 1)
+            assert woken.is_set() and rep.changed is not woken
+            fetch(start)
 
     asyncio.run(go())

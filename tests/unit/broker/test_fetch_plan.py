@@ -3,13 +3,22 @@ for, and what each answer entry means."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import pytest
+
 from broker.fetch_plan import (
     Append,
     Diverge,
+    MalformedAnswerError,
     OutOfRange,
     Retry,
     Slot,
     answer_outcomes,
+    decode_records_apart,
+    encode_records_apart,
     entry_outcome,
     plan_fetch,
 )
@@ -99,3 +108,64 @@ def test_an_answer_is_read_by_partition_and_unattributable_entries_are_dropped()
     assert out == {A: Append(b"a", 1, None), B: Retry("NOT_LEADER_OR_FOLLOWER", "")}
     assert answer_outcomes({"partitions": "no"}) == {} == answer_outcomes([1, 2])
     assert D not in out
+
+
+# ---------------------------------------------------------------------- records apart
+
+
+def _answer() -> dict[str, Any]:
+    return {
+        "session_id": 7,
+        "partitions": [
+            {"topic": "t", "partition": 0, "records": b"abc", "high_watermark": 3},
+            {"topic": "t", "partition": 1, "error": "NOT_LEADER_OR_FOLLOWER", "leader_id": 2},
+            {"topic": "u", "partition": 0, "records": b"", "high_watermark": 9},
+            {"topic": "u", "partition": 1, "records": b"defgh", "high_watermark": 5},
+        ],
+    }
+
+
+def test_records_apart_round_trips_with_the_records_as_views_into_the_body() -> None:
+    answer = _answer()
+    parts = encode_records_apart(answer)
+    assert answer == _answer()  # the caller's map is left as it was
+    # The records themselves are parts of their own (written uncopied), the empty one left out.
+    assert parts[2:] == [b"abc", b"defgh"]
+    body = b"".join(parts)
+    out = decode_records_apart(body)
+    assert isinstance(out["partitions"][0]["records"], memoryview)
+    plain = {
+        **out,
+        "partitions": [
+            {k: bytes(v) if k == "records" else v for k, v in e.items()} for e in out["partitions"]
+        ],
+    }
+    assert plain == answer
+    outcomes = answer_outcomes(out)
+    assert outcomes[("t", 0)] == Append(memoryview(b"abc"), 3, None)
+    assert bytes(outcomes[("u", 1)].records) == b"defgh"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("mangle", "why"),
+    [
+        (lambda b: b[:3], "a records-apart body of 3 bytes"),
+        (lambda b: b"\x7f\xff\xff\xff" + b[4:], "a map of"),
+        (lambda b: b[:-1], "records of 5 bytes"),
+        (lambda b: b + b"x", "1 bytes after the last entry's records"),
+        (lambda b: b"\0\0\0\1\xc1", "does not unpack"),
+        (lambda b: b"\0\0\0\1\x01", "the map is a int"),
+    ],
+)
+def test_a_records_apart_body_whose_sizes_do_not_add_up_is_refused(
+    mangle: Callable[[bytes], bytes], why: str
+) -> None:
+    body = mangle(b"".join(encode_records_apart(_answer())))
+    with pytest.raises(MalformedAnswerError, match=why):
+        decode_records_apart(body)
+
+
+def test_records_apart_refuses_a_records_field_that_is_not_a_size() -> None:
+    head = msgpack.packb({"partitions": [{"topic": "t", "partition": 0, "records": b"x"}]})
+    with pytest.raises(MalformedAnswerError, match="records of b'x'"):
+        decode_records_apart(len(head).to_bytes(4, "big") + head)
