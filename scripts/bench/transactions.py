@@ -51,15 +51,15 @@ with ``<cluster>`` ``longboat`` or ``kafka``; and Longboat against Kafka, the sa
 
 Every phase's topic is read back at read_committed and must hold exactly the records sent, so
 a run that lost, aborted or duplicated records fails instead of printing a rate.
-``--skip-kafka`` (always in ``--smoke``) leaves out Apache Kafka: its figures are not printed
-and the two ``vs_kafka`` figures have no baseline.
+``--skip-kafka`` leaves out Apache Kafka (so does ``--smoke``, unless given ``--kafka``): its
+figures are not printed and the two ``vs_kafka`` figures have no baseline.
 
 Goal (issue 19): transactions of 1,000 records at >= 0.8 of the idempotent rate.
 
 Full: 8 s per producer, 3 runs; ``--quick``: 3 s, one run (about 2 minutes with Apache Kafka,
-1 without); ``--smoke``: 0.5 s, one run, no Apache Kafka.
+1 without); ``--smoke``: 0.5 s, one run, no Apache Kafka unless ``--kafka``.
 
-Usage: python scripts/bench/transactions.py [--quick | --smoke] [--skip-kafka]
+Usage: python scripts/bench/transactions.py [--quick | --smoke] [--skip-kafka | --kafka]
 """
 
 from __future__ import annotations
@@ -507,12 +507,16 @@ def rd_figures(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_size_flags(ap)
-    ap.add_argument(
-        "--skip-kafka", action="store_true", help="Longboat alone (no Java; always in --smoke)"
+    peer = ap.add_mutually_exclusive_group()
+    peer.add_argument("--skip-kafka", action="store_true", help="Longboat alone (no Java)")
+    peer.add_argument(
+        "--kafka",
+        action="store_true",
+        help="Apache Kafka too in --smoke (which leaves it out to stay fast)",
     )
     args = ap.parse_args()
     sz = size(args)
-    skip_kafka = args.skip_kafka or sz == "smoke"
+    skip_kafka = args.skip_kafka or (sz == "smoke" and not args.kafka)
     jars = None if skip_kafka else kafka_jars()  # fetched before any cluster starts
     with tempfile.TemporaryDirectory(prefix="bench-txn-") as tmp:
         progress("starting 1 controller and 3 brokers")
