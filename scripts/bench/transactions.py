@@ -37,7 +37,8 @@ KRaft nodes in combined mode from the Maven Central jars (``scripts/setup-kafka-
 ``__transaction_state`` as Longboat's, everything else Kafka's defaults. Each cluster first
 takes an unmeasured idempotent and transactional run (a JVM compiles its hot paths in its
 first seconds). Per cluster, records/s against the same client's idempotent producer on the
-same cluster in the same run:
+same cluster in the same run (run before and after the transactional phases: the median of
+both):
 
 * ``txn.rdkafka.<cluster>.n10`` / ``n100`` / ``n1000``: transactions of that many records
   back to back (``begin_transaction``, ``produce``, ``commit_transaction``);
@@ -434,8 +435,10 @@ def rd_landed(bootstrap: str, topic: str, sent: int) -> None:
 
 
 def rd_bench(name: str, bootstrap: str, sz: str) -> dict[str, list[float]]:
-    """librdkafka's idempotent and transactional rates on one cluster: {phase: records/s per
-    run}. Each phase writes its own topic, and each topic is read back in full."""
+    """librdkafka's idempotent and transactional rates on one cluster: {phase: records/s}.
+    The idempotent producer runs before and after the transactional phases (two values a
+    run), so that load from other work on the machine falls on the baseline as it falls on
+    what it is compared with. Each phase writes its own topic, read back in full."""
     duration_s, runs = DURATION_S[sz], RUNS[sz]
     out: dict[str, list[float]] = {}
     if sz != "smoke":  # a smoke run's figures mean nothing: no need to warm them up
@@ -444,16 +447,16 @@ def rd_bench(name: str, bootstrap: str, sz: str) -> dict[str, list[float]]:
         rd_idempotent(bootstrap, "txn-warm", min(duration_s, 2.0))
         rd_transactions(bootstrap, "txn-warm", "warm", CHUNK, min(duration_s, 2.0))
     phases: list[tuple[str, int | None]] = [("idempotent", 0)]
-    phases += [(f"n{n}", n) for n in SIZES] + [("commit_100ms", None)]
+    phases += [(f"n{n}", n) for n in SIZES] + [("commit_100ms", None), ("idempotent", 0)]
     for run in range(runs):
-        for phase, n in phases:
-            topic = f"txn-{phase}-{run}"
+        for i, (phase, n) in enumerate(phases):
+            topic = f"txn-{run}-{i}-{phase}"
             create_topic(bootstrap, topic, PARTITIONS)
             progress(f"{name} run {run + 1}/{runs}: librdkafka {phase}")
             if n == 0:
                 rate, sent = rd_idempotent(bootstrap, topic, duration_s)
             else:
-                rate, sent = rd_transactions(bootstrap, topic, f"rd-{phase}-{run}", n, duration_s)
+                rate, sent = rd_transactions(bootstrap, topic, f"rd-{run}-{phase}", n, duration_s)
             rd_landed(bootstrap, topic, sent)
             out.setdefault(phase, []).append(rate)
     return out
