@@ -301,6 +301,8 @@ async def bench(bootstrap: list[str], voters: list[str], sz: str) -> None:
 # ------------------------------------------------- librdkafka on both clusters (the peer)
 
 RD_PREFIX = "txn.rdkafka"
+TXN_PHASES: dict[str, int | None] = {f"n{n}": n for n in SIZES} | {"commit_100ms": None}
+"""librdkafka's transactional phases: records per transaction, None to commit every 100 ms."""
 KAFKA_HEAP = "-Xmx512m"
 # Apache Kafka's settings beside its default ones: the same internal-topic layout as
 # Longboat's (6 partitions of __transaction_state, RF 3, min ISR 2) and no auto-creation
@@ -446,17 +448,16 @@ def rd_bench(name: str, bootstrap: str, sz: str) -> dict[str, list[float]]:
         create_topic(bootstrap, "txn-warm", PARTITIONS)
         rd_idempotent(bootstrap, "txn-warm", min(duration_s, 2.0))
         rd_transactions(bootstrap, "txn-warm", "warm", CHUNK, min(duration_s, 2.0))
-    phases: list[tuple[str, int | None]] = [("idempotent", 0)]
-    phases += [(f"n{n}", n) for n in SIZES] + [("commit_100ms", None), ("idempotent", 0)]
     for run in range(runs):
-        for i, (phase, n) in enumerate(phases):
+        for i, phase in enumerate(["idempotent", *TXN_PHASES, "idempotent"]):
             topic = f"txn-{run}-{i}-{phase}"
             create_topic(bootstrap, topic, PARTITIONS)
             progress(f"{name} run {run + 1}/{runs}: librdkafka {phase}")
-            if n == 0:
+            if phase == "idempotent":
                 rate, sent = rd_idempotent(bootstrap, topic, duration_s)
             else:
-                rate, sent = rd_transactions(bootstrap, topic, f"rd-{run}-{phase}", n, duration_s)
+                tid = f"rd-{run}-{phase}"
+                rate, sent = rd_transactions(bootstrap, topic, tid, TXN_PHASES[phase], duration_s)
             rd_landed(bootstrap, topic, sent)
             out.setdefault(phase, []).append(rate)
     return out
@@ -481,12 +482,8 @@ def rd_figures(
             if cluster == "longboat"
             else f"Apache Kafka 4.4 (3 KRaft nodes, {KAFKA_HEAP})"
         )
-        for phase in [f"n{n}" for n in SIZES] + ["commit_100ms"]:
-            extra = (
-                {"commit_interval_ms": 100}
-                if phase == "commit_100ms"
-                else {"records_per_txn": int(phase[1:])}
-            )
+        for phase, n in TXN_PHASES.items():
+            extra = {"commit_interval_ms": 100} if n is None else {"records_per_txn": n}
             figure(
                 f"{RD_PREFIX}.{cluster}.{phase}",
                 "records/s",
