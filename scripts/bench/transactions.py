@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Transactions: what a transactional producer costs against an idempotent one, and what a
+"""Transactions: what a transactional producer costs against an idempotent one (Longboat's
+Python client; librdkafka on Longboat and on Apache Kafka 4.4, the peer), and what a
 read_committed consumer costs against a read_uncommitted one, in one run (JSON lines on
 stdout, progress on stderr: _report.py).
 
