@@ -449,8 +449,11 @@ def rd_bench(name: str, bootstrap: str, sz: str) -> dict[str, list[float]]:
         create_topic(bootstrap, "txn-warm", PARTITIONS)
         rd_idempotent(bootstrap, "txn-warm", min(duration_s, 2.0))
         rd_transactions(bootstrap, "txn-warm", "warm", CHUNK, min(duration_s, 2.0))
+    phases = ["idempotent", *TXN_PHASES]
+    if sz != "smoke":  # the baseline again after them; a smoke run only checks the figures
+        phases.append("idempotent")
     for run in range(runs):
-        for i, phase in enumerate(["idempotent", *TXN_PHASES, "idempotent"]):
+        for i, phase in enumerate(phases):
             topic = f"txn-{run}-{i}-{phase}"
             create_topic(bootstrap, topic, PARTITIONS)
             progress(f"{name} run {run + 1}/{runs}: librdkafka {phase}")
