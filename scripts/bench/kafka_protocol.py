@@ -72,10 +72,10 @@ KAFKA_HEAP = "-Xmx512m"
 # ----------------------------------------------------------------------------- clients
 
 
-def create_topic(bootstrap: str, name: str) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics(
-        [NewTopic(name, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
+        [NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})],
         operation_timeout=30,
     )[name]
     fut.result(timeout=60)
@@ -85,7 +85,7 @@ def create_topic(bootstrap: str, name: str) -> None:
         if (
             t is not None
             and t.error is None
-            and len(t.partitions) == PARTITIONS
+            and len(t.partitions) == partitions
             and all(p.leader >= 0 and len(p.isrs) == 3 for p in t.partitions.values())
         ):
             return
