@@ -201,6 +201,15 @@ def kcat_consume(bootstrap: str, topic: str, n: int, *, timeout_s: float = 600) 
             "%o\\n",
             "-X",
             f"fetch.max.bytes={8 << 20}",
+            # Room for the whole read in librdkafka's queue: past queued.min.messages
+            # (100,000) or queued.max.messages.kbytes (64 MiB) it stops fetching and looks
+            # again only on its 1 s timer (fetch.queue.backoff.ms in later versions), so a
+            # broker faster than kcat prints was measured as ~1 s stalls (1,000,000
+            # records: 1.1-4.1 s against 0.3 s with this room).
+            "-X",
+            "queued.min.messages=10000000",
+            "-X",
+            "queued.max.messages.kbytes=2097151",
         ],
         check=True,
         capture_output=True,
