@@ -308,11 +308,17 @@ def measure(
     create_topic(bootstrap, topic)
     progress(f"{name} run {run + 1}: kcat (librdkafka) produce, {n} records")
     cpu: dict[str, Any] = {"pids": pids}
-    add(f"{name}.produce", produce_rate(bootstrap, topic, n, records, cpu))
+    rate = produce_rate(bootstrap, topic, n, records, cpu)
+    add(f"{name}.produce", rate)
     add(f"{name}.produce_cpu", cpu["seconds"] / (n / 1e6))
-    progress(f"{name} run {run + 1}: {cpu['seconds'] / (n / 1e6):.2f} CPU-s per million records")
+    progress(
+        f"{name} run {run + 1}: {rate:,.0f} records/s, "
+        f"{cpu['seconds'] / (n / 1e6):.2f} CPU-s per million records"
+    )
     progress(f"{name} run {run + 1}: kcat (librdkafka) consume")
-    add(f"{name}.consume", consume_rate(bootstrap, topic, n))
+    rate = consume_rate(bootstrap, topic, n)
+    add(f"{name}.consume", rate)
+    progress(f"{name} run {run + 1}: consumed {rate:,.0f} records/s")
 
 
 def main() -> int:
