@@ -27,6 +27,10 @@ JVM compiles its hot paths in its first seconds). Figures (100-byte records):
 * ``kafka_protocol.python_client``: Longboat's own Python client (``AsyncProducer.send_batch``,
   acks=all, idempotent) to the same Longboat topic, against kcat on Longboat: the reference
   the Kafka path is measured against.
+* ``kafka_protocol.http_json``: the HTTP path to the same topic, REST Proxy v3 JSON produce
+  (``POST .../records``, 1,000 JSON records of ~100 bytes a request, ``acks=all``, 64
+  requests in flight to the partitions' leaders: ``http_produce.py``'s ``json1000`` load) for
+  a fixed time, against kcat on Longboat.
 
 ``--quick``: 300,000 records, one run; ``--smoke``: 20,000 records; full: 2,000,000, three
 runs. ``--skip-kafka`` measures Longboat alone (the Kafka figures then have no baseline).
@@ -253,6 +257,34 @@ def latencies_ms(bootstrap: str, topic: str, n: int) -> list[float]:
     return out
 
 
+def http_json_rate(brokers: Brokers, topic: str, seconds: float) -> float:
+    """Records/s of REST Proxy v3 JSON produce to ``topic``'s partition leaders for
+    ``seconds`` (``http_produce.py``'s load and bodies, acks=all)."""
+    import uvloop
+    from http_produce import bodies, load
+
+    base = brokers.url(brokers.ids[0])
+    cid = _http_get(f"{base}/v3/clusters")["data"][0]["cluster_id"]
+    parts = _http_get(f"{base}/v3/clusters/{cid}/topics/{topic}/partitions")["data"]
+    targets = []
+    for part in parts:
+        p = int(part["partition_id"])
+        body, ctype, _ = bodies(p)["json1000"]
+        leader = brokers.url(int(part["leader_id"]))
+        targets.append((f"{leader}/v3/clusters/{cid}/topics/{topic}/records?acks=all", body, ctype))
+    rate, _lat, _ends = uvloop.run(load(targets, 1000, seconds))
+    return rate
+
+
+def _http_get(url: str) -> Any:
+    import urllib.request
+
+    import orjson
+
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return orjson.loads(r.read())
+
+
 async def python_client_rate(bootstrap: list[str], topic: str, n: int) -> float:
     chunk = 10_000
     async with AsyncProducer(
@@ -326,10 +358,10 @@ def main() -> int:
     add_size_flags(ap)
     ap.add_argument("--skip-kafka", action="store_true", help="Longboat alone (no Java)")
     args = ap.parse_args()
-    n, runs, samples = {
-        "smoke": (20_000, 1, 200),
-        "quick": (300_000, 1, 2000),
-        "full": (2_000_000, 3, 5000),
+    n, runs, samples, http_s = {
+        "smoke": (20_000, 1, 200, 0.5),
+        "quick": (300_000, 1, 2000, 2.0),
+        "full": (2_000_000, 3, 5000, 5.0),
     }[size(args)]
     root = Path(tempfile.mkdtemp(prefix="longboat-bench-kafka-"))
     figures: dict[str, list[float]] = {}
@@ -357,6 +389,8 @@ def main() -> int:
             progress(f"longboat run {run + 1}: Python client send_batch, {n} records")
             http = [brokers.url(b) for b in brokers.ids]
             add("longboat.python", asyncio.run(python_client_rate(http, f"bench-{run}", n)))
+            progress(f"longboat run {run + 1}: HTTP JSON produce for {http_s} s")
+            add("longboat.http_json", http_json_rate(brokers, f"bench-{run}", http_s))
         progress(f"longboat: latency at {LATENCY_RATE:.0f} records/s")
         lat["longboat"] = latencies_ms(boot, "bench-0", samples)
     finally:
@@ -436,6 +470,19 @@ def main() -> int:
             higher_is_better=False,
             params=lparams,
         )
+    figure(
+        "kafka_protocol.http_json",
+        "records/s",
+        figures["longboat.http_json"],
+        baseline="kcat (librdkafka) on Longboat's Kafka listener, same cluster and run",
+        baseline_values=figures["longboat.produce"],
+        params={
+            **params,
+            "client": "REST Proxy v3 JSON produce, 1,000 records a request, acks=all, "
+            "64 requests in flight (http_produce.py's json1000 load)",
+            "seconds": http_s,
+        },
+    )
     figure(
         "kafka_protocol.python_client",
         "records/s",
