@@ -176,6 +176,9 @@ class _PartitionQueue:
     gap: tuple[int, int] | None = None
     """The producer id and epoch under which a sent batch of this partition was given up:
     the later batches' sequences may follow a batch the leader does not have."""
+    starting: _Batch | None = None
+    """Taken from ``sealed``, waiting to join the transaction (``add_partition``) before its
+    first send: not acknowledged, so a flush, and with it a commit, still waits for it."""
 
 
 class AsyncProducer:
@@ -288,7 +291,10 @@ class AsyncProducer:
             if q.open is not None and q.open.records:
                 self._seal(q)
         return [
-            w for q in self._queues.values() for b in (*q.sealed, *q.inflight) for w in b.waiters
+            w
+            for q in self._queues.values()
+            for b in (*q.sealed, *([q.starting] if q.starting else []), *q.inflight)
+            for w in b.waiters
         ]
 
     async def flush(self) -> None:
@@ -707,12 +713,24 @@ class AsyncProducer:
 
     async def _send_first(self, q: _PartitionQueue, b: _Batch) -> None:
         if self._txn is not None:
+            # While it joins the transaction the batch is in neither ``sealed`` nor
+            # ``inflight``: ``starting`` keeps it where a commit's flush waits for it. A commit
+            # that passed it by ended the transaction without it, its send then failed
+            # PRODUCER_FENCED, and the group's offsets were committed without their outputs
+            # (the Jepsen txn-ctp workload found it).
+            q.starting = b
             try:
                 await self._txn.add_partition(b.tp)
             except ClientError as e:
                 await self._give_up(b, e)
                 self._release(b)
                 return
+            except asyncio.CancelledError:
+                self._fail(b, ClientError("ILLEGAL_STATE", "producer closed"))
+                self._release(b)
+                raise
+            finally:
+                q.starting = None
         if time.monotonic() >= b.created + self.delivery_timeout_s:
             # Expired while waiting for the window (Kafka expires it in the accumulator):
             # never sent, so no sequence of it is burnt.

@@ -450,3 +450,47 @@ def test_with_batches_failing_for_good_the_log_keeps_send_order_and_every_ack(
         await p.close()
 
     asyncio.run(go())
+
+
+def test_a_batch_joining_the_transaction_is_waited_for_by_a_flush() -> None:
+    """A batch taken from the queue waits for ``add_partition`` before its first send; a
+    commit's flush must wait for it too. Passed by, the commit ended the transaction
+    without it, and its send was then fenced (Jepsen txn-ctp: offsets without outputs)."""
+
+    class SlowJoin:
+        def __init__(self) -> None:
+            self.joining = asyncio.Event()
+            self.joined = asyncio.Event()
+
+        async def add_partition(self, tp: Any) -> None:
+            self.joining.set()
+            await self.joined.wait()
+
+        transactional_id = "tx"
+
+        def check_can_send(self) -> None:
+            pass
+
+        def on_send_failed(self, err: Any) -> None:
+            pass
+
+    async def go() -> None:
+        p, leader, _ = _producer()
+        txn = SlowJoin()
+        p._txn = txn  # type: ignore[assignment]
+        (fut,) = await _send(p, 1, [])
+        async with asyncio.timeout(5):
+            await txn.joining.wait()
+        flushed = asyncio.ensure_future(p.flush())
+        await asyncio.sleep(0.05)
+        assert not flushed.done()  # the joining batch holds the flush back
+        txn.joined.set()
+        await leader.wait_pending(1)
+        leader.let_through(0)
+        async with asyncio.timeout(5):
+            await flushed
+        assert fut.done() and (await fut).offset == 0
+        p._txn = None
+        await p.close()
+
+    asyncio.run(go())
