@@ -19,32 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from fake_metadata import OneTopicMetadata
 
 from api.client import ClientError
 from api.client.producer import RECORD_OVERHEAD, AsyncProducer
-from api.client.transport import PartitionInfo
 from broker.errors import BrokerError
 from broker.producer_state import Duplicate, ProducerState
 from storage.batch import decode_records, parse_header
 
 VALUE_BYTES = 8
-
-
-class Metadata:
-    def __init__(self) -> None:
-        self.current = type(
-            "Cache", (), {"topics": {"t": {0: PartitionInfo(0, 1, 0, (1,), (1,))}}}
-        )()
-        self.refreshes = 0
-
-    async def partitions(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, Any]:
-        return dict(self.current.topics[topic])
-
-    async def leader_url(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> str:
-        return "http://leader"
-
-    async def refresh(self, *, timeout_s: float = 10.0) -> None:
-        self.refreshes += 1
 
 
 class HeldLeader:
@@ -109,7 +92,7 @@ class HeldLeader:
         fut.set_exception(ClientError(code, "refused before the append"))
 
 
-def _producer(**options: Any) -> tuple[AsyncProducer, HeldLeader, Metadata]:
+def _producer(**options: Any) -> tuple[AsyncProducer, HeldLeader, OneTopicMetadata]:
     options = {
         "linger_ms": 0,
         "retry_backoff_ms": 1,
@@ -118,9 +101,9 @@ def _producer(**options: Any) -> tuple[AsyncProducer, HeldLeader, Metadata]:
         **options,
     }
     p = AsyncProducer("http://127.0.0.1:1", **options)
-    leader, md = HeldLeader(), Metadata()
+    leader, md = HeldLeader(), OneTopicMetadata()
     p.transport = leader  # type: ignore[assignment]
-    p.metadata = md  # type: ignore[assignment]
+    p.metadata = md
     p._loop = asyncio.get_running_loop()  # started: no cluster to ask
 
     async def init_producer_id() -> None:

@@ -16,29 +16,17 @@ import asyncio
 from typing import Any
 
 import pytest
+from fake_metadata import OneTopicMetadata
 
 from api.client import ClientError
 from api.client.producer import AsyncProducer
-from api.client.transport import PartitionInfo
 
 
-class MovingLeader:
+class MovingLeader(OneTopicMetadata):
     """The metadata: the leader is ``old`` until a refresh, ``new`` after it."""
-
-    def __init__(self) -> None:
-        self.current = type(
-            "Cache", (), {"topics": {"t": {0: PartitionInfo(0, 1, 0, (1,), (1,))}}}
-        )()
-        self.refreshes = 0
-
-    async def partitions(self, topic: str, *, timeout_s: float = 10.0) -> dict[int, Any]:
-        return dict(self.current.topics[topic])
 
     async def leader_url(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> str:
         return "http://new" if self.refreshes else "http://old"
-
-    async def refresh(self, *, timeout_s: float = 10.0) -> None:
-        self.refreshes += 1
 
 
 class Transport:
@@ -70,7 +58,7 @@ def test_the_retry_goes_to_the_leader_the_refreshed_metadata_names(code: str) ->
             delivery_timeout_ms=5_000,
         )
         md, transport = MovingLeader(), Transport(code)
-        p.metadata = md  # type: ignore[assignment]
+        p.metadata = md
         p.transport = transport  # type: ignore[assignment]
         p._loop = asyncio.get_running_loop()  # started: no cluster to ask for a producer id
         async with asyncio.timeout(5):
