@@ -49,10 +49,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from _report import add_size_flags, figure, progress, size
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -277,10 +279,6 @@ def http_json_rate(brokers: Brokers, topic: str, seconds: float) -> float:
 
 
 def _http_get(url: str) -> Any:
-    import urllib.request
-
-    import orjson
-
     with urllib.request.urlopen(url, timeout=30) as r:
         return orjson.loads(r.read())
 
