@@ -85,6 +85,33 @@ SERVICE_KEY: web.AppKey[ControllerService] = web.AppKey("controller_service", Co
 DATA_DIR_KEY: web.AppKey[Path] = web.AppKey("data_dir", Path)
 ESSENTIALS_KEY: web.AppKey[Essentials] = web.AppKey("essentials", Essentials)
 
+# Entries a node that has caught up once may fall behind its commit index and stay ready.
+READY_MAX_LAG = 1_000
+
+
+class CatchUp:
+    """Whether a controller's applied index counts against its readiness. Until the node has
+    applied everything it knew committed (a restarted voter replaying its log) it is not
+    ready. After that a lag under ``READY_MAX_LAG`` entries is ordinary: the commit index
+    moves before the apply of every entry (a NoOpRecord every half second), so a strict
+    ``applied == commit`` answered 503 for an instant twice a second, and a probe would take a
+    healthy controller out of service (CI's fuzz run caught one). Kafka's broker latches
+    its metadata catch-up the same way."""
+
+    def __init__(self) -> None:
+        self.caught_up_once = False
+
+    def reason(self, applied: int, commit: int) -> str | None:
+        if applied >= commit:
+            self.caught_up_once = True
+            return None
+        if self.caught_up_once and commit - applied < READY_MAX_LAG:
+            return None
+        return f"applied {applied} < commit {commit}"
+
+
+CATCH_UP_KEY: web.AppKey[CatchUp] = web.AppKey("catch_up", CatchUp)
+
 
 def image_summary(image: MetadataImage) -> dict[str, Any]:
     topics = []
@@ -393,13 +420,15 @@ async def handle_health(request: web.Request) -> web.Response:
 
 async def handle_ready(request: web.Request) -> web.Response:
     """Ready: no essential task died, a leader is known, and this node has applied every
-    entry it knows committed (a restarted voter replaying its log is not ready yet)."""
+    entry it knows committed (a restarted voter replaying its log is not ready yet; see
+    ``CatchUp`` for the lag allowed after that)."""
     st = request.app[SERVICE_KEY].node.status()
     failure = request.app[ESSENTIALS_KEY].failure
+    lag = request.app[CATCH_UP_KEY].reason(st.applied, st.commit)
     reasons = (
         ([f"failed: {failure}"] if failure is not None else [])
         + (["no known leader"] if not st.leader_id else [])
-        + ([f"applied {st.applied} < commit {st.commit}"] if st.applied < st.commit else [])
+        + ([lag] if lag is not None else [])
     )
     body = {
         "ready": not reasons,
@@ -460,6 +489,7 @@ def build_controller(
     app.router.add_get("/internal/controller/v1/metadata", handle_metadata_fetch)
     app.router.add_get("/v3/quorum/status", handle_status)
     app[SUMMARY_KEY] = []
+    app[CATCH_UP_KEY] = CatchUp()
     app.router.add_get("/v3/quorum/metadata", handle_metadata)
     app.router.add_get("/v3/health", handle_health)
     app.router.add_get("/v3/health/ready", handle_ready)
