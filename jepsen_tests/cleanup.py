@@ -14,13 +14,19 @@ creating pid, and the next run sweeps namespaces whose creator is gone.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Seconds a Ctrl-C'd run's tasks get to finish their cancellation before they are abandoned.
+INTERRUPT_GRACE_S = 5.0
 
 _lock = threading.RLock()
 _undo: dict[int, tuple[str, Callable[[], None]]] = {}
@@ -86,3 +92,38 @@ def _make_handler(sig: int, previous: Any) -> Callable[[int, FrameType | None], 
             sys.exit(128 + signum)
 
     return handler
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, except that after a Ctrl-C (KeyboardInterrupt out of the loop)
+    the tasks get ``INTERRUPT_GRACE_S`` to finish their cancellation and are then abandoned,
+    their stacks printed: ``asyncio.run`` waits for every task without a bound, and CI saw a
+    Ctrl-C'd toy run still inside that wait 30 s later (a task that outlived its
+    cancellation). By then the signal handler has undone everything outside the process, so
+    nothing is left for those tasks to clean up."""
+    loop = asyncio.new_event_loop()
+    interrupted = False
+    try:
+        return loop.run_until_complete(main)
+    except KeyboardInterrupt:
+        interrupted = True
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=INTERRUPT_GRACE_S))
+            for t in pending:
+                print(
+                    f"jepsen_tests: a task outlived its cancellation by {INTERRUPT_GRACE_S} s; "
+                    f"abandoned: {t!r}",
+                    file=sys.stderr,
+                )
+                t.print_stack(file=sys.stderr)
+        raise
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            if not interrupted:  # a worker thread may be the thing stuck: do not wait for it
+                loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()

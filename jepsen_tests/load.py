@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jepsen_tests import cleanup
 from jepsen_tests.longboat import LongboatCluster
 from jepsen_tests.nemesis.net import NetNamespace, client_address, netns_unavailable_reason
 from jepsen_tests.resources import CLOCK_TICKS_PER_S, read_group_usage
@@ -234,7 +235,7 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
-        result = asyncio.run(_measure(cluster, cfg))
+        result = cleanup.run_async(_measure(cluster, cfg))
         result["cluster_start_s"] = round(started_s, 1)
         result["isr_full_after_create_s"] = isr_s
     finally:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jepsen_tests import report
+from jepsen_tests import cleanup, report
 from jepsen_tests.checkers import linear, queue, txn
 from jepsen_tests.checkers import schemas as schemas_checker
 from jepsen_tests.cluster import Cluster, GroupMember, OnRebalance
@@ -346,7 +346,9 @@ def run(cluster: Cluster, cfg: RunConfig) -> dict[str, Any]:
         steps = [_with_clients(s, clients) for s in steps]
         (out / "schedule.json").write_text(json.dumps([s.describe() for s in steps], indent=1))
 
-        final = asyncio.run(_drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts, dial))
+        final = cleanup.run_async(
+            _drive(cluster, cfg, rec, nemesis, steps, clients, client_hosts, dial)
+        )
         dead = dead_nodes(cluster)
         for node, d in dead.items():
             warn(

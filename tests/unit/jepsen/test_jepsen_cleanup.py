@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from jepsen_tests import cleanup
@@ -25,3 +28,48 @@ def test_run_all_undoes_newest_first_and_skips_unregistered(
     assert done == ["c", "a"]
     assert "undoing broken failed" in capsys.readouterr().err
     assert cleanup.pending() == []
+
+
+def test_a_ctrl_c_does_not_wait_forever_for_a_task_that_outlives_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cleanup, "INTERRUPT_GRACE_S", 0.2)
+    finished: list[str] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # what asyncio.run would wait on without a bound
+
+    async def polite() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append("polite")
+
+    async def main() -> None:
+        tasks.extend([asyncio.ensure_future(stubborn()), asyncio.ensure_future(polite())])
+        await asyncio.sleep(0.01)
+        raise KeyboardInterrupt
+
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cleanup.run_async(main())
+    assert time.monotonic() - t < 2
+    assert finished == ["polite"]  # a task that takes its cancellation still runs its finally
+    err = capsys.readouterr().err
+    assert "outlived its cancellation" in err and "stubborn" in err
+
+
+def test_run_async_returns_the_result_and_closes_its_loop() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def main() -> int:
+        loops.append(asyncio.get_running_loop())
+        return 7
+
+    assert cleanup.run_async(main()) == 7
+    assert loops[0].is_closed()
