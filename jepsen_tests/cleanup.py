@@ -95,35 +95,42 @@ def _make_handler(sig: int, previous: Any) -> Callable[[int, FrameType | None], 
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)``, except that after a Ctrl-C (KeyboardInterrupt out of the loop)
-    the tasks get ``INTERRUPT_GRACE_S`` to finish their cancellation and are then abandoned,
-    their stacks printed: ``asyncio.run`` waits for every task without a bound, and CI saw a
-    Ctrl-C'd toy run still inside that wait 30 s later (a task that outlived its
-    cancellation). By then the signal handler has undone everything outside the process, so
-    nothing is left for those tasks to clean up."""
+    """``asyncio.run(main)``, except that the tasks left when ``main`` ends (or a Ctrl-C,
+    a KeyboardInterrupt out of the loop, ends it) get ``INTERRUPT_GRACE_S`` to finish their
+    cancellation and are then abandoned, their stacks printed: ``asyncio.run`` waits for
+    them without a bound, and CI saw a Ctrl-C'd toy run still inside that wait 30 s later (a
+    task that outlived its cancellation). After a Ctrl-C the signal handler has undone
+    everything outside the process already, so nothing is left for such a task to clean up."""
     loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     interrupted = False
     try:
         return loop.run_until_complete(main)
     except KeyboardInterrupt:
         interrupted = True
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=INTERRUPT_GRACE_S))
-            for t in pending:
-                print(
-                    f"jepsen_tests: a task outlived its cancellation by {INTERRUPT_GRACE_S} s; "
-                    f"abandoned: {t!r}",
-                    file=sys.stderr,
-                )
-                t.print_stack(file=sys.stderr)
         raise
     finally:
         try:
+            _cancel_left_tasks(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
             if not interrupted:  # a worker thread may be the thing stuck: do not wait for it
                 loop.run_until_complete(loop.shutdown_default_executor())
         finally:
+            asyncio.set_event_loop(None)
             loop.close()
+
+
+def _cancel_left_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return
+    _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=INTERRUPT_GRACE_S))
+    for t in pending:
+        print(
+            f"jepsen_tests: a task outlived its cancellation by {INTERRUPT_GRACE_S} s; "
+            f"abandoned: {t!r}",
+            file=sys.stderr,
+        )
+        t.print_stack(file=sys.stderr)

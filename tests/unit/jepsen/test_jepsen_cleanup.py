@@ -73,3 +73,22 @@ def test_run_async_returns_the_result_and_closes_its_loop() -> None:
 
     assert cleanup.run_async(main()) == 7
     assert loops[0].is_closed()
+
+
+def test_tasks_left_when_main_returns_are_cancelled_as_asyncio_run_does() -> None:
+    finished: list[str] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def left() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append("left")
+
+    async def main() -> str:
+        tasks.append(asyncio.ensure_future(left()))
+        await asyncio.sleep(0)
+        return "done"
+
+    assert cleanup.run_async(main()) == "done"
+    assert finished == ["left"]
