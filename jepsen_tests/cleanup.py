@@ -95,21 +95,54 @@ def _make_handler(sig: int, previous: Any) -> Callable[[int, FrameType | None], 
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)``, except that the tasks left when ``main`` ends (or a Ctrl-C,
-    a KeyboardInterrupt out of the loop, ends it) get ``INTERRUPT_GRACE_S`` to finish their
-    cancellation and are then abandoned, their stacks printed: ``asyncio.run`` waits for
-    them without a bound, and CI saw a Ctrl-C'd toy run still inside that wait 30 s later (a
-    task that outlived its cancellation). After a Ctrl-C the signal handler has undone
-    everything outside the process already, so nothing is left for such a task to clean up."""
+    """``asyncio.run(main)`` for a run that a Ctrl-C may stop.
+
+    A SIGINT while ``main`` runs undoes everything outside the process at once (`run_all`)
+    and then *cancels* ``main`` from inside the loop, as ``asyncio.Runner`` does with the
+    default handler; KeyboardInterrupt is raised once the loop has unwound. Raised from the
+    signal handler instead, at whatever bytecode the loop was running, it can drop a ready
+    callback the loop had just taken off its queue (a task's wake-up): that task never runs
+    again, its cancellation never arrives, and ``asyncio.run`` waits for it for ever, which
+    is how CI saw a Ctrl-C'd toy run still waiting 30 s later. A second SIGINT raises at
+    once. Whatever way ``main`` ends, the tasks it left get ``INTERRUPT_GRACE_S`` to take
+    their cancellation and are then abandoned with their stacks printed (``asyncio.run``
+    waits without a bound); ``main``'s own unwinding after a Ctrl-C gets as long."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    task = loop.create_task(main)
     interrupted = False
-    try:
-        return loop.run_until_complete(main)
-    except KeyboardInterrupt:
+    grace: list[asyncio.TimerHandle] = []
+
+    def cancel_main() -> None:
+        task.cancel()
+        grace.append(loop.call_later(INTERRUPT_GRACE_S, loop.stop))
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        run_all()
+        if interrupted:
+            raise KeyboardInterrupt
         interrupted = True
-        raise
+        loop.call_soon_threadsafe(cancel_main)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main_thread else None
+    try:
+        try:
+            result = loop.run_until_complete(task)
+        except (asyncio.CancelledError, RuntimeError):
+            # RuntimeError: the grace timer stopped the loop before main had unwound.
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        if interrupted:  # main took its cancellation and returned anyway
+            raise KeyboardInterrupt
+        return result
     finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+        for timer in grace:
+            timer.cancel()
         try:
             _cancel_left_tasks(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -92,3 +94,47 @@ def test_tasks_left_when_main_returns_are_cancelled_as_asyncio_run_does() -> Non
 
     assert cleanup.run_async(main()) == "done"
     assert finished == ["left"]
+
+
+def test_a_sigint_undoes_at_once_then_cancels_the_run_inside_the_loop() -> None:
+    undone: list[str] = []
+    finished: list[str] = []
+    cleanup.register("a node", lambda: undone.append("a node"))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, os.kill, os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            finished.append("main")
+            assert undone == ["a node"]  # the undo ran before main was cancelled
+
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cleanup.run_async(main())
+    assert time.monotonic() - t < 5
+    assert finished == ["main"]
+
+
+def test_a_run_whose_unwinding_hangs_after_a_sigint_is_abandoned(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cleanup, "INTERRUPT_GRACE_S", 0.2)
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            while True:  # an unwinding that never ends, whatever is cancelled
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    continue
+
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cleanup.run_async(main())
+    assert time.monotonic() - t < 3
+    assert "outlived its cancellation" in capsys.readouterr().err
