@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen_tests import cleanup
-from jepsen_tests.longboat import LongboatCluster
+from jepsen_tests.longboat import LongboatCluster, http_json
 from jepsen_tests.nemesis.net import NetNamespace, client_address, netns_unavailable_reason
 from jepsen_tests.resources import CLOCK_TICKS_PER_S, read_group_usage
 
@@ -114,6 +114,46 @@ def wait_full_isr(cluster: LongboatCluster, timeout_s: float) -> bool:
             return True
         time.sleep(1.0)
     return bool(cluster.healthy())
+
+
+def replicas_missing(table: dict[int, dict[str, Any]], held: dict[int, set[int]]) -> dict[int, int]:
+    """By broker id: how many of the partitions the metadata puts on it (``table``, a
+    partition's ``replicas``) its replica manager does not hold yet (``held``: the partitions
+    each broker's ``/internal/broker/v1/replicas`` lists). A broker's metadata image moves
+    before its replica manager has created what the update added (10 ms or so a new log), so
+    a partition the metadata calls led with a full ISR may have no log on its brokers yet."""
+    want: dict[int, set[int]] = {}
+    for p, info in table.items():
+        for b in info.get("replicas", []):
+            want.setdefault(int(b), set()).add(p)
+    return {b: n for b, ps in want.items() if (n := len(ps - held.get(b, set())))}
+
+
+def wait_replicas(cluster: LongboatCluster, timeout_s: float) -> dict[int, int]:
+    """Wait until every broker holds every replica the metadata gives it; what is still
+    missing at ``timeout_s`` (empty: nothing)."""
+    deadline = time.monotonic() + timeout_s
+    missing: dict[int, int] = {-1: -1}
+    while time.monotonic() < deadline:
+        table = cluster.partition_table()
+        held: dict[int, set[int]] = {}
+        for b in cluster.brokers:
+            try:
+                reps = http_json(
+                    cluster.url(b) + "/internal/broker/v1/replicas",
+                    cluster.metadata_timeout_s,
+                    cluster.admin_ssl,
+                )
+            except (OSError, ValueError):
+                continue
+            held[cluster.node_ids[b]] = {
+                int(r["partition"]) for r in reps if r.get("topic") == cluster.topic
+            }
+        missing = replicas_missing(table, held) if table else {-1: -1}
+        if not missing:
+            return {}
+        time.sleep(1.0)
+    return missing
 
 
 OFFLINE_GRACE_S = 15.0
@@ -235,9 +275,22 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
+        # Before the kill, the brokers' own replicas: the metadata above says a partition is
+        # led with a full ISR before its brokers have created its log.
+        missing = wait_replicas(cluster, cfg.isr_timeout_s)
+        replicas_s = None if missing else round(time.monotonic() - t, 1)
+        print(
+            f"load: every broker holds its replicas after {replicas_s} s"
+            if not missing
+            else f"load: replicas still missing {cfg.isr_timeout_s} s later (by broker: "
+            f"{missing}); measuring anyway",
+            file=sys.stderr,
+            flush=True,
+        )
         result = cleanup.run_async(_measure(cluster, cfg))
         result["cluster_start_s"] = round(started_s, 1)
         result["isr_full_after_create_s"] = isr_s
+        result["replicas_created_s"] = replicas_s
     finally:
         cluster.stop()
         if ns is not None:
@@ -366,7 +419,8 @@ def format_summary(r: dict[str, Any]) -> str:
     cpu = r["controller_cpu_during_move"]
     lines = [
         f"partitions {r['config']['partitions']}: every one led {r.get('cluster_start_s')} s "
-        f"after the start, every ISR full after {r.get('isr_full_after_create_s')} s; "
+        f"after the start, every ISR full after {r.get('isr_full_after_create_s')} s, "
+        f"every broker holding its replicas after {r.get('replicas_created_s')} s; "
         f"ISR sizes before the kill {r.get('isr_sizes_before_kill')}, leaders "
         f"{r.get('leaders_before_kill')}",
         f"killed {r['victim']} (leader of {r['victim_led_partitions']} partitions): "

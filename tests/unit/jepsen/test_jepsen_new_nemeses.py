@@ -373,3 +373,19 @@ def test_leadership_has_moved_only_when_every_partition_has_another_leader() -> 
     assert move_progress(table(102, -1, 103, 102), 101, led) == (0, 1)
     assert move_progress(table(102, 103, 103, 101), 101, led) == (0, 0)
     assert move_progress({}, 101, led) == (0, 3)
+
+
+def test_the_load_kills_only_once_every_broker_holds_the_replicas_the_metadata_gives_it() -> None:
+    from jepsen_tests.load import replicas_missing
+
+    table = {
+        0: {"leader": 101, "replicas": [101, 102, 103]},
+        1: {"leader": 102, "replicas": [102, 103, 101]},
+        2: {"leader": 103, "replicas": [103, 101, 102]},
+    }
+    everything = {101: {0, 1, 2}, 102: {0, 1, 2}, 103: {0, 1, 2}}
+    assert replicas_missing(table, everything) == {}
+    # the metadata says led with a full ISR; broker 102 has created one log of three
+    assert replicas_missing(table, {**everything, 102: {1}}) == {102: 2}
+    # a broker that did not answer holds nothing as far as the load knows
+    assert replicas_missing(table, {101: {0, 1, 2}}) == {102: 3, 103: 3}
