@@ -133,7 +133,7 @@ def wait_replicas(cluster: LongboatCluster, timeout_s: float) -> dict[int, int]:
     """Wait until every broker holds every replica the metadata gives it; what is still
     missing at ``timeout_s`` (empty: nothing)."""
     deadline = time.monotonic() + timeout_s
-    missing: dict[int, int] = {-1: -1}
+    missing: dict[int, int] = {-1: -1}  # broker -1: no broker answered its metadata
     while time.monotonic() < deadline:
         table = cluster.partition_table()
         held: dict[int, set[int]] = {}
