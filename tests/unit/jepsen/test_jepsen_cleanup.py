@@ -12,6 +12,23 @@ import pytest
 from jepsen_tests import cleanup
 
 
+async def ignores_cancellation() -> None:
+    """What ``asyncio.run`` would wait on without a bound: a task no cancel ends."""
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            continue
+
+
+async def sleeps_then_notes(finished: list[str], name: str) -> None:
+    """A task that takes its cancellation, running its ``finally``."""
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        finished.append(name)
+
+
 def test_run_all_undoes_newest_first_and_skips_unregistered(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -39,21 +56,13 @@ def test_a_ctrl_c_does_not_wait_forever_for_a_task_that_outlives_its_cancellatio
     finished: list[str] = []
     tasks: list[asyncio.Task[None]] = []
 
-    async def stubborn() -> None:
-        while True:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                continue  # what asyncio.run would wait on without a bound
-
-    async def polite() -> None:
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            finished.append("polite")
-
     async def main() -> None:
-        tasks.extend([asyncio.ensure_future(stubborn()), asyncio.ensure_future(polite())])
+        tasks.extend(
+            [
+                asyncio.ensure_future(ignores_cancellation()),
+                asyncio.ensure_future(sleeps_then_notes(finished, "polite")),
+            ]
+        )
         await asyncio.sleep(0.01)
         raise KeyboardInterrupt
 
@@ -63,7 +72,7 @@ def test_a_ctrl_c_does_not_wait_forever_for_a_task_that_outlives_its_cancellatio
     assert time.monotonic() - t < 2
     assert finished == ["polite"]  # a task that takes its cancellation still runs its finally
     err = capsys.readouterr().err
-    assert "outlived its cancellation" in err and "stubborn" in err
+    assert "outlived its cancellation" in err and "ignores_cancellation" in err
 
 
 def test_run_async_returns_the_result_and_closes_its_loop() -> None:
@@ -81,14 +90,8 @@ def test_tasks_left_when_main_returns_are_cancelled_as_asyncio_run_does() -> Non
     finished: list[str] = []
     tasks: list[asyncio.Task[None]] = []
 
-    async def left() -> None:
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            finished.append("left")
-
     async def main() -> str:
-        tasks.append(asyncio.ensure_future(left()))
+        tasks.append(asyncio.ensure_future(sleeps_then_notes(finished, "left")))
         await asyncio.sleep(0)
         return "done"
 
@@ -127,11 +130,7 @@ def test_a_run_whose_unwinding_hangs_after_a_sigint_is_abandoned(
         try:
             await asyncio.sleep(30)
         finally:
-            while True:  # an unwinding that never ends, whatever is cancelled
-                try:
-                    await asyncio.sleep(3600)
-                except asyncio.CancelledError:
-                    continue
+            await ignores_cancellation()  # an unwinding that never ends
 
     t = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
